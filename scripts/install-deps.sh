@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs every build and run-time dependency of Loom from Debian 12 packages.
+# Idempotent: re-running it installs nothing new and re-asserts the BLAS choice.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates procps
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev
+  libtorch-dev libgloo-dev
+  libsqlite3-dev libyaml-cpp-dev libcivetweb-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  prometheus
+  libopenblas0-openmp libopenblas-dev
+  fortunes fortunes-min
+  curl
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${#missing[@]} package(s): ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # Prometheus' package would start a server through its init hooks; we only
+  # need promtool, and a chroot/container has no init to start it anyway.
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "install-deps: all ${#PKGS[@]} packages present"
+fi
+
+# BLAS: Debian's LibTorch links libblas.so.3, which the alternatives system
+# resolves. The reference BLAS is ~100x slower than OpenBLAS for sgemm, so pin
+# OpenBLAS (openmp flavour) even if someone set the alternative to manual.
+arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+for name in "libblas.so.3-${arch}" "liblapack.so.3-${arch}"; do
+  lib=${name%%-${arch}}
+  target=$(update-alternatives --list "$name" 2>/dev/null | grep -m1 'openblas-openmp' || true)
+  if [ -n "$target" ]; then
+    current=$(readlink -f "/etc/alternatives/${name}" 2>/dev/null || true)
+    if [ "$current" != "$(readlink -f "$target")" ]; then
+      $SUDO update-alternatives --set "$name" "$target" >/dev/null
+      echo "install-deps: ${lib} -> ${target}"
+    fi
+  else
+    echo "install-deps: WARNING: no OpenBLAS alternative for ${lib}" >&2
+  fi
+done
+echo "install-deps: libblas.so.3 is $(readlink -f /usr/lib/${arch}/libblas.so.3)"

@@ -1,0 +1,109 @@
+// Token data for training: llm.c-compatible shards and a deterministic,
+// resumable, rank-sharded loader. No LibTorch and no gRPC in here.
+//
+// Shard format (llm.c, dev/data/data_common.py): a header of 256 little-endian
+// int32 — [0] = 20240520 (magic), [1] = 1 (version), [2] = number of tokens —
+// followed by that many uint16 tokens.
+#ifndef LOOM_WORKER_ENGINE_DATA_H_
+#define LOOM_WORKER_ENGINE_DATA_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace loom::engine {
+
+inline constexpr int32_t kShardMagic = 20240520;
+inline constexpr int32_t kShardVersion = 1;
+inline constexpr int kShardHeaderInts = 256;
+
+// Reads a whole shard. Errors: NOT_FOUND (no file), DATA_LOSS (bad magic,
+// version, or a token count that disagrees with the file size).
+absl::StatusOr<std::vector<uint16_t>> ReadShard(const std::string& path);
+
+// Writes a shard atomically (temp file + fsync + rename).
+absl::Status WriteShard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// Expands glob patterns (and plain paths) into a sorted list of existing
+// files. NOT_FOUND if a pattern matches nothing.
+absl::StatusOr<std::vector<std::string>> ExpandShardPatterns(
+    const std::vector<std::string>& patterns);
+
+// A training sample is a window of seq_len + 1 consecutive tokens (inputs are
+// the first seq_len, targets the last seq_len). Windows are taken with stride
+// seq_len, never crossing a shard boundary.
+//
+// Order: epoch e = cursor / num_samples() visits the samples in a permutation
+// drawn from (seed, e) alone, so every rank computes the same order without
+// talking. A global batch of B samples starting at cursor c is samples
+// c .. c+B-1 in that order; rank r of W takes the contiguous slice
+// [c + r*B/W, c + (r+1)*B/W). The cursor (a global sample index) is the whole
+// loader state: save it in a checkpoint, restore it, and the stream continues
+// identically.
+//
+// Thread-compatible: one thread at a time (SampleAt caches the permutation).
+class TokenDataset {
+ public:
+  // Loads all shards into memory. INVALID_ARGUMENT if seq_len < 1 or if the
+  // shards hold fewer than seq_len + 1 tokens in total; errors of ReadShard.
+  static absl::StatusOr<TokenDataset> Load(const std::vector<std::string>& paths,
+                                           int seq_len);
+  // Builds from in-memory shards (tests).
+  static absl::StatusOr<TokenDataset> FromShards(std::vector<std::vector<uint16_t>> shards,
+                                                 int seq_len);
+
+  int seq_len() const { return seq_len_; }
+  int64_t num_samples() const { return static_cast<int64_t>(starts_.size()); }
+  int64_t num_tokens() const { return num_tokens_; }
+  uint16_t max_token() const { return max_token_; }
+
+  // Index of the sample visited at global position `cursor` (any cursor >= 0).
+  int64_t SampleAt(uint64_t seed, int64_t cursor) const;
+
+  // Copies sample `index` into inputs[0..seq_len) and targets[0..seq_len).
+  void CopySample(int64_t index, int64_t* inputs, int64_t* targets) const;
+
+  // Fills rank `rank`'s share of the global batch that starts at `cursor`:
+  // `global_batch / world_size` rows of seq_len tokens each, row-major.
+  // Requires global_batch % world_size == 0.
+  void FillRankBatch(uint64_t seed, int64_t cursor, int global_batch, int rank,
+                     int world_size, int64_t* inputs, int64_t* targets) const;
+
+ private:
+  TokenDataset() = default;
+  std::vector<std::vector<uint16_t>> shards_;
+  // starts_[i] = (shard, offset) of sample i, packed as shard << 40 | offset.
+  std::vector<uint64_t> starts_;
+  int seq_len_ = 0;
+  int64_t num_tokens_ = 0;
+  uint16_t max_token_ = 0;
+  // Permutation cache for the most recent epoch (mutable: cache only).
+  mutable std::vector<int64_t> perm_;
+  mutable int64_t perm_epoch_ = -1;
+  mutable uint64_t perm_seed_ = 0;
+};
+
+// Byte-level tokenisation (vocab 256) of text files into train/validation
+// shards in `out_dir`: the concatenated input (documents separated by '\n')
+// is split so that the last `val_fraction` of the bytes go to validation.
+// Writes train_000000.bin, val_000000.bin (further files when a split
+// exceeds `max_tokens_per_shard`).
+struct PrepareResult {
+  std::vector<std::string> train_shards;
+  std::vector<std::string> val_shards;
+  int64_t train_tokens = 0;
+  int64_t val_tokens = 0;
+  // Shannon entropy of the byte unigram distribution of the train split, in
+  // nats per token: the loss a model that ignores context could reach.
+  double unigram_entropy_nats = 0;
+};
+absl::StatusOr<PrepareResult> PrepareByteLevelData(
+    const std::vector<std::string>& inputs, const std::string& out_dir,
+    double val_fraction, int64_t max_tokens_per_shard = 100'000'000);
+
+}  // namespace loom::engine
+
+#endif  // LOOM_WORKER_ENGINE_DATA_H_
