@@ -21,14 +21,19 @@ inline constexpr int32_t kShardVersion = 1;
 inline constexpr int kShardHeaderInts = 256;
 
 // Reads a whole shard. Errors: NOT_FOUND (no file), DATA_LOSS (bad magic,
-// version, or a token count that disagrees with the file size).
+// version, or a token count that disagrees with the file size),
+// INVALID_ARGUMENT (not a regular file), other I/O errors mapped from errno.
 absl::StatusOr<std::vector<uint16_t>> ReadShard(const std::string& path);
 
-// Writes a shard atomically (temp file + fsync + rename).
+// Writes a shard atomically (temp file in the same directory + fsync +
+// rename + fsync of the directory): readers see the old file or the whole new
+// one, never a prefix. INVALID_ARGUMENT if tokens.size() exceeds INT32_MAX
+// (the header's count is an int32).
 absl::Status WriteShard(const std::string& path, const std::vector<uint16_t>& tokens);
 
-// Expands glob patterns (and plain paths) into a sorted list of existing
-// files. NOT_FOUND if a pattern matches nothing.
+// Expands glob patterns (and plain paths) into a sorted, duplicate-free list
+// of existing regular files (directories are skipped). NOT_FOUND if a pattern
+// matches no regular file; INVALID_ARGUMENT if `patterns` is empty.
 absl::StatusOr<std::vector<std::string>> ExpandShardPatterns(
     const std::vector<std::string>& patterns);
 
@@ -44,11 +49,19 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPatterns(
 // loader state: save it in a checkpoint, restore it, and the stream continues
 // identically.
 //
-// Thread-compatible: one thread at a time (SampleAt caches the permutation).
+// The permutation (splitmix64-seeded xoshiro256** driving Fisher-Yates, see
+// data.cc) is fixed by this file, not by the standard library, so it is the
+// same on every platform and compiler; changing it breaks resuming old
+// checkpoints. Misuse of the accessors below (negative cursor, index out of
+// range, bad rank/world/batch) is a broken invariant and aborts.
+//
+// Not thread-safe, not even for const calls: one thread at a time (SampleAt
+// caches the permutation). Copies are independent.
 class TokenDataset {
  public:
-  // Loads all shards into memory. INVALID_ARGUMENT if seq_len < 1 or if the
-  // shards hold fewer than seq_len + 1 tokens in total; errors of ReadShard.
+  // Loads all shards into memory. INVALID_ARGUMENT if seq_len < 1, `paths` is
+  // empty, or no shard holds seq_len + 1 tokens (windows never cross shards,
+  // so the total alone is not enough); errors of ReadShard.
   static absl::StatusOr<TokenDataset> Load(const std::vector<std::string>& paths,
                                            int seq_len);
   // Builds from in-memory shards (tests).
@@ -58,6 +71,7 @@ class TokenDataset {
   int seq_len() const { return seq_len_; }
   int64_t num_samples() const { return static_cast<int64_t>(starts_.size()); }
   int64_t num_tokens() const { return num_tokens_; }
+  // Largest token id anywhere in the shards (to check against the vocab).
   uint16_t max_token() const { return max_token_; }
 
   // Index of the sample visited at global position `cursor` (any cursor >= 0).
@@ -67,8 +81,11 @@ class TokenDataset {
   void CopySample(int64_t index, int64_t* inputs, int64_t* targets) const;
 
   // Fills rank `rank`'s share of the global batch that starts at `cursor`:
-  // `global_batch / world_size` rows of seq_len tokens each, row-major.
-  // Requires global_batch % world_size == 0.
+  // `global_batch / world_size` rows of seq_len tokens each, row-major, so
+  // `inputs` and `targets` must each hold global_batch / world_size * seq_len
+  // values. Requires global_batch > 0, 0 <= rank < world_size and
+  // global_batch % world_size == 0. The next batch starts at
+  // cursor + global_batch.
   void FillRankBatch(uint64_t seed, int64_t cursor, int global_batch, int rank,
                      int world_size, int64_t* inputs, int64_t* targets) const;
 
@@ -86,11 +103,27 @@ class TokenDataset {
   mutable uint64_t perm_seed_ = 0;
 };
 
-// Byte-level tokenisation (vocab 256) of text files into train/validation
-// shards in `out_dir`: the concatenated input (documents separated by '\n')
-// is split so that the last `val_fraction` of the bytes go to validation.
-// Writes train_000000.bin, val_000000.bin (further files when a split
-// exceeds `max_tokens_per_shard`).
+// Byte-level tokenisation (vocab 256: token = byte value) of text files into
+// train/validation shards in `out_dir` (created if missing).
+//
+// The stream is the input files in the given order, with one '\n' inserted
+// between two files when the first does not already end in '\n', so documents
+// stay separated and train_tokens + val_tokens == total input bytes + inserted
+// separators. The last llround(val_fraction * total) tokens of the stream go
+// to validation, the rest to training.
+//
+// Writes train_000000.bin, train_000001.bin, ... and val_000000.bin, ...
+// (a new file every `max_tokens_per_shard` tokens); no val file when the val
+// split is empty. Numbered shards with these prefixes left by an earlier run
+// beyond the ones written now are deleted, so a glob over out_dir sees exactly
+// this run's shards.
+//
+// Errors: INVALID_ARGUMENT if `inputs` is empty, an input is not a regular
+// file, val_fraction is not in [0, 1), max_tokens_per_shard is not in
+// [1, INT32_MAX], or the train split would be empty; NOT_FOUND for a missing
+// input; ABORTED if an input changes size while being read; I/O errors.
+// After an error out_dir may hold some of the new shards next to old ones:
+// rerun before using it.
 struct PrepareResult {
   std::vector<std::string> train_shards;
   std::vector<std::string> val_shards;

@@ -1,0 +1,247 @@
+#include "cli/local_cluster.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/grpc_util.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace loom::cli {
+namespace {
+
+bool Alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+// Starts `argv` detached (own session, stdio to `log_path`), returns its pid.
+absl::StatusOr<int> Spawn(const std::vector<std::string>& args, const std::string& log_path) {
+  int logfd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (logfd < 0) return absl::PermissionDeniedError(absl::StrCat(log_path, ": ", strerror(errno)));
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Double fork so the daemon is re-parented to init and never becomes a
+  // zombie of this short-lived CLI.
+  int pidpipe[2];
+  if (pipe2(pidpipe, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  pid_t first = fork();
+  if (first < 0) return absl::ResourceExhaustedError("fork failed");
+  if (first == 0) {
+    setsid();
+    pid_t second = fork();
+    if (second != 0) {
+      (void)!write(pidpipe[1], &second, sizeof(second));
+      _exit(second > 0 ? 0 : 1);
+    }
+    dup2(logfd, STDOUT_FILENO);
+    dup2(logfd, STDERR_FILENO);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    execv(argv[0], argv.data());
+    const char msg[] = "loomctl: exec failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    _exit(127);
+  }
+  close(pidpipe[1]);
+  close(logfd);
+  pid_t daemon = -1;
+  ssize_t n = read(pidpipe[0], &daemon, sizeof(daemon));
+  close(pidpipe[0]);
+  waitpid(first, nullptr, 0);
+  if (n != sizeof(daemon) || daemon <= 0) return absl::InternalError("could not start " + args[0]);
+  return static_cast<int>(daemon);
+}
+
+std::string Str(const google::protobuf::Struct& s, const std::string& key) {
+  auto it = s.fields().find(key);
+  return it == s.fields().end() ? "" : it->second.string_value();
+}
+
+std::string LastLines(const std::string& path, int n) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return "";
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text->size()) {
+    size_t nl = text->find('\n', start);
+    if (nl == std::string::npos) nl = text->size();
+    lines.push_back(text->substr(start, nl - start));
+    start = nl + 1;
+  }
+  std::string out;
+  for (size_t i = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0; i < lines.size(); ++i) {
+    out += "\n    " + lines[i];
+  }
+  return out;
+}
+
+absl::StatusOr<DaemonInfo> WaitReady(const std::string& path, int pid, const std::string& log,
+                                     absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    auto info = ReadReadyFile(path);
+    if (info.ok()) return info;
+    if (!Alive(pid)) {
+      return absl::InternalError(absl::StrCat("daemon exited during start-up; log ", log, ":",
+                                              LastLines(log, 5)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("daemon did not become ready; see ", log));
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonInfo> ReadReadyFile(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  google::protobuf::Struct s;
+  auto st = google::protobuf::util::JsonStringToMessage(*text, &s);
+  if (!st.ok()) return absl::DataLossError(absl::StrCat(path, ": ", st.ToString()));
+  DaemonInfo info;
+  info.grpc_address = Str(s, "grpc_address");
+  info.metrics_address = Str(s, "metrics_address");
+  auto it = s.fields().find("pid");
+  if (it != s.fields().end()) info.pid = static_cast<int>(it->second.number_value());
+  info.alive = Alive(info.pid);
+  return info;
+}
+
+absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
+  if (o.workers < 1) return absl::InvalidArgumentError("--workers: must be >= 1");
+  for (const auto& d : LocalStatus(o.home)) {
+    if (d.alive) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a local cluster is already up under ", o.home, " (", d.name, " pid ", d.pid,
+          "); run `loomctl local down` first"));
+    }
+  }
+  for (const char* sub : {"", "/run", "/logs", "/controller", "/workers"}) {
+    absl::Status s = MakeDirs(o.home + sub, 0700);
+    if (!s.ok()) return s;
+  }
+  // Old run files describe dead daemons.
+  if (DIR* d = opendir((o.home + "/run").c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (absl::EndsWith(e->d_name, ".json")) unlink((o.home + "/run/" + e->d_name).c_str());
+    }
+    closedir(d);
+  }
+  std::string token_path = o.home + "/token";
+  if (access(token_path.c_str(), F_OK) != 0) {
+    auto token = GenerateToken();
+    if (!token.ok()) return token.status();
+    absl::Status s = WritePrivateFile(token_path, *token + "\n");
+    if (!s.ok()) return s;
+  }
+  absl::Time deadline = absl::Now() + o.start_timeout;
+  std::vector<DaemonInfo> out;
+
+  DaemonInfo ctl;
+  ctl.name = "controller";
+  ctl.log_path = o.home + "/logs/controller.log";
+  std::string ready = o.home + "/run/controller.json";
+  auto pid = Spawn({o.bin_dir + "/loom-controller", "--listen=127.0.0.1:0",
+                    "--data_dir=" + o.home + "/controller", "--token_file=" + token_path,
+                    "--ready_file=" + ready, "--metrics_listen=127.0.0.1:0",
+                    absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)},
+                   ctl.log_path);
+  if (!pid.ok()) return pid.status();
+  auto ready_info = WaitReady(ready, *pid, ctl.log_path, deadline);
+  if (!ready_info.ok()) {
+    kill(*pid, SIGKILL);
+    return absl::Status(ready_info.status().code(),
+                        absl::StrCat("controller: ", ready_info.status().message()));
+  }
+  ctl.pid = ready_info->pid;
+  ctl.alive = true;
+  ctl.grpc_address = ready_info->grpc_address;
+  ctl.metrics_address = ready_info->metrics_address;
+  out.push_back(ctl);
+
+  for (int i = 0; i < o.workers; ++i) {
+    DaemonInfo w;
+    w.name = absl::StrCat("worker-", i);
+    w.log_path = absl::StrCat(o.home, "/logs/", w.name, ".log");
+    std::string wready = absl::StrCat(o.home, "/run/", w.name, ".json");
+    std::string work = absl::StrCat(o.home, "/workers/", i);
+    MakeDirs(work).IgnoreError();
+    auto wpid = Spawn({o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address,
+                       "--token_file=" + token_path, absl::StrCat("--node=local-", i),
+                       "--address=127.0.0.1", absl::StrCat("--slots=", o.slots_per_worker),
+                       "--work_dir=" + work, "--ready_file=" + wready,
+                       "--metrics_listen=127.0.0.1:0"},
+                      w.log_path);
+    if (!wpid.ok()) {
+      LocalDown(o.home).IgnoreError();
+      return wpid.status();
+    }
+    auto winfo = WaitReady(wready, *wpid, w.log_path, deadline);
+    if (!winfo.ok()) {
+      kill(*wpid, SIGKILL);
+      LocalDown(o.home).IgnoreError();
+      return absl::Status(winfo.status().code(),
+                          absl::StrCat(w.name, ": ", winfo.status().message()));
+    }
+    w.pid = winfo->pid;
+    w.alive = true;
+    w.metrics_address = winfo->metrics_address;
+    out.push_back(w);
+  }
+  return out;
+}
+
+std::vector<DaemonInfo> LocalStatus(const std::string& home) {
+  std::vector<DaemonInfo> out;
+  std::vector<std::string> names;
+  if (DIR* d = opendir((home + "/run").c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (absl::EndsWith(n, ".json")) names.push_back(n.substr(0, n.size() - 5));
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    auto info = ReadReadyFile(home + "/run/" + n + ".json");
+    if (!info.ok()) continue;
+    info->name = n;
+    info->log_path = home + "/logs/" + n + ".log";
+    out.push_back(*info);
+  }
+  return out;
+}
+
+absl::Status LocalDown(const std::string& home, absl::Duration grace) {
+  auto daemons = LocalStatus(home);
+  // Workers first, so their ranks stop before the controller goes.
+  std::stable_sort(daemons.begin(), daemons.end(), [](const DaemonInfo& a, const DaemonInfo& b) {
+    return a.name != "controller" && b.name == "controller";
+  });
+  for (const auto& d : daemons) {
+    if (d.alive) kill(d.pid, SIGTERM);
+  }
+  absl::Time deadline = absl::Now() + grace;
+  for (const auto& d : daemons) {
+    while (Alive(d.pid) && absl::Now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (Alive(d.pid)) kill(d.pid, SIGKILL);
+    unlink((home + "/run/" + d.name + ".json").c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,662 @@
+// loomctl: the Loom command-line client.
+//
+//   loomctl [global flags] COMMAND [args]
+// Exit codes: 0 success; 1 the operation failed (one-line reason on stderr);
+// 2 usage error. A followed/watched job that ends other than SUCCEEDED
+// exits 1.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <thread>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/local_cluster.h"
+#include "common/file_util.h"
+#include "common/grpc_util.h"
+#include "common/jobspec.h"
+#include "google/protobuf/util/json_util.h"
+#include "loom/v1/service.grpc.pb.h"
+#include "worker/engine/data.h"
+
+namespace loom::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: loomctl [global flags] COMMAND [args]
+
+Commands:
+  local up [--workers N] [--slots S]   start a controller and N workers on this machine
+  local down                           stop them
+  local status                         show the local daemons
+  submit FILE [--follow]               submit a job spec (YAML or JSON)
+  list [--state STATE]                 list jobs, newest first
+  status JOB                           show a job and its history
+  watch JOB                            follow a job's progress until it ends
+  cancel JOB [--reason TEXT]           cancel a job
+  workers                              list workers
+  data prepare --input FILE... --out DIR [--val-fraction F]
+                                       tokenize text (byte-level) into llm.c shards
+  validate FILE                        check a job spec without submitting it
+
+Global flags:
+  --home DIR          local state (default $LOOM_HOME or ~/.loom)
+  --controller ADDR   controller address (default: the local cluster's)
+  --token-file FILE   cluster token (default: <home>/token)
+  --tls [--tls-ca F]  use TLS to reach the controller
+  -o table|json       output format (default table)
+)";
+
+struct Globals {
+  std::string home;
+  std::string controller;
+  std::string token_file;
+  bool tls = false;
+  std::string tls_ca;
+  bool json = false;
+};
+
+// Failure with a one-line reason and exit code 1.
+int Fail(const absl::Status& s) {
+  std::cerr << "loomctl: " << absl::StatusCodeToString(s.code()) << ": " << s.message()
+            << std::endl;
+  return 1;
+}
+int Usage(const std::string& msg) {
+  std::cerr << "loomctl: " << msg << "\n(run `loomctl help` for usage)" << std::endl;
+  return 2;
+}
+
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, n);
+  return p.substr(0, p.rfind('/'));
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  return out;
+}
+
+std::string StateName(loom::v1::JobState s) {
+  return s == loom::v1::JOB_STATE_UNSPECIFIED ? "-" : loom::v1::JobState_Name(s);
+}
+
+std::string Ago(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  int64_t s = (absl::ToUnixMillis(absl::Now()) - unix_ms) / 1000;
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < 7200) return absl::StrCat(s / 60, "m");
+  return absl::StrCat(s / 3600, "h");
+}
+
+// Prints rows as aligned columns.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
+}
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const Globals& g) {
+    std::string address = g.controller;
+    if (address.empty()) {
+      auto info = ReadReadyFile(g.home + "/run/controller.json");
+      if (!info.ok() || !info->alive) {
+        return absl::UnavailableError(absl::StrCat(
+            "no controller address: no local cluster is up under ", g.home,
+            " (run `loomctl local up`) and --controller was not given"));
+      }
+      address = info->grpc_address;
+    }
+    auto token = ReadTokenFile(g.token_file.empty() ? g.home + "/token" : g.token_file);
+    if (!token.ok()) return token.status();
+    auto creds = MakeChannelCredentials(g.tls, g.tls_ca);
+    if (!creds.ok()) return creds.status();
+    auto c = std::make_unique<Client>();
+    c->address = address;
+    c->token = *token;
+    c->stub = loom::v1::JobService::NewStub(grpc::CreateChannel(address, *creds));
+    return c;
+  }
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = absl::Seconds(10)) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    AttachToken(ctx.get(), token);
+    if (timeout != absl::InfiniteDuration()) {
+      ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+    }
+    return ctx;
+  }
+  absl::Status Check(const grpc::Status& s) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return absl::UnavailableError(
+          absl::StrCat("controller at ", address, " is unreachable: ", s.error_message()));
+    }
+    return FromGrpcStatus(s);
+  }
+  std::string address;
+  std::string token;
+  std::unique_ptr<loom::v1::JobService::Stub> stub;
+};
+
+// ------------------------------------------------------------------ watching
+
+std::string Bar(double frac, int width) {
+  int filled = static_cast<int>(std::round(frac * width));
+  std::string s = "[";
+  for (int i = 0; i < width; ++i) s += i < filled ? "#" : (i == filled ? ">" : ".");
+  return s + "]";
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--";
+  int s = static_cast<int>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+}
+
+void PrintSummary(const loom::v1::Job& job, Client* client) {
+  const auto& s = job.summary();
+  std::cout << "\njob " << job.id() << " " << StateName(job.state());
+  if (!job.reason().empty()) std::cout << " (" << job.reason() << ")";
+  std::cout << "\n";
+  std::cout << absl::StrFormat("  steps            %d / %d\n", s.last_step(),
+                               job.spec().schedule().total_steps());
+  std::cout << absl::StrFormat("  train loss       %.4f -> %.4f\n", s.first_loss(), s.last_loss());
+  if (s.has_val_loss()) {
+    std::cout << absl::StrFormat("  validation loss  %.4f -> %.4f\n", s.first_val_loss(),
+                                 s.last_val_loss());
+  }
+  std::cout << absl::StrFormat("  tokens/s         %.0f (last step, all ranks)\n",
+                               s.tokens_per_second());
+  std::cout << absl::StrFormat("  tokens seen      %d\n", s.tokens_seen());
+  std::cout << absl::StrFormat("  checkpoints      %d written%s\n", s.checkpoints_written(),
+                               s.last_checkpoint().empty() ? "" : ", newest " + s.last_checkpoint());
+  if (client != nullptr) {
+    loom::v1::ListWorkersResponse workers;
+    auto ctx = client->Context();
+    if (client->stub->ListWorkers(ctx.get(), {}, &workers).ok()) {
+      for (const auto& w : workers.workers()) {
+        if (w.alive()) {
+          std::cout << "  metrics          http://" << w.metrics_address() << "/metrics ("
+                    << w.node() << ")\n";
+        }
+      }
+    }
+  }
+}
+
+int Watch(Client* client, const std::string& job_id, bool json) {
+  bool tty = isatty(STDOUT_FILENO);
+  for (int attempt = 0;; ++attempt) {
+    loom::v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    req.set_include_history(true);
+    auto ctx = client->Context(absl::InfiniteDuration());
+    auto reader = client->stub->WatchJob(ctx.get(), req);
+    loom::v1::JobEvent event;
+    loom::v1::Job last;
+    bool have_job = false;
+    absl::Time last_print = absl::InfinitePast();
+    int64_t printed_step = -1;
+    while (reader->Read(&event)) {
+      last = event.job();
+      have_job = true;
+      if (json) {
+        std::string line;
+        (void)google::protobuf::util::MessageToJsonString(event, &line);
+        std::cout << line << std::endl;
+        continue;
+      }
+      if (event.has_transition()) {
+        if (tty) std::cout << "\r\033[K";
+        const auto& t = event.transition();
+        std::cout << absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(t.time_unix_ms()),
+                                      absl::LocalTimeZone())
+                  << "  " << StateName(t.to()) << "  " << t.reason() << std::endl;
+      } else if (event.has_step()) {
+        const auto& m = event.step();
+        int64_t total = last.spec().schedule().total_steps();
+        double eta = m.step_time_seconds() * static_cast<double>(total - m.step());
+        std::string line = absl::StrFormat(
+            "%s step %d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s",
+            Bar(total > 0 ? static_cast<double>(m.step()) / total : 0, 24), m.step(), total,
+            m.loss(), m.has_val_loss() ? absl::StrFormat("  val %.4f", m.val_loss()) : "",
+            m.lr(), m.tokens_per_second(), FormatDuration(eta));
+        if (tty) {
+          std::cout << "\r\033[K" << line << std::flush;
+          if (m.has_val_loss()) std::cout << std::endl;
+        } else if (m.has_val_loss() || absl::Now() - last_print > absl::Seconds(5) ||
+                   m.step() == total) {
+          // Logs and pipes get a line now and then, not a redraw per step.
+          std::cout << line << std::endl;
+          last_print = absl::Now();
+        }
+        printed_step = m.step();
+      } else if (event.has_checkpoint()) {
+        if (tty) std::cout << "\r\033[K";
+        std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
+                  << event.checkpoint().path() << std::endl;
+      }
+    }
+    (void)printed_step;
+    grpc::Status s = reader->Finish();
+    if (tty && !json) std::cout << std::endl;
+    if (!s.ok()) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < 30) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;  // controller restarting: reconnect
+      }
+      return Fail(client->Check(s));
+    }
+    if (!have_job) return Fail(absl::InternalError("watch ended without any event"));
+    if (!json) PrintSummary(last, client);
+    if (last.state() == loom::v1::SUCCEEDED) return 0;
+    std::cerr << "loomctl: job " << job_id << " ended " << StateName(last.state()) << ": "
+              << last.reason() << std::endl;
+    return 1;
+  }
+}
+
+// ------------------------------------------------------------------ commands
+
+int CmdSubmit(const Globals& g, const std::vector<std::string>& args) {
+  std::string file;
+  bool follow = false;
+  for (const auto& a : args) {
+    if (a == "--follow" || a == "-f") {
+      follow = true;
+    } else if (!a.empty() && a[0] == '-') {
+      return Usage("submit: unknown flag " + a);
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      return Usage("submit: one spec file at a time");
+    }
+  }
+  if (file.empty()) return Usage("submit: missing FILE");
+  auto spec = LoadJobSpecFile(file);
+  if (!spec.ok()) return Fail(spec.status());
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::SubmitJobRequest req;
+  *req.mutable_spec() = *spec;
+  loom::v1::SubmitJobResponse resp;
+  auto ctx = (*client)->Context();
+  absl::Status s = (*client)->Check((*client)->stub->SubmitJob(ctx.get(), req, &resp));
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(resp.job()) << std::endl;
+  } else {
+    std::cout << "submitted " << resp.job().id() << std::endl;
+  }
+  if (follow) return Watch(client->get(), resp.job().id(), g.json);
+  return 0;
+}
+
+int CmdValidate(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("validate: expected FILE");
+  auto spec = LoadJobSpecFile(args[0]);
+  if (!spec.ok()) return Fail(spec.status());
+  ApplyJobSpecDefaults(&*spec);
+  absl::Status s = ValidateJobSpec(*spec);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(*spec) << std::endl;
+  } else {
+    std::cout << args[0] << ": valid" << std::endl;
+  }
+  return 0;
+}
+
+int CmdList(const Globals& g, const std::vector<std::string>& args) {
+  loom::v1::ListJobsRequest req;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--state" && i + 1 < args.size()) {
+      loom::v1::JobState st;
+      if (!loom::v1::JobState_Parse(args[++i], &st)) return Usage("list: unknown state " + args[i]);
+      req.add_states(st);
+    } else {
+      return Usage("list: unexpected " + args[i]);
+    }
+  }
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::ListJobsResponse resp;
+  auto ctx = (*client)->Context();
+  absl::Status s = (*client)->Check((*client)->stub->ListJobs(ctx.get(), req, &resp));
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(resp) << std::endl;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "STATE", "STEP", "LOSS", "VAL LOSS", "RANKS", "AGE", "REASON"}};
+  for (const auto& j : resp.jobs()) {
+    const auto& sum = j.summary();
+    rows.push_back({j.id(), StateName(j.state()),
+                    absl::StrCat(sum.last_step(), "/", j.spec().schedule().total_steps()),
+                    sum.last_step() > 0 ? absl::StrFormat("%.4f", sum.last_loss()) : "-",
+                    sum.has_val_loss() ? absl::StrFormat("%.4f", sum.last_val_loss()) : "-",
+                    absl::StrCat(j.spec().resources().ranks()), Ago(j.created_unix_ms()),
+                    j.reason().substr(0, 60)});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
+int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("status: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::GetJobRequest req;
+  req.set_job_id(args[0]);
+  loom::v1::Job job;
+  auto ctx = (*client)->Context();
+  absl::Status s = (*client)->Check((*client)->stub->GetJob(ctx.get(), req, &job));
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(job) << std::endl;
+    return 0;
+  }
+  std::cout << "job      " << job.id() << "\nstate    " << StateName(job.state())
+            << "\nreason   " << job.reason() << "\n";
+  if (job.ranks_size() > 0) {
+    std::cout << "ranks   ";
+    for (const auto& r : job.ranks()) std::cout << " " << r.rank() << "@" << r.node();
+    std::cout << "\n";
+  }
+  std::cout << "\nhistory\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : job.history()) {
+    rows.push_back({"  " + absl::FormatTime("%Y-%m-%d %H:%M:%S",
+                                            absl::FromUnixMillis(t.time_unix_ms()),
+                                            absl::LocalTimeZone()),
+                    StateName(t.from()) + " -> " + StateName(t.to()), t.reason()});
+  }
+  PrintTable(rows);
+  PrintSummary(job, nullptr);
+  return 0;
+}
+
+int CmdWatch(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("watch: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  return Watch(client->get(), args[0], g.json);
+}
+
+int CmdCancel(const Globals& g, const std::vector<std::string>& args) {
+  loom::v1::CancelJobRequest req;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--reason" && i + 1 < args.size()) {
+      req.set_reason(args[++i]);
+    } else if (req.job_id().empty()) {
+      req.set_job_id(args[i]);
+    } else {
+      return Usage("cancel: unexpected " + args[i]);
+    }
+  }
+  if (req.job_id().empty()) return Usage("cancel: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::Job job;
+  auto ctx = (*client)->Context();
+  absl::Status s = (*client)->Check((*client)->stub->CancelJob(ctx.get(), req, &job));
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(job) << std::endl;
+  } else {
+    std::cout << job.id() << " " << StateName(job.state()) << std::endl;
+  }
+  return 0;
+}
+
+int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
+  if (!args.empty()) return Usage("workers: takes no arguments");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::ListWorkersResponse resp;
+  auto ctx = (*client)->Context();
+  absl::Status s = (*client)->Check((*client)->stub->ListWorkers(ctx.get(), {}, &resp));
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(resp) << std::endl;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "NODE", "ALIVE", "SLOTS", "CPUS", "MEMORY", "HEARTBEAT", "METRICS"}};
+  for (const auto& w : resp.workers()) {
+    rows.push_back({w.id(), w.node(), w.alive() ? "yes" : "no",
+                    absl::StrCat(w.slots_used(), "/", w.slots()), absl::StrCat(w.cpus()),
+                    absl::StrFormat("%.1f GiB", w.memory_bytes() / 1073741824.0),
+                    Ago(w.last_heartbeat_unix_ms()) + " ago", w.metrics_address()});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
+int CmdDataPrepare(const Globals& g, const std::vector<std::string>& args) {
+  std::vector<std::string> inputs;
+  std::string out;
+  double val_fraction = 0.1;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--out" && i + 1 < args.size()) {
+      out = args[++i];
+    } else if (args[i] == "--val-fraction" && i + 1 < args.size()) {
+      if (!absl::SimpleAtod(args[++i], &val_fraction)) {
+        return Usage("--val-fraction: not a number: " + args[i]);
+      }
+    } else if (args[i] == "--input") {
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) inputs.push_back(args[++i]);
+    } else {
+      return Usage("data prepare: unexpected " + args[i]);
+    }
+  }
+  if (inputs.empty()) return Usage("data prepare: --input FILE... is required");
+  if (out.empty()) return Usage("data prepare: --out DIR is required");
+  absl::Status made = MakeDirs(out);
+  if (!made.ok()) return Fail(made);
+  auto r = engine::PrepareByteLevelData(inputs, out, val_fraction);
+  if (!r.ok()) return Fail(r.status());
+  double bits = r->unigram_entropy_nats / std::log(2.0);
+  std::string meta = absl::StrFormat(
+      "{\"tokenizer\": \"byte\", \"vocab_size\": 256, \"train_tokens\": %d, "
+      "\"val_tokens\": %d, \"unigram_entropy_nats\": %.6f}\n",
+      r->train_tokens, r->val_tokens, r->unigram_entropy_nats);
+  WriteFileAtomically(out + "/meta.json", meta).IgnoreError();
+  if (g.json) {
+    std::cout << meta;
+  } else {
+    std::cout << absl::StrFormat(
+        "wrote %d train shard(s) (%d tokens) and %d validation shard(s) (%d tokens) to %s\n"
+        "byte unigram entropy of the train split: %.4f nats/token (%.3f bits)\n",
+        r->train_shards.size(), r->train_tokens, r->val_shards.size(), r->val_tokens, out,
+        r->unigram_entropy_nats, bits);
+  }
+  return 0;
+}
+
+int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
+  if (args.empty()) return Usage("local: expected up, down or status");
+  const std::string& sub = args[0];
+  if (sub == "up") {
+    LocalClusterOptions o;
+    o.home = g.home;
+    o.bin_dir = SelfDir();
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--workers" && i + 1 < args.size()) {
+        if (!absl::SimpleAtoi(args[++i], &o.workers)) return Usage("--workers: not a number");
+      } else if (args[i] == "--slots" && i + 1 < args.size()) {
+        if (!absl::SimpleAtoi(args[++i], &o.slots_per_worker)) return Usage("--slots: not a number");
+      } else if (args[i] == "--worker-timeout" && i + 1 < args.size()) {
+        if (!absl::SimpleAtod(args[++i], &o.worker_timeout_s)) {
+          return Usage("--worker-timeout: not a number");
+        }
+      } else {
+        return Usage("local up: unexpected " + args[i]);
+      }
+    }
+    auto daemons = LocalUp(o);
+    if (!daemons.ok()) return Fail(daemons.status());
+    // Wait until every worker has registered, so a submit right after runs.
+    auto client = Client::Connect(g);
+    if (!client.ok()) return Fail(client.status());
+    absl::Time deadline = absl::Now() + absl::Seconds(30);
+    int alive = 0;
+    while (absl::Now() < deadline) {
+      loom::v1::ListWorkersResponse resp;
+      auto ctx = (*client)->Context();
+      alive = 0;
+      if ((*client)->stub->ListWorkers(ctx.get(), {}, &resp).ok()) {
+        for (const auto& w : resp.workers()) alive += w.alive() ? 1 : 0;
+      }
+      if (alive >= o.workers) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (alive < o.workers) {
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+          alive, " of ", o.workers, " workers registered; see ", g.home, "/logs")));
+    }
+    for (const auto& d : *daemons) {
+      std::cout << absl::StrFormat("%-12s pid %-7d %s%s\n", d.name, d.pid,
+                                   d.grpc_address.empty() ? "" : "grpc " + d.grpc_address + "  ",
+                                   "metrics http://" + d.metrics_address + "/metrics");
+    }
+    std::cout << "local cluster up: state in " << g.home << ", token in " << g.home << "/token"
+              << std::endl;
+    return 0;
+  }
+  if (sub == "down") {
+    absl::Status s = LocalDown(g.home);
+    if (!s.ok()) return Fail(s);
+    std::cout << "local cluster down" << std::endl;
+    return 0;
+  }
+  if (sub == "status") {
+    auto daemons = LocalStatus(g.home);
+    if (daemons.empty()) {
+      std::cout << "no local cluster under " << g.home << std::endl;
+      return 1;
+    }
+    std::vector<std::vector<std::string>> rows = {{"DAEMON", "PID", "ALIVE", "GRPC", "METRICS"}};
+    bool all = true;
+    for (const auto& d : daemons) {
+      all &= d.alive;
+      rows.push_back({d.name, absl::StrCat(d.pid), d.alive ? "yes" : "no",
+                      d.grpc_address.empty() ? "-" : d.grpc_address, d.metrics_address});
+    }
+    PrintTable(rows);
+    return all ? 0 : 1;
+  }
+  return Usage("local: unknown subcommand " + sub);
+}
+
+}  // namespace
+}  // namespace loom::cli
+
+int main(int argc, char** argv) {
+  using namespace loom::cli;
+  Globals g;
+  const char* env_home = getenv("LOOM_HOME");
+  const char* user_home = getenv("HOME");
+  g.home = env_home ? env_home : std::string(user_home ? user_home : "/tmp") + "/.loom";
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    if (!rest.empty()) {
+      // Global output flag may also follow the command.
+      if (a == "-o") {
+        std::string v;
+        if (!value(&v)) return Usage("-o needs a value");
+        g.json = v == "json";
+        if (v != "json" && v != "table") return Usage("-o: expected table or json");
+        continue;
+      }
+      rest.push_back(a);
+      continue;
+    }
+    if (a == "--home") {
+      if (!value(&g.home)) return Usage("--home needs a value");
+    } else if (a == "--controller") {
+      if (!value(&g.controller)) return Usage("--controller needs a value");
+    } else if (a == "--token-file") {
+      if (!value(&g.token_file)) return Usage("--token-file needs a value");
+    } else if (a == "--tls") {
+      g.tls = true;
+    } else if (a == "--tls-ca") {
+      if (!value(&g.tls_ca)) return Usage("--tls-ca needs a value");
+      g.tls = true;
+    } else if (a == "-o") {
+      std::string v;
+      if (!value(&v)) return Usage("-o needs a value");
+      if (v != "json" && v != "table") return Usage("-o: expected table or json");
+      g.json = v == "json";
+    } else if (a == "-h" || a == "--help" || a == "help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (a.rfind("-", 0) == 0) {
+      return Usage("unknown flag " + a);
+    } else {
+      rest.push_back(a);
+    }
+  }
+  if (rest.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  std::string cmd = rest[0];
+  std::vector<std::string> args(rest.begin() + 1, rest.end());
+  if (cmd == "local") return CmdLocal(g, args);
+  if (cmd == "submit") return CmdSubmit(g, args);
+  if (cmd == "validate") return CmdValidate(g, args);
+  if (cmd == "list") return CmdList(g, args);
+  if (cmd == "status") return CmdStatus(g, args);
+  if (cmd == "watch") return CmdWatch(g, args);
+  if (cmd == "cancel") return CmdCancel(g, args);
+  if (cmd == "workers") return CmdWorkers(g, args);
+  if (cmd == "data") {
+    if (args.empty() || args[0] != "prepare") return Usage("data: expected `data prepare`");
+    return CmdDataPrepare(g, std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  return Usage("unknown command " + cmd);
+}

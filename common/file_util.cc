@@ -1,0 +1,72 @@
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace loom {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return absl::PermissionDeniedError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(tmp, ": ", std::strerror(errno)));
+  fchmod(fd, mode);
+  size_t off = 0;
+  while (off < contents.size()) {
+    ssize_t n = write(fd, contents.data() + off, contents.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return absl::InternalError(absl::StrCat(tmp, ": write failed: ", std::strerror(err)));
+    }
+    off += n;
+  }
+  if (fsync(fd) != 0) {
+    int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat(tmp, ": fsync failed: ", std::strerror(err)));
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("rename to ", path, ": ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MakeDirs(const std::string& path, int mode) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if ((i == path.size() || path[i] == '/') && !cur.empty()) {
+      if (mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
+        return absl::PermissionDeniedError(absl::StrCat("mkdir ", cur, ": ", std::strerror(errno)));
+      }
+    }
+    if (i < path.size()) cur.push_back(path[i]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom

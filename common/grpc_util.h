@@ -1,0 +1,46 @@
+// Small gRPC glue shared by the daemons and the CLI: status conversion,
+// bearer-token authentication, credentials. Only service adapters, clients
+// and main.cc files include this.
+#ifndef LOOM_COMMON_GRPC_UTIL_H_
+#define LOOM_COMMON_GRPC_UTIL_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/file_util.h"
+
+namespace loom {
+
+// absl and gRPC share the canonical code space, so the mapping is 1:1.
+grpc::Status ToGrpcStatus(const absl::Status& s);
+absl::Status FromGrpcStatus(const grpc::Status& s);
+
+// UNAUTHENTICATED unless the call carries "authorization: Bearer <token>"
+// with exactly `token` (compared in constant time).
+absl::Status CheckBearerToken(const grpc::ServerContext& context, const std::string& token);
+
+// Adds the bearer token to an outgoing call.
+void AttachToken(grpc::ClientContext* context, const std::string& token);
+
+// Reads a token file (first line, whitespace trimmed). Refuses files that
+// others can read: PERMISSION_DENIED with a chmod hint.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// 64 hex characters from /dev/urandom.
+absl::StatusOr<std::string> GenerateToken();
+
+// Server credentials: TLS when cert and key are given, else insecure.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const std::string& tls_cert, const std::string& tls_key);
+// Channel credentials: TLS (trusting `tls_ca`, or the system roots if it is
+// empty) when `use_tls`, else insecure.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    bool use_tls, const std::string& tls_ca);
+
+}  // namespace loom
+
+#endif  // LOOM_COMMON_GRPC_UTIL_H_

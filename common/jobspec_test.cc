@@ -1,0 +1,644 @@
+#include "common/jobspec.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::loom::v1::JobSpec;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr char kGoodYaml[] = R"yaml(
+# A small but complete spec.
+name: tiny-shakespeare
+model:
+  gpt:
+    n_layer: 2
+    n_head: 4
+    d_model: 128
+    seq_len: 64
+    vocab_size: 50257
+    dropout: 0.1
+data:
+  train: [shards/train_*.bin]
+  validation:
+    - shards/val.bin
+optimizer:
+  adamw:
+    lr: 6e-4
+    grad_clip: 1.0
+schedule:
+  total_steps: 1000
+  warmup_steps: 100
+  eval_interval: 100
+batch:
+  global_batch: 32
+  micro_batch: 4
+precision: FP32
+resources:
+  workers: 2
+  ranks: 4
+checkpoint:
+  interval_steps: 200
+seed: 42
+)yaml";
+
+// kGoodYaml as JSON, with lowerCamel names, quoted 64-bit integers and the
+// enum by number, all as proto3 JSON allows.
+constexpr char kGoodJson[] = R"json({
+  "name": "tiny-shakespeare",
+  "model": {"gpt": {"nLayer": 2, "nHead": 4, "dModel": 128, "seqLen": 64,
+                    "vocabSize": 50257, "dropout": 0.1}},
+  "data": {"train": ["shards/train_*.bin"], "validation": ["shards/val.bin"]},
+  "optimizer": {"adamw": {"lr": 0.0006, "gradClip": 1}},
+  "schedule": {"totalSteps": "1000", "warmupSteps": 100, "evalInterval": 100},
+  "batch": {"globalBatch": 32, "microBatch": 4},
+  "precision": 1,
+  "resources": {"workers": 2, "ranks": 4},
+  "checkpoint": {"intervalSteps": 200},
+  "seed": "42"
+})json";
+
+JobSpec MustParse(const std::string& text) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(text);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : JobSpec();
+}
+
+TEST(ParseJobSpecTest, GoodSpecParsesAndValidates) {
+  JobSpec spec = MustParse(kGoodYaml);
+  EXPECT_EQ(spec.name(), "tiny-shakespeare");
+  ASSERT_TRUE(spec.model().has_gpt());
+  EXPECT_EQ(spec.model().gpt().n_head(), 4);
+  EXPECT_EQ(spec.model().gpt().vocab_size(), 50257);
+  EXPECT_DOUBLE_EQ(spec.model().gpt().dropout(), 0.1);
+  ASSERT_EQ(spec.data().train_size(), 1);
+  EXPECT_EQ(spec.data().train(0), "shards/train_*.bin");
+  EXPECT_EQ(spec.data().validation(0), "shards/val.bin");
+  EXPECT_DOUBLE_EQ(spec.optimizer().adamw().lr(), 6e-4);
+  EXPECT_EQ(spec.schedule().total_steps(), 1000);
+  EXPECT_EQ(spec.precision(), v1::FP32);
+  EXPECT_EQ(spec.seed(), 42u);
+
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(ParseJobSpecTest, YamlAndJsonGiveEqualMessages) {
+  const JobSpec from_yaml = MustParse(kGoodYaml);
+  const JobSpec from_json = MustParse(kGoodJson);
+  EXPECT_TRUE(MessageDifferencer::Equals(from_yaml, from_json))
+      << from_yaml.DebugString() << "\nvs\n"
+      << from_json.DebugString();
+}
+
+TEST(ParseJobSpecTest, SnakeAndCamelCaseBothAccepted) {
+  const JobSpec snake = MustParse(
+      "name: a\nmodel: {gpt: {n_head: 4, d_model: 8}}\n"
+      "batch: {global_batch: 8, micro_batch: 2}\n"
+      "resources: {threads_per_rank: 3}\n");
+  const JobSpec camel = MustParse(
+      "name: a\nmodel: {gpt: {nHead: 4, dModel: 8}}\n"
+      "batch: {globalBatch: 8, microBatch: 2}\n"
+      "resources: {threadsPerRank: 3}\n");
+  EXPECT_EQ(snake.batch().global_batch(), 8);
+  EXPECT_EQ(snake.resources().threads_per_rank(), 3);
+  EXPECT_TRUE(MessageDifferencer::Equals(snake, camel));
+}
+
+TEST(ParseJobSpecTest, UnknownTopLevelFieldNamesIt) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec("nmae: x\n");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "nmae: unknown field (did you mean \"name\"?)");
+
+  spec = ParseJobSpec("name: x\nfavourite_colour: blue\n");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(), "favourite_colour: unknown field");
+}
+
+TEST(ParseJobSpecTest, UnknownNestedFieldNamesItsPath) {
+  const absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("model:\n  gpt:\n    n_layer: 2\n    n_heads: 12\n");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "model.gpt.n_heads: unknown field (did you mean \"n_head\"?)");
+}
+
+TEST(ParseJobSpecTest, WrongTypeNamesItsPath) {
+  const absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("batch:\n  global_batch: lots\n");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "batch.global_batch: expected an integer, got \"lots\"");
+}
+
+TEST(ParseJobSpecTest, NumbersMayBeQuotedOrWrittenWithExponents) {
+  const JobSpec spec = MustParse(
+      "batch: {global_batch: \"64\"}\n"
+      "schedule: {total_steps: 1e6, warmup_steps: '2000'}\n"
+      "optimizer: {adamw: {lr: \"3e-4\", eps: .5}}\n"
+      "seed: 18446744073709551615\n");
+  EXPECT_EQ(spec.batch().global_batch(), 64);
+  EXPECT_EQ(spec.schedule().total_steps(), 1000000);
+  EXPECT_EQ(spec.schedule().warmup_steps(), 2000);
+  EXPECT_DOUBLE_EQ(spec.optimizer().adamw().lr(), 3e-4);
+  EXPECT_DOUBLE_EQ(spec.optimizer().adamw().eps(), 0.5);
+  EXPECT_EQ(spec.seed(), 18446744073709551615u);
+}
+
+TEST(ParseJobSpecTest, NullMeansNotSet) {
+  const JobSpec spec = MustParse("name: a\ncheckpoint:\nseed: ~\n");
+  EXPECT_FALSE(spec.has_checkpoint());
+  EXPECT_EQ(spec.seed(), 0u);
+}
+
+TEST(ParseJobSpecTest, NonFiniteNumbersParseAndFailValidation) {
+  for (const char* lr : {".nan", "\"NaN\"", ".inf", "-Infinity"}) {
+    JobSpec spec = MustParse(kGoodYaml);
+    const JobSpec patch =
+        MustParse(absl::StrCat("optimizer: {adamw: {lr: ", lr, "}}"));
+    EXPECT_FALSE(std::isfinite(patch.optimizer().adamw().lr())) << lr;
+    spec.mutable_optimizer()->mutable_adamw()->set_lr(
+        patch.optimizer().adamw().lr());
+    ApplyJobSpecDefaults(&spec);
+    const absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << lr;
+    EXPECT_THAT(std::string(status.message()),
+                StartsWith("optimizer.adamw.lr: must be finite"))
+        << lr;
+  }
+}
+
+struct BadParseCase {
+  const char* text;
+  absl::StatusCode code;
+  const char* message_prefix;  // the field path, and sometimes more
+};
+
+TEST(ParseJobSpecTest, BadInputsNameTheProblem) {
+  const BadParseCase cases[] = {
+      {"batch: {global_batch: 2.5}", absl::StatusCode::kInvalidArgument,
+       "batch.global_batch: expected an integer, got \"2.5\""},
+      {"batch: {global_batch: 3000000000}", absl::StatusCode::kInvalidArgument,
+       "batch.global_batch: 3000000000 is out of range for int32"},
+      {"seed: -1", absl::StatusCode::kInvalidArgument,
+       "seed: -1 is out of range for uint64"},
+      {"schedule: {total_steps: 99999999999999999999}",
+       absl::StatusCode::kInvalidArgument,
+       "schedule.total_steps: 99999999999999999999 is out of range for int64"},
+      {"name: 123", absl::StatusCode::kInvalidArgument,
+       "name: expected a string, got 123"},
+      {"name: true", absl::StatusCode::kInvalidArgument,
+       "name: expected a string"},
+      {"{\"name\": 5}", absl::StatusCode::kInvalidArgument,
+       "name: expected a string"},
+      {"parallelism: {auto: \"true\"}", absl::StatusCode::kInvalidArgument,
+       "parallelism.auto: expected true or false unquoted"},
+      {"parallelism: {auto: yes}", absl::StatusCode::kInvalidArgument,
+       "parallelism.auto: expected true or false, got \"yes\""},
+      {"precision: FP8", absl::StatusCode::kInvalidArgument,
+       "precision: unknown value \"FP8\""},
+      {"precision: bf16", absl::StatusCode::kInvalidArgument,
+       "precision: unknown value \"bf16\", expected one of "
+       "PRECISION_UNSPECIFIED, FP32, BF16, FP16 (did you mean \"BF16\"?)"},
+      {"precision: \"2\"", absl::StatusCode::kInvalidArgument,
+       "precision: unknown value \"2\""},
+      {"seed: 0x10", absl::StatusCode::kInvalidArgument,
+       "seed: expected an integer, got \"0x10\""},
+      {"data: {train: shards/a.bin}", absl::StatusCode::kInvalidArgument,
+       "data.train: expected a list, got \"shards/a.bin\""},
+      {"data: {train: [a.bin, ~]}", absl::StatusCode::kInvalidArgument,
+       "data.train[1]: expected a string, got null"},
+      {"data: {train: [[a.bin]]}", absl::StatusCode::kInvalidArgument,
+       "data.train[0]: expected a string, got a list"},
+      {"model: [gpt]", absl::StatusCode::kInvalidArgument,
+       "model: expected a mapping, got a list"},
+      {"model: {gpt: 12}", absl::StatusCode::kInvalidArgument,
+       "model.gpt: expected a mapping, got \"12\""},
+      {"model: {gpt: {n_head: 4, nHead: 4}}",
+       absl::StatusCode::kInvalidArgument,
+       "model.gpt.n_head: set twice (as \"n_head\" and \"nHead\")"},
+      {"name: a\nname: b", absl::StatusCode::kInvalidArgument,
+       "name: set twice"},
+      {"optimizer: {adamw: {lr: fast}}", absl::StatusCode::kInvalidArgument,
+       "optimizer.adamw.lr: expected a number, got \"fast\""},
+      {"optimizer: {adamw: {lr: 1e400}}", absl::StatusCode::kInvalidArgument,
+       "optimizer.adamw.lr: 1e400 is out of range for double"},
+      {"optimizer: {adam: {lr: 1}}", absl::StatusCode::kInvalidArgument,
+       "optimizer.adam: unknown field (did you mean \"adamw\"?)"},
+      {"[1, 2]", absl::StatusCode::kInvalidArgument,
+       "job spec: expected a mapping, got a list"},
+      {"", absl::StatusCode::kInvalidArgument, "job spec: empty"},
+      {"# nothing but a comment\n", absl::StatusCode::kInvalidArgument,
+       "job spec: empty"},
+      {"name: a\n---\nname: b\n", absl::StatusCode::kInvalidArgument,
+       "job spec: expected one YAML document, got 2"},
+      {"model: {gpt: [1, 2\n", absl::StatusCode::kInvalidArgument,
+       "job spec: invalid YAML at line"},
+      {"{\"name\": \"a\",}}", absl::StatusCode::kInvalidArgument,
+       "job spec: invalid YAML"},
+  };
+  for (const BadParseCase& c : cases) {
+    SCOPED_TRACE(c.text);
+    const absl::StatusOr<JobSpec> spec = ParseJobSpec(c.text);
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().code(), c.code) << spec.status();
+    EXPECT_THAT(std::string(spec.status().message()),
+                StartsWith(c.message_prefix));
+  }
+}
+
+TEST(ApplyJobSpecDefaultsTest, FillsDocumentedDefaults) {
+  JobSpec spec = MustParse(
+      "name: a\noptimizer: {adamw: {lr: 0.001}}\nbatch: {global_batch: 32}\n"
+      "resources: {workers: 2}\n");
+  ApplyJobSpecDefaults(&spec);
+  const v1::AdamW& adamw = spec.optimizer().adamw();
+  EXPECT_DOUBLE_EQ(adamw.beta1(), 0.9);
+  EXPECT_DOUBLE_EQ(adamw.beta2(), 0.95);
+  EXPECT_DOUBLE_EQ(adamw.eps(), 1e-8);
+  EXPECT_DOUBLE_EQ(adamw.weight_decay(), 0.1);
+  EXPECT_DOUBLE_EQ(adamw.grad_clip(), 0.0);  // 0 disables clipping
+  EXPECT_DOUBLE_EQ(spec.schedule().min_lr_ratio(), 0.1);
+  EXPECT_EQ(spec.schedule().eval_interval(), 0);
+  EXPECT_EQ(spec.schedule().eval_batches(), 8);
+  EXPECT_EQ(spec.schedule().log_interval(), 1);
+  EXPECT_EQ(spec.resources().workers(), 2);
+  EXPECT_EQ(spec.resources().ranks(), 2);
+  EXPECT_EQ(spec.resources().threads_per_rank(), 1);
+  EXPECT_EQ(spec.batch().micro_batch(), 16);
+  EXPECT_EQ(spec.parallelism().data(), 2);
+  EXPECT_EQ(spec.parallelism().tensor(), 1);
+  EXPECT_EQ(spec.parallelism().pipeline(), 1);
+  EXPECT_EQ(spec.precision(), v1::FP32);
+  EXPECT_EQ(spec.checkpoint().keep(), 3);
+  EXPECT_EQ(spec.checkpoint().dir(), "");
+  EXPECT_EQ(spec.seed(), 1337u);
+  EXPECT_FALSE(spec.model().has_gpt());
+
+  const JobSpec once = spec;
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_TRUE(MessageDifferencer::Equals(once, spec)) << "not idempotent";
+}
+
+TEST(ApplyJobSpecDefaultsTest, KeepsGivenValuesAndAutoParallelism) {
+  JobSpec spec = MustParse(kGoodYaml);
+  spec.mutable_parallelism()->set_auto_(true);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_DOUBLE_EQ(spec.optimizer().adamw().grad_clip(), 1.0);
+  EXPECT_EQ(spec.batch().micro_batch(), 4);
+  EXPECT_EQ(spec.resources().ranks(), 4);
+  EXPECT_EQ(spec.seed(), 42u);
+  EXPECT_EQ(spec.parallelism().data(), 0);  // the planner decides
+  EXPECT_FALSE(spec.optimizer().adamw().lr() == 0);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(ApplyJobSpecDefaultsTest, DoesNotCreateOneofMembers) {
+  JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_FALSE(spec.optimizer().has_adamw());
+  EXPECT_FALSE(spec.model().has_gpt());
+}
+
+struct BadSpecCase {
+  const char* description;
+  std::function<void(JobSpec*)> mutate;  // applied before the defaults
+  absl::StatusCode code;
+  const char* message_prefix;  // starts with the field path
+};
+
+TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
+  const double kNaN = std::numeric_limits<double>::quiet_NaN();
+  const double kInf = std::numeric_limits<double>::infinity();
+  const absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+  const absl::StatusCode kUnimplemented = absl::StatusCode::kUnimplemented;
+  const std::vector<BadSpecCase> cases = {
+      {"empty name", [](JobSpec* s) { s->clear_name(); }, kInvalid,
+       "name: required"},
+      {"uppercase name", [](JobSpec* s) { s->set_name("Tiny_Run"); }, kInvalid,
+       "name: \"Tiny_Run\" must be 1-63 characters"},
+      {"name starts with dash", [](JobSpec* s) { s->set_name("-run"); },
+       kInvalid, "name: "},
+      {"name of 64 chars",
+       [](JobSpec* s) { s->set_name(std::string(64, 'a')); }, kInvalid,
+       "name: "},
+      {"no model", [](JobSpec* s) { s->clear_model(); }, kInvalid,
+       "model.gpt: required"},
+      {"no layers",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_layer(0); },
+       kInvalid, "model.gpt.n_layer: must be >= 1, got 0"},
+      {"negative heads",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_head(-2); },
+       kInvalid, "model.gpt.n_head: must be >= 1, got -2"},
+      {"no width",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_d_model(0); },
+       kInvalid, "model.gpt.d_model: "},
+      {"heads do not divide width",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_n_head(5);
+         s->mutable_model()->mutable_gpt()->set_d_model(768);
+       },
+       kInvalid, "model.gpt.n_head: 5 does not divide model.gpt.d_model 768"},
+      {"no context",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_seq_len(0); },
+       kInvalid, "model.gpt.seq_len: must be in [1, 65536], got 0"},
+      {"context too long",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_seq_len(65537);
+       },
+       kInvalid, "model.gpt.seq_len: "},
+      {"vocabulary beyond uint16",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_vocab_size(65537);
+       },
+       kInvalid, "model.gpt.vocab_size: must be in [1, 65536], got 65537"},
+      {"dropout of 1",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_dropout(1.0); },
+       kInvalid, "model.gpt.dropout: must be in [0, 1), got 1"},
+      {"infinite dropout",
+       [&](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_dropout(kInf);
+       },
+       kInvalid, "model.gpt.dropout: must be finite, got inf"},
+      {"no training data", [](JobSpec* s) { s->mutable_data()->clear_train(); },
+       kInvalid, "data.train: at least one shard is required"},
+      {"empty training path",
+       [](JobSpec* s) { s->mutable_data()->add_train(""); }, kInvalid,
+       "data.train[1]: empty path"},
+      {"empty validation path",
+       [](JobSpec* s) { s->mutable_data()->set_validation(0, ""); }, kInvalid,
+       "data.validation[0]: empty path"},
+      {"no optimizer", [](JobSpec* s) { s->clear_optimizer(); }, kInvalid,
+       "optimizer.adamw: required"},
+      {"zero learning rate",
+       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_lr(0); },
+       kInvalid, "optimizer.adamw.lr: must be in (0, 1], got 0"},
+      {"learning rate above 1",
+       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_lr(3); },
+       kInvalid, "optimizer.adamw.lr: must be in (0, 1], got 3"},
+      {"NaN learning rate",
+       [&](JobSpec* s) {
+         s->mutable_optimizer()->mutable_adamw()->set_lr(kNaN);
+       },
+       kInvalid, "optimizer.adamw.lr: must be finite, got nan"},
+      {"beta1 negative",
+       [](JobSpec* s) {
+         s->mutable_optimizer()->mutable_adamw()->set_beta1(-0.5);
+       },
+       kInvalid, "optimizer.adamw.beta1: must be in [0, 1), got -0.5"},
+      {"beta2 of 1",
+       [](JobSpec* s) {
+         s->mutable_optimizer()->mutable_adamw()->set_beta2(1);
+       },
+       kInvalid, "optimizer.adamw.beta2: must be in [0, 1), got 1"},
+      {"negative eps",
+       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_eps(-1); },
+       kInvalid, "optimizer.adamw.eps: must be > 0, got -1"},
+      {"negative weight decay",
+       [](JobSpec* s) {
+         s->mutable_optimizer()->mutable_adamw()->set_weight_decay(-0.1);
+       },
+       kInvalid, "optimizer.adamw.weight_decay: must be >= 0, got -0.1"},
+      {"negative grad clip",
+       [](JobSpec* s) {
+         s->mutable_optimizer()->mutable_adamw()->set_grad_clip(-1);
+       },
+       kInvalid, "optimizer.adamw.grad_clip: must be >= 0, got -1"},
+      {"no steps",
+       [](JobSpec* s) { s->mutable_schedule()->set_total_steps(0); }, kInvalid,
+       "schedule.total_steps: must be in [1, 1000000000], got 0"},
+      {"too many steps",
+       [](JobSpec* s) { s->mutable_schedule()->set_total_steps(2000000000); },
+       kInvalid, "schedule.total_steps: "},
+      {"warmup as long as training",
+       [](JobSpec* s) { s->mutable_schedule()->set_warmup_steps(1000); },
+       kInvalid,
+       "schedule.warmup_steps: must be in [0, schedule.total_steps 1000), "
+       "got 1000"},
+      {"negative warmup",
+       [](JobSpec* s) { s->mutable_schedule()->set_warmup_steps(-1); },
+       kInvalid, "schedule.warmup_steps: "},
+      {"min lr ratio above 1",
+       [](JobSpec* s) { s->mutable_schedule()->set_min_lr_ratio(1.5); },
+       kInvalid, "schedule.min_lr_ratio: must be in [0, 1], got 1.5"},
+      {"negative eval interval",
+       [](JobSpec* s) { s->mutable_schedule()->set_eval_interval(-1); },
+       kInvalid, "schedule.eval_interval: must be >= 0, got -1"},
+      {"negative eval batches",
+       [](JobSpec* s) { s->mutable_schedule()->set_eval_batches(-3); },
+       kInvalid, "schedule.eval_batches: must be >= 1, got -3"},
+      {"negative log interval",
+       [](JobSpec* s) { s->mutable_schedule()->set_log_interval(-1); },
+       kInvalid, "schedule.log_interval: "},
+      {"negative workers",
+       [](JobSpec* s) { s->mutable_resources()->set_workers(-1); }, kInvalid,
+       "resources.workers: must be >= 1, got -1"},
+      {"fewer ranks than workers",
+       [](JobSpec* s) {
+         s->mutable_resources()->set_workers(4);
+         s->mutable_resources()->set_ranks(2);
+         s->mutable_batch()->set_micro_batch(1);
+       },
+       kInvalid, "resources.ranks: 2 is less than resources.workers (4)"},
+      {"too many ranks",
+       [](JobSpec* s) { s->mutable_resources()->set_ranks(5000); }, kInvalid,
+       "resources.ranks: must be in [1, 4096], got 5000"},
+      {"too many threads",
+       [](JobSpec* s) { s->mutable_resources()->set_threads_per_rank(300); },
+       kInvalid, "resources.threads_per_rank: must be in [1, 256], got 300"},
+      {"negative global batch",
+       [](JobSpec* s) { s->mutable_batch()->set_global_batch(-32); }, kInvalid,
+       "batch.global_batch: must be >= 1, got -32"},
+      {"negative micro batch",
+       [](JobSpec* s) { s->mutable_batch()->set_micro_batch(-4); }, kInvalid,
+       "batch.micro_batch: must be >= 1, got -4"},
+      {"batch does not split over ranks",
+       [](JobSpec* s) {
+         s->mutable_batch()->set_global_batch(10);
+         s->mutable_batch()->set_micro_batch(1);
+       },
+       kInvalid,
+       "batch.global_batch: 10 is not divisible by resources.ranks (4) x "
+       "batch.micro_batch (1)"},
+      {"defaulted micro batch does not split",
+       [](JobSpec* s) {
+         s->mutable_batch()->set_global_batch(2);
+         s->mutable_batch()->clear_micro_batch();
+       },
+       kInvalid,
+       "batch.global_batch: 2 is not divisible by resources.ranks (4) x "
+       "batch.micro_batch (1)"},
+      {"data degree differs from ranks",
+       [](JobSpec* s) { s->mutable_parallelism()->set_data(2); }, kInvalid,
+       "parallelism.data: 2 does not equal resources.ranks (4)"},
+      {"negative tensor degree",
+       [](JobSpec* s) { s->mutable_parallelism()->set_tensor(-1); }, kInvalid,
+       "parallelism.tensor: must be >= 0, got -1"},
+      {"degrees multiply to the wrong rank count",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_data(4);
+         s->mutable_parallelism()->set_tensor(2);
+       },
+       kInvalid,
+       "parallelism.data: 4 x tensor (2) x pipeline (1) = 8 does not equal "
+       "resources.ranks (4)"},
+      {"unknown precision number",
+       [](JobSpec* s) { s->set_precision(static_cast<v1::Precision>(7)); },
+       kInvalid, "precision: unknown value 7"},
+      {"negative checkpoint interval",
+       [](JobSpec* s) { s->mutable_checkpoint()->set_interval_steps(-5); },
+       kInvalid, "checkpoint.interval_steps: must be >= 0, got -5"},
+      {"negative keep",
+       [](JobSpec* s) { s->mutable_checkpoint()->set_keep(-1); }, kInvalid,
+       "checkpoint.keep: must be >= 1, got -1"},
+      {"invalid beats unimplemented",
+       [](JobSpec* s) {
+         s->set_precision(v1::BF16);
+         s->mutable_checkpoint()->set_keep(-1);
+       },
+       kInvalid, "checkpoint.keep: "},
+      {"tensor parallelism",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_data(2);
+         s->mutable_parallelism()->set_tensor(2);
+       },
+       kUnimplemented,
+       "parallelism.tensor: tensor parallelism (2) is planned but not "
+       "executable yet; only data parallelism runs"},
+      {"pipeline parallelism",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_data(1);
+         s->mutable_parallelism()->set_pipeline(4);
+       },
+       kUnimplemented, "parallelism.pipeline: pipeline parallelism (4)"},
+      {"tensor parallelism chosen with auto",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_auto_(true);
+         s->mutable_parallelism()->set_tensor(2);
+       },
+       kUnimplemented, "parallelism.tensor: "},
+      {"bf16", [](JobSpec* s) { s->set_precision(v1::BF16); }, kUnimplemented,
+       "precision: BF16 is planned but not executable yet; only FP32 runs"},
+      {"fp16", [](JobSpec* s) { s->set_precision(v1::FP16); }, kUnimplemented,
+       "precision: FP16 "},
+  };
+  ASSERT_GE(cases.size(), 20u);
+
+  const JobSpec good = MustParse(kGoodYaml);
+  for (const BadSpecCase& c : cases) {
+    SCOPED_TRACE(c.description);
+    JobSpec spec = good;
+    c.mutate(&spec);
+    ApplyJobSpecDefaults(&spec);
+    const absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_THAT(std::string(status.message()), StartsWith(c.message_prefix));
+  }
+}
+
+TEST(JobSpecToJsonTest, RoundTripsThroughParse) {
+  JobSpec spec = MustParse(kGoodYaml);
+  ApplyJobSpecDefaults(&spec);
+  const std::string json = JobSpecToJson(spec);
+  EXPECT_THAT(json, HasSubstr("\"global_batch\": 32"));
+  EXPECT_THAT(json, HasSubstr("\"precision\": \"FP32\""));
+  EXPECT_THAT(json, HasSubstr("\"eval_interval\": \"100\""));
+  const JobSpec reparsed = MustParse(json);
+  EXPECT_TRUE(MessageDifferencer::Equals(spec, reparsed)) << json;
+}
+
+class LoadJobSpecFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("jobspec_test_", ::getpid(), "_", info->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ / "specs");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& relative, const std::string& text) {
+    const std::filesystem::path path = dir_ / relative;
+    std::ofstream(path) << text;
+    return path.string();
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(LoadJobSpecFileTest, ResolvesRelativePathsAgainstSpecDirectory) {
+  const std::string path = Write("specs/run.yaml", R"yaml(
+name: run
+data:
+  train: [shards/train_*.bin, /abs/train.bin, "s3://bucket/train.bin"]
+  validation: [../val/./val.bin]
+checkpoint: {dir: ckpt}
+)yaml");
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string specs = (dir_ / "specs").lexically_normal().string();
+  ASSERT_EQ(spec->data().train_size(), 3);
+  EXPECT_EQ(spec->data().train(0), specs + "/shards/train_*.bin");
+  EXPECT_EQ(spec->data().train(1), "/abs/train.bin");
+  EXPECT_EQ(spec->data().train(2), "s3://bucket/train.bin");
+  EXPECT_EQ(spec->data().validation(0),
+            (dir_ / "val/val.bin").lexically_normal().string());
+  EXPECT_EQ(spec->checkpoint().dir(), specs + "/ckpt");
+}
+
+TEST_F(LoadJobSpecFileTest, RelativeSpecPathStillGivesAbsolutePaths) {
+  const std::string path = Write(
+      "specs/run.json", R"({"name": "run", "data": {"train": ["a.bin"]}})");
+  const std::string relative =
+      std::filesystem::relative(path, std::filesystem::current_path()).string();
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecFile(relative);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().train(0),
+            (dir_ / "specs/a.bin").lexically_normal().string());
+  EXPECT_FALSE(spec->has_checkpoint());  // no dir given, none invented
+}
+
+TEST_F(LoadJobSpecFileTest, MissingFileIsNotFound) {
+  const absl::StatusOr<JobSpec> spec =
+      LoadJobSpecFile((dir_ / "specs/missing.yaml").string());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("missing.yaml"));
+}
+
+TEST_F(LoadJobSpecFileTest, DirectoryIsInvalidArgument) {
+  const absl::StatusOr<JobSpec> spec =
+      LoadJobSpecFile((dir_ / "specs").string());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("is a directory"));
+}
+
+TEST_F(LoadJobSpecFileTest, ParseErrorsKeepTheFieldPath) {
+  const std::string path = Write("specs/bad.yaml", "batch:\n  micro: 4\n");
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()),
+              StartsWith("batch.micro: unknown field"));
+}
+
+}  // namespace
+}  // namespace loom

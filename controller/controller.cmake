@@ -1,0 +1,12 @@
+loom_library(loom_store SRCS store.cc DEPS loom_proto loom_common SQLite::SQLite3 absl::strings)
+loom_library(loom_job_manager SRCS job_manager.cc
+  DEPS loom_store loom_jobspec loom_grpc loom_common absl::strings absl::str_format absl::synchronization)
+loom_library(loom_controller_service SRCS controller_service.cc
+  DEPS loom_job_manager loom_grpc loom_grpc_util loom_metrics)
+
+add_executable(loom-controller controller_main.cc)
+target_link_libraries(loom-controller PRIVATE loom_controller_service
+  absl::flags absl::flags_parse absl::flags_usage)
+
+loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
+loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager)

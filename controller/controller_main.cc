@@ -1,0 +1,148 @@
+// loom-controller: flags and wiring only; the logic lives in JobManager.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/clock.h"
+#include "common/grpc_util.h"
+#include "common/metrics.h"
+#include "common/metrics_server.h"
+#include "controller/controller_service.h"
+#include "controller/job_manager.h"
+#include "controller/store.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address (port 0 = pick one)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address");
+ABSL_FLAG(std::string, data_dir, "", "directory for the job store (required)");
+ABSL_FLAG(std::string, token_file, "", "file holding the cluster token (required, mode 0600)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for TLS on the gRPC port");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for TLS on the gRPC port");
+ABSL_FLAG(std::string, ready_file, "",
+          "once serving, write {grpc_address, metrics_address} JSON here");
+ABSL_FLAG(double, worker_timeout_s, 10.0, "declare a worker dead after this many silent seconds");
+ABSL_FLAG(double, heartbeat_interval_s, 0.5, "heartbeat period workers are told to use");
+
+namespace {
+
+int Fail(const std::string& msg) {
+  std::cerr << "loom-controller: " << msg << std::endl;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Loom controller: job catalog, scheduling, worker registry.");
+  absl::ParseCommandLine(argc, argv);
+  using namespace loom;
+
+  std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (data_dir.empty()) return Fail("--data-dir is required");
+  mkdir(data_dir.c_str(), 0700);
+  auto token = ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+
+  auto store = controller::Store::Open(data_dir);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+
+  controller::JobManagerOptions opts;
+  opts.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout_s));
+  opts.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
+  opts.checkpoint_root = data_dir + "/checkpoints";
+  mkdir(opts.checkpoint_root.c_str(), 0700);
+  controller::JobManager manager(store->get(), RealClock::Get(), opts);
+  absl::Status recovered = manager.Recover();
+  if (!recovered.ok()) return Fail(absl::StrCat("recovering jobs: ", recovered.message()));
+
+  auto registry = std::make_shared<metrics::Registry>();
+  controller::RpcMetrics rpc_metrics(*registry);
+  auto& jobs_gauge = metrics::BuildGauge()
+                         .Name("loom_controller_jobs")
+                         .Help("Jobs known to the controller, by state.")
+                         .Register(*registry);
+  auto& workers_gauge = metrics::BuildGauge()
+                            .Name("loom_controller_workers_alive")
+                            .Help("Workers currently heartbeating.")
+                            .Register(*registry)
+                            .Add({});
+  auto exposer = metrics::Exposer::Start(absl::GetFlag(FLAGS_metrics_listen));
+  if (!exposer.ok()) return Fail(absl::StrCat("metrics: ", exposer.status().message()));
+  (*exposer)->RegisterCollectable(registry);
+
+  auto creds = MakeServerCredentials(absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key));
+  if (!creds.ok()) return Fail(std::string(creds.status().message()));
+
+  std::atomic<bool> shutting_down{false};
+  controller::JobServiceImpl job_service(&manager, *token, &rpc_metrics, &shutting_down);
+  controller::WorkerServiceImpl worker_service(&manager, *token, &rpc_metrics);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  builder.AddListeningPort(listen, *creds, &port);
+  builder.RegisterService(&job_service);
+  builder.RegisterService(&worker_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));
+  server->GetHealthCheckService()->SetServingStatus(true);
+
+  std::string host = listen.substr(0, listen.rfind(':'));
+  std::string grpc_address = absl::StrCat(host, ":", port);
+  std::cerr << "loom-controller: serving gRPC on " << grpc_address << ", metrics on "
+            << (*exposer)->address() << ", data in " << data_dir << std::endl;
+  std::string ready = absl::GetFlag(FLAGS_ready_file);
+  if (!ready.empty()) {
+    absl::Status s = WritePrivateFile(
+        ready, absl::StrFormat("{\"grpc_address\": \"%s\", \"metrics_address\": \"%s\", "
+                               "\"pid\": %d}\n",
+                               grpc_address, (*exposer)->address(), getpid()));
+    if (!s.ok()) return Fail(std::string(s.message()));
+  }
+
+  // Signals are taken synchronously by the main thread; block them first
+  // so no other thread receives them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  std::atomic<bool> stop{false};
+  std::thread ticker([&] {
+    while (!stop.load()) {
+      manager.Tick();
+      auto counts = manager.JobCountsByState();
+      for (int s = loom::v1::PENDING; s <= loom::v1::CANCELLED; ++s) {
+        auto state = static_cast<loom::v1::JobState>(s);
+        jobs_gauge.Add({{"state", loom::v1::JobState_Name(state)}})
+            .Set(counts.count(state) ? counts[state] : 0);
+      }
+      workers_gauge.Set(manager.AliveWorkers());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::cerr << "loom-controller: signal " << sig << ", shutting down" << std::endl;
+  shutting_down = true;
+  stop = true;
+  ticker.join();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}

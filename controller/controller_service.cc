@@ -1,0 +1,205 @@
+#include "controller/controller_service.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+
+namespace loom::controller {
+namespace {
+
+absl::Status RequireId(const std::string& id, const char* field) {
+  if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+  if (id.size() > 256) return absl::InvalidArgumentError(absl::StrCat(field, ": too long"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RpcMetrics::RpcMetrics(metrics::Registry& registry)
+    : rpcs_(metrics::BuildCounter()
+                .Name("loom_controller_rpcs_total")
+                .Help("RPCs handled by the controller, by method and status code.")
+                .Register(registry)) {}
+
+void RpcMetrics::Record(const std::string& method, const grpc::Status& status) {
+  static const char* kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  int code = status.error_code();
+  const char* name = (code >= 0 && code <= 16) ? kCodes[code] : "UNKNOWN";
+  rpcs_.Add({{"method", method}, {"code", name}}).Increment();
+}
+
+// ------------------------------------------------------------------ JobService
+
+JobServiceImpl::JobServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics,
+                               const std::atomic<bool>* shutting_down)
+    : manager_(manager), token_(std::move(token)), metrics_(metrics),
+      shutting_down_(shutting_down) {}
+
+grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
+  grpc::Status g = ToGrpcStatus(s);
+  metrics_->Record(method, g);
+  return g;
+}
+
+#define LOOM_AUTH(method)                                          \
+  do {                                                             \
+    absl::Status auth = CheckBearerToken(*ctx, token_);            \
+    if (!auth.ok()) return Finish(method, auth);                   \
+  } while (0)
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
+                                       const loom::v1::SubmitJobRequest* req,
+                                       loom::v1::SubmitJobResponse* resp) {
+  LOOM_AUTH("SubmitJob");
+  if (!req->has_spec()) return Finish("SubmitJob", absl::InvalidArgumentError("spec: required"));
+  auto job = manager_->Submit(req->spec());
+  if (job.ok()) *resp->mutable_job() = std::move(*job);
+  return Finish("SubmitJob", job.status());
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const loom::v1::GetJobRequest* req,
+                                    loom::v1::Job* resp) {
+  LOOM_AUTH("GetJob");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("GetJob", s);
+  auto job = manager_->Get(req->job_id());
+  if (job.ok()) *resp = std::move(*job);
+  return Finish("GetJob", job.status());
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
+                                      const loom::v1::ListJobsRequest* req,
+                                      loom::v1::ListJobsResponse* resp) {
+  LOOM_AUTH("ListJobs");
+  if (req->limit() < 0) {
+    return Finish("ListJobs", absl::InvalidArgumentError("limit: must be >= 0"));
+  }
+  std::set<loom::v1::JobState> states;
+  for (int s : req->states()) {
+    if (!loom::v1::JobState_IsValid(s) || s == loom::v1::JOB_STATE_UNSPECIFIED) {
+      return Finish("ListJobs",
+                    absl::InvalidArgumentError(absl::StrCat("states: unknown state ", s)));
+    }
+    states.insert(static_cast<loom::v1::JobState>(s));
+  }
+  for (auto& job : manager_->List(states, req->limit())) *resp->add_jobs() = std::move(job);
+  return Finish("ListJobs", absl::OkStatus());
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
+                                       const loom::v1::CancelJobRequest* req,
+                                       loom::v1::Job* resp) {
+  LOOM_AUTH("CancelJob");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("CancelJob", s);
+  auto job = manager_->Cancel(req->job_id(), req->reason());
+  if (job.ok()) *resp = std::move(*job);
+  return Finish("CancelJob", job.status());
+}
+
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
+                                      const loom::v1::WatchJobRequest* req,
+                                      grpc::ServerWriter<loom::v1::JobEvent>* writer) {
+  LOOM_AUTH("WatchJob");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("WatchJob", s);
+  auto queue = manager_->Watch(req->job_id(), req->include_history());
+  if (!queue.ok()) return Finish("WatchJob", queue.status());
+  while (!ctx->IsCancelled()) {
+    if (shutting_down_->load()) {
+      return Finish("WatchJob", absl::UnavailableError("controller is shutting down"));
+    }
+    auto event = (*queue)->Pop(absl::Milliseconds(200));
+    if (event) {
+      if (!writer->Write(*event)) break;  // client went away
+    } else if ((*queue)->closed_and_empty()) {
+      break;
+    }
+  }
+  return Finish("WatchJob", absl::OkStatus());
+}
+
+grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx,
+                                         const loom::v1::ListWorkersRequest*,
+                                         loom::v1::ListWorkersResponse* resp) {
+  LOOM_AUTH("ListWorkers");
+  for (auto& w : manager_->ListWorkers()) *resp->add_workers() = std::move(w);
+  return Finish("ListWorkers", absl::OkStatus());
+}
+
+grpc::Status JobServiceImpl::GetStepMetrics(grpc::ServerContext* ctx,
+                                            const loom::v1::GetStepMetricsRequest* req,
+                                            loom::v1::GetStepMetricsResponse* resp) {
+  LOOM_AUTH("GetStepMetrics");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (s.ok() && req->limit() < 0) s = absl::InvalidArgumentError("limit: must be >= 0");
+  if (!s.ok()) return Finish("GetStepMetrics", s);
+  auto steps = manager_->StepMetrics(req->job_id(), req->limit());
+  if (steps.ok()) {
+    for (auto& m : *steps) *resp->add_steps() = std::move(m);
+  }
+  return Finish("GetStepMetrics", steps.status());
+}
+
+// --------------------------------------------------------------- WorkerService
+
+WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics)
+    : manager_(manager), token_(std::move(token)), metrics_(metrics) {}
+
+grpc::Status WorkerServiceImpl::Finish(const char* method, const absl::Status& s) {
+  grpc::Status g = ToGrpcStatus(s);
+  metrics_->Record(method, g);
+  return g;
+}
+
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
+                                               const loom::v1::RegisterWorkerRequest* req,
+                                               loom::v1::RegisterWorkerResponse* resp) {
+  LOOM_AUTH("RegisterWorker");
+  auto r = manager_->RegisterWorker(*req);
+  if (r.ok()) *resp = std::move(*r);
+  return Finish("RegisterWorker", r.status());
+}
+
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
+                                          const loom::v1::HeartbeatRequest* req,
+                                          loom::v1::HeartbeatResponse* resp) {
+  LOOM_AUTH("Heartbeat");
+  absl::Status s = RequireId(req->worker_id(), "worker_id");
+  if (!s.ok()) return Finish("Heartbeat", s);
+  auto r = manager_->Heartbeat(*req);
+  if (r.ok()) *resp = std::move(*r);
+  return Finish("Heartbeat", r.status());
+}
+
+grpc::Status WorkerServiceImpl::ReportStepMetrics(grpc::ServerContext* ctx,
+                                                  const loom::v1::ReportStepMetricsRequest* req,
+                                                  loom::v1::ReportStepMetricsResponse* resp) {
+  LOOM_AUTH("ReportStepMetrics");
+  absl::Status s = RequireId(req->worker_id(), "worker_id");
+  if (s.ok()) s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("ReportStepMetrics", s);
+  auto r = manager_->ReportEvents(*req);
+  if (r.ok()) *resp = std::move(*r);
+  return Finish("ReportStepMetrics", r.status());
+}
+
+grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* ctx,
+                                               const loom::v1::ReportRankExitRequest* req,
+                                               loom::v1::ReportRankExitResponse*) {
+  LOOM_AUTH("ReportRankExit");
+  absl::Status s = RequireId(req->worker_id(), "worker_id");
+  if (s.ok()) s = RequireId(req->job_id(), "job_id");
+  if (s.ok() && req->rank() < 0) s = absl::InvalidArgumentError("rank: must be >= 0");
+  if (!s.ok()) return Finish("ReportRankExit", s);
+  return Finish("ReportRankExit", manager_->ReportRankExit(*req));
+}
+
+}  // namespace loom::controller

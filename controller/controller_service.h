@@ -1,0 +1,82 @@
+// gRPC adapters for the controller: translate request -> JobManager call ->
+// status. The only controller code that touches grpc::ServerContext.
+#ifndef LOOM_CONTROLLER_CONTROLLER_SERVICE_H_
+#define LOOM_CONTROLLER_CONTROLLER_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/metrics.h"
+#include "controller/job_manager.h"
+#include "loom/v1/service.grpc.pb.h"
+
+namespace loom::controller {
+
+// Counts RPCs by method and status code. Thread-safe.
+class RpcMetrics {
+ public:
+  explicit RpcMetrics(metrics::Registry& registry);
+  void Record(const std::string& method, const grpc::Status& status);
+
+ private:
+  metrics::Family<metrics::Counter>& rpcs_;
+};
+
+class JobServiceImpl final : public loom::v1::JobService::Service {
+ public:
+  // `manager` and `metrics` must outlive the service. `shutting_down` ends
+  // open watch streams when set.
+  JobServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics,
+                 const std::atomic<bool>* shutting_down);
+
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const loom::v1::SubmitJobRequest* req,
+                         loom::v1::SubmitJobResponse* resp) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const loom::v1::GetJobRequest* req,
+                      loom::v1::Job* resp) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const loom::v1::ListJobsRequest* req,
+                        loom::v1::ListJobsResponse* resp) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const loom::v1::CancelJobRequest* req,
+                         loom::v1::Job* resp) override;
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const loom::v1::WatchJobRequest* req,
+                        grpc::ServerWriter<loom::v1::JobEvent>* writer) override;
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const loom::v1::ListWorkersRequest* req,
+                           loom::v1::ListWorkersResponse* resp) override;
+  grpc::Status GetStepMetrics(grpc::ServerContext* ctx,
+                              const loom::v1::GetStepMetricsRequest* req,
+                              loom::v1::GetStepMetricsResponse* resp) override;
+
+ private:
+  grpc::Status Finish(const char* method, const absl::Status& s);
+  JobManager* const manager_;
+  const std::string token_;
+  RpcMetrics* const metrics_;
+  const std::atomic<bool>* const shutting_down_;
+};
+
+class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
+ public:
+  WorkerServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics);
+
+  grpc::Status RegisterWorker(grpc::ServerContext* ctx,
+                              const loom::v1::RegisterWorkerRequest* req,
+                              loom::v1::RegisterWorkerResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const loom::v1::HeartbeatRequest* req,
+                         loom::v1::HeartbeatResponse* resp) override;
+  grpc::Status ReportStepMetrics(grpc::ServerContext* ctx,
+                                 const loom::v1::ReportStepMetricsRequest* req,
+                                 loom::v1::ReportStepMetricsResponse* resp) override;
+  grpc::Status ReportRankExit(grpc::ServerContext* ctx,
+                              const loom::v1::ReportRankExitRequest* req,
+                              loom::v1::ReportRankExitResponse* resp) override;
+
+ private:
+  grpc::Status Finish(const char* method, const absl::Status& s);
+  JobManager* const manager_;
+  const std::string token_;
+  RpcMetrics* const metrics_;
+};
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_CONTROLLER_SERVICE_H_

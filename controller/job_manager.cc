@@ -1,0 +1,626 @@
+#include "controller/job_manager.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/jobspec.h"
+
+namespace loom::controller {
+
+using loom::v1::Job;
+using loom::v1::JobEvent;
+using loom::v1::JobState;
+
+// ----------------------------------------------------------------- EventQueue
+
+std::optional<JobEvent> EventQueue::Pop(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+               [&] { return !events_.empty() || closed_; });
+  if (events_.empty()) return std::nullopt;
+  JobEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+void EventQueue::Push(JobEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (events_.size() >= kMaxQueued) {
+      // A slow watcher loses old step events, never transitions.
+      auto it = std::find_if(events_.begin(), events_.end(),
+                             [](const JobEvent& e) { return e.has_step(); });
+      if (it != events_.end()) events_.erase(it);
+    }
+    events_.push_back(std::move(event));
+  }
+  cv_.notify_all();
+}
+
+void EventQueue::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool EventQueue::closed_and_empty() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_ && events_.empty();
+}
+
+// ----------------------------------------------------------------- JobManager
+
+JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions options)
+    : store_(store), clock_(clock), options_(std::move(options)) {
+  std::random_device rd;
+  worker_nonce_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+bool JobManager::IsTerminal(JobState s) {
+  return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
+}
+
+absl::Status JobManager::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto jobs = store_->LoadJobs();
+  if (!jobs.ok()) return jobs.status();
+  auto max_seq = store_->MaxJobSequence();
+  if (!max_seq.ok()) return max_seq.status();
+  next_job_seq_ = *max_seq + 1;
+  for (Job& job : *jobs) {
+    std::string id = job.id();
+    JobRecord& rec = jobs_[id];
+    rec.job = std::move(job);
+    order_.push_back(id);
+    JobState s = rec.job.state();
+    if (s == loom::v1::SCHEDULED || s == loom::v1::RUNNING) {
+      absl::Status st = Transition(
+          rec, loom::v1::FAILED,
+          "the controller restarted while the job was running and cannot reattach its "
+          "ranks; resubmit it (it resumes from its newest checkpoint)");
+      if (!st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string JobManager::NewJobId(const std::string& name) {
+  return absl::StrCat(name, "-", next_job_seq_++);
+}
+
+absl::Status JobManager::Persist(JobRecord& rec, int new_transitions) {
+  rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
+  return store_->PutJob(rec.job, new_transitions);
+}
+
+absl::Status JobManager::Transition(JobRecord& rec, JobState to, const std::string& reason) {
+  Job& job = rec.job;
+  loom::v1::StateTransition* t = job.add_history();
+  t->set_from(job.state());
+  t->set_to(to);
+  t->set_time_unix_ms(clock_->NowUnixMillis());
+  t->set_reason(reason);
+  job.set_state(to);
+  job.set_reason(reason);
+  absl::Status s = Persist(rec, 1);
+  JobEvent e;
+  e.set_time_unix_ms(t->time_unix_ms());
+  *e.mutable_transition() = *t;
+  Publish(job.id(), std::move(e));
+  return s;
+}
+
+void JobManager::Publish(const std::string& job_id, JobEvent event) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  *event.mutable_job() = it->second.job;
+  bool terminal = IsTerminal(it->second.job.state());
+  auto range = watchers_.equal_range(job_id);
+  for (auto w = range.first; w != range.second;) {
+    if (auto q = w->second.lock()) {
+      q->Push(event);
+      if (terminal) q->Close();
+      ++w;
+    } else {
+      w = watchers_.erase(w);
+    }
+  }
+  if (terminal) watchers_.erase(job_id);
+}
+
+absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
+  ApplyJobSpecDefaults(&spec);
+  absl::Status valid = ValidateJobSpec(spec);
+  if (!valid.ok()) return valid;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string id = NewJobId(spec.name());
+  if (spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
+    spec.mutable_checkpoint()->set_dir(absl::StrCat(options_.checkpoint_root, "/", id));
+  }
+  JobRecord& rec = jobs_[id];
+  rec.job.set_id(id);
+  *rec.job.mutable_spec() = std::move(spec);
+  rec.job.set_state(loom::v1::JOB_STATE_UNSPECIFIED);
+  rec.job.set_created_unix_ms(clock_->NowUnixMillis());
+  order_.push_back(id);
+  absl::Status s = Transition(rec, loom::v1::PENDING, "submitted");
+  if (!s.ok()) {
+    jobs_.erase(id);
+    order_.pop_back();
+    return absl::UnavailableError(
+        absl::StrCat("could not record the job durably, nothing was submitted: ", s.message()));
+  }
+  ScheduleLocked();
+  return jobs_[id].job;
+}
+
+absl::StatusOr<Job> JobManager::Get(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  return it->second.job;
+}
+
+std::vector<Job> JobManager::List(const std::set<JobState>& states, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Job> out;
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    const Job& job = jobs_[*it].job;
+    if (!states.empty() && !states.count(job.state())) continue;
+    out.push_back(job);
+    if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
+  }
+  return out;
+}
+
+void JobManager::StopJobRanks(JobRecord& rec, const std::string& reason,
+                              const std::string& except_worker) {
+  std::set<std::string> workers;
+  for (const auto& r : rec.job.ranks()) workers.insert(r.worker_id());
+  for (const std::string& wid : workers) {
+    if (wid == except_worker) continue;
+    auto it = workers_.find(wid);
+    if (it == workers_.end() || !it->second.info.alive()) continue;
+    Worker& w = it->second;
+    // A start that was never delivered is simply withdrawn.
+    auto& cmds = w.pending_commands;
+    cmds.erase(std::remove_if(cmds.begin(), cmds.end(),
+                              [&](const loom::v1::WorkerCommand& c) {
+                                return c.has_start() && c.start().job_id() == rec.job.id();
+                              }),
+               cmds.end());
+    loom::v1::WorkerCommand cmd;
+    cmd.mutable_stop()->set_job_id(rec.job.id());
+    cmd.mutable_stop()->set_reason(reason);
+    cmds.push_back(std::move(cmd));
+  }
+}
+
+absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  JobRecord& rec = it->second;
+  if (IsTerminal(rec.job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " already ended ", JobState_Name(rec.job.state()), "; nothing to cancel"));
+  }
+  std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  StopJobRanks(rec, why, "");
+  absl::Status s = Transition(rec, loom::v1::CANCELLED, why);
+  if (!s.ok()) return s;
+  return rec.job;
+}
+
+std::vector<loom::v1::WorkerInfo> JobManager::ListWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<loom::v1::WorkerInfo> out;
+  for (auto& [id, w] : workers_) {
+    loom::v1::WorkerInfo info = w.info;
+    info.set_slots_used(static_cast<int>(w.ranks.size()));
+    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_heartbeat));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<loom::v1::StepMetrics>> JobManager::StepMetrics(
+    const std::string& job_id, int limit) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!jobs_.count(job_id)) {
+      return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+    }
+  }
+  return store_->LoadStepMetrics(job_id, limit);
+}
+
+absl::StatusOr<std::shared_ptr<EventQueue>> JobManager::Watch(const std::string& job_id,
+                                                              bool include_history) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  const Job& job = it->second.job;
+  auto q = std::make_shared<EventQueue>();
+  if (include_history) {
+    for (const auto& t : job.history()) {
+      JobEvent e;
+      e.set_time_unix_ms(t.time_unix_ms());
+      *e.mutable_transition() = t;
+      *e.mutable_job() = job;
+      q->Push(std::move(e));
+    }
+    auto steps = store_->LoadStepMetrics(job_id, 200);
+    if (steps.ok()) {
+      for (auto& m : *steps) {
+        JobEvent e;
+        e.set_time_unix_ms(m.time_unix_ms());
+        *e.mutable_step() = std::move(m);
+        *e.mutable_job() = job;
+        q->Push(std::move(e));
+      }
+    }
+  }
+  if (IsTerminal(job.state())) {
+    if (!include_history) {
+      // Still tell the watcher where the job stands.
+      JobEvent e;
+      e.set_time_unix_ms(clock_->NowUnixMillis());
+      if (job.history_size() > 0) *e.mutable_transition() = job.history(job.history_size() - 1);
+      *e.mutable_job() = job;
+      q->Push(std::move(e));
+    }
+    q->Close();
+  } else {
+    watchers_.emplace(job_id, q);
+  }
+  return q;
+}
+
+// ------------------------------------------------------------------ workers
+
+absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
+    const loom::v1::RegisterWorkerRequest& req) {
+  if (req.node().empty()) return absl::InvalidArgumentError("node: must not be empty");
+  if (req.address().empty()) return absl::InvalidArgumentError("address: must not be empty");
+  if (req.slots() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots: must be >= 1, got ", req.slots()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Time now = clock_->Now();
+  // A node registering again means its previous daemon is gone: whatever
+  // ran there is lost.
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    Worker& old = it->second;
+    if (old.info.node() != req.node()) {
+      ++it;
+      continue;
+    }
+    if (old.info.alive()) {
+      std::set<std::string> job_ids;
+      for (const auto& r : old.ranks) job_ids.insert(r.job_id);
+      for (const auto& jid : job_ids) {
+        JobRecord& rec = jobs_[jid];
+        if (IsTerminal(rec.job.state())) continue;
+        std::string why = absl::StrCat("worker ", old.info.id(), " on node ", req.node(),
+                                       " restarted; the ranks it ran are lost");
+        StopJobRanks(rec, why, old.info.id());
+        Transition(rec, loom::v1::FAILED, why).IgnoreError();
+      }
+    }
+    it = workers_.erase(it);
+  }
+  std::string id = absl::StrFormat("%s-%06x", req.node(),
+                                   (worker_nonce_ + static_cast<uint64_t>(absl::ToUnixNanos(now))) &
+                                       0xffffff);
+  Worker& w = workers_[id];
+  w.info.set_id(id);
+  w.info.set_node(req.node());
+  w.info.set_address(req.address());
+  w.info.set_slots(req.slots());
+  w.info.set_cpus(req.cpus());
+  w.info.set_gpus(req.gpus());
+  w.info.set_memory_bytes(req.memory_bytes());
+  w.info.set_metrics_address(req.metrics_address());
+  w.info.set_alive(true);
+  w.last_heartbeat = now;
+  store_->PutWorker(id, req.node(), req.address(), absl::ToUnixMillis(now)).IgnoreError();
+  loom::v1::RegisterWorkerResponse resp;
+  resp.set_worker_id(id);
+  resp.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  return resp;
+}
+
+absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
+    const loom::v1::HeartbeatRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(req.worker_id());
+  if (it == workers_.end() || !it->second.info.alive()) {
+    return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(),
+                                            "\" is not registered (or was declared dead); "
+                                            "register again"));
+  }
+  Worker& w = it->second;
+  w.last_heartbeat = clock_->Now();
+  if (req.rendezvous_port() > 0 && req.rendezvous_port() < 65536) {
+    w.rendezvous_port = req.rendezvous_port();
+  }
+  loom::v1::HeartbeatResponse resp;
+  std::set<std::pair<std::string, int>> running;
+  for (const auto& r : req.running()) {
+    running.insert({r.job_id(), r.rank()});
+    auto jit = jobs_.find(r.job_id());
+    if (jit == jobs_.end() || IsTerminal(jit->second.job.state())) {
+      // A rank of a finished job is still alive here: ask again to stop it.
+      bool queued = std::any_of(w.pending_commands.begin(), w.pending_commands.end(),
+                                [&](const auto& c) {
+                                  return c.has_stop() && c.stop().job_id() == r.job_id();
+                                });
+      if (!queued) {
+        auto* stop = resp.add_commands()->mutable_stop();
+        stop->set_job_id(r.job_id());
+        stop->set_reason(jit == jobs_.end() ? "unknown job" : "job already ended");
+      }
+      continue;
+    }
+    JobRecord& rec = jit->second;
+    rec.running_seen.insert(r.rank());
+    if (rec.job.state() == loom::v1::SCHEDULED) {
+      Transition(rec, loom::v1::RUNNING,
+                 absl::StrCat("rank ", r.rank(), " started on ", w.info.node()))
+          .IgnoreError();
+    }
+  }
+  // Slots held by ranks of ended jobs that are no longer running here are free.
+  bool freed = false;
+  w.ranks.erase(std::remove_if(w.ranks.begin(), w.ranks.end(),
+                               [&](const RankSlot& s) {
+                                 auto jit = jobs_.find(s.job_id);
+                                 bool ended = jit == jobs_.end() ||
+                                              IsTerminal(jit->second.job.state());
+                                 bool gone = ended && !running.count({s.job_id, s.rank});
+                                 freed |= gone;
+                                 return gone;
+                               }),
+                w.ranks.end());
+  // Schedule first, so a start placed on this worker goes out right away.
+  if (freed || w.rendezvous_port > 0) ScheduleLocked();
+  for (auto& c : w.pending_commands) *resp.add_commands() = std::move(c);
+  w.pending_commands.clear();
+  return resp;
+}
+
+absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
+    const loom::v1::ReportStepMetricsRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!workers_.count(req.worker_id())) {
+    return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
+  }
+  auto it = jobs_.find(req.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
+  }
+  JobRecord& rec = it->second;
+  loom::v1::ReportStepMetricsResponse resp;
+  if (IsTerminal(rec.job.state())) {
+    resp.set_stop(true);
+    return resp;
+  }
+  if (rec.job.state() == loom::v1::SCHEDULED) {
+    Transition(rec, loom::v1::RUNNING, "first step reported").IgnoreError();
+  }
+  std::vector<loom::v1::StepMetrics> steps;
+  loom::v1::JobSummary* sum = rec.job.mutable_summary();
+  for (const auto& ev : req.events()) {
+    JobEvent out;
+    out.set_time_unix_ms(clock_->NowUnixMillis());
+    if (ev.has_step()) {
+      loom::v1::StepMetrics m = ev.step();
+      if (m.time_unix_ms() == 0) m.set_time_unix_ms(out.time_unix_ms());
+      if (sum->last_step() == 0) sum->set_first_loss(m.loss());
+      sum->set_last_step(m.step());
+      sum->set_last_loss(m.loss());
+      sum->set_tokens_per_second(m.tokens_per_second());
+      sum->set_tokens_seen(m.tokens_seen());
+      if (m.has_val_loss()) {
+        if (!sum->has_val_loss()) sum->set_first_val_loss(m.val_loss());
+        sum->set_has_val_loss(true);
+        sum->set_last_val_loss(m.val_loss());
+      }
+      steps.push_back(m);
+      *out.mutable_step() = std::move(m);
+    } else if (ev.has_checkpoint()) {
+      sum->set_checkpoints_written(sum->checkpoints_written() + 1);
+      sum->set_last_checkpoint(ev.checkpoint().path());
+      *out.mutable_checkpoint() = ev.checkpoint();
+    } else {
+      continue;
+    }
+    Publish(rec.job.id(), std::move(out));
+  }
+  absl::Status s = store_->AppendStepMetrics(rec.job.id(), steps);
+  if (s.ok()) s = Persist(rec, 0);
+  if (!s.ok()) return absl::UnavailableError(absl::StrCat("could not record metrics: ", s.message()));
+  return resp;
+}
+
+void JobManager::ReleaseSlots(const std::string& job_id) {
+  for (auto& [id, w] : workers_) {
+    w.ranks.erase(std::remove_if(w.ranks.begin(), w.ranks.end(),
+                                 [&](const RankSlot& s) { return s.job_id == job_id; }),
+                  w.ranks.end());
+  }
+}
+
+absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto wit = workers_.find(req.worker_id());
+  if (wit == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
+  }
+  auto it = jobs_.find(req.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
+  }
+  Worker& w = wit->second;
+  w.ranks.erase(std::remove_if(w.ranks.begin(), w.ranks.end(),
+                               [&](const RankSlot& s) {
+                                 return s.job_id == req.job_id() && s.rank == req.rank();
+                               }),
+                w.ranks.end());
+  JobRecord& rec = it->second;
+  if (!IsTerminal(rec.job.state())) {
+    if (req.exit_code() == 0 && req.signal() == 0) {
+      rec.exited_ok.insert(req.rank());
+      if (static_cast<int>(rec.exited_ok.size()) == rec.job.ranks_size()) {
+        absl::Status s = Transition(rec, loom::v1::SUCCEEDED,
+                                    absl::StrCat("all ", rec.job.ranks_size(),
+                                                 " ranks finished training"));
+        if (!s.ok()) return s;
+      }
+    } else {
+      std::string how = req.signal() != 0
+                            ? absl::StrCat("was killed by signal ", req.signal())
+                            : absl::StrCat("exited with code ", req.exit_code());
+      std::string why = absl::StrCat("rank ", req.rank(), " on ", w.info.node(), " ", how,
+                                     req.reason().empty() ? "" : ": ", req.reason());
+      StopJobRanks(rec, why, "");
+      absl::Status s = Transition(rec, loom::v1::FAILED, why);
+      if (!s.ok()) return s;
+    }
+  }
+  ScheduleLocked();
+  return absl::OkStatus();
+}
+
+// --------------------------------------------------------------- scheduling
+
+void JobManager::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckLivenessLocked();
+  ScheduleLocked();
+}
+
+void JobManager::CheckLivenessLocked() {
+  absl::Time now = clock_->Now();
+  for (auto& [id, w] : workers_) {
+    if (!w.info.alive()) continue;
+    absl::Duration silent = now - w.last_heartbeat;
+    if (silent <= options_.worker_timeout) continue;
+    w.info.set_alive(false);
+    w.pending_commands.clear();
+    std::map<std::string, std::vector<int>> lost;
+    for (const auto& r : w.ranks) lost[r.job_id].push_back(r.rank);
+    w.ranks.clear();
+    for (auto& [jid, ranks] : lost) {
+      JobRecord& rec = jobs_[jid];
+      if (IsTerminal(rec.job.state())) continue;
+      std::string why = absl::StrFormat(
+          "worker %s on node %s stopped heartbeating (silent for %.1fs, timeout %.1fs); "
+          "lost rank(s) %s",
+          id, w.info.node(), absl::ToDoubleSeconds(silent),
+          absl::ToDoubleSeconds(options_.worker_timeout), absl::StrJoin(ranks, ","));
+      StopJobRanks(rec, why, id);
+      Transition(rec, loom::v1::FAILED, why).IgnoreError();
+    }
+  }
+}
+
+void JobManager::ScheduleLocked() {
+  for (const std::string& jid : order_) {
+    JobRecord& rec = jobs_[jid];
+    if (rec.job.state() != loom::v1::PENDING) continue;
+    const auto& res = rec.job.spec().resources();
+    int n_workers = std::max(1, res.workers());
+    int n_ranks = std::max(n_workers, res.ranks());
+    struct Candidate {
+      Worker* w;
+      int free;
+    };
+    std::vector<Candidate> cands;
+    int total_free = 0;
+    int alive = 0;
+    for (auto& [id, w] : workers_) {
+      if (!w.info.alive()) continue;
+      ++alive;
+      int free = w.info.slots() - static_cast<int>(w.ranks.size());
+      if (free > 0) {
+        cands.push_back({&w, free});
+        total_free += free;
+      }
+    }
+    std::stable_sort(cands.begin(), cands.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
+    // Ranks are split into contiguous blocks, one block per worker, so
+    // neighbouring ranks share a node.
+    std::vector<int> share(n_workers, n_ranks / n_workers);
+    for (int i = 0; i < n_ranks % n_workers; ++i) share[i]++;
+    bool fits = static_cast<int>(cands.size()) >= n_workers;
+    for (int i = 0; fits && i < n_workers; ++i) fits = cands[i].free >= share[i];
+    if (!fits) {
+      std::string why = absl::StrFormat(
+          "waiting for %d rank slot(s) on %d worker(s); %d worker(s) alive with %d free slot(s)",
+          n_ranks, n_workers, alive, total_free);
+      if (rec.job.reason() != why) rec.job.set_reason(why);
+      return;  // strict FIFO: later jobs do not overtake this one
+    }
+    Worker* head = cands[0].w;
+    if (head->rendezvous_port == 0) {
+      rec.job.set_reason("waiting for a rendezvous port from worker " + head->info.id());
+      return;
+    }
+    int master_port = head->rendezvous_port;
+    head->rendezvous_port = 0;  // used; the worker reports a fresh one next heartbeat
+    rec.job.clear_ranks();
+    int rank = 0;
+    for (int i = 0; i < n_workers; ++i) {
+      Worker* w = cands[i].w;
+      for (int k = 0; k < share[i]; ++k, ++rank) {
+        auto* a = rec.job.add_ranks();
+        a->set_rank(rank);
+        a->set_worker_id(w->info.id());
+        a->set_node(w->info.node());
+        w->ranks.push_back({jid, rank});
+        loom::v1::WorkerCommand cmd;
+        auto* start = cmd.mutable_start();
+        start->set_job_id(jid);
+        *start->mutable_spec() = rec.job.spec();
+        start->set_rank(rank);
+        start->set_world_size(n_ranks);
+        start->set_master_addr(head->info.address());
+        start->set_master_port(master_port);
+        start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
+        w->pending_commands.push_back(std::move(cmd));
+      }
+    }
+    std::vector<std::string> placed;
+    for (const auto& a : rec.job.ranks()) placed.push_back(absl::StrCat(a.rank(), "@", a.node()));
+    Transition(rec, loom::v1::SCHEDULED,
+               absl::StrCat("placed ", n_ranks, " rank(s): ", absl::StrJoin(placed, " ")))
+        .IgnoreError();
+  }
+}
+
+std::map<JobState, int> JobManager::JobCountsByState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<JobState, int> counts;
+  for (auto& [id, rec] : jobs_) counts[rec.job.state()]++;
+  return counts;
+}
+
+int JobManager::AliveWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (auto& [id, w] : workers_) n += w.info.alive() ? 1 : 0;
+  return n;
+}
+
+}  // namespace loom::controller

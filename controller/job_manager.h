@@ -1,0 +1,157 @@
+// The controller's domain logic: job catalog and lifecycle, worker registry
+// and liveness, gang scheduling of ranks onto worker slots, and fan-out of
+// job events to watchers. No gRPC types: the service adapters in
+// controller_service.cc translate requests into these calls.
+//
+// Job lifecycle (every transition is recorded with time and reason):
+//   PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
+//   PENDING | SCHEDULED -> CANCELLED | FAILED
+//
+// Thread-safe: one mutex guards all state; store writes happen under it so
+// that the order on disk is the order of events.
+#ifndef LOOM_CONTROLLER_JOB_MANAGER_H_
+#define LOOM_CONTROLLER_JOB_MANAGER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "controller/store.h"
+#include "loom/v1/job.pb.h"
+#include "loom/v1/service.pb.h"
+
+namespace loom::controller {
+
+struct JobManagerOptions {
+  // A worker whose last heartbeat is older than this is declared dead.
+  absl::Duration worker_timeout = absl::Seconds(10);
+  // What workers are told to use as their heartbeat period.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // Root for default checkpoint directories: <dir>/<job id>.
+  std::string checkpoint_root;
+};
+
+// A bounded queue of events for one watcher. Thread-safe.
+class EventQueue {
+ public:
+  // Blocks up to `timeout` for the next event. nullopt on timeout or when
+  // the queue is closed and drained.
+  std::optional<loom::v1::JobEvent> Pop(absl::Duration timeout);
+  void Push(loom::v1::JobEvent event);
+  void Close();
+  bool closed_and_empty();
+
+ private:
+  static constexpr size_t kMaxQueued = 10000;  // drop oldest step events past this
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<loom::v1::JobEvent> events_;
+  bool closed_ = false;
+};
+
+class JobManager {
+ public:
+  // `store` and `clock` must outlive the manager.
+  JobManager(Store* store, const Clock* clock, JobManagerOptions options);
+
+  // Reloads jobs from the store. Jobs that were SCHEDULED or RUNNING when the
+  // controller stopped cannot be reattached (their workers re-register under
+  // new ids) and are marked FAILED with that reason; PENDING jobs stay.
+  absl::Status Recover();
+
+  // --- client API
+  // Applies defaults, validates, stores as PENDING. INVALID_ARGUMENT /
+  // UNIMPLEMENTED from validation.
+  absl::StatusOr<loom::v1::Job> Submit(loom::v1::JobSpec spec);
+  absl::StatusOr<loom::v1::Job> Get(const std::string& job_id);
+  std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit);
+  // CANCELLED; tells workers to stop its ranks. FAILED_PRECONDITION if the
+  // job already ended.
+  absl::StatusOr<loom::v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  std::vector<loom::v1::WorkerInfo> ListWorkers();
+  absl::StatusOr<std::vector<loom::v1::StepMetrics>> StepMetrics(const std::string& job_id,
+                                                                 int limit);
+
+  // Opens a watch. When `include_history`, the queue starts with the job's
+  // past transitions and recent step metrics. The queue is closed after the
+  // job's terminal event.
+  absl::StatusOr<std::shared_ptr<EventQueue>> Watch(const std::string& job_id,
+                                                    bool include_history);
+
+  // --- worker API
+  absl::StatusOr<loom::v1::RegisterWorkerResponse> RegisterWorker(
+      const loom::v1::RegisterWorkerRequest& request);
+  // NOT_FOUND for an unknown or dead worker (it must register again).
+  absl::StatusOr<loom::v1::HeartbeatResponse> Heartbeat(
+      const loom::v1::HeartbeatRequest& request);
+  absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEvents(
+      const loom::v1::ReportStepMetricsRequest& request);
+  absl::Status ReportRankExit(const loom::v1::ReportRankExitRequest& request);
+
+  // Declares timed-out workers dead (failing their jobs) and starts pending
+  // jobs whose gang fits. Called periodically by the controller's loop and
+  // after events that free or add capacity.
+  void Tick();
+
+  // Counts for /metrics.
+  std::map<loom::v1::JobState, int> JobCountsByState();
+  int AliveWorkers();
+
+ private:
+  struct RankSlot {
+    std::string job_id;
+    int rank = 0;
+  };
+  struct Worker {
+    loom::v1::WorkerInfo info;
+    absl::Time last_heartbeat;
+    int rendezvous_port = 0;  // 0 = none fresh since last use
+    std::vector<loom::v1::WorkerCommand> pending_commands;
+    std::vector<RankSlot> ranks;  // ranks placed here and not yet exited
+  };
+  struct JobRecord {
+    loom::v1::Job job;
+    std::set<int> exited_ok;  // ranks that finished with exit code 0
+    std::set<int> running_seen;
+  };
+
+  // All private helpers require mu_ held.
+  absl::Status Transition(JobRecord& rec, loom::v1::JobState to, const std::string& reason);
+  absl::Status Persist(JobRecord& rec, int new_transitions);
+  void Publish(const std::string& job_id, loom::v1::JobEvent event);
+  void StopJobRanks(JobRecord& rec, const std::string& reason,
+                    const std::string& except_worker);
+  void ReleaseSlots(const std::string& job_id);
+  void ScheduleLocked();
+  void CheckLivenessLocked();
+  static bool IsTerminal(loom::v1::JobState s);
+  std::string NewJobId(const std::string& name);
+
+  Store* const store_;
+  const Clock* const clock_;
+  const JobManagerOptions options_;
+
+  std::mutex mu_;
+  std::map<std::string, JobRecord> jobs_;          // by id
+  std::vector<std::string> order_;                 // job ids in submission order
+  std::map<std::string, Worker> workers_;          // by id
+  std::multimap<std::string, std::weak_ptr<EventQueue>> watchers_;  // by job id
+  int64_t next_job_seq_ = 1;
+  uint64_t worker_nonce_;
+};
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_JOB_MANAGER_H_

@@ -1,0 +1,271 @@
+#include "controller/store.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace loom::controller {
+namespace {
+
+// RAII wrapper for a prepared statement.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+    if (rc_ != SQLITE_OK) error_ = sqlite3_errmsg(db);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  const std::string& error() const { return error_; }
+  sqlite3_stmt* get() { return stmt_; }
+  void BindText(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void BindBlob(int i, const std::string& s) {
+    sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void BindInt(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  int Step() { return sqlite3_step(stmt_); }
+  std::string ColumnBlob(int i) {
+    const void* p = sqlite3_column_blob(stmt_, i);
+    int n = sqlite3_column_bytes(stmt_, i);
+    return p ? std::string(static_cast<const char*>(p), n) : std::string();
+  }
+  int64_t ColumnInt(int i) { return sqlite3_column_int64(stmt_, i); }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+  std::string error_;
+};
+
+absl::Status SqlError(sqlite3* db, absl::string_view what) {
+  return absl::InternalError(absl::StrCat("store: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY,
+  seq INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  created_unix_ms INTEGER NOT NULL,
+  job BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS transitions (
+  job_id TEXT NOT NULL,
+  idx INTEGER NOT NULL,
+  from_state INTEGER NOT NULL,
+  to_state INTEGER NOT NULL,
+  time_unix_ms INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  PRIMARY KEY (job_id, idx)
+);
+CREATE TABLE IF NOT EXISTS step_metrics (
+  job_id TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  metrics BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS step_metrics_by_job ON step_metrics (job_id, step);
+CREATE TABLE IF NOT EXISTS workers (
+  id TEXT PRIMARY KEY,
+  node TEXT NOT NULL,
+  address TEXT NOT NULL,
+  registered_unix_ms INTEGER NOT NULL
+);
+)sql";
+
+int64_t JobSequence(const std::string& id) {
+  // Ids are "<name>-<seq>"; the sequence is the digits after the last '-'.
+  auto dash = id.rfind('-');
+  if (dash == std::string::npos) return 0;
+  int64_t v = 0;
+  for (size_t i = dash + 1; i < id.size(); ++i) {
+    if (id[i] < '0' || id[i] > '9') return 0;
+    v = v * 10 + (id[i] - '0');
+  }
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
+  std::string path = dir + "/loom.db";
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("cannot open store ", path, ": ", msg));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<Store> store(new Store(db));
+  // WAL: readers never block the writer; synchronous=FULL so a committed
+  // transition survives power loss, not only a process crash.
+  for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
+                             "PRAGMA foreign_keys=ON;"}) {
+    absl::Status s = store->Exec(pragma);
+    if (!s.ok()) return s;
+  }
+  absl::Status s = store->Exec(kSchema);
+  if (!s.ok()) return s;
+  return store;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+absl::Status Store::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("store: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = Exec("BEGIN IMMEDIATE;");
+  if (!s.ok()) return s;
+  auto fail = [&](absl::string_view what) {
+    absl::Status err = SqlError(db_, what);
+    Exec("ROLLBACK;").IgnoreError();
+    return err;
+  };
+  {
+    Stmt st(db_,
+            "INSERT OR REPLACE INTO jobs (id, seq, state, created_unix_ms, job) "
+            "VALUES (?, ?, ?, ?, ?);");
+    if (!st.ok()) return fail("prepare job");
+    st.BindText(1, job.id());
+    st.BindInt(2, JobSequence(job.id()));
+    st.BindInt(3, job.state());
+    st.BindInt(4, job.created_unix_ms());
+    st.BindBlob(5, job.SerializeAsString());
+    if (st.Step() != SQLITE_DONE) return fail("write job");
+  }
+  int n = job.history_size();
+  for (int i = std::max(0, n - new_transitions); i < n; ++i) {
+    const auto& t = job.history(i);
+    Stmt st(db_,
+            "INSERT OR REPLACE INTO transitions (job_id, idx, from_state, to_state, "
+            "time_unix_ms, reason) VALUES (?, ?, ?, ?, ?, ?);");
+    if (!st.ok()) return fail("prepare transition");
+    st.BindText(1, job.id());
+    st.BindInt(2, i);
+    st.BindInt(3, t.from());
+    st.BindInt(4, t.to());
+    st.BindInt(5, t.time_unix_ms());
+    st.BindText(6, t.reason());
+    if (st.Step() != SQLITE_DONE) return fail("write transition");
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT id, job FROM jobs ORDER BY created_unix_ms, seq;");
+  if (!st.ok()) return SqlError(db_, "prepare load jobs");
+  std::vector<loom::v1::Job> jobs;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    loom::v1::Job job;
+    if (!job.ParseFromString(st.ColumnBlob(1))) {
+      return absl::DataLossError(absl::StrCat("store: job row ", job.id(), " is corrupt"));
+    }
+    jobs.push_back(std::move(job));
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "load jobs");
+  return jobs;
+}
+
+absl::StatusOr<std::vector<loom::v1::StateTransition>> Store::LoadTransitions(
+    const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "SELECT from_state, to_state, time_unix_ms, reason FROM transitions "
+          "WHERE job_id = ? ORDER BY idx;");
+  if (!st.ok()) return SqlError(db_, "prepare load transitions");
+  st.BindText(1, job_id);
+  std::vector<loom::v1::StateTransition> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    loom::v1::StateTransition t;
+    t.set_from(static_cast<loom::v1::JobState>(st.ColumnInt(0)));
+    t.set_to(static_cast<loom::v1::JobState>(st.ColumnInt(1)));
+    t.set_time_unix_ms(st.ColumnInt(2));
+    t.set_reason(st.ColumnBlob(3));
+    out.push_back(std::move(t));
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "load transitions");
+  return out;
+}
+
+absl::Status Store::AppendStepMetrics(const std::string& job_id,
+                                      const std::vector<loom::v1::StepMetrics>& steps) {
+  if (steps.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = Exec("BEGIN IMMEDIATE;");
+  if (!s.ok()) return s;
+  for (const auto& m : steps) {
+    Stmt st(db_, "INSERT INTO step_metrics (job_id, step, metrics) VALUES (?, ?, ?);");
+    if (!st.ok() || (st.BindText(1, job_id), st.BindInt(2, m.step()),
+                     st.BindBlob(3, m.SerializeAsString()), st.Step()) != SQLITE_DONE) {
+      absl::Status err = SqlError(db_, "write step metrics");
+      Exec("ROLLBACK;").IgnoreError();
+      return err;
+    }
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<std::vector<loom::v1::StepMetrics>> Store::LoadStepMetrics(
+    const std::string& job_id, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "SELECT metrics FROM step_metrics WHERE job_id = ? "
+          "ORDER BY step DESC, rowid DESC LIMIT ?;");
+  if (!st.ok()) return SqlError(db_, "prepare load step metrics");
+  st.BindText(1, job_id);
+  st.BindInt(2, limit > 0 ? limit : -1);
+  std::vector<loom::v1::StepMetrics> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    loom::v1::StepMetrics m;
+    if (!m.ParseFromString(st.ColumnBlob(0))) {
+      return absl::DataLossError("store: step metrics row is corrupt");
+    }
+    out.push_back(std::move(m));
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "load step metrics");
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+absl::Status Store::PutWorker(const std::string& worker_id, const std::string& node,
+                              const std::string& address, int64_t registered_unix_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "INSERT OR REPLACE INTO workers (id, node, address, registered_unix_ms) "
+          "VALUES (?, ?, ?, ?);");
+  if (!st.ok()) return SqlError(db_, "prepare worker");
+  st.BindText(1, worker_id);
+  st.BindText(2, node);
+  st.BindText(3, address);
+  st.BindInt(4, registered_unix_ms);
+  if (st.Step() != SQLITE_DONE) return SqlError(db_, "write worker");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Store::MaxJobSequence() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT COALESCE(MAX(seq), 0) FROM jobs;");
+  if (!st.ok() || st.Step() != SQLITE_ROW) return SqlError(db_, "max job sequence");
+  return st.ColumnInt(0);
+}
+
+}  // namespace loom::controller

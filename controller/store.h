@@ -1,0 +1,68 @@
+// Durable state of the controller: jobs (with their state history), workers
+// seen, and step metrics, in one SQLite database in WAL mode.
+//
+// Every mutating call is one transaction: either all of it is on disk when
+// the call returns OK, or none of it is. Thread-safe (one mutex serialises
+// access to the connection).
+#ifndef LOOM_CONTROLLER_STORE_H_
+#define LOOM_CONTROLLER_STORE_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "loom/v1/job.pb.h"
+
+struct sqlite3;
+
+namespace loom::controller {
+
+class Store {
+ public:
+  // Opens (creating if needed) `<dir>/loom.db`. `dir` must exist.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Inserts or replaces the job row, and appends `new_transitions` (the tail
+  // of job.history not yet stored) to the transitions table.
+  absl::Status PutJob(const loom::v1::Job& job, int new_transitions);
+
+  // All jobs, oldest first.
+  absl::StatusOr<std::vector<loom::v1::Job>> LoadJobs();
+
+  // Transitions recorded for a job, in order (from the transitions table).
+  absl::StatusOr<std::vector<loom::v1::StateTransition>> LoadTransitions(
+      const std::string& job_id);
+
+  // Appends step metrics of a job.
+  absl::Status AppendStepMetrics(const std::string& job_id,
+                                 const std::vector<loom::v1::StepMetrics>& steps);
+
+  // The newest `limit` (0 = all) step metrics of a job, oldest first.
+  absl::StatusOr<std::vector<loom::v1::StepMetrics>> LoadStepMetrics(
+      const std::string& job_id, int limit);
+
+  // Records a worker registration (for audit; workers re-register after a
+  // controller restart).
+  absl::Status PutWorker(const std::string& worker_id, const std::string& node,
+                         const std::string& address, int64_t registered_unix_ms);
+
+  // Largest numeric suffix used in job ids so far (ids never repeat).
+  absl::StatusOr<int64_t> MaxJobSequence();
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const char* sql);
+
+  std::mutex mu_;
+  sqlite3* db_;  // owned; guarded by mu_
+};
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_STORE_H_

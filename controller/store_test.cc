@@ -1,0 +1,99 @@
+#include "controller/store.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace loom::controller {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/loom_store_test_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+loom::v1::Job MakeJob(const std::string& id, loom::v1::JobState state, int64_t created) {
+  loom::v1::Job job;
+  job.set_id(id);
+  job.set_state(state);
+  job.set_created_unix_ms(created);
+  job.mutable_spec()->set_name("tiny");
+  auto* t = job.add_history();
+  t->set_from(loom::v1::JOB_STATE_UNSPECIFIED);
+  t->set_to(loom::v1::PENDING);
+  t->set_time_unix_ms(created);
+  t->set_reason("submitted");
+  return job;
+}
+
+TEST(StoreTest, JobsSurviveReopen) {
+  std::string dir = TempDir();
+  {
+    auto store = Store::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    loom::v1::Job a = MakeJob("tiny-1", loom::v1::PENDING, 1000);
+    ASSERT_TRUE((*store)->PutJob(a, 1).ok());
+    loom::v1::Job b = MakeJob("tiny-2", loom::v1::PENDING, 2000);
+    ASSERT_TRUE((*store)->PutJob(b, 1).ok());
+    // b moves on: PENDING -> SCHEDULED.
+    auto* t = b.add_history();
+    t->set_from(loom::v1::PENDING);
+    t->set_to(loom::v1::SCHEDULED);
+    t->set_time_unix_ms(2500);
+    t->set_reason("placed");
+    b.set_state(loom::v1::SCHEDULED);
+    ASSERT_TRUE((*store)->PutJob(b, 1).ok());
+  }
+  auto store = Store::Open(dir);
+  ASSERT_TRUE(store.ok());
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].id(), "tiny-1");
+  EXPECT_EQ((*jobs)[1].id(), "tiny-2");
+  EXPECT_EQ((*jobs)[1].state(), loom::v1::SCHEDULED);
+  EXPECT_EQ((*jobs)[1].history_size(), 2);
+  auto transitions = (*store)->LoadTransitions("tiny-2");
+  ASSERT_TRUE(transitions.ok());
+  ASSERT_EQ(transitions->size(), 2u);
+  EXPECT_EQ((*transitions)[1].to(), loom::v1::SCHEDULED);
+  EXPECT_EQ((*transitions)[1].reason(), "placed");
+  auto seq = (*store)->MaxJobSequence();
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(*seq, 2);
+}
+
+TEST(StoreTest, StepMetricsNewestLimitOldestFirst) {
+  auto store = Store::Open(TempDir());
+  ASSERT_TRUE(store.ok());
+  std::vector<loom::v1::StepMetrics> steps;
+  for (int i = 1; i <= 10; ++i) {
+    loom::v1::StepMetrics m;
+    m.set_step(i);
+    m.set_loss(10.0 - i);
+    steps.push_back(m);
+  }
+  ASSERT_TRUE((*store)->AppendStepMetrics("job-1", steps).ok());
+  auto last3 = (*store)->LoadStepMetrics("job-1", 3);
+  ASSERT_TRUE(last3.ok());
+  ASSERT_EQ(last3->size(), 3u);
+  EXPECT_EQ((*last3)[0].step(), 8);
+  EXPECT_EQ((*last3)[2].step(), 10);
+  EXPECT_DOUBLE_EQ((*last3)[2].loss(), 0.0);
+  auto all = (*store)->LoadStepMetrics("job-1", 0);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 10u);
+  auto none = (*store)->LoadStepMetrics("other", 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(StoreTest, OpenFailsOnMissingDirectory) {
+  auto store = Store::Open("/nonexistent/loom/dir");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace loom::controller

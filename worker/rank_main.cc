@@ -1,0 +1,184 @@
+// loom-rank: one training rank, started by loom-worker as a child process.
+//
+// Reads its assignment (loom.v1.StartRank as JSON), joins the job's c10d
+// group (TCPStore at master_addr:master_port, hosted by rank 0; Gloo on CPU),
+// trains, and writes one JSON loom.v1.RankEvent per line to stdout. Human
+// logs go to stderr (the worker keeps them in rank-<r>.log). Exit code 0 =
+// training finished; 1 = error (last stderr line says why); 143 = stopped.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "google/protobuf/util/json_util.h"
+#include "loom/v1/service.pb.h"
+#include "worker/blas_info.h"
+#include "worker/engine/data.h"
+#include "worker/engine/trainer.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnTerm(int) { g_stop = true; }
+
+void Emit(const loom::v1::RankEvent& event) {
+  std::string line;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(event, &line, opts);
+  line.push_back('\n');
+  fwrite(line.data(), 1, line.size(), stdout);
+  fflush(stdout);
+}
+
+[[noreturn]] void Die(const std::string& msg, int code = 1) {
+  std::cerr << msg << std::endl;
+  fflush(stdout);
+  _exit(code);
+}
+
+loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
+  const loom::v1::JobSpec& spec = a.spec();
+  loom::engine::TrainerConfig c;
+  const auto& g = spec.model().gpt();
+  c.model.n_layer = g.n_layer();
+  c.model.n_head = g.n_head();
+  c.model.d_model = g.d_model();
+  c.model.seq_len = g.seq_len();
+  c.model.vocab_size = g.vocab_size();
+  c.model.dropout = g.dropout();
+  const auto& o = spec.optimizer().adamw();
+  c.optimizer.lr = o.lr();
+  c.optimizer.beta1 = o.beta1();
+  c.optimizer.beta2 = o.beta2();
+  c.optimizer.eps = o.eps();
+  c.optimizer.weight_decay = o.weight_decay();
+  c.optimizer.grad_clip = o.grad_clip();
+  const auto& s = spec.schedule();
+  c.schedule.total_steps = s.total_steps();
+  c.schedule.warmup_steps = s.warmup_steps();
+  c.schedule.min_lr_ratio = s.min_lr_ratio();
+  c.global_batch = spec.batch().global_batch();
+  c.micro_batch = spec.batch().micro_batch();
+  c.seed = spec.seed();
+  c.eval_interval = s.eval_interval();
+  c.eval_batches = s.eval_batches();
+  c.log_interval = s.log_interval() > 0 ? s.log_interval() : 1;
+  c.checkpoint_dir = a.checkpoint_dir().empty() ? spec.checkpoint().dir() : a.checkpoint_dir();
+  c.checkpoint_interval = spec.checkpoint().interval_steps();
+  c.keep_checkpoints = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : 3;
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string assignment_path;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--assignment") assignment_path = argv[i + 1];
+  }
+  if (assignment_path.empty()) Die("usage: loom-rank --assignment FILE");
+  struct sigaction sa {};
+  sa.sa_handler = OnTerm;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  auto text = loom::ReadFile(assignment_path);
+  if (!text.ok()) Die(absl::StrCat("cannot read assignment: ", text.status().message()));
+  loom::v1::StartRank a;
+  auto parsed = google::protobuf::util::JsonStringToMessage(*text, &a);
+  if (!parsed.ok()) Die(absl::StrCat("bad assignment ", assignment_path, ": ", parsed.ToString()));
+
+  loom::engine::TrainerConfig config = ToTrainerConfig(a);
+  auto train = loom::engine::ExpandShardPatterns(
+      std::vector<std::string>(a.spec().data().train().begin(), a.spec().data().train().end()));
+  if (!train.ok()) Die(absl::StrCat("data.train: ", train.status().message()));
+  config.train_shards = *train;
+  if (a.spec().data().validation_size() > 0) {
+    auto val = loom::engine::ExpandShardPatterns(std::vector<std::string>(
+        a.spec().data().validation().begin(), a.spec().data().validation().end()));
+    if (!val.ok()) Die(absl::StrCat("data.validation: ", val.status().message()));
+    config.val_shards = *val;
+  }
+
+  int threads = a.spec().resources().threads_per_rank() > 0 ? a.spec().resources().threads_per_rank() : 1;
+  torch::set_num_threads(threads);
+  loom::worker::BlasInfo blas = loom::worker::DetectBlas();
+  std::cerr << "loom-rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()
+            << ": " << threads << " thread(s), BLAS " << blas.vendor << " (" << blas.path << ")"
+            << std::endl;
+  if (!blas.optimized) std::cerr << "WARNING: slow reference BLAS in use" << std::endl;
+
+  std::shared_ptr<c10d::ProcessGroup> pg;
+  try {
+    if (a.world_size() > 1) {
+      c10d::TCPStoreOptions store_opts;
+      store_opts.port = static_cast<uint16_t>(a.master_port());
+      store_opts.isServer = a.rank() == 0;
+      store_opts.numWorkers = a.world_size();
+      store_opts.waitWorkers = false;
+      store_opts.timeout = std::chrono::seconds(120);
+      auto store = c10d::make_intrusive<c10d::TCPStore>(a.master_addr(), store_opts);
+      auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(300));
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(a.master_addr()));
+      pg = std::make_shared<c10d::ProcessGroupGloo>(store, a.rank(), a.world_size(), opts);
+    }
+  } catch (const std::exception& e) {
+    Die(absl::StrCat("joining the process group at ", a.master_addr(), ":", a.master_port(),
+                     " failed: ", e.what()));
+  }
+
+  loom::engine::TrainerCallbacks cb;
+  int rank = a.rank();
+  cb.on_step = [rank](const loom::engine::StepReport& r) {
+    loom::v1::RankEvent e;
+    auto* m = e.mutable_step();
+    m->set_step(r.step);
+    m->set_loss(r.loss);
+    m->set_lr(r.lr);
+    m->set_grad_norm(r.grad_norm);
+    m->set_step_time_seconds(r.step_time_seconds);
+    m->set_tokens_per_second(r.tokens_per_second);
+    m->set_tokens_seen(r.tokens_seen);
+    m->set_has_val_loss(r.has_val_loss);
+    m->set_val_loss(r.val_loss);
+    m->set_rank(rank);
+    m->set_time_unix_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch()).count());
+    Emit(e);
+  };
+  cb.on_checkpoint = [](const loom::engine::CheckpointReport& r) {
+    loom::v1::RankEvent e;
+    auto* c = e.mutable_checkpoint();
+    c->set_step(r.step);
+    c->set_path(r.path);
+    c->set_bytes(r.bytes);
+    c->set_sha256(r.sha256);
+    Emit(e);
+  };
+  cb.should_stop = [] { return g_stop.load(); };
+
+  auto result = loom::engine::Train(config, pg, cb);
+  if (!result.ok()) {
+    if (absl::IsCancelled(result.status())) Die("stopped on request", 143);
+    Die(absl::StrCat("training failed: ", result.status().ToString()));
+  }
+  std::cerr << "loom-rank " << rank << ": finished " << result->steps << " steps, final loss "
+            << result->final_loss << std::endl;
+  fflush(stdout);
+  // Skip static destructors: tearing down Gloo after peers have exited can
+  // block, and everything worth keeping is already on disk.
+  _exit(0);
+}

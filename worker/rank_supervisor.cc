@@ -1,0 +1,241 @@
+#include "worker/rank_supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace loom::worker {
+namespace {
+
+std::string LastLogLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    std::string t(absl::StripAsciiWhitespace(line));
+    if (!t.empty()) last = t;
+  }
+  if (last.size() > 500) last = last.substr(last.size() - 500);
+  return last;
+}
+
+}  // namespace
+
+RankSupervisor::RankSupervisor(RankSupervisorOptions options) : options_(std::move(options)) {
+  killer_ = std::thread([this] { KillerLoop(); });
+}
+
+RankSupervisor::~RankSupervisor() {
+  std::vector<std::thread> readers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    for (auto& [key, child] : children_) kill(child->pid, SIGKILL);
+  }
+  killer_.join();
+  // Readers end when the killed children close their pipes.
+  for (;;) {
+    std::unique_ptr<Child> child;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (children_.empty()) break;
+      // Take ownership so Reap does not find it; the reader still reaps.
+      auto it = children_.begin();
+      child = std::move(it->second);
+      children_.erase(it);
+    }
+    if (child->reader.joinable()) child->reader.join();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& t : finished_readers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+absl::Status RankSupervisor::Start(const std::string& job_id, int rank,
+                                   const std::string& assignment_json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return absl::UnavailableError("worker is shutting down");
+  auto key = std::make_pair(job_id, rank);
+  if (children_.count(key)) {
+    return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " of ", job_id, " already runs here"));
+  }
+  // Join readers of children that have finished.
+  for (auto& t : finished_readers_) {
+    if (t.joinable()) t.join();
+  }
+  finished_readers_.clear();
+
+  std::string dir = absl::StrCat(options_.work_dir, "/", job_id);
+  absl::Status made = MakeDirs(dir);
+  if (!made.ok()) return made;
+  std::string base = absl::StrCat(dir, "/rank-", rank);
+  std::string assignment_path = base + ".assignment.json";
+  std::string log_path = base + ".log";
+  {
+    std::ofstream out(assignment_path, std::ios::trunc);
+    out << assignment_json;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", assignment_path));
+  }
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  int logfd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (logfd < 0) {
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
+  }
+  std::vector<std::string> args = {options_.rank_binary, "--assignment", assignment_path};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(pipefd[0]);
+    close(pipefd[1]);
+    close(logfd);
+    return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    setpgid(0, 0);  // its own group, so signals to the worker's group skip it
+    dup2(pipefd[1], STDOUT_FILENO);
+    dup2(logfd, STDERR_FILENO);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv(argv[0], argv.data());
+    const char msg[] = "loom-worker: exec of the rank binary failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  close(logfd);
+  auto child = std::make_unique<Child>();
+  child->pid = pid;
+  child->log_path = log_path;
+  int read_fd = pipefd[0];
+  child->reader = std::thread([this, job_id, rank, read_fd, pid, log_path] {
+    ReadLoop(job_id, rank, read_fd, pid, log_path);
+  });
+  children_[key] = std::move(child);
+  return absl::OkStatus();
+}
+
+void RankSupervisor::ReadLoop(const std::string& job_id, int rank, int fd, pid_t pid,
+                              std::string log_path) {
+  std::string buf;
+  char chunk[4096];
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    buf.append(chunk, n);
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      std::string line = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      if (line.empty()) continue;
+      loom::v1::RankEvent event;
+      if (google::protobuf::util::JsonStringToMessage(line, &event).ok()) {
+        if (options_.on_event) options_.on_event(job_id, rank, event);
+      }
+      // Lines that are not events are ignored: a rank's own logging goes to
+      // stderr, which is its log file.
+    }
+  }
+  close(fd);
+  Reap(job_id, rank, pid, log_path);
+}
+
+void RankSupervisor::Reap(const std::string& job_id, int rank, pid_t pid,
+                          const std::string& log_path) {
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  RankExit exit;
+  exit.job_id = job_id;
+  exit.rank = rank;
+  exit.log_path = log_path;
+  if (WIFSIGNALED(wstatus)) {
+    exit.signal = WTERMSIG(wstatus);
+    exit.exit_code = 128 + exit.signal;
+  } else {
+    exit.exit_code = WEXITSTATUS(wstatus);
+  }
+  exit.reason = LastLogLine(log_path);
+  if (exit.signal == SIGKILL && exit.reason.empty()) {
+    exit.reason = "killed (SIGKILL: out of memory, or stopped after the grace period)";
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = children_.find({job_id, rank});
+    if (it != children_.end() && it->second->pid == pid) {
+      finished_readers_.push_back(std::move(it->second->reader));
+      children_.erase(it);
+    }
+  }
+  if (options_.on_exit) options_.on_exit(exit);
+}
+
+void RankSupervisor::Stop(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, child] : children_) {
+    if (key.first != job_id || child->stopping) continue;
+    child->stopping = true;
+    child->stop_deadline = absl::Now() + options_.stop_grace;
+    kill(child->pid, SIGTERM);
+  }
+}
+
+void RankSupervisor::StopAll() {
+  std::vector<std::string> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, child] : children_) jobs.push_back(key.first);
+  }
+  for (const auto& j : jobs) Stop(j);
+}
+
+std::vector<std::pair<std::string, int>> RankSupervisor::Running() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, int>> out;
+  for (auto& [key, child] : children_) out.push_back(key);
+  return out;
+}
+
+void RankSupervisor::KillerLoop() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shutting_down_) return;
+      absl::Time now = absl::Now();
+      for (auto& [key, child] : children_) {
+        if (child->stopping && now >= child->stop_deadline) {
+          kill(child->pid, SIGKILL);
+          child->stop_deadline = absl::InfiniteFuture();
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,84 @@
+// Runs each assigned rank as a child process, so that a rank that throws,
+// aborts or is OOM-killed cannot take the worker daemon down. Reads the
+// rank's stdout (one JSON-encoded loom.v1.RankEvent per line) and reports
+// events and the exit (code, signal, last line of its log) through callbacks.
+//
+// Thread-safe. Each child has one reader thread, joined on exit or in the
+// destructor (which kills remaining children).
+#ifndef LOOM_WORKER_RANK_SUPERVISOR_H_
+#define LOOM_WORKER_RANK_SUPERVISOR_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom::worker {
+
+struct RankExit {
+  std::string job_id;
+  int rank = 0;
+  int exit_code = 0;  // meaningful when signal == 0
+  int signal = 0;
+  std::string reason;  // last non-empty line of the rank's log
+  std::string log_path;
+};
+
+struct RankSupervisorOptions {
+  std::string rank_binary;     // path to loom-rank
+  std::string work_dir;        // per-rank files go to <work_dir>/<job>/rank-<r>.*
+  absl::Duration stop_grace = absl::Seconds(5);  // SIGTERM -> SIGKILL
+  std::function<void(const std::string& job_id, int rank, const loom::v1::RankEvent&)> on_event;
+  std::function<void(const RankExit&)> on_exit;
+};
+
+class RankSupervisor {
+ public:
+  explicit RankSupervisor(RankSupervisorOptions options);
+  ~RankSupervisor();  // SIGKILLs remaining children and joins readers
+
+  // Starts `argv_extra` appended to the rank binary's argv; `assignment_json`
+  // is written to <work_dir>/<job>/rank-<r>.assignment.json and passed as
+  // --assignment. ALREADY_EXISTS if that rank is already running here.
+  absl::Status Start(const std::string& job_id, int rank, const std::string& assignment_json);
+
+  // SIGTERM to every rank of the job, SIGKILL after stop_grace. Returns at
+  // once; exits arrive through on_exit.
+  void Stop(const std::string& job_id);
+  void StopAll();
+
+  std::vector<std::pair<std::string, int>> Running();
+
+ private:
+  struct Child {
+    pid_t pid = -1;
+    std::string log_path;
+    std::thread reader;
+    bool stopping = false;
+    absl::Time stop_deadline;
+  };
+  void ReadLoop(const std::string& job_id, int rank, int fd, pid_t pid, std::string log_path);
+  void Reap(const std::string& job_id, int rank, pid_t pid, const std::string& log_path);
+  void KillerLoop();
+
+  const RankSupervisorOptions options_;
+  std::mutex mu_;
+  std::map<std::pair<std::string, int>, std::unique_ptr<Child>> children_;  // guarded by mu_
+  std::vector<std::thread> finished_readers_;  // guarded by mu_; joined later
+  bool shutting_down_ = false;                 // guarded by mu_
+  std::thread killer_;  // escalates SIGTERM to SIGKILL after the grace period
+};
+
+}  // namespace loom::worker
+
+#endif  // LOOM_WORKER_RANK_SUPERVISOR_H_

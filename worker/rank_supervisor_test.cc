@@ -1,0 +1,142 @@
+#include "worker/rank_supervisor.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The supervisor runs whatever binary it is given; these tests give it small
+// shell scripts that behave like ranks (emit events, fail, crash, hang).
+class RankSupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/loom_sup_test_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+
+  std::string Script(const std::string& body) {
+    std::string path = dir_ + "/rank.sh";
+    std::ofstream out(path);
+    out << "#!/bin/sh\n" << body << "\n";
+    out.close();
+    chmod(path.c_str(), 0755);
+    return path;
+  }
+
+  std::unique_ptr<RankSupervisor> Make(const std::string& binary,
+                                       absl::Duration grace = absl::Seconds(5)) {
+    RankSupervisorOptions opts;
+    opts.rank_binary = binary;
+    opts.work_dir = dir_ + "/work";
+    opts.stop_grace = grace;
+    opts.on_event = [this](const std::string& job, int rank, const loom::v1::RankEvent& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(e);
+    };
+    opts.on_exit = [this](const RankExit& exit) {
+      std::lock_guard<std::mutex> lock(mu_);
+      exits_.push_back(exit);
+      cv_.notify_all();
+    };
+    return std::make_unique<RankSupervisor>(opts);
+  }
+
+  RankExit WaitExit() {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(20), [&] { return !exits_.empty(); }));
+    return exits_.empty() ? RankExit{} : exits_.back();
+  }
+
+  std::string dir_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<loom::v1::RankEvent> events_;
+  std::vector<RankExit> exits_;
+};
+
+TEST_F(RankSupervisorTest, ForwardsEventsAndCleanExit) {
+  auto sup = Make(Script(
+      "test \"$1\" = --assignment && test -f \"$2\" || exit 9\n"
+      "echo '{\"step\": {\"step\": \"1\", \"loss\": 5.5}}'\n"
+      "echo 'not an event'\n"
+      "echo '{\"checkpoint\": {\"step\": \"1\", \"path\": \"/c/1\"}}'\n"
+      "echo 'done training' >&2\n"
+      "exit 0"));
+  ASSERT_TRUE(sup->Start("job-1", 0, "{}").ok());
+  RankExit exit = WaitExit();
+  EXPECT_EQ(exit.job_id, "job-1");
+  EXPECT_EQ(exit.exit_code, 0);
+  EXPECT_EQ(exit.signal, 0);
+  EXPECT_EQ(exit.reason, "done training");
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSERT_EQ(events_.size(), 2u);
+  EXPECT_EQ(events_[0].step().step(), 1);
+  EXPECT_DOUBLE_EQ(events_[0].step().loss(), 5.5);
+  EXPECT_EQ(events_[1].checkpoint().path(), "/c/1");
+}
+
+TEST_F(RankSupervisorTest, FailureCarriesLastLogLine) {
+  auto sup = Make(Script("echo 'loading data' >&2\necho 'data.train: no such file' >&2\nexit 3"));
+  ASSERT_TRUE(sup->Start("job-2", 1, "{}").ok());
+  RankExit exit = WaitExit();
+  EXPECT_EQ(exit.rank, 1);
+  EXPECT_EQ(exit.exit_code, 3);
+  EXPECT_EQ(exit.reason, "data.train: no such file");
+}
+
+TEST_F(RankSupervisorTest, CrashBySignalIsReportedAndDaemonSurvives) {
+  auto sup = Make(Script("kill -ABRT $$"));
+  ASSERT_TRUE(sup->Start("job-3", 0, "{}").ok());
+  RankExit exit = WaitExit();
+  EXPECT_EQ(exit.signal, SIGABRT);
+  EXPECT_TRUE(sup->Running().empty());
+}
+
+TEST_F(RankSupervisorTest, StopTerminatesAndEscalatesToKill) {
+  // Ignores SIGTERM, so only the SIGKILL after the grace period ends it.
+  auto sup = Make(Script("trap '' TERM\nwhile true; do sleep 0.1; done"), absl::Milliseconds(300));
+  ASSERT_TRUE(sup->Start("job-4", 0, "{}").ok());
+  EXPECT_EQ(sup->Start("job-4", 0, "{}").code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_EQ(sup->Running().size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  sup->Stop("job-4");
+  RankExit exit = WaitExit();
+  EXPECT_EQ(exit.signal, SIGKILL);
+  EXPECT_THAT(exit.reason, HasSubstr("SIGKILL"));
+}
+
+TEST_F(RankSupervisorTest, StopWithTermEndsCooperativeRank) {
+  auto sup = Make(Script("trap 'echo stopped >&2; exit 143' TERM\nwhile true; do sleep 0.1; done"));
+  ASSERT_TRUE(sup->Start("job-5", 0, "{}").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  sup->Stop("job-5");
+  RankExit exit = WaitExit();
+  EXPECT_EQ(exit.exit_code, 143);
+  EXPECT_EQ(exit.signal, 0);
+  EXPECT_EQ(exit.reason, "stopped");
+}
+
+TEST_F(RankSupervisorTest, MissingBinaryExitsWith127) {
+  auto sup = Make(dir_ + "/does-not-exist");
+  ASSERT_TRUE(sup->Start("job-6", 0, "{}").ok());
+  RankExit exit = WaitExit();
+  EXPECT_EQ(exit.exit_code, 127);
+  EXPECT_THAT(exit.reason, HasSubstr("exec of the rank binary failed"));
+}
+
+}  // namespace
+}  // namespace loom::worker

@@ -1,0 +1,13 @@
+loom_library(loom_blas_info SRCS blas_info.cc DEPS ${CMAKE_DL_LIBS})
+loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc
+  DEPS loom_grpc loom_grpc_util loom_file_util loom_metrics loom_common absl::strings Threads::Threads)
+
+add_executable(loom-worker worker_main.cc)
+target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_blas_info
+  absl::flags absl::flags_parse absl::flags_usage)
+
+# The rank process links LibTorch and protobuf messages, but no gRPC.
+add_executable(loom-rank rank_main.cc)
+target_link_libraries(loom-rank PRIVATE loom_engine loom_blas_info loom_proto loom_file_util)
+
+loom_test(loom_rank_supervisor_test SRCS rank_supervisor_test.cc DEPS loom_worker_agent)

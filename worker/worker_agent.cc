@@ -1,0 +1,312 @@
+#include "worker/worker_agent.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace loom::worker {
+
+int PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    socklen_t len = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+WorkerAgent::WorkerAgent(WorkerOptions options,
+                         std::shared_ptr<loom::v1::WorkerService::StubInterface> stub,
+                         std::shared_ptr<metrics::Registry> registry)
+    : options_(std::move(options)),
+      stub_(std::move(stub)),
+      registry_(std::move(registry)),
+      step_time_(metrics::BuildGauge()
+                     .Name("loom_worker_step_time_seconds")
+                     .Help("Wall time of the last optimizer step, per rank.")
+                     .Register(*registry_)),
+      tokens_per_second_(metrics::BuildGauge()
+                             .Name("loom_worker_tokens_per_second")
+                             .Help("Training throughput of the job (all ranks), last step.")
+                             .Register(*registry_)),
+      loss_(metrics::BuildGauge()
+                .Name("loom_worker_loss")
+                .Help("Training loss of the last step (mean over the global batch).")
+                .Register(*registry_)),
+      val_loss_(metrics::BuildGauge()
+                    .Name("loom_worker_validation_loss")
+                    .Help("Validation loss of the last evaluation.")
+                    .Register(*registry_)),
+      lr_(metrics::BuildGauge()
+              .Name("loom_worker_learning_rate")
+              .Help("Learning rate used by the last step.")
+              .Register(*registry_)),
+      step_(metrics::BuildGauge()
+                .Name("loom_worker_step")
+                .Help("Last optimizer step completed.")
+                .Register(*registry_)),
+      tokens_total_(metrics::BuildCounter()
+                        .Name("loom_worker_tokens_total")
+                        .Help("Tokens trained on by the job (all ranks), as seen by this worker.")
+                        .Register(*registry_)),
+      rank_exits_(metrics::BuildCounter()
+                      .Name("loom_worker_rank_exits_total")
+                      .Help("Rank processes that ended, by outcome.")
+                      .Register(*registry_)),
+      ranks_running_(metrics::BuildGauge()
+                         .Name("loom_worker_ranks_running")
+                         .Help("Rank processes running on this worker.")
+                         .Register(*registry_)
+                         .Add({})),
+      heartbeats_failed_(metrics::BuildCounter()
+                             .Name("loom_worker_heartbeat_failures_total")
+                             .Help("Heartbeats that did not reach the controller.")
+                             .Register(*registry_)
+                             .Add({})) {
+  RankSupervisorOptions sup;
+  sup.rank_binary = options_.rank_binary;
+  sup.work_dir = options_.work_dir;
+  sup.stop_grace = options_.stop_grace;
+  sup.on_event = [this](const std::string& job, int rank, const loom::v1::RankEvent& e) {
+    OnEvent(job, rank, e);
+  };
+  sup.on_exit = [this](const RankExit& exit) { OnExit(exit); };
+  supervisor_ = std::make_unique<RankSupervisor>(std::move(sup));
+  sender_ = std::thread([this] { SenderLoop(); });
+}
+
+WorkerAgent::~WorkerAgent() {
+  Stop();
+  supervisor_.reset();  // kills ranks; their exits enqueue and are dropped
+  if (sender_.joinable()) sender_.join();
+}
+
+void WorkerAgent::Stop() {
+  stop_ = true;
+  cv_.notify_all();
+}
+
+std::unique_ptr<grpc::ClientContext> WorkerAgent::NewContext() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  AttachToken(ctx.get(), options_.token);
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    absl::ToChronoMilliseconds(options_.rpc_timeout));
+  return ctx;
+}
+
+absl::Status WorkerAgent::Register() {
+  loom::v1::RegisterWorkerRequest req;
+  req.set_node(options_.node);
+  req.set_address(options_.address);
+  req.set_slots(options_.slots);
+  req.set_cpus(static_cast<int>(std::thread::hardware_concurrency()));
+  req.set_gpus(0);
+  struct sysinfo si;
+  if (sysinfo(&si) == 0) req.set_memory_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
+  req.set_metrics_address(options_.metrics_address);
+  loom::v1::RegisterWorkerResponse resp;
+  auto ctx = NewContext();
+  absl::Status s = FromGrpcStatus(stub_->RegisterWorker(ctx.get(), req, &resp));
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  worker_id_ = resp.worker_id();
+  if (resp.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
+  }
+  std::cerr << "loom-worker: registered as " << worker_id_ << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status WorkerAgent::HeartbeatOnce() {
+  loom::v1::HeartbeatRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.set_worker_id(worker_id_);
+  }
+  auto running = supervisor_->Running();
+  ranks_running_.Set(static_cast<double>(running.size()));
+  for (auto& [job, rank] : running) {
+    auto* r = req.add_running();
+    r->set_job_id(job);
+    r->set_rank(rank);
+  }
+  req.set_rendezvous_port(PickFreePort());
+  loom::v1::HeartbeatResponse resp;
+  auto ctx = NewContext();
+  absl::Status s = FromGrpcStatus(stub_->Heartbeat(ctx.get(), req, &resp));
+  if (!s.ok()) return s;
+  for (const auto& cmd : resp.commands()) HandleCommand(cmd);
+  return absl::OkStatus();
+}
+
+void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
+  if (cmd.has_start()) {
+    const auto& start = cmd.start();
+    std::string json;
+    google::protobuf::util::JsonPrintOptions opts;
+    opts.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(start, &json, opts);
+    absl::Status s = supervisor_->Start(start.job_id(), start.rank(), json);
+    if (!s.ok() && !absl::IsAlreadyExists(s)) {
+      RankExit exit;
+      exit.job_id = start.job_id();
+      exit.rank = start.rank();
+      exit.exit_code = 127;
+      exit.reason = absl::StrCat("worker could not start the rank: ", s.message());
+      OnExit(exit);
+    } else if (s.ok()) {
+      std::cerr << "loom-worker: started rank " << start.rank() << "/" << start.world_size()
+                << " of " << start.job_id() << std::endl;
+    }
+  } else if (cmd.has_stop()) {
+    std::cerr << "loom-worker: stopping ranks of " << cmd.stop().job_id() << ": "
+              << cmd.stop().reason() << std::endl;
+    supervisor_->Stop(cmd.stop().job_id());
+  }
+}
+
+void WorkerAgent::OnEvent(const std::string& job_id, int rank, const loom::v1::RankEvent& e) {
+  if (e.has_step()) {
+    const auto& m = e.step();
+    metrics::Labels labels = {{"job", job_id}, {"rank", std::to_string(rank)}};
+    step_time_.Add(labels).Set(m.step_time_seconds());
+    tokens_per_second_.Add(labels).Set(m.tokens_per_second());
+    loss_.Add(labels).Set(m.loss());
+    lr_.Add(labels).Set(m.lr());
+    step_.Add(labels).Set(static_cast<double>(m.step()));
+    if (m.has_val_loss()) val_loss_.Add(labels).Set(m.val_loss());
+    auto& tokens = tokens_total_.Add(labels);
+    double delta = static_cast<double>(m.tokens_seen()) - tokens.Value();
+    if (delta > 0) tokens.Increment(delta);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Outgoing out;
+  out.job_id = job_id;
+  out.event = e;
+  outgoing_.push_back(std::move(out));
+  cv_.notify_all();
+}
+
+void WorkerAgent::OnExit(const RankExit& exit) {
+  std::cerr << "loom-worker: rank " << exit.rank << " of " << exit.job_id << " exited (code "
+            << exit.exit_code << ", signal " << exit.signal << ")"
+            << (exit.reason.empty() ? "" : ": " + exit.reason) << std::endl;
+  rank_exits_.Add({{"outcome", exit.exit_code == 0 && exit.signal == 0 ? "success" : "failure"}})
+      .Increment();
+  std::lock_guard<std::mutex> lock(mu_);
+  Outgoing out;
+  out.is_exit = true;
+  out.job_id = exit.job_id;
+  out.exit = exit;
+  outgoing_.push_back(std::move(out));
+  cv_.notify_all();
+}
+
+void WorkerAgent::SenderLoop() {
+  while (true) {
+    std::deque<Outgoing> batch;
+    std::string worker_id;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(200),
+                   [&] { return stop_.load() || !outgoing_.empty(); });
+      if (stop_.load()) return;
+      if (worker_id_.empty()) continue;
+      batch.swap(outgoing_);
+      worker_id = worker_id_;
+    }
+    // Events of a job go out in one report; an exit is sent after the events
+    // that precede it, so the controller sees the last step before the end.
+    while (!batch.empty()) {
+      if (batch.front().is_exit) {
+        const RankExit& e = batch.front().exit;
+        loom::v1::ReportRankExitRequest req;
+        req.set_worker_id(worker_id);
+        req.set_job_id(e.job_id);
+        req.set_rank(e.rank);
+        req.set_exit_code(e.exit_code);
+        req.set_signal(e.signal);
+        req.set_reason(e.reason);
+        loom::v1::ReportRankExitResponse resp;
+        grpc::Status s;
+        for (int attempt = 0; attempt < 20 && !stop_.load(); ++attempt) {
+          auto ctx = NewContext();
+          s = stub_->ReportRankExit(ctx.get(), req, &resp);
+          if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+              s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        }
+        batch.pop_front();
+        continue;
+      }
+      loom::v1::ReportStepMetricsRequest req;
+      req.set_worker_id(worker_id);
+      req.set_job_id(batch.front().job_id);
+      while (!batch.empty() && !batch.front().is_exit && batch.front().job_id == req.job_id()) {
+        *req.add_events() = std::move(batch.front().event);
+        batch.pop_front();
+      }
+      loom::v1::ReportStepMetricsResponse resp;
+      auto ctx = NewContext();
+      grpc::Status s = stub_->ReportStepMetrics(ctx.get(), req, &resp);
+      if (s.ok() && resp.stop()) supervisor_->Stop(req.job_id());
+    }
+  }
+}
+
+void WorkerAgent::Run() {
+  bool registered = false;
+  while (!stop_.load()) {
+    absl::Status s;
+    if (!registered) {
+      s = Register();
+      registered = s.ok();
+      if (!s.ok()) {
+        std::cerr << "loom-worker: register failed: " << s << std::endl;
+        if (absl::IsUnauthenticated(s) || absl::IsInvalidArgument(s)) {
+          std::cerr << "loom-worker: giving up: this will not fix itself" << std::endl;
+          return;
+        }
+      }
+    } else {
+      s = HeartbeatOnce();
+      if (absl::IsNotFound(s)) {
+        // The controller restarted or declared us dead: whatever runs here
+        // is orphaned. Stop it and start over.
+        std::cerr << "loom-worker: " << s.message() << "; stopping local ranks" << std::endl;
+        supervisor_->StopAll();
+        registered = false;
+      } else if (!s.ok()) {
+        heartbeats_failed_.Increment();
+      }
+    }
+    absl::Duration wait;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wait = registered ? heartbeat_interval_ : absl::Seconds(1);
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, absl::ToChronoMilliseconds(wait), [&] { return stop_.load(); });
+  }
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,98 @@
+// The worker daemon's control loop: registers with the controller,
+// heartbeats (reporting running ranks and a free rendezvous port, receiving
+// start/stop commands), starts and stops ranks through RankSupervisor, and
+// forwards rank events and exits to the controller.
+//
+// Thread model: Run() owns the heartbeat loop on the caller's thread; one
+// sender thread drains the outgoing queue of events/exits. Rank callbacks
+// only enqueue. Stop() ends both and is safe from any thread.
+#ifndef LOOM_WORKER_WORKER_AGENT_H_
+#define LOOM_WORKER_WORKER_AGENT_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "loom/v1/service.grpc.pb.h"
+#include "worker/rank_supervisor.h"
+
+namespace loom::worker {
+
+struct WorkerOptions {
+  std::string node;              // defaults to the host name
+  std::string address = "127.0.0.1";  // how other ranks reach this node
+  int slots = 1;
+  std::string token;
+  std::string rank_binary;
+  std::string work_dir;
+  std::string metrics_address;   // reported to the controller
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  absl::Duration stop_grace = absl::Seconds(5);
+};
+
+class WorkerAgent {
+ public:
+  // `stub` and `registry` are shared with the caller; the agent keeps them.
+  WorkerAgent(WorkerOptions options, std::shared_ptr<loom::v1::WorkerService::StubInterface> stub,
+              std::shared_ptr<metrics::Registry> registry);
+  ~WorkerAgent();
+
+  // Registers (retrying while the controller is unreachable) and heartbeats
+  // until Stop(). Re-registers when the controller forgets this worker.
+  void Run();
+  void Stop();
+
+ private:
+  struct Outgoing {
+    bool is_exit = false;
+    std::string job_id;
+    loom::v1::RankEvent event;
+    RankExit exit;
+  };
+  absl::Status Register();
+  absl::Status HeartbeatOnce();
+  void HandleCommand(const loom::v1::WorkerCommand& cmd);
+  void SenderLoop();
+  void OnEvent(const std::string& job_id, int rank, const loom::v1::RankEvent& event);
+  void OnExit(const RankExit& exit);
+  std::unique_ptr<grpc::ClientContext> NewContext();
+
+  const WorkerOptions options_;
+  std::shared_ptr<loom::v1::WorkerService::StubInterface> stub_;
+  std::shared_ptr<metrics::Registry> registry_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Outgoing> outgoing_;   // guarded by mu_
+  std::string worker_id_;           // guarded by mu_
+  absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
+  std::atomic<bool> stop_{false};
+
+  metrics::Family<metrics::Gauge>& step_time_;
+  metrics::Family<metrics::Gauge>& tokens_per_second_;
+  metrics::Family<metrics::Gauge>& loss_;
+  metrics::Family<metrics::Gauge>& val_loss_;
+  metrics::Family<metrics::Gauge>& lr_;
+  metrics::Family<metrics::Gauge>& step_;
+  metrics::Family<metrics::Counter>& tokens_total_;
+  metrics::Family<metrics::Counter>& rank_exits_;
+  metrics::Gauge& ranks_running_;
+  metrics::Counter& heartbeats_failed_;
+
+  std::unique_ptr<RankSupervisor> supervisor_;  // destroyed before the members above
+  std::thread sender_;
+};
+
+// A TCP port that is free on this host right now (bound then released).
+int PickFreePort();
+
+}  // namespace loom::worker
+
+#endif  // LOOM_WORKER_WORKER_AGENT_H_

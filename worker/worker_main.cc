@@ -1,0 +1,148 @@
+// loom-worker: flags and wiring only; the logic lives in WorkerAgent.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_util.h"
+#include "common/metrics.h"
+#include "common/metrics_server.h"
+#include "worker/blas_info.h"
+#include "worker/worker_agent.h"
+
+ABSL_FLAG(std::string, controller, "127.0.0.1:7070", "controller gRPC address");
+ABSL_FLAG(std::string, token_file, "", "file holding the cluster token (required, mode 0600)");
+ABSL_FLAG(bool, tls, false, "use TLS to reach the controller");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle to trust for the controller");
+ABSL_FLAG(std::string, node, "", "node name (default: host name)");
+ABSL_FLAG(std::string, address, "127.0.0.1", "address other ranks use to reach this node");
+ABSL_FLAG(int, slots, 1, "ranks this worker runs at once");
+ABSL_FLAG(std::string, work_dir, "", "per-rank logs and files (required)");
+ABSL_FLAG(std::string, rank_binary, "", "path to loom-rank (default: next to loom-worker)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address");
+ABSL_FLAG(std::string, ready_file, "", "once registered-ready, write {metrics_address} JSON here");
+
+namespace {
+
+std::atomic<bool> agent_stopping{false};
+
+int Fail(const std::string& msg) {
+  std::cerr << "loom-worker: " << msg << std::endl;
+  return 1;
+}
+
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, n);
+  return p.substr(0, p.rfind('/'));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Loom worker: runs the ranks the controller assigns.");
+  absl::ParseCommandLine(argc, argv);
+  using namespace loom;
+
+  worker::WorkerOptions opts;
+  opts.node = absl::GetFlag(FLAGS_node);
+  if (opts.node.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    opts.node = host;
+  }
+  opts.address = absl::GetFlag(FLAGS_address);
+  opts.slots = absl::GetFlag(FLAGS_slots);
+  if (opts.slots < 1) return Fail("--slots must be >= 1");
+  opts.work_dir = absl::GetFlag(FLAGS_work_dir);
+  if (opts.work_dir.empty()) return Fail("--work-dir is required");
+  mkdir(opts.work_dir.c_str(), 0755);
+  opts.rank_binary = absl::GetFlag(FLAGS_rank_binary);
+  if (opts.rank_binary.empty()) opts.rank_binary = SelfDir() + "/loom-rank";
+  if (access(opts.rank_binary.c_str(), X_OK) != 0) {
+    return Fail(absl::StrCat("rank binary ", opts.rank_binary, " is not executable"));
+  }
+  auto token = ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+  opts.token = *token;
+
+  auto registry = std::make_shared<metrics::Registry>();
+  worker::BlasInfo blas = worker::DetectBlas();
+  metrics::BuildGauge()
+      .Name("loom_worker_blas_info")
+      .Help("The BLAS library libblas.so.3 resolves to (value is 1; 0 if it is the slow reference).")
+      .Register(*registry)
+      .Add({{"vendor", blas.vendor}, {"path", blas.path}})
+      .Set(blas.optimized ? 1 : 0);
+  if (blas.optimized) {
+    std::cerr << "loom-worker: BLAS: " << blas.vendor << " (" << blas.path << ")" << std::endl;
+  } else {
+    std::cerr << "loom-worker: WARNING ******************************************************\n"
+              << "loom-worker: WARNING: libblas.so.3 is " << blas.vendor << " ("
+              << (blas.path.empty() ? "not found" : blas.path) << ").\n"
+              << "loom-worker: WARNING: training will run ~100x slower than with OpenBLAS.\n"
+              << "loom-worker: WARNING: fix: sudo ./scripts/install-deps.sh (selects OpenBLAS)\n"
+              << "loom-worker: WARNING ******************************************************"
+              << std::endl;
+  }
+
+  auto exposer = metrics::Exposer::Start(absl::GetFlag(FLAGS_metrics_listen));
+  if (!exposer.ok()) return Fail(absl::StrCat("metrics: ", exposer.status().message()));
+  (*exposer)->RegisterCollectable(registry);
+  opts.metrics_address = (*exposer)->address();
+
+  auto creds = MakeChannelCredentials(absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_tls_ca));
+  if (!creds.ok()) return Fail(std::string(creds.status().message()));
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_controller), *creds);
+  std::shared_ptr<loom::v1::WorkerService::StubInterface> stub =
+      loom::v1::WorkerService::NewStub(channel);
+
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto agent = std::make_unique<worker::WorkerAgent>(opts, stub, registry);
+  std::cerr << "loom-worker: node " << opts.node << ", " << opts.slots << " slot(s), metrics on "
+            << opts.metrics_address << ", controller " << absl::GetFlag(FLAGS_controller)
+            << std::endl;
+  std::string ready = absl::GetFlag(FLAGS_ready_file);
+  if (!ready.empty()) {
+    absl::Status s = WritePrivateFile(
+        ready, absl::StrFormat("{\"metrics_address\": \"%s\", \"pid\": %d}\n",
+                               opts.metrics_address, getpid()));
+    if (!s.ok()) return Fail(std::string(s.message()));
+  }
+  std::atomic<bool> gave_up{false};
+  std::thread runner([&] {
+    agent->Run();
+    if (!agent_stopping.load()) {
+      gave_up = true;
+      kill(getpid(), SIGTERM);  // wake the signal wait below
+    }
+  });
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  agent_stopping = true;
+  if (!gave_up) std::cerr << "loom-worker: signal " << sig << ", stopping ranks and exiting" << std::endl;
+  agent->Stop();
+  runner.join();
+  agent.reset();
+  return gave_up ? 1 : 0;
+}
