@@ -492,9 +492,12 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
                             : absl::StrCat("exited with code ", req.exit_code());
       std::string why = absl::StrCat("rank ", req.rank(), " on ", w.info.node(), " ", how,
                                      req.reason().empty() ? "" : ": ", req.reason());
-      StopJobRanks(rec, why, "");
-      absl::Status s = Transition(rec, loom::v1::FAILED, why);
-      if (!s.ok()) return s;
+      if (!rec.pending_failure) {
+        // The other ranks cannot go on without this one: stop them now, and
+        // decide the job's reason once the failure has settled.
+        rec.pending_failure = PendingFailure{clock_->Now(), why};
+        StopJobRanks(rec, why, "");
+      }
     }
   }
   ScheduleLocked();
@@ -506,7 +509,34 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
 void JobManager::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   CheckLivenessLocked();
+  ResolveFailuresLocked();
   ScheduleLocked();
+}
+
+void JobManager::ResolveFailuresLocked() {
+  absl::Time now = clock_->Now();
+  for (auto& [jid, rec] : jobs_) {
+    if (!rec.pending_failure || IsTerminal(rec.job.state())) continue;
+    if (now - rec.pending_failure->at < options_.failure_settle_time) continue;
+    // A worker of this job that went silent is the likelier root cause than
+    // a rank that lost its peer.
+    std::string cause;
+    std::set<std::string> seen;
+    for (const auto& r : rec.job.ranks()) {
+      if (!seen.insert(r.worker_id()).second) continue;
+      auto wit = workers_.find(r.worker_id());
+      if (wit == workers_.end()) continue;
+      absl::Duration silent = now - wit->second.last_heartbeat;
+      if (!wit->second.info.alive() || silent > options_.failure_settle_time) {
+        cause = absl::StrFormat("worker %s on node %s stopped heartbeating (silent for %.1fs); ",
+                                r.worker_id(), r.node(), absl::ToDoubleSeconds(silent));
+        break;
+      }
+    }
+    std::string why = cause.empty() ? rec.pending_failure->reason
+                                    : absl::StrCat(cause, "then ", rec.pending_failure->reason);
+    Transition(rec, loom::v1::FAILED, why).IgnoreError();
+  }
 }
 
 void JobManager::CheckLivenessLocked() {

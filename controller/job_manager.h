@@ -41,6 +41,10 @@ struct JobManagerOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // Root for default checkpoint directories: <dir>/<job id>.
   std::string checkpoint_root;
+  // When a rank fails, the job waits this long before it is marked FAILED,
+  // so that a worker that died (and took the rank's peers with it) can be
+  // named as the cause instead of the peer's "connection closed" error.
+  absl::Duration failure_settle_time = absl::Seconds(1);
 };
 
 // A bounded queue of events for one watcher. Thread-safe.
@@ -121,8 +125,13 @@ class JobManager {
     std::vector<loom::v1::WorkerCommand> pending_commands;
     std::vector<RankSlot> ranks;  // ranks placed here and not yet exited
   };
+  struct PendingFailure {
+    absl::Time at;
+    std::string reason;
+  };
   struct JobRecord {
     loom::v1::Job job;
+    std::optional<PendingFailure> pending_failure;  // first rank failure, unresolved
     std::set<int> exited_ok;  // ranks that finished with exit code 0
     std::set<int> running_seen;
   };
@@ -136,6 +145,7 @@ class JobManager {
   void ReleaseSlots(const std::string& job_id);
   void ScheduleLocked();
   void CheckLivenessLocked();
+  void ResolveFailuresLocked();
   static bool IsTerminal(loom::v1::JobState s);
   std::string NewJobId(const std::string& name);
 

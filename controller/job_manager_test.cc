@@ -178,13 +178,45 @@ TEST_F(JobManagerTest, RankFailureFailsJobAndStopsOtherRanks) {
   Beat(w1, 29501, {});
   Beat(w2, 29501, {});
   ASSERT_TRUE(Exit(w2, job.id(), 1, 1, "out of memory").ok());
-  auto failed = *manager_->Get(job.id());
-  EXPECT_EQ(failed.state(), loom::v1::FAILED);
-  EXPECT_THAT(failed.reason(), HasSubstr("rank 1 on node-b exited with code 1: out of memory"));
+  // The other rank is told to stop at once ...
   auto cmds = Beat(w1, 29502, {{job.id(), 0}});
   ASSERT_EQ(cmds.commands_size(), 1);
   EXPECT_TRUE(cmds.commands(0).has_stop());
   EXPECT_EQ(cmds.commands(0).stop().job_id(), job.id());
+  // ... and the job fails once the failure has settled, with the rank's reason.
+  ASSERT_TRUE(Exit(w1, job.id(), 0, 1, "connection closed by peer").ok());
+  clock_.Advance(absl::Milliseconds(500));
+  Beat(w1, 29503);
+  Beat(w2, 29503);
+  manager_->Tick();
+  EXPECT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+  clock_.Advance(absl::Milliseconds(600));
+  manager_->Tick();
+  auto failed = *manager_->Get(job.id());
+  EXPECT_EQ(failed.state(), loom::v1::FAILED);
+  EXPECT_EQ(failed.reason(), "rank 1 on node-b exited with code 1: out of memory");
+}
+
+TEST_F(JobManagerTest, RankFailureBlamesAWorkerThatWentSilent) {
+  std::string w1 = Register("node-a");
+  std::string w2 = Register("node-b");
+  Beat(w1, 29500);
+  Beat(w2, 29500);
+  auto job = *manager_->Submit(Spec(2));
+  Beat(w1, 29501, {{job.id(), 0}});
+  Beat(w2, 29501, {{job.id(), 1}});
+  // node-b dies; rank 0 notices first, as a broken connection.
+  clock_.Advance(absl::Milliseconds(300));
+  ASSERT_TRUE(Exit(w1, job.id(), 0, 1, "Connection closed by peer").ok());
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Milliseconds(300));
+    Beat(w1, 29502);
+    manager_->Tick();
+  }
+  auto failed = *manager_->Get(job.id());
+  EXPECT_EQ(failed.state(), loom::v1::FAILED);
+  EXPECT_THAT(failed.reason(), StartsWith("worker " + w2 + " on node node-b stopped heartbeating"));
+  EXPECT_THAT(failed.reason(), HasSubstr("then rank 0 on node-a exited with code 1"));
 }
 
 TEST_F(JobManagerTest, CancelStopsRanksAndIsFinal) {

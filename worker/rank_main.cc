@@ -16,13 +16,11 @@
 #include <string>
 
 #include <torch/torch.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "google/protobuf/util/json_util.h"
-#include "loom/v1/service.pb.h"
+#include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
 #include "worker/engine/data.h"
 #include "worker/engine/trainer.h"
@@ -121,22 +119,19 @@ int main(int argc, char** argv) {
   if (!blas.optimized) std::cerr << "WARNING: slow reference BLAS in use" << std::endl;
 
   std::shared_ptr<c10d::ProcessGroup> pg;
-  try {
-    if (a.world_size() > 1) {
-      c10d::TCPStoreOptions store_opts;
-      store_opts.port = static_cast<uint16_t>(a.master_port());
-      store_opts.isServer = a.rank() == 0;
-      store_opts.numWorkers = a.world_size();
-      store_opts.waitWorkers = false;
-      store_opts.timeout = std::chrono::seconds(120);
-      auto store = c10d::make_intrusive<c10d::TCPStore>(a.master_addr(), store_opts);
-      auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(300));
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(a.master_addr()));
-      pg = std::make_shared<c10d::ProcessGroupGloo>(store, a.rank(), a.world_size(), opts);
+  if (a.world_size() > 1) {
+    loom::engine::GlooGroupOptions g;
+    g.master_addr = a.master_addr();
+    g.master_port = a.master_port();
+    g.rank = a.rank();
+    g.world_size = a.world_size();
+    g.local_addr = a.local_addr();
+    auto group = loom::engine::CreateGlooProcessGroup(g);
+    if (!group.ok()) {
+      Die(absl::StrCat("joining the process group at ", a.master_addr(), ":", a.master_port(),
+                       " failed: ", group.status().message()));
     }
-  } catch (const std::exception& e) {
-    Die(absl::StrCat("joining the process group at ", a.master_addr(), ":", a.master_port(),
-                     " failed: ", e.what()));
+    pg = *group;
   }
 
   loom::engine::TrainerCallbacks cb;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,6 +115,8 @@ absl::Status RankSupervisor::Start(const std::string& job_id, int rank,
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec.
     setpgid(0, 0);  // its own group, so signals to the worker's group skip it
+    // A rank never outlives its worker: if the daemon dies, so do its ranks.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(pipefd[1], STDOUT_FILENO);
     dup2(logfd, STDERR_FILENO);
     int devnull = open("/dev/null", O_RDONLY);

@@ -158,7 +158,8 @@ absl::Status WorkerAgent::HeartbeatOnce() {
 
 void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
   if (cmd.has_start()) {
-    const auto& start = cmd.start();
+    loom::v1::StartRank start = cmd.start();
+    start.set_local_addr(options_.address);
     std::string json;
     google::protobuf::util::JsonPrintOptions opts;
     opts.preserve_proto_field_names = true;

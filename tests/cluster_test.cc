@@ -1,0 +1,343 @@
+// End-to-end tests: real loom-controller and loom-worker processes started by
+// `loomctl local up` on loopback ports chosen by the OS, driven through the
+// real loomctl binary and a raw gRPC client.
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include "grpc/health/v1/health.grpc.pb.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/local_cluster.h"
+#include "common/file_util.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "loom/v1/service.grpc.pb.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using ::loom::testing::RunCommand;
+using ::loom::testing::ShellQuote;
+using ::testing::HasSubstr;
+
+const std::string kBin = LOOM_BIN_DIR;
+
+bool WaitFor(const std::function<bool()>& pred, int seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return pred();
+}
+
+// Rank processes whose command line mentions `needle` (the job id is part of
+// the assignment path).
+int CountRankProcesses(const std::string& needle) {
+  int n = 0;
+  DIR* d = opendir("/proc");
+  while (dirent* e = readdir(d)) {
+    int pid = atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find("loom-rank") != std::string::npos && cmd.find(needle) != std::string::npos &&
+        loom::testing::ProcessAlive(pid)) {
+      ++n;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void StartCluster(int workers, double worker_timeout_s = 10) {
+    home_ = loom::testing::MakeTempDir("loom_cluster_test");
+    auto r = Ctl(absl::StrCat("local up --workers ", workers, " --worker-timeout ",
+                              worker_timeout_s));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto ctl = cli::ReadReadyFile(home_ + "/run/controller.json");
+    ASSERT_TRUE(ctl.ok());
+    controller_ = ctl->grpc_address;
+    controller_metrics_ = ctl->metrics_address;
+    token_ = std::string(absl::StripAsciiWhitespace(*ReadFile(home_ + "/token")));
+    PrepareData();
+  }
+
+  void TearDown() override {
+    if (!home_.empty()) Ctl("local down");
+  }
+
+  loom::testing::CommandResult Ctl(const std::string& args) {
+    return RunCommand(absl::StrCat(kBin, "/loomctl --home ", ShellQuote(home_), " ", args));
+  }
+
+  void PrepareData() {
+    // Three real English text files from Debian's fortunes package.
+    std::string inputs;
+    for (const char* f : {"fortunes", "literature", "riddles"}) {
+      inputs += absl::StrCat(" /usr/share/games/fortunes/", f);
+    }
+    auto r = Ctl(absl::StrCat("data prepare --input", inputs, " --out ", home_,
+                              "/data --val-fraction 0.1"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_THAT(r.out, HasSubstr("byte unigram entropy"));
+  }
+
+  // A small job; `steps` large makes it run until cancelled.
+  std::string WriteSpec(const std::string& name, int steps, int workers) {
+    std::string path = absl::StrCat(home_, "/", name, ".yaml");
+    std::ofstream out(path);
+    out << "name: " << name << R"(
+model:
+  gpt: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 32, vocab_size: 256}
+data:
+  train: ["data/train_*.bin"]
+  validation: ["data/val_*.bin"]
+optimizer:
+  adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
+schedule:
+  total_steps: )" << steps << R"(
+  warmup_steps: 5
+  eval_interval: 20
+  eval_batches: 4
+batch: {global_batch: 8, micro_batch: 4}
+resources: {workers: )" << workers << ", ranks: " << workers << R"(}
+checkpoint: {interval_steps: 20, keep: 2}
+seed: 7
+)";
+    return path;
+  }
+
+  loom::v1::Job Status(const std::string& job) {
+    auto r = Ctl("-o json status " + job);
+    loom::v1::Job j;
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &j).ok()) << r.out;
+    return j;
+  }
+
+  std::string Submit(const std::string& spec_path) {
+    auto r = Ctl("submit " + spec_path);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::string id(absl::StripAsciiWhitespace(r.out));
+    EXPECT_EQ(id.rfind("submitted ", 0), 0u) << r.out;
+    return id.substr(std::string("submitted ").size());
+  }
+
+  std::vector<cli::DaemonInfo> Daemons() { return cli::LocalStatus(home_); }
+
+  void CheckMetrics(const std::string& address, const std::vector<std::string>& expected) {
+    // Gauges are refreshed by the daemons' loops (every 100 ms): poll briefly.
+    loom::testing::HttpResponse resp;
+    WaitFor(
+        [&] {
+          resp = loom::testing::HttpGet(address, "/metrics");
+          for (const auto& name : expected) {
+            if (resp.body.find(name) == std::string::npos) return false;
+          }
+          return true;
+        },
+        5);
+    ASSERT_EQ(resp.status, 200) << address;
+    EXPECT_THAT(resp.headers, HasSubstr("text/plain; version=0.0.4"));
+    for (const auto& name : expected) EXPECT_THAT(resp.body, HasSubstr(name)) << address;
+    std::string file = home_ + "/metrics.txt";
+    ASSERT_TRUE(WriteFileAtomically(file, resp.body).ok());
+    auto check = RunCommand("promtool check metrics < " + file);
+    EXPECT_EQ(check.exit_code, 0) << check.out << check.err << "\n" << resp.body;
+    EXPECT_EQ(check.out + check.err, "") << "promtool lint findings for " << address;
+  }
+
+  std::string home_;
+  std::string controller_;
+  std::string controller_metrics_;
+  std::string token_;
+};
+
+TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
+  StartCluster(2);
+  auto workers = Ctl("-o json workers");
+  ASSERT_EQ(workers.exit_code, 0);
+  loom::v1::ListWorkersResponse wl;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(workers.out, &wl).ok());
+  ASSERT_EQ(wl.workers_size(), 2);
+
+  auto r = Ctl("submit --follow " + WriteSpec("tiny", 60, 2));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("SUCCEEDED"));
+  EXPECT_THAT(r.out, HasSubstr("validation loss"));
+
+  loom::v1::Job job = Status("tiny-1");
+  EXPECT_EQ(job.state(), loom::v1::SUCCEEDED);
+  ASSERT_EQ(job.ranks_size(), 2);
+  EXPECT_NE(job.ranks(0).node(), job.ranks(1).node()) << "ranks spread over both workers";
+  EXPECT_EQ(job.summary().last_step(), 60);
+  EXPECT_LT(job.summary().last_loss(), job.summary().first_loss() - 0.5)
+      << "training loss must fall";
+  ASSERT_TRUE(job.summary().has_val_loss());
+  EXPECT_LT(job.summary().last_val_loss(), std::log(256.0)) << "below a uniform guess";
+  EXPECT_GE(job.summary().checkpoints_written(), 3);  // steps 20, 40, 60
+  EXPECT_EQ(access(job.summary().last_checkpoint().c_str(), R_OK), 0)
+      << job.summary().last_checkpoint();
+  std::vector<loom::v1::JobState> states;
+  for (const auto& t : job.history()) states.push_back(t.to());
+  EXPECT_THAT(states, ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED,
+                                             loom::v1::RUNNING, loom::v1::SUCCEEDED));
+
+  CheckMetrics(controller_metrics_,
+               {"loom_controller_jobs{state=\"SUCCEEDED\"} 1", "loom_controller_workers_alive 2",
+                "loom_controller_rpcs_total"});
+  int with_loss = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == "controller") continue;
+    CheckMetrics(d.metrics_address, {"loom_worker_blas_info", "loom_worker_rank_exits_total"});
+    auto body = loom::testing::HttpGet(d.metrics_address, "/metrics").body;
+    if (body.find("loom_worker_loss{job=\"tiny-1\",rank=\"0\"}") != std::string::npos) ++with_loss;
+  }
+  EXPECT_EQ(with_loss, 1) << "rank 0's worker exports the job's loss";
+
+  // The controller restarts and still knows the job.
+  auto down = Ctl("local down");
+  ASSERT_EQ(down.exit_code, 0);
+  auto up = Ctl("local up --workers 1");
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  EXPECT_EQ(Status("tiny-1").state(), loom::v1::SUCCEEDED);
+}
+
+TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
+  StartCluster(1);
+  auto channel = grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials());
+  auto stub = loom::v1::JobService::NewStub(channel);
+  {
+    grpc::ClientContext ctx;
+    loom::v1::ListJobsResponse resp;
+    auto s = stub->ListJobs(&ctx, {}, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer not-the-token");
+    loom::v1::ListJobsResponse resp;
+    auto s = stub->ListJobs(&ctx, {}, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(s.error_message(), HasSubstr("wrong cluster token"));
+  }
+  {
+    auto wstub = loom::v1::WorkerService::NewStub(channel);
+    grpc::ClientContext ctx;
+    loom::v1::RegisterWorkerRequest req;
+    req.set_node("intruder");
+    req.set_address("127.0.0.1");
+    req.set_slots(1);
+    loom::v1::RegisterWorkerResponse resp;
+    EXPECT_EQ(wstub->RegisterWorker(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    // The right token works, and a spec that fails validation names the field.
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token_);
+    loom::v1::SubmitJobRequest req;
+    req.mutable_spec()->set_name("bad");
+    loom::v1::SubmitJobResponse resp;
+    auto s = stub->SubmitJob(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("model"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token_);
+    loom::v1::GetJobRequest req;
+    req.set_job_id("nope-1");
+    loom::v1::Job job;
+    EXPECT_EQ(stub->GetJob(&ctx, req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    // Health checking needs no token.
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    auto health = grpc::health::v1::Health::NewStub(channel);
+    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  // loomctl with a wrong token: exit 1 and a one-line reason.
+  std::string bad_token = home_ + "/bad-token";
+  ASSERT_TRUE(WritePrivateFile(bad_token, "wrong\n").ok());
+  auto r = Ctl("--token-file " + bad_token + " list");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("UNAUTHENTICATED"));
+  // loomctl with a mistyped field: exit 1, the field path, nothing submitted.
+  std::string spec = WriteSpec("typo", 10, 1);
+  std::ofstream(spec, std::ios::app) << "batch_size: 3\n";
+  r = Ctl("submit " + spec);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("batch_size"));
+  auto list = Ctl("-o json list");
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_THAT(list.out, ::testing::Not(HasSubstr("typo")));
+}
+
+TEST_F(ClusterTest, CancelledJobEndsCancelledAndItsRanksExit) {
+  StartCluster(2);
+  std::string job = Submit(WriteSpec("long", 1000000, 2));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 2; }, 60))
+      << Status(job).DebugString();
+  EXPECT_EQ(Status(job).state(), loom::v1::RUNNING);
+  EXPECT_EQ(CountRankProcesses("/" + job + "/"), 2);
+  auto r = Ctl("cancel " + job + " --reason test");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("CANCELLED"));
+  EXPECT_EQ(Status(job).state(), loom::v1::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses("/" + job + "/") == 0; }, 20));
+  // The slots come back.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto w = Ctl("-o json workers");
+        loom::v1::ListWorkersResponse wl;
+        if (!google::protobuf::util::JsonStringToMessage(w.out, &wl).ok()) return false;
+        for (const auto& x : wl.workers()) {
+          if (x.slots_used() != 0) return false;
+        }
+        return true;
+      },
+      10));
+  auto again = Ctl("cancel " + job);
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.err, HasSubstr("FAILED_PRECONDITION"));
+}
+
+TEST_F(ClusterTest, KilledWorkerFailsItsJobWithAReason) {
+  StartCluster(2, /*worker_timeout_s=*/2);
+  std::string job = Submit(WriteSpec("victim", 1000000, 2));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 2; }, 60));
+  int victim = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == "worker-1") victim = d.pid;
+  }
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::FAILED; }, 30))
+      << Status(job).DebugString();
+  loom::v1::Job failed = Status(job);
+  EXPECT_THAT(failed.reason(), HasSubstr("stopped heartbeating"));
+  EXPECT_THAT(failed.reason(), HasSubstr("local-1"));
+  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses("/" + job + "/") == 0; }, 20));
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,32 @@
+// Helpers for integration tests that drive the real binaries.
+#ifndef LOOM_TESTS_TEST_UTIL_H_
+#define LOOM_TESTS_TEST_UTIL_H_
+
+#include <string>
+
+namespace loom::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `command` through /bin/sh, capturing stdout and stderr.
+CommandResult RunCommand(const std::string& command);
+
+// Plain HTTP/1.0 GET against "host:port"; returns the status code and body.
+struct HttpResponse {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+HttpResponse HttpGet(const std::string& address, const std::string& path);
+
+std::string MakeTempDir(const std::string& prefix);
+std::string ShellQuote(const std::string& s);
+bool ProcessAlive(int pid);
+
+}  // namespace loom::testing
+
+#endif  // LOOM_TESTS_TEST_UTIL_H_

@@ -1,0 +1,190 @@
+#include "worker/engine/gpt.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <torch/nn/functional/linear.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/utils.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom::engine {
+namespace {
+
+constexpr double kInitStd = 0.02;
+
+// Causal multi-head self-attention (Vaswani et al. 2017, eq. 1, with the
+// future positions masked to -inf before the softmax).
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GptConfig& c)
+      : n_head_(c.n_head), d_model_(c.d_model) {
+    c_attn_ = register_module("c_attn", torch::nn::Linear(c.d_model, 3 * c.d_model));
+    c_proj_ = register_module("c_proj", torch::nn::Linear(c.d_model, c.d_model));
+    attn_drop_ = register_module("attn_drop", torch::nn::Dropout(c.dropout));
+    resid_drop_ = register_module("resid_drop", torch::nn::Dropout(c.dropout));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t batch = x.size(0), time = x.size(1);
+    const int64_t head_dim = d_model_ / n_head_;
+    std::vector<torch::Tensor> qkv = c_attn_(x).split(d_model_, /*dim=*/2);
+    // [B, T, d] -> [B, H, T, hd]
+    auto heads = [&](const torch::Tensor& t) {
+      return t.view({batch, time, n_head_, head_dim}).transpose(1, 2);
+    };
+    torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(head_dim));
+    // mask[i][j] = true where j > i: query i may not attend to the future.
+    torch::Tensor future =
+        torch::ones({time, time}, x.options().dtype(torch::kBool)).triu(/*diagonal=*/1);
+    att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
+    att = attn_drop_(torch::softmax(att, /*dim=*/-1));
+    torch::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view(
+        {batch, time, d_model_});
+    return resid_drop_(c_proj_(y));
+  }
+
+ private:
+  int64_t n_head_;
+  int64_t d_model_;
+  torch::nn::Linear c_attn_{nullptr}, c_proj_{nullptr};
+  torch::nn::Dropout attn_drop_{nullptr}, resid_drop_{nullptr};
+};
+TORCH_MODULE(CausalSelfAttention);
+
+// Position-wise MLP, d -> 4d -> d, with the tanh approximation of GELU
+// (Hendrycks & Gimpel 2016, section 2), as in GPT-2.
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const GptConfig& c) {
+    c_fc_ = register_module("c_fc", torch::nn::Linear(c.d_model, 4 * c.d_model));
+    c_proj_ = register_module("c_proj", torch::nn::Linear(4 * c.d_model, c.d_model));
+    drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    return drop_(c_proj_(torch::gelu(c_fc_(x), /*approximate=*/"tanh")));
+  }
+
+ private:
+  torch::nn::Linear c_fc_{nullptr}, c_proj_{nullptr};
+  torch::nn::Dropout drop_{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// Pre-LayerNorm residual block (GPT-2 section 2.3):
+//   x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GptConfig& c) {
+    ln_1_ = register_module("ln_1", torch::nn::LayerNorm(LayerNormOptions(c)));
+    attn_ = register_module("attn", CausalSelfAttention(c));
+    ln_2_ = register_module("ln_2", torch::nn::LayerNorm(LayerNormOptions(c)));
+    mlp_ = register_module("mlp", Mlp(c));
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attn_(ln_1_(x));
+    return x + mlp_(ln_2_(x));
+  }
+
+  static torch::nn::LayerNormOptions LayerNormOptions(const GptConfig& c) {
+    return torch::nn::LayerNormOptions({c.d_model}).eps(1e-5);
+  }
+
+ private:
+  torch::nn::LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
+  CausalSelfAttention attn_{nullptr};
+  Mlp mlp_{nullptr};
+};
+TORCH_MODULE(Block);
+
+}  // namespace
+
+absl::Status ValidateGptConfig(const GptConfig& c) {
+  auto positive = [](const char* field, int value) -> absl::Status {
+    if (value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("model.", field, " must be > 0, got ", value));
+  };
+  for (absl::Status s : {positive("n_layer", c.n_layer), positive("n_head", c.n_head),
+                         positive("d_model", c.d_model), positive("seq_len", c.seq_len),
+                         positive("vocab_size", c.vocab_size)}) {
+    if (!s.ok()) return s;
+  }
+  if (c.d_model % c.n_head != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model.d_model (", c.d_model,
+                                                   ") must be a multiple of model.n_head (",
+                                                   c.n_head, ")"));
+  }
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.dropout must be in [0, 1), got ", c.dropout));
+  }
+  return absl::OkStatus();
+}
+
+int64_t GptParameterCount(const GptConfig& c) {
+  const int64_t v = c.vocab_size, s = c.seq_len, d = c.d_model, l = c.n_layer;
+  return v * d + s * d + l * (12 * d * d + 13 * d) + 2 * d;
+}
+
+GptImpl::GptImpl(const GptConfig& config) : config_(config) {
+  const absl::Status valid = ValidateGptConfig(config);
+  TORCH_CHECK(valid.ok(), valid.ToString());
+  wte_ = register_module("wte", torch::nn::Embedding(config.vocab_size, config.d_model));
+  wpe_ = register_module("wpe", torch::nn::Embedding(config.seq_len, config.d_model));
+  drop_ = register_module("drop", torch::nn::Dropout(config.dropout));
+  blocks_ = register_module("h", torch::nn::ModuleList());
+  for (int i = 0; i < config.n_layer; ++i) blocks_->push_back(Block(config));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(BlockImpl::LayerNormOptions(config)));
+  InitWeights();
+}
+
+void GptImpl::InitWeights() {
+  torch::NoGradGuard no_grad;
+  // GPT-2 section 2.3: scale the weights of residual layers by 1/sqrt(N),
+  // N = number of residual layers = 2 per block.
+  const double residual_std = kInitStd / std::sqrt(2.0 * config_.n_layer);
+  // named_parameters() is in registration order, so the draws (and hence the
+  // weights) depend only on the seed and the config.
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    torch::Tensor p = item.value();
+    if (absl::EndsWith(name, "c_proj.weight")) {
+      torch::nn::init::normal_(p, 0.0, residual_std);
+    } else if (absl::EndsWith(name, "bias")) {
+      torch::nn::init::zeros_(p);
+    } else if (p.dim() >= 2) {
+      torch::nn::init::normal_(p, 0.0, kInitStd);
+    } else {
+      torch::nn::init::ones_(p);  // LayerNorm gains
+    }
+  }
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
+  TORCH_CHECK(idx.dim() == 2, "Gpt::forward expects idx [B, T], got ", idx.sizes());
+  const int64_t time = idx.size(1);
+  TORCH_CHECK(time >= 1 && time <= config_.seq_len, "sequence length ", time,
+              " outside [1, ", config_.seq_len, "]");
+  torch::Tensor pos = torch::arange(time, idx.options().dtype(torch::kLong));
+  torch::Tensor x = drop_(wte_(idx) + wpe_(pos));  // [B,T,d] + [T,d]
+  for (const auto& block : *blocks_) x = block->as<BlockImpl>()->forward(x);
+  x = ln_f_(x);
+  // Tied LM head (Press & Wolf 2017): logits = x @ wte^T.
+  return torch::nn::functional::linear(x, wte_->weight);
+}
+
+torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  const int64_t vocab = logits.size(-1);
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}),
+                                              targets.reshape({-1}));
+}
+
+}  // namespace loom::engine

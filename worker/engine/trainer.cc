@@ -1,0 +1,739 @@
+// The training loop reads top to bottom in TrainOrThrow(); everything it
+// calls sits above it: files, collectives, checkpoints, validation.
+#include "worker/engine/trainer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <torch/utils.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "worker/engine/data.h"
+#include "worker/engine/gpt.h"
+#include "worker/engine/optimizer.h"
+
+namespace loom::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Gradient all-reduce bucket size; torch DDP's default bucket_cap_mb is 25.
+constexpr int64_t kBucketBytes = int64_t{25} << 20;
+
+constexpr absl::string_view kCheckpointPrefix = "ckpt_";
+constexpr absl::string_view kCheckpointExtension = ".pt";
+constexpr absl::string_view kSidecarExtension = ".sha256";
+constexpr absl::string_view kTempInfix = ".tmp.";
+constexpr char kCheckpointFormat[] = "loom-checkpoint-v1";
+
+// ---------------------------------------------------------------------------
+// Files. Plain POSIX; the engine has no injectable Env yet.
+
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status FsyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  const bool ok = ::fsync(fd) == 0;
+  absl::Status status = ok ? absl::OkStatus() : ErrnoError("fsync", path);
+  ::close(fd);
+  return status;
+}
+
+// Replaces `path` with `bytes` so that a crash at any point leaves either the
+// old contents or the new ones (plus, at worst, a stray temp file): write a
+// temp file in the same directory, fsync it, rename it over `path`, fsync the
+// directory so the rename itself is durable.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes) {
+  const std::string temp = absl::StrCat(path, kTempInfix, ::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("create", temp);
+  const char* data = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status status = ErrnoError("write", temp);
+      ::close(fd);
+      ::unlink(temp.c_str());
+      return status;
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    absl::Status status = ErrnoError("fsync", temp);
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return status;
+  }
+  if (::close(fd) != 0) return ErrnoError("close", temp);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    absl::Status status = ErrnoError("rename", temp);
+    ::unlink(temp.c_str());
+    return status;
+  }
+  return FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+}
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return ErrnoError("open", path);
+  }
+  std::string out;
+  char chunk[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status status = ErrnoError("read", path);
+      ::close(fd);
+      return status;
+    }
+    if (n == 0) break;
+    out.append(chunk, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoint files: <dir>/ckpt_00000042.pt and <dir>/ckpt_00000042.pt.sha256.
+
+std::string CheckpointPath(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / absl::StrFormat("%s%08d%s", kCheckpointPrefix, step,
+                                          kCheckpointExtension))
+      .string();
+}
+
+std::string SidecarPath(const std::string& checkpoint_path) {
+  return absl::StrCat(checkpoint_path, kSidecarExtension);
+}
+
+struct CheckpointFile {
+  int64_t step = 0;
+  std::string path;
+};
+
+// Checkpoints in `dir`, newest first. Other names (sidecars, temp files)
+// are not listed. A missing directory has none.
+std::vector<CheckpointFile> ListCheckpoints(const std::string& dir) {
+  std::vector<CheckpointFile> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string filename = it->path().filename().string();
+    absl::string_view name = filename;
+    if (!absl::ConsumePrefix(&name, kCheckpointPrefix) ||
+        !absl::ConsumeSuffix(&name, kCheckpointExtension) || name.empty() ||
+        !std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
+      continue;
+    }
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(name, &step)) continue;
+    out.push_back({step, it->path().string()});
+  }
+  std::sort(out.begin(), out.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
+    return a.step > b.step;
+  });
+  return out;
+}
+
+// The checkpoint's bytes if its sidecar exists and matches them; DATA_LOSS
+// (or the read error) otherwise.
+absl::StatusOr<std::string> ReadVerifiedCheckpoint(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string sidecar, ReadFileToString(SidecarPath(path)));
+  // sha256sum format: "<64 hex>  <file name>\n".
+  const absl::string_view expected = absl::string_view(sidecar).substr(0, 64);
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  const std::string actual = Sha256Hex(bytes);
+  if (expected != actual) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": sha256 ", actual, " does not match sidecar ", expected));
+  }
+  return bytes;
+}
+
+// Deletes all but the newest `keep` checkpoints (keep <= 0: none), and temp
+// files of interrupted writes. Best effort: failures only leave files behind.
+void PruneCheckpoints(const std::string& dir, int keep) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (absl::StartsWith(name, kCheckpointPrefix) &&
+        absl::StrContains(name, kTempInfix)) {
+      fs::remove(it->path(), ec);
+    }
+  }
+  if (keep <= 0) return;
+  std::vector<CheckpointFile> all = ListCheckpoints(dir);
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    fs::remove(SidecarPath(all[i].path), ec);  // sidecar first: never a
+    fs::remove(all[i].path, ec);               // sidecar without its data
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Collectives of one rank over an optional process group; with no group
+// (world size 1) they are identities. c10d's contract applies: every rank
+// calls the same collectives in the same order. Errors and timeouts throw
+// c10::Error / std::exception, which Train() turns into INTERNAL.
+class Collectives {
+ public:
+  explicit Collectives(std::shared_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {}
+
+  int rank() const { return group_ ? group_->getRank() : 0; }
+  int world_size() const { return group_ ? group_->getSize() : 1; }
+
+  // Replaces every parameter's gradient by its mean over ranks. Gradients
+  // are flattened into buckets of at most kBucketBytes (one tensor may
+  // exceed it alone), each all-reduced with SUM and divided by the world
+  // size. A parameter without a gradient contributes zeros, so that all
+  // ranks agree on the bucket layout.
+  void AverageGradients(const std::vector<torch::Tensor>& parameters) {
+    if (!group_) return;
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> grads;
+    grads.reserve(parameters.size());
+    for (const torch::Tensor& p : parameters) {
+      torch::Tensor p_mutable = p;
+      if (!p_mutable.grad().defined()) p_mutable.mutable_grad() = torch::zeros_like(p);
+      grads.push_back(p_mutable.grad());
+    }
+    const double world = world_size();
+    ForEachBucket(grads, [&](torch::Tensor& flat) {
+      AllReduce(flat, c10d::ReduceOp::SUM);
+      flat.div_(world);
+    });
+  }
+
+  // Overwrites `tensors` on every rank with rank 0's values.
+  void BroadcastFromRank0(const std::vector<torch::Tensor>& tensors) {
+    if (!group_) return;
+    torch::NoGradGuard no_grad;
+    ForEachBucket(tensors, [&](torch::Tensor& flat) { Broadcast(flat); });
+  }
+
+  // Element-wise sum over ranks.
+  std::vector<double> Sum(std::vector<double> values) {
+    if (!group_) return values;
+    torch::Tensor t = torch::tensor(values, torch::kDouble);
+    AllReduce(t, c10d::ReduceOp::SUM);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = t[i].item<double>();
+    return values;
+  }
+
+  double Mean(double value) { return Sum({value})[0] / world_size(); }
+
+  // True on every rank if `flag` is true on any rank.
+  bool Any(bool flag) {
+    if (!group_) return flag;
+    torch::Tensor t = torch::tensor({flag ? int64_t{1} : int64_t{0}}, torch::kLong);
+    AllReduce(t, c10d::ReduceOp::MAX);
+    return t.item<int64_t>() != 0;
+  }
+
+  // Rank 0's `bytes`, on every rank (other ranks' arguments are ignored).
+  std::string BroadcastBytes(std::string bytes) {
+    if (!group_) return bytes;
+    torch::Tensor size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong);
+    Broadcast(size);
+    const int64_t n = size.item<int64_t>();
+    if (n == 0) return "";
+    torch::Tensor buffer = torch::empty({n}, torch::kUInt8);
+    if (rank() == 0) std::memcpy(buffer.data_ptr(), bytes.data(), n);
+    Broadcast(buffer);
+    return std::string(static_cast<const char*>(buffer.data_ptr()), n);
+  }
+
+ private:
+  void AllReduce(torch::Tensor& t, c10d::ReduceOp::RedOpType op) {
+    std::vector<torch::Tensor> tensors = {t};
+    c10d::AllreduceOptions options;
+    options.reduceOp = op;
+    group_->allreduce(tensors, options)->wait();
+  }
+
+  void Broadcast(torch::Tensor& t) {
+    std::vector<torch::Tensor> tensors = {t};
+    c10d::BroadcastOptions options;
+    options.rootRank = 0;
+    group_->broadcast(tensors, options)->wait();
+  }
+
+  // Calls fn on flat copies of consecutive runs of same-dtype tensors (at
+  // most kBucketBytes each, at least one tensor), then copies the results
+  // back into the tensors.
+  template <typename Fn>
+  static void ForEachBucket(const std::vector<torch::Tensor>& tensors, Fn fn) {
+    size_t begin = 0;
+    while (begin < tensors.size()) {
+      size_t end = begin;
+      int64_t bytes = 0;
+      while (end < tensors.size() &&
+             tensors[end].scalar_type() == tensors[begin].scalar_type() &&
+             (end == begin || bytes + tensors[end].nbytes() <= kBucketBytes)) {
+        bytes += tensors[end].nbytes();
+        ++end;
+      }
+      std::vector<torch::Tensor> parts;
+      for (size_t i = begin; i < end; ++i) parts.push_back(tensors[i].reshape({-1}));
+      torch::Tensor flat = torch::cat(parts);
+      fn(flat);
+      int64_t offset = 0;
+      for (size_t i = begin; i < end; ++i) {
+        torch::Tensor t = tensors[i];
+        t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+      begin = end;
+    }
+  }
+
+  std::shared_ptr<c10d::ProcessGroup> group_;
+};
+
+// ---------------------------------------------------------------------------
+// Checkpoint contents.
+
+// Loop state that a checkpoint carries besides weights and optimizer state.
+struct LoopState {
+  int64_t step = 0;         // optimizer steps done
+  int64_t data_cursor = 0;  // global sample index of the next global batch
+  double loss = 0;          // of the last step
+  bool has_val_loss = false;
+  double val_loss = 0;      // of the last validation pass
+};
+
+// What must match for a checkpoint's tensors to fit the model.
+std::string ModelFingerprint(const GptConfig& c) {
+  return absl::StrCat("n_layer=", c.n_layer, ",n_head=", c.n_head, ",d_model=", c.d_model,
+                      ",seq_len=", c.seq_len, ",vocab_size=", c.vocab_size);
+}
+
+std::string SerializeCheckpoint(const GptConfig& model_config, GptImpl& model,
+                                torch::optim::Optimizer& optimizer, const LoopState& state) {
+  torch::serialize::OutputArchive root;
+  root.write("format", c10::IValue(std::string(kCheckpointFormat)));
+  root.write("model_config", c10::IValue(ModelFingerprint(model_config)));
+  root.write("step", c10::IValue(state.step));
+  root.write("data_cursor", c10::IValue(state.data_cursor));
+  root.write("loss", c10::IValue(state.loss));
+  root.write("has_val_loss", c10::IValue(state.has_val_loss));
+  root.write("val_loss", c10::IValue(state.val_loss));
+  torch::serialize::OutputArchive model_archive;
+  model.save(model_archive);
+  root.write("model", model_archive);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer.save(optimizer_archive);
+  root.write("optimizer", optimizer_archive);
+  std::ostringstream out;
+  root.save_to(out);
+  return std::move(out).str();
+}
+
+absl::Status RestoreCheckpoint(const std::string& bytes, const GptConfig& model_config,
+                               GptImpl& model, torch::optim::Optimizer& optimizer,
+                               LoopState* state) {
+  torch::serialize::InputArchive root;
+  root.load_from(bytes.data(), bytes.size());
+  c10::IValue value;
+  root.read("format", value);
+  if (value.toStringRef() != kCheckpointFormat) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint format ", value.toStringRef(), ", expected ", kCheckpointFormat));
+  }
+  root.read("model_config", value);
+  const std::string expected = ModelFingerprint(model_config);
+  if (value.toStringRef() != expected) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint is for model ", value.toStringRef(), ", config says ", expected));
+  }
+  root.read("step", value);
+  state->step = value.toInt();
+  root.read("data_cursor", value);
+  state->data_cursor = value.toInt();
+  root.read("loss", value);
+  state->loss = value.toDouble();
+  root.read("has_val_loss", value);
+  state->has_val_loss = value.toBool();
+  root.read("val_loss", value);
+  state->val_loss = value.toDouble();
+  torch::serialize::InputArchive model_archive;
+  root.read("model", model_archive);
+  model.load(model_archive);
+  torch::serialize::InputArchive optimizer_archive;
+  root.read("optimizer", optimizer_archive);
+  optimizer.load(optimizer_archive);
+  return absl::OkStatus();
+}
+
+// Rank 0: serialises and writes the checkpoint for state.step, then prunes.
+absl::StatusOr<CheckpointReport> WriteCheckpoint(const TrainerConfig& config, GptImpl& model,
+                                                 torch::optim::Optimizer& optimizer,
+                                                 const LoopState& state) {
+  std::error_code ec;
+  fs::create_directories(config.checkpoint_dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("create ", config.checkpoint_dir, ": ", ec.message()));
+  }
+  const std::string bytes = SerializeCheckpoint(config.model, model, optimizer, state);
+  CheckpointReport report;
+  report.step = state.step;
+  report.path = CheckpointPath(config.checkpoint_dir, state.step);
+  report.bytes = bytes.size();
+  report.sha256 = Sha256Hex(bytes);
+  // Data first, sidecar second: a crash in between leaves a checkpoint whose
+  // sidecar is missing or stale, which resume skips.
+  RETURN_IF_ERROR(WriteFileAtomically(report.path, bytes));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      SidecarPath(report.path),
+      absl::StrCat(report.sha256, "  ", fs::path(report.path).filename().string(), "\n")));
+  PruneCheckpoints(config.checkpoint_dir, config.keep_checkpoints);
+  return report;
+}
+
+// ---------------------------------------------------------------------------
+// Configuration, data, seeds.
+
+absl::Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
+  RETURN_IF_ERROR(ValidateGptConfig(c.model));
+  auto invalid = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  const OptimizerConfig& o = c.optimizer;
+  if (!(o.lr > 0)) return invalid("optimizer.lr must be > 0, got ", o.lr);
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) return invalid("optimizer.beta1 must be in [0, 1)");
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) return invalid("optimizer.beta2 must be in [0, 1)");
+  if (!(o.eps >= 0)) return invalid("optimizer.eps must be >= 0");
+  if (!(o.weight_decay >= 0)) return invalid("optimizer.weight_decay must be >= 0");
+  if (!(o.grad_clip >= 0)) return invalid("optimizer.grad_clip must be >= 0 (0 disables)");
+  const ScheduleConfig& s = c.schedule;
+  if (s.total_steps < 1) return invalid("schedule.total_steps must be >= 1");
+  if (s.warmup_steps < 0) return invalid("schedule.warmup_steps must be >= 0");
+  if (!(s.min_lr_ratio >= 0 && s.min_lr_ratio <= 1)) {
+    return invalid("schedule.min_lr_ratio must be in [0, 1]");
+  }
+  if (c.micro_batch < 1) return invalid("micro_batch must be >= 1");
+  if (c.global_batch < 1 || c.global_batch % (world_size * c.micro_batch) != 0) {
+    return invalid("global_batch (", c.global_batch,
+                   ") must be a positive multiple of world_size * micro_batch (", world_size,
+                   " * ", c.micro_batch, ")");
+  }
+  if (c.eval_interval < 0) return invalid("eval_interval must be >= 0");
+  if (c.eval_batches < 0) return invalid("eval_batches must be >= 0");
+  if (c.log_interval < 1) return invalid("log_interval must be >= 1");
+  if (c.checkpoint_interval < 0) return invalid("checkpoint_interval must be >= 0");
+  if (c.train_shards.empty()) return invalid("train_shards must not be empty");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TokenDataset> LoadDataset(const std::vector<std::string>& patterns,
+                                         const GptConfig& model, absl::string_view field) {
+  ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandShardPatterns(patterns));
+  ASSIGN_OR_RETURN(TokenDataset dataset, TokenDataset::Load(paths, model.seq_len));
+  if (dataset.max_token() >= model.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " hold token ", dataset.max_token(),
+                                                   ", outside model.vocab_size ",
+                                                   model.vocab_size));
+  }
+  return dataset;
+}
+
+// Serialises seeding + construction of the model across the ranks of one
+// process: they share the global generator, and interleaved draws would
+// give each a different (and irreproducible) initialisation.
+std::mutex& ModelInitMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// SplitMix64 finaliser (Steele, Lea, Flood 2014): decorrelates nearby seeds.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Dropout seed for (seed, rank, step): a pure function, so that a resumed
+// run draws the same masks as an uninterrupted one without saving RNG state.
+uint64_t DropoutSeed(uint64_t seed, int rank, int64_t step) {
+  return Mix(seed ^ Mix((static_cast<uint64_t>(rank) << 40) ^ static_cast<uint64_t>(step)));
+}
+
+// Mean validation loss over eval_batches micro-batches of samples
+// 0, 1, 2, ... (in file order, wrapping), split round-robin over ranks.
+// Collective.
+double Evaluate(GptImpl& model, const TokenDataset& val, const TrainerConfig& config,
+                Collectives& collectives) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  const int64_t seq_len = config.model.seq_len;
+  const int micro = config.micro_batch;
+  std::vector<int64_t> inputs(micro * seq_len), targets(micro * seq_len);
+  double loss_sum = 0, batches = 0;
+  for (int64_t i = collectives.rank(); i < config.eval_batches; i += collectives.world_size()) {
+    for (int row = 0; row < micro; ++row) {
+      val.CopySample((i * micro + row) % val.num_samples(), &inputs[row * seq_len],
+                     &targets[row * seq_len]);
+    }
+    torch::Tensor x = torch::from_blob(inputs.data(), {micro, seq_len}, torch::kLong);
+    torch::Tensor y = torch::from_blob(targets.data(), {micro, seq_len}, torch::kLong);
+    loss_sum += LanguageModelLoss(model.forward(x), y).item<double>();
+    batches += 1;
+  }
+  model.train();
+  const std::vector<double> totals = collectives.Sum({loss_sum, batches});
+  return totals[0] / totals[1];
+}
+
+// ---------------------------------------------------------------------------
+// The loop. May throw c10::Error; Train() catches.
+absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
+                                         std::shared_ptr<c10d::ProcessGroup> process_group,
+                                         const TrainerCallbacks& callbacks) {
+  Collectives collectives(std::move(process_group));
+  const int rank = collectives.rank();
+  const int world_size = collectives.world_size();
+  RETURN_IF_ERROR(ValidateTrainerConfig(config, world_size));
+
+  ASSIGN_OR_RETURN(TokenDataset train, LoadDataset(config.train_shards, config.model,
+                                                   "train_shards"));
+  std::optional<TokenDataset> val;
+  if (!config.val_shards.empty() && config.eval_batches > 0) {
+    ASSIGN_OR_RETURN(TokenDataset loaded, LoadDataset(config.val_shards, config.model,
+                                                      "val_shards"));
+    val.emplace(std::move(loaded));
+  }
+
+  // Model: identical on every rank by seeding, and made so by broadcast.
+  Gpt model{nullptr};
+  {
+    std::lock_guard<std::mutex> lock(ModelInitMutex());
+    torch::manual_seed(config.seed);
+    model = Gpt(config.model);
+  }
+  model->train();
+  const std::vector<torch::Tensor> parameters = model->parameters();
+  collectives.BroadcastFromRank0(parameters);
+  std::unique_ptr<torch::optim::AdamW> optimizer = MakeAdamW(*model, config.optimizer);
+
+  // Resume: rank 0 picks the newest checkpoint that verifies and sends it.
+  TrainResult result;
+  LoopState state;
+  if (!config.checkpoint_dir.empty()) {
+    std::string checkpoint;
+    if (rank == 0) {
+      for (const CheckpointFile& file : ListCheckpoints(config.checkpoint_dir)) {
+        absl::StatusOr<std::string> bytes = ReadVerifiedCheckpoint(file.path);
+        if (bytes.ok()) {
+          checkpoint = *std::move(bytes);
+          break;
+        }
+        result.skipped_checkpoints.push_back(file.path);
+      }
+    }
+    checkpoint = collectives.BroadcastBytes(std::move(checkpoint));
+    if (!checkpoint.empty()) {
+      RETURN_IF_ERROR(RestoreCheckpoint(checkpoint, config.model, *model, *optimizer, &state));
+      result.resumed_from_step = state.step;
+    }
+  }
+
+  // Each rank holds global_batch / world_size rows per step and walks them in
+  // micro-batches. Buffers live for the whole run.
+  const int64_t seq_len = config.model.seq_len;
+  const int rows_per_rank = config.global_batch / world_size;
+  const int micro_steps = rows_per_rank / config.micro_batch;
+  const int64_t tokens_per_step = int64_t{config.global_batch} * seq_len;
+  std::vector<int64_t> inputs(rows_per_rank * seq_len), targets(rows_per_rank * seq_len);
+  const torch::Tensor batch_inputs =
+      torch::from_blob(inputs.data(), {rows_per_rank, seq_len}, torch::kLong);
+  const torch::Tensor batch_targets =
+      torch::from_blob(targets.data(), {rows_per_rank, seq_len}, torch::kLong);
+  const int64_t total_steps = config.schedule.total_steps;
+
+  while (state.step < total_steps) {
+    const bool stop = callbacks.should_stop && callbacks.should_stop();
+    if (collectives.Any(stop)) {
+      return absl::CancelledError(absl::StrCat("stopped before step ", state.step + 1));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    if (config.model.dropout > 0) torch::manual_seed(DropoutSeed(config.seed, rank, state.step));
+
+    // Forward/backward over this rank's share of the global batch. Each
+    // micro-batch loss is a mean over micro_batch * seq_len tokens; scaling
+    // it by 1/micro_steps makes this rank's gradient the mean over its rows,
+    // and averaging over ranks then gives the mean over the global batch.
+    train.FillRankBatch(config.seed, state.data_cursor, config.global_batch, rank, world_size,
+                        inputs.data(), targets.data());
+    optimizer->zero_grad();
+    double loss_sum = 0;
+    for (int m = 0; m < micro_steps; ++m) {
+      const torch::Tensor x = batch_inputs.narrow(0, m * config.micro_batch, config.micro_batch);
+      const torch::Tensor y = batch_targets.narrow(0, m * config.micro_batch, config.micro_batch);
+      torch::Tensor loss = LanguageModelLoss(model->forward(x), y);
+      (loss / micro_steps).backward();
+      loss_sum += loss.item<double>();
+    }
+    collectives.AverageGradients(parameters);
+    const double loss = collectives.Mean(loss_sum / micro_steps);
+    const double grad_norm = ClipGradNorm(parameters, config.optimizer.grad_clip);
+    const double lr = LearningRateAt(config.schedule, config.optimizer.lr, state.step);
+    SetLearningRate(*optimizer, lr);
+    optimizer->step();
+    state.step += 1;
+    state.data_cursor += config.global_batch;
+    state.loss = loss;
+    const double step_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    const bool last = state.step == total_steps;
+    const bool validate =
+        val.has_value() &&
+        (last || (config.eval_interval > 0 && state.step % config.eval_interval == 0));
+    if (validate) {
+      state.val_loss = Evaluate(*model, *val, config, collectives);
+      state.has_val_loss = true;
+    }
+    if (rank == 0 && callbacks.on_step &&
+        (last || validate || state.step % config.log_interval == 0)) {
+      StepReport report;
+      report.step = state.step;
+      report.loss = loss;
+      report.lr = lr;
+      report.grad_norm = grad_norm;
+      report.step_time_seconds = step_seconds;
+      report.tokens_per_second = step_seconds > 0 ? tokens_per_step / step_seconds : 0;
+      report.tokens_seen = state.step * tokens_per_step;
+      report.has_val_loss = validate;
+      report.val_loss = validate ? state.val_loss : 0;
+      callbacks.on_step(report);
+    }
+
+    const bool checkpoint =
+        !config.checkpoint_dir.empty() &&
+        (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0));
+    if (checkpoint) {
+      // Rank 0 writes; the outcome is shared so that no rank trains on, or
+      // waits in a collective, after rank 0 has failed.
+      absl::Status written = absl::OkStatus();
+      if (rank == 0) {
+        absl::StatusOr<CheckpointReport> report;
+        try {
+          report = WriteCheckpoint(config, *model, *optimizer, state);
+        } catch (const std::exception& e) {
+          report = absl::InternalError(absl::StrCat("checkpoint at step ", state.step, ": ",
+                                                    e.what()));
+        }
+        written = report.status();
+        if (report.ok()) {
+          result.checkpoints.push_back(*report);
+          if (callbacks.on_checkpoint) callbacks.on_checkpoint(*report);
+        }
+      }
+      if (collectives.Any(!written.ok())) {
+        if (!written.ok()) return written;
+        return absl::AbortedError(
+            absl::StrCat("rank 0 failed to write the checkpoint at step ", state.step));
+      }
+    }
+  }
+
+  if (callbacks.on_finish) callbacks.on_finish(*model);
+  result.steps = state.step;
+  result.final_loss = state.loss;
+  result.final_val_loss = state.has_val_loss ? state.val_loss : 0;
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const TrainerConfig& config,
+                                  std::shared_ptr<c10d::ProcessGroup> process_group,
+                                  const TrainerCallbacks& callbacks) {
+  try {
+    return TrainOrThrow(config, std::move(process_group), callbacks);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("training failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateGlooProcessGroup(
+    const GlooGroupOptions& options) {
+  if (options.world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ",
+                                                   options.world_size));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " outside [0, ",
+                                                   options.world_size, ")"));
+  }
+  if (options.master_port < 1 || options.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("master_port ", options.master_port,
+                                                   " outside [1, 65535]"));
+  }
+  if (!(options.timeout_seconds > 0)) {
+    return absl::InvalidArgumentError("timeout_seconds must be > 0");
+  }
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(options.timeout_seconds * 1000));
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(options.master_port);
+    store_options.isServer = options.rank == 0;
+    store_options.numWorkers = options.world_size;
+    store_options.waitWorkers = true;
+    store_options.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
+    gloo_options->devices.push_back(
+        options.local_addr.empty()
+            ? c10d::ProcessGroupGloo::createDefaultDevice()
+            : c10d::ProcessGroupGloo::createDeviceForHostname(options.local_addr));
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
+                                                             options.world_size, gloo_options);
+    // The shared_ptr's deleter owns one intrusive reference; the group dies
+    // when both the last shared_ptr and any intrusive_ptr are gone.
+    c10d::ProcessGroup* raw = group.get();
+    return std::shared_ptr<c10d::ProcessGroup>(
+        raw, [owner = std::move(group)](c10d::ProcessGroup*) mutable { owner.reset(); });
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("creating the Gloo process group (rank ",
+                                            options.rank, " of ", options.world_size, " via ",
+                                            options.master_addr, ":", options.master_port,
+                                            "): ", e.what()));
+  }
+}
+
+}  // namespace loom::engine

@@ -1,0 +1,432 @@
+#include "worker/engine/trainer.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/torch.h>
+
+#include "common/sha256.h"
+#include "gtest/gtest.h"
+#include "worker/engine/data.h"
+
+namespace loom::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// English-like byte stream: sentences drawn from a small grammar, so that a
+// tiny model has real structure (spelling, spaces, word order) to learn.
+std::vector<uint16_t> MakeText(uint32_t seed, size_t bytes) {
+  static const std::vector<std::string> kSubjects = {"the cat", "a dog", "my friend",
+                                                     "the old man", "she", "we"};
+  static const std::vector<std::string> kVerbs = {"sees", "likes", "walks to", "paints",
+                                                  "finds", "reads about"};
+  static const std::vector<std::string> kObjects = {"the river", "a small house", "the moon",
+                                                    "green apples", "the market", "a letter"};
+  std::mt19937 rng(seed);
+  auto pick = [&](const std::vector<std::string>& words) {
+    return words[std::uniform_int_distribution<size_t>(0, words.size() - 1)(rng)];
+  };
+  std::string text;
+  while (text.size() < bytes) {
+    text += pick(kSubjects) + " " + pick(kVerbs) + " " + pick(kObjects) + ". ";
+  }
+  return std::vector<uint16_t>(text.begin(), text.begin() + bytes);
+}
+
+// Current parameters of a module, copied.
+std::vector<torch::Tensor> Snapshot(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : module.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double MaxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
+  }
+  return diff;
+}
+
+// An in-process Gloo group of `world_size` ranks over one HashStore. The
+// shared_ptr holds an intrusive reference (see Train's contract).
+std::shared_ptr<c10d::ProcessGroup> MakeGlooRank(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 int rank, int world_size) {
+  auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
+  c10d::ProcessGroup* raw = group.get();
+  return std::shared_ptr<c10d::ProcessGroup>(
+      raw, [owner = std::move(group)](c10d::ProcessGroup*) mutable { owner.reset(); });
+}
+
+struct RankOutcome {
+  absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
+  std::vector<torch::Tensor> parameters;
+  std::vector<StepReport> steps;
+};
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    torch::set_num_threads(1);
+    char pattern[] = "/tmp/loom_trainer_testXXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    train_shard_ = dir_ + "/train_000000.bin";
+    val_shard_ = dir_ + "/val_000000.bin";
+    ASSERT_TRUE(WriteShard(train_shard_, MakeText(1, 40000)).ok());
+    ASSERT_TRUE(WriteShard(val_shard_, MakeText(2, 8000)).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  TrainerConfig SmallConfig() const {
+    TrainerConfig c;
+    c.model.n_layer = 2;
+    c.model.n_head = 2;
+    c.model.d_model = 32;
+    c.model.seq_len = 32;
+    c.model.vocab_size = 256;
+    c.model.dropout = 0.0;
+    c.optimizer.lr = 3e-3;
+    c.schedule.total_steps = 8;
+    c.schedule.warmup_steps = 2;
+    c.global_batch = 8;
+    c.micro_batch = 2;
+    c.seed = 1234;
+    c.eval_batches = 4;
+    c.train_shards = {train_shard_};
+    c.val_shards = {val_shard_};
+    return c;
+  }
+
+  // Runs Train() on every rank of an in-process Gloo group (world_size 1
+  // runs without a group). stop_after[r] > 0 makes rank r ask to stop once
+  // that many steps have run in this call.
+  std::vector<RankOutcome> RunRanks(const TrainerConfig& config, int world_size,
+                                    std::vector<int64_t> stop_after = {}) {
+    stop_after.resize(world_size, 0);
+    std::vector<RankOutcome> outcomes(world_size);
+    auto run = [&](int rank, std::shared_ptr<c10d::ProcessGroup> group) {
+      RankOutcome& out = outcomes[rank];
+      // should_stop is polled once before each step, on every rank.
+      int64_t polls = 0;
+      TrainerCallbacks callbacks;
+      callbacks.on_step = [&out](const StepReport& r) { out.steps.push_back(r); };
+      callbacks.should_stop = [&polls, limit = stop_after[rank]] {
+        const int64_t steps_run = polls++;
+        return limit > 0 && steps_run >= limit;
+      };
+      callbacks.on_finish = [&out](const torch::nn::Module& m) { out.parameters = Snapshot(m); };
+      out.result = Train(config, std::move(group), callbacks);
+    };
+    if (world_size == 1) {
+      run(0, nullptr);
+      return outcomes;
+    }
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < world_size; ++rank) {
+      threads.emplace_back([&, rank] { run(rank, MakeGlooRank(store, rank, world_size)); });
+    }
+    for (std::thread& t : threads) t.join();
+    return outcomes;
+  }
+
+  std::string dir_, train_shard_, val_shard_;
+};
+
+
+TEST_F(TrainerTest, LossFallsOnTextAndReportsEveryStep) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 60;
+  config.schedule.warmup_steps = 5;
+  config.micro_batch = 4;
+  config.eval_interval = 30;
+  std::vector<RankOutcome> out = RunRanks(config, 1);
+  ASSERT_TRUE(out[0].result.ok()) << out[0].result.status();
+  const TrainResult& result = *out[0].result;
+  EXPECT_EQ(result.steps, 60);
+  EXPECT_EQ(result.resumed_from_step, 0);
+  ASSERT_EQ(out[0].steps.size(), 60u);
+  const StepReport& first = out[0].steps.front();
+  const StepReport& last = out[0].steps.back();
+  // Uniform prediction over 256 bytes costs ln 256 = 5.55 nats.
+  EXPECT_NEAR(first.loss, std::log(256.0), 0.3);
+  EXPECT_LT(last.loss, first.loss - 2.0);
+  EXPECT_DOUBLE_EQ(result.final_loss, last.loss);
+  EXPECT_EQ(last.step, 60);
+  EXPECT_EQ(last.tokens_seen, 60 * 8 * 32);
+  EXPECT_GT(last.tokens_per_second, 0);
+  EXPECT_GT(first.grad_norm, 0);
+  EXPECT_DOUBLE_EQ(first.lr, 3e-3 / 5);
+  // Validation at steps 30 and 60 only.
+  for (const StepReport& r : out[0].steps) {
+    EXPECT_EQ(r.has_val_loss, r.step == 30 || r.step == 60) << r.step;
+  }
+  EXPECT_TRUE(last.has_val_loss);
+  EXPECT_DOUBLE_EQ(result.final_val_loss, last.val_loss);
+  EXPECT_LT(result.final_val_loss, std::log(256.0) - 2.0);
+}
+
+TEST_F(TrainerTest, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 5;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<RankOutcome> single = RunRanks(config, 1);
+  std::vector<RankOutcome> pair = RunRanks(config, 2);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(single[0].result.ok()) << single[0].result.status();
+  ASSERT_TRUE(pair[0].result.ok()) << pair[0].result.status();
+  ASSERT_TRUE(pair[1].result.ok()) << pair[1].result.status();
+  // Replicas stay bit-identical: they apply the same all-reduced gradients.
+  EXPECT_EQ(MaxAbsDiff(pair[0].parameters, pair[1].parameters), 0.0);
+  const double diff = MaxAbsDiff(single[0].parameters, pair[0].parameters);
+  std::printf("DP equivalence: max |params(1 rank) - params(2 ranks)| = %.3g after %lld steps "
+              "(%.2f s for both runs)\n",
+              diff, static_cast<long long>(config.schedule.total_steps), seconds);
+  EXPECT_LE(diff, 1e-5);
+  EXPECT_EQ(single[0].result->steps, 5);
+  EXPECT_NEAR(single[0].result->final_loss, pair[0].result->final_loss, 1e-5);
+  // Validation covers the same samples whatever the world size.
+  EXPECT_NEAR(single[0].result->final_val_loss, pair[0].result->final_val_loss, 1e-5);
+  EXPECT_TRUE(pair[1].steps.empty());  // on_step is rank 0 only
+}
+
+TEST_F(TrainerTest, ResumesFromCheckpointAndMatchesUninterruptedRun) {
+  TrainerConfig config = SmallConfig();
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 4;
+  std::vector<RankOutcome> first = RunRanks(config, 1, {4});
+  EXPECT_EQ(first[0].result.status().code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(fs::exists(config.checkpoint_dir + "/ckpt_00000004.pt"));
+  ASSERT_TRUE(fs::exists(config.checkpoint_dir + "/ckpt_00000004.pt.sha256"));
+  EXPECT_FALSE(fs::exists(config.checkpoint_dir + "/ckpt_00000008.pt"));
+
+  std::vector<RankOutcome> second = RunRanks(config, 1);
+  ASSERT_TRUE(second[0].result.ok()) << second[0].result.status();
+  EXPECT_EQ(second[0].result->resumed_from_step, 4);
+  EXPECT_EQ(second[0].result->steps, 8);
+  ASSERT_EQ(second[0].steps.size(), 4u);
+  EXPECT_EQ(second[0].steps.front().step, 5);
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, second[0].parameters), 0.0);
+  EXPECT_DOUBLE_EQ(second[0].result->final_loss, straight[0].result->final_loss);
+
+  // The final checkpoint, and the report describing it.
+  ASSERT_EQ(second[0].result->checkpoints.size(), 1u);
+  const CheckpointReport& report = second[0].result->checkpoints[0];
+  EXPECT_EQ(report.step, 8);
+  EXPECT_EQ(report.path, config.checkpoint_dir + "/ckpt_00000008.pt");
+  EXPECT_EQ(report.bytes, fs::file_size(report.path));
+  absl::StatusOr<std::string> digest = Sha256File(report.path);
+  ASSERT_TRUE(digest.ok());
+  EXPECT_EQ(report.sha256, *digest);
+  std::ifstream sidecar(report.path + ".sha256");
+  std::string line;
+  std::getline(sidecar, line);
+  EXPECT_EQ(line, report.sha256 + "  ckpt_00000008.pt");
+
+  // A third call finds the run complete and trains no further.
+  std::vector<RankOutcome> third = RunRanks(config, 1);
+  ASSERT_TRUE(third[0].result.ok()) << third[0].result.status();
+  EXPECT_EQ(third[0].result->resumed_from_step, 8);
+  EXPECT_TRUE(third[0].steps.empty());
+  EXPECT_DOUBLE_EQ(third[0].result->final_loss, straight[0].result->final_loss);
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, third[0].parameters), 0.0);
+}
+
+TEST_F(TrainerTest, SkipsCorruptNewestCheckpoint) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 4;
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  ASSERT_TRUE(RunRanks(config, 1)[0].result.ok());
+  const std::string newest = config.checkpoint_dir + "/ckpt_00000004.pt";
+  {
+    // Flip one byte in the middle of the newest checkpoint.
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    const std::streamoff middle = static_cast<std::streamoff>(fs::file_size(newest) / 2);
+    f.seekg(middle);
+    char c;
+    f.get(c);
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  std::vector<RankOutcome> resumed = RunRanks(config, 1);
+  ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
+  EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
+  EXPECT_EQ(resumed[0].result->skipped_checkpoints, std::vector<std::string>{newest});
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
+  // The rewritten step-4 checkpoint verifies again.
+  absl::StatusOr<std::string> digest = Sha256File(newest);
+  ASSERT_TRUE(digest.ok());
+  std::ifstream sidecar(newest + ".sha256");
+  std::string expected;
+  sidecar >> expected;
+  EXPECT_EQ(*digest, expected);
+}
+
+TEST_F(TrainerTest, CheckpointWithoutSidecarIsSkipped) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 2;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 1;
+  ASSERT_TRUE(RunRanks(config, 1)[0].result.ok());
+  ASSERT_TRUE(fs::remove(config.checkpoint_dir + "/ckpt_00000002.pt.sha256"));
+  std::vector<RankOutcome> resumed = RunRanks(config, 1);
+  ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
+  EXPECT_EQ(resumed[0].result->resumed_from_step, 1);
+  EXPECT_EQ(resumed[0].steps.size(), 1u);
+}
+
+TEST_F(TrainerTest, KeepsOnlyNewestCheckpoints) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 6;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 1;
+  config.keep_checkpoints = 2;
+  std::vector<CheckpointReport> reported;
+  TrainerCallbacks callbacks;
+  callbacks.on_checkpoint = [&](const CheckpointReport& r) { reported.push_back(r); };
+  absl::StatusOr<TrainResult> result = Train(config, nullptr, callbacks);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(reported.size(), 6u);
+  EXPECT_EQ(result->checkpoints.size(), 6u);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(config.checkpoint_dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"ckpt_00000005.pt", "ckpt_00000005.pt.sha256",
+                                             "ckpt_00000006.pt", "ckpt_00000006.pt.sha256"}));
+}
+
+TEST_F(TrainerTest, TwoRanksResumeFromRankZeroCheckpoint) {
+  TrainerConfig config = SmallConfig();
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 4;
+  // Only rank 1 asks to stop; both ranks must stop together.
+  std::vector<RankOutcome> first = RunRanks(config, 2, {0, 4});
+  EXPECT_EQ(first[0].result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(first[1].result.status().code(), absl::StatusCode::kCancelled);
+  std::vector<RankOutcome> second = RunRanks(config, 2);
+  ASSERT_TRUE(second[0].result.ok()) << second[0].result.status();
+  ASSERT_TRUE(second[1].result.ok()) << second[1].result.status();
+  EXPECT_EQ(second[0].result->resumed_from_step, 4);
+  EXPECT_EQ(second[1].result->resumed_from_step, 4);
+  EXPECT_EQ(MaxAbsDiff(second[0].parameters, second[1].parameters), 0.0);
+  EXPECT_LE(MaxAbsDiff(straight[0].parameters, second[0].parameters), 1e-5);
+}
+
+TEST_F(TrainerTest, ShouldStopBeforeFirstStepCancels) {
+  TrainerConfig config = SmallConfig();
+  TrainerCallbacks callbacks;
+  callbacks.should_stop = [] { return true; };
+  EXPECT_EQ(Train(config, nullptr, callbacks).status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(TrainerTest, RejectsBadConfig) {
+  TrainerConfig config = SmallConfig();
+  config.global_batch = 6;  // not a multiple of world_size * micro_batch = 4
+  config.micro_batch = 4;
+  absl::StatusOr<TrainResult> result = Train(config, nullptr, {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("global_batch"), std::string::npos);
+
+  config = SmallConfig();
+  config.model.vocab_size = 100;  // the text holds bytes >= 100 ('e', 's', ...)
+  EXPECT_EQ(Train(config, nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
+
+  config = SmallConfig();
+  config.train_shards = {dir_ + "/missing_*.bin"};
+  EXPECT_EQ(Train(config, nullptr, {}).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(TrainerTest, RejectsCheckpointOfAnotherModel) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 1;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  ASSERT_TRUE(Train(config, nullptr, {}).ok());
+  config.model.d_model = 64;
+  config.schedule.total_steps = 2;
+  EXPECT_EQ(Train(config, nullptr, {}).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Binds port 0 to find a free port. Racy in principle (another process may
+// take it before the store does); good enough for a test.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(CreateGlooProcessGroupTest, TwoRanksAllReduceOverTcpStore) {
+  GlooGroupOptions options;
+  options.master_addr = "127.0.0.1";
+  options.master_port = FreePort();
+  options.local_addr = "127.0.0.1";
+  options.world_size = 2;
+  options.timeout_seconds = 60;
+  std::vector<double> sums(2, 0);
+  std::vector<absl::Status> statuses(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooGroupOptions mine = options;
+      mine.rank = rank;
+      absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> group = CreateGlooProcessGroup(mine);
+      statuses[rank] = group.status();
+      if (!group.ok()) return;
+      EXPECT_EQ((*group)->getRank(), rank);
+      EXPECT_EQ((*group)->getSize(), 2);
+      std::vector<torch::Tensor> t = {torch::tensor({rank + 1.0})};
+      (*group)->allreduce(t)->wait();
+      sums[rank] = t[0].item<double>();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(statuses[0].ok()) << statuses[0];
+  ASSERT_TRUE(statuses[1].ok()) << statuses[1];
+  EXPECT_EQ(sums, (std::vector<double>{3.0, 3.0}));
+}
+
+TEST(CreateGlooProcessGroupTest, RejectsBadRank) {
+  GlooGroupOptions options;
+  options.world_size = 2;
+  options.rank = 2;
+  EXPECT_EQ(CreateGlooProcessGroup(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom::engine
