@@ -201,8 +201,8 @@ void PrintSummary(const loom::v1::Job& job, Client* client) {
     std::cout << absl::StrFormat("  validation loss  %.4f -> %.4f\n", s.first_val_loss(),
                                  s.last_val_loss());
   }
-  std::cout << absl::StrFormat("  tokens/s         %.0f (last step, all ranks)\n",
-                               s.tokens_per_second());
+  std::cout << absl::StrFormat("  tokens/s         %.0f (mean over the run, all ranks; last step %.0f)\n",
+                               s.tokens_per_second(), s.last_tokens_per_second());
   std::cout << absl::StrFormat("  tokens seen      %d\n", s.tokens_seen());
   std::cout << absl::StrFormat("  checkpoints      %d written%s\n", s.checkpoints_written(),
                                s.last_checkpoint().empty() ? "" : ", newest " + s.last_checkpoint());

@@ -425,11 +425,28 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
     if (ev.has_step()) {
       loom::v1::StepMetrics m = ev.step();
       if (m.time_unix_ms() == 0) m.set_time_unix_ms(out.time_unix_ms());
-      if (sum->last_step() == 0) sum->set_first_loss(m.loss());
-      sum->set_last_step(m.step());
-      sum->set_last_loss(m.loss());
-      sum->set_tokens_per_second(m.tokens_per_second());
-      sum->set_tokens_seen(m.tokens_seen());
+      // Step 0 is the untrained model's validation pass: it sets the first
+      // validation loss but is not a training step.
+      if (m.step() > 0) {
+        if (sum->last_step() == 0) {
+          sum->set_first_loss(m.loss());
+          sum->set_first_step_unix_ms(m.time_unix_ms());
+          sum->set_first_step_tokens(m.tokens_seen());
+          sum->set_tokens_per_second(m.tokens_per_second());
+        }
+        sum->set_last_step(m.step());
+        sum->set_last_loss(m.loss());
+        sum->set_last_tokens_per_second(m.tokens_per_second());
+        sum->set_tokens_seen(m.tokens_seen());
+        sum->set_last_step_unix_ms(m.time_unix_ms());
+        // Mean throughput from step 1 on (start-up and data loading of the
+        // first step excluded), by wall clock of the reports.
+        int64_t span_ms = m.time_unix_ms() - sum->first_step_unix_ms();
+        if (span_ms > 0) {
+          sum->set_tokens_per_second(
+              static_cast<double>(m.tokens_seen() - sum->first_step_tokens()) * 1000.0 / span_ms);
+        }
+      }
       if (m.has_val_loss()) {
         if (!sum->has_val_loss()) sum->set_first_val_loss(m.val_loss());
         sum->set_has_val_loss(true);

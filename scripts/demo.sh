@@ -43,7 +43,7 @@ echo "== summary"
 echo "  byte unigram entropy of the corpus: ${entropy} nats/token (a model that ignores context cannot beat this)"
 "$LOOMCTL" list
 echo "  wall time for the job: ${elapsed}s"
-echo "  checkpoints: $(ls "$LOOM_HOME"/controller/checkpoints/*/ 2>/dev/null | grep -c . || true) file(s) under $LOOM_HOME/controller/checkpoints"
+echo "  checkpoints kept: $(find "$LOOM_HOME"/controller/checkpoints -name '*.pt' 2>/dev/null | wc -l) under $LOOM_HOME/controller/checkpoints (each with a .sha256)"
 echo "  logs: $LOOM_HOME/logs"
 "$LOOMCTL" local down
 trap - EXIT

@@ -581,6 +581,22 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       torch::from_blob(targets.data(), {rows_per_rank, seq_len}, torch::kLong);
   const int64_t total_steps = config.schedule.total_steps;
 
+  // A fresh run measures the untrained model on the validation set first, so
+  // that "how far did validation loss fall" has a starting point. It is
+  // reported as step 0 (loss = that validation loss; no optimizer step yet).
+  if (state.step == 0 && val.has_value()) {
+    const double initial = Evaluate(*model, *val, config, collectives);
+    if (rank == 0 && callbacks.on_step) {
+      StepReport report;
+      report.step = 0;
+      report.loss = initial;
+      report.lr = LearningRateAt(config.schedule, config.optimizer.lr, 0);
+      report.has_val_loss = true;
+      report.val_loss = initial;
+      callbacks.on_step(report);
+    }
+  }
+
   while (state.step < total_steps) {
     const bool stop = callbacks.should_stop && callbacks.should_stop();
     if (collectives.Any(stop)) {

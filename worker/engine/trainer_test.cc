@@ -162,8 +162,15 @@ TEST_F(TrainerTest, LossFallsOnTextAndReportsEveryStep) {
   const TrainResult& result = *out[0].result;
   EXPECT_EQ(result.steps, 60);
   EXPECT_EQ(result.resumed_from_step, 0);
-  ASSERT_EQ(out[0].steps.size(), 60u);
-  const StepReport& first = out[0].steps.front();
+  // Step 0 is the untrained model's validation pass, then one report a step.
+  ASSERT_EQ(out[0].steps.size(), 61u);
+  const StepReport& initial = out[0].steps.front();
+  EXPECT_EQ(initial.step, 0);
+  EXPECT_TRUE(initial.has_val_loss);
+  EXPECT_NEAR(initial.val_loss, std::log(256.0), 0.3);
+  EXPECT_EQ(initial.tokens_seen, 0);
+  const StepReport& first = out[0].steps[1];
+  EXPECT_EQ(first.step, 1);
   const StepReport& last = out[0].steps.back();
   // Uniform prediction over 256 bytes costs ln 256 = 5.55 nats.
   EXPECT_NEAR(first.loss, std::log(256.0), 0.3);
@@ -174,9 +181,9 @@ TEST_F(TrainerTest, LossFallsOnTextAndReportsEveryStep) {
   EXPECT_GT(last.tokens_per_second, 0);
   EXPECT_GT(first.grad_norm, 0);
   EXPECT_DOUBLE_EQ(first.lr, 3e-3 / 5);
-  // Validation at steps 30 and 60 only.
+  // Validation before training and at steps 30 and 60 only.
   for (const StepReport& r : out[0].steps) {
-    EXPECT_EQ(r.has_val_loss, r.step == 30 || r.step == 60) << r.step;
+    EXPECT_EQ(r.has_val_loss, r.step == 0 || r.step == 30 || r.step == 60) << r.step;
   }
   EXPECT_TRUE(last.has_val_loss);
   EXPECT_DOUBLE_EQ(result.final_val_loss, last.val_loss);
