@@ -11,3 +11,4 @@ target_link_libraries(loom-controller PRIVATE loom_controller_service
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
 loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager)
 include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake OPTIONAL)
+include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake OPTIONAL)
