@@ -50,6 +50,7 @@ Commands:
   watch JOB                            follow a job's progress until it ends
   cancel JOB [--reason TEXT]           cancel a job
   workers                              list workers
+  events JOB                           recovery events: spikes, rollbacks, restarts
   data prepare --input FILE... --out DIR [--val-fraction F]
                                        tokenize text (byte-level) into llm.c shards
   validate FILE                        check a job spec without submitting it
@@ -101,6 +102,10 @@ std::string ToJson(const google::protobuf::Message& m) {
 
 std::string StateName(loom::v1::JobState s) {
   return s == loom::v1::JOB_STATE_UNSPECIFIED ? "-" : loom::v1::JobState_Name(s);
+}
+
+std::string KindName(loom::v1::RecoveryEvent::Kind k) {
+  return loom::v1::RecoveryEvent::Kind_Name(k);
 }
 
 std::string Ago(int64_t unix_ms) {
@@ -267,6 +272,10 @@ int Watch(Client* client, const std::string& job_id, bool json) {
           last_print = absl::Now();
         }
         printed_step = m.step();
+      } else if (event.has_recovery()) {
+        if (tty) std::cout << "\r\033[K";
+        std::cout << KindName(event.recovery().kind()) << ": " << event.recovery().message()
+                  << std::endl;
       } else if (event.has_checkpoint()) {
         if (tty) std::cout << "\r\033[K";
         std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
@@ -443,6 +452,39 @@ int CmdCancel(const Globals& g, const std::vector<std::string>& args) {
   } else {
     std::cout << job.id() << " " << StateName(job.state()) << std::endl;
   }
+  return 0;
+}
+
+int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("events: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::GetJobRequest req;
+  req.set_job_id(args[0]);
+  loom::v1::Job job;
+  auto ctx = (*client)->Context();
+  absl::Status s = (*client)->Check((*client)->stub->GetJob(ctx.get(), req, &job));
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    loom::v1::Job only;
+    *only.mutable_events() = job.events();
+    std::cout << ToJson(only) << std::endl;
+    return 0;
+  }
+  if (job.events_size() == 0) {
+    std::cout << "no recovery events for " << job.id() << " (restarts " << job.restarts()
+              << ", rollbacks " << job.rollbacks() << ")" << std::endl;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {{"TIME", "KIND", "STEP", "DETAIL"}};
+  for (const auto& e : job.events()) {
+    rows.push_back({absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_unix_ms()),
+                                     absl::LocalTimeZone()),
+                    KindName(e.kind()), e.step() > 0 ? absl::StrCat(e.step()) : "-", e.message()});
+  }
+  PrintTable(rows);
+  std::cout << "\nrestarts " << job.restarts() << ", rollbacks " << job.rollbacks()
+            << ", attempt " << job.generation() << std::endl;
   return 0;
 }
 
@@ -654,6 +696,7 @@ int main(int argc, char** argv) {
   if (cmd == "watch") return CmdWatch(g, args);
   if (cmd == "cancel") return CmdCancel(g, args);
   if (cmd == "workers") return CmdWorkers(g, args);
+  if (cmd == "events") return CmdEvents(g, args);
   if (cmd == "data") {
     if (args.empty() || args[0] != "prepare") return Usage("data: expected `data prepare`");
     return CmdDataPrepare(g, std::vector<std::string>(args.begin() + 1, args.end()));

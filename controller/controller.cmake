@@ -1,6 +1,6 @@
 loom_library(loom_store SRCS store.cc DEPS loom_proto loom_common SQLite::SQLite3 absl::strings)
 loom_library(loom_job_manager SRCS job_manager.cc
-  DEPS loom_store loom_jobspec loom_grpc loom_common absl::strings absl::str_format absl::synchronization)
+  DEPS loom_store loom_jobspec loom_spike_detector loom_grpc loom_common absl::strings absl::str_format absl::synchronization)
 loom_library(loom_controller_service SRCS controller_service.cc
   DEPS loom_job_manager loom_grpc loom_grpc_util loom_metrics)
 

@@ -47,6 +47,13 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Block SIGINT/SIGTERM before any thread exists, so every thread inherits
+  // the mask and only the sigwait below takes them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   absl::SetProgramUsageMessage("Loom controller: job catalog, scheduling, worker registry.");
   absl::ParseCommandLine(argc, argv);
   using namespace loom;
@@ -114,13 +121,6 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(std::string(s.message()));
   }
 
-  // Signals are taken synchronously by the main thread; block them first
-  // so no other thread receives them.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   std::atomic<bool> stop{false};
   std::thread ticker([&] {

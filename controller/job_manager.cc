@@ -63,6 +63,10 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
   worker_nonce_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
+bool JobManager::IsAttemptRunning(JobState s) {
+  return s == loom::v1::SCHEDULED || s == loom::v1::RUNNING;
+}
+
 bool JobManager::IsTerminal(JobState s) {
   return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
 }
@@ -81,11 +85,9 @@ absl::Status JobManager::Recover() {
     order_.push_back(id);
     JobState s = rec.job.state();
     if (s == loom::v1::SCHEDULED || s == loom::v1::RUNNING) {
-      absl::Status st = Transition(
-          rec, loom::v1::FAILED,
-          "the controller restarted while the job was running and cannot reattach its "
-          "ranks; resubmit it (it resumes from its newest checkpoint)");
-      if (!st.ok()) return st;
+      // Its ranks are stopped by their workers, which re-register with this
+      // controller; the job resumes from its newest checkpoint.
+      FailOrRestartLocked(rec, "the controller restarted while the job was running");
     }
   }
   return absl::OkStatus();
@@ -149,6 +151,8 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
   *rec.job.mutable_spec() = std::move(spec);
   rec.job.set_state(loom::v1::JOB_STATE_UNSPECIFIED);
   rec.job.set_created_unix_ms(clock_->NowUnixMillis());
+  rec.job.set_resume_step(-1);
+  *rec.job.mutable_skip_batches() = rec.job.spec().skip_batches();
   order_.push_back(id);
   absl::Status s = Transition(rec, loom::v1::PENDING, "submitted");
   if (!s.ok()) {
@@ -309,13 +313,14 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
       for (const auto& r : old.ranks) job_ids.insert(r.job_id);
       for (const auto& jid : job_ids) {
         JobRecord& rec = jobs_[jid];
-        if (IsTerminal(rec.job.state())) continue;
+        if (!IsAttemptRunning(rec.job.state())) continue;
         std::string why = absl::StrCat("worker ", old.info.id(), " on node ", req.node(),
                                        " restarted; the ranks it ran are lost");
-        StopJobRanks(rec, why, old.info.id());
-        Transition(rec, loom::v1::FAILED, why).IgnoreError();
+        ForgetWorkerRanks(old.info.id());
+        FailOrRestartLocked(rec, why);
       }
     }
+    ForgetWorkerRanks(old.info.id());
     it = workers_.erase(it);
   }
   std::string id = absl::StrFormat("%s-%06x", req.node(),
@@ -358,8 +363,9 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   for (const auto& r : req.running()) {
     running.insert({r.job_id(), r.rank()});
     auto jit = jobs_.find(r.job_id());
-    if (jit == jobs_.end() || IsTerminal(jit->second.job.state())) {
-      // A rank of a finished job is still alive here: ask again to stop it.
+    if (jit == jobs_.end() || !IsAttemptRunning(jit->second.job.state())) {
+      // A rank of a finished (or requeued) attempt is still alive here: ask
+      // again to stop it.
       bool queued = std::any_of(w.pending_commands.begin(), w.pending_commands.end(),
                                 [&](const auto& c) {
                                   return c.has_stop() && c.stop().job_id() == r.job_id();
@@ -372,6 +378,7 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
       continue;
     }
     JobRecord& rec = jit->second;
+    if (r.generation() != rec.job.generation()) continue;  // an older attempt, being stopped
     rec.running_seen.insert(r.rank());
     if (rec.job.state() == loom::v1::SCHEDULED) {
       Transition(rec, loom::v1::RUNNING,
@@ -385,8 +392,11 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
                                [&](const RankSlot& s) {
                                  auto jit = jobs_.find(s.job_id);
                                  bool ended = jit == jobs_.end() ||
-                                              IsTerminal(jit->second.job.state());
+                                              !IsAttemptRunning(jit->second.job.state());
                                  bool gone = ended && !running.count({s.job_id, s.rank});
+                                 if (gone && jit != jobs_.end()) {
+                                   jit->second.live.erase({w.info.id(), s.rank});
+                                 }
                                  freed |= gone;
                                  return gone;
                                }),
@@ -410,9 +420,17 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
   }
   JobRecord& rec = it->second;
   loom::v1::ReportStepMetricsResponse resp;
-  if (IsTerminal(rec.job.state())) {
+  if (req.generation() != rec.job.generation()) {
+    return resp;  // a stopped attempt's last words: dropped
+  }
+  if (rec.job.state() != loom::v1::SCHEDULED && rec.job.state() != loom::v1::RUNNING) {
+    // Ended, or between attempts: these are the last words of stopped ranks.
     resp.set_stop(true);
     return resp;
+  }
+  RecoveryOptions recovery = EffectiveRecovery(rec.job.spec().recovery());
+  if (!rec.detector && recovery.detect_spikes) {
+    rec.detector = std::make_unique<recovery::SpikeDetector>(recovery.detector);
   }
   if (rec.job.state() == loom::v1::SCHEDULED) {
     Transition(rec, loom::v1::RUNNING, "first step reported").IgnoreError();
@@ -453,6 +471,17 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
         sum->set_last_val_loss(m.val_loss());
       }
       steps.push_back(m);
+      if (rec.detector && m.step() > 0) {
+        recovery::SpikeVerdict verdict = rec.detector->Observe(m.step(), m.loss(), m.grad_norm());
+        if (verdict.spike) {
+          *out.mutable_step() = m;
+          Publish(rec.job.id(), std::move(out));
+          store_->AppendStepMetrics(rec.job.id(), steps).IgnoreError();
+          HandleSpikeLocked(rec, verdict, m.data_batch());
+          resp.set_stop(true);
+          return resp;
+        }
+      }
       *out.mutable_step() = std::move(m);
     } else if (ev.has_checkpoint()) {
       sum->set_checkpoints_written(sum->checkpoints_written() + 1);
@@ -494,7 +523,20 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
                                }),
                 w.ranks.end());
   JobRecord& rec = it->second;
-  if (!IsTerminal(rec.job.state())) {
+  rec.live.erase({req.worker_id(), req.rank()});
+  bool current = IsAttemptRunning(rec.job.state()) && req.generation() == rec.job.generation();
+  if (current) {
+    // Only a rank this worker was given can end the attempt.
+    bool placed = false;
+    for (const auto& a : rec.job.ranks()) {
+      placed |= a.rank() == req.rank() && a.worker_id() == req.worker_id();
+    }
+    if (!placed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", req.rank(), " of ", req.job_id(), " is not placed on worker ", req.worker_id()));
+    }
+  }
+  if (current) {
     if (req.exit_code() == 0 && req.signal() == 0) {
       rec.exited_ok.insert(req.rank());
       if (static_cast<int>(rec.exited_ok.size()) == rec.job.ranks_size()) {
@@ -552,8 +594,136 @@ void JobManager::ResolveFailuresLocked() {
     }
     std::string why = cause.empty() ? rec.pending_failure->reason
                                     : absl::StrCat(cause, "then ", rec.pending_failure->reason);
-    Transition(rec, loom::v1::FAILED, why).IgnoreError();
+    FailOrRestartLocked(rec, why);
   }
+}
+
+JobManager::RecoveryOptions JobManager::EffectiveRecovery(const loom::v1::RecoverySpec& spec) {
+  RecoveryOptions o;
+  if (spec.has_max_restarts()) o.max_restarts = std::max(0, spec.max_restarts());
+  o.detect_spikes = !spec.disable_spike_detection();
+  if (spec.window() > 0) o.detector.window = spec.window();
+  if (spec.min_history() > 0) o.detector.min_history = spec.min_history();
+  if (spec.threshold() > 0) o.detector.threshold = spec.threshold();
+  if (spec.confirm_steps() > 0) o.detector.confirm_steps = spec.confirm_steps();
+  if (spec.rollback_distance() > 0) o.rollback_distance = spec.rollback_distance();
+  if (spec.skip_before() > 0) o.skip_before = spec.skip_before();
+  if (spec.skip_after() > 0) o.skip_after = spec.skip_after();
+  if (spec.has_max_rollbacks()) o.max_rollbacks = std::max(0, spec.max_rollbacks());
+  return o;
+}
+
+void JobManager::AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event) {
+  event.set_time_unix_ms(clock_->NowUnixMillis());
+  *rec.job.add_events() = event;
+  JobEvent e;
+  e.set_time_unix_ms(event.time_unix_ms());
+  *e.mutable_recovery() = std::move(event);
+  Publish(rec.job.id(), std::move(e));
+}
+
+void JobManager::ForgetWorkerRanks(const std::string& worker_id) {
+  for (auto& [jid, rec] : jobs_) {
+    for (auto it = rec.live.begin(); it != rec.live.end();) {
+      it = it->first == worker_id ? rec.live.erase(it) : std::next(it);
+    }
+  }
+}
+
+void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason) {
+  StopJobRanks(rec, reason, "");
+  rec.pending_failure.reset();
+  rec.exited_ok.clear();
+  rec.running_seen.clear();
+  rec.job.clear_ranks();
+  rec.job.set_generation(rec.job.generation() + 1);
+  Transition(rec, loom::v1::PENDING, reason).IgnoreError();
+}
+
+void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause) {
+  if (IsTerminal(rec.job.state())) return;
+  RecoveryOptions o = EffectiveRecovery(rec.job.spec().recovery());
+  if (rec.job.restarts() >= o.max_restarts) {
+    if (o.max_restarts > 0) {
+      loom::v1::RecoveryEvent gave_up;
+      gave_up.set_kind(loom::v1::RecoveryEvent::GAVE_UP);
+      gave_up.set_message(absl::StrCat("no restarts left (max_restarts ", o.max_restarts,
+                                       "): ", cause));
+      AddEvent(rec, gave_up);
+    }
+    StopJobRanks(rec, cause, "");
+    std::string why = o.max_restarts > 0
+                          ? absl::StrCat(cause, " (after ", rec.job.restarts(), " restart(s))")
+                          : cause;
+    Transition(rec, loom::v1::FAILED, why).IgnoreError();
+    return;
+  }
+  rec.job.set_restarts(rec.job.restarts() + 1);
+  rec.job.set_resume_step(-1);
+  loom::v1::RecoveryEvent ev;
+  ev.set_kind(loom::v1::RecoveryEvent::RESTART);
+  ev.set_message(cause);
+  ev.set_resume_step(-1);
+  ev.set_generation(rec.job.generation() + 1);
+  AddEvent(rec, ev);
+  RequeueLocked(rec, absl::StrCat("restart ", rec.job.restarts(), "/", o.max_restarts,
+                                  " from the newest checkpoint after: ", cause));
+}
+
+void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict& v,
+                                   int64_t data_batch) {
+  RecoveryOptions o = EffectiveRecovery(rec.job.spec().recovery());
+  loom::v1::RecoveryEvent spike;
+  spike.set_kind(loom::v1::RecoveryEvent::SPIKE);
+  spike.set_step(v.step);
+  spike.set_signal(v.signal);
+  spike.set_value(v.value);
+  spike.set_baseline(v.baseline);
+  spike.set_score(v.score);
+  spike.set_message(v.Describe());
+  AddEvent(rec, spike);
+  if (rec.job.rollbacks() >= o.max_rollbacks) {
+    std::string why = absl::StrCat("loss spike not cured after ", rec.job.rollbacks(),
+                                   " rollback(s) (max_rollbacks ", o.max_rollbacks,
+                                   "): ", v.Describe());
+    loom::v1::RecoveryEvent gave_up;
+    gave_up.set_kind(loom::v1::RecoveryEvent::GAVE_UP);
+    gave_up.set_step(v.step);
+    gave_up.set_message(why);
+    AddEvent(rec, gave_up);
+    StopJobRanks(rec, why, "");
+    Transition(rec, loom::v1::FAILED, why).IgnoreError();
+    return;
+  }
+  int64_t before = o.skip_before, after = o.skip_after;
+  // A spike that comes back inside the window of the previous rollback
+  // widens the skip window, once.
+  if (rec.last_spike_step >= 0 && v.step <= rec.last_spike_step + after && !rec.skip_widened) {
+    before *= 2;
+    after *= 2;
+    rec.skip_widened = true;
+  }
+  loom::v1::SkipRange skip;
+  skip.set_begin(std::max<int64_t>(0, data_batch - before));
+  skip.set_end(data_batch + after + 1);
+  int64_t resume = std::max<int64_t>(0, v.step - o.rollback_distance);
+  rec.job.set_rollbacks(rec.job.rollbacks() + 1);
+  rec.job.set_resume_step(resume);
+  *rec.job.add_skip_batches() = skip;
+  rec.last_spike_step = v.step;
+  if (rec.detector) rec.detector->Truncate(resume);
+  loom::v1::RecoveryEvent rb;
+  rb.set_kind(loom::v1::RecoveryEvent::ROLLBACK);
+  rb.set_step(v.step);
+  rb.set_resume_step(resume);
+  *rb.mutable_skip() = skip;
+  rb.set_generation(rec.job.generation() + 1);
+  rb.set_message(absl::StrFormat(
+      "rollback %d/%d: resume from the newest checkpoint at step <= %d, skip data batches "
+      "[%d, %d)",
+      rec.job.rollbacks(), o.max_rollbacks, resume, skip.begin(), skip.end()));
+  AddEvent(rec, rb);
+  RequeueLocked(rec, absl::StrCat("loss spike at step ", v.step, "; ", rb.message()));
 }
 
 void JobManager::CheckLivenessLocked() {
@@ -569,15 +739,18 @@ void JobManager::CheckLivenessLocked() {
     w.ranks.clear();
     for (auto& [jid, ranks] : lost) {
       JobRecord& rec = jobs_[jid];
-      if (IsTerminal(rec.job.state())) continue;
+      // Only the current attempt can fail; a requeued job merely stops
+      // waiting for ranks that died with the worker.
+      if (!IsAttemptRunning(rec.job.state())) continue;
       std::string why = absl::StrFormat(
           "worker %s on node %s stopped heartbeating (silent for %.1fs, timeout %.1fs); "
           "lost rank(s) %s",
           id, w.info.node(), absl::ToDoubleSeconds(silent),
           absl::ToDoubleSeconds(options_.worker_timeout), absl::StrJoin(ranks, ","));
-      StopJobRanks(rec, why, id);
-      Transition(rec, loom::v1::FAILED, why).IgnoreError();
+      ForgetWorkerRanks(id);
+      FailOrRestartLocked(rec, why);
     }
+    ForgetWorkerRanks(id);
   }
 }
 
@@ -585,6 +758,11 @@ void JobManager::ScheduleLocked() {
   for (const std::string& jid : order_) {
     JobRecord& rec = jobs_[jid];
     if (rec.job.state() != loom::v1::PENDING) continue;
+    if (!rec.live.empty()) {
+      rec.job.set_reason(absl::StrCat("waiting for ", rec.live.size(),
+                                      " rank(s) of the previous attempt to exit"));
+      return;
+    }
     const auto& res = rec.job.spec().resources();
     int n_workers = std::max(1, res.workers());
     int n_ranks = std::max(n_workers, res.ranks());
@@ -636,6 +814,7 @@ void JobManager::ScheduleLocked() {
         a->set_worker_id(w->info.id());
         a->set_node(w->info.node());
         w->ranks.push_back({jid, rank});
+        rec.live.insert({w->info.id(), rank});
         loom::v1::WorkerCommand cmd;
         auto* start = cmd.mutable_start();
         start->set_job_id(jid);
@@ -645,6 +824,9 @@ void JobManager::ScheduleLocked() {
         start->set_master_addr(head->info.address());
         start->set_master_port(master_port);
         start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
+        start->set_generation(rec.job.generation());
+        start->set_resume_step(rec.job.resume_step());
+        *start->mutable_skip_batches() = rec.job.skip_batches();
         w->pending_commands.push_back(std::move(cmd));
       }
     }

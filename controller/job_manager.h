@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "controller/recovery/spike_detector.h"
 #include "controller/store.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/service.pb.h"
@@ -134,7 +135,26 @@ class JobManager {
     std::optional<PendingFailure> pending_failure;  // first rank failure, unresolved
     std::set<int> exited_ok;  // ranks that finished with exit code 0
     std::set<int> running_seen;
+    // (worker id, rank) of rank processes started and not yet known to have
+    // exited. A restarted job is not placed again until this is empty, so
+    // two attempts never write the same checkpoint directory at once.
+    std::set<std::pair<std::string, int>> live;
+    std::unique_ptr<recovery::SpikeDetector> detector;  // created on first step
+    int64_t last_spike_step = -1;
+    bool skip_widened = false;
   };
+
+  // Effective recovery settings of a spec (defaults applied).
+  struct RecoveryOptions {
+    int max_restarts = 3;
+    bool detect_spikes = true;
+    recovery::SpikeDetectorOptions detector;
+    int64_t rollback_distance = 100;
+    int64_t skip_before = 100;
+    int64_t skip_after = 200;
+    int max_rollbacks = 5;
+  };
+  static RecoveryOptions EffectiveRecovery(const loom::v1::RecoverySpec& spec);
 
   // All private helpers require mu_ held.
   absl::Status Transition(JobRecord& rec, loom::v1::JobState to, const std::string& reason);
@@ -146,7 +166,18 @@ class JobManager {
   void ScheduleLocked();
   void CheckLivenessLocked();
   void ResolveFailuresLocked();
+  // A failure ends the attempt: restart from the newest checkpoint while
+  // restarts are left, else FAILED.
+  void FailOrRestartLocked(JobRecord& rec, const std::string& cause);
+  void HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict& verdict,
+                         int64_t data_batch);
+  // Ends the current attempt: stops its ranks, resets per-attempt state,
+  // bumps the generation, and puts the job back to PENDING.
+  void RequeueLocked(JobRecord& rec, const std::string& reason);
+  void AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event);
+  void ForgetWorkerRanks(const std::string& worker_id);
   static bool IsTerminal(loom::v1::JobState s);
+  static bool IsAttemptRunning(loom::v1::JobState s);
   std::string NewJobId(const std::string& name);
 
   Store* const store_;

@@ -127,6 +127,14 @@ absl::Status Store::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
+absl::Status Store::Commit() {
+  absl::Status s = Exec("COMMIT;");
+  // A failed COMMIT leaves the transaction open; roll it back so the next
+  // BEGIN works and the caller's error is the whole story.
+  if (!s.ok()) Exec("ROLLBACK;").IgnoreError();
+  return s;
+}
+
 absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
   std::lock_guard<std::mutex> lock(mu_);
   absl::Status s = Exec("BEGIN IMMEDIATE;");
@@ -163,7 +171,7 @@ absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
     st.BindText(6, t.reason());
     if (st.Step() != SQLITE_DONE) return fail("write transition");
   }
-  return Exec("COMMIT;");
+  return Commit();
 }
 
 absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobs() {
@@ -220,7 +228,7 @@ absl::Status Store::AppendStepMetrics(const std::string& job_id,
       return err;
     }
   }
-  return Exec("COMMIT;");
+  return Commit();
 }
 
 absl::StatusOr<std::vector<loom::v1::StepMetrics>> Store::LoadStepMetrics(

@@ -58,6 +58,7 @@ class Store {
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   absl::Status Exec(const char* sql);
+  absl::Status Commit();
 
   std::mutex mu_;
   sqlite3* db_;  // owned; guarded by mu_

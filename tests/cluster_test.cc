@@ -98,7 +98,8 @@ class ClusterTest : public ::testing::Test {
   }
 
   // A small job; `steps` large makes it run until cancelled.
-  std::string WriteSpec(const std::string& name, int steps, int workers) {
+  std::string WriteSpec(const std::string& name, int steps, int workers,
+                        const std::string& extra = "") {
     std::string path = absl::StrCat(home_, "/", name, ".yaml");
     std::ofstream out(path);
     out << "name: " << name << R"(
@@ -118,7 +119,7 @@ batch: {global_batch: 8, micro_batch: 4}
 resources: {workers: )" << workers << ", ranks: " << workers << R"(}
 checkpoint: {interval_steps: 20, keep: 2}
 seed: 7
-)";
+)" << extra;
     return path;
   }
 
@@ -323,7 +324,7 @@ TEST_F(ClusterTest, CancelledJobEndsCancelledAndItsRanksExit) {
 
 TEST_F(ClusterTest, KilledWorkerFailsItsJobWithAReason) {
   StartCluster(2, /*worker_timeout_s=*/2);
-  std::string job = Submit(WriteSpec("victim", 1000000, 2));
+  std::string job = Submit(WriteSpec("victim", 1000000, 2, "recovery: {max_restarts: 0}\n"));
   ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 2; }, 60));
   int victim = 0;
   for (const auto& d : Daemons()) {
@@ -337,6 +338,63 @@ TEST_F(ClusterTest, KilledWorkerFailsItsJobWithAReason) {
   EXPECT_THAT(failed.reason(), HasSubstr("stopped heartbeating"));
   EXPECT_THAT(failed.reason(), HasSubstr("local-1"));
   EXPECT_TRUE(WaitFor([&] { return CountRankProcesses("/" + job + "/") == 0; }, 20));
+}
+
+TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
+  StartCluster(3, /*worker_timeout_s=*/2);
+  std::string job = Submit(WriteSpec("phoenix", 120, 2));
+  // Past the first checkpoint (step 20).
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().checkpoints_written() >= 1; }, 90))
+      << Status(job).DebugString();
+  loom::v1::Job running = Status(job);
+  ASSERT_EQ(running.ranks_size(), 2);
+  std::string victim_node = running.ranks(1).node();  // "local-<i>"
+  std::string victim_name = "worker-" + victim_node.substr(victim_node.rfind('-') + 1);
+  int victim = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == victim_name) victim = d.pid;
+  }
+  ASSERT_GT(victim, 0) << victim_name;
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))
+      << Status(job).DebugString();
+  loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 1);
+  EXPECT_EQ(done.generation(), 1);
+  EXPECT_EQ(done.summary().last_step(), 120);
+  ASSERT_GE(done.events_size(), 1);
+  EXPECT_EQ(done.events(0).kind(), loom::v1::RecoveryEvent::RESTART);
+  EXPECT_THAT(done.events(0).message(), HasSubstr(victim_node));
+  for (const auto& r : done.ranks()) EXPECT_NE(r.node(), victim_node);
+  std::vector<loom::v1::JobState> states;
+  for (const auto& t : done.history()) states.push_back(t.to());
+  EXPECT_THAT(states, ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED,
+                                             loom::v1::RUNNING, loom::v1::PENDING,
+                                             loom::v1::SCHEDULED, loom::v1::RUNNING,
+                                             loom::v1::SUCCEEDED));
+  // The second attempt resumed from a checkpoint instead of step 0: step 1
+  // was trained once, and the attempts overlap only after the checkpoint.
+  auto stub = loom::v1::JobService::NewStub(
+      grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + token_);
+  loom::v1::GetStepMetricsRequest req;
+  req.set_job_id(job);
+  loom::v1::GetStepMetricsResponse steps;
+  ASSERT_TRUE(stub->GetStepMetrics(&ctx, req, &steps).ok());
+  int step1 = 0, replayed_from = 0;
+  int64_t prev = 0;
+  for (const auto& m : steps.steps()) {
+    step1 += m.step() == 1 ? 1 : 0;
+    if (m.step() > 0 && m.step() <= prev && replayed_from == 0) replayed_from = m.step();
+    if (m.step() > 0) prev = m.step();
+  }
+  EXPECT_EQ(step1, 1);
+  EXPECT_GE(replayed_from, 21) << "the restart resumed from the step-20 checkpoint or later";
+  auto events = Ctl("events " + job);
+  EXPECT_EQ(events.exit_code, 0) << events.err;
+  EXPECT_THAT(events.out, HasSubstr("RESTART"));
 }
 
 }  // namespace

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   if (assignment_path.empty()) Die("usage: loom-rank --assignment FILE");
   struct sigaction sa {};
   sa.sa_handler = OnTerm;
+  sa.sa_flags = SA_RESTART;  // a stop request must not fail an interrupted read or write
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 

@@ -43,7 +43,7 @@ RankSupervisor::~RankSupervisor() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutting_down_ = true;
-    for (auto& [key, child] : children_) kill(child->pid, SIGKILL);
+    for (auto& [key, child] : children_) kill(-child->pid, SIGKILL);
   }
   killer_.join();
   // Readers end when the killed children close their pipes.
@@ -65,7 +65,7 @@ RankSupervisor::~RankSupervisor() {
   }
 }
 
-absl::Status RankSupervisor::Start(const std::string& job_id, int rank,
+absl::Status RankSupervisor::Start(const std::string& job_id, int rank, int64_t generation,
                                    const std::string& assignment_json) {
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) return absl::UnavailableError("worker is shutting down");
@@ -133,17 +133,18 @@ absl::Status RankSupervisor::Start(const std::string& job_id, int rank,
   close(logfd);
   auto child = std::make_unique<Child>();
   child->pid = pid;
+  child->generation = generation;
   child->log_path = log_path;
   int read_fd = pipefd[0];
-  child->reader = std::thread([this, job_id, rank, read_fd, pid, log_path] {
-    ReadLoop(job_id, rank, read_fd, pid, log_path);
+  child->reader = std::thread([this, job_id, rank, generation, read_fd, pid, log_path] {
+    ReadLoop(job_id, rank, generation, read_fd, pid, log_path);
   });
   children_[key] = std::move(child);
   return absl::OkStatus();
 }
 
-void RankSupervisor::ReadLoop(const std::string& job_id, int rank, int fd, pid_t pid,
-                              std::string log_path) {
+void RankSupervisor::ReadLoop(const std::string& job_id, int rank, int64_t generation, int fd,
+                              pid_t pid, std::string log_path) {
   std::string buf;
   char chunk[4096];
   for (;;) {
@@ -158,26 +159,34 @@ void RankSupervisor::ReadLoop(const std::string& job_id, int rank, int fd, pid_t
       if (line.empty()) continue;
       loom::v1::RankEvent event;
       if (google::protobuf::util::JsonStringToMessage(line, &event).ok()) {
-        if (options_.on_event) options_.on_event(job_id, rank, event);
+        if (options_.on_event) options_.on_event(job_id, rank, generation, event);
       }
       // Lines that are not events are ignored: a rank's own logging goes to
       // stderr, which is its log file.
     }
   }
   close(fd);
-  Reap(job_id, rank, pid, log_path);
+  Reap(job_id, rank, generation, pid, log_path);
 }
 
-void RankSupervisor::Reap(const std::string& job_id, int rank, pid_t pid,
+void RankSupervisor::Reap(const std::string& job_id, int rank, int64_t generation, pid_t pid,
                           const std::string& log_path) {
   int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  int rc;
+  while ((rc = waitpid(pid, &wstatus, 0)) < 0 && errno == EINTR) {
   }
   RankExit exit;
   exit.job_id = job_id;
   exit.rank = rank;
+  exit.generation = generation;
   exit.log_path = log_path;
-  if (WIFSIGNALED(wstatus)) {
+  if (rc < 0) {
+    // Never report an unknown end as success.
+    exit.exit_code = 255;
+    exit.reason = absl::StrCat("could not collect the rank's exit status: ", std::strerror(errno));
+    if (options_.on_exit) options_.on_exit(exit);
+    return;
+  } else if (WIFSIGNALED(wstatus)) {
     exit.signal = WTERMSIG(wstatus);
     exit.exit_code = 128 + exit.signal;
   } else {
@@ -204,7 +213,7 @@ void RankSupervisor::Stop(const std::string& job_id) {
     if (key.first != job_id || child->stopping) continue;
     child->stopping = true;
     child->stop_deadline = absl::Now() + options_.stop_grace;
-    kill(child->pid, SIGTERM);
+    kill(-child->pid, SIGTERM);  // the rank leads its own process group
   }
 }
 
@@ -217,10 +226,10 @@ void RankSupervisor::StopAll() {
   for (const auto& j : jobs) Stop(j);
 }
 
-std::vector<std::pair<std::string, int>> RankSupervisor::Running() {
+std::vector<RankSupervisor::RunningRank> RankSupervisor::Running() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::pair<std::string, int>> out;
-  for (auto& [key, child] : children_) out.push_back(key);
+  std::vector<RunningRank> out;
+  for (auto& [key, child] : children_) out.push_back({key.first, key.second, child->generation});
   return out;
 }
 
@@ -232,7 +241,7 @@ void RankSupervisor::KillerLoop() {
       absl::Time now = absl::Now();
       for (auto& [key, child] : children_) {
         if (child->stopping && now >= child->stop_deadline) {
-          kill(child->pid, SIGKILL);
+          kill(-child->pid, SIGKILL);
           child->stop_deadline = absl::InfiniteFuture();
         }
       }

@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -28,6 +29,7 @@ namespace loom::worker {
 struct RankExit {
   std::string job_id;
   int rank = 0;
+  int64_t generation = 0;  // the job attempt the rank belonged to
   int exit_code = 0;  // meaningful when signal == 0
   int signal = 0;
   std::string reason;  // last non-empty line of the rank's log
@@ -38,7 +40,9 @@ struct RankSupervisorOptions {
   std::string rank_binary;     // path to loom-rank
   std::string work_dir;        // per-rank files go to <work_dir>/<job>/rank-<r>.*
   absl::Duration stop_grace = absl::Seconds(5);  // SIGTERM -> SIGKILL
-  std::function<void(const std::string& job_id, int rank, const loom::v1::RankEvent&)> on_event;
+  std::function<void(const std::string& job_id, int rank, int64_t generation,
+                     const loom::v1::RankEvent&)>
+      on_event;
   std::function<void(const RankExit&)> on_exit;
 };
 
@@ -50,25 +54,34 @@ class RankSupervisor {
   // Starts `argv_extra` appended to the rank binary's argv; `assignment_json`
   // is written to <work_dir>/<job>/rank-<r>.assignment.json and passed as
   // --assignment. ALREADY_EXISTS if that rank is already running here.
-  absl::Status Start(const std::string& job_id, int rank, const std::string& assignment_json);
+  absl::Status Start(const std::string& job_id, int rank, int64_t generation,
+                     const std::string& assignment_json);
 
   // SIGTERM to every rank of the job, SIGKILL after stop_grace. Returns at
   // once; exits arrive through on_exit.
   void Stop(const std::string& job_id);
   void StopAll();
 
-  std::vector<std::pair<std::string, int>> Running();
+  struct RunningRank {
+    std::string job_id;
+    int rank = 0;
+    int64_t generation = 0;
+  };
+  std::vector<RunningRank> Running();
 
  private:
   struct Child {
     pid_t pid = -1;
+    int64_t generation = 0;
     std::string log_path;
     std::thread reader;
     bool stopping = false;
     absl::Time stop_deadline;
   };
-  void ReadLoop(const std::string& job_id, int rank, int fd, pid_t pid, std::string log_path);
-  void Reap(const std::string& job_id, int rank, pid_t pid, const std::string& log_path);
+  void ReadLoop(const std::string& job_id, int rank, int64_t generation, int fd, pid_t pid,
+                std::string log_path);
+  void Reap(const std::string& job_id, int rank, int64_t generation, pid_t pid,
+            const std::string& log_path);
   void KillerLoop();
 
   const RankSupervisorOptions options_;

@@ -43,7 +43,8 @@ class RankSupervisorTest : public ::testing::Test {
     opts.rank_binary = binary;
     opts.work_dir = dir_ + "/work";
     opts.stop_grace = grace;
-    opts.on_event = [this](const std::string& job, int rank, const loom::v1::RankEvent& e) {
+    opts.on_event = [this](const std::string& job, int rank, int64_t generation,
+                           const loom::v1::RankEvent& e) {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(e);
     };
@@ -76,9 +77,10 @@ TEST_F(RankSupervisorTest, ForwardsEventsAndCleanExit) {
       "echo '{\"checkpoint\": {\"step\": \"1\", \"path\": \"/c/1\"}}'\n"
       "echo 'done training' >&2\n"
       "exit 0"));
-  ASSERT_TRUE(sup->Start("job-1", 0, "{}").ok());
+  ASSERT_TRUE(sup->Start("job-1", 0, 4, "{}").ok());
   RankExit exit = WaitExit();
   EXPECT_EQ(exit.job_id, "job-1");
+  EXPECT_EQ(exit.generation, 4);
   EXPECT_EQ(exit.exit_code, 0);
   EXPECT_EQ(exit.signal, 0);
   EXPECT_EQ(exit.reason, "done training");
@@ -91,7 +93,7 @@ TEST_F(RankSupervisorTest, ForwardsEventsAndCleanExit) {
 
 TEST_F(RankSupervisorTest, FailureCarriesLastLogLine) {
   auto sup = Make(Script("echo 'loading data' >&2\necho 'data.train: no such file' >&2\nexit 3"));
-  ASSERT_TRUE(sup->Start("job-2", 1, "{}").ok());
+  ASSERT_TRUE(sup->Start("job-2", 1, 0, "{}").ok());
   RankExit exit = WaitExit();
   EXPECT_EQ(exit.rank, 1);
   EXPECT_EQ(exit.exit_code, 3);
@@ -100,7 +102,7 @@ TEST_F(RankSupervisorTest, FailureCarriesLastLogLine) {
 
 TEST_F(RankSupervisorTest, CrashBySignalIsReportedAndDaemonSurvives) {
   auto sup = Make(Script("kill -ABRT $$"));
-  ASSERT_TRUE(sup->Start("job-3", 0, "{}").ok());
+  ASSERT_TRUE(sup->Start("job-3", 0, 0, "{}").ok());
   RankExit exit = WaitExit();
   EXPECT_EQ(exit.signal, SIGABRT);
   EXPECT_TRUE(sup->Running().empty());
@@ -109,8 +111,8 @@ TEST_F(RankSupervisorTest, CrashBySignalIsReportedAndDaemonSurvives) {
 TEST_F(RankSupervisorTest, StopTerminatesAndEscalatesToKill) {
   // Ignores SIGTERM, so only the SIGKILL after the grace period ends it.
   auto sup = Make(Script("trap '' TERM\nwhile true; do sleep 0.1; done"), absl::Milliseconds(300));
-  ASSERT_TRUE(sup->Start("job-4", 0, "{}").ok());
-  EXPECT_EQ(sup->Start("job-4", 0, "{}").code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(sup->Start("job-4", 0, 0, "{}").ok());
+  EXPECT_EQ(sup->Start("job-4", 0, 0, "{}").code(), absl::StatusCode::kAlreadyExists);
   ASSERT_EQ(sup->Running().size(), 1u);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   sup->Stop("job-4");
@@ -121,7 +123,7 @@ TEST_F(RankSupervisorTest, StopTerminatesAndEscalatesToKill) {
 
 TEST_F(RankSupervisorTest, StopWithTermEndsCooperativeRank) {
   auto sup = Make(Script("trap 'echo stopped >&2; exit 143' TERM\nwhile true; do sleep 0.1; done"));
-  ASSERT_TRUE(sup->Start("job-5", 0, "{}").ok());
+  ASSERT_TRUE(sup->Start("job-5", 0, 0, "{}").ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   sup->Stop("job-5");
   RankExit exit = WaitExit();
@@ -132,7 +134,7 @@ TEST_F(RankSupervisorTest, StopWithTermEndsCooperativeRank) {
 
 TEST_F(RankSupervisorTest, MissingBinaryExitsWith127) {
   auto sup = Make(dir_ + "/does-not-exist");
-  ASSERT_TRUE(sup->Start("job-6", 0, "{}").ok());
+  ASSERT_TRUE(sup->Start("job-6", 0, 0, "{}").ok());
   RankExit exit = WaitExit();
   EXPECT_EQ(exit.exit_code, 127);
   EXPECT_THAT(exit.reason, HasSubstr("exec of the rank binary failed"));

@@ -84,9 +84,8 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
   sup.rank_binary = options_.rank_binary;
   sup.work_dir = options_.work_dir;
   sup.stop_grace = options_.stop_grace;
-  sup.on_event = [this](const std::string& job, int rank, const loom::v1::RankEvent& e) {
-    OnEvent(job, rank, e);
-  };
+  sup.on_event = [this](const std::string& job, int rank, int64_t generation,
+                        const loom::v1::RankEvent& e) { OnEvent(job, rank, generation, e); };
   sup.on_exit = [this](const RankExit& exit) { OnExit(exit); };
   supervisor_ = std::make_unique<RankSupervisor>(std::move(sup));
   sender_ = std::thread([this] { SenderLoop(); });
@@ -94,8 +93,9 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
 
 WorkerAgent::~WorkerAgent() {
   Stop();
-  supervisor_.reset();  // kills ranks; their exits enqueue and are dropped
+  // The sender may call into the supervisor (stop on request): end it first.
   if (sender_.joinable()) sender_.join();
+  supervisor_.reset();  // kills ranks; their exits enqueue and are dropped
 }
 
 void WorkerAgent::Stop() {
@@ -142,10 +142,11 @@ absl::Status WorkerAgent::HeartbeatOnce() {
   }
   auto running = supervisor_->Running();
   ranks_running_.Set(static_cast<double>(running.size()));
-  for (auto& [job, rank] : running) {
+  for (const auto& running_rank : running) {
     auto* r = req.add_running();
-    r->set_job_id(job);
-    r->set_rank(rank);
+    r->set_job_id(running_rank.job_id);
+    r->set_rank(running_rank.rank);
+    r->set_generation(running_rank.generation);
   }
   req.set_rendezvous_port(PickFreePort());
   loom::v1::HeartbeatResponse resp;
@@ -164,11 +165,12 @@ void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
     google::protobuf::util::JsonPrintOptions opts;
     opts.preserve_proto_field_names = true;
     (void)google::protobuf::util::MessageToJsonString(start, &json, opts);
-    absl::Status s = supervisor_->Start(start.job_id(), start.rank(), json);
+    absl::Status s = supervisor_->Start(start.job_id(), start.rank(), start.generation(), json);
     if (!s.ok() && !absl::IsAlreadyExists(s)) {
       RankExit exit;
       exit.job_id = start.job_id();
       exit.rank = start.rank();
+      exit.generation = start.generation();
       exit.exit_code = 127;
       exit.reason = absl::StrCat("worker could not start the rank: ", s.message());
       OnExit(exit);
@@ -183,7 +185,8 @@ void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
   }
 }
 
-void WorkerAgent::OnEvent(const std::string& job_id, int rank, const loom::v1::RankEvent& e) {
+void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generation,
+                          const loom::v1::RankEvent& e) {
   if (e.has_step()) {
     const auto& m = e.step();
     metrics::Labels labels = {{"job", job_id}, {"rank", std::to_string(rank)}};
@@ -200,6 +203,7 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, const loom::v1::R
   std::lock_guard<std::mutex> lock(mu_);
   Outgoing out;
   out.job_id = job_id;
+  out.generation = generation;
   out.event = e;
   outgoing_.push_back(std::move(out));
   cv_.notify_all();
@@ -215,6 +219,7 @@ void WorkerAgent::OnExit(const RankExit& exit) {
   Outgoing out;
   out.is_exit = true;
   out.job_id = exit.job_id;
+  out.generation = exit.generation;
   out.exit = exit;
   outgoing_.push_back(std::move(out));
   cv_.notify_all();
@@ -245,16 +250,19 @@ void WorkerAgent::SenderLoop() {
         req.set_exit_code(e.exit_code);
         req.set_signal(e.signal);
         req.set_reason(e.reason);
+        req.set_generation(e.generation);
         loom::v1::ReportRankExitResponse resp;
         grpc::Status s;
-        for (int attempt = 0; attempt < 20 && !stop_.load(); ++attempt) {
+        // An exit decides a job's fate: retry transient failures until it
+        // lands or the worker stops (backoff up to 5 s).
+        for (int attempt = 0; !stop_.load(); ++attempt) {
           auto ctx = NewContext();
           s = stub_->ReportRankExit(ctx.get(), req, &resp);
           if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
               s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
             break;
           }
-          std::this_thread::sleep_for(std::chrono::milliseconds(250));
+          std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5000, 250 << std::min(attempt, 5))));
         }
         batch.pop_front();
         continue;
@@ -262,7 +270,9 @@ void WorkerAgent::SenderLoop() {
       loom::v1::ReportStepMetricsRequest req;
       req.set_worker_id(worker_id);
       req.set_job_id(batch.front().job_id);
-      while (!batch.empty() && !batch.front().is_exit && batch.front().job_id == req.job_id()) {
+      req.set_generation(batch.front().generation);
+      while (!batch.empty() && !batch.front().is_exit && batch.front().job_id == req.job_id() &&
+             batch.front().generation == req.generation()) {
         *req.add_events() = std::move(batch.front().event);
         batch.pop_front();
       }

@@ -53,6 +53,7 @@ class WorkerAgent {
   struct Outgoing {
     bool is_exit = false;
     std::string job_id;
+    int64_t generation = 0;
     loom::v1::RankEvent event;
     RankExit exit;
   };
@@ -60,7 +61,8 @@ class WorkerAgent {
   absl::Status HeartbeatOnce();
   void HandleCommand(const loom::v1::WorkerCommand& cmd);
   void SenderLoop();
-  void OnEvent(const std::string& job_id, int rank, const loom::v1::RankEvent& event);
+  void OnEvent(const std::string& job_id, int rank, int64_t generation,
+               const loom::v1::RankEvent& event);
   void OnExit(const RankExit& exit);
   std::unique_ptr<grpc::ClientContext> NewContext();
 

@@ -55,6 +55,13 @@ std::string SelfDir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Block SIGINT/SIGTERM before any thread exists, so every thread inherits
+  // the mask and only the sigwait below takes them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   absl::SetProgramUsageMessage("Loom worker: runs the ranks the controller assigns.");
   absl::ParseCommandLine(argc, argv);
   using namespace loom;
@@ -112,11 +119,6 @@ int main(int argc, char** argv) {
   std::shared_ptr<loom::v1::WorkerService::StubInterface> stub =
       loom::v1::WorkerService::NewStub(channel);
 
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   auto agent = std::make_unique<worker::WorkerAgent>(opts, stub, registry);
   std::cerr << "loom-worker: node " << opts.node << ", " << opts.slots << " slot(s), metrics on "
