@@ -403,7 +403,29 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
                 w.ranks.end());
   // Schedule first, so a start placed on this worker goes out right away.
   if (freed || w.rendezvous_port > 0) ScheduleLocked();
-  for (auto& c : w.pending_commands) *resp.add_commands() = std::move(c);
+  // Confirmed starts; starts of attempts that ended are forgotten; the
+  // rest are sent again after three heartbeat periods without a sign.
+  absl::Time now = clock_->Now();
+  for (auto it = w.unacked.begin(); it != w.unacked.end();) {
+    const loom::v1::StartRank& start = it->second.first;
+    auto jit = jobs_.find(start.job_id());
+    bool stale = jit == jobs_.end() || !IsAttemptRunning(jit->second.job.state()) ||
+                 jit->second.job.generation() != start.generation();
+    bool seen = running.count({start.job_id(), start.rank()}) > 0;
+    if (stale || seen) {
+      it = w.unacked.erase(it);
+      continue;
+    }
+    if (now - it->second.second > 3 * options_.heartbeat_interval) {
+      *resp.add_commands()->mutable_start() = start;
+      it->second.second = now;
+    }
+    ++it;
+  }
+  for (auto& c : w.pending_commands) {
+    if (c.has_start()) w.unacked[{c.start().job_id(), c.start().rank()}] = {c.start(), now};
+    *resp.add_commands() = std::move(c);
+  }
   w.pending_commands.clear();
   return resp;
 }
@@ -517,6 +539,7 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
     return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
   }
   Worker& w = wit->second;
+  w.unacked.erase({req.job_id(), req.rank()});
   w.ranks.erase(std::remove_if(w.ranks.begin(), w.ranks.end(),
                                [&](const RankSlot& s) {
                                  return s.job_id == req.job_id() && s.rank == req.rank();

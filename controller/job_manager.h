@@ -125,6 +125,10 @@ class JobManager {
     int rendezvous_port = 0;  // 0 = none fresh since last use
     std::vector<loom::v1::WorkerCommand> pending_commands;
     std::vector<RankSlot> ranks;  // ranks placed here and not yet exited
+    // Starts delivered but not yet confirmed (by the rank showing up as
+    // running, or exiting), with when they were last sent. A heartbeat
+    // response can be lost; unconfirmed starts are sent again.
+    std::map<std::pair<std::string, int>, std::pair<loom::v1::StartRank, absl::Time>> unacked;
   };
   struct PendingFailure {
     absl::Time at;

@@ -1,6 +1,8 @@
 #include "controller/job_manager.h"
 
 #include <cstdlib>
+#include <map>
+#include <limits>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -18,8 +20,9 @@ std::string TempDir() {
   return mkdtemp(tmpl);
 }
 
-loom::v1::JobSpec Spec(int workers) {
+loom::v1::JobSpec Spec(int workers, int max_restarts = 0) {
   loom::v1::JobSpec spec;
+  spec.mutable_recovery()->set_max_restarts(max_restarts);
   spec.set_name("tiny");
   auto* gpt = spec.mutable_model()->mutable_gpt();
   gpt->set_n_layer(2);
@@ -64,8 +67,15 @@ class JobManagerTest : public ::testing::Test {
       auto* r = req.add_running();
       r->set_job_id(job);
       r->set_rank(rank);
+      r->set_generation(generation_[job]);
     }
     auto resp = manager_->Heartbeat(req);
+    // Like a worker, remember the attempt each started rank belongs to.
+    if (resp.ok()) {
+      for (const auto& c : resp->commands()) {
+        if (c.has_start()) generation_[c.start().job_id()] = c.start().generation();
+      }
+    }
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? *resp : loom::v1::HeartbeatResponse();
   }
@@ -73,6 +83,7 @@ class JobManagerTest : public ::testing::Test {
   absl::Status Exit(const std::string& worker, const std::string& job, int rank, int code,
                     const std::string& reason = "") {
     loom::v1::ReportRankExitRequest req;
+    req.set_generation(generation_[job]);
     req.set_worker_id(worker);
     req.set_job_id(job);
     req.set_rank(rank);
@@ -83,6 +94,7 @@ class JobManagerTest : public ::testing::Test {
 
   JobState StateOf(const std::string& job) { return manager_->Get(job)->state(); }
 
+  std::map<std::string, int64_t> generation_;  // job id -> attempt of its ranks
   std::string dir_;
   FakeClock clock_;
   JobManagerOptions opts_;
@@ -167,6 +179,25 @@ TEST_F(JobManagerTest, GangSchedulesOnlyWhenAllSlotsAreFree) {
   for (const auto& t : history) seen.push_back(t.to());
   EXPECT_THAT(seen, ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED,
                                            loom::v1::RUNNING, loom::v1::SUCCEEDED));
+}
+
+TEST_F(JobManagerTest, LostStartIsSentAgainUntilTheRankShowsUp) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1));
+  auto first = Beat(w1, 29501);  // this response is "lost"
+  ASSERT_EQ(first.commands_size(), 1);
+  clock_.Advance(absl::Milliseconds(500));
+  EXPECT_EQ(Beat(w1, 29502).commands_size(), 0);  // not yet
+  clock_.Advance(absl::Milliseconds(1200));
+  auto again = Beat(w1, 29503);
+  ASSERT_EQ(again.commands_size(), 1);
+  EXPECT_TRUE(again.commands(0).has_start());
+  EXPECT_EQ(again.commands(0).start().job_id(), job.id());
+  clock_.Advance(absl::Milliseconds(200));
+  Beat(w1, 29504, {{job.id(), 0}});  // running now: confirmed
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_EQ(Beat(w1, 29505, {{job.id(), 0}}).commands_size(), 0);
 }
 
 TEST_F(JobManagerTest, RankFailureFailsJobAndStopsOtherRanks) {
@@ -286,6 +317,134 @@ TEST_F(JobManagerTest, ReloadKeepsJobsAndFailsOrphanedRunningOnes) {
   EXPECT_EQ(StateOf(pending.id()), loom::v1::PENDING);
   auto next = *manager_->Submit(Spec(1));
   EXPECT_EQ(next.id(), "tiny-3");  // ids never repeat across restarts
+}
+
+TEST_F(JobManagerTest, ControllerRestartRequeuesRunningJobsWithRestartsLeft) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1, /*max_restarts=*/2));
+  Beat(w1, 29501, {{job.id(), 0}});
+  ASSERT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+  manager_.reset();
+  store_.reset();
+  store_ = *Store::Open(dir_);
+  manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_);
+  ASSERT_TRUE(manager_->Recover().ok());
+  auto j = *manager_->Get(job.id());
+  EXPECT_EQ(j.state(), loom::v1::PENDING);
+  EXPECT_EQ(j.restarts(), 1);
+  EXPECT_EQ(j.generation(), 1);
+  ASSERT_EQ(j.events_size(), 1);
+  EXPECT_EQ(j.events(0).kind(), loom::v1::RecoveryEvent::RESTART);
+  // A worker registers with the new controller and the job runs again.
+  std::string w2 = Register("node-a");
+  auto cmds = Beat(w2, 29600);
+  ASSERT_EQ(cmds.commands_size(), 1);
+  EXPECT_EQ(cmds.commands(0).start().generation(), 1);
+  EXPECT_EQ(cmds.commands(0).start().resume_step(), -1);
+}
+
+TEST_F(JobManagerTest, RankFailureRestartsFromNewestCheckpointUntilRestartsRunOut) {
+  std::string w1 = Register("node-a");
+  std::string w2 = Register("node-b");
+  Beat(w1, 29500);
+  Beat(w2, 29500);
+  auto job = *manager_->Submit(Spec(2, /*max_restarts=*/1));
+  Beat(w1, 29501, {{job.id(), 0}});
+  Beat(w2, 29501, {{job.id(), 1}});
+  ASSERT_TRUE(Exit(w2, job.id(), 1, 1, "segfault").ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  Beat(w1, 29502, {{job.id(), 0}});
+  Beat(w2, 29502);
+  manager_->Tick();
+  auto j = *manager_->Get(job.id());
+  ASSERT_EQ(j.state(), loom::v1::PENDING);
+  EXPECT_THAT(j.history(j.history_size() - 1).reason(), HasSubstr("restart 1/1"));
+  EXPECT_EQ(j.restarts(), 1);
+  ASSERT_EQ(j.events_size(), 1);
+  EXPECT_EQ(j.events(0).kind(), loom::v1::RecoveryEvent::RESTART);
+  EXPECT_THAT(j.events(0).message(), HasSubstr("segfault"));
+  // Rank 0 of the old attempt still runs: the job waits for it.
+  manager_->Tick();
+  EXPECT_THAT(manager_->Get(job.id())->reason(), HasSubstr("previous attempt to exit"));
+  // Its exit is no failure of the new attempt, and frees the job to be placed.
+  ASSERT_TRUE(Exit(w1, job.id(), 0, 143, "stopped on request").ok());
+  EXPECT_EQ(manager_->Get(job.id())->restarts(), 1);
+  auto r1 = Beat(w1, 29503);
+  auto r2 = Beat(w2, 29503);
+  int starts = 0;
+  for (auto* r : {&r1, &r2}) {
+    for (const auto& c : r->commands()) starts += c.has_start() ? 1 : 0;
+  }
+  ASSERT_EQ(starts, 2);
+  EXPECT_EQ(StateOf(job.id()), loom::v1::SCHEDULED);
+  // The second failure has no restart left.
+  ASSERT_TRUE(Exit(w1, job.id(), 0, 1, "segfault again").ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  Beat(w1, 29504);
+  Beat(w2, 29504);
+  manager_->Tick();
+  j = *manager_->Get(job.id());
+  EXPECT_EQ(j.state(), loom::v1::FAILED);
+  EXPECT_THAT(j.reason(), HasSubstr("after 1 restart(s)"));
+  EXPECT_EQ(j.events(j.events_size() - 1).kind(), loom::v1::RecoveryEvent::GAVE_UP);
+}
+
+TEST_F(JobManagerTest, LossSpikeRollsBackAndSkipsData) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  loom::v1::JobSpec spec = Spec(1);
+  spec.mutable_recovery()->set_max_rollbacks(1);
+  auto job = *manager_->Submit(spec);
+  Beat(w1, 29501, {{job.id(), 0}});
+  auto report = [&](int step, double loss) {
+    loom::v1::ReportStepMetricsRequest req;
+    req.set_worker_id(w1);
+    req.set_job_id(job.id());
+    req.set_generation(generation_[job.id()]);
+    auto* m = req.add_events()->mutable_step();
+    m->set_step(step);
+    m->set_loss(loss);
+    m->set_grad_norm(1.0);
+    m->set_data_batch(step - 1 + 7);  // pretend 7 batches were skipped earlier
+    return *manager_->ReportEvents(req);
+  };
+  for (int t = 1; t < 300; ++t) {
+    ASSERT_FALSE(report(t, 3.0 + 0.01 * ((t * 37) % 11)).stop()) << t;
+  }
+  EXPECT_TRUE(report(300, 9.0).stop());  // 3x: spike
+  auto j = *manager_->Get(job.id());
+  EXPECT_EQ(j.state(), loom::v1::PENDING);
+  EXPECT_EQ(j.rollbacks(), 1);
+  EXPECT_EQ(j.resume_step(), 200);
+  ASSERT_EQ(j.skip_batches_size(), 1);
+  EXPECT_EQ(j.skip_batches(0).begin(), 306 - 100);
+  EXPECT_EQ(j.skip_batches(0).end(), 306 + 201);
+  ASSERT_EQ(j.events_size(), 2);
+  EXPECT_EQ(j.events(0).kind(), loom::v1::RecoveryEvent::SPIKE);
+  EXPECT_EQ(j.events(0).step(), 300);
+  EXPECT_DOUBLE_EQ(j.events(0).value(), 9.0);
+  EXPECT_GT(j.events(0).score(), 6.0);
+  EXPECT_EQ(j.events(1).kind(), loom::v1::RecoveryEvent::ROLLBACK);
+  // Late reports of the stopped attempt change nothing.
+  report(301, 3.0);
+  EXPECT_EQ(manager_->Get(job.id())->summary().last_step(), 300);
+  // Once the old rank is gone, the job restarts at the checkpoint with the skip list.
+  auto stop = Beat(w1, 29502, {{job.id(), 0}});
+  ASSERT_TRUE(Exit(w1, job.id(), 0, 143).ok());
+  auto start = Beat(w1, 29503);
+  ASSERT_EQ(start.commands_size(), 1);
+  ASSERT_TRUE(start.commands(0).has_start());
+  EXPECT_EQ(start.commands(0).start().resume_step(), 200);
+  EXPECT_EQ(start.commands(0).start().generation(), 1);
+  ASSERT_EQ(start.commands(0).start().skip_batches_size(), 1);
+  // Replayed steps from 201 are normal; a second spike exceeds max_rollbacks.
+  Beat(w1, 29504, {{job.id(), 0}});
+  for (int t = 201; t < 260; ++t) ASSERT_FALSE(report(t, 3.0 + 0.01 * ((t * 37) % 11)).stop());
+  EXPECT_TRUE(report(260, std::numeric_limits<double>::quiet_NaN()).stop());
+  j = *manager_->Get(job.id());
+  EXPECT_EQ(j.state(), loom::v1::FAILED);
+  EXPECT_THAT(j.reason(), HasSubstr("not cured after 1 rollback"));
 }
 
 TEST_F(JobManagerTest, WatchDeliversTransitionsAndClosesAtTheEnd) {

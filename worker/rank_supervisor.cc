@@ -73,6 +73,10 @@ absl::Status RankSupervisor::Start(const std::string& job_id, int rank, int64_t 
   if (children_.count(key)) {
     return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " of ", job_id, " already runs here"));
   }
+  if (!started_.insert({job_id, rank, generation}).second) {
+    return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " of ", job_id, " attempt ",
+                                                 generation, " already ran here"));
+  }
   // Join readers of children that have finished.
   for (auto& t : finished_readers_) {
     if (t.joinable()) t.join();

@@ -16,7 +16,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -53,7 +55,8 @@ class RankSupervisor {
 
   // Starts `argv_extra` appended to the rank binary's argv; `assignment_json`
   // is written to <work_dir>/<job>/rank-<r>.assignment.json and passed as
-  // --assignment. ALREADY_EXISTS if that rank is already running here.
+  // --assignment. ALREADY_EXISTS if that rank is already running here, or
+  // already ran here in this generation.
   absl::Status Start(const std::string& job_id, int rank, int64_t generation,
                      const std::string& assignment_json);
 
@@ -88,6 +91,9 @@ class RankSupervisor {
   std::mutex mu_;
   std::map<std::pair<std::string, int>, std::unique_ptr<Child>> children_;  // guarded by mu_
   std::vector<std::thread> finished_readers_;  // guarded by mu_; joined later
+  // (job, rank, generation) of ranks that already ran here: a start sent
+  // again (the controller re-sends unconfirmed starts) must not run twice.
+  std::set<std::tuple<std::string, int, int64_t>> started_;  // guarded by mu_
   bool shutting_down_ = false;                 // guarded by mu_
   std::thread killer_;  // escalates SIGTERM to SIGKILL after the grace period
 };

@@ -91,6 +91,14 @@ TEST_F(RankSupervisorTest, ForwardsEventsAndCleanExit) {
   EXPECT_EQ(events_[1].checkpoint().path(), "/c/1");
 }
 
+TEST_F(RankSupervisorTest, SameAttemptNeverRunsTwice) {
+  auto sup = Make(Script("exit 0"));
+  ASSERT_TRUE(sup->Start("job-7", 0, 1, "{}").ok());
+  WaitExit();
+  EXPECT_EQ(sup->Start("job-7", 0, 1, "{}").code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(sup->Start("job-7", 0, 2, "{}").ok());  // the next attempt may
+}
+
 TEST_F(RankSupervisorTest, FailureCarriesLastLogLine) {
   auto sup = Make(Script("echo 'loading data' >&2\necho 'data.train: no such file' >&2\nexit 3"));
   ASSERT_TRUE(sup->Start("job-2", 1, 0, "{}").ok());
