@@ -51,6 +51,7 @@ Commands:
   cancel JOB [--reason TEXT]           cancel a job
   workers                              list workers
   events JOB                           recovery events: spikes, rollbacks, restarts
+  checkpoints JOB                      the job's checkpoint catalog
   data prepare --input FILE... --out DIR [--val-fraction F]
                                        tokenize text (byte-level) into llm.c shards
   validate FILE                        check a job spec without submitting it
@@ -488,6 +489,35 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("checkpoints: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::ListCheckpointsRequest req;
+  req.set_job_id(args[0]);
+  loom::v1::ListCheckpointsResponse resp;
+  auto ctx = (*client)->Context();
+  absl::Status s = (*client)->Check((*client)->stub->ListCheckpoints(ctx.get(), req, &resp));
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(resp) << std::endl;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"STEP", "ATTEMPT", "TIME", "SIZE", "WRITE S", "STALL S", "STATUS", "PATH"}};
+  for (const auto& c : resp.checkpoints()) {
+    rows.push_back({absl::StrCat(c.step()), absl::StrCat(c.generation()),
+                    absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(c.time_unix_ms()),
+                                     absl::LocalTimeZone()),
+                    absl::StrFormat("%.1f MB", c.bytes() / 1e6),
+                    c.write_seconds() > 0 ? absl::StrFormat("%.3f", c.write_seconds()) : "-",
+                    c.stall_seconds() > 0 ? absl::StrFormat("%.3f", c.stall_seconds()) : "-",
+                    c.status(), c.path()});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
 int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
   if (!args.empty()) return Usage("workers: takes no arguments");
   auto client = Client::Connect(g);
@@ -697,6 +727,7 @@ int main(int argc, char** argv) {
   if (cmd == "cancel") return CmdCancel(g, args);
   if (cmd == "workers") return CmdWorkers(g, args);
   if (cmd == "events") return CmdEvents(g, args);
+  if (cmd == "checkpoints") return CmdCheckpoints(g, args);
   if (cmd == "data") {
     if (args.empty() || args[0] != "prepare") return Usage("data: expected `data prepare`");
     return CmdDataPrepare(g, std::vector<std::string>(args.begin() + 1, args.end()));

@@ -148,6 +148,19 @@ grpc::Status JobServiceImpl::GetStepMetrics(grpc::ServerContext* ctx,
   return Finish("GetStepMetrics", steps.status());
 }
 
+grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
+                                             const loom::v1::ListCheckpointsRequest* req,
+                                             loom::v1::ListCheckpointsResponse* resp) {
+  LOOM_AUTH("ListCheckpoints");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("ListCheckpoints", s);
+  auto list = manager_->Checkpoints(req->job_id());
+  if (list.ok()) {
+    for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
+  }
+  return Finish("ListCheckpoints", list.status());
+}
+
 // --------------------------------------------------------------- WorkerService
 
 WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics)

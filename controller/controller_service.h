@@ -45,6 +45,9 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   grpc::Status GetStepMetrics(grpc::ServerContext* ctx,
                               const loom::v1::GetStepMetricsRequest* req,
                               loom::v1::GetStepMetricsResponse* resp) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* ctx,
+                               const loom::v1::ListCheckpointsRequest* req,
+                               loom::v1::ListCheckpointsResponse* resp) override;
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);

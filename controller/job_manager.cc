@@ -1,5 +1,7 @@
 #include "controller/job_manager.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <random>
 #include <utility>
@@ -244,6 +246,22 @@ absl::StatusOr<std::vector<loom::v1::StepMetrics>> JobManager::StepMetrics(
     }
   }
   return store_->LoadStepMetrics(job_id, limit);
+}
+
+absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> JobManager::Checkpoints(
+    const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!jobs_.count(job_id)) {
+      return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+    }
+  }
+  auto list = store_->LoadCheckpoints(job_id);
+  if (!list.ok()) return list.status();
+  for (auto& info : *list) {
+    if (access(info.path().c_str(), F_OK) != 0) info.set_status("missing");
+  }
+  return list;
 }
 
 absl::StatusOr<std::shared_ptr<EventQueue>> JobManager::Watch(const std::string& job_id,
@@ -506,9 +524,17 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
       }
       *out.mutable_step() = std::move(m);
     } else if (ev.has_checkpoint()) {
+      loom::v1::CheckpointInfo info = ev.checkpoint();
+      info.set_generation(rec.job.generation());
+      info.set_time_unix_ms(out.time_unix_ms());
+      info.set_status("committed");
+      absl::Status cs = store_->PutCheckpoint(rec.job.id(), info);
+      if (!cs.ok()) {
+        return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
+      }
       sum->set_checkpoints_written(sum->checkpoints_written() + 1);
-      sum->set_last_checkpoint(ev.checkpoint().path());
-      *out.mutable_checkpoint() = ev.checkpoint();
+      sum->set_last_checkpoint(info.path());
+      *out.mutable_checkpoint() = std::move(info);
     } else {
       continue;
     }

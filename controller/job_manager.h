@@ -89,6 +89,10 @@ class JobManager {
   absl::StatusOr<std::vector<loom::v1::StepMetrics>> StepMetrics(const std::string& job_id,
                                                                  int limit);
 
+  // The job's checkpoint catalog; each entry's status says whether its file
+  // is still there ("committed") or not ("missing": pruned by retention or lost).
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Checkpoints(const std::string& job_id);
+
   // Opens a watch. When `include_history`, the queue starts with the job's
   // past transitions and recent step metrics. The queue is closed after the
   // job's terminal event.

@@ -68,6 +68,13 @@ CREATE TABLE IF NOT EXISTS step_metrics (
   metrics BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS step_metrics_by_job ON step_metrics (job_id, step);
+CREATE TABLE IF NOT EXISTS checkpoints (
+  job_id TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  generation INTEGER NOT NULL,
+  info BLOB NOT NULL,
+  PRIMARY KEY (job_id, step, generation)
+);
 CREATE TABLE IF NOT EXISTS workers (
   id TEXT PRIMARY KEY,
   node TEXT NOT NULL,
@@ -251,6 +258,40 @@ absl::StatusOr<std::vector<loom::v1::StepMetrics>> Store::LoadStepMetrics(
   }
   if (rc != SQLITE_DONE) return SqlError(db_, "load step metrics");
   std::reverse(out.begin(), out.end());
+  return out;
+}
+
+absl::Status Store::PutCheckpoint(const std::string& job_id,
+                                  const loom::v1::CheckpointInfo& info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "INSERT OR REPLACE INTO checkpoints (job_id, step, generation, info) "
+          "VALUES (?, ?, ?, ?);");
+  if (!st.ok()) return SqlError(db_, "prepare checkpoint");
+  st.BindText(1, job_id);
+  st.BindInt(2, info.step());
+  st.BindInt(3, info.generation());
+  st.BindBlob(4, info.SerializeAsString());
+  if (st.Step() != SQLITE_DONE) return SqlError(db_, "write checkpoint");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Store::LoadCheckpoints(
+    const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT info FROM checkpoints WHERE job_id = ? ORDER BY step, generation;");
+  if (!st.ok()) return SqlError(db_, "prepare load checkpoints");
+  st.BindText(1, job_id);
+  std::vector<loom::v1::CheckpointInfo> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    loom::v1::CheckpointInfo info;
+    if (!info.ParseFromString(st.ColumnBlob(0))) {
+      return absl::DataLossError("store: checkpoint row is corrupt");
+    }
+    out.push_back(std::move(info));
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "load checkpoints");
   return out;
 }
 

@@ -47,6 +47,12 @@ class Store {
   absl::StatusOr<std::vector<loom::v1::StepMetrics>> LoadStepMetrics(
       const std::string& job_id, int limit);
 
+  // Adds a committed checkpoint to the job's catalog (idempotent per
+  // job/step/generation).
+  absl::Status PutCheckpoint(const std::string& job_id, const loom::v1::CheckpointInfo& info);
+  // The catalog of a job, oldest step first.
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> LoadCheckpoints(const std::string& job_id);
+
   // Records a worker registration (for audit; workers re-register after a
   // controller restart).
   absl::Status PutWorker(const std::string& worker_id, const std::string& node,

@@ -89,6 +89,35 @@ TEST(StoreTest, StepMetricsNewestLimitOldestFirst) {
   EXPECT_TRUE(none->empty());
 }
 
+TEST(StoreTest, CheckpointCatalogIsOrderedAndIdempotent) {
+  std::string dir = TempDir();
+  {
+    auto store = Store::Open(dir);
+    ASSERT_TRUE(store.ok());
+    for (int step : {40, 20, 60}) {
+      loom::v1::CheckpointInfo c;
+      c.set_step(step);
+      c.set_path("/ckpt/" + std::to_string(step));
+      c.set_generation(step == 60 ? 1 : 0);
+      ASSERT_TRUE((*store)->PutCheckpoint("job-1", c).ok());
+    }
+    loom::v1::CheckpointInfo again;
+    again.set_step(20);
+    again.set_path("/ckpt/20-rewritten");
+    ASSERT_TRUE((*store)->PutCheckpoint("job-1", again).ok());
+  }
+  auto store = Store::Open(dir);
+  ASSERT_TRUE(store.ok());
+  auto list = (*store)->LoadCheckpoints("job-1");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].step(), 20);
+  EXPECT_EQ((*list)[0].path(), "/ckpt/20-rewritten");
+  EXPECT_EQ((*list)[2].step(), 60);
+  EXPECT_EQ((*list)[2].generation(), 1);
+  EXPECT_TRUE((*store)->LoadCheckpoints("job-2")->empty());
+}
+
 TEST(StoreTest, OpenFailsOnMissingDirectory) {
   auto store = Store::Open("/nonexistent/loom/dir");
   ASSERT_FALSE(store.ok());
