@@ -13,7 +13,7 @@ PKGS=(
   prometheus
   libopenblas0-openmp libopenblas-dev
   fortunes fortunes-min
-  curl
+  curl openssl
 )
 
 SUDO=""

@@ -411,5 +411,37 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
   EXPECT_THAT(events.out, HasSubstr("RESTART"));
 }
 
+// TLS on the controller's port: loomctl and workers connect with the CA,
+// and a plaintext client is refused.
+TEST(TlsTest, ControllerServesTlsWhenGivenACertificate) {
+  std::string dir = loom::testing::MakeTempDir("loom_tls_test");
+  auto gen = RunCommand(absl::StrCat(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout ", dir, "/key.pem -out ", dir,
+      "/cert.pem"));
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  ASSERT_TRUE(WritePrivateFile(dir + "/token", "s3cret\n").ok());
+  std::string ready = dir + "/controller.json";
+  std::string cmd = absl::StrCat(kBin, "/loom-controller --listen=127.0.0.1:0 --data_dir=", dir,
+                                 "/data --token_file=", dir, "/token --ready_file=", ready,
+                                 " --tls_cert=", dir, "/cert.pem --tls_key=", dir, "/key.pem > ",
+                                 dir, "/controller.log 2>&1 & echo $!");
+  auto started = RunCommand(cmd);
+  int pid = atoi(started.out.c_str());
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(WaitFor([&] { return cli::ReadReadyFile(ready).ok(); }, 20));
+  std::string address = cli::ReadReadyFile(ready)->grpc_address;
+  std::string base = absl::StrCat(kBin, "/loomctl --home ", dir, " --controller ", address,
+                                  " --token-file ", dir, "/token");
+  auto ok = RunCommand(base + " --tls-ca " + dir + "/cert.pem list");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("ID"));
+  auto plain = RunCommand(base + " list");
+  EXPECT_EQ(plain.exit_code, 1);
+  EXPECT_THAT(plain.err, HasSubstr("UNAVAILABLE"));
+  kill(pid, SIGTERM);
+  EXPECT_TRUE(WaitFor([&] { return !loom::testing::ProcessAlive(pid); }, 10));
+}
+
 }  // namespace
 }  // namespace loom
