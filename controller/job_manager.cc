@@ -511,6 +511,11 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
         sum->set_last_val_loss(m.val_loss());
       }
       steps.push_back(m);
+      if (m.step() > 0) {
+        rec.step_batches.erase(rec.step_batches.lower_bound(m.step()), rec.step_batches.end());
+        rec.step_batches[m.step()] = m.data_batch();
+        while (rec.step_batches.size() > 4096) rec.step_batches.erase(rec.step_batches.begin());
+      }
       if (rec.detector && m.step() > 0) {
         recovery::SpikeVerdict verdict = rec.detector->Observe(m.step(), m.loss(), m.grad_norm());
         if (verdict.spike) {
@@ -752,10 +757,18 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
     after *= 2;
     rec.skip_widened = true;
   }
+  int64_t resume = std::max<int64_t>(0, v.step - o.rollback_distance);
   loom::v1::SkipRange skip;
   skip.set_begin(std::max<int64_t>(0, data_batch - before));
+  // Batches trained before the resume point stay trained: the skip list
+  // must describe what happened, so that a run from scratch with the same
+  // list replays this one exactly. Step resume+1 trained the first batch
+  // that the rollback undoes.
+  auto first_undone = rec.step_batches.find(resume + 1);
+  if (first_undone != rec.step_batches.end()) {
+    skip.set_begin(std::max(skip.begin(), first_undone->second));
+  }
   skip.set_end(data_batch + after + 1);
-  int64_t resume = std::max<int64_t>(0, v.step - o.rollback_distance);
   rec.job.set_rollbacks(rec.job.rollbacks() + 1);
   rec.job.set_resume_step(resume);
   *rec.job.add_skip_batches() = skip;

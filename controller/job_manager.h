@@ -149,6 +149,9 @@ class JobManager {
     std::set<std::pair<std::string, int>> live;
     std::unique_ptr<recovery::SpikeDetector> detector;  // created on first step
     int64_t last_spike_step = -1;
+    // step -> data batch index it trained on, for the recent steps of the
+    // current attempt (bounded); used to keep skip ranges replayable.
+    std::map<int64_t, int64_t> step_batches;
     bool skip_widened = false;
   };
 
