@@ -198,14 +198,15 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   for (const auto& t : job.history()) states.push_back(t.to());
   EXPECT_THAT(states, ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED,
                                              loom::v1::RUNNING, loom::v1::SUCCEEDED));
-  // The catalog lists steps 20, 40, 60; retention (keep 2) removed step 20's file.
+  // The catalog lists steps 20, 40, 60. Retention keeps the newest 2 plus a
+  // rollback target 100 steps back (spike detection is on), so all remain.
   auto ckpts = Ctl("-o json checkpoints tiny-1");
   ASSERT_EQ(ckpts.exit_code, 0) << ckpts.err;
   loom::v1::ListCheckpointsResponse catalog;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ckpts.out, &catalog).ok());
   ASSERT_EQ(catalog.checkpoints_size(), 3);
   EXPECT_EQ(catalog.checkpoints(0).step(), 20);
-  EXPECT_EQ(catalog.checkpoints(0).status(), "missing");
+  EXPECT_EQ(catalog.checkpoints(0).status(), "committed");
   EXPECT_EQ(catalog.checkpoints(2).step(), 60);
   EXPECT_EQ(catalog.checkpoints(2).status(), "committed");
   EXPECT_EQ(catalog.checkpoints(2).sha256().size(), 64u);

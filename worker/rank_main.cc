@@ -76,6 +76,15 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.checkpoint_dir = a.checkpoint_dir().empty() ? spec.checkpoint().dir() : a.checkpoint_dir();
   c.checkpoint_interval = spec.checkpoint().interval_steps();
   c.keep_checkpoints = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : 3;
+  // Recovery: which checkpoint to resume from, the attempt, and the data
+  // batches to skip. Retention keeps a rollback target this far back.
+  c.generation = a.generation();
+  c.resume_step = a.resume_step();
+  for (const auto& r : a.skip_batches()) c.skip_batches.push_back({r.begin(), r.end()});
+  const auto& rec = spec.recovery();
+  c.retain_distance_steps = rec.disable_spike_detection()
+                                ? 0
+                                : (rec.rollback_distance() > 0 ? rec.rollback_distance() : 100);
   return c;
 }
 
@@ -150,6 +159,8 @@ int main(int argc, char** argv) {
     m->set_has_val_loss(r.has_val_loss);
     m->set_val_loss(r.val_loss);
     m->set_rank(rank);
+    m->set_data_batch(r.data_batch);
+    m->set_batches_skipped(r.batches_skipped_total);
     m->set_time_unix_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::system_clock::now().time_since_epoch()).count());
@@ -162,6 +173,7 @@ int main(int argc, char** argv) {
     c->set_path(r.path);
     c->set_bytes(r.bytes);
     c->set_sha256(r.sha256);
+    c->set_generation(r.generation);
     Emit(e);
   };
   cb.should_stop = [] { return g_stop.load(); };

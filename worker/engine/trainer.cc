@@ -11,11 +11,14 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <utility>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -28,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/sha256.h"
@@ -48,7 +52,13 @@ constexpr absl::string_view kCheckpointPrefix = "ckpt_";
 constexpr absl::string_view kCheckpointExtension = ".pt";
 constexpr absl::string_view kSidecarExtension = ".sha256";
 constexpr absl::string_view kTempInfix = ".tmp.";
-constexpr char kCheckpointFormat[] = "loom-checkpoint-v1";
+// v2 added the generation, lineage, skip list, next data batch, global batch
+// and generator state; v1 checkpoints still load (generation 0, no skips).
+constexpr char kCheckpointFormat[] = "loom-checkpoint-v2";
+constexpr char kCheckpointFormatV1[] = "loom-checkpoint-v1";
+// Second line of a sidecar: a comment for sha256sum, metadata for pruning and
+// for choosing a checkpoint without reading every one.
+constexpr absl::string_view kSidecarGenerationPrefix = "# loom generation=";
 
 // ---------------------------------------------------------------------------
 // Files. Plain POSIX; the engine has no injectable Env yet.
@@ -139,13 +149,36 @@ std::string SidecarPath(const std::string& checkpoint_path) {
   return absl::StrCat(checkpoint_path, kSidecarExtension);
 }
 
+std::string SidecarContents(const std::string& sha256, const std::string& checkpoint_path,
+                            int64_t generation, int64_t step) {
+  return absl::StrCat(sha256, "  ", fs::path(checkpoint_path).filename().string(), "\n",
+                      kSidecarGenerationPrefix, generation, " step=", step, "\n");
+}
+
+// The generation a sidecar records: 0 if it has no generation line (format
+// v1), -1 if it cannot be read or the line does not parse.
+int64_t SidecarGeneration(const std::string& checkpoint_path) {
+  absl::StatusOr<std::string> sidecar = ReadFileToString(SidecarPath(checkpoint_path));
+  if (!sidecar.ok()) return -1;
+  const size_t at = sidecar->find(absl::StrCat("\n", kSidecarGenerationPrefix));
+  if (at == std::string::npos) return 0;
+  absl::string_view rest =
+      absl::string_view(*sidecar).substr(at + 1 + kSidecarGenerationPrefix.size());
+  rest = rest.substr(0, std::min(rest.find(' '), rest.find('\n')));
+  int64_t generation = -1;
+  if (!absl::SimpleAtoi(rest, &generation) || generation < 0) return -1;
+  return generation;
+}
+
 struct CheckpointFile {
   int64_t step = 0;
   std::string path;
+  int64_t generation = -1;  // from the sidecar, see SidecarGeneration
 };
 
-// Checkpoints in `dir`, newest first. Other names (sidecars, temp files)
-// are not listed. A missing directory has none.
+// Checkpoints in `dir` in lineage order: generation (as the sidecar says)
+// descending, then step descending. Other names (sidecars, temp files) are
+// not listed. A missing directory has none.
 std::vector<CheckpointFile> ListCheckpoints(const std::string& dir) {
   std::vector<CheckpointFile> out;
   std::error_code ec;
@@ -159,12 +192,28 @@ std::vector<CheckpointFile> ListCheckpoints(const std::string& dir) {
     }
     int64_t step = 0;
     if (!absl::SimpleAtoi(name, &step)) continue;
-    out.push_back({step, it->path().string()});
+    out.push_back({step, it->path().string(), SidecarGeneration(it->path().string())});
   }
   std::sort(out.begin(), out.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
-    return a.step > b.step;
+    return a.generation != b.generation ? a.generation > b.generation : a.step > b.step;
   });
   return out;
+}
+
+// A branch's history: (generation, first step) pairs in order of increasing
+// generation; the first pair starts at step 0. Generation g's checkpoints on
+// the branch lie between its first step and the next pair's first step.
+using Lineage = std::vector<std::pair<int64_t, int64_t>>;
+
+// True if checkpoint `file` is on the branch whose newest checkpoint is at
+// `tip_step` with lineage `lineage` (the tip itself included).
+bool IsOnBranch(const CheckpointFile& file, const Lineage& lineage, int64_t tip_step) {
+  for (size_t i = 0; i < lineage.size(); ++i) {
+    if (lineage[i].first != file.generation) continue;
+    const int64_t last = i + 1 < lineage.size() ? lineage[i + 1].second : tip_step;
+    return file.step >= lineage[i].second && file.step <= last;
+  }
+  return false;
 }
 
 // The checkpoint's bytes if its sidecar exists and matches them; DATA_LOSS
@@ -182,9 +231,13 @@ absl::StatusOr<std::string> ReadVerifiedCheckpoint(const std::string& path) {
   return bytes;
 }
 
-// Deletes all but the newest `keep` checkpoints (keep <= 0: none), and temp
-// files of interrupted writes. Best effort: failures only leave files behind.
-void PruneCheckpoints(const std::string& dir, int keep) {
+// Deletes temp files of interrupted writes and, unless keep <= 0, the
+// checkpoints that TrainerConfig's keep_checkpoints / retain_distance_steps
+// do not keep, relative to the branch whose newest checkpoint was just
+// written at `tip_step` with `lineage`. Best effort: failures only leave
+// files behind.
+void PruneCheckpoints(const std::string& dir, int keep, int64_t retain_distance_steps,
+                      const Lineage& lineage, int64_t tip_step) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -194,10 +247,29 @@ void PruneCheckpoints(const std::string& dir, int keep) {
     }
   }
   if (keep <= 0) return;
-  std::vector<CheckpointFile> all = ListCheckpoints(dir);
-  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
-    fs::remove(SidecarPath(all[i].path), ec);  // sidecar first: never a
-    fs::remove(all[i].path, ec);               // sidecar without its data
+  // On the branch, lineage order is step order, newest first.
+  std::vector<CheckpointFile> branch, doomed;
+  for (CheckpointFile& file : ListCheckpoints(dir)) {
+    if (IsOnBranch(file, lineage, tip_step)) {
+      branch.push_back(std::move(file));
+    } else if (file.step <= tip_step) {
+      doomed.push_back(std::move(file));  // an abandoned branch, passed
+    }                                     // (later steps: kept for now)
+  }
+  // Keep the newest `keep`; with a reserve, also the newest at or before
+  // tip_step - retain_distance_steps and everything after it (those become
+  // the reserve as the branch advances, so they must not go first).
+  size_t kept = std::min(branch.size(), static_cast<size_t>(keep));
+  if (retain_distance_steps > 0) {
+    const int64_t target = tip_step - retain_distance_steps;
+    size_t reserve = 0;
+    while (reserve < branch.size() && branch[reserve].step > target) ++reserve;
+    kept = std::max(kept, std::min(reserve + 1, branch.size()));
+  }
+  doomed.insert(doomed.end(), branch.begin() + kept, branch.end());
+  for (const CheckpointFile& file : doomed) {
+    fs::remove(SidecarPath(file.path), ec);  // sidecar first: never a
+    fs::remove(file.path, ec);               // sidecar without its data
   }
 }
 
@@ -252,6 +324,15 @@ class Collectives {
   }
 
   double Mean(double value) { return Sum({value})[0] / world_size(); }
+
+  // Rank 0's `values`, on every rank (other ranks' must have the same size).
+  std::vector<int64_t> BroadcastInts(std::vector<int64_t> values) {
+    if (!group_) return values;
+    torch::Tensor t = torch::tensor(values, torch::kLong);
+    Broadcast(t);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = t[i].item<int64_t>();
+    return values;
+  }
 
   // True on every rank if `flag` is true on any rank.
   bool Any(bool flag) {
@@ -324,13 +405,18 @@ class Collectives {
 // ---------------------------------------------------------------------------
 // Checkpoint contents.
 
-// Loop state that a checkpoint carries besides weights and optimizer state.
+// Loop state that a checkpoint carries besides weights, optimizer state and
+// the generator state.
 struct LoopState {
-  int64_t step = 0;         // optimizer steps done
-  int64_t data_cursor = 0;  // global sample index of the next global batch
-  double loss = 0;          // of the last step
+  int64_t step = 0;             // optimizer steps done
+  int64_t next_data_batch = 0;  // data batch index to consider next, before
+                                // skipping (data cursor / global_batch)
+  double loss = 0;              // of the last step
   bool has_val_loss = false;
-  double val_loss = 0;      // of the last validation pass
+  double val_loss = 0;          // of the last validation pass
+  int64_t generation = 0;
+  Lineage lineage;              // ends with this generation
+  std::vector<BatchRange> skip_batches;  // sorted, disjoint, non-adjacent
 };
 
 // What must match for a checkpoint's tensors to fit the model.
@@ -339,16 +425,42 @@ std::string ModelFingerprint(const GptConfig& c) {
                       ",seq_len=", c.seq_len, ",vocab_size=", c.vocab_size);
 }
 
-std::string SerializeCheckpoint(const GptConfig& model_config, GptImpl& model,
+std::vector<int64_t> FlattenRanges(const std::vector<BatchRange>& ranges) {
+  std::vector<int64_t> flat;
+  for (const BatchRange& r : ranges) flat.insert(flat.end(), {r.begin, r.end});
+  return flat;
+}
+
+std::vector<int64_t> FlattenLineage(const Lineage& lineage) {
+  std::vector<int64_t> flat;
+  for (const auto& [generation, step] : lineage) flat.insert(flat.end(), {generation, step});
+  return flat;
+}
+
+// torch's default CPU generator, as a handle that shares its state.
+at::Generator DefaultCpuGenerator() { return at::detail::getDefaultCPUGenerator(); }
+
+std::string SerializeCheckpoint(const TrainerConfig& config, GptImpl& model,
                                 torch::optim::Optimizer& optimizer, const LoopState& state) {
   torch::serialize::OutputArchive root;
   root.write("format", c10::IValue(std::string(kCheckpointFormat)));
-  root.write("model_config", c10::IValue(ModelFingerprint(model_config)));
+  root.write("model_config", c10::IValue(ModelFingerprint(config.model)));
+  root.write("global_batch", c10::IValue(int64_t{config.global_batch}));
   root.write("step", c10::IValue(state.step));
-  root.write("data_cursor", c10::IValue(state.data_cursor));
+  root.write("next_data_batch", c10::IValue(state.next_data_batch));
+  // In samples, as v1 had it; informational (next_data_batch is read back).
+  root.write("data_cursor", c10::IValue(state.next_data_batch * config.global_batch));
+  root.write("skip_batches", c10::IValue(FlattenRanges(state.skip_batches)));
+  root.write("generation", c10::IValue(state.generation));
+  root.write("lineage", c10::IValue(FlattenLineage(state.lineage)));
   root.write("loss", c10::IValue(state.loss));
   root.write("has_val_loss", c10::IValue(state.has_val_loss));
   root.write("val_loss", c10::IValue(state.val_loss));
+  {
+    at::Generator generator = DefaultCpuGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    root.write("cpu_generator_state", generator.get_state(), /*is_buffer=*/true);
+  }
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   root.write("model", model_archive);
@@ -360,27 +472,67 @@ std::string SerializeCheckpoint(const GptConfig& model_config, GptImpl& model,
   return std::move(out).str();
 }
 
-absl::Status RestoreCheckpoint(const std::string& bytes, const GptConfig& model_config,
+absl::Status RestoreCheckpoint(const std::string& bytes, const TrainerConfig& config,
                                GptImpl& model, torch::optim::Optimizer& optimizer,
                                LoopState* state) {
   torch::serialize::InputArchive root;
   root.load_from(bytes.data(), bytes.size());
   c10::IValue value;
   root.read("format", value);
-  if (value.toStringRef() != kCheckpointFormat) {
+  const bool v1 = value.toStringRef() == kCheckpointFormatV1;
+  if (!v1 && value.toStringRef() != kCheckpointFormat) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint format ", value.toStringRef(), ", expected ", kCheckpointFormat));
   }
   root.read("model_config", value);
-  const std::string expected = ModelFingerprint(model_config);
+  const std::string expected = ModelFingerprint(config.model);
   if (value.toStringRef() != expected) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint is for model ", value.toStringRef(), ", config says ", expected));
   }
   root.read("step", value);
   state->step = value.toInt();
-  root.read("data_cursor", value);
-  state->data_cursor = value.toInt();
+  if (v1) {
+    root.read("data_cursor", value);
+    if (value.toInt() % config.global_batch != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint's data cursor ", value.toInt(),
+                       " is not a multiple of global_batch ", config.global_batch));
+    }
+    state->next_data_batch = value.toInt() / config.global_batch;
+    state->generation = 0;
+    state->lineage = {{0, 0}};
+    state->skip_batches.clear();
+  } else {
+    root.read("global_batch", value);
+    if (value.toInt() != config.global_batch) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint was written with global_batch ", value.toInt(),
+                       ", config says ", config.global_batch,
+                       "; data batch indices would not line up"));
+    }
+    root.read("next_data_batch", value);
+    state->next_data_batch = value.toInt();
+    root.read("skip_batches", value);
+    const std::vector<int64_t> ranges = value.toIntVector();
+    state->skip_batches.clear();
+    for (size_t i = 0; i + 1 < ranges.size(); i += 2) {
+      state->skip_batches.push_back({ranges[i], ranges[i + 1]});
+    }
+    root.read("generation", value);
+    state->generation = value.toInt();
+    root.read("lineage", value);
+    const std::vector<int64_t> lineage = value.toIntVector();
+    state->lineage.clear();
+    for (size_t i = 0; i + 1 < lineage.size(); i += 2) {
+      state->lineage.emplace_back(lineage[i], lineage[i + 1]);
+    }
+    torch::Tensor generator_state;
+    root.read("cpu_generator_state", generator_state, /*is_buffer=*/true);
+    at::Generator generator = DefaultCpuGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(generator_state);
+  }
   root.read("loss", value);
   state->loss = value.toDouble();
   root.read("has_val_loss", value);
@@ -406,19 +558,21 @@ absl::StatusOr<CheckpointReport> WriteCheckpoint(const TrainerConfig& config, Gp
     return absl::InternalError(
         absl::StrCat("create ", config.checkpoint_dir, ": ", ec.message()));
   }
-  const std::string bytes = SerializeCheckpoint(config.model, model, optimizer, state);
+  const std::string bytes = SerializeCheckpoint(config, model, optimizer, state);
   CheckpointReport report;
   report.step = state.step;
   report.path = CheckpointPath(config.checkpoint_dir, state.step);
   report.bytes = bytes.size();
   report.sha256 = Sha256Hex(bytes);
+  report.generation = state.generation;
   // Data first, sidecar second: a crash in between leaves a checkpoint whose
   // sidecar is missing or stale, which resume skips.
   RETURN_IF_ERROR(WriteFileAtomically(report.path, bytes));
   RETURN_IF_ERROR(WriteFileAtomically(
       SidecarPath(report.path),
-      absl::StrCat(report.sha256, "  ", fs::path(report.path).filename().string(), "\n")));
-  PruneCheckpoints(config.checkpoint_dir, config.keep_checkpoints);
+      SidecarContents(report.sha256, report.path, state.generation, state.step)));
+  PruneCheckpoints(config.checkpoint_dir, config.keep_checkpoints,
+                   config.retain_distance_steps, state.lineage, state.step);
   return report;
 }
 
@@ -451,8 +605,49 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
   if (c.eval_batches < 0) return invalid("eval_batches must be >= 0");
   if (c.log_interval < 1) return invalid("log_interval must be >= 1");
   if (c.checkpoint_interval < 0) return invalid("checkpoint_interval must be >= 0");
+  if (c.retain_distance_steps < 0) return invalid("retain_distance_steps must be >= 0");
+  if (c.resume_step < -1) return invalid("resume_step must be >= -1, got ", c.resume_step);
+  if (c.generation < 0) return invalid("generation must be >= 0, got ", c.generation);
+  // The data cursor, end * global_batch samples, must fit an int64.
+  const int64_t max_end = std::numeric_limits<int64_t>::max() / c.global_batch;
+  for (size_t i = 0; i < c.skip_batches.size(); ++i) {
+    const BatchRange& r = c.skip_batches[i];
+    if (r.begin < 0 || r.begin >= r.end || r.end > max_end) {
+      return invalid("skip_batches[", i, "] = [", r.begin, ", ", r.end,
+                     ") must satisfy 0 <= begin < end <= ", max_end);
+    }
+  }
   if (c.train_shards.empty()) return invalid("train_shards must not be empty");
   return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Skip lists.
+
+// Sorted union of `a` and `b`, overlapping and adjacent ranges merged.
+std::vector<BatchRange> UnionOfRanges(std::vector<BatchRange> a, const std::vector<BatchRange>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  std::sort(a.begin(), a.end(), [](const BatchRange& x, const BatchRange& y) {
+    return x.begin != y.begin ? x.begin < y.begin : x.end < y.end;
+  });
+  std::vector<BatchRange> out;
+  for (const BatchRange& r : a) {
+    if (!out.empty() && r.begin <= out.back().end) {
+      out.back().end = std::max(out.back().end, r.end);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// The first data batch index >= `batch` outside every range of `skip`
+// (sorted, disjoint).
+int64_t SkipForward(const std::vector<BatchRange>& skip, int64_t batch) {
+  for (const BatchRange& r : skip) {
+    if (batch >= r.begin && batch < r.end) batch = r.end;
+  }
+  return batch;
 }
 
 absl::StatusOr<TokenDataset> LoadDataset(const std::vector<std::string>& patterns,
@@ -484,7 +679,8 @@ uint64_t Mix(uint64_t x) {
 }
 
 // Dropout seed for (seed, rank, step): a pure function, so that a resumed
-// run draws the same masks as an uninterrupted one without saving RNG state.
+// run draws the same masks as an uninterrupted one on every rank, although
+// the checkpoint holds only rank 0's generator state.
 uint64_t DropoutSeed(uint64_t seed, int rank, int64_t step) {
   return Mix(seed ^ Mix((static_cast<uint64_t>(rank) << 40) ^ static_cast<uint64_t>(step)));
 }
@@ -513,6 +709,58 @@ double Evaluate(GptImpl& model, const TokenDataset& val, const TrainerConfig& co
   model.train();
   const std::vector<double> totals = collectives.Sum({loss_sum, batches});
   return totals[0] / totals[1];
+}
+
+// ---------------------------------------------------------------------------
+// Resume.
+
+// Rank 0's choice of where to resume (see TrainerConfig::resume_step).
+struct ResumePlan {
+  std::string checkpoint;   // verified bytes; empty = from scratch
+  // Checkpoints newer than resume_step were passed over: the run is a new
+  // branch, of generation >= fork_generation (1 + the highest in the dir).
+  bool fork = false;
+  int64_t fork_generation = 0;
+};
+
+// Rank 0 only. Reads sidecars of every checkpoint, and checkpoints in
+// lineage order until one qualifies and verifies; the others it tried go to
+// `skipped`. FAILED_PRECONDITION if resume_step > 0 and none qualifies.
+absl::StatusOr<ResumePlan> PlanResume(const TrainerConfig& config,
+                                      std::vector<std::string>* skipped) {
+  const std::vector<CheckpointFile> files = ListCheckpoints(config.checkpoint_dir);
+  ResumePlan plan;
+  for (const CheckpointFile& file : files) {
+    plan.fork_generation = std::max(plan.fork_generation, file.generation + 1);
+  }
+  if (config.resume_step == 0) {
+    plan.fork = !files.empty();
+    return plan;
+  }
+  std::vector<std::string> found;  // for the error message
+  for (const CheckpointFile& file : files) {
+    if (config.resume_step > 0 && file.step > config.resume_step) {
+      plan.fork = true;
+      found.push_back(absl::StrCat(file.path, " (generation ", file.generation,
+                                   ", after step ", config.resume_step, ")"));
+      continue;
+    }
+    absl::StatusOr<std::string> bytes = ReadVerifiedCheckpoint(file.path);
+    if (bytes.ok()) {
+      plan.checkpoint = *std::move(bytes);
+      return plan;
+    }
+    skipped->push_back(file.path);
+    found.push_back(absl::StrCat(file.path, " (", bytes.status().ToString(), ")"));
+  }
+  if (config.resume_step > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resume_step ", config.resume_step, ": no checkpoint at or before that step verifies in ",
+        config.checkpoint_dir, "; found ",
+        found.empty() ? std::string("none") : absl::StrJoin(found, ", ")));
+  }
+  plan.fork = false;  // resume_step -1 over only bad checkpoints: as before
+  return plan;
 }
 
 // ---------------------------------------------------------------------------
@@ -546,27 +794,76 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   collectives.BroadcastFromRank0(parameters);
   std::unique_ptr<torch::optim::AdamW> optimizer = MakeAdamW(*model, config.optimizer);
 
-  // Resume: rank 0 picks the newest checkpoint that verifies and sends it.
+  // Writes the checkpoint of `state` on rank 0 and shares the outcome, so
+  // that no rank trains on, or waits in a collective, after rank 0 has
+  // failed. Collective.
   TrainResult result;
-  LoopState state;
-  if (!config.checkpoint_dir.empty()) {
-    std::string checkpoint;
+  auto commit_checkpoint = [&](const LoopState& state) -> absl::Status {
+    absl::Status written = absl::OkStatus();
     if (rank == 0) {
-      for (const CheckpointFile& file : ListCheckpoints(config.checkpoint_dir)) {
-        absl::StatusOr<std::string> bytes = ReadVerifiedCheckpoint(file.path);
-        if (bytes.ok()) {
-          checkpoint = *std::move(bytes);
-          break;
-        }
-        result.skipped_checkpoints.push_back(file.path);
+      absl::StatusOr<CheckpointReport> report;
+      try {
+        report = WriteCheckpoint(config, *model, *optimizer, state);
+      } catch (const std::exception& e) {
+        report = absl::InternalError(absl::StrCat("checkpoint at step ", state.step, ": ",
+                                                  e.what()));
+      }
+      written = report.status();
+      if (report.ok()) {
+        result.checkpoints.push_back(*report);
+        if (callbacks.on_checkpoint) callbacks.on_checkpoint(*report);
       }
     }
-    checkpoint = collectives.BroadcastBytes(std::move(checkpoint));
+    if (collectives.Any(!written.ok())) {
+      if (!written.ok()) return written;
+      return absl::AbortedError(
+          absl::StrCat("rank 0 failed to write the checkpoint at step ", state.step));
+    }
+    return absl::OkStatus();
+  };
+
+  // Resume: rank 0 picks the checkpoint (TrainerConfig::resume_step) and
+  // sends it with its decision; every rank restores the same bytes.
+  LoopState state;
+  bool restored = false;
+  bool fork = false;
+  int64_t fork_generation = 0;
+  if (!config.checkpoint_dir.empty()) {
+    absl::StatusOr<ResumePlan> plan = ResumePlan{};
+    if (rank == 0) plan = PlanResume(config, &result.skipped_checkpoints);
+    const std::vector<int64_t> decision = collectives.BroadcastInts(
+        {plan.ok() ? 1 : 0, plan.ok() && plan->fork ? 1 : 0,
+         plan.ok() ? plan->fork_generation : 0});
+    if (decision[0] == 0) {
+      if (!plan.ok()) return plan.status();
+      return absl::FailedPreconditionError(
+          "rank 0 found no checkpoint to resume from (its error says why)");
+    }
+    fork = decision[1] != 0;
+    fork_generation = decision[2];
+    const std::string checkpoint = collectives.BroadcastBytes(std::move(plan->checkpoint));
     if (!checkpoint.empty()) {
-      RETURN_IF_ERROR(RestoreCheckpoint(checkpoint, config.model, *model, *optimizer, &state));
+      RETURN_IF_ERROR(RestoreCheckpoint(checkpoint, config, *model, *optimizer, &state));
       result.resumed_from_step = state.step;
+      restored = true;
     }
   }
+  // The branch this call continues or starts (TrainerConfig, "Forks").
+  const LoopState resumed = state;
+  state.generation = std::max(state.generation, config.generation);
+  if (fork) state.generation = std::max(state.generation, fork_generation);
+  state.skip_batches = UnionOfRanges(state.skip_batches, config.skip_batches);
+  if (!restored) {
+    state.lineage = {{state.generation, 0}};
+  } else if (state.generation != resumed.generation) {
+    state.lineage.emplace_back(state.generation, state.step);
+  }
+  result.generation = state.generation;
+  result.skip_batches = state.skip_batches;
+  const bool stamp = restored ? state.generation != resumed.generation ||
+                                    state.skip_batches != resumed.skip_batches
+                              : fork;
+  if (stamp) RETURN_IF_ERROR(commit_checkpoint(state));
 
   // Each rank holds global_batch / world_size rows per step and walks them in
   // micro-batches. Buffers live for the whole run.
@@ -593,6 +890,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       report.lr = LearningRateAt(config.schedule, config.optimizer.lr, 0);
       report.has_val_loss = true;
       report.val_loss = initial;
+      report.data_batch = -1;
+      report.batches_skipped_total = state.next_data_batch - state.step;
       callbacks.on_step(report);
     }
   }
@@ -605,12 +904,14 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     const auto start = std::chrono::steady_clock::now();
     if (config.model.dropout > 0) torch::manual_seed(DropoutSeed(config.seed, rank, state.step));
 
+    // This step trains on the next data batch outside the skip list.
+    const int64_t data_batch = SkipForward(state.skip_batches, state.next_data_batch);
     // Forward/backward over this rank's share of the global batch. Each
     // micro-batch loss is a mean over micro_batch * seq_len tokens; scaling
     // it by 1/micro_steps makes this rank's gradient the mean over its rows,
     // and averaging over ranks then gives the mean over the global batch.
-    train.FillRankBatch(config.seed, state.data_cursor, config.global_batch, rank, world_size,
-                        inputs.data(), targets.data());
+    train.FillRankBatch(config.seed, data_batch * config.global_batch, config.global_batch,
+                        rank, world_size, inputs.data(), targets.data());
     optimizer->zero_grad();
     double loss_sum = 0;
     for (int m = 0; m < micro_steps; ++m) {
@@ -627,7 +928,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     SetLearningRate(*optimizer, lr);
     optimizer->step();
     state.step += 1;
-    state.data_cursor += config.global_batch;
+    state.next_data_batch = data_batch + 1;
     state.loss = loss;
     const double step_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -652,36 +953,15 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       report.tokens_seen = state.step * tokens_per_step;
       report.has_val_loss = validate;
       report.val_loss = validate ? state.val_loss : 0;
+      report.data_batch = data_batch;
+      report.batches_skipped_total = state.next_data_batch - state.step;
       callbacks.on_step(report);
     }
 
     const bool checkpoint =
         !config.checkpoint_dir.empty() &&
         (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0));
-    if (checkpoint) {
-      // Rank 0 writes; the outcome is shared so that no rank trains on, or
-      // waits in a collective, after rank 0 has failed.
-      absl::Status written = absl::OkStatus();
-      if (rank == 0) {
-        absl::StatusOr<CheckpointReport> report;
-        try {
-          report = WriteCheckpoint(config, *model, *optimizer, state);
-        } catch (const std::exception& e) {
-          report = absl::InternalError(absl::StrCat("checkpoint at step ", state.step, ": ",
-                                                    e.what()));
-        }
-        written = report.status();
-        if (report.ok()) {
-          result.checkpoints.push_back(*report);
-          if (callbacks.on_checkpoint) callbacks.on_checkpoint(*report);
-        }
-      }
-      if (collectives.Any(!written.ok())) {
-        if (!written.ok()) return written;
-        return absl::AbortedError(
-            absl::StrCat("rank 0 failed to write the checkpoint at step ", state.step));
-      }
-    }
+    if (checkpoint) RETURN_IF_ERROR(commit_checkpoint(state));
   }
 
   if (callbacks.on_finish) callbacks.on_finish(*model);

@@ -51,6 +51,18 @@ struct ScheduleConfig {
   double min_lr_ratio = 0.1;
 };
 
+// A half-open range [begin, end) of data batch indices. Data batch d is the
+// global batch whose samples start at data cursor d * global_batch (see
+// TokenDataset: the cursor is a global sample index in data order).
+struct BatchRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool operator==(const BatchRange& other) const {
+    return begin == other.begin && end == other.end;
+  }
+  bool operator!=(const BatchRange& other) const { return !(*this == other); }
+};
+
 struct TrainerConfig {
   GptConfig model;
   OptimizerConfig optimizer;
@@ -58,6 +70,8 @@ struct TrainerConfig {
   // Sequences per optimizer step, all ranks. Must be a multiple of
   // world_size * micro_batch; each rank runs
   // global_batch / (world_size * micro_batch) accumulation micro-steps.
+  // A checkpoint only resumes under the global_batch it was written with
+  // (data batch indices would not line up otherwise).
   int global_batch = 8;
   int micro_batch = 4;    // sequences per forward/backward on one rank
   // Seeds the initial weights (identical on every rank), the data order
@@ -74,14 +88,89 @@ struct TrainerConfig {
                                // at the last step and at validation steps
   std::vector<std::string> train_shards;  // paths or glob patterns
   std::vector<std::string> val_shards;    // paths or glob patterns
+
+  // --- Checkpoints -------------------------------------------------------
   // Rank 0 writes <dir>/ckpt_<step, 8 digits>.pt and a sha256sum-format
-  // sidecar <that>.sha256, each atomically; a checkpoint without a sidecar,
-  // or whose bytes do not match it, is skipped on resume. Only rank 0 reads
-  // or writes the directory (it broadcasts the checkpoint it resumes from).
-  // Empty = no checkpoints and no resume.
+  // sidecar <that>.sha256 ("<sha256>  <name>" plus a comment line
+  // "# loom generation=<g> step=<s>", which `sha256sum -c --strict`
+  // accepts), each atomically; a checkpoint without a sidecar, or whose
+  // bytes do not match it, is skipped on resume. Only rank 0 reads or writes
+  // the directory (it broadcasts the checkpoint it resumes from). Empty = no
+  // checkpoints and no resume.
+  //
+  // A checkpoint holds everything that influences later training: weights,
+  // AdamW moments and step counts, the step (which fixes the LR schedule
+  // position), the data cursor (next data batch index) and skip list, the
+  // global_batch, torch's default CPU generator state, the generation and
+  // the lineage. Resuming from it, with the same world size and thread
+  // count, continues bit-exactly (dropout masks are reseeded from
+  // (seed, rank, step) before every step, so no per-rank RNG state is lost).
+  //
+  // Lineage. Every checkpoint records its generation and the list of
+  // (generation, first step) branch points that led to it. "Lineage order"
+  // sorts checkpoints by generation, highest first, then by step, highest
+  // first; "newest" below means first in lineage order. (The order reads
+  // the generation from the sidecar, so choosing needs no checkpoint read;
+  // a sidecar without that line is generation 0, an unreadable one sorts
+  // last. The checkpoint's own copy is authoritative once it is loaded.)
+  //
+  // Forks. A resume that deliberately passes over newer checkpoints
+  // (resume_step >= 0 while some checkpoint is at a step > resume_step; a
+  // rollback) starts a new branch: its generation becomes
+  // max(generation, 1 + the highest generation in the directory), and before
+  // its first step it rewrites the checkpoint it resumed from under that
+  // generation (ckpt_00000000 when the fork starts from scratch). So a crash
+  // of the new branch before its next checkpoint resumes (resume_step = -1)
+  // on the new branch, with its skip list, not on the abandoned one. The
+  // abandoned branch's checkpoints are not deleted by resuming: files at
+  // steps the new branch reaches are replaced by its own (atomic rename),
+  // and pruning deletes the others once the new branch has passed their
+  // step. Without a fork the generation is
+  // max(generation, the resumed checkpoint's generation); if that or the
+  // skip list in force differs from the checkpoint's, the resume point is
+  // rewritten the same way (one extra checkpoint write, reported).
   std::string checkpoint_dir;
   int64_t checkpoint_interval = 0; // 0 = final only
-  int keep_checkpoints = 3;        // newest kept; <= 0 = keep all
+  // Pruning after every checkpoint write (rank 0), over the checkpoints on
+  // the current branch (the ancestors of the one just written): keep the
+  // newest keep_checkpoints; <= 0 = keep every file. Checkpoints of
+  // abandoned branches are deleted once their step is <= the current step.
+  int keep_checkpoints = 3;
+  // Rollback reserve, in optimizer steps; 0 = none. When > 0, pruning also
+  // keeps the newest branch checkpoint at step <= S - retain_distance_steps
+  // (S = the step just written) and every branch checkpoint after it, so
+  // that the rollback target "newest checkpoint >= retain_distance_steps
+  // before the newest" is the same as if nothing had been pruned, at every
+  // point of the run. This holds about retain_distance_steps /
+  // checkpoint_interval + 1 checkpoints besides the newest keep_checkpoints.
+  int64_t retain_distance_steps = 0;
+  // Which checkpoint to resume from (needs checkpoint_dir):
+  //   -1: the newest (in lineage order) that verifies; none verifies, or
+  //       none exists: from scratch.
+  //    0: none: from scratch, even if checkpoints exist (a fork if any do).
+  //    N > 0: the newest (in lineage order) at step <= N that verifies;
+  //       FAILED_PRECONDITION if none does (the message lists every
+  //       checkpoint found and why it was not used).
+  int64_t resume_step = -1;
+  // Lineage generation of the checkpoints this call writes (>= 0). The
+  // controller bumps it for every rollback; see "Forks" above for how the
+  // effective generation is derived from it (TrainResult::generation).
+  int64_t generation = 0;
+  // PaLM-style batch skipping (Chowdhery et al. 2022, sec. 5.1): data batch
+  // index ranges never trained on, each with 0 <= begin < end. Before each
+  // step, while the next data batch index lies in a range, it jumps to that
+  // range's end; so in a run from scratch optimizer step k (1-based) trains
+  // on the k-th data batch index outside the ranges. Once anything has been
+  // skipped, steps and data batch indices differ: take skip windows from
+  // StepReport::data_batch, not from step numbers. The list in
+  // force is the union of the resumed checkpoint's list and this one; it is
+  // saved in every later checkpoint, so later resumes need not repeat it.
+  // A run that resumes from checkpoint c with range R reaches the same
+  // parameters, bit for bit, as a run from scratch configured with R,
+  // provided R begins at or after c's data cursor (StepReport::data_batch of
+  // c's step, plus 1); the part of R before that cursor was already trained
+  // on and has no effect on the resumed run.
+  std::vector<BatchRange> skip_batches;
 };
 
 struct StepReport {
@@ -94,6 +183,12 @@ struct StepReport {
   int64_t tokens_seen = 0;      // global
   bool has_val_loss = false;
   double val_loss = 0;
+  // Data batch index this step trained on (see BatchRange); -1 for the
+  // step-0 report of the untrained model's validation pass.
+  int64_t data_batch = -1;
+  // Data batches passed over by skip ranges on this branch so far, from step
+  // 0 (= data cursor in batches - steps).
+  int64_t batches_skipped_total = 0;
 };
 
 struct CheckpointReport {
@@ -101,6 +196,7 @@ struct CheckpointReport {
   std::string path;
   uint64_t bytes = 0;
   std::string sha256;
+  int64_t generation = 0;  // lineage generation recorded in it
 };
 
 struct TrainerCallbacks {
@@ -121,15 +217,22 @@ struct TrainResult {
   int64_t steps = 0;
   double final_loss = 0;
   double final_val_loss = 0;
-  std::vector<CheckpointReport> checkpoints;  // written by this call (rank 0)
+  // Written by this call (rank 0), in order; includes the rewrite of the
+  // resume point when the call forks or changes generation or skip list.
+  std::vector<CheckpointReport> checkpoints;
   int64_t resumed_from_step = 0;  // 0 = started from scratch
   // Checkpoints passed over on resume because they had no sidecar, did not
   // match it, or could not be read (rank 0 only).
   std::vector<std::string> skipped_checkpoints;
+  // Effective lineage generation of this call (see TrainerConfig, "Forks").
+  int64_t generation = 0;
+  // Skip list in force (union of the resumed checkpoint's and the config's),
+  // sorted, with overlapping and adjacent ranges merged.
+  std::vector<BatchRange> skip_batches;
 };
 
-// Trains from scratch, or resumes from the newest valid checkpoint in
-// checkpoint_dir, until schedule.total_steps optimizer steps are done.
+// Trains from scratch, or resumes from a checkpoint in checkpoint_dir chosen
+// by resume_step, until schedule.total_steps optimizer steps are done.
 // `process_group` may be null for a single rank; otherwise it defines rank
 // and world size, and every rank must call Train with the same config.
 // After initialisation rank 0's weights are broadcast to all ranks (as
@@ -146,7 +249,9 @@ struct TrainResult {
 //
 // Errors: INVALID_ARGUMENT for a bad config (the message names the field) or
 // tokens outside the vocabulary; FAILED_PRECONDITION if the checkpoint to
-// resume from was written for a different model shape; CANCELLED via
+// resume from was written for a different model shape or global_batch, or
+// if resume_step > 0 and no checkpoint at or before it verifies (on ranks
+// != 0 the message only says that rank 0 failed); CANCELLED via
 // should_stop; ABORTED on ranks != 0 when rank 0 failed to write a
 // checkpoint; errors of TokenDataset::Load; INTERNAL for LibTorch errors
 // (c10::Error, including collective failures and timeouts) and I/O errors.

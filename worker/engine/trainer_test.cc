@@ -1,11 +1,15 @@
 #include "worker/engine/trainer.h"
 
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -17,9 +21,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/sha256.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/data.h"
+#include "worker/engine/gpt.h"
+#include "worker/engine/optimizer.h"
 
 namespace loom::engine {
 namespace {
@@ -72,6 +80,46 @@ std::shared_ptr<c10d::ProcessGroup> MakeGlooRank(const c10::intrusive_ptr<c10d::
   c10d::ProcessGroup* raw = group.get();
   return std::shared_ptr<c10d::ProcessGroup>(
       raw, [owner = std::move(group)](c10d::ProcessGroup*) mutable { owner.reset(); });
+}
+
+// Steps of the checkpoints (ckpt_*.pt) in `dir`, ascending.
+std::vector<int64_t> CheckpointSteps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() == 16 && name.rfind("ckpt_", 0) == 0 && name.substr(13) == ".pt") {
+      steps.push_back(std::stoll(name.substr(5, 8)));
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// The generation that the sidecar of checkpoint `step` in `dir` records
+// (its "# loom generation=G step=S" line); -1 if there is none.
+int64_t SidecarGeneration(const std::string& dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "ckpt_%08lld.pt.sha256", static_cast<long long>(step));
+  std::ifstream in(dir + "/" + name);
+  std::string line;
+  while (std::getline(in, line)) {
+    long long generation = 0, at = 0;
+    if (std::sscanf(line.c_str(), "# loom generation=%lld step=%lld", &generation, &at) == 2 &&
+        at == step) {
+      return generation;
+    }
+  }
+  return -1;
+}
+
+void FlipMiddleByte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  const std::streamoff middle = static_cast<std::streamoff>(fs::file_size(path) / 2);
+  f.seekg(middle);
+  char c;
+  f.get(c);
+  f.seekp(middle);
+  f.put(static_cast<char>(c ^ 0x5a));
 }
 
 struct RankOutcome {
@@ -371,6 +419,25 @@ TEST_F(TrainerTest, RejectsBadConfig) {
   config = SmallConfig();
   config.train_shards = {dir_ + "/missing_*.bin"};
   EXPECT_EQ(Train(config, nullptr, {}).status().code(), absl::StatusCode::kNotFound);
+
+  config = SmallConfig();
+  config.skip_batches = {{0, 2}, {5, 5}};  // empty range
+  result = Train(config, nullptr, {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), ::testing::HasSubstr("skip_batches[1]"));
+
+  config = SmallConfig();
+  config.resume_step = -2;
+  result = Train(config, nullptr, {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), ::testing::HasSubstr("resume_step"));
+
+  config = SmallConfig();
+  config.generation = -1;
+  EXPECT_EQ(Train(config, nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  config = SmallConfig();
+  config.retain_distance_steps = -1;
+  EXPECT_EQ(Train(config, nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TrainerTest, RejectsCheckpointOfAnotherModel) {
@@ -381,6 +448,347 @@ TEST_F(TrainerTest, RejectsCheckpointOfAnotherModel) {
   config.model.d_model = 64;
   config.schedule.total_steps = 2;
   EXPECT_EQ(Train(config, nullptr, {}).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Data batch indices depend on the global batch: a checkpoint does not
+  // resume under another one.
+  config = SmallConfig();
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.schedule.total_steps = 2;
+  config.global_batch = 4;
+  absl::StatusOr<TrainResult> result = Train(config, nullptr, {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(result.status().message()), ::testing::HasSubstr("global_batch"));
+}
+
+TEST_F(TrainerTest, SkipListMapsStepsToDataBatchesAndIsSavedInCheckpoints) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 6;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 3;
+  config.skip_batches = {{3, 5}, {2, 4}};  // overlapping: the union is [2, 5)
+  std::vector<RankOutcome> first = RunRanks(config, 1);
+  ASSERT_TRUE(first[0].result.ok()) << first[0].result.status();
+  EXPECT_EQ(first[0].result->skip_batches, (std::vector<BatchRange>{{2, 5}}));
+  std::vector<int64_t> batches, skipped;
+  for (const StepReport& r : first[0].steps) {
+    batches.push_back(r.data_batch);
+    skipped.push_back(r.batches_skipped_total);
+  }
+  // Step 0 is the validation pass before training (no batch).
+  EXPECT_EQ(batches, (std::vector<int64_t>{-1, 0, 1, 5, 6, 7, 8}));
+  EXPECT_EQ(skipped, (std::vector<int64_t>{0, 0, 0, 3, 3, 3, 3}));
+
+  // Resuming adds a range to the stored list; the union is in force, and the
+  // resume point is rewritten with it before the first step.
+  config.schedule.total_steps = 8;
+  config.skip_batches = {{9, 10}};
+  std::vector<RankOutcome> second = RunRanks(config, 1);
+  ASSERT_TRUE(second[0].result.ok()) << second[0].result.status();
+  EXPECT_EQ(second[0].result->resumed_from_step, 6);
+  EXPECT_EQ(second[0].result->skip_batches, (std::vector<BatchRange>{{2, 5}, {9, 10}}));
+  ASSERT_EQ(second[0].steps.size(), 2u);
+  EXPECT_EQ(second[0].steps[0].data_batch, 10);
+  EXPECT_EQ(second[0].steps[1].data_batch, 11);
+  EXPECT_EQ(second[0].steps[1].batches_skipped_total, 4);
+  ASSERT_EQ(second[0].result->checkpoints.size(), 2u);
+  EXPECT_EQ(second[0].result->checkpoints[0].step, 6);
+  EXPECT_EQ(second[0].result->checkpoints[1].step, 8);
+
+  // A later resume that names no ranges keeps the saved ones.
+  config.schedule.total_steps = 9;
+  config.skip_batches.clear();
+  std::vector<RankOutcome> third = RunRanks(config, 1);
+  ASSERT_TRUE(third[0].result.ok()) << third[0].result.status();
+  EXPECT_EQ(third[0].result->resumed_from_step, 8);
+  EXPECT_EQ(third[0].result->skip_batches, (std::vector<BatchRange>{{2, 5}, {9, 10}}));
+  ASSERT_EQ(third[0].steps.size(), 1u);
+  EXPECT_EQ(third[0].steps[0].data_batch, 12);
+  EXPECT_TRUE(third[0].result->checkpoints.size() == 1u &&
+              third[0].result->checkpoints[0].step == 9);  // no rewrite of step 8
+}
+
+// The restart-and-skip equivalence, on the engine side: roll back to
+// a checkpoint with a skip range, crash on the new branch before its next
+// checkpoint, resume with resume_step = -1, and end bit-identical to a run
+// from scratch configured with that range.
+TEST_F(TrainerTest, RollbackWithSkipMatchesRunFromScratchWithSkip) {
+  TrainerConfig config = SmallConfig();
+  config.model.dropout = 0.1;
+  config.schedule.total_steps = 10;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  std::vector<RankOutcome> original = RunRanks(config, 1);
+  ASSERT_TRUE(original[0].result.ok()) << original[0].result.status();
+  EXPECT_EQ(original[0].result->generation, 0);
+  EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{6, 8, 10}));
+
+  // Roll back to the newest checkpoint at step <= 7 (step 6, whose next data
+  // batch is 6), skipping data batches [7, 9). Stop after one step.
+  TrainerConfig rollback = config;
+  rollback.resume_step = 7;
+  rollback.generation = 1;
+  rollback.skip_batches = {{7, 9}};
+  std::vector<RankOutcome> interrupted = RunRanks(rollback, 1, {1});
+  EXPECT_EQ(interrupted[0].result.status().code(), absl::StatusCode::kCancelled);
+  ASSERT_EQ(interrupted[0].steps.size(), 1u);
+  EXPECT_EQ(interrupted[0].steps[0].step, 7);
+  EXPECT_EQ(interrupted[0].steps[0].data_batch, 6);
+  // The resume point now belongs to generation 1; the abandoned branch's
+  // later checkpoints are still there.
+  EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{6, 8, 10}));
+  EXPECT_EQ(SidecarGeneration(config.checkpoint_dir, 6), 1);
+  EXPECT_EQ(SidecarGeneration(config.checkpoint_dir, 8), 0);
+  EXPECT_EQ(SidecarGeneration(config.checkpoint_dir, 10), 0);
+
+  // A restart as after a crash: newest checkpoint, no skip list given. It
+  // must pick generation 1's step 6, not generation 0's step 10.
+  std::vector<RankOutcome> resumed = RunRanks(config, 1);
+  ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
+  EXPECT_EQ(resumed[0].result->resumed_from_step, 6);
+  EXPECT_EQ(resumed[0].result->generation, 1);
+  EXPECT_EQ(resumed[0].result->skip_batches, (std::vector<BatchRange>{{7, 9}}));
+  std::vector<int64_t> batches, skipped;
+  for (const StepReport& r : resumed[0].steps) {
+    batches.push_back(r.data_batch);
+    skipped.push_back(r.batches_skipped_total);
+  }
+  EXPECT_EQ(batches, (std::vector<int64_t>{6, 9, 10, 11}));
+  EXPECT_EQ(skipped, (std::vector<int64_t>{0, 2, 2, 2}));
+  for (const CheckpointReport& c : resumed[0].result->checkpoints) EXPECT_EQ(c.generation, 1);
+  // Generation 1 replaced generation 0's files at the steps it reached.
+  EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{6, 8, 10}));
+  for (int64_t step : {6, 8, 10}) EXPECT_EQ(SidecarGeneration(config.checkpoint_dir, step), 1);
+
+  TrainerConfig scratch = SmallConfig();
+  scratch.model.dropout = 0.1;
+  scratch.schedule.total_steps = 10;
+  scratch.skip_batches = {{7, 9}};
+  std::vector<RankOutcome> reference = RunRanks(scratch, 1);
+  ASSERT_TRUE(reference[0].result.ok()) << reference[0].result.status();
+  EXPECT_EQ(MaxAbsDiff(reference[0].parameters, resumed[0].parameters), 0.0);
+  EXPECT_EQ(reference[0].result->final_loss, resumed[0].result->final_loss);
+  // And the skip changed something.
+  EXPECT_GT(MaxAbsDiff(original[0].parameters, resumed[0].parameters), 0.0);
+}
+
+TEST_F(TrainerTest, TwoRanksRollbackWithSkipMatchesTwoRankRunWithSkip) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 6;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  std::vector<RankOutcome> original = RunRanks(config, 2);
+  ASSERT_TRUE(original[0].result.ok()) << original[0].result.status();
+
+  config.resume_step = 4;
+  config.generation = 1;
+  config.skip_batches = {{5, 7}};
+  std::vector<RankOutcome> rolled_back = RunRanks(config, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(rolled_back[rank].result.ok()) << rolled_back[rank].result.status();
+    EXPECT_EQ(rolled_back[rank].result->resumed_from_step, 4);
+    EXPECT_EQ(rolled_back[rank].result->generation, 1);
+  }
+  // Rank 0 rewrote the resume point under generation 1, then wrote 6.
+  ASSERT_EQ(rolled_back[0].result->checkpoints.size(), 2u);
+  EXPECT_EQ(rolled_back[0].result->checkpoints[0].step, 4);
+  EXPECT_TRUE(rolled_back[1].result->checkpoints.empty());
+
+  TrainerConfig scratch = SmallConfig();
+  scratch.schedule.total_steps = 6;
+  scratch.skip_batches = {{5, 7}};
+  std::vector<RankOutcome> reference = RunRanks(scratch, 2);
+  ASSERT_TRUE(reference[0].result.ok()) << reference[0].result.status();
+  EXPECT_EQ(MaxAbsDiff(reference[0].parameters, rolled_back[0].parameters), 0.0);
+  EXPECT_EQ(MaxAbsDiff(reference[1].parameters, rolled_back[1].parameters), 0.0);
+}
+
+TEST_F(TrainerTest, ResumeStepPicksNewestValidCheckpointAtOrBeforeIt) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 4;
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 1;
+  config.keep_checkpoints = 0;  // keep every file
+  ASSERT_TRUE(RunRanks(config, 1)[0].result.ok());
+  const std::string dir = config.checkpoint_dir;
+  FlipMiddleByte(dir + "/ckpt_00000003.pt");
+
+  // resume_step 3: step 3 is corrupt, so step 2. Checkpoints after 3 exist,
+  // so this is a fork; the config forgot to raise the generation, so the
+  // trainer does (1 + the highest in the directory). Stop before step 3.
+  TrainerConfig rollback = config;
+  rollback.resume_step = 3;
+  TrainerCallbacks stop_at_once;
+  stop_at_once.should_stop = [] { return true; };
+  EXPECT_EQ(Train(rollback, nullptr, stop_at_once).status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(SidecarGeneration(dir, 2), 1);
+  EXPECT_EQ(SidecarGeneration(dir, 3), 0);  // corrupt, from the old branch
+  EXPECT_EQ(SidecarGeneration(dir, 4), 0);
+
+  std::vector<RankOutcome> finished = RunRanks(config, 1);
+  ASSERT_TRUE(finished[0].result.ok()) << finished[0].result.status();
+  EXPECT_EQ(finished[0].result->resumed_from_step, 2);
+  EXPECT_EQ(finished[0].result->generation, 1);
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, finished[0].parameters), 0.0);
+  EXPECT_EQ(CheckpointSteps(dir), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(SidecarGeneration(dir, 1), 0);  // on the branch: kept
+  EXPECT_EQ(SidecarGeneration(dir, 3), 1);
+  EXPECT_EQ(SidecarGeneration(dir, 4), 1);
+
+  // resume_step 1 with step 1 corrupt: nothing at or before it verifies.
+  FlipMiddleByte(dir + "/ckpt_00000001.pt");
+  rollback.resume_step = 1;
+  absl::StatusOr<TrainResult> failed = Train(rollback, nullptr, {});
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(failed.status().message());
+  EXPECT_THAT(message, ::testing::HasSubstr("ckpt_00000001.pt (DATA_LOSS"));
+  EXPECT_THAT(message, ::testing::HasSubstr("ckpt_00000004.pt (generation 1, after step 1)"));
+
+  // resume_step 0: from scratch, as a new branch stamped at step 0.
+  rollback.resume_step = 0;
+  EXPECT_EQ(Train(rollback, nullptr, stop_at_once).status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(SidecarGeneration(dir, 0), 2);
+  rollback.resume_step = -1;
+  std::vector<RankOutcome> again = RunRanks(rollback, 1);
+  ASSERT_TRUE(again[0].result.ok()) << again[0].result.status();
+  EXPECT_EQ(again[0].result->resumed_from_step, 0);
+  EXPECT_EQ(again[0].result->generation, 2);
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, again[0].parameters), 0.0);
+}
+
+TEST_F(TrainerTest, RetainsACheckpointRollbackDistanceBehindTheNewest) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 12;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  config.keep_checkpoints = 2;
+  config.retain_distance_steps = 5;
+  std::vector<std::vector<int64_t>> after_each;
+  TrainerCallbacks callbacks;
+  callbacks.on_checkpoint = [&](const CheckpointReport&) {
+    after_each.push_back(CheckpointSteps(config.checkpoint_dir));
+  };
+  absl::StatusOr<TrainResult> result = Train(config, nullptr, callbacks);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // Newest 2, plus the newest at or before (newest - 5) and all after it: so
+  // after each write a checkpoint exists exactly where it would if nothing
+  // had been pruned.
+  EXPECT_EQ(after_each, (std::vector<std::vector<int64_t>>{{2},
+                                                           {2, 4},
+                                                           {2, 4, 6},
+                                                           {2, 4, 6, 8},
+                                                           {4, 6, 8, 10},
+                                                           {6, 8, 10, 12}}));
+}
+
+// Checkpoints of the first format (loom-checkpoint-v1: no generation, skip
+// list, data batch index or generator state; the cursor in samples) still
+// resume, as generation 0 with no skips.
+TEST_F(TrainerTest, ResumesFromVersion1Checkpoint) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 4;
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  ASSERT_TRUE(RunRanks(config, 1, {2})[0].result.status().code() ==
+              absl::StatusCode::kCancelled);
+  const std::string path = config.checkpoint_dir + "/ckpt_00000002.pt";
+
+  // Rewrite step 2 as v1 wrote it, sidecar included.
+  torch::serialize::InputArchive in;
+  in.load_from(path);
+  Gpt model(config.model);
+  std::unique_ptr<torch::optim::AdamW> optimizer = MakeAdamW(*model, config.optimizer);
+  torch::serialize::InputArchive model_in, optimizer_in;
+  in.read("model", model_in);
+  model->load(model_in);
+  in.read("optimizer", optimizer_in);
+  optimizer->load(optimizer_in);
+  torch::serialize::OutputArchive out;
+  for (const char* key : {"model_config", "step", "data_cursor", "loss", "has_val_loss",
+                          "val_loss"}) {
+    c10::IValue value;
+    in.read(key, value);
+    out.write(key, value);
+  }
+  out.write("format", c10::IValue(std::string("loom-checkpoint-v1")));
+  torch::serialize::OutputArchive model_out, optimizer_out;
+  model->save(model_out);
+  out.write("model", model_out);
+  optimizer->save(optimizer_out);
+  out.write("optimizer", optimizer_out);
+  out.save_to(path);
+  absl::StatusOr<std::string> digest = Sha256File(path);
+  ASSERT_TRUE(digest.ok());
+  std::ofstream(path + ".sha256") << *digest << "  ckpt_00000002.pt\n";
+
+  std::vector<RankOutcome> resumed = RunRanks(config, 1);
+  ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
+  EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
+  EXPECT_EQ(resumed[0].result->generation, 0);
+  ASSERT_EQ(resumed[0].steps.size(), 2u);
+  EXPECT_EQ(resumed[0].steps[0].data_batch, 2);
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
+}
+
+// Kill -9 of a real training process after a checkpoint, then resume: the
+// result is bitwise that of an uninterrupted run. The child is a separate
+// executable (loom_trainer_kill_helper), started with posix_spawn, so that
+// nothing runs in a forked copy of this multi-threaded process.
+TEST_F(TrainerTest, ResumesBitExactAfterKill9) {
+  TrainerConfig config = SmallConfig();
+  config.model.dropout = 0.1;  // the resumed run needs the same masks
+  config.schedule.total_steps = 8;
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 3;
+  // Dies in step 5's report: past checkpoint 3, before checkpoint 6.
+  const std::vector<std::string> args = {
+      LOOM_TRAINER_KILL_HELPER,
+      "--train=" + train_shard_,
+      "--val=" + val_shard_,
+      "--checkpoint_dir=" + config.checkpoint_dir,
+      "--kill_at_step=5",
+      absl::StrCat("--n_layer=", config.model.n_layer),
+      absl::StrCat("--n_head=", config.model.n_head),
+      absl::StrCat("--d_model=", config.model.d_model),
+      absl::StrCat("--seq_len=", config.model.seq_len),
+      absl::StrCat("--vocab_size=", config.model.vocab_size),
+      absl::StrCat("--dropout=", config.model.dropout),
+      absl::StrCat("--lr=", config.optimizer.lr),
+      absl::StrCat("--total_steps=", config.schedule.total_steps),
+      absl::StrCat("--warmup_steps=", config.schedule.warmup_steps),
+      absl::StrCat("--global_batch=", config.global_batch),
+      absl::StrCat("--micro_batch=", config.micro_batch),
+      absl::StrCat("--seed=", config.seed),
+      absl::StrCat("--eval_batches=", config.eval_batches),
+      absl::StrCat("--checkpoint_interval=", config.checkpoint_interval)};
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0)
+      << std::strerror(errno);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "helper exited with status " << status;
+  EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{3}));
+
+  std::vector<RankOutcome> resumed = RunRanks(config, 1);
+  ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
+  EXPECT_EQ(resumed[0].result->resumed_from_step, 3);
+  EXPECT_TRUE(resumed[0].result->skipped_checkpoints.empty());
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
+  EXPECT_EQ(resumed[0].result->final_loss, straight[0].result->final_loss);
+  EXPECT_EQ(resumed[0].result->final_val_loss, straight[0].result->final_val_loss);
 }
 
 // Binds port 0 to find a free port. Racy in principle (another process may
