@@ -757,7 +757,20 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
     after *= 2;
     rec.skip_widened = true;
   }
-  int64_t resume = std::max<int64_t>(0, v.step - o.rollback_distance);
+  // Resume from the newest checkpoint still on disk at or before
+  // spike - rollback_distance; if retention or a crash left none that far
+  // back, the newest one before the spike; else from scratch (step 0).
+  int64_t target = std::max<int64_t>(0, v.step - o.rollback_distance);
+  int64_t resume = 0, fallback = 0;
+  auto catalog = store_->LoadCheckpoints(rec.job.id());
+  if (catalog.ok()) {
+    for (const auto& c : *catalog) {
+      if (access(c.path().c_str(), F_OK) != 0) continue;
+      if (c.step() <= target) resume = std::max(resume, c.step());
+      if (c.step() < v.step) fallback = std::max(fallback, c.step());
+    }
+  }
+  if (resume == 0) resume = fallback;
   loom::v1::SkipRange skip;
   skip.set_begin(std::max<int64_t>(0, data_batch - before));
   // Batches trained before the resume point stay trained: the skip list

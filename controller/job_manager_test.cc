@@ -416,11 +416,11 @@ TEST_F(JobManagerTest, LossSpikeRollsBackAndSkipsData) {
   auto j = *manager_->Get(job.id());
   EXPECT_EQ(j.state(), loom::v1::PENDING);
   EXPECT_EQ(j.rollbacks(), 1);
-  EXPECT_EQ(j.resume_step(), 200);
+  EXPECT_EQ(j.resume_step(), 0) << "no checkpoint in the catalog: from scratch";
   ASSERT_EQ(j.skip_batches_size(), 1);
-  // 306 - 100 = 206 would skip batches trained before the resume point
-  // (step 201 trained batch 207): the range starts at 207.
-  EXPECT_EQ(j.skip_batches(0).begin(), 207);
+  // Resuming from scratch, nothing was trained "before" the resume point:
+  // the range is the spike's batch 306 minus 100.
+  EXPECT_EQ(j.skip_batches(0).begin(), 206);
   EXPECT_EQ(j.skip_batches(0).end(), 306 + 201);
   ASSERT_EQ(j.events_size(), 2);
   EXPECT_EQ(j.events(0).kind(), loom::v1::RecoveryEvent::SPIKE);
@@ -437,7 +437,7 @@ TEST_F(JobManagerTest, LossSpikeRollsBackAndSkipsData) {
   auto start = Beat(w1, 29503);
   ASSERT_EQ(start.commands_size(), 1);
   ASSERT_TRUE(start.commands(0).has_start());
-  EXPECT_EQ(start.commands(0).start().resume_step(), 200);
+  EXPECT_EQ(start.commands(0).start().resume_step(), 0);
   EXPECT_EQ(start.commands(0).start().generation(), 1);
   ASSERT_EQ(start.commands(0).start().skip_batches_size(), 1);
   // Replayed steps from 201 are normal; a second spike exceeds max_rollbacks.

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <random>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "loom/v1/service.grpc.pb.h"
 #include "tests/test_util.h"
+#include "worker/engine/data.h"
 
 namespace loom {
 namespace {
@@ -442,6 +444,88 @@ TEST(TlsTest, ControllerServesTlsWhenGivenACertificate) {
   EXPECT_THAT(plain.err, HasSubstr("UNAVAILABLE"));
   kill(pid, SIGTERM);
   EXPECT_TRUE(WaitFor([&] { return !loom::testing::ProcessAlive(pid); }, 10));
+}
+
+// PaLM-style recovery, end to end and untouched by humans: a region of the
+// data order is replaced by random bytes, the loss spikes there, the
+// controller rolls back to a checkpoint and skips the region, and the run
+// ends bitwise identical to a run from scratch told to skip that range.
+TEST_F(ClusterTest, LossSpikeRollsBackSkipsAndMatchesAReplay) {
+  StartCluster(2);
+  constexpr int kSeqLen = 32, kGlobalBatch = 16, kPoisonBegin = 60, kPoisonEnd = 64;
+  constexpr uint64_t kSeed = 7;
+  // Poison every sample of data batches [60, 64) in the data order.
+  std::string shard = home_ + "/data/train_000000.bin";
+  auto tokens = engine::ReadShard(shard);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  auto dataset = engine::TokenDataset::FromShards({*tokens}, kSeqLen);
+  ASSERT_TRUE(dataset.ok());
+  std::mt19937 rng(99);
+  for (int64_t d = kPoisonBegin; d < kPoisonEnd; ++d) {
+    for (int j = 0; j < kGlobalBatch; ++j) {
+      int64_t sample = dataset->SampleAt(kSeed, d * kGlobalBatch + j);
+      for (int64_t k = 0; k <= kSeqLen; ++k) (*tokens)[sample * kSeqLen + k] = rng() % 256;
+    }
+  }
+  ASSERT_TRUE(engine::WriteShard(shard, *tokens).ok());
+
+  const std::string common = R"(recovery: {window: 32, min_history: 16, rollback_distance: 20,
+           skip_before: 10, skip_after: 10, max_rollbacks: 2, max_restarts: 0}
+)";
+  auto spec = [&](const std::string& name, const std::string& extra) {
+    std::string path = absl::StrCat(home_, "/", name, ".yaml");
+    std::ofstream out(path);
+    out << "name: " << name << R"(
+model:
+  gpt: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 32, vocab_size: 256}
+data: {train: ["data/train_*.bin"]}
+optimizer:
+  adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: 100, warmup_steps: 5}
+batch: {global_batch: 16, micro_batch: 8}
+resources: {workers: 2, ranks: 2}
+checkpoint: {interval_steps: 10, keep: 2}
+seed: 7
+)" << common << extra;
+    return path;
+  };
+
+  auto r = Ctl("submit --follow " + spec("spiky", ""));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  loom::v1::Job recovered = Status("spiky-1");
+  ASSERT_EQ(recovered.state(), loom::v1::SUCCEEDED);
+  EXPECT_EQ(recovered.rollbacks(), 1);
+  EXPECT_EQ(recovered.restarts(), 0);
+  ASSERT_EQ(recovered.events_size(), 2) << recovered.DebugString();
+  const auto& spike = recovered.events(0);
+  const auto& rollback = recovered.events(1);
+  EXPECT_EQ(spike.kind(), loom::v1::RecoveryEvent::SPIKE);
+  EXPECT_EQ(spike.step(), kPoisonBegin + 1) << "step 61 trains data batch 60, the first poisoned";
+  EXPECT_GT(spike.score(), 6.0);
+  EXPECT_EQ(rollback.kind(), loom::v1::RecoveryEvent::ROLLBACK);
+  EXPECT_EQ(rollback.resume_step(), 40) << "the newest checkpoint at or before 61 - 20";
+  EXPECT_LE(rollback.skip().begin(), kPoisonBegin);
+  EXPECT_GE(rollback.skip().end(), kPoisonEnd);
+  EXPECT_EQ(recovered.summary().last_step(), 100);
+  EXPECT_THAT(r.out, HasSubstr("ROLLBACK"));
+
+  // The replay: from scratch, same seed and layout, the recovered run's skip list.
+  std::string skip = absl::StrCat("skip_batches: [{begin: ", rollback.skip().begin(),
+                                  ", end: ", rollback.skip().end(), "}]\n");
+  r = Ctl("submit --follow " + spec("replay", skip));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  loom::v1::Job replay = Status("replay-2");
+  ASSERT_EQ(replay.state(), loom::v1::SUCCEEDED);
+  EXPECT_EQ(replay.events_size(), 0) << "no spike: the poison is skipped";
+
+  auto digest = RunCommand(absl::StrCat(kBin, "/loom-ckpt digest ",
+                                        recovered.summary().last_checkpoint(), " ",
+                                        replay.summary().last_checkpoint()));
+  ASSERT_EQ(digest.exit_code, 0) << digest.err;
+  std::vector<std::string> lines = absl::StrSplit(digest.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u);
+  std::string a = lines[0].substr(0, 64), b = lines[1].substr(0, 64);
+  EXPECT_EQ(a, b) << "final parameters differ:\n" << digest.out;
 }
 
 }  // namespace

@@ -3,9 +3,9 @@ target_include_directories(loom_test_util PUBLIC ${PROJECT_SOURCE_DIR})
 
 add_executable(loom_cluster_test cluster_test.cc)
 target_compile_definitions(loom_cluster_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
-target_link_libraries(loom_cluster_test PRIVATE loom_test_util loom_local_cluster loom_grpc
+target_link_libraries(loom_cluster_test PRIVATE loom_test_util loom_local_cluster loom_grpc loom_data
   loom_file_util gRPC::grpc++ absl::strings GTest::gtest GTest::gmock GTest::gtest_main)
 # The cluster tests drive these binaries.
-add_dependencies(loom_cluster_test loomctl loom-controller loom-worker loom-rank)
+add_dependencies(loom_cluster_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
 # One ctest entry per test case, so ctest -j runs them side by side.
 gtest_discover_tests(loom_cluster_test PROPERTIES TIMEOUT 300 LABELS integration)

@@ -82,9 +82,11 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.resume_step = a.resume_step();
   for (const auto& r : a.skip_batches()) c.skip_batches.push_back({r.begin(), r.end()});
   const auto& rec = spec.recovery();
+  // Twice the rollback distance: ranks run on for a few steps after a spike
+  // before the stop reaches them, and the target must survive that.
   c.retain_distance_steps = rec.disable_spike_detection()
                                 ? 0
-                                : (rec.rollback_distance() > 0 ? rec.rollback_distance() : 100);
+                                : 2 * (rec.rollback_distance() > 0 ? rec.rollback_distance() : 100);
   return c;
 }
 

@@ -11,3 +11,6 @@ add_executable(loom-rank rank_main.cc)
 target_link_libraries(loom-rank PRIVATE loom_engine loom_blas_info loom_proto loom_file_util)
 
 loom_test(loom_rank_supervisor_test SRCS rank_supervisor_test.cc DEPS loom_worker_agent)
+
+add_executable(loom-ckpt ckpt_main.cc)
+target_link_libraries(loom-ckpt PRIVATE loom_checkpoint_inspect)

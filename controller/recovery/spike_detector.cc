@@ -65,6 +65,7 @@ SpikeVerdict SpikeDetector::Observe(int64_t step, double loss, double grad_norm)
     v.value = std::isfinite(loss) ? grad_norm : loss;
     v.score = std::numeric_limits<double>::infinity();
     anomalous_run_ = 0;
+    grad_anomalous_run_ = 0;
     return v;
   }
   if (static_cast<int>(losses_.size()) < options_.min_history) {
@@ -75,16 +76,20 @@ SpikeVerdict SpikeDetector::Observe(int64_t step, double loss, double grad_norm)
   Score gs = RobustScore(Tail(grad_norms_), grad_norm);
   bool loss_bad = ls.z > options_.threshold;
   bool grad_bad = options_.grad_norm_threshold > 0 && gs.z > options_.grad_norm_threshold;
+  anomalous_run_ = loss_bad ? anomalous_run_ + 1 : 0;
+  grad_anomalous_run_ = grad_bad ? grad_anomalous_run_ + 1 : 0;
   if (!loss_bad && !grad_bad) {
-    anomalous_run_ = 0;
     Accept(step, loss, grad_norm);
     return v;
   }
   // Anomalous: kept out of the baseline whether or not it is confirmed.
-  if (++anomalous_run_ < options_.confirm_steps) return v;
+  bool loss_spike = loss_bad && anomalous_run_ >= options_.confirm_steps;
+  bool grad_spike = grad_bad && grad_anomalous_run_ >= options_.grad_norm_confirm_steps;
+  if (!loss_spike && !grad_spike) return v;
   anomalous_run_ = 0;
+  grad_anomalous_run_ = 0;
   v.spike = true;
-  if (loss_bad) {
+  if (loss_spike) {
     v.signal = "loss";
     v.value = loss;
     v.baseline = ls.median;
@@ -110,6 +115,7 @@ void SpikeDetector::Truncate(int64_t last_step) {
   while (!losses_.empty() && losses_.back().first > last_step) losses_.pop_back();
   while (!grad_norms_.empty() && grad_norms_.back().first > last_step) grad_norms_.pop_back();
   anomalous_run_ = 0;
+  grad_anomalous_run_ = 0;
 }
 
 }  // namespace loom::recovery

@@ -109,9 +109,16 @@ TEST(SpikeDetectorTest, GradNormIsASecondarySignal) {
   SpikeDetector d;
   Curve c;
   for (int t = 1; t < 500; ++t) d.Observe(t, c.Loss(t), c.GradNorm(t));
-  SpikeVerdict v = d.Observe(500, c.Loss(500), 100.0);
+  // One outlier gradient norm (7x, as real text batches produce) is no spike ...
+  EXPECT_FALSE(d.Observe(500, c.Loss(500), 7 * c.GradNorm(500)).spike);
+  EXPECT_FALSE(d.Observe(501, c.Loss(501), c.GradNorm(501)).spike);
+  // ... three in a row are.
+  EXPECT_FALSE(d.Observe(502, c.Loss(502), 100.0).spike);
+  EXPECT_FALSE(d.Observe(503, c.Loss(503), 100.0).spike);
+  SpikeVerdict v = d.Observe(504, c.Loss(504), 100.0);
   ASSERT_TRUE(v.spike);
   EXPECT_EQ(v.signal, "grad_norm");
+  EXPECT_EQ(v.step, 504);
 }
 
 }  // namespace

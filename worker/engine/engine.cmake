@@ -11,3 +11,6 @@ target_link_libraries(loom_trainer_kill_helper PRIVATE loom_engine)
 add_dependencies(loom_trainer_test loom_trainer_kill_helper)
 target_compile_definitions(loom_trainer_test PRIVATE
   LOOM_TRAINER_KILL_HELPER="$<TARGET_FILE:loom_trainer_kill_helper>")
+
+loom_library(loom_checkpoint_inspect SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_inspect.cc
+  DEPS loom_sha256 loom_common ${TORCH_LIBRARIES})
