@@ -1,0 +1,85 @@
+#include "controller/planner/formulas.h"
+
+#include <algorithm>
+
+namespace loom::planner {
+
+absl::string_view RecomputeName(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+double RingAllReduceSeconds(double bytes, int n, double bandwidth, double latency) {
+  if (n <= 1) return 0;
+  // Each rank sends 2(n-1)/n of the buffer: reduce-scatter then all-gather
+  // around the ring (Patarasuk & Yuan 2009; the chapter, lines 1501-1512).
+  return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
+}
+
+double RingAllGatherSeconds(double bytes, int n, double bandwidth, double latency) {
+  if (n <= 1) return 0;
+  // Half of the all-reduce: (n-1)/n of the full buffer per rank.
+  return static_cast<double>(n - 1) / n * bytes / bandwidth + (n - 1) * latency;
+}
+
+double ComputeFraction(double compute_seconds, double exposed_comm_seconds) {
+  const double total = compute_seconds + exposed_comm_seconds;
+  return total > 0 ? compute_seconds / total : 0;
+}
+
+double PipelineBubbleFraction(int pp, int64_t micro_batches, int virtual_stages) {
+  if (pp <= 1 || micro_batches <= 0) return 0;
+  // Narayanan et al. 2021, Sec. 2.2.1 (1F1B: (p-1)/m) and 2.2.2
+  // (interleaved: (p-1)/(m v)).
+  return static_cast<double>(pp - 1) /
+         (static_cast<double>(micro_batches) * std::max(1, virtual_stages));
+}
+
+double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int tp,
+                               bool sequence_parallel, Recompute recompute,
+                               double bytes_per_element) {
+  const double s = static_cast<double>(model.seq_len);
+  const double b = static_cast<double>(micro_batch);
+  const double h = static_cast<double>(model.d_model);
+  const double a = static_cast<double>(model.n_head);
+  const double f = static_cast<double>(FfnHidden(model));
+  const double h_kv = h * static_cast<double>(KvHeads(model)) / a;
+  const double t = static_cast<double>(std::max(1, tp));
+  const bool sp = sequence_parallel && tp > 1;
+  // Korthikanti et al. 2022 count 16-bit activations and 1-byte dropout
+  // masks; fp32 training roughly doubles everything.
+  const double scale = bytes_per_element / 2.0;
+  const double sbh = s * b * h;
+  if (recompute == Recompute::kFull) {
+    // Sec. 5: full recomputation keeps only each layer's input, 2sbh
+    // (split over t with sequence parallelism).
+    return scale * 2.0 * sbh / (sp ? t : 1.0);
+  }
+  // Sec. 4.1, per layer: attention 11sbh + 5as^2b, MLP 19sbh, norms 4sbh,
+  // i.e. sbh(34 + 5as/h) (Eq. 1). Of the 34, 10 sbh stay replicated under
+  // tensor parallelism (norm inputs 4, QKV and MLP inputs 2 + 2, dropout
+  // masks 2) and 24 sbh are split (Eq. 2: sbh(10 + 24/t + 5as/(ht))):
+  //   Q 2sbh, K and V 2sbh each, out-projection input 2sbh, MLP 4h-wide
+  //   activation before and after GELU 8sbh each.
+  // Loom generalizes the split part to GQA (K, V are 2 s b h_kv each) and
+  // to an f-wide MLP (4sbf; gated MLPs keep gate, up, activation and
+  // product: 8sbf). For the GPT defaults it is exactly Eqs. 1-2.
+  const double replicated = 10.0 * sbh;
+  const double split = 2.0 * sbh + 4.0 * s * b * h_kv + 2.0 * sbh +
+                       (model.gated_mlp ? 8.0 : 4.0) * s * b * f;
+  // The attention scores: softmax output 2as^2b, dropout mask as^2b,
+  // dropout output 2as^2b. Selective recompute drops them (Sec. 5).
+  const double scores = recompute == Recompute::kSelective ? 0.0 : 5.0 * a * s * s * b;
+  if (sp) {
+    // Eq. 3 (sequence parallelism splits the replicated part too):
+    // sbh/t (34 + 5as/h); with selective recompute 34 sbh/t (Sec. 5).
+    return scale * (replicated + split + scores) / t;
+  }
+  return scale * (replicated + (split + scores) / t);
+}
+
+}  // namespace loom::planner

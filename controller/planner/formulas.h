@@ -1,0 +1,45 @@
+// The closed-form pieces of the planner's cost model, one function per
+// formula, each citing its source. Units: bytes, seconds, bytes/second.
+// Pure functions; thread-safe.
+#ifndef LOOM_CONTROLLER_PLANNER_FORMULAS_H_
+#define LOOM_CONTROLLER_PLANNER_FORMULAS_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "controller/planner/model.h"
+
+namespace loom::planner {
+
+enum class Recompute {
+  kNone,       // keep every activation
+  kSelective,  // recompute attention scores only (Korthikanti et al. 2022)
+  kFull,       // keep each layer's input, recompute the layer in backward
+};
+absl::string_view RecomputeName(Recompute recompute);  // "none", ...
+
+// Ring all-reduce of `bytes` over n ranks: each rank sends and receives
+// 2(n-1)/n x bytes (Patarasuk & Yuan 2009; the chapter's "network wall",
+// lines 1501-1512), plus 2(n-1) latency hops. 0 when n <= 1.
+double RingAllReduceSeconds(double bytes, int n, double bandwidth_bytes_per_second,
+                            double latency_seconds);
+// Ring all-gather or reduce-scatter of a `bytes`-sized full buffer:
+// (n-1)/n x bytes, (n-1) hops (Rajbhandari et al. 2020, ZeRO, Sec. 7).
+double RingAllGatherSeconds(double bytes, int n, double bandwidth_bytes_per_second,
+                            double latency_seconds);
+// Fraction of time spent computing when communication is not hidden:
+// eta = T_compute / (T_compute + T_comm) (the chapter, line 1512).
+double ComputeFraction(double compute_seconds, double exposed_comm_seconds);
+// Pipeline bubble as a fraction of ideal time: (p-1)/m for GPipe/1F1B,
+// (p-1)/(m v) interleaved (Narayanan et al. 2021, Sec. 2.2.1-2.2.2).
+double PipelineBubbleFraction(int pp, int64_t micro_batches, int virtual_stages);
+// Stored activation bytes of one transformer layer for one micro-batch of
+// `micro_batch` sequences (Korthikanti et al. 2022, Sec. 4-5, Eqs. 1-3; see
+// formulas.cc for the generalization to GQA and other MLP widths).
+double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int tp,
+                               bool sequence_parallel, Recompute recompute,
+                               double bytes_per_element);
+
+}  // namespace loom::planner
+
+#endif  // LOOM_CONTROLLER_PLANNER_FORMULAS_H_

@@ -1,0 +1,32 @@
+# The parallelism planner: a pure library (no gRPC), its unit tests, and
+# nothing else; loomctl and the controller link loom_planner.
+set(LOOM_PLANNER_DIR ${CMAKE_CURRENT_LIST_DIR})
+loom_library(loom_planner
+  SRCS
+    ${LOOM_PLANNER_DIR}/model.cc
+    ${LOOM_PLANNER_DIR}/topology.cc
+    ${LOOM_PLANNER_DIR}/topology_yaml.cc
+    ${LOOM_PLANNER_DIR}/iron_law.cc
+    ${LOOM_PLANNER_DIR}/formulas.cc
+    ${LOOM_PLANNER_DIR}/cost_model.cc
+    ${LOOM_PLANNER_DIR}/placement.cc
+    ${LOOM_PLANNER_DIR}/planner.cc
+    ${LOOM_PLANNER_DIR}/report.cc
+    ${LOOM_PLANNER_DIR}/report_json.cc
+  DEPS loom_common loom_file_util yaml-cpp absl::status absl::statusor absl::strings
+       absl::str_format)
+
+loom_test(loom_planner_test
+  SRCS
+    ${LOOM_PLANNER_DIR}/model_test.cc
+    ${LOOM_PLANNER_DIR}/topology_test.cc
+    ${LOOM_PLANNER_DIR}/iron_law_test.cc
+    ${LOOM_PLANNER_DIR}/formulas_test.cc
+    ${LOOM_PLANNER_DIR}/cost_model_test.cc
+    ${LOOM_PLANNER_DIR}/placement_test.cc
+    ${LOOM_PLANNER_DIR}/planner_test.cc
+    ${LOOM_PLANNER_DIR}/report_test.cc
+  DEPS loom_planner)
+# The topology tests read the example files under examples/.
+target_compile_definitions(loom_planner_test PRIVATE
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

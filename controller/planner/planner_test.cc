@@ -1,0 +1,270 @@
+#include "controller/planner/planner.h"
+
+#include <string>
+
+#include "controller/planner/test_models.h"
+#include "gtest/gtest.h"
+
+namespace loom::planner {
+namespace {
+
+using test_models::Gpt2Small;
+using test_models::Gpt2Xl;
+using test_models::Gpt7B;
+using test_models::kMegatronRows;
+using test_models::MegatronGpt;
+using test_models::MegatronRow;
+
+PlanRequest Request(const ModelSpec& model, int64_t batch, int nodes, int per_node,
+                    const char* device = "A100-80GB", double network = 25e9) {
+  PlanRequest request;
+  request.model = model;
+  request.training.global_batch_sequences = batch;
+  request.training.precision = Precision::kBf16;
+  absl::StatusOr<ClusterTopology> topo = MakeTopology(device, nodes, per_node, network);
+  EXPECT_TRUE(topo.ok()) << topo.status();
+  request.topology = *topo;
+  return request;
+}
+
+// Narayanan et al. 2021, Table 1: A100-80GB, 8 per node with NVSwitch,
+// 8 x 200 Gb/s InfiniBand per node (25 GB/s per GPU), seq 2048, mixed Adam.
+PlanRequest MegatronRequest(const MegatronRow& row) {
+  return Request(MegatronGpt(row.name, row.layers, row.hidden, row.heads), row.batch,
+                 row.gpus / 8, 8);
+}
+
+// The layout as published: Megatron-LM 2021 ran micro-batch 1, full
+// activation recompute, no sequence parallelism, no ZeRO.
+Layout Published(const MegatronRow& row) {
+  Layout layout;
+  layout.tp = row.tp;
+  layout.pp = row.pp;
+  layout.dp = row.dp;
+  layout.micro_batch = 1;
+  layout.recompute = Recompute::kFull;
+  return layout;
+}
+
+class MegatronTest : public ::testing::TestWithParam<MegatronRow> {};
+
+TEST_P(MegatronTest, PublishedLayoutIsReportedFeasible) {
+  const MegatronRow& row = GetParam();
+  absl::StatusOr<LayoutEvaluation> published = EvaluateLayout(MegatronRequest(row), Published(row));
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_TRUE(published->fits) << published->infeasible_reason;
+}
+
+TEST_P(MegatronTest, ChosenLayoutFitsAndIsAtLeastAsFast) {
+  const MegatronRow& row = GetParam();
+  const PlanRequest request = MegatronRequest(row);
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->best.fits);
+  EXPECT_LE(plan->best.memory.total(), plan->best.memory.capacity);
+
+  absl::StatusOr<LayoutEvaluation> published = EvaluateLayout(request, Published(row));
+  ASSERT_TRUE(published.ok());
+  EXPECT_GE(plan->best.step.tokens_per_second, published->step.tokens_per_second);
+
+  // Also against the published degrees with Loom's best choice of the other
+  // knobs (micro-batch, interleaving, recompute, ZeRO, SP).
+  PlanRequest fixed = request;
+  fixed.options.tp = row.tp;
+  fixed.options.pp = row.pp;
+  fixed.options.dp = row.dp;
+  absl::StatusOr<Plan> published_best = MakePlan(fixed);
+  ASSERT_TRUE(published_best.ok()) << published_best.status();
+  EXPECT_GE(plan->best.step.tokens_per_second, published_best->best.step.tokens_per_second);
+
+  // Every TP group on one node.
+  EXPECT_LE(plan->best.layout.tp, 8);
+  EXPECT_EQ(plan->placement.tp_groups_within_one_node, plan->placement.tp_groups);
+  EXPECT_EQ(static_cast<int>(plan->placement.ranks.size()), row.gpus);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table1, MegatronTest, ::testing::ValuesIn(kMegatronRows),
+                         [](const ::testing::TestParamInfo<MegatronRow>& param) {
+                           return "Row" + std::to_string(param.index);
+                         });
+
+TEST(PlannerTest, ModelThatFitsOnOneDeviceIsPureDataParallel) {
+  for (const ModelSpec& model : {Gpt2Small(), Gpt2Xl()}) {
+    absl::StatusOr<Plan> plan = MakePlan(Request(model, 512, 2, 8));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->best.layout.tp, 1) << model.name;
+    EXPECT_EQ(plan->best.layout.pp, 1) << model.name;
+    EXPECT_EQ(plan->best.layout.dp, 16) << model.name;
+  }
+}
+
+TEST(PlannerTest, TensorParallelismStaysInsideANodeUnlessAllowed) {
+  // 4 devices per node and a model that wants much model parallelism.
+  PlanRequest request = Request(MegatronGpt("gpt", 96, 12288, 96), 64, 16, 4);
+  request.options.top_k = 50;
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const LayoutEvaluation& e : plan->top) EXPECT_LE(e.layout.tp, 4);
+  for (const ShapeResult& s : plan->shapes) EXPECT_LE(s.best.layout.tp, 4);
+  EXPECT_EQ(plan->placement.tp_groups_within_one_node, plan->placement.tp_groups);
+
+  Layout across;
+  across.tp = 8;
+  across.pp = 8;
+  across.recompute = Recompute::kFull;
+  absl::StatusOr<LayoutEvaluation> refused = EvaluateLayout(request, across);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "layout.tp: 8 spans 2 nodes; tensor-parallel groups stay inside one node (4 "
+            "devices) unless allow_tp_across_nodes is set");
+
+  request.options.allow_tp_across_nodes = true;
+  EXPECT_TRUE(EvaluateLayout(request, across).ok());
+  absl::StatusOr<Plan> allowed = MakePlan(request);
+  ASSERT_TRUE(allowed.ok());
+  bool saw_wide_tp = false;
+  for (const ShapeResult& s : allowed->shapes) saw_wide_tp |= s.best.layout.tp > 4;
+  EXPECT_TRUE(saw_wide_tp);
+}
+
+TEST(PlannerTest, InfeasibleOnOneDeviceSaysExactlyWhy) {
+  absl::StatusOr<Plan> plan = MakePlan(Request(Gpt7B(), 8, 1, 1));
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(plan.status().message(),
+            "no layout fits in memory on 1 x A100-80GB: the least memory-hungry, tp 1 | pp 1 | "
+            "dp 1 | mb 1 | v 1 | recompute full | ZeRO-0, needs 112.0 GB per device before "
+            "activations, device has 80 GB");
+}
+
+TEST(PlannerTest, InfeasibleOnAClusterNamesTheClosestLayout) {
+  // 175B on 8 x 80 GB: even fully sharded the state needs 350 GB per device.
+  absl::StatusOr<Plan> plan = MakePlan(Request(MegatronGpt("gpt", 96, 12288, 96), 64, 1, 8));
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(plan.status().message().find("no layout fits in memory on 8 x A100-80GB"),
+            std::string::npos);
+  EXPECT_NE(plan.status().message().find("GB per device before activations, device has 80 GB"),
+            std::string::npos);
+}
+
+TEST(PlannerTest, NoValidLayoutSaysWhy) {
+  // 5 layers, 12 heads, batch 3 on 8 devices: no dp divides the batch.
+  absl::StatusOr<Plan> plan = MakePlan(Request(MegatronGpt("tiny", 5, 768, 12), 3, 1, 8));
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(plan.status().message(),
+            "no valid layout of 8 devices for this model and batch (e.g. tp 1 x pp 1 x dp 8: "
+            "layout.dp: 8 does not divide the global batch of 3 sequences)");
+}
+
+TEST(PlannerTest, PlansOnTheMeasuredLocalCpu) {
+  // examples/gpt-tiny.yaml on two CPU workers that measured 50 GFLOP/s each.
+  ModelSpec tiny;
+  tiny.n_layer = 4;
+  tiny.d_model = 128;
+  tiny.n_head = 4;
+  tiny.seq_len = 128;
+  tiny.vocab_size = 256;
+  LocalCpuMeasurement measured{50e9, 8000000000, 20e9, 0};
+  absl::StatusOr<DeviceSpec> cpu = LocalCpuDevice(measured);
+  ASSERT_TRUE(cpu.ok());
+  PlanRequest request;
+  request.model = tiny;
+  request.training.global_batch_sequences = 16;
+  request.training.precision = Precision::kFp32;
+  request.topology.nodes = 2;
+  request.topology.devices_per_node = 1;
+  request.topology.device = *cpu;
+  request.topology.inter_node_bandwidth_bytes_per_second = 1.25e9;  // 10 Gb/s
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->best.layout.dp, 2);
+  // The measured rate is the achieved rate: compute = FLOPs per replica / peak.
+  const double flops_per_replica = ModelFlopsPerStep(tiny, 8);
+  EXPECT_NEAR(plan->best.time.compute - plan->best.time.recompute, flops_per_replica / 50e9,
+              1e-3 * flops_per_replica / 50e9);
+}
+
+TEST(PlannerTest, PruningDoesNotChangeTheAnswer) {
+  PlanRequest request = MegatronRequest(kMegatronRows[1]);
+  absl::StatusOr<Plan> pruned = MakePlan(request);
+  request.options.prune = false;
+  absl::StatusOr<Plan> exhaustive = MakePlan(request);
+  ASSERT_TRUE(pruned.ok() && exhaustive.ok());
+  EXPECT_EQ(pruned->best.layout, exhaustive->best.layout);
+  EXPECT_DOUBLE_EQ(pruned->best.step.step_seconds, exhaustive->best.step.step_seconds);
+  ASSERT_EQ(pruned->top.size(), exhaustive->top.size());
+  for (size_t i = 0; i < pruned->top.size(); ++i) {
+    EXPECT_EQ(pruned->top[i].layout, exhaustive->top[i].layout) << i;
+  }
+  EXPECT_EQ(pruned->stats.candidates, exhaustive->stats.candidates);
+  EXPECT_EQ(pruned->stats.feasible, exhaustive->stats.feasible);
+  EXPECT_LT(pruned->stats.fully_evaluated, exhaustive->stats.fully_evaluated);
+}
+
+TEST(PlannerTest, TopKIsSortedAndFits) {
+  PlanRequest request = MegatronRequest(kMegatronRows[0]);
+  request.options.top_k = 7;
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->top.size(), 7u);
+  EXPECT_EQ(plan->top[0].layout, plan->best.layout);
+  for (size_t i = 1; i < plan->top.size(); ++i) {
+    EXPECT_LE(plan->top[i - 1].step.step_seconds, plan->top[i].step.step_seconds);
+    EXPECT_TRUE(plan->top[i].fits);
+  }
+  EXPECT_FALSE(plan->what_if.empty());
+  EXPECT_GT(plan->stats.candidates, plan->stats.feasible);
+}
+
+TEST(PlannerTest, ConstraintsFixDimensions) {
+  PlanRequest request = MegatronRequest(kMegatronRows[0]);
+  request.options.tp = 4;
+  request.options.recompute = {Recompute::kFull};
+  request.options.zero_stages = {0};
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  for (const LayoutEvaluation& e : plan->top) {
+    EXPECT_EQ(e.layout.tp, 4);
+    EXPECT_EQ(e.layout.recompute, Recompute::kFull);
+    EXPECT_EQ(e.layout.zero_stage, 0);
+  }
+}
+
+TEST(PlannerTest, IronLawEstimatesFollowTheStepTime) {
+  PlanRequest request = MegatronRequest(kMegatronRows[0]);
+  request.training.token_budget = 300e9;
+  request.topology.price_per_device_hour_usd = 2.0;
+  request.topology.host_power_watts = 2500;
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  const LayoutEvaluation& best = plan->best;
+  const double steps = 300e9 / (1024.0 * 2048);
+  EXPECT_NEAR(best.run.train_seconds, steps * best.step.step_seconds, 1e-6 * best.run.train_seconds);
+  EXPECT_NEAR(best.run.device_hours, best.run.train_seconds * 256 / 3600, 1e-6 * best.run.device_hours);
+  EXPECT_NEAR(best.run.cost_usd, 2.0 * best.run.device_hours, 1e-6 * best.run.cost_usd);
+  EXPECT_NEAR(best.run.fleet_power_watts, 256 * 400 + 32 * 2500, 1e-9);
+  EXPECT_NEAR(best.run.energy_joules, best.run.fleet_power_watts * best.run.train_seconds,
+              1e-6 * best.run.energy_joules);
+}
+
+TEST(PlannerTest, ExplicitLayoutThatDoesNotFitIsRejectedWithTheReason) {
+  const MegatronRow& row = kMegatronRows[3];
+  Layout layout = Published(row);
+  layout.recompute = Recompute::kNone;
+  absl::StatusOr<LayoutEvaluation> eval = EvaluateLayout(MegatronRequest(row), layout);
+  ASSERT_TRUE(eval.ok());
+  EXPECT_FALSE(eval->fits);
+  EXPECT_NE(eval->infeasible_reason.find("GB activations), device has 80 GB"), std::string::npos)
+      << eval->infeasible_reason;
+}
+
+TEST(PlannerTest, RejectsBadOptions) {
+  PlanRequest request = Request(Gpt2Small(), 8, 1, 8);
+  request.options.top_k = 0;
+  EXPECT_EQ(MakePlan(request).status().message(), "options.top_k: must be >= 1");
+  request.options.top_k = 3;
+  request.options.zero_stages = {4};
+  EXPECT_EQ(MakePlan(request).status().message(), "options.zero_stages: stages are 0..3");
+}
+
+}  // namespace
+}  // namespace loom::planner

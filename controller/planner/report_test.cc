@@ -1,0 +1,115 @@
+#include "controller/planner/report.h"
+
+#include <string>
+
+#include "controller/planner/json_writer.h"
+#include "controller/planner/test_models.h"
+#include "gtest/gtest.h"
+#include "yaml-cpp/yaml.h"
+
+namespace loom::planner {
+namespace {
+
+using test_models::kMegatronRows;
+using test_models::MegatronGpt;
+
+PlanRequest MegatronRequest(int row_index) {
+  const auto& row = kMegatronRows[row_index];
+  PlanRequest request;
+  request.model = MegatronGpt(row.name, row.layers, row.hidden, row.heads);
+  request.training.global_batch_sequences = row.batch;
+  request.training.token_budget = 450e9;
+  absl::StatusOr<ClusterTopology> topo = MakeTopology("A100-80GB", row.gpus / 8, 8, 25e9);
+  EXPECT_TRUE(topo.ok());
+  request.topology = *topo;
+  request.topology.price_per_device_hour_usd = 2.0;
+  request.topology.host_power_watts = 2500;
+  request.topology.nodes_per_rack = 4;
+  return request;
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(ReportTest, TextHasEverySection) {
+  const PlanRequest request = MegatronRequest(0);
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  const std::string text = FormatPlanText(request, *plan);
+  EXPECT_TRUE(Contains(text, "Model     GPT 18.4B, 18.4B parameters: 40 layers")) << text;
+  EXPECT_TRUE(Contains(text, "Chosen layout\n  " + LayoutToString(plan->best.layout) + "\n"));
+  EXPECT_TRUE(Contains(text, "\nWhy\n  - Fits: "));
+  EXPECT_TRUE(Contains(text, "Pure data parallelism (dp 256)"));
+  EXPECT_TRUE(Contains(text, "time to train 450.0B tokens"));
+  EXPECT_TRUE(Contains(text, "cost at $2/device-hour"));
+  EXPECT_TRUE(Contains(text, "kWh"));
+  EXPECT_TRUE(Contains(text, "Memory per device, stage "));
+  EXPECT_TRUE(Contains(text, "Step time, "));
+  EXPECT_TRUE(Contains(text, "\nTop 5 layouts\n"));
+  EXPECT_TRUE(Contains(text, "\nBest layout per shape\n"));
+  EXPECT_TRUE(Contains(text, "\nWhat if (one change to the chosen layout)\n"));
+  EXPECT_TRUE(Contains(text, absl::StrCat("TP groups within one node: ", plan->placement.tp_groups,
+                                          "/", plan->placement.tp_groups)));
+  EXPECT_TRUE(Contains(text, "within one rack: "));
+  EXPECT_TRUE(Contains(text, "... 240 more ranks (full table: -o json)"));
+}
+
+TEST(ReportTest, JsonIsValidAndCarriesTheNumbers) {
+  const PlanRequest request = MegatronRequest(1);
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  const std::string json = FormatPlanJson(request, *plan);
+  YAML::Node root = YAML::Load(json);  // JSON is YAML flow style
+  EXPECT_EQ(root["devices"].as<int>(), 1536);
+  EXPECT_EQ(root["best"]["layout"]["tp"].as<int>(), plan->best.layout.tp);
+  EXPECT_EQ(root["best"]["layout"]["recompute"].as<std::string>(),
+            RecomputeName(plan->best.layout.recompute));
+  EXPECT_NEAR(root["best"]["estimate"]["step_seconds"].as<double>(), plan->best.step.step_seconds,
+              1e-9 * plan->best.step.step_seconds);
+  EXPECT_NEAR(root["best"]["memory_bytes"]["total"].as<double>(), plan->best.memory.total(),
+              1e-9 * plan->best.memory.total());
+  EXPECT_EQ(root["best"]["micro_batches"].as<int>(), plan->best.time.micro_batches);
+  EXPECT_EQ(root["top"].size(), plan->top.size());
+  EXPECT_EQ(root["shapes"].size(), plan->shapes.size());
+  EXPECT_EQ(root["placement"]["ranks"].size(), 1536u);
+  EXPECT_EQ(root["placement"]["ranks"][9][0].as<int>(), 9);
+  EXPECT_GE(root["why"].size(), 2u);
+}
+
+TEST(ReportTest, InfeasibleEvaluationSaysWhy) {
+  PlanRequest request = MegatronRequest(3);
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 64;
+  layout.dp = 6;  // no recompute, micro-batch 1
+  absl::StatusOr<LayoutEvaluation> eval = EvaluateLayout(request, layout);
+  ASSERT_TRUE(eval.ok());
+  const std::string text = FormatEvaluationText(request, *eval);
+  EXPECT_TRUE(Contains(text, "  does not fit: needs ")) << text;
+  YAML::Node root = YAML::Load(FormatEvaluationJson(request, *eval));
+  EXPECT_FALSE(root["fits"].as<bool>());
+  EXPECT_EQ(root["infeasible_reason"].as<std::string>(), eval->infeasible_reason);
+}
+
+TEST(JsonWriterTest, EscapesAndNests) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Field("s", std::string("a\"b\\c\n"));
+  w.Key("list");
+  w.BeginArray();
+  w.Value(1);
+  w.Value(2.5);
+  w.EndArray();
+  w.Key("empty");
+  w.BeginObject();
+  w.EndObject();
+  w.Field("nan", std::nan(""));
+  w.EndObject();
+  EXPECT_EQ(w.Finish(),
+            "{\n  \"s\": \"a\\\"b\\\\c\\n\",\n  \"list\": [\n    1,\n    2.5\n  ],\n"
+            "  \"empty\": {},\n  \"nan\": null\n}\n");
+}
+
+}  // namespace
+}  // namespace loom::planner

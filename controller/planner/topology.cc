@@ -1,0 +1,245 @@
+#include "controller/planner/topology.h"
+
+#include <cctype>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace loom::planner {
+
+double GemmEfficiency::At(double hidden_per_device, double tokens) const {
+  const double width = half_width > 0 ? hidden_per_device / (hidden_per_device + half_width) : 1.0;
+  const double length = half_tokens > 0 ? tokens / (tokens + half_tokens) : 1.0;
+  return max_fraction * width * length;
+}
+
+double DeviceSpec::PeakFlops(Precision precision) const {
+  switch (precision) {
+    case Precision::kFp32: return peak_flops_fp32;
+    case Precision::kTf32: return peak_flops_tf32;
+    case Precision::kBf16: return peak_flops_bf16;
+    case Precision::kFp16: return peak_flops_fp16;
+    case Precision::kFp8: return peak_flops_fp8;
+  }
+  return 0;
+}
+
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr double kGiga = 1e9;
+
+// Vendor datasheet figures, dense (no 2:4 sparsity), SXM form factors.
+// NVLink bandwidth is per direction: V100 300 GB/s, A100 600 GB/s and
+// H100/H200 900 GB/s are the bidirectional totals NVIDIA quotes.
+std::vector<DeviceSpec> Catalog() {
+  std::vector<DeviceSpec> catalog;
+  DeviceSpec v100;
+  v100.name = "V100";
+  v100.memory_bytes = static_cast<int64_t>(32 * kGiga);
+  v100.peak_flops_fp32 = 15.7 * kTera;
+  v100.peak_flops_fp16 = 125 * kTera;
+  v100.hbm_bandwidth_bytes_per_second = 900 * kGiga;
+  v100.intra_node_bandwidth_bytes_per_second = 150 * kGiga;
+  v100.power_watts = 300;
+  catalog.push_back(v100);
+
+  DeviceSpec a100_40;
+  a100_40.name = "A100-40GB";
+  a100_40.memory_bytes = static_cast<int64_t>(40 * kGiga);
+  a100_40.peak_flops_fp32 = 19.5 * kTera;
+  a100_40.peak_flops_tf32 = 156 * kTera;
+  a100_40.peak_flops_bf16 = 312 * kTera;
+  a100_40.peak_flops_fp16 = 312 * kTera;
+  a100_40.hbm_bandwidth_bytes_per_second = 1555 * kGiga;
+  a100_40.intra_node_bandwidth_bytes_per_second = 300 * kGiga;
+  a100_40.power_watts = 400;
+  catalog.push_back(a100_40);
+
+  DeviceSpec a100_80 = a100_40;
+  a100_80.name = "A100-80GB";
+  a100_80.memory_bytes = static_cast<int64_t>(80 * kGiga);
+  a100_80.hbm_bandwidth_bytes_per_second = 2039 * kGiga;
+  catalog.push_back(a100_80);
+
+  DeviceSpec h100;
+  h100.name = "H100-SXM";
+  h100.memory_bytes = static_cast<int64_t>(80 * kGiga);
+  h100.peak_flops_fp32 = 67 * kTera;
+  h100.peak_flops_tf32 = 494.7 * kTera;
+  h100.peak_flops_bf16 = 989.4 * kTera;
+  h100.peak_flops_fp16 = 989.4 * kTera;
+  h100.peak_flops_fp8 = 1978.9 * kTera;
+  h100.hbm_bandwidth_bytes_per_second = 3350 * kGiga;
+  h100.intra_node_bandwidth_bytes_per_second = 450 * kGiga;
+  h100.power_watts = 700;
+  // Hopper's larger tiles need bigger GEMMs to saturate, and its dense
+  // bf16 GEMMs top out nearer 70% of the datasheet peak.
+  h100.efficiency.max_fraction = 0.72;
+  h100.efficiency.half_width = 256;
+  h100.efficiency.half_tokens = 256;
+  catalog.push_back(h100);
+
+  DeviceSpec h200 = h100;
+  h200.name = "H200";
+  h200.memory_bytes = static_cast<int64_t>(141 * kGiga);
+  h200.hbm_bandwidth_bytes_per_second = 4800 * kGiga;
+  catalog.push_back(h200);
+  return catalog;
+}
+
+std::string Fold(absl::string_view name) {
+  std::string folded;
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == ' ') continue;
+    folded.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return folded;
+}
+
+// Aliases (folded) -> catalog name.
+const char* Alias(const std::string& folded) {
+  struct Entry { const char* alias; const char* name; };
+  static const Entry kAliases[] = {
+      {"v100sxm2", "V100"},  {"v100sxm232gb", "V100"}, {"v10032gb", "V100"},
+      {"a10040", "A100-40GB"}, {"a100sxm40gb", "A100-40GB"},
+      {"a10080", "A100-80GB"}, {"a100sxm80gb", "A100-80GB"},
+      {"h100", "H100-SXM"},  {"h100sxm5", "H100-SXM"}, {"h100sxm80gb", "H100-SXM"},
+      {"h200sxm", "H200"},   {"h200141gb", "H200"},
+  };
+  for (const Entry& entry : kAliases) {
+    if (folded == entry.alias) return entry.name;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> CatalogDeviceNames() {
+  std::vector<std::string> names;
+  for (const DeviceSpec& device : Catalog()) names.push_back(device.name);
+  return names;
+}
+
+absl::StatusOr<DeviceSpec> LookupDevice(absl::string_view name) {
+  std::string folded = Fold(name);
+  if (const char* alias = Alias(folded)) folded = Fold(alias);
+  for (const DeviceSpec& device : Catalog()) {
+    if (Fold(device.name) == folded) return device;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "unknown device \"", name, "\"; known: ", absl::StrJoin(CatalogDeviceNames(), ", "),
+      ", or \"cpu\" with a measured peak"));
+}
+
+absl::StatusOr<DeviceSpec> LocalCpuDevice(const LocalCpuMeasurement& measured) {
+  if (!(measured.peak_flops_fp32 > 0 && std::isfinite(measured.peak_flops_fp32))) {
+    return absl::InvalidArgumentError("cpu: measured peak_flops_fp32 must be > 0");
+  }
+  if (measured.memory_bytes <= 0) {
+    return absl::InvalidArgumentError("cpu: memory_bytes must be > 0");
+  }
+  if (!(measured.memory_bandwidth_bytes_per_second > 0)) {
+    return absl::InvalidArgumentError("cpu: memory_bandwidth_bytes_per_second must be > 0");
+  }
+  DeviceSpec cpu;
+  cpu.name = "cpu";
+  cpu.memory_bytes = measured.memory_bytes;
+  cpu.peak_flops_fp32 = measured.peak_flops_fp32;
+  cpu.peak_flops_tf32 = measured.peak_flops_fp32;
+  cpu.peak_flops_bf16 = measured.peak_flops_fp32;
+  cpu.peak_flops_fp16 = measured.peak_flops_fp32;
+  cpu.hbm_bandwidth_bytes_per_second = measured.memory_bandwidth_bytes_per_second;
+  cpu.intra_node_bandwidth_bytes_per_second = measured.memory_bandwidth_bytes_per_second;
+  cpu.power_watts = measured.power_watts;
+  cpu.efficiency = GemmEfficiency{1.0, 0, 0};
+  return cpu;
+}
+
+int ClusterTopology::racks() const {
+  if (nodes_per_rack <= 0) return 1;
+  return (nodes + nodes_per_rack - 1) / nodes_per_rack;
+}
+
+absl::Status ValidateTopology(const ClusterTopology& topology) {
+  auto invalid = [](absl::string_view field, absl::string_view problem) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
+  };
+  auto positive = [](double x) { return std::isfinite(x) && x > 0; };
+  auto non_negative = [](double x) { return std::isfinite(x) && x >= 0; };
+  if (topology.nodes < 1) return invalid("nodes", "must be >= 1");
+  if (topology.devices_per_node < 1) return invalid("devices_per_node", "must be >= 1");
+  if (topology.device.memory_bytes <= 0) return invalid("device", "memory must be > 0");
+  if (!positive(topology.device.hbm_bandwidth_bytes_per_second)) {
+    return invalid("device", "HBM bandwidth must be > 0");
+  }
+  const GemmEfficiency& eff = topology.device.efficiency;
+  if (!(positive(eff.max_fraction) && eff.max_fraction <= 1)) {
+    return invalid("device_overrides.efficiency.max", "must be in (0, 1]");
+  }
+  if (!non_negative(eff.half_width)) {
+    return invalid("device_overrides.efficiency.half_width", "must be >= 0");
+  }
+  if (!non_negative(eff.half_tokens)) {
+    return invalid("device_overrides.efficiency.half_tokens", "must be >= 0");
+  }
+  if (topology.devices_per_node > 1 &&
+      !positive(topology.intra_node_bandwidth_bytes_per_second)) {
+    return invalid("intra_node.bandwidth_gb_per_s", "must be > 0");
+  }
+  if (topology.nodes > 1 && !positive(topology.inter_node_bandwidth_bytes_per_second)) {
+    return invalid("inter_node.bandwidth_gbit_per_s", "required when nodes > 1");
+  }
+  if (!non_negative(topology.inter_node_bandwidth_bytes_per_second)) {
+    return invalid("inter_node.bandwidth_gbit_per_s", "must be >= 0");
+  }
+  if (!non_negative(topology.intra_node_latency_seconds)) {
+    return invalid("intra_node.latency_us", "must be >= 0");
+  }
+  if (!non_negative(topology.inter_node_latency_seconds)) {
+    return invalid("inter_node.latency_us", "must be >= 0");
+  }
+  if (topology.nodes_per_rack < 0) return invalid("racks.nodes_per_rack", "must be >= 1");
+  if (topology.nodes_per_rack > 0 && topology.nodes % topology.nodes_per_rack != 0) {
+    return invalid("racks.nodes_per_rack",
+                   absl::StrCat(topology.nodes_per_rack, " does not divide nodes ",
+                                topology.nodes));
+  }
+  if (!non_negative(topology.inter_rack_bandwidth_bytes_per_second)) {
+    return invalid("racks.inter_rack_bandwidth_gbit_per_s", "must be >= 0");
+  }
+  if (!non_negative(topology.device_power_watts)) {
+    return invalid("power.device_watts", "must be >= 0");
+  }
+  if (!non_negative(topology.host_power_watts)) {
+    return invalid("power.host_watts", "must be >= 0");
+  }
+  if (!non_negative(topology.price_per_device_hour_usd)) {
+    return invalid("price_per_device_hour_usd", "must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterTopology> MakeTopology(
+    absl::string_view device_name, int nodes, int devices_per_node,
+    double inter_node_bandwidth_bytes_per_second) {
+  absl::StatusOr<DeviceSpec> device = LookupDevice(device_name);
+  if (!device.ok()) return device.status();
+  ClusterTopology topology;
+  topology.name = absl::StrCat(nodes, "x", devices_per_node, " ", device->name);
+  topology.nodes = nodes;
+  topology.devices_per_node = devices_per_node;
+  topology.device = *device;
+  topology.intra_node_bandwidth_bytes_per_second =
+      device->intra_node_bandwidth_bytes_per_second;
+  topology.inter_node_bandwidth_bytes_per_second = inter_node_bandwidth_bytes_per_second;
+  absl::Status valid = ValidateTopology(topology);
+  if (!valid.ok()) return valid;
+  return topology;
+}
+
+}  // namespace loom::planner
