@@ -28,6 +28,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/local_cluster.h"
+#include "cli/plan_command.h"
+#include "controller/planner/topology_yaml.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/jobspec.h"
@@ -55,6 +57,8 @@ Commands:
   data prepare --input FILE... --out DIR [--val-fraction F]
                                        tokenize text (byte-level) into llm.c shards
   validate FILE                        check a job spec without submitting it
+  plan FILE --topology T [--top K] [--tokens N]
+                                       plan data/tensor/pipeline parallelism for a spec
 
 Global flags:
   --home DIR          local state (default $LOOM_HOME or ~/.loom)
@@ -518,6 +522,48 @@ int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+int CmdPlan(const Globals& g, const std::vector<std::string>& args) {
+  std::string spec_path, topology_path;
+  PlanCommandOptions o;
+  o.json = g.json;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--topology" && i + 1 < args.size()) {
+      topology_path = args[++i];
+    } else if (args[i] == "--top" && i + 1 < args.size()) {
+      if (!absl::SimpleAtoi(args[++i], &o.top_k) || o.top_k < 1) return Usage("--top: expected >= 1");
+    } else if (args[i] == "--tokens" && i + 1 < args.size()) {
+      if (!absl::SimpleAtod(args[++i], &o.token_budget) || o.token_budget < 0) {
+        return Usage("--tokens: expected a token count");
+      }
+    } else if (!args[i].empty() && args[i][0] == '-') {
+      return Usage("plan: unknown flag " + args[i]);
+    } else if (spec_path.empty()) {
+      spec_path = args[i];
+    } else {
+      return Usage("plan: one spec at a time");
+    }
+  }
+  if (spec_path.empty()) return Usage("plan: expected SPEC --topology TOPOLOGY.yaml");
+  if (topology_path.empty()) {
+    return Usage("plan: --topology FILE is required (see examples/topology-a100-80g-256.yaml)");
+  }
+  auto spec = LoadJobSpecFile(spec_path);
+  if (!spec.ok()) return Fail(spec.status());
+  const auto& par = spec->parallelism();
+  o.evaluate_spec_layout =
+      !par.auto_() && (par.data() > 0 || par.tensor() > 0 || par.pipeline() > 0);
+  ApplyJobSpecDefaults(&*spec);
+  auto topology = planner::LoadTopologyFile(topology_path);
+  if (!topology.ok()) {
+    return Fail(absl::Status(topology.status().code(),
+                             absl::StrCat(topology_path, ": ", topology.status().message())));
+  }
+  auto report = RunPlan(*spec, *topology, o);
+  if (!report.ok()) return Fail(report.status());
+  std::cout << *report;
+  return 0;
+}
+
 int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
   if (!args.empty()) return Usage("workers: takes no arguments");
   auto client = Client::Connect(g);
@@ -727,6 +773,7 @@ int main(int argc, char** argv) {
   if (cmd == "cancel") return CmdCancel(g, args);
   if (cmd == "workers") return CmdWorkers(g, args);
   if (cmd == "events") return CmdEvents(g, args);
+  if (cmd == "plan") return CmdPlan(g, args);
   if (cmd == "checkpoints") return CmdCheckpoints(g, args);
   if (cmd == "data") {
     if (args.empty() || args[0] != "prepare") return Usage("data: expected `data prepare`");

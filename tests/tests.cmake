@@ -9,3 +9,11 @@ target_link_libraries(loom_cluster_test PRIVATE loom_test_util loom_local_cluste
 add_dependencies(loom_cluster_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
 # One ctest entry per test case, so ctest -j runs them side by side.
 gtest_discover_tests(loom_cluster_test PROPERTIES TIMEOUT 300 LABELS integration)
+
+add_executable(loom_cli_test cli_test.cc)
+target_compile_definitions(loom_cli_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_link_libraries(loom_cli_test PRIVATE loom_test_util protobuf::libprotobuf absl::strings
+  GTest::gtest GTest::gmock GTest::gtest_main)
+add_dependencies(loom_cli_test loomctl)
+gtest_discover_tests(loom_cli_test PROPERTIES TIMEOUT 120 LABELS integration)

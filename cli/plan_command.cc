@@ -1,0 +1,78 @@
+#include "cli/plan_command.h"
+
+#include "absl/strings/str_cat.h"
+#include "controller/planner/report.h"
+
+namespace loom::cli {
+
+absl::StatusOr<planner::PlanRequest> PlanRequestFromSpec(const loom::v1::JobSpec& spec,
+                                                         const planner::ClusterTopology& topology,
+                                                         const PlanCommandOptions& options) {
+  if (!spec.model().has_gpt()) return absl::InvalidArgumentError("model.gpt: required");
+  const auto& g = spec.model().gpt();
+  planner::PlanRequest req;
+  req.model.name = spec.name();
+  req.model.n_layer = g.n_layer();
+  req.model.d_model = g.d_model();
+  req.model.n_head = g.n_head();
+  req.model.vocab_size = g.vocab_size();
+  req.model.seq_len = g.seq_len();
+  req.training.global_batch_sequences = spec.batch().global_batch();
+  switch (spec.precision()) {
+    case loom::v1::BF16:
+      req.training.precision = planner::Precision::kBf16;
+      break;
+    case loom::v1::FP16:
+      req.training.precision = planner::Precision::kFp16;
+      break;
+    default:
+      req.training.precision = planner::Precision::kFp32;
+  }
+  req.training.optimizer = planner::Optimizer::kAdamW;
+  req.training.token_budget =
+      options.token_budget > 0
+          ? options.token_budget
+          : static_cast<double>(spec.schedule().total_steps()) * spec.batch().global_batch() *
+                g.seq_len();
+  req.topology = topology;
+  req.options.top_k = options.top_k;
+  return req;
+}
+
+absl::StatusOr<std::string> RunPlan(const loom::v1::JobSpec& spec,
+                                    const planner::ClusterTopology& topology,
+                                    const PlanCommandOptions& options) {
+  auto req = PlanRequestFromSpec(spec, topology, options);
+  if (!req.ok()) return req.status();
+  const auto& par = spec.parallelism();
+  bool explicit_layout = options.evaluate_spec_layout;
+  std::string out;
+  auto plan = planner::MakePlan(*req);
+  if (plan.ok()) {
+    out = options.json ? planner::FormatPlanJson(*req, *plan) : planner::FormatPlanText(*req, *plan);
+  } else if (!explicit_layout) {
+    return plan.status();
+  } else {
+    out = absl::StrCat("no plan: ", plan.status().message(), "\n");
+  }
+  if (explicit_layout) {
+    planner::Layout layout;
+    layout.dp = par.data() > 0 ? par.data() : 1;
+    layout.tp = par.tensor() > 0 ? par.tensor() : 1;
+    layout.pp = par.pipeline() > 0 ? par.pipeline() : 1;
+    layout.micro_batch = spec.batch().micro_batch() > 0 ? spec.batch().micro_batch() : 1;
+    auto eval = planner::EvaluateLayout(*req, layout);
+    if (!eval.ok()) return eval.status();
+    if (options.json) {
+      // One JSON document: the plan and the spec's own layout side by side.
+      out = absl::StrCat("{\"plan\": ", plan.ok() ? out : "null",
+                         ", \"spec_layout\": ", planner::FormatEvaluationJson(*req, *eval), "}\n");
+    } else {
+      absl::StrAppend(&out, "\nThe spec's own layout (parallelism.data/tensor/pipeline):\n",
+                      planner::FormatEvaluationText(*req, *eval));
+    }
+  }
+  return out;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,95 @@
+// loomctl commands that need no cluster, run as the real binary.
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using ::loom::testing::RunCommand;
+using ::testing::HasSubstr;
+
+const std::string kBin = LOOM_BIN_DIR;
+const std::string kSrc = LOOM_SOURCE_DIR;
+
+std::string Loomctl(const std::string& args) { return absl::StrCat(kBin, "/loomctl ", args); }
+
+TEST(PlanCommandTest, PlansTheMegatron18BModelOnA100s) {
+  auto r = RunCommand(Loomctl(absl::StrCat("plan ", kSrc, "/examples/gpt3-18b.yaml --topology ",
+                                           kSrc, "/examples/topology-a100-80g-256.yaml --top 3")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("18.4B parameters"));
+  EXPECT_THAT(r.out, HasSubstr("Chosen layout"));
+  EXPECT_THAT(r.out, HasSubstr("Top 3 layouts"));
+  EXPECT_THAT(r.out, HasSubstr("MFU"));
+}
+
+TEST(PlanCommandTest, JsonOutputParses) {
+  auto r = RunCommand(Loomctl(absl::StrCat("-o json plan ", kSrc, "/examples/gpt3-18b.yaml ",
+                                           "--topology ", kSrc,
+                                           "/examples/topology-a100-80g-256.yaml")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  google::protobuf::Struct doc;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &doc).ok()) << r.out.substr(0, 500);
+  EXPECT_GT(doc.fields_size(), 0);
+}
+
+TEST(PlanCommandTest, InfeasibleRequestSaysWhy) {
+  std::string dir = loom::testing::MakeTempDir("loom_plan_test");
+  std::ofstream(dir + "/one.yaml") << R"(name: one-gpu
+device: A100-80GB
+nodes: 1
+devices_per_node: 1
+intra_node: {bandwidth_gb_per_s: 300, latency_us: 3}
+inter_node: {bandwidth_gbit_per_s: 200, latency_us: 10}
+)";
+  std::ofstream(dir + "/big.yaml") << R"(name: big
+model: {gpt: {n_layer: 32, n_head: 32, d_model: 4096, seq_len: 2048, vocab_size: 32000}}
+data: {train: ["x.bin"]}
+optimizer: {adamw: {lr: 0.0003}}
+schedule: {total_steps: 1000}
+batch: {global_batch: 8}
+precision: BF16
+)";
+  auto r = RunCommand(Loomctl(absl::StrCat("plan ", dir, "/big.yaml --topology ", dir, "/one.yaml")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(r.err, HasSubstr("GB per device before activations, device has 80 GB"));
+}
+
+TEST(PlanCommandTest, BadTopologyNamesTheFieldAndFile) {
+  std::string dir = loom::testing::MakeTempDir("loom_plan_test");
+  std::ofstream(dir + "/bad.yaml") << "name: x\ndevice: A100-80GB\nnodes: -1\ndevices_per_node: 8\n";
+  auto r = RunCommand(Loomctl(absl::StrCat("plan ", kSrc, "/examples/gpt3-18b.yaml --topology ",
+                                           dir, "/bad.yaml")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("bad.yaml"));
+  EXPECT_THAT(r.err, HasSubstr("nodes"));
+}
+
+TEST(ValidateCommandTest, MistypedFieldIsAnErrorWithItsPath) {
+  std::string dir = loom::testing::MakeTempDir("loom_validate_test");
+  std::ofstream(dir + "/typo.yaml") << R"(name: typo
+model: {gpt: {n_layer: 2, n_heads: 2, d_model: 32, seq_len: 16, vocab_size: 256}}
+)";
+  auto r = RunCommand(Loomctl(absl::StrCat("validate ", dir, "/typo.yaml")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("model.gpt.n_heads"));
+  auto ok = RunCommand(Loomctl(absl::StrCat("validate ", kSrc, "/examples/gpt-tiny.yaml")));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+TEST(UsageTest, UnknownCommandIsAUsageError) {
+  auto r = RunCommand(Loomctl("frobnicate"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command frobnicate"));
+}
+
+}  // namespace
+}  // namespace loom
