@@ -25,6 +25,7 @@ ln -sfn "$DATA" "$ROOT/build/demo-examples/data"
 
 echo "== starting a local cluster: controller + 2 workers"
 "$LOOMCTL" local down >/dev/null 2>&1 || true
+rm -rf "$LOOM_HOME"  # each demo starts from an empty job store
 "$LOOMCTL" local up --workers 2
 trap '"$LOOMCTL" local down >/dev/null 2>&1 || true' EXIT
 "$LOOMCTL" workers
