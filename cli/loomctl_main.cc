@@ -214,6 +214,14 @@ void PrintSummary(const loom::v1::Job& job, Client* client) {
   std::cout << absl::StrFormat("  tokens/s         %.0f (mean over the run, all ranks; last step %.0f)\n",
                                s.tokens_per_second(), s.last_tokens_per_second());
   std::cout << absl::StrFormat("  tokens seen      %d\n", s.tokens_seen());
+  if (s.mfu() > 0) {
+    std::cout << absl::StrFormat("  MFU              %.1f%% of the ranks' calibrated GEMM peak\n",
+                                 100 * s.mfu());
+  }
+  if (s.energy_joules() > 0) {
+    std::cout << absl::StrFormat("  energy           %.0f J (%.4f kWh, estimated)\n",
+                                 s.energy_joules(), s.energy_joules() / 3.6e6);
+  }
   std::cout << absl::StrFormat("  checkpoints      %d written%s\n", s.checkpoints_written(),
                                s.last_checkpoint().empty() ? "" : ", newest " + s.last_checkpoint());
   if (client != nullptr) {

@@ -497,6 +497,8 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
         sum->set_last_tokens_per_second(m.tokens_per_second());
         sum->set_tokens_seen(m.tokens_seen());
         sum->set_last_step_unix_ms(m.time_unix_ms());
+        if (m.peak_flops_per_second() > 0) sum->set_mfu(m.mfu());
+        sum->set_energy_joules(m.energy_joules() * std::max(1, rec.job.ranks_size()));
         // Mean throughput from step 1 on (start-up and data loading of the
         // first step excluded), by wall clock of the reports.
         int64_t span_ms = m.time_unix_ms() - sum->first_step_unix_ms();

@@ -220,10 +220,17 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   for (const auto& d : Daemons()) {
     if (d.name == "controller") continue;
     CheckMetrics(d.metrics_address, {"loom_worker_blas_info", "loom_worker_rank_exits_total"});
+    auto metrics_body = loom::testing::HttpGet(d.metrics_address, "/metrics").body;
+    if (metrics_body.find("loom_worker_mfu_ratio{job=\"tiny-1\"") != std::string::npos) {
+      EXPECT_THAT(metrics_body, HasSubstr("loom_worker_memory_bytes{job=\"tiny-1\",kind=\"optimizer\""));
+      EXPECT_THAT(metrics_body, HasSubstr("loom_worker_energy_joules_total{job=\"tiny-1\""));
+    }
     auto body = loom::testing::HttpGet(d.metrics_address, "/metrics").body;
     if (body.find("loom_worker_loss{job=\"tiny-1\",rank=\"0\"}") != std::string::npos) ++with_loss;
   }
   EXPECT_EQ(with_loss, 1) << "rank 0's worker exports the job's loss";
+  EXPECT_GT(job.summary().mfu(), 0.0);
+  EXPECT_LT(job.summary().mfu(), 1.0);
 
   // The controller restarts and still knows the job.
   auto down = Ctl("local down");

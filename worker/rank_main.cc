@@ -14,6 +14,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -23,7 +24,10 @@
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
 #include "worker/engine/data.h"
+#include "worker/engine/gpt.h"
 #include "worker/engine/trainer.h"
+#include "worker/telemetry/gemm_calibration.h"
+#include "worker/telemetry/telemetry.h"
 
 namespace {
 
@@ -146,9 +150,24 @@ int main(int argc, char** argv) {
     pg = *group;
   }
 
+  // Telemetry: this rank's peak from a short GEMM calibration (the job's
+  // peak is that times the ranks), model FLOPs, state bytes, power.
+  const double rank_peak = loom::telemetry::MeasureGemmFlopsPerSecond();
+  const double job_peak = rank_peak * a.world_size();
+  std::cerr << "loom-rank " << a.rank() << ": GEMM calibration " << rank_peak / 1e9
+            << " GFLOP/s with " << threads << " thread(s)" << std::endl;
+  loom::telemetry::GptShape shape{config.model.n_layer, config.model.d_model,
+                                  config.model.seq_len, config.model.vocab_size};
+  const double flops_per_token = loom::telemetry::ModelFlopsPerToken(shape);
+  const loom::telemetry::StateBytes state_bytes =
+      loom::telemetry::Fp32AdamWStateBytes(loom::engine::GptParameterCount(config.model));
+  auto power = std::make_shared<loom::telemetry::PowerMeter>(
+      threads, static_cast<int>(std::thread::hardware_concurrency()));
+
   loom::engine::TrainerCallbacks cb;
   int rank = a.rank();
-  cb.on_step = [rank](const loom::engine::StepReport& r) {
+  cb.on_step = [rank, job_peak, flops_per_token, state_bytes,
+                power](const loom::engine::StepReport& r) {
     loom::v1::RankEvent e;
     auto* m = e.mutable_step();
     m->set_step(r.step);
@@ -163,6 +182,21 @@ int main(int argc, char** argv) {
     m->set_rank(rank);
     m->set_data_batch(r.data_batch);
     m->set_batches_skipped(r.batches_skipped_total);
+    if (r.step > 0 && r.step_time_seconds > 0) {
+      double achieved = flops_per_token * r.tokens_per_second;
+      m->set_model_flops_per_second(achieved);
+      m->set_peak_flops_per_second(job_peak);
+      m->set_mfu(job_peak > 0 ? achieved / job_peak : 0);
+      m->set_power_watts(power->Account(r.step_time_seconds));
+    }
+    m->set_energy_joules(power->energy_joules());
+    m->set_power_source(power->source());
+    m->set_parameter_bytes(state_bytes.parameters);
+    m->set_gradient_bytes(state_bytes.gradients);
+    m->set_optimizer_state_bytes(state_bytes.optimizer);
+    loom::telemetry::Rss rss = loom::telemetry::ReadRss();
+    m->set_rss_bytes(rss.current);
+    m->set_peak_rss_bytes(rss.peak);
     m->set_time_unix_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::system_clock::now().time_since_epoch()).count());

@@ -66,6 +66,31 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
                         .Name("loom_worker_tokens_total")
                         .Help("Tokens trained on by the job (all ranks), as seen by this worker.")
                         .Register(*registry_)),
+      mfu_(metrics::BuildGauge()
+               .Name("loom_worker_mfu_ratio")
+               .Help("Model FLOPs utilisation of the job: model FLOP/s over calibrated peak.")
+               .Register(*registry_)),
+      model_flops_(metrics::BuildGauge()
+                       .Name("loom_worker_model_flops_per_second")
+                       .Help("Model FLOP/s of the job (6N per token plus attention).")
+                       .Register(*registry_)),
+      peak_flops_(metrics::BuildGauge()
+                      .Name("loom_worker_peak_flops_per_second")
+                      .Help("Peak FLOP/s of the job's ranks, from a GEMM calibration at start.")
+                      .Register(*registry_)),
+      memory_(metrics::BuildGauge()
+                  .Name("loom_worker_memory_bytes")
+                  .Help("Memory of a rank by kind: parameters, gradients, optimizer, rss, "
+                        "peak_rss.")
+                  .Register(*registry_)),
+      power_(metrics::BuildGauge()
+                 .Name("loom_worker_power_watts")
+                 .Help("Power drawn by a rank; source says rapl, nvml or model.")
+                 .Register(*registry_)),
+      energy_(metrics::BuildCounter()
+                  .Name("loom_worker_energy_joules_total")
+                  .Help("Energy used by a rank since it started; source says rapl, nvml or model.")
+                  .Register(*registry_)),
       rank_exits_(metrics::BuildCounter()
                       .Name("loom_worker_rank_exits_total")
                       .Help("Rank processes that ended, by outcome.")
@@ -199,6 +224,29 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
     auto& tokens = tokens_total_.Add(labels);
     double delta = static_cast<double>(m.tokens_seen()) - tokens.Value();
     if (delta > 0) tokens.Increment(delta);
+    if (m.peak_flops_per_second() > 0) {
+      mfu_.Add(labels).Set(m.mfu());
+      model_flops_.Add(labels).Set(m.model_flops_per_second());
+      peak_flops_.Add(labels).Set(m.peak_flops_per_second());
+    }
+    auto kind = [&](const char* k) {
+      metrics::Labels l = labels;
+      l["kind"] = k;
+      return l;
+    };
+    memory_.Add(kind("parameters")).Set(static_cast<double>(m.parameter_bytes()));
+    memory_.Add(kind("gradients")).Set(static_cast<double>(m.gradient_bytes()));
+    memory_.Add(kind("optimizer")).Set(static_cast<double>(m.optimizer_state_bytes()));
+    memory_.Add(kind("rss")).Set(static_cast<double>(m.rss_bytes()));
+    memory_.Add(kind("peak_rss")).Set(static_cast<double>(m.peak_rss_bytes()));
+    if (!m.power_source().empty()) {
+      metrics::Labels pl = labels;
+      pl["source"] = m.power_source();
+      power_.Add(pl).Set(m.power_watts());
+      auto& joules = energy_.Add(pl);
+      double dj = m.energy_joules() - joules.Value();
+      if (dj > 0) joules.Increment(dj);
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   Outgoing out;

@@ -84,6 +84,12 @@ class WorkerAgent {
   metrics::Family<metrics::Gauge>& lr_;
   metrics::Family<metrics::Gauge>& step_;
   metrics::Family<metrics::Counter>& tokens_total_;
+  metrics::Family<metrics::Gauge>& mfu_;
+  metrics::Family<metrics::Gauge>& model_flops_;
+  metrics::Family<metrics::Gauge>& peak_flops_;
+  metrics::Family<metrics::Gauge>& memory_;
+  metrics::Family<metrics::Gauge>& power_;
+  metrics::Family<metrics::Counter>& energy_;
   metrics::Family<metrics::Counter>& rank_exits_;
   metrics::Gauge& ranks_running_;
   metrics::Counter& heartbeats_failed_;
