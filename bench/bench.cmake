@@ -1,0 +1,26 @@
+# Benchmark executables, one block per benchmark; bench/run.sh builds and
+# runs them by name.
+
+# planner: planning time of the 1008B / 3072-GPU case vs. an unpruned search.
+add_executable(loom_planner_bench ${CMAKE_CURRENT_LIST_DIR}/planner_bench.cc)
+target_link_libraries(loom_planner_bench PRIVATE loom_planner)
+
+# adamw: fused AdamW vs. a same-pattern stream kernel and torch::optim::AdamW
+# (absent when worker/engine leaves the fused AdamW targets out).
+if(TARGET loom_fused_adamw)
+  find_package(OpenMP REQUIRED COMPONENTS CXX)
+  add_executable(loom_adamw_bench ${CMAKE_CURRENT_LIST_DIR}/adamw_bench.cc)
+  target_link_libraries(loom_adamw_bench PRIVATE loom_fused_adamw ${TORCH_LIBRARIES}
+                        OpenMP::OpenMP_CXX)
+endif()
+
+# recovery: spike detection -> first resumed step, on a real local cluster.
+add_executable(loom_recovery_bench ${CMAKE_CURRENT_LIST_DIR}/recovery_bench.cc)
+target_link_libraries(loom_recovery_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
+                      loom_data loom_file_util absl::strings absl::str_format)
+add_dependencies(loom_recovery_bench loomctl loom-controller loom-worker loom-rank)
+
+# checkpoint: Loom's checkpoint write throughput vs. the disk's write+fsync,
+# and the stall per checkpoint, on a ~124M-parameter GPT (issue 4).
+add_executable(loom_checkpoint_bench ${CMAKE_CURRENT_LIST_DIR}/checkpoint_bench.cc)
+target_link_libraries(loom_checkpoint_bench PRIVATE loom_engine loom_crc32c ${TORCH_LIBRARIES})

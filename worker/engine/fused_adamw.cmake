@@ -1,0 +1,47 @@
+# Fused AdamW (issue 6): the LibTorch-free CPU kernel, its torch::optim
+# adapter, and (when CMake finds nvcc) the CUDA multi-tensor kernel's
+# standalone check against the CPU kernel.
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+
+loom_library(loom_fused_adamw SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_adamw.cc
+             DEPS absl::span)
+# The kernel detects inf/NaN and promises bit-identical results at every SIMD
+# level, so: no -ffast-math family (the source also #errors on it), and no
+# contraction of mul+add into FMA.
+target_compile_options(loom_fused_adamw PRIVATE -ffp-contract=off -fno-fast-math)
+# OpenMP only inside the kernel; dependents get the runtime at link time.
+target_link_libraries(loom_fused_adamw PRIVATE OpenMP::OpenMP_CXX)
+loom_test(loom_fused_adamw_test SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_adamw_test.cc
+          DEPS loom_fused_adamw)
+
+loom_library(loom_fused_adamw_torch SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_adamw_torch.cc
+             DEPS loom_fused_adamw absl::status absl::statusor absl::str_format
+                  ${TORCH_LIBRARIES})
+loom_test(loom_fused_adamw_torch_test SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_adamw_torch_test.cc
+          DEPS loom_fused_adamw_torch)
+
+# The CUDA multi-tensor kernel (fused_adamw_cuda.h), built whenever CMake
+# finds nvcc; configure with -DLOOM_CUDA=OFF to leave it out. Its check is a
+# plain main that compares it with the CPU kernel on a GPU (exit 77 where
+# there is none).
+option(LOOM_CUDA "Build Loom's CUDA kernels when a CUDA compiler is found" ON)
+if(LOOM_CUDA)
+  include(CheckLanguage)
+  check_language(CUDA)
+endif()
+if(LOOM_CUDA AND CMAKE_CUDA_COMPILER)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90)  # H100 / H200
+  endif()
+  enable_language(CUDA)
+  loom_library(loom_fused_adamw_cuda SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_adamw_cuda.cu
+               DEPS loom_fused_adamw absl::span)
+  set_target_properties(loom_fused_adamw_cuda PROPERTIES CUDA_STANDARD 17
+                        CUDA_STANDARD_REQUIRED ON)
+  add_executable(loom_fused_adamw_cuda_test ${CMAKE_CURRENT_LIST_DIR}/fused_adamw_cuda_test.cu)
+  set_target_properties(loom_fused_adamw_cuda_test PROPERTIES CUDA_STANDARD 17
+                        CUDA_STANDARD_REQUIRED ON)
+  target_link_libraries(loom_fused_adamw_cuda_test PRIVATE loom_fused_adamw_cuda)
+  # Not a ctest entry: CI has no GPU, and a skipped test must not count as a
+  # pass. scripts/device-check.sh runs it on a machine with one.
+endif()
