@@ -23,7 +23,15 @@
 namespace loom::cli {
 namespace {
 
-bool Alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+// A run file's pid is ours only while that process is a Loom daemon: after
+// a reboot or crash the number may belong to anything else.
+bool ProcessExists(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+bool Alive(int pid) {
+  if (!ProcessExists(pid)) return false;
+  auto cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+  return cmdline.ok() && cmdline->find("loom-") != std::string::npos;
+}
 
 // Starts `argv` detached (own session, stdio to `log_path`), returns its pid.
 absl::StatusOr<int> Spawn(const std::vector<std::string>& args, const std::string& log_path) {
@@ -36,9 +44,17 @@ absl::StatusOr<int> Spawn(const std::vector<std::string>& args, const std::strin
   // Double fork so the daemon is re-parented to init and never becomes a
   // zombie of this short-lived CLI.
   int pidpipe[2];
-  if (pipe2(pidpipe, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  if (pipe2(pidpipe, O_CLOEXEC) != 0) {
+    close(logfd);
+    return absl::InternalError("pipe failed");
+  }
   pid_t first = fork();
-  if (first < 0) return absl::ResourceExhaustedError("fork failed");
+  if (first < 0) {
+    close(logfd);
+    close(pidpipe[0]);
+    close(pidpipe[1]);
+    return absl::ResourceExhaustedError("fork failed");
+  }
   if (first == 0) {
     setsid();
     pid_t second = fork();
@@ -93,7 +109,7 @@ absl::StatusOr<DaemonInfo> WaitReady(const std::string& path, int pid, const std
   while (absl::Now() < deadline) {
     auto info = ReadReadyFile(path);
     if (info.ok()) return info;
-    if (!Alive(pid)) {
+    if (!ProcessExists(pid)) {  // (it may not have exec'd its binary yet)
       return absl::InternalError(absl::StrCat("daemon exited during start-up; log ", log, ":",
                                               LastLines(log, 5)));
     }

@@ -53,6 +53,14 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
     unlink(tmp.c_str());
     return absl::InternalError(absl::StrCat("rename to ", path, ": ", std::strerror(err)));
   }
+  // The rename is durable only once the directory entry is on disk.
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  if (dir.empty()) dir = "/";
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
   return absl::OkStatus();
 }
 
@@ -60,8 +68,15 @@ absl::Status MakeDirs(const std::string& path, int mode) {
   std::string cur;
   for (size_t i = 0; i <= path.size(); ++i) {
     if ((i == path.size() || path[i] == '/') && !cur.empty()) {
-      if (mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
-        return absl::PermissionDeniedError(absl::StrCat("mkdir ", cur, ": ", std::strerror(errno)));
+      if (mkdir(cur.c_str(), mode) != 0) {
+        struct stat st;
+        if (errno != EEXIST) {
+          return absl::PermissionDeniedError(
+              absl::StrCat("mkdir ", cur, ": ", std::strerror(errno)));
+        }
+        if (stat(cur.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+          return absl::FailedPreconditionError(absl::StrCat(cur, " exists and is not a directory"));
+        }
       }
     }
     if (i < path.size()) cur.push_back(path[i]);
