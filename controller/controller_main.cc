@@ -87,6 +87,21 @@ int main(int argc, char** argv) {
                             .Help("Workers currently heartbeating.")
                             .Register(*registry)
                             .Add({});
+  auto& restarts_total = metrics::BuildCounter()
+                             .Name("loom_controller_job_restarts_total")
+                             .Help("Job restarts from a checkpoint after a rank or worker failed.")
+                             .Register(*registry)
+                             .Add({});
+  auto& rollbacks_total = metrics::BuildCounter()
+                              .Name("loom_controller_job_rollbacks_total")
+                              .Help("Loss-spike rollbacks (resume earlier, skip data).")
+                              .Register(*registry)
+                              .Add({});
+  auto& spikes_total = metrics::BuildCounter()
+                           .Name("loom_controller_loss_spikes_total")
+                           .Help("Loss spikes declared by the detector.")
+                           .Register(*registry)
+                           .Add({});
   auto exposer = metrics::Exposer::Start(absl::GetFlag(FLAGS_metrics_listen));
   if (!exposer.ok()) return Fail(absl::StrCat("metrics: ", exposer.status().message()));
   (*exposer)->RegisterCollectable(registry);
@@ -133,6 +148,13 @@ int main(int argc, char** argv) {
             .Set(counts.count(state) ? counts[state] : 0);
       }
       workers_gauge.Set(manager.AliveWorkers());
+      auto totals = manager.RecoveryCounts();
+      auto bump = [](metrics::Counter& c, int64_t total) {
+        if (total > c.Value()) c.Increment(static_cast<double>(total) - c.Value());
+      };
+      bump(restarts_total, totals.restarts);
+      bump(rollbacks_total, totals.rollbacks);
+      bump(spikes_total, totals.spikes);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });

@@ -922,6 +922,19 @@ std::map<JobState, int> JobManager::JobCountsByState() {
   return counts;
 }
 
+JobManager::RecoveryTotals JobManager::RecoveryCounts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecoveryTotals t;
+  for (auto& [id, rec] : jobs_) {
+    t.restarts += rec.job.restarts();
+    t.rollbacks += rec.job.rollbacks();
+    for (const auto& e : rec.job.events()) {
+      t.spikes += e.kind() == loom::v1::RecoveryEvent::SPIKE ? 1 : 0;
+    }
+  }
+  return t;
+}
+
 int JobManager::AliveWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;

@@ -117,6 +117,11 @@ class JobManager {
   // Counts for /metrics.
   std::map<loom::v1::JobState, int> JobCountsByState();
   int AliveWorkers();
+  // Sums over all jobs, for /metrics (monotonic: jobs are never deleted).
+  struct RecoveryTotals {
+    int64_t restarts = 0, rollbacks = 0, spikes = 0;
+  };
+  RecoveryTotals RecoveryCounts();
 
  private:
   struct RankSlot {

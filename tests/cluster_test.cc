@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 #include <random>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -221,14 +223,38 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
     if (d.name == "controller") continue;
     CheckMetrics(d.metrics_address, {"loom_worker_blas_info", "loom_worker_rank_exits_total"});
     auto metrics_body = loom::testing::HttpGet(d.metrics_address, "/metrics").body;
-    if (metrics_body.find("loom_worker_mfu_ratio{job=\"tiny-1\"") != std::string::npos) {
-      EXPECT_THAT(metrics_body, HasSubstr("loom_worker_memory_bytes{job=\"tiny-1\",kind=\"optimizer\""));
-      EXPECT_THAT(metrics_body, HasSubstr("loom_worker_energy_joules_total{job=\"tiny-1\""));
+    if (metrics_body.find("loom_worker_mfu_ratio{job_id=\"tiny-1\"") != std::string::npos) {
+      EXPECT_THAT(metrics_body, HasSubstr("loom_worker_memory_bytes{job_id=\"tiny-1\",kind=\"optimizer\""));
+      EXPECT_THAT(metrics_body, HasSubstr("loom_worker_energy_joules_total{job_id=\"tiny-1\""));
     }
     auto body = loom::testing::HttpGet(d.metrics_address, "/metrics").body;
-    if (body.find("loom_worker_loss{job=\"tiny-1\",rank=\"0\"}") != std::string::npos) ++with_loss;
+    if (body.find("loom_worker_loss{job_id=\"tiny-1\",rank=\"0\"}") != std::string::npos) ++with_loss;
   }
-  EXPECT_EQ(with_loss, 1) << "rank 0's worker exports the job's loss";
+  std::string all_bodies;
+  for (const auto& d : Daemons()) {
+    all_bodies += loom::testing::HttpGet(d.metrics_address, "/metrics").body;
+  }
+  EXPECT_EQ(with_loss, 1) << "rank 0's worker exports the job's loss\n" << all_bodies;
+
+  // Every metric the dashboard and the Prometheus rules use is exported.
+  std::string scraped;
+  for (const auto& d : Daemons()) scraped += loom::testing::HttpGet(d.metrics_address, "/metrics").body;
+  for (const char* file : {"/dashboards/grafana/loom-training.json",
+                           "/dashboards/prometheus/loom-rules.yml"}) {
+    auto text = ReadFile(std::string(LOOM_SOURCE_DIR) + file);
+    ASSERT_TRUE(text.ok()) << file;
+    std::regex metric(R"(\bloom_(controller|worker)_[a-z_]+)");
+    std::set<std::string> used;
+    for (std::sregex_iterator it(text->begin(), text->end(), metric), end; it != end; ++it) {
+      used.insert(it->str());
+    }
+    EXPECT_GE(used.size(), 5u) << file;
+    for (const auto& name : used) {
+      EXPECT_TRUE(scraped.find("\n" + name + "{") != std::string::npos ||
+                  scraped.find("\n" + name + " ") != std::string::npos)
+          << file << " uses " << name << ", which no daemon exports";
+    }
+  }
   EXPECT_GT(job.summary().mfu(), 0.0);
   EXPECT_LT(job.summary().mfu(), 1.0);
 

@@ -2,7 +2,8 @@ add_library(loom_test_util STATIC test_util.cc)
 target_include_directories(loom_test_util PUBLIC ${PROJECT_SOURCE_DIR})
 
 add_executable(loom_cluster_test cluster_test.cc)
-target_compile_definitions(loom_cluster_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+target_compile_definitions(loom_cluster_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 target_link_libraries(loom_cluster_test PRIVATE loom_test_util loom_local_cluster loom_grpc loom_data
   loom_file_util gRPC::grpc++ absl::strings GTest::gtest GTest::gmock GTest::gtest_main)
 # The cluster tests drive these binaries.
@@ -17,3 +18,6 @@ target_link_libraries(loom_cli_test PRIVATE loom_test_util protobuf::libprotobuf
   GTest::gtest GTest::gmock GTest::gtest_main)
 add_dependencies(loom_cli_test loomctl)
 gtest_discover_tests(loom_cli_test PROPERTIES TIMEOUT 120 LABELS integration)
+
+loom_test(loom_dashboard_test SRCS dashboard_test.cc DEPS loom_file_util protobuf::libprotobuf)
+target_compile_definitions(loom_dashboard_test PRIVATE LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

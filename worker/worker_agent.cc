@@ -214,7 +214,7 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
                           const loom::v1::RankEvent& e) {
   if (e.has_step()) {
     const auto& m = e.step();
-    metrics::Labels labels = {{"job", job_id}, {"rank", std::to_string(rank)}};
+    metrics::Labels labels = {{"job_id", job_id}, {"rank", std::to_string(rank)}};
     step_time_.Add(labels).Set(m.step_time_seconds());
     tokens_per_second_.Add(labels).Set(m.tokens_per_second());
     loss_.Add(labels).Set(m.loss());
@@ -264,6 +264,8 @@ void WorkerAgent::OnExit(const RankExit& exit) {
   rank_exits_.Add({{"outcome", exit.exit_code == 0 && exit.signal == 0 ? "success" : "failure"}})
       .Increment();
   std::lock_guard<std::mutex> lock(mu_);
+  ended_series_.push_back(
+      {{{"job_id", exit.job_id}, {"rank", std::to_string(exit.rank)}}, absl::Now()});
   Outgoing out;
   out.is_exit = true;
   out.job_id = exit.job_id;
@@ -332,6 +334,40 @@ void WorkerAgent::SenderLoop() {
   }
 }
 
+void WorkerAgent::RemoveEndedSeries(absl::Time now) {
+  std::vector<metrics::Labels> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto keep = ended_series_.begin();
+    for (auto& e : ended_series_) {
+      if (now - e.second >= kSeriesGracePeriod) {
+        due.push_back(e.first);
+      } else {
+        *keep++ = e;
+      }
+    }
+    ended_series_.erase(keep, ended_series_.end());
+  }
+  for (const auto& labels : due) {
+    for (auto* family : {&step_time_, &tokens_per_second_, &loss_, &val_loss_, &lr_, &step_,
+                         &mfu_, &model_flops_, &peak_flops_}) {
+      if (family->Has(labels)) family->Remove(&family->Add(labels));
+    }
+    if (tokens_total_.Has(labels)) tokens_total_.Remove(&tokens_total_.Add(labels));
+    for (const char* kind : {"parameters", "gradients", "optimizer", "rss", "peak_rss"}) {
+      metrics::Labels l = labels;
+      l["kind"] = kind;
+      if (memory_.Has(l)) memory_.Remove(&memory_.Add(l));
+    }
+    for (const char* source : {"rapl", "nvml", "model"}) {
+      metrics::Labels l = labels;
+      l["source"] = source;
+      if (power_.Has(l)) power_.Remove(&power_.Add(l));
+      if (energy_.Has(l)) energy_.Remove(&energy_.Add(l));
+    }
+  }
+}
+
 void WorkerAgent::Run() {
   bool registered = false;
   while (!stop_.load()) {
@@ -348,6 +384,7 @@ void WorkerAgent::Run() {
       }
     } else {
       s = HeartbeatOnce();
+      RemoveEndedSeries(absl::Now());
       if (absl::IsNotFound(s)) {
         // The controller restarted or declared us dead: whatever runs here
         // is orphaned. Stop it and start over.

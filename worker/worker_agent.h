@@ -94,6 +94,14 @@ class WorkerAgent {
   metrics::Gauge& ranks_running_;
   metrics::Counter& heartbeats_failed_;
 
+  // Per-job series of ranks that ended, with when: removed after
+  // kSeriesGracePeriod so the last values get scraped but finished jobs do
+  // not pile up series. Touched only by the heartbeat thread (Run) and OnExit
+  // under mu_.
+  static constexpr absl::Duration kSeriesGracePeriod = absl::Minutes(5);
+  std::vector<std::pair<metrics::Labels, absl::Time>> ended_series_;  // guarded by mu_
+  void RemoveEndedSeries(absl::Time now);
+
   std::unique_ptr<RankSupervisor> supervisor_;  // destroyed before the members above
   std::thread sender_;
 };
