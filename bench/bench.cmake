@@ -24,3 +24,10 @@ add_dependencies(loom_recovery_bench loomctl loom-controller loom-worker loom-ra
 # and the stall per checkpoint, on a ~124M-parameter GPT (issue 4).
 add_executable(loom_checkpoint_bench ${CMAKE_CURRENT_LIST_DIR}/checkpoint_bench.cc)
 target_link_libraries(loom_checkpoint_bench PRIVATE loom_engine loom_crc32c ${TORCH_LIBRARIES})
+
+# train: training tokens/s of loom::engine::Train on issue 6's GPT
+# configuration, with the same run's sgemm rate and the model FLOPs per token
+# (the PyTorch eager side is bench/train_pytorch.py).
+add_executable(loom_train_bench ${CMAKE_CURRENT_LIST_DIR}/train_bench.cc)
+target_link_libraries(loom_train_bench PRIVATE loom_engine loom_telemetry loom_gemm_calibration
+                      ${TORCH_LIBRARIES})

@@ -53,8 +53,54 @@ bench_checkpoint() {
   local dir=${CHECKPOINT_BENCH_DIR:-$BUILD_DIR}
   mkdir -p "$dir"
   "$BUILD_DIR/bin/loom_checkpoint_bench" "$dir" "${CHECKPOINT_LAYERS:-12}" \
-    "${CHECKPOINT_D_MODEL:-768}" "${CHECKPOINT_STEPS:-10}" "${CHECKPOINT_INTERVAL:-3}" \
+    "${CHECKPOINT_D_MODEL:-768}" "${CHECKPOINT_STEPS:-8}" "${CHECKPOINT_INTERVAL:-2}" \
     "${CHECKPOINT_THREADS:-2}"
+}
+
+# Value of key=value field $3 on the line of output $2 that starts with $1.
+field() { grep "^$1 " <<<"$2" | tr ' ' '\n' | sed -n "s/^$3=//p"; }
+
+# Training tokens/s of loom::engine::Train against PyTorch eager (Debian's
+# python3-torch 1.13) on the same GPT, optimizer, batch and threads, both as
+# a fraction of the sgemm rate measured in the same run (issue 6). The sgemm
+# reference is the best 2048^3 fp32 matmul rate either side measured (each
+# measures before and after its training). TRAIN_PROFILE=0 skips the
+# per-stage and per-operator profiles.
+bench_train() {
+  ./scripts/install-bench-deps.sh >/dev/null
+  build loom_train_bench
+  local steps=${TRAIN_STEPS:-23} warmup=${TRAIN_WARMUP:-3} threads=${TRAIN_THREADS:-2}
+  local loom_profile=0 torch_profile=0
+  if [ "${TRAIN_PROFILE:-1}" != 0 ]; then loom_profile=2 torch_profile=1; fi
+  local loom torch
+  loom=$("$BUILD_DIR/bin/loom_train_bench" "$steps" "$warmup" "$threads" "$loom_profile")
+  grep -v '^LOOM_TRAIN ' <<<"$loom"
+  # Debian's interpreter explicitly: the first python3 on PATH may be another
+  # one, without torch.
+  torch=$(/usr/bin/python3 bench/train_pytorch.py --steps "$steps" --warmup "$warmup" \
+    --threads "$threads" --profile-steps "$torch_profile")
+  grep -v '^PYTORCH_TRAIN ' <<<"$torch"
+  # OpenBLAS 0.3.21 (Debian 12) falls back to generic SSE3 kernels on CPU
+  # models it does not know, which halves or worse every matmul on both sides.
+  if grep -q 'BLAS: OpenBLAS Prescott' <<<"$loom" && grep -qw avx2 /proc/cpuinfo; then
+    echo "note: OpenBLAS runs its generic Prescott kernels on this CPU; OPENBLAS_CORETYPE=SkylakeX" \
+      "(avx512f) or Haswell (avx2) selects vector kernels, for both sides"
+  fi
+  local loom_tps torch_tps flops_per_token loom_sgemm torch_sgemm
+  loom_tps=$(field LOOM_TRAIN "$loom" tokens_per_second)
+  flops_per_token=$(field LOOM_TRAIN "$loom" flops_per_token)
+  loom_sgemm=$(field LOOM_TRAIN "$loom" sgemm_flops_per_second)
+  torch_tps=$(field PYTORCH_TRAIN "$torch" tokens_per_second)
+  torch_sgemm=$(field PYTORCH_TRAIN "$torch" sgemm_flops_per_second)
+  awk -v l="$loom_tps" -v t="$torch_tps" -v f="$flops_per_token" -v ls="$loom_sgemm" \
+    -v ts="$torch_sgemm" 'BEGIN {
+      s = ls > ts ? ls : ts
+      printf "sgemm reference: %.1f GFLOP/s (best of loom %.1f, pytorch %.1f)\n", s / 1e9, ls / 1e9, ts / 1e9
+      printf "loom:    %.1f tok/s = %.1f GFLOP/s at %.1f MFLOP/token\n", l, l * f / 1e9, f / 1e6
+      printf "pytorch: %.1f tok/s = %.1f GFLOP/s at %.1f MFLOP/token\n", t, t * f / 1e9, f / 1e6
+      printf "train: %.1f tok/s ratio=%.2f vs PyTorch eager, loom %.1f%% / pytorch %.1f%% of sgemm\n",
+        l, l / t, 100 * l * f / s, 100 * t * f / s
+    }'
 }
 
 benchmarks() {

@@ -44,7 +44,8 @@ echo "== summary"
 echo "  byte unigram entropy of the corpus: ${entropy} nats/token (a model that ignores context cannot beat this)"
 "$LOOMCTL" list
 echo "  wall time for the job: ${elapsed}s"
-echo "  checkpoints kept: $(find "$LOOM_HOME"/controller/checkpoints -name '*.pt' 2>/dev/null | wc -l) under $LOOM_HOME/controller/checkpoints (each with a .sha256)"
+echo "  checkpoints kept: $(find "$LOOM_HOME"/controller/checkpoints -mindepth 2 -maxdepth 2 -type d -name 'step-*' 2>/dev/null | wc -l) under $LOOM_HOME/controller/checkpoints (step directories with a checksummed MANIFEST.json)"
+"$LOOMCTL" checkpoints "$(ls "$LOOM_HOME"/controller/checkpoints | tail -1)" || true
 echo "  logs: $LOOM_HOME/logs"
 "$LOOMCTL" local down
 trap - EXIT

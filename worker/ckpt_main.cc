@@ -1,5 +1,7 @@
 // loom-ckpt: inspect trainer checkpoints.
-//   loom-ckpt digest FILE...   one line per file: <sha256 of the model> <tensors> <parameters> FILE
+//   loom-ckpt digest CHECKPOINT...   one line each: <sha256 of the model> <tensors> <parameters> CHECKPOINT
+// (a step directory, which is verified against its manifest first, or an
+// old single-file checkpoint)
 // Two checkpoints have the same digest exactly when their model parameters
 // are bitwise equal. Exit 1 with a reason on stderr if a file is unreadable.
 #include <iostream>
@@ -9,7 +11,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 3 || std::string(argv[1]) != "digest") {
-    std::cerr << "usage: loom-ckpt digest FILE..." << std::endl;
+    std::cerr << "usage: loom-ckpt digest CHECKPOINT..." << std::endl;
     return 2;
   }
   int rc = 0;

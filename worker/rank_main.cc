@@ -210,6 +210,8 @@ int main(int argc, char** argv) {
     c->set_bytes(r.bytes);
     c->set_sha256(r.sha256);
     c->set_generation(r.generation);
+    c->set_write_seconds(r.write_seconds);
+    c->set_stall_seconds(r.stall_seconds);
     Emit(e);
   };
   cb.should_stop = [] { return g_stop.load(); };

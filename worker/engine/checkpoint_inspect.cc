@@ -1,21 +1,46 @@
 #include "worker/engine/checkpoint_inspect.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <vector>
 
 #include <torch/serialize/input-archive.h>
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "common/file_util.h"
 #include "common/sha256.h"
+#include "common/status_macros.h"
+#include "worker/engine/checkpoint.h"
 
 namespace loom::engine {
 namespace {
 
-// Depth-first over nested archives; keys sorted so the order is canonical.
+// One tensor into the digest: a header (name, rank, dtype, shape), then the
+// bytes.
+void Add(const std::string& name, const std::vector<int64_t>& shape, const std::string& dtype,
+         const void* data, size_t bytes, loom::Sha256& hash, ModelDigest& digest) {
+  std::string header = absl::StrCat(name, "|", shape.size(), "|", dtype, "|");
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    absl::StrAppend(&header, d, ",");
+    numel *= d;
+  }
+  hash.Update(header);
+  hash.Update(data, bytes);
+  digest.tensors += 1;
+  digest.parameters += numel;
+}
+
+// Version 1/2 files: depth-first over nested archives, keys sorted at each
+// level so the order is canonical.
 void Walk(torch::serialize::InputArchive& archive, const std::string& prefix, loom::Sha256& hash,
           ModelDigest& digest) {
   std::vector<std::string> keys = archive.keys();
@@ -25,13 +50,8 @@ void Walk(torch::serialize::InputArchive& archive, const std::string& prefix, lo
     torch::Tensor t;
     if (archive.try_read(key, t)) {
       torch::Tensor c = t.contiguous().cpu();
-      std::string header = absl::StrCat(name, "|", c.sizes().vec().size(), "|",
-                                        std::string(c.dtype().name()), "|");
-      for (int64_t d : c.sizes()) absl::StrAppend(&header, d, ",");
-      hash.Update(header);
-      hash.Update(c.data_ptr(), c.nbytes());
-      digest.tensors += 1;
-      digest.parameters += c.numel();
+      Add(name, c.sizes().vec(), std::string(c.dtype().name()), c.data_ptr(), c.nbytes(), hash,
+          digest);
       continue;
     }
     torch::serialize::InputArchive child;
@@ -39,24 +59,79 @@ void Walk(torch::serialize::InputArchive& archive, const std::string& prefix, lo
   }
 }
 
+absl::StatusOr<ModelDigest> DigestLegacyFile(const std::string& path) {
+  torch::serialize::InputArchive root;
+  root.load_from(path);
+  torch::serialize::InputArchive model;
+  if (!root.try_read("model", model)) {
+    return absl::DataLossError(absl::StrCat(path, ": no model archive in the checkpoint"));
+  }
+  loom::Sha256 hash;
+  ModelDigest digest;
+  Walk(model, "", hash, digest);
+  digest.sha256 = loom::ToHex(hash.Finish());
+  return digest;
+}
+
+// A shard's "model/..." tensors, in the order Walk visits the same tensors
+// of a version 1/2 file (names compared component by component), so that
+// both formats give equal digests for equal weights.
+absl::StatusOr<ModelDigest> DigestShard(absl::string_view bytes, const std::string& path) {
+  absl::StatusOr<ShardView> shard = ParseShard(bytes);
+  if (!shard.ok()) return absl::DataLossError(absl::StrCat(path, ": ", shard.status().message()));
+  struct Item {
+    std::vector<std::string> components;
+    size_t index;
+  };
+  std::vector<Item> items;
+  constexpr absl::string_view kModel = "model/";
+  for (size_t i = 0; i < shard->header.tensors.size(); ++i) {
+    absl::string_view name = shard->header.tensors[i].name;
+    if (!absl::ConsumePrefix(&name, kModel)) continue;
+    items.push_back({absl::StrSplit(name, '.'), i});
+  }
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.components < b.components; });
+  loom::Sha256 hash;
+  ModelDigest digest;
+  for (const Item& item : items) {
+    const ShardTensor& t = shard->header.tensors[item.index];
+    const absl::string_view data = shard->data[item.index];
+    Add(t.name.substr(kModel.size()), t.shape,
+        std::string(c10::scalarTypeToTypeMeta(t.dtype).name()), data.data(), data.size(), hash,
+        digest);
+  }
+  digest.sha256 = loom::ToHex(hash.Finish());
+  return digest;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelDigest> DigestCheckpointModel(const std::string& path) {
-  if (access(path.c_str(), R_OK) != 0) {
+  struct stat st;
+  if (access(path.c_str(), R_OK) != 0 || ::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
   }
   try {
-    torch::serialize::InputArchive root;
-    root.load_from(path);
-    torch::serialize::InputArchive model;
-    if (!root.try_read("model", model)) {
-      return absl::DataLossError(absl::StrCat(path, ": no model archive in the checkpoint"));
+    if (S_ISDIR(st.st_mode)) {
+      // A checkpoint directory: verify every file, then digest rank 0's
+      // shard. The step comes from the manifest, so the directory may have
+      // been copied under another name.
+      const std::string manifest_path =
+          (std::filesystem::path(path) / kManifestFileName).string();
+      absl::StatusOr<std::string> manifest_bytes = ReadFile(manifest_path);
+      if (!manifest_bytes.ok()) {
+        return absl::DataLossError(absl::StrCat(manifest_path, ": missing or unreadable"));
+      }
+      ASSIGN_OR_RETURN(CheckpointManifest manifest, ParseManifest(*manifest_bytes, manifest_path));
+      ASSIGN_OR_RETURN(std::string shard,
+                       ReadVerifiedCheckpoint({manifest.state.step, path, -1, false}));
+      return DigestShard(shard, path);
     }
-    loom::Sha256 hash;
-    ModelDigest digest;
-    Walk(model, "", hash, digest);
-    digest.sha256 = loom::ToHex(hash.Finish());
-    return digest;
+    absl::StatusOr<std::string> bytes = ReadFile(path);
+    if (!bytes.ok()) return absl::DataLossError(absl::StrCat(path, ": unreadable"));
+    if (IsShard(*bytes)) return DigestShard(*bytes, path);  // a shard alone
+    return DigestLegacyFile(path);
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat(path, ": not a readable checkpoint: ", e.what()));
   }

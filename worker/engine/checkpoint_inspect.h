@@ -18,8 +18,11 @@ struct ModelDigest {
   int64_t parameters = 0;  // total elements
 };
 
-// NOT_FOUND if the file is missing; DATA_LOSS if it is not a readable
-// checkpoint with a "model" archive.
+// `path` is a checkpoint directory (step-<9 digits>/, whose every file is
+// verified against its manifest first), a shard file alone (not verified),
+// or a version 1/2 single-file checkpoint. Equal weights give equal digests
+// in every format. NOT_FOUND if `path` does not exist; DATA_LOSS if it does
+// not verify or is not a readable checkpoint.
 absl::StatusOr<ModelDigest> DigestCheckpointModel(const std::string& path);
 
 }  // namespace loom::engine

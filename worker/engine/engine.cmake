@@ -1,11 +1,22 @@
+# Checkpoint formats, verification, retention and the asynchronous writer.
+loom_library(loom_checkpoint
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_format.cc
+       ${CMAKE_CURRENT_LIST_DIR}/checkpoint_legacy.cc
+       ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc
+  DEPS loom_crc32c loom_sha256 loom_file_util loom_common yaml-cpp absl::synchronization
+       absl::str_format ${TORCH_LIBRARIES})
+loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom_engine loom_file_util)
+
 # The LibTorch training engine of one rank: model, optimizer, training loop.
 loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc
-             DEPS loom_data loom_sha256 loom_common ${TORCH_LIBRARIES})
+             DEPS loom_checkpoint loom_data loom_sha256 loom_common ${TORCH_LIBRARIES})
 loom_test(loom_gpt_test SRCS gpt_test.cc DEPS loom_engine)
 loom_test(loom_optimizer_test SRCS optimizer_test.cc DEPS loom_engine)
-loom_test(loom_trainer_test SRCS trainer_test.cc DEPS loom_engine TIMEOUT 600)
-# The child that trainer_test.cc kills with SIGKILL mid-run (a separate
-# executable, so that no process forks after LibTorch has started threads).
+loom_test(loom_trainer_test SRCS trainer_test.cc DEPS loom_engine loom_checkpoint_inspect
+          TIMEOUT 600)
+# The child that trainer_test.cc kills with SIGKILL mid-run or mid-save (a
+# separate executable, so that no process forks after LibTorch has started
+# threads).
 add_executable(loom_trainer_kill_helper trainer_kill_helper.cc)
 target_link_libraries(loom_trainer_kill_helper PRIVATE loom_engine)
 add_dependencies(loom_trainer_test loom_trainer_kill_helper)
@@ -13,4 +24,4 @@ target_compile_definitions(loom_trainer_test PRIVATE
   LOOM_TRAINER_KILL_HELPER="$<TARGET_FILE:loom_trainer_kill_helper>")
 
 loom_library(loom_checkpoint_inspect SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_inspect.cc
-  DEPS loom_sha256 loom_common ${TORCH_LIBRARIES})
+  DEPS loom_checkpoint loom_file_util loom_sha256 loom_common ${TORCH_LIBRARIES})

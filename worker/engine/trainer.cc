@@ -1,41 +1,27 @@
 // The training loop reads top to bottom in TrainOrThrow(); everything it
-// calls sits above it: files, collectives, checkpoints, validation.
+// calls sits above it: collectives, configuration, validation, resume.
+// Checkpoint formats and writing live in checkpoint.h / checkpoint_writer.h.
 #include "worker/engine/trainer.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <utility>
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
-#include "common/sha256.h"
 #include "common/status_macros.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_writer.h"
 #include "worker/engine/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer.h"
@@ -43,235 +29,8 @@
 namespace loom::engine {
 namespace {
 
-namespace fs = std::filesystem;
-
 // Gradient all-reduce bucket size; torch DDP's default bucket_cap_mb is 25.
 constexpr int64_t kBucketBytes = int64_t{25} << 20;
-
-constexpr absl::string_view kCheckpointPrefix = "ckpt_";
-constexpr absl::string_view kCheckpointExtension = ".pt";
-constexpr absl::string_view kSidecarExtension = ".sha256";
-constexpr absl::string_view kTempInfix = ".tmp.";
-// v2 added the generation, lineage, skip list, next data batch, global batch
-// and generator state; v1 checkpoints still load (generation 0, no skips).
-constexpr char kCheckpointFormat[] = "loom-checkpoint-v2";
-constexpr char kCheckpointFormatV1[] = "loom-checkpoint-v1";
-// Second line of a sidecar: a comment for sha256sum, metadata for pruning and
-// for choosing a checkpoint without reading every one.
-constexpr absl::string_view kSidecarGenerationPrefix = "# loom generation=";
-
-// ---------------------------------------------------------------------------
-// Files. Plain POSIX; the engine has no injectable Env yet.
-
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status FsyncPath(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open", path);
-  const bool ok = ::fsync(fd) == 0;
-  absl::Status status = ok ? absl::OkStatus() : ErrnoError("fsync", path);
-  ::close(fd);
-  return status;
-}
-
-// Replaces `path` with `bytes` so that a crash at any point leaves either the
-// old contents or the new ones (plus, at worst, a stray temp file): write a
-// temp file in the same directory, fsync it, rename it over `path`, fsync the
-// directory so the rename itself is durable.
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes) {
-  const std::string temp = absl::StrCat(path, kTempInfix, ::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("create", temp);
-  const char* data = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, data, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status status = ErrnoError("write", temp);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return status;
-    }
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    absl::Status status = ErrnoError("fsync", temp);
-    ::close(fd);
-    ::unlink(temp.c_str());
-    return status;
-  }
-  if (::close(fd) != 0) return ErrnoError("close", temp);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status status = ErrnoError("rename", temp);
-    ::unlink(temp.c_str());
-    return status;
-  }
-  return FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
-}
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return ErrnoError("open", path);
-  }
-  std::string out;
-  char chunk[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status status = ErrnoError("read", path);
-      ::close(fd);
-      return status;
-    }
-    if (n == 0) break;
-    out.append(chunk, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// Checkpoint files: <dir>/ckpt_00000042.pt and <dir>/ckpt_00000042.pt.sha256.
-
-std::string CheckpointPath(const std::string& dir, int64_t step) {
-  return (fs::path(dir) / absl::StrFormat("%s%08d%s", kCheckpointPrefix, step,
-                                          kCheckpointExtension))
-      .string();
-}
-
-std::string SidecarPath(const std::string& checkpoint_path) {
-  return absl::StrCat(checkpoint_path, kSidecarExtension);
-}
-
-std::string SidecarContents(const std::string& sha256, const std::string& checkpoint_path,
-                            int64_t generation, int64_t step) {
-  return absl::StrCat(sha256, "  ", fs::path(checkpoint_path).filename().string(), "\n",
-                      kSidecarGenerationPrefix, generation, " step=", step, "\n");
-}
-
-// The generation a sidecar records: 0 if it has no generation line (format
-// v1), -1 if it cannot be read or the line does not parse.
-int64_t SidecarGeneration(const std::string& checkpoint_path) {
-  absl::StatusOr<std::string> sidecar = ReadFileToString(SidecarPath(checkpoint_path));
-  if (!sidecar.ok()) return -1;
-  const size_t at = sidecar->find(absl::StrCat("\n", kSidecarGenerationPrefix));
-  if (at == std::string::npos) return 0;
-  absl::string_view rest =
-      absl::string_view(*sidecar).substr(at + 1 + kSidecarGenerationPrefix.size());
-  rest = rest.substr(0, std::min(rest.find(' '), rest.find('\n')));
-  int64_t generation = -1;
-  if (!absl::SimpleAtoi(rest, &generation) || generation < 0) return -1;
-  return generation;
-}
-
-struct CheckpointFile {
-  int64_t step = 0;
-  std::string path;
-  int64_t generation = -1;  // from the sidecar, see SidecarGeneration
-};
-
-// Checkpoints in `dir` in lineage order: generation (as the sidecar says)
-// descending, then step descending. Other names (sidecars, temp files) are
-// not listed. A missing directory has none.
-std::vector<CheckpointFile> ListCheckpoints(const std::string& dir) {
-  std::vector<CheckpointFile> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string filename = it->path().filename().string();
-    absl::string_view name = filename;
-    if (!absl::ConsumePrefix(&name, kCheckpointPrefix) ||
-        !absl::ConsumeSuffix(&name, kCheckpointExtension) || name.empty() ||
-        !std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
-      continue;
-    }
-    int64_t step = 0;
-    if (!absl::SimpleAtoi(name, &step)) continue;
-    out.push_back({step, it->path().string(), SidecarGeneration(it->path().string())});
-  }
-  std::sort(out.begin(), out.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
-    return a.generation != b.generation ? a.generation > b.generation : a.step > b.step;
-  });
-  return out;
-}
-
-// A branch's history: (generation, first step) pairs in order of increasing
-// generation; the first pair starts at step 0. Generation g's checkpoints on
-// the branch lie between its first step and the next pair's first step.
-using Lineage = std::vector<std::pair<int64_t, int64_t>>;
-
-// True if checkpoint `file` is on the branch whose newest checkpoint is at
-// `tip_step` with lineage `lineage` (the tip itself included).
-bool IsOnBranch(const CheckpointFile& file, const Lineage& lineage, int64_t tip_step) {
-  for (size_t i = 0; i < lineage.size(); ++i) {
-    if (lineage[i].first != file.generation) continue;
-    const int64_t last = i + 1 < lineage.size() ? lineage[i + 1].second : tip_step;
-    return file.step >= lineage[i].second && file.step <= last;
-  }
-  return false;
-}
-
-// The checkpoint's bytes if its sidecar exists and matches them; DATA_LOSS
-// (or the read error) otherwise.
-absl::StatusOr<std::string> ReadVerifiedCheckpoint(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string sidecar, ReadFileToString(SidecarPath(path)));
-  // sha256sum format: "<64 hex>  <file name>\n".
-  const absl::string_view expected = absl::string_view(sidecar).substr(0, 64);
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
-  const std::string actual = Sha256Hex(bytes);
-  if (expected != actual) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": sha256 ", actual, " does not match sidecar ", expected));
-  }
-  return bytes;
-}
-
-// Deletes temp files of interrupted writes and, unless keep <= 0, the
-// checkpoints that TrainerConfig's keep_checkpoints / retain_distance_steps
-// do not keep, relative to the branch whose newest checkpoint was just
-// written at `tip_step` with `lineage`. Best effort: failures only leave
-// files behind.
-void PruneCheckpoints(const std::string& dir, int keep, int64_t retain_distance_steps,
-                      const Lineage& lineage, int64_t tip_step) {
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (absl::StartsWith(name, kCheckpointPrefix) &&
-        absl::StrContains(name, kTempInfix)) {
-      fs::remove(it->path(), ec);
-    }
-  }
-  if (keep <= 0) return;
-  // On the branch, lineage order is step order, newest first.
-  std::vector<CheckpointFile> branch, doomed;
-  for (CheckpointFile& file : ListCheckpoints(dir)) {
-    if (IsOnBranch(file, lineage, tip_step)) {
-      branch.push_back(std::move(file));
-    } else if (file.step <= tip_step) {
-      doomed.push_back(std::move(file));  // an abandoned branch, passed
-    }                                     // (later steps: kept for now)
-  }
-  // Keep the newest `keep`; with a reserve, also the newest at or before
-  // tip_step - retain_distance_steps and everything after it (those become
-  // the reserve as the branch advances, so they must not go first).
-  size_t kept = std::min(branch.size(), static_cast<size_t>(keep));
-  if (retain_distance_steps > 0) {
-    const int64_t target = tip_step - retain_distance_steps;
-    size_t reserve = 0;
-    while (reserve < branch.size() && branch[reserve].step > target) ++reserve;
-    kept = std::max(kept, std::min(reserve + 1, branch.size()));
-  }
-  doomed.insert(doomed.end(), branch.begin() + kept, branch.end());
-  for (const CheckpointFile& file : doomed) {
-    fs::remove(SidecarPath(file.path), ec);  // sidecar first: never a
-    fs::remove(file.path, ec);               // sidecar without its data
-  }
-}
 
 // ---------------------------------------------------------------------------
 // Collectives of one rank over an optional process group; with no group
@@ -334,12 +93,13 @@ class Collectives {
     return values;
   }
 
-  // True on every rank if `flag` is true on any rank.
-  bool Any(bool flag) {
-    if (!group_) return flag;
-    torch::Tensor t = torch::tensor({flag ? int64_t{1} : int64_t{0}}, torch::kLong);
+  // Element-wise maximum over ranks.
+  std::vector<int64_t> Max(std::vector<int64_t> values) {
+    if (!group_) return values;
+    torch::Tensor t = torch::tensor(values, torch::kLong);
     AllReduce(t, c10d::ReduceOp::MAX);
-    return t.item<int64_t>() != 0;
+    for (size_t i = 0; i < values.size(); ++i) values[i] = t[i].item<int64_t>();
+    return values;
   }
 
   // Rank 0's `bytes`, on every rank (other ranks' arguments are ignored).
@@ -402,182 +162,9 @@ class Collectives {
   std::shared_ptr<c10d::ProcessGroup> group_;
 };
 
-// ---------------------------------------------------------------------------
-// Checkpoint contents.
-
-// Loop state that a checkpoint carries besides weights, optimizer state and
-// the generator state.
-struct LoopState {
-  int64_t step = 0;             // optimizer steps done
-  int64_t next_data_batch = 0;  // data batch index to consider next, before
-                                // skipping (data cursor / global_batch)
-  double loss = 0;              // of the last step
-  bool has_val_loss = false;
-  double val_loss = 0;          // of the last validation pass
-  int64_t generation = 0;
-  Lineage lineage;              // ends with this generation
-  std::vector<BatchRange> skip_batches;  // sorted, disjoint, non-adjacent
-};
-
-// What must match for a checkpoint's tensors to fit the model.
-std::string ModelFingerprint(const GptConfig& c) {
-  return absl::StrCat("n_layer=", c.n_layer, ",n_head=", c.n_head, ",d_model=", c.d_model,
-                      ",seq_len=", c.seq_len, ",vocab_size=", c.vocab_size);
-}
-
-std::vector<int64_t> FlattenRanges(const std::vector<BatchRange>& ranges) {
-  std::vector<int64_t> flat;
-  for (const BatchRange& r : ranges) flat.insert(flat.end(), {r.begin, r.end});
-  return flat;
-}
-
-std::vector<int64_t> FlattenLineage(const Lineage& lineage) {
-  std::vector<int64_t> flat;
-  for (const auto& [generation, step] : lineage) flat.insert(flat.end(), {generation, step});
-  return flat;
-}
-
-// torch's default CPU generator, as a handle that shares its state.
-at::Generator DefaultCpuGenerator() { return at::detail::getDefaultCPUGenerator(); }
-
-std::string SerializeCheckpoint(const TrainerConfig& config, GptImpl& model,
-                                torch::optim::Optimizer& optimizer, const LoopState& state) {
-  torch::serialize::OutputArchive root;
-  root.write("format", c10::IValue(std::string(kCheckpointFormat)));
-  root.write("model_config", c10::IValue(ModelFingerprint(config.model)));
-  root.write("global_batch", c10::IValue(int64_t{config.global_batch}));
-  root.write("step", c10::IValue(state.step));
-  root.write("next_data_batch", c10::IValue(state.next_data_batch));
-  // In samples, as v1 had it; informational (next_data_batch is read back).
-  root.write("data_cursor", c10::IValue(state.next_data_batch * config.global_batch));
-  root.write("skip_batches", c10::IValue(FlattenRanges(state.skip_batches)));
-  root.write("generation", c10::IValue(state.generation));
-  root.write("lineage", c10::IValue(FlattenLineage(state.lineage)));
-  root.write("loss", c10::IValue(state.loss));
-  root.write("has_val_loss", c10::IValue(state.has_val_loss));
-  root.write("val_loss", c10::IValue(state.val_loss));
-  {
-    at::Generator generator = DefaultCpuGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    root.write("cpu_generator_state", generator.get_state(), /*is_buffer=*/true);
-  }
-  torch::serialize::OutputArchive model_archive;
-  model.save(model_archive);
-  root.write("model", model_archive);
-  torch::serialize::OutputArchive optimizer_archive;
-  optimizer.save(optimizer_archive);
-  root.write("optimizer", optimizer_archive);
-  std::ostringstream out;
-  root.save_to(out);
-  return std::move(out).str();
-}
-
-absl::Status RestoreCheckpoint(const std::string& bytes, const TrainerConfig& config,
-                               GptImpl& model, torch::optim::Optimizer& optimizer,
-                               LoopState* state) {
-  torch::serialize::InputArchive root;
-  root.load_from(bytes.data(), bytes.size());
-  c10::IValue value;
-  root.read("format", value);
-  const bool v1 = value.toStringRef() == kCheckpointFormatV1;
-  if (!v1 && value.toStringRef() != kCheckpointFormat) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint format ", value.toStringRef(), ", expected ", kCheckpointFormat));
-  }
-  root.read("model_config", value);
-  const std::string expected = ModelFingerprint(config.model);
-  if (value.toStringRef() != expected) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint is for model ", value.toStringRef(), ", config says ", expected));
-  }
-  root.read("step", value);
-  state->step = value.toInt();
-  if (v1) {
-    root.read("data_cursor", value);
-    if (value.toInt() % config.global_batch != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint's data cursor ", value.toInt(),
-                       " is not a multiple of global_batch ", config.global_batch));
-    }
-    state->next_data_batch = value.toInt() / config.global_batch;
-    state->generation = 0;
-    state->lineage = {{0, 0}};
-    state->skip_batches.clear();
-  } else {
-    root.read("global_batch", value);
-    if (value.toInt() != config.global_batch) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint was written with global_batch ", value.toInt(),
-                       ", config says ", config.global_batch,
-                       "; data batch indices would not line up"));
-    }
-    root.read("next_data_batch", value);
-    state->next_data_batch = value.toInt();
-    root.read("skip_batches", value);
-    const std::vector<int64_t> ranges = value.toIntVector();
-    state->skip_batches.clear();
-    for (size_t i = 0; i + 1 < ranges.size(); i += 2) {
-      state->skip_batches.push_back({ranges[i], ranges[i + 1]});
-    }
-    root.read("generation", value);
-    state->generation = value.toInt();
-    root.read("lineage", value);
-    const std::vector<int64_t> lineage = value.toIntVector();
-    state->lineage.clear();
-    for (size_t i = 0; i + 1 < lineage.size(); i += 2) {
-      state->lineage.emplace_back(lineage[i], lineage[i + 1]);
-    }
-    torch::Tensor generator_state;
-    root.read("cpu_generator_state", generator_state, /*is_buffer=*/true);
-    at::Generator generator = DefaultCpuGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(generator_state);
-  }
-  root.read("loss", value);
-  state->loss = value.toDouble();
-  root.read("has_val_loss", value);
-  state->has_val_loss = value.toBool();
-  root.read("val_loss", value);
-  state->val_loss = value.toDouble();
-  torch::serialize::InputArchive model_archive;
-  root.read("model", model_archive);
-  model.load(model_archive);
-  torch::serialize::InputArchive optimizer_archive;
-  root.read("optimizer", optimizer_archive);
-  optimizer.load(optimizer_archive);
-  return absl::OkStatus();
-}
-
-// Rank 0: serialises and writes the checkpoint for state.step, then prunes.
-absl::StatusOr<CheckpointReport> WriteCheckpoint(const TrainerConfig& config, GptImpl& model,
-                                                 torch::optim::Optimizer& optimizer,
-                                                 const LoopState& state) {
-  std::error_code ec;
-  fs::create_directories(config.checkpoint_dir, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("create ", config.checkpoint_dir, ": ", ec.message()));
-  }
-  const std::string bytes = SerializeCheckpoint(config, model, optimizer, state);
-  CheckpointReport report;
-  report.step = state.step;
-  report.path = CheckpointPath(config.checkpoint_dir, state.step);
-  report.bytes = bytes.size();
-  report.sha256 = Sha256Hex(bytes);
-  report.generation = state.generation;
-  // Data first, sidecar second: a crash in between leaves a checkpoint whose
-  // sidecar is missing or stale, which resume skips.
-  RETURN_IF_ERROR(WriteFileAtomically(report.path, bytes));
-  RETURN_IF_ERROR(WriteFileAtomically(
-      SidecarPath(report.path),
-      SidecarContents(report.sha256, report.path, state.generation, state.step)));
-  PruneCheckpoints(config.checkpoint_dir, config.keep_checkpoints,
-                   config.retain_distance_steps, state.lineage, state.step);
-  return report;
-}
 
 // ---------------------------------------------------------------------------
-// Configuration, data, seeds.
+// Configuration, data, seeds, validation.
 
 absl::Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
   RETURN_IF_ERROR(ValidateGptConfig(c.model));
@@ -723,14 +310,16 @@ struct ResumePlan {
   int64_t fork_generation = 0;
 };
 
-// Rank 0 only. Reads sidecars of every checkpoint, and checkpoints in
-// lineage order until one qualifies and verifies; the others it tried go to
-// `skipped`. FAILED_PRECONDITION if resume_step > 0 and none qualifies.
+// Rank 0 only. Removes what interrupted saves left, reads the manifest of
+// every checkpoint, and verifies checkpoints in lineage order until one
+// qualifies and verifies; the others it tried go to `skipped`.
+// FAILED_PRECONDITION if resume_step > 0 and none qualifies.
 absl::StatusOr<ResumePlan> PlanResume(const TrainerConfig& config,
                                       std::vector<std::string>* skipped) {
-  const std::vector<CheckpointFile> files = ListCheckpoints(config.checkpoint_dir);
+  RemoveTemporaries(config.checkpoint_dir);
+  const std::vector<CheckpointEntry> files = ListCheckpoints(config.checkpoint_dir);
   ResumePlan plan;
-  for (const CheckpointFile& file : files) {
+  for (const CheckpointEntry& file : files) {
     plan.fork_generation = std::max(plan.fork_generation, file.generation + 1);
   }
   if (config.resume_step == 0) {
@@ -738,14 +327,14 @@ absl::StatusOr<ResumePlan> PlanResume(const TrainerConfig& config,
     return plan;
   }
   std::vector<std::string> found;  // for the error message
-  for (const CheckpointFile& file : files) {
+  for (const CheckpointEntry& file : files) {
     if (config.resume_step > 0 && file.step > config.resume_step) {
       plan.fork = true;
       found.push_back(absl::StrCat(file.path, " (generation ", file.generation,
                                    ", after step ", config.resume_step, ")"));
       continue;
     }
-    absl::StatusOr<std::string> bytes = ReadVerifiedCheckpoint(file.path);
+    absl::StatusOr<std::string> bytes = ReadVerifiedCheckpoint(file);
     if (bytes.ok()) {
       plan.checkpoint = *std::move(bytes);
       return plan;
@@ -793,38 +382,66 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   const std::vector<torch::Tensor> parameters = model->parameters();
   collectives.BroadcastFromRank0(parameters);
   std::unique_ptr<torch::optim::AdamW> optimizer = MakeAdamW(*model, config.optimizer);
+  const CheckpointShape shape{ModelFingerprint(config.model), config.global_batch, world_size};
 
-  // Writes the checkpoint of `state` on rank 0 and shares the outcome, so
-  // that no rank trains on, or waits in a collective, after rank 0 has
-  // failed. Collective.
+  // Checkpoints. Rank 0 saves through `writer`, one save in flight at most,
+  // and hears of each save's outcome at a later step boundary (Poll), before
+  // the next save (Wait), or at the end. The writer is declared after the
+  // model and optimizer so that it is destroyed first: its destructor waits
+  // for a save in flight, which may still be copying their tensors.
   TrainResult result;
-  auto commit_checkpoint = [&](const LoopState& state) -> absl::Status {
-    absl::Status written = absl::OkStatus();
-    if (rank == 0) {
-      absl::StatusOr<CheckpointReport> report;
-      try {
-        report = WriteCheckpoint(config, *model, *optimizer, state);
-      } catch (const std::exception& e) {
-        report = absl::InternalError(absl::StrCat("checkpoint at step ", state.step, ": ",
-                                                  e.what()));
-      }
-      written = report.status();
-      if (report.ok()) {
-        result.checkpoints.push_back(*report);
-        if (callbacks.on_checkpoint) callbacks.on_checkpoint(*report);
-      }
+  std::unique_ptr<CheckpointWriter> writer;
+  if (rank == 0 && !config.checkpoint_dir.empty()) {
+    CheckpointWriterOptions options;
+    options.dir = config.checkpoint_dir;
+    options.rank = rank;
+    options.shape = shape;
+    options.keep_checkpoints = config.keep_checkpoints;
+    options.retain_distance_steps = config.retain_distance_steps;
+    options.on_stage = callbacks.on_checkpoint_stage;
+    writer = std::make_unique<CheckpointWriter>(std::move(options));
+  }
+  absl::Status checkpoint_failure;  // rank 0: the first failed save
+  int64_t failed_step = -1;
+  int64_t saving_step = -1;         // rank 0: the save in flight
+  // Rank 0: reports a finished save, or keeps its error.
+  auto take = [&](std::optional<absl::StatusOr<CheckpointReport>> outcome) {
+    if (!outcome.has_value()) return;
+    if (outcome->ok()) {
+      result.checkpoints.push_back(**outcome);
+      if (callbacks.on_checkpoint) callbacks.on_checkpoint(**outcome);
+    } else if (checkpoint_failure.ok()) {
+      checkpoint_failure = outcome->status();
+      failed_step = saving_step;
     }
-    if (collectives.Any(!written.ok())) {
-      if (!written.ok()) return written;
-      return absl::AbortedError(
-          absl::StrCat("rank 0 failed to write the checkpoint at step ", state.step));
+  };
+  // Rank 0: saves `state` once the previous save has finished; waits for it
+  // too if `wait`. After a failure nothing more is saved.
+  auto save = [&](const TrainingState& state, bool wait) {
+    take(writer->Wait());
+    if (!checkpoint_failure.ok()) return;
+    saving_step = state.step;
+    absl::Status started = writer->Start(*model, *optimizer, state);
+    if (!started.ok()) {
+      checkpoint_failure = started;
+      failed_step = state.step;
+      return;
     }
-    return absl::OkStatus();
+    if (wait) take(writer->Wait());
+  };
+  // Collective: fails every rank if rank 0 failed to save, so that no rank
+  // trains on, or waits in a collective, after rank 0 has given up.
+  auto agree_on_checkpoints = [&]() -> absl::Status {
+    const int64_t failed = collectives.Max({checkpoint_failure.ok() ? 0 : failed_step + 1})[0];
+    if (failed == 0) return absl::OkStatus();
+    if (!checkpoint_failure.ok()) return checkpoint_failure;
+    return absl::AbortedError(
+        absl::StrCat("rank 0 failed to write the checkpoint at step ", failed - 1));
   };
 
   // Resume: rank 0 picks the checkpoint (TrainerConfig::resume_step) and
   // sends it with its decision; every rank restores the same bytes.
-  LoopState state;
+  TrainingState state;
   bool restored = false;
   bool fork = false;
   int64_t fork_generation = 0;
@@ -843,13 +460,13 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     fork_generation = decision[2];
     const std::string checkpoint = collectives.BroadcastBytes(std::move(plan->checkpoint));
     if (!checkpoint.empty()) {
-      RETURN_IF_ERROR(RestoreCheckpoint(checkpoint, config, *model, *optimizer, &state));
+      RETURN_IF_ERROR(RestoreCheckpoint(checkpoint, shape, *model, *optimizer, &state));
       result.resumed_from_step = state.step;
       restored = true;
     }
   }
   // The branch this call continues or starts (TrainerConfig, "Forks").
-  const LoopState resumed = state;
+  const TrainingState resumed = state;
   state.generation = std::max(state.generation, config.generation);
   if (fork) state.generation = std::max(state.generation, fork_generation);
   state.skip_batches = UnionOfRanges(state.skip_batches, config.skip_batches);
@@ -863,7 +480,10 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   const bool stamp = restored ? state.generation != resumed.generation ||
                                     state.skip_batches != resumed.skip_batches
                               : fork;
-  if (stamp) RETURN_IF_ERROR(commit_checkpoint(state));
+  if (stamp) {
+    if (rank == 0) save(state, /*wait=*/true);
+    RETURN_IF_ERROR(agree_on_checkpoints());
+  }
 
   // Each rank holds global_batch / world_size rows per step and walks them in
   // micro-batches. Buffers live for the whole run.
@@ -897,9 +517,24 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   }
 
   while (state.step < total_steps) {
+    // Step boundary: a stop request from any rank, or a failed save on rank
+    // 0, ends every rank here. A save in flight at a stop is finished and
+    // reported first: it is a valid checkpoint.
     const bool stop = callbacks.should_stop && callbacks.should_stop();
-    if (collectives.Any(stop)) {
-      return absl::CancelledError(absl::StrCat("stopped before step ", state.step + 1));
+    if (writer) take(writer->Poll());
+    const std::vector<int64_t> flags =
+        collectives.Max({stop ? 1 : 0, checkpoint_failure.ok() ? 0 : failed_step + 1});
+    if (flags[1] != 0) {
+      if (!checkpoint_failure.ok()) return checkpoint_failure;
+      return absl::AbortedError(
+          absl::StrCat("rank 0 failed to write the checkpoint at step ", flags[1] - 1));
+    }
+    if (flags[0] != 0) {
+      if (writer) take(writer->Wait());
+      return absl::CancelledError(absl::StrCat(
+          "stopped before step ", state.step + 1,
+          checkpoint_failure.ok() ? "" : "; the last checkpoint save failed: ",
+          checkpoint_failure.ok() ? "" : checkpoint_failure.message()));
     }
     const auto start = std::chrono::steady_clock::now();
     if (config.model.dropout > 0) torch::manual_seed(DropoutSeed(config.seed, rank, state.step));
@@ -926,6 +561,10 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     const double grad_norm = ClipGradNorm(parameters, config.optimizer.grad_clip);
     const double lr = LearningRateAt(config.schedule, config.optimizer.lr, state.step);
     SetLearningRate(*optimizer, lr);
+    // Snapshot fence: a save started after the previous step may still be
+    // copying parameters and optimizer state, which the step below
+    // overwrites. Everything above only reads them.
+    if (writer) writer->WaitForSnapshot();
     optimizer->step();
     state.step += 1;
     state.next_data_batch = data_batch + 1;
@@ -961,9 +600,12 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     const bool checkpoint =
         !config.checkpoint_dir.empty() &&
         (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0));
-    if (checkpoint) RETURN_IF_ERROR(commit_checkpoint(state));
+    if (checkpoint && rank == 0) save(state, /*wait=*/last || !config.checkpoint_async);
   }
 
+  // The final checkpoint has committed (or failed) by now; every rank hears.
+  if (writer) take(writer->Wait());
+  RETURN_IF_ERROR(agree_on_checkpoints());
   if (callbacks.on_finish) callbacks.on_finish(*model);
   result.steps = state.step;
   result.final_loss = state.loss;
@@ -972,6 +614,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
 }
 
 }  // namespace
+
 
 absl::StatusOr<TrainResult> Train(const TrainerConfig& config,
                                   std::shared_ptr<c10d::ProcessGroup> process_group,

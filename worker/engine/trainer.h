@@ -90,12 +90,17 @@ struct TrainerConfig {
   std::vector<std::string> val_shards;    // paths or glob patterns
 
   // --- Checkpoints -------------------------------------------------------
-  // Rank 0 writes <dir>/ckpt_<step, 8 digits>.pt and a sha256sum-format
-  // sidecar <that>.sha256 ("<sha256>  <name>" plus a comment line
-  // "# loom generation=<g> step=<s>", which `sha256sum -c --strict`
-  // accepts), each atomically; a checkpoint without a sidecar, or whose
-  // bytes do not match it, is skipped on resume. Only rank 0 reads or writes
-  // the directory (it broadcasts the checkpoint it resumes from). Empty = no
+  // Rank 0 writes one directory per checkpoint, <dir>/step-<step, 9 digits>/,
+  // holding its shard and a MANIFEST.json written last that lists every file
+  // with its size and CRC-32C (format and commit protocol: checkpoint.h). A
+  // save is written into a temporary directory and renamed into place, so a
+  // crash at any point leaves complete checkpoints plus, at worst, a
+  // step-*.tmp-* directory, which is never read and is removed on the next
+  // start. On resume every checksum is verified; a checkpoint that fails
+  // (missing or damaged manifest or file) is skipped. Only rank 0 reads or
+  // writes the directory (it broadcasts the checkpoint it resumes from).
+  // Version 1/2 checkpoints (single files ckpt_<8 digits>.pt with a .sha256
+  // sidecar) are still listed and resumed from, never written. Empty = no
   // checkpoints and no resume.
   //
   // A checkpoint holds everything that influences later training: weights,
@@ -110,30 +115,40 @@ struct TrainerConfig {
   // (generation, first step) branch points that led to it. "Lineage order"
   // sorts checkpoints by generation, highest first, then by step, highest
   // first; "newest" below means first in lineage order. (The order reads
-  // the generation from the sidecar, so choosing needs no checkpoint read;
-  // a sidecar without that line is generation 0, an unreadable one sorts
-  // last. The checkpoint's own copy is authoritative once it is loaded.)
+  // the generation from the manifest, so choosing reads no shard; a
+  // checkpoint whose manifest cannot be read sorts last.)
   //
   // Forks. A resume that deliberately passes over newer checkpoints
   // (resume_step >= 0 while some checkpoint is at a step > resume_step; a
   // rollback) starts a new branch: its generation becomes
   // max(generation, 1 + the highest generation in the directory), and before
   // its first step it rewrites the checkpoint it resumed from under that
-  // generation (ckpt_00000000 when the fork starts from scratch). So a crash
-  // of the new branch before its next checkpoint resumes (resume_step = -1)
-  // on the new branch, with its skip list, not on the abandoned one. The
-  // abandoned branch's checkpoints are not deleted by resuming: files at
-  // steps the new branch reaches are replaced by its own (atomic rename),
-  // and pruning deletes the others once the new branch has passed their
-  // step. Without a fork the generation is
+  // generation (step-000000000 when the fork starts from scratch). So a
+  // crash of the new branch before its next checkpoint resumes
+  // (resume_step = -1) on the new branch, with its skip list, not on the
+  // abandoned one. The abandoned branch's checkpoints are not deleted by
+  // resuming: those at steps the new branch reaches are replaced by its own
+  // (an atomic exchange of directories), and pruning deletes the others once
+  // the new branch has passed their step. Without a fork the generation is
   // max(generation, the resumed checkpoint's generation); if that or the
   // skip list in force differs from the checkpoint's, the resume point is
   // rewritten the same way (one extra checkpoint write, reported).
   std::string checkpoint_dir;
   int64_t checkpoint_interval = 0; // 0 = final only
+  // Periodic checkpoints are saved asynchronously (see CheckpointReport and
+  // checkpoint_writer.h): the step is blocked only to capture the snapshot
+  // (and, if the copy of the tensors into the host staging buffer has not
+  // finished by the next optimizer step, to wait for it), and the write
+  // overlaps the next steps; at most one save is in flight. false = each
+  // checkpoint blocks until committed. Both write identical bytes. The
+  // resume-point rewrite and the final checkpoint are always waited for.
+  // Either way rank 0 keeps a staging buffer the size of a shard (weights
+  // plus AdamW moments: 12 bytes per fp32 parameter) from its first
+  // checkpoint on.
+  bool checkpoint_async = true;
   // Pruning after every checkpoint write (rank 0), over the checkpoints on
   // the current branch (the ancestors of the one just written): keep the
-  // newest keep_checkpoints; <= 0 = keep every file. Checkpoints of
+  // newest keep_checkpoints; <= 0 = keep every checkpoint. Checkpoints of
   // abandoned branches are deleted once their step is <= the current step.
   int keep_checkpoints = 3;
   // Rollback reserve, in optimizer steps; 0 = none. When > 0, pruning also
@@ -191,26 +206,53 @@ struct StepReport {
   int64_t batches_skipped_total = 0;
 };
 
+// A committed checkpoint, reported once its directory has its final name
+// (and pruning after it is done).
 struct CheckpointReport {
   int64_t step = 0;
-  std::string path;
-  uint64_t bytes = 0;
-  std::string sha256;
+  std::string path;        // the checkpoint directory, <dir>/step-<9 digits>
+  uint64_t bytes = 0;      // all its files, manifest included
+  std::string sha256;      // hex SHA-256 of its MANIFEST.json, which holds
+                           // the CRC-32C of every other file
   int64_t generation = 0;  // lineage generation recorded in it
+  // Background thread: serialising, checksumming, writing, fsync and the
+  // commit rename; not the snapshot copy or pruning.
+  double write_seconds = 0;
+  // Training thread, blocked on this checkpoint: capturing it, waiting for
+  // its snapshot copy before the next optimizer step, and waiting for it to
+  // commit (when the next checkpoint came due first, at the end of training,
+  // or with checkpoint_async = false).
+  double stall_seconds = 0;
+};
+
+// Points of a checkpoint save, for fault injection in tests
+// (TrainerCallbacks::on_checkpoint_stage).
+enum class CheckpointStage {
+  kShardsWritten,    // shards written and fsynced in the temporary
+                     // directory; no manifest yet
+  kManifestWritten,  // manifest written, the directory fsynced; not renamed
+  kCommitted,        // renamed into place, the parent fsynced; not pruned
 };
 
 struct TrainerCallbacks {
   std::function<void(const StepReport&)> on_step;             // rank 0 only
-  std::function<void(const CheckpointReport&)> on_checkpoint; // rank 0 only
+  // Rank 0 only, on the training thread, once a checkpoint has committed: at
+  // the first step boundary after that, before the next checkpoint starts,
+  // or before Train returns; in step order.
+  std::function<void(const CheckpointReport&)> on_checkpoint;
   // Polled on every rank before each step; if it returns true on any rank,
   // all ranks stop with CANCELLED (the flag is all-reduced, so no rank is
   // left waiting in a collective). Steps and checkpoints already finished
-  // stay valid.
+  // stay valid; a checkpoint save in flight is finished (and reported) first.
   std::function<bool()> should_stop;
   // Every rank, once, after the last step and the final checkpoint, with the
   // trained model (a GptImpl, see gpt.h). For tests and export; runs on the
   // training thread, and the module must not be kept past the call.
   std::function<void(const torch::nn::Module&)> on_finish;
+  // Fault injection for tests: rank 0's checkpoint writer calls it, on its
+  // background thread, as a save of checkpoint `step` passes `stage` (for
+  // example to kill the process there).
+  std::function<void(CheckpointStage stage, int64_t step)> on_checkpoint_stage;
 };
 
 struct TrainResult {
@@ -221,8 +263,9 @@ struct TrainResult {
   // resume point when the call forks or changes generation or skip list.
   std::vector<CheckpointReport> checkpoints;
   int64_t resumed_from_step = 0;  // 0 = started from scratch
-  // Checkpoints passed over on resume because they had no sidecar, did not
-  // match it, or could not be read (rank 0 only).
+  // Checkpoints passed over on resume because they did not verify
+  // (missing or damaged manifest or file) or could not be read (rank 0
+  // only).
   std::vector<std::string> skipped_checkpoints;
   // Effective lineage generation of this call (see TrainerConfig, "Forks").
   int64_t generation = 0;
@@ -253,8 +296,10 @@ struct TrainResult {
 // if resume_step > 0 and no checkpoint at or before it verifies (on ranks
 // != 0 the message only says that rank 0 failed); CANCELLED via
 // should_stop; ABORTED on ranks != 0 when rank 0 failed to write a
-// checkpoint; errors of TokenDataset::Load; INTERNAL for LibTorch errors
-// (c10::Error, including collective failures and timeouts) and I/O errors.
+// checkpoint (found at the next step boundary, when saves are asynchronous);
+// errors of TokenDataset::Load; INTERNAL for LibTorch errors (c10::Error,
+// including collective failures and timeouts) and I/O errors. Train never
+// returns with a checkpoint save in flight: it waits for the last one.
 absl::StatusOr<TrainResult> Train(const TrainerConfig& config,
                                   std::shared_ptr<c10d::ProcessGroup> process_group,
                                   const TrainerCallbacks& callbacks);

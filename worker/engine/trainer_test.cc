@@ -12,11 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
@@ -25,6 +27,8 @@
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_inspect.h"
 #include "worker/engine/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer.h"
@@ -82,32 +86,51 @@ std::shared_ptr<c10d::ProcessGroup> MakeGlooRank(const c10::intrusive_ptr<c10d::
       raw, [owner = std::move(group)](c10d::ProcessGroup*) mutable { owner.reset(); });
 }
 
-// Steps of the checkpoints (ckpt_*.pt) in `dir`, ascending.
+// "<dir>/step-<9 digits>": the directory of checkpoint `step`.
+std::string StepDir(const std::string& dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%09lld", static_cast<long long>(step));
+  return dir + "/" + name;
+}
+
+// Rank 0's shard of checkpoint `step`.
+std::string ShardOf(const std::string& dir, int64_t step) {
+  return StepDir(dir, step) + "/shard-00000.bin";
+}
+
+// Steps of the committed checkpoints (step-<9 digits>/) in `dir`, ascending.
 std::vector<int64_t> CheckpointSteps(const std::string& dir) {
   std::vector<int64_t> steps;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (name.size() == 16 && name.rfind("ckpt_", 0) == 0 && name.substr(13) == ".pt") {
-      steps.push_back(std::stoll(name.substr(5, 8)));
+    if (entry.is_directory() && name.size() == 14 && name.rfind("step-", 0) == 0 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos) {
+      steps.push_back(std::stoll(name.substr(5)));
     }
   }
   std::sort(steps.begin(), steps.end());
   return steps;
 }
 
-// The generation that the sidecar of checkpoint `step` in `dir` records
-// (its "# loom generation=G step=S" line); -1 if there is none.
-int64_t SidecarGeneration(const std::string& dir, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "ckpt_%08lld.pt.sha256", static_cast<long long>(step));
-  std::ifstream in(dir + "/" + name);
+// Names in `dir` of interrupted saves (step-*.tmp-*), sorted.
+std::vector<std::string> TemporaryNames(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp-") != std::string::npos) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The generation that the manifest of checkpoint `step` in `dir` records
+// (its line "  \"generation\": G,"); -1 if there is none.
+int64_t ManifestGeneration(const std::string& dir, int64_t step) {
+  std::ifstream in(StepDir(dir, step) + "/MANIFEST.json");
   std::string line;
   while (std::getline(in, line)) {
-    long long generation = 0, at = 0;
-    if (std::sscanf(line.c_str(), "# loom generation=%lld step=%lld", &generation, &at) == 2 &&
-        at == step) {
-      return generation;
-    }
+    long long generation = 0;
+    if (std::sscanf(line.c_str(), "  \"generation\": %lld,", &generation) == 1) return generation;
   }
   return -1;
 }
@@ -272,9 +295,9 @@ TEST_F(TrainerTest, ResumesFromCheckpointAndMatchesUninterruptedRun) {
   config.checkpoint_interval = 4;
   std::vector<RankOutcome> first = RunRanks(config, 1, {4});
   EXPECT_EQ(first[0].result.status().code(), absl::StatusCode::kCancelled);
-  ASSERT_TRUE(fs::exists(config.checkpoint_dir + "/ckpt_00000004.pt"));
-  ASSERT_TRUE(fs::exists(config.checkpoint_dir + "/ckpt_00000004.pt.sha256"));
-  EXPECT_FALSE(fs::exists(config.checkpoint_dir + "/ckpt_00000008.pt"));
+  ASSERT_TRUE(fs::exists(ShardOf(config.checkpoint_dir, 4)));
+  ASSERT_TRUE(fs::exists(StepDir(config.checkpoint_dir, 4) + "/MANIFEST.json"));
+  EXPECT_FALSE(fs::exists(StepDir(config.checkpoint_dir, 8)));
 
   std::vector<RankOutcome> second = RunRanks(config, 1);
   ASSERT_TRUE(second[0].result.ok()) << second[0].result.status();
@@ -289,15 +312,24 @@ TEST_F(TrainerTest, ResumesFromCheckpointAndMatchesUninterruptedRun) {
   ASSERT_EQ(second[0].result->checkpoints.size(), 1u);
   const CheckpointReport& report = second[0].result->checkpoints[0];
   EXPECT_EQ(report.step, 8);
-  EXPECT_EQ(report.path, config.checkpoint_dir + "/ckpt_00000008.pt");
-  EXPECT_EQ(report.bytes, fs::file_size(report.path));
-  absl::StatusOr<std::string> digest = Sha256File(report.path);
+  EXPECT_EQ(report.path, StepDir(config.checkpoint_dir, 8));
+  EXPECT_EQ(report.generation, 0);
+  // Exactly the shard and the manifest; bytes counts both; sha256 is the
+  // manifest's, which holds the shard's size and CRC-32C.
+  std::vector<std::string> files;
+  uintmax_t bytes = 0;
+  for (const auto& entry : fs::directory_iterator(report.path)) {
+    files.push_back(entry.path().filename().string());
+    bytes += entry.file_size();
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"MANIFEST.json", "shard-00000.bin"}));
+  EXPECT_EQ(report.bytes, bytes);
+  absl::StatusOr<std::string> digest = Sha256File(report.path + "/MANIFEST.json");
   ASSERT_TRUE(digest.ok());
   EXPECT_EQ(report.sha256, *digest);
-  std::ifstream sidecar(report.path + ".sha256");
-  std::string line;
-  std::getline(sidecar, line);
-  EXPECT_EQ(line, report.sha256 + "  ckpt_00000008.pt");
+  EXPECT_GT(report.write_seconds, 0);
+  EXPECT_GE(report.stall_seconds, 0);
 
   // A third call finds the run complete and trains no further.
   std::vector<RankOutcome> third = RunRanks(config, 1);
@@ -317,40 +349,37 @@ TEST_F(TrainerTest, SkipsCorruptNewestCheckpoint) {
   config.checkpoint_dir = dir_ + "/ckpt";
   config.checkpoint_interval = 2;
   ASSERT_TRUE(RunRanks(config, 1)[0].result.ok());
-  const std::string newest = config.checkpoint_dir + "/ckpt_00000004.pt";
-  {
-    // Flip one byte in the middle of the newest checkpoint.
-    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
-    const std::streamoff middle = static_cast<std::streamoff>(fs::file_size(newest) / 2);
-    f.seekg(middle);
-    char c;
-    f.get(c);
-    f.seekp(middle);
-    f.put(static_cast<char>(c ^ 0x5a));
-  }
+  const std::string newest = StepDir(config.checkpoint_dir, 4);
+  const CheckpointEntry entry{4, newest, 0, false};
+  ASSERT_TRUE(ReadVerifiedCheckpoint(entry).ok());
+  // Flip one byte in the middle of the newest checkpoint's shard: loading
+  // it fails with DATA_LOSS naming the shard.
+  FlipMiddleByte(ShardOf(config.checkpoint_dir, 4));
+  absl::StatusOr<std::string> damaged = ReadVerifiedCheckpoint(entry);
+  EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(damaged.status().message()),
+              ::testing::StartsWith(ShardOf(config.checkpoint_dir, 4) + ": crc32c "));
+
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
   EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
   EXPECT_EQ(resumed[0].result->skipped_checkpoints, std::vector<std::string>{newest});
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
   // The rewritten step-4 checkpoint verifies again.
-  absl::StatusOr<std::string> digest = Sha256File(newest);
-  ASSERT_TRUE(digest.ok());
-  std::ifstream sidecar(newest + ".sha256");
-  std::string expected;
-  sidecar >> expected;
-  EXPECT_EQ(*digest, expected);
+  EXPECT_TRUE(ReadVerifiedCheckpoint(entry).ok());
 }
 
-TEST_F(TrainerTest, CheckpointWithoutSidecarIsSkipped) {
+TEST_F(TrainerTest, CheckpointWithoutManifestIsSkipped) {
   TrainerConfig config = SmallConfig();
   config.schedule.total_steps = 2;
   config.checkpoint_dir = dir_ + "/ckpt";
   config.checkpoint_interval = 1;
   ASSERT_TRUE(RunRanks(config, 1)[0].result.ok());
-  ASSERT_TRUE(fs::remove(config.checkpoint_dir + "/ckpt_00000002.pt.sha256"));
+  ASSERT_TRUE(fs::remove(StepDir(config.checkpoint_dir, 2) + "/MANIFEST.json"));
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
+  // Without a readable manifest its generation is unknown, so it sorts last
+  // and is never tried.
   EXPECT_EQ(resumed[0].result->resumed_from_step, 1);
   EXPECT_EQ(resumed[0].steps.size(), 1u);
 }
@@ -373,8 +402,12 @@ TEST_F(TrainerTest, KeepsOnlyNewestCheckpoints) {
     names.push_back(entry.path().filename().string());
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"ckpt_00000005.pt", "ckpt_00000005.pt.sha256",
-                                             "ckpt_00000006.pt", "ckpt_00000006.pt.sha256"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"step-000000005", "step-000000006"}));
+  // Reported in step order, each once it had committed.
+  for (size_t i = 0; i < reported.size(); ++i) {
+    EXPECT_EQ(reported[i].step, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(reported[i].path, result->checkpoints[i].path);
+  }
 }
 
 TEST_F(TrainerTest, TwoRanksResumeFromRankZeroCheckpoint) {
@@ -536,9 +569,9 @@ TEST_F(TrainerTest, RollbackWithSkipMatchesRunFromScratchWithSkip) {
   // The resume point now belongs to generation 1; the abandoned branch's
   // later checkpoints are still there.
   EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{6, 8, 10}));
-  EXPECT_EQ(SidecarGeneration(config.checkpoint_dir, 6), 1);
-  EXPECT_EQ(SidecarGeneration(config.checkpoint_dir, 8), 0);
-  EXPECT_EQ(SidecarGeneration(config.checkpoint_dir, 10), 0);
+  EXPECT_EQ(ManifestGeneration(config.checkpoint_dir, 6), 1);
+  EXPECT_EQ(ManifestGeneration(config.checkpoint_dir, 8), 0);
+  EXPECT_EQ(ManifestGeneration(config.checkpoint_dir, 10), 0);
 
   // A restart as after a crash: newest checkpoint, no skip list given. It
   // must pick generation 1's step 6, not generation 0's step 10.
@@ -557,7 +590,7 @@ TEST_F(TrainerTest, RollbackWithSkipMatchesRunFromScratchWithSkip) {
   for (const CheckpointReport& c : resumed[0].result->checkpoints) EXPECT_EQ(c.generation, 1);
   // Generation 1 replaced generation 0's files at the steps it reached.
   EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{6, 8, 10}));
-  for (int64_t step : {6, 8, 10}) EXPECT_EQ(SidecarGeneration(config.checkpoint_dir, step), 1);
+  for (int64_t step : {6, 8, 10}) EXPECT_EQ(ManifestGeneration(config.checkpoint_dir, step), 1);
 
   TrainerConfig scratch = SmallConfig();
   scratch.model.dropout = 0.1;
@@ -613,7 +646,7 @@ TEST_F(TrainerTest, ResumeStepPicksNewestValidCheckpointAtOrBeforeIt) {
   config.keep_checkpoints = 0;  // keep every file
   ASSERT_TRUE(RunRanks(config, 1)[0].result.ok());
   const std::string dir = config.checkpoint_dir;
-  FlipMiddleByte(dir + "/ckpt_00000003.pt");
+  FlipMiddleByte(ShardOf(dir, 3));
 
   // resume_step 3: step 3 is corrupt, so step 2. Checkpoints after 3 exist,
   // so this is a fork; the config forgot to raise the generation, so the
@@ -624,9 +657,9 @@ TEST_F(TrainerTest, ResumeStepPicksNewestValidCheckpointAtOrBeforeIt) {
   stop_at_once.should_stop = [] { return true; };
   EXPECT_EQ(Train(rollback, nullptr, stop_at_once).status().code(),
             absl::StatusCode::kCancelled);
-  EXPECT_EQ(SidecarGeneration(dir, 2), 1);
-  EXPECT_EQ(SidecarGeneration(dir, 3), 0);  // corrupt, from the old branch
-  EXPECT_EQ(SidecarGeneration(dir, 4), 0);
+  EXPECT_EQ(ManifestGeneration(dir, 2), 1);
+  EXPECT_EQ(ManifestGeneration(dir, 3), 0);  // corrupt, from the old branch
+  EXPECT_EQ(ManifestGeneration(dir, 4), 0);
 
   std::vector<RankOutcome> finished = RunRanks(config, 1);
   ASSERT_TRUE(finished[0].result.ok()) << finished[0].result.status();
@@ -634,24 +667,25 @@ TEST_F(TrainerTest, ResumeStepPicksNewestValidCheckpointAtOrBeforeIt) {
   EXPECT_EQ(finished[0].result->generation, 1);
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, finished[0].parameters), 0.0);
   EXPECT_EQ(CheckpointSteps(dir), (std::vector<int64_t>{1, 2, 3, 4}));
-  EXPECT_EQ(SidecarGeneration(dir, 1), 0);  // on the branch: kept
-  EXPECT_EQ(SidecarGeneration(dir, 3), 1);
-  EXPECT_EQ(SidecarGeneration(dir, 4), 1);
+  EXPECT_EQ(ManifestGeneration(dir, 1), 0);  // on the branch: kept
+  EXPECT_EQ(ManifestGeneration(dir, 3), 1);
+  EXPECT_EQ(ManifestGeneration(dir, 4), 1);
 
   // resume_step 1 with step 1 corrupt: nothing at or before it verifies.
-  FlipMiddleByte(dir + "/ckpt_00000001.pt");
+  FlipMiddleByte(ShardOf(dir, 1));
   rollback.resume_step = 1;
   absl::StatusOr<TrainResult> failed = Train(rollback, nullptr, {});
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string message(failed.status().message());
-  EXPECT_THAT(message, ::testing::HasSubstr("ckpt_00000001.pt (DATA_LOSS"));
-  EXPECT_THAT(message, ::testing::HasSubstr("ckpt_00000004.pt (generation 1, after step 1)"));
+  EXPECT_THAT(message, ::testing::HasSubstr(StepDir(dir, 1) + " (DATA_LOSS: " + ShardOf(dir, 1) +
+                                            ": crc32c "));
+  EXPECT_THAT(message, ::testing::HasSubstr(StepDir(dir, 4) + " (generation 1, after step 1)"));
 
   // resume_step 0: from scratch, as a new branch stamped at step 0.
   rollback.resume_step = 0;
   EXPECT_EQ(Train(rollback, nullptr, stop_at_once).status().code(),
             absl::StatusCode::kCancelled);
-  EXPECT_EQ(SidecarGeneration(dir, 0), 2);
+  EXPECT_EQ(ManifestGeneration(dir, 0), 2);
   rollback.resume_step = -1;
   std::vector<RankOutcome> again = RunRanks(rollback, 1);
   ASSERT_TRUE(again[0].result.ok()) << again[0].result.status();
@@ -685,77 +719,107 @@ TEST_F(TrainerTest, RetainsACheckpointRollbackDistanceBehindTheNewest) {
                                                            {6, 8, 10, 12}}));
 }
 
-// Checkpoints of the first format (loom-checkpoint-v1: no generation, skip
-// list, data batch index or generator state; the cursor in samples) still
-// resume, as generation 0 with no skips.
-TEST_F(TrainerTest, ResumesFromVersion1Checkpoint) {
-  TrainerConfig config = SmallConfig();
-  config.schedule.total_steps = 4;
-  std::vector<RankOutcome> straight = RunRanks(config, 1);
-  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
-  config.checkpoint_dir = dir_ + "/ckpt";
-  config.checkpoint_interval = 2;
-  ASSERT_TRUE(RunRanks(config, 1, {2})[0].result.status().code() ==
-              absl::StatusCode::kCancelled);
-  const std::string path = config.checkpoint_dir + "/ckpt_00000002.pt";
-
-  // Rewrite step 2 as v1 wrote it, sidecar included.
-  torch::serialize::InputArchive in;
-  in.load_from(path);
+// Rewrites checkpoint `step` in `dir` as format version 1 or 2 wrote it: one
+// torch::serialize archive, ckpt_<8 digits>.pt, with a sha256sum sidecar
+// (version 2: with a "# loom generation=G step=S" line). The directory is
+// removed.
+void WriteLegacyCheckpoint(int version, const TrainerConfig& config, int64_t step) {
+  const std::string dir = config.checkpoint_dir;
+  absl::StatusOr<std::string> bytes =
+      ReadVerifiedCheckpoint({step, StepDir(dir, step), 0, false});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
   Gpt model(config.model);
   std::unique_ptr<torch::optim::AdamW> optimizer = MakeAdamW(*model, config.optimizer);
-  torch::serialize::InputArchive model_in, optimizer_in;
-  in.read("model", model_in);
-  model->load(model_in);
-  in.read("optimizer", optimizer_in);
-  optimizer->load(optimizer_in);
+  TrainingState state;
+  const CheckpointShape shape{ModelFingerprint(config.model), config.global_batch, 1};
+  ASSERT_TRUE(RestoreCheckpoint(*bytes, shape, *model, *optimizer, &state).ok());
+
   torch::serialize::OutputArchive out;
-  for (const char* key : {"model_config", "step", "data_cursor", "loss", "has_val_loss",
-                          "val_loss"}) {
-    c10::IValue value;
-    in.read(key, value);
-    out.write(key, value);
+  out.write("format", c10::IValue(absl::StrCat("loom-checkpoint-v", version)));
+  out.write("model_config", c10::IValue(ModelFingerprint(config.model)));
+  out.write("step", c10::IValue(state.step));
+  out.write("data_cursor", c10::IValue(state.next_data_batch * config.global_batch));
+  out.write("loss", c10::IValue(state.loss));
+  out.write("has_val_loss", c10::IValue(state.has_val_loss));
+  out.write("val_loss", c10::IValue(state.val_loss));
+  if (version == 2) {
+    std::vector<int64_t> skips, lineage;
+    for (const BatchRange& r : state.skip_batches) skips.insert(skips.end(), {r.begin, r.end});
+    for (const auto& [g, s] : state.lineage) lineage.insert(lineage.end(), {g, s});
+    out.write("global_batch", c10::IValue(int64_t{config.global_batch}));
+    out.write("next_data_batch", c10::IValue(state.next_data_batch));
+    out.write("skip_batches", c10::IValue(skips));
+    out.write("generation", c10::IValue(state.generation));
+    out.write("lineage", c10::IValue(lineage));
+    out.write("cpu_generator_state", at::detail::getDefaultCPUGenerator().get_state(),
+              /*is_buffer=*/true);
   }
-  out.write("format", c10::IValue(std::string("loom-checkpoint-v1")));
   torch::serialize::OutputArchive model_out, optimizer_out;
   model->save(model_out);
   out.write("model", model_out);
   optimizer->save(optimizer_out);
   out.write("optimizer", optimizer_out);
+  char name[32];
+  std::snprintf(name, sizeof(name), "ckpt_%08lld.pt", static_cast<long long>(step));
+  const std::string path = dir + "/" + name;
   out.save_to(path);
   absl::StatusOr<std::string> digest = Sha256File(path);
   ASSERT_TRUE(digest.ok());
-  std::ofstream(path + ".sha256") << *digest << "  ckpt_00000002.pt\n";
-
-  std::vector<RankOutcome> resumed = RunRanks(config, 1);
-  ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
-  EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
-  EXPECT_EQ(resumed[0].result->generation, 0);
-  ASSERT_EQ(resumed[0].steps.size(), 2u);
-  EXPECT_EQ(resumed[0].steps[0].data_batch, 2);
-  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
+  std::ofstream sidecar(path + ".sha256");
+  sidecar << *digest << "  " << name << "\n";
+  if (version == 2) sidecar << "# loom generation=" << state.generation << " step=" << step << "\n";
+  sidecar.close();
+  // Both formats digest the same weights the same.
+  absl::StatusOr<ModelDigest> legacy_digest = DigestCheckpointModel(path);
+  absl::StatusOr<ModelDigest> directory_digest = DigestCheckpointModel(StepDir(dir, step));
+  ASSERT_TRUE(legacy_digest.ok()) << legacy_digest.status();
+  ASSERT_TRUE(directory_digest.ok()) << directory_digest.status();
+  EXPECT_EQ(legacy_digest->sha256, directory_digest->sha256);
+  EXPECT_EQ(legacy_digest->tensors, directory_digest->tensors);
+  fs::remove_all(StepDir(dir, step));
 }
 
-// Kill -9 of a real training process after a checkpoint, then resume: the
-// result is bitwise that of an uninterrupted run. The child is a separate
-// executable (loom_trainer_kill_helper), started with posix_spawn, so that
-// nothing runs in a forked copy of this multi-threaded process.
-TEST_F(TrainerTest, ResumesBitExactAfterKill9) {
+// Checkpoints of the single-file formats still resume: version 1
+// (loom-checkpoint-v1: no generation, skip list, data batch index or
+// generator state; the cursor in samples) as generation 0 with no skips,
+// and version 2.
+TEST_F(TrainerTest, ResumesFromVersion1And2Checkpoints) {
   TrainerConfig config = SmallConfig();
-  config.model.dropout = 0.1;  // the resumed run needs the same masks
-  config.schedule.total_steps = 8;
+  config.schedule.total_steps = 4;
   std::vector<RankOutcome> straight = RunRanks(config, 1);
   ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+  for (int version : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("version ", version));
+    config.checkpoint_dir = absl::StrCat(dir_, "/ckpt_v", version);
+    config.checkpoint_interval = 2;
+    ASSERT_TRUE(RunRanks(config, 1, {2})[0].result.status().code() ==
+                absl::StatusCode::kCancelled);
+    ASSERT_NO_FATAL_FAILURE(WriteLegacyCheckpoint(version, config, 2));
+    ASSERT_TRUE(CheckpointSteps(config.checkpoint_dir).empty());
 
-  config.checkpoint_dir = dir_ + "/ckpt";
-  config.checkpoint_interval = 3;
-  // Dies in step 5's report: past checkpoint 3, before checkpoint 6.
-  const std::vector<std::string> args = {
+    std::vector<RankOutcome> resumed = RunRanks(config, 1);
+    ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
+    EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
+    EXPECT_EQ(resumed[0].result->generation, 0);
+    ASSERT_EQ(resumed[0].steps.size(), 2u);
+    EXPECT_EQ(resumed[0].steps[0].data_batch, 2);
+    EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
+    // New checkpoints are directories; the legacy file stays (on the branch).
+    EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{4}));
+    EXPECT_TRUE(fs::exists(config.checkpoint_dir + "/ckpt_00000002.pt"));
+  }
+}
+
+// Runs loom_trainer_kill_helper on `config` (one rank) with `kill_flags`,
+// which make it SIGKILL itself; fails the test unless it died that way. The
+// helper is a separate executable, started with posix_spawn, so that nothing
+// runs in a forked copy of this multi-threaded process.
+void RunKillHelper(const TrainerConfig& config, const std::vector<std::string>& kill_flags) {
+  std::vector<std::string> args = {
       LOOM_TRAINER_KILL_HELPER,
-      "--train=" + train_shard_,
-      "--val=" + val_shard_,
+      "--train=" + config.train_shards.at(0),
+      "--val=" + config.val_shards.at(0),
       "--checkpoint_dir=" + config.checkpoint_dir,
-      "--kill_at_step=5",
       absl::StrCat("--n_layer=", config.model.n_layer),
       absl::StrCat("--n_head=", config.model.n_head),
       absl::StrCat("--d_model=", config.model.d_model),
@@ -770,6 +834,7 @@ TEST_F(TrainerTest, ResumesBitExactAfterKill9) {
       absl::StrCat("--seed=", config.seed),
       absl::StrCat("--eval_batches=", config.eval_batches),
       absl::StrCat("--checkpoint_interval=", config.checkpoint_interval)};
+  args.insert(args.end(), kill_flags.begin(), kill_flags.end());
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -780,6 +845,22 @@ TEST_F(TrainerTest, ResumesBitExactAfterKill9) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
       << "helper exited with status " << status;
+}
+
+// Kill -9 of a real training process after a checkpoint, then resume: the
+// result is bitwise that of an uninterrupted run.
+TEST_F(TrainerTest, ResumesBitExactAfterKill9) {
+  TrainerConfig config = SmallConfig();
+  config.model.dropout = 0.1;  // the resumed run needs the same masks
+  config.schedule.total_steps = 8;
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 3;
+  // Dies in step 5's report (once checkpoint 3 has committed), before
+  // checkpoint 6.
+  ASSERT_NO_FATAL_FAILURE(RunKillHelper(config, {"--kill_at_step=5"}));
   EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{3}));
 
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
@@ -789,6 +870,117 @@ TEST_F(TrainerTest, ResumesBitExactAfterKill9) {
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
   EXPECT_EQ(resumed[0].result->final_loss, straight[0].result->final_loss);
   EXPECT_EQ(resumed[0].result->final_val_loss, straight[0].result->final_val_loss);
+}
+
+// Kill -9 in the middle of saving checkpoint 4 (at `stage`): the directory
+// holds the complete checkpoint 2 and the interrupted save's temporary
+// directory with `temp_files`; resume ignores the temporary (however
+// complete), picks checkpoint 2, removes the temporary, and ends bitwise
+// equal to an uninterrupted run.
+void CheckCrashDuringSave(const TrainerConfig& base, const std::vector<RankOutcome>& straight,
+                          const std::string& stage,
+                          const std::vector<std::string>& temp_files,
+                          const std::function<std::vector<RankOutcome>(const TrainerConfig&)>&
+                              run) {
+  TrainerConfig config = base;
+  config.checkpoint_interval = 2;
+  ASSERT_NO_FATAL_FAILURE(
+      RunKillHelper(config, {"--kill_at_stage=" + stage, "--kill_at_checkpoint=4"}));
+  EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{2}));
+  const std::vector<std::string> temps = TemporaryNames(config.checkpoint_dir);
+  ASSERT_EQ(temps.size(), 1u);
+  EXPECT_EQ(temps[0].rfind("step-000000004.tmp-", 0), 0u) << temps[0];
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(config.checkpoint_dir + "/" + temps[0])) {
+    files.push_back(entry.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, temp_files);
+  // Listing, and so the controller's view, has only the committed one.
+  std::vector<CheckpointEntry> listed = ListCheckpoints(config.checkpoint_dir);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].step, 2);
+
+  std::vector<RankOutcome> resumed = run(config);
+  ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
+  EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
+  EXPECT_TRUE(resumed[0].result->skipped_checkpoints.empty());
+  EXPECT_TRUE(TemporaryNames(config.checkpoint_dir).empty());
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
+  EXPECT_EQ(resumed[0].result->final_loss, straight[0].result->final_loss);
+}
+
+TEST_F(TrainerTest, CrashAfterShardsBeforeManifestLeavesOnlyCompleteCheckpoints) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 6;
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+  config.checkpoint_dir = dir_ + "/ckpt";
+  CheckCrashDuringSave(config, straight, "shards_written", {"shard-00000.bin"},
+                       [&](const TrainerConfig& c) { return RunRanks(c, 1); });
+}
+
+TEST_F(TrainerTest, CrashAfterManifestBeforeRenameLeavesOnlyCompleteCheckpoints) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 6;
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+  config.checkpoint_dir = dir_ + "/ckpt";
+  CheckCrashDuringSave(config, straight, "manifest_written", {"MANIFEST.json", "shard-00000.bin"},
+                       [&](const TrainerConfig& c) { return RunRanks(c, 1); });
+}
+
+// Asynchronous saves write exactly the checkpoints synchronous saves write
+// (every file bitwise equal, so equal model digests), and resuming from
+// either gives the same run.
+TEST_F(TrainerTest, AsyncSaveWritesTheSameCheckpointsAsSynchronousSave) {
+  TrainerConfig config = SmallConfig();
+  config.model.dropout = 0.1;
+  config.schedule.total_steps = 6;
+  config.checkpoint_interval = 1;
+  config.keep_checkpoints = 0;
+  TrainerConfig sync = config, async = config;
+  sync.checkpoint_async = false;
+  sync.checkpoint_dir = dir_ + "/sync";
+  async.checkpoint_async = true;
+  async.checkpoint_dir = dir_ + "/async";
+  std::vector<RankOutcome> a = RunRanks(async, 1);
+  std::vector<RankOutcome> b = RunRanks(sync, 1);
+  ASSERT_TRUE(a[0].result.ok()) << a[0].result.status();
+  ASSERT_TRUE(b[0].result.ok()) << b[0].result.status();
+  EXPECT_EQ(MaxAbsDiff(a[0].parameters, b[0].parameters), 0.0);
+  ASSERT_EQ(CheckpointSteps(async.checkpoint_dir), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  ASSERT_EQ(CheckpointSteps(sync.checkpoint_dir), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  ASSERT_EQ(a[0].result->checkpoints.size(), 6u);
+  for (int64_t step = 1; step <= 6; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    for (const char* file : {"/shard-00000.bin", "/MANIFEST.json"}) {
+      absl::StatusOr<std::string> x = Sha256File(StepDir(async.checkpoint_dir, step) + file);
+      absl::StatusOr<std::string> y = Sha256File(StepDir(sync.checkpoint_dir, step) + file);
+      ASSERT_TRUE(x.ok() && y.ok());
+      EXPECT_EQ(*x, *y) << file;
+    }
+    absl::StatusOr<ModelDigest> x = DigestCheckpointModel(StepDir(async.checkpoint_dir, step));
+    absl::StatusOr<ModelDigest> y = DigestCheckpointModel(StepDir(sync.checkpoint_dir, step));
+    ASSERT_TRUE(x.ok()) << x.status();
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(x->sha256, y->sha256);
+    EXPECT_EQ(x->parameters, GptParameterCount(config.model));
+    EXPECT_EQ(a[0].result->checkpoints[step - 1].sha256, b[0].result->checkpoints[step - 1].sha256);
+  }
+  // Roll both back to step 3 and train on to 8: equal again.
+  for (TrainerConfig* c : {&async, &sync}) {
+    c->resume_step = 3;
+    c->schedule.total_steps = 8;
+  }
+  std::vector<RankOutcome> ra = RunRanks(async, 1);
+  std::vector<RankOutcome> rb = RunRanks(sync, 1);
+  ASSERT_TRUE(ra[0].result.ok()) << ra[0].result.status();
+  ASSERT_TRUE(rb[0].result.ok()) << rb[0].result.status();
+  EXPECT_EQ(ra[0].result->resumed_from_step, 3);
+  EXPECT_EQ(rb[0].result->resumed_from_step, 3);
+  EXPECT_EQ(MaxAbsDiff(ra[0].parameters, rb[0].parameters), 0.0);
+  EXPECT_EQ(ra[0].result->final_loss, rb[0].result->final_loss);
 }
 
 // Binds port 0 to find a free port. Racy in principle (another process may

@@ -1,0 +1,382 @@
+// Training throughput benchmark (issue 6, "Benchmarks" 1): Loom's engine on
+// the issue's configuration, to be compared side by side with PyTorch eager
+// (bench/train_pytorch.py; bench/run.sh runs both and prints the ratio).
+//
+// Configuration: GPT-2-style, 4 layers, 4 heads, d_model 256, vocab 50304,
+// seq 256, micro-batch = global batch = 8 sequences (2048 tokens per step),
+// fp32, dropout 0, AdamW (lr 3e-4 held constant, betas 0.9/0.95, eps 1e-8,
+// weight decay 0.1 on weight matrices and embeddings only), global-norm
+// gradient clipping at 1.0, `threads` LibTorch threads.
+//
+// Training goes through the real entry point, loom::engine::Train, on a
+// synthetic shard of uniformly random tokens written to a temporary
+// directory: no validation, no checkpoints. Throughput is the median of
+// StepReport::step_time_seconds over the steps after the first `warmup`
+// (allocator and BLAS warm-up), as tokens per second.
+//
+// In the same process, and so on the same BLAS and threads:
+//   sgemm: the best of 5 2048x2048x2048 fp32 torch::mm after one warm-up
+//          (loom::telemetry::MeasureGemmFlopsPerSecond), before and after
+//          training; the better of the two is the reference rate that both
+//          sides are expressed against;
+//   model FLOPs per token: loom::telemetry::ModelFlopsPerToken (6·N_matmul
+//          plus attention, PaLM's MFU definition), so achieved FLOP/s =
+//          tokens/s × FLOPs per token.
+//
+// Profile (profile_steps > 0): the same step, rebuilt from the engine's own
+// pieces (Gpt, LanguageModelLoss, MakeAdamW, ClipGradNorm; what Train runs
+// between its timers), is timed stage by stage, and one more step runs under
+// the LibTorch profiler to split it by operator self time. The profile is
+// informational; the headline figure comes from Train alone.
+//
+// Usage: loom_train_bench [steps] [warmup] [threads] [profile_steps]
+//   defaults: 23 steps, 3 warm-up, 2 threads, 2 stage-timed steps (0 = no
+//   profile).
+// Output: human-readable lines, then one machine-readable line
+//   LOOM_TRAIN tokens_per_second=<x> flops_per_token=<x> sgemm_flops_per_second=<x> ...
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/torch.h>
+
+#include "worker/engine/data.h"
+#include "worker/engine/gpt.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/trainer.h"
+#include "worker/telemetry/gemm_calibration.h"
+#include "worker/telemetry/telemetry.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kSgemmSize = 2048;
+constexpr int kSgemmRepeats = 5;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// OpenBLAS's kernel set ("Haswell", "SkylakeX", ...), when the BLAS that
+// LibTorch resolved is OpenBLAS. Its DYNAMIC_ARCH build picks kernels by
+// CPU model and falls back to generic "Prescott" (SSE3) kernels on CPUs it
+// does not know, whatever their vector units; OPENBLAS_CORETYPE overrides.
+std::string BlasCoreName() {
+  using CoreName = char* (*)();
+  auto fn = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  return fn != nullptr ? std::string("OpenBLAS ") + fn() : "not OpenBLAS";
+}
+
+// The issue's configuration (issue 6, "Measured on these machines").
+loom::engine::TrainerConfig BenchConfig(int64_t steps) {
+  loom::engine::TrainerConfig c;
+  c.model.n_layer = 4;
+  c.model.n_head = 4;
+  c.model.d_model = 256;
+  c.model.seq_len = 256;
+  c.model.vocab_size = 50304;
+  c.model.dropout = 0.0;
+  c.optimizer.lr = 3e-4;
+  c.optimizer.beta1 = 0.9;
+  c.optimizer.beta2 = 0.95;
+  c.optimizer.eps = 1e-8;
+  c.optimizer.weight_decay = 0.1;
+  c.optimizer.grad_clip = 1.0;
+  // Constant learning rate (no warm-up, min_lr = max_lr), so the PyTorch
+  // side needs no schedule to do the same optimizer work.
+  c.schedule.total_steps = steps;
+  c.schedule.warmup_steps = 0;
+  c.schedule.min_lr_ratio = 1.0;
+  c.global_batch = 8;
+  c.micro_batch = 8;
+  c.seed = 1;
+  c.eval_batches = 0;
+  c.log_interval = 1;
+  return c;
+}
+
+// Operator self time (total minus the time of nested operators) summed by
+// operator name, over the events of a profiler result. Events are nested per
+// thread by their [start, start + duration) intervals.
+std::map<std::string, double> SelfSecondsByName(
+    const std::vector<torch::autograd::profiler::KinetoEvent>& events) {
+  std::map<uint64_t, std::vector<size_t>> by_thread;
+  for (size_t i = 0; i < events.size(); ++i) {
+    by_thread[events[i].startThreadId()].push_back(i);
+  }
+  std::map<std::string, double> self;
+  for (auto& [thread, indices] : by_thread) {
+    std::sort(indices.begin(), indices.end(), [&](size_t a, size_t b) {
+      if (events[a].startUs() != events[b].startUs()) {
+        return events[a].startUs() < events[b].startUs();
+      }
+      return events[a].durationUs() > events[b].durationUs();
+    });
+    std::vector<double> child_us(events.size(), 0);
+    std::vector<size_t> stack;
+    for (size_t i : indices) {
+      const uint64_t start = events[i].startUs();
+      while (!stack.empty() &&
+             events[stack.back()].startUs() + events[stack.back()].durationUs() <= start) {
+        stack.pop_back();
+      }
+      if (!stack.empty()) child_us[stack.back()] += events[i].durationUs();
+      stack.push_back(i);
+    }
+    for (size_t i : indices) {
+      const double us = std::max(0.0, events[i].durationUs() - child_us[i]);
+      self[events[i].name()] += us * 1e-6;
+    }
+  }
+  return self;
+}
+
+// Coarse class of an ATen operator, for the profile summary (by name
+// prefix; the first match wins).
+std::string OpClass(const std::string& name) {
+  static const std::vector<std::pair<std::string, std::string>> kClasses = {
+      {"aten::addmm", "matmul"},
+      {"aten::mm", "matmul"},
+      {"aten::bmm", "matmul"},
+      {"aten::_log_softmax", "LM loss: log_softmax + nll, fwd + bwd"},
+      {"aten::nll_loss", "LM loss: log_softmax + nll, fwd + bwd"},
+      {"aten::zero_", "zero-fill (zero_grad, grad buffers)"},
+      {"aten::fill_", "zero-fill (zero_grad, grad buffers)"},
+      {"aten::_softmax", "attention softmax, fwd + bwd"},
+      {"aten::gelu", "gelu, fwd + bwd"},
+      {"aten::native_layer_norm", "layer_norm, fwd + bwd"},
+      {"aten::embedding", "embedding, fwd + bwd"},
+      {"aten::copy_", "copy / dtype conversion"},
+      {"aten::_to_copy", "copy / dtype conversion"},
+      {"aten::clone", "copy / dtype conversion"},
+      {"aten::sum", "reductions (sum)"},
+  };
+  static const std::vector<std::string> kElementwise = {
+      "aten::add", "aten::mul", "aten::div", "aten::sqrt", "aten::addcdiv",
+      "aten::addcmul", "aten::pow", "aten::lerp", "aten::sub", "aten::neg",
+      "aten::masked_fill", "aten::maximum", "aten::where"};
+  for (const auto& [prefix, cls] : kClasses) {
+    if (name.rfind(prefix, 0) == 0) return cls;
+  }
+  for (const std::string& prefix : kElementwise) {
+    if (name.rfind(prefix, 0) == 0) {
+      return "elementwise (AdamW, clip, residuals, grad accumulation)";
+    }
+  }
+  return "other (dispatch, views, autograd bookkeeping)";
+}
+
+// Times the engine's step stage by stage, then profiles one step by
+// operator (or says why the LibTorch profiler is unavailable).
+void Profile(const loom::engine::TrainerConfig& config, const torch::Tensor& inputs,
+             const torch::Tensor& targets, int steps) {
+  torch::manual_seed(config.seed);
+  loom::engine::Gpt model(config.model);
+  model->train();
+  const std::vector<torch::Tensor> parameters = model->parameters();
+  std::unique_ptr<torch::optim::AdamW> optimizer =
+      loom::engine::MakeAdamW(*model, config.optimizer);
+
+  const std::vector<std::string> stages = {"zero_grad", "forward", "loss", "backward",
+                                           "clip", "optimizer"};
+  std::map<std::string, std::vector<double>> seconds;
+  auto step = [&](bool record) {
+    auto t0 = Clock::now();
+    optimizer->zero_grad();
+    auto t1 = Clock::now();
+    torch::Tensor logits = model->forward(inputs);
+    auto t2 = Clock::now();
+    torch::Tensor loss = loom::engine::LanguageModelLoss(logits, targets);
+    auto t3 = Clock::now();
+    loss.backward();
+    (void)loss.item<double>();
+    auto t4 = Clock::now();
+    loom::engine::ClipGradNorm(parameters, config.optimizer.grad_clip);
+    loom::engine::SetLearningRate(*optimizer, config.optimizer.lr);
+    auto t5 = Clock::now();
+    optimizer->step();
+    auto t6 = Clock::now();
+    if (!record) return;
+    const Clock::time_point t[] = {t0, t1, t2, t3, t4, t5, t6};
+    for (size_t i = 0; i < stages.size(); ++i) seconds[stages[i]].push_back(Seconds(t[i], t[i + 1]));
+  };
+  step(false);  // warm-up: allocator, BLAS buffers
+  for (int i = 0; i < steps; ++i) step(true);
+
+  double total = 0;
+  for (const std::string& s : stages) total += Median(seconds[s]);
+  std::printf("loom profile, stages (median of %d steps, %.3f s total):\n", steps, total);
+  for (const std::string& s : stages) {
+    const double m = Median(seconds[s]);
+    std::printf("  %-10s %7.3f s  %5.1f%%\n", s.c_str(), m, 100 * m / total);
+  }
+
+  namespace prof = torch::autograd::profiler;
+  namespace impl = torch::profiler::impl;
+  std::unique_ptr<prof::ProfilerResult> result;
+  try {
+    prof::prepareProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO),
+                          {impl::ActivityType::CPU});
+    prof::enableProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO),
+                         {impl::ActivityType::CPU});
+    const auto start = Clock::now();
+    step(false);
+    const double step_seconds = Seconds(start, Clock::now());
+    result = prof::disableProfiler();
+    std::map<std::string, double> self = SelfSecondsByName(result->events());
+    double profiled = 0;
+    std::map<std::string, double> by_class;
+    std::vector<std::pair<double, std::string>> ops;
+    for (const auto& [name, s] : self) {
+      profiled += s;
+      by_class[OpClass(name)] += s;
+      ops.emplace_back(s, name);
+    }
+    std::sort(ops.rbegin(), ops.rend());
+    std::printf("loom profile, operators (one step under the LibTorch profiler, %.3f s; "
+                "self time, %.3f s attributed):\n",
+                step_seconds, profiled);
+    std::vector<std::pair<double, std::string>> classes;
+    for (const auto& [cls, s] : by_class) classes.emplace_back(s, cls);
+    std::sort(classes.rbegin(), classes.rend());
+    for (const auto& [s, cls] : classes) {
+      std::printf("  class %-56s %7.3f s  %5.1f%%\n", cls.c_str(), s, 100 * s / profiled);
+    }
+    for (size_t i = 0; i < ops.size() && i < 15; ++i) {
+      std::printf("  op    %-56s %7.3f s  %5.1f%%\n", ops[i].second.c_str(), ops[i].first,
+                  100 * ops[i].first / profiled);
+    }
+  } catch (const c10::Error& e) {
+    std::printf("loom profile, operators: LibTorch profiler unavailable: %s\n",
+                e.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 23;
+  const int64_t warmup = argc > 2 ? std::atoll(argv[2]) : 3;
+  const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
+  const int profile_steps = argc > 4 ? std::atoi(argv[4]) : 2;
+  if (steps <= warmup || warmup < 0 || threads < 1 || profile_steps < 0) {
+    std::fprintf(stderr, "usage: %s [steps > warmup] [warmup >= 0] [threads >= 1] "
+                 "[profile_steps >= 0]\n", argv[0]);
+    return 2;
+  }
+  torch::set_num_threads(threads);
+  const loom::engine::TrainerConfig config = BenchConfig(steps);
+  const int64_t tokens_per_step = int64_t{config.global_batch} * config.model.seq_len;
+
+  // Reference rate: measured before and after training (the cores may be
+  // shared with other work; the best of both is the least disturbed).
+  const double sgemm_before =
+      loom::telemetry::MeasureGemmFlopsPerSecond(kSgemmSize, kSgemmRepeats);
+  loom::telemetry::GptShape shape;
+  shape.n_layer = config.model.n_layer;
+  shape.d_model = config.model.d_model;
+  shape.seq_len = config.model.seq_len;
+  shape.vocab_size = config.model.vocab_size;
+  const double flops_per_token = loom::telemetry::ModelFlopsPerToken(shape);
+  std::printf("model: %lld parameters, %.1f MFLOP per token (6*N_matmul + attention), "
+              "%lld tokens per step\n",
+              static_cast<long long>(loom::engine::GptParameterCount(config.model)),
+              flops_per_token / 1e6, static_cast<long long>(tokens_per_step));
+
+  // One shard of exactly steps * global_batch samples of random tokens, so
+  // every step reads fresh data.
+  std::string work = (fs::temp_directory_path() / "loom_train_bench.XXXXXX").string();
+  if (mkdtemp(work.data()) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  std::mt19937_64 rng(42);
+  std::uniform_int_distribution<int> token(0, config.model.vocab_size - 1);
+  std::vector<uint16_t> tokens(static_cast<size_t>(steps * tokens_per_step + 1));
+  for (uint16_t& t : tokens) t = static_cast<uint16_t>(token(rng));
+  const std::string shard = (fs::path(work) / "train_000000.bin").string();
+  if (absl::Status s = loom::engine::WriteShard(shard, tokens); !s.ok()) {
+    std::fprintf(stderr, "WriteShard: %s\n", s.ToString().c_str());
+    fs::remove_all(work);
+    return 1;
+  }
+
+  loom::engine::TrainerConfig train = config;
+  train.train_shards = {shard};
+  std::vector<double> step_seconds;
+  std::vector<double> losses;
+  loom::engine::TrainerCallbacks callbacks;
+  callbacks.on_step = [&](const loom::engine::StepReport& r) {
+    step_seconds.push_back(r.step_time_seconds);
+    losses.push_back(r.loss);
+  };
+  absl::StatusOr<loom::engine::TrainResult> result =
+      loom::engine::Train(train, nullptr, callbacks);
+  if (!result.ok()) {
+    std::fprintf(stderr, "Train: %s\n", result.status().ToString().c_str());
+    fs::remove_all(work);
+    return 1;
+  }
+  if (static_cast<int64_t>(step_seconds.size()) != steps) {
+    std::fprintf(stderr, "expected %lld step reports, got %zu\n", static_cast<long long>(steps),
+                 step_seconds.size());
+    fs::remove_all(work);
+    return 1;
+  }
+  const double sgemm_after =
+      loom::telemetry::MeasureGemmFlopsPerSecond(kSgemmSize, kSgemmRepeats);
+  const double sgemm = std::max(sgemm_before, sgemm_after);
+  std::printf("sgemm: %.1f GFLOP/s (%dx%dx%d fp32 torch::mm, %d threads, best of %d; "
+              "%.1f before training, %.1f after; BLAS: %s)\n",
+              sgemm / 1e9, kSgemmSize, kSgemmSize, kSgemmSize, threads, kSgemmRepeats,
+              sgemm_before / 1e9, sgemm_after / 1e9, BlasCoreName().c_str());
+  const std::vector<double> measured(step_seconds.begin() + warmup, step_seconds.end());
+  const double median_seconds = Median(measured);
+  const double tokens_per_second = tokens_per_step / median_seconds;
+  const double flops = tokens_per_second * flops_per_token;
+  std::printf("loom: %.1f tok/s, median step %.3f s over %zu steps (min %.3f, max %.3f; "
+              "%lld warm-up), %.1f GFLOP/s = %.1f%% of sgemm; loss %.3f -> %.3f\n",
+              tokens_per_second, median_seconds, measured.size(),
+              *std::min_element(measured.begin(), measured.end()),
+              *std::max_element(measured.begin(), measured.end()), static_cast<long long>(warmup),
+              flops / 1e9, 100 * flops / sgemm, losses.front(), losses.back());
+
+  if (profile_steps > 0) {
+    // The first data batch of the shard in file order: sample b is tokens
+    // [b*T, b*T + T] (windows of T + 1 with stride T, see TokenDataset).
+    std::vector<int64_t> window(tokens.begin(), tokens.begin() + tokens_per_step + 1);
+    torch::Tensor all = torch::tensor(window, torch::kLong);
+    torch::Tensor inputs = all.narrow(0, 0, tokens_per_step)
+                               .view({config.global_batch, config.model.seq_len});
+    torch::Tensor targets = all.narrow(0, 1, tokens_per_step)
+                                .view({config.global_batch, config.model.seq_len});
+    Profile(config, inputs, targets, profile_steps);
+  }
+  fs::remove_all(work);
+
+  std::printf("LOOM_TRAIN tokens_per_second=%.3f flops_per_token=%.1f "
+              "sgemm_flops_per_second=%.1f median_step_seconds=%.6f steps=%zu threads=%d\n",
+              tokens_per_second, flops_per_token, sgemm, median_seconds, measured.size(),
+              threads);
+  return 0;
+}

@@ -1,0 +1,112 @@
+// The asynchronous checkpoint writer of one rank (issue 4, "Asynchronous
+// save"): the training thread is blocked only to capture a checkpoint (shapes
+// and loop state) and, if need be, to wait for the copy of its tensors into a
+// host staging buffer; serialising, checksumming, fsync and the commit rename
+// run on a background thread while training continues.
+//
+// Protocol of the training thread, at most one save in flight:
+//
+//   writer.Start(module, optimizer, state);   // returns at once
+//   ... forward, backward, all-reduce: parameters are only read ...
+//   writer.WaitForSnapshot();   // before the next write to any parameter or
+//                               // optimizer state (the optimizer step)
+//   ... writer.Poll() at step boundaries, writer.Wait() before the next
+//   Start and before returning ...
+//
+// The background thread first copies every tensor into the staging buffer
+// (which is the shard file's exact image), then writes and commits it as
+// checkpoint.h describes, then prunes. The staging buffer is kept between
+// saves: it costs one more copy of the weights and optimizer state in host
+// memory for as long as the writer lives.
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_WRITER_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_WRITER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/engine/trainer.h"
+
+namespace loom::engine {
+
+struct CheckpointWriterOptions {
+  std::string dir;                    // created if missing
+  int rank = 0;                       // whose shard this writer writes
+  CheckpointShape shape;              // recorded in manifest and shard
+  int keep_checkpoints = 3;           // see TrainerConfig
+  int64_t retain_distance_steps = 0;  // see TrainerConfig
+  // Fault injection for tests; see TrainerCallbacks::on_checkpoint_stage.
+  // Called on the background thread.
+  std::function<void(CheckpointStage stage, int64_t step)> on_stage;
+};
+
+// Thread-compatible: one training thread calls every method; the background
+// thread is internal. The destructor waits for a save in flight to finish
+// (its outcome is dropped) and joins the thread.
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(CheckpointWriterOptions options);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Starts saving `module` (parameters and buffers) and `optimizer` (AdamW
+  // over the module's parameters) at `state`. Precondition: nothing in
+  // flight (Wait() first). Until WaitForSnapshot(), Poll() or Wait() reports
+  // the snapshot taken, the caller must neither modify nor free those
+  // tensors. FAILED_PRECONDITION if the optimizer is not AdamW over module
+  // parameters (nothing is started then).
+  absl::Status Start(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                     const TrainingState& state);
+
+  // Blocks until the tensors of the save in flight have been copied; returns
+  // at once if they have, or if nothing is in flight.
+  void WaitForSnapshot();
+
+  bool in_flight() const { return job_ != nullptr; }
+
+  // The outcome of the save in flight if it has finished (committed and
+  // pruned, or failed); nullopt if it is still running or none is in flight.
+  // A failed save leaves no checkpoint (its temporary directory is removed).
+  std::optional<absl::StatusOr<CheckpointReport>> Poll();
+
+  // Blocks until the save in flight finishes; its outcome, or nullopt if
+  // none was in flight. The time blocked counts as that save's stall.
+  std::optional<absl::StatusOr<CheckpointReport>> Wait();
+
+ private:
+  struct Job;
+  struct FreeDeleter {
+    void operator()(char* p) const;
+  };
+
+  void Run(Job* job);  // the background thread
+  absl::StatusOr<CheckpointReport> WriteAndCommit(const Job& job);
+  std::optional<absl::StatusOr<CheckpointReport>> Finish();
+
+  const CheckpointWriterOptions options_;
+  // Staging buffer, the shard image; the background thread owns it while a
+  // job runs, the training thread (re)allocates it between jobs.
+  std::unique_ptr<char, FreeDeleter> staging_;
+  size_t staging_capacity_ = 0;
+  std::unique_ptr<Job> job_;  // training thread; null when nothing in flight
+  std::thread thread_;        // runs job_, joined by Finish() or ~CheckpointWriter
+  absl::Mutex mu_;
+  bool snapshotted_ ABSL_GUARDED_BY(mu_) = false;  // of job_
+  bool done_ ABSL_GUARDED_BY(mu_) = false;         // of job_
+};
+
+}  // namespace loom::engine
+
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_WRITER_H_
