@@ -171,6 +171,14 @@ class Client {
     }
     return ctx;
   }
+  // One unary call with a fresh context (token, 10 s deadline).
+  template <typename Request, typename Response>
+  absl::Status Call(grpc::Status (loom::v1::JobService::Stub::*method)(grpc::ClientContext*,
+                                                                       const Request&, Response*),
+                    const Request& request, Response* response) {
+    auto ctx = Context();
+    return Check(((*stub).*method)(ctx.get(), request, response));
+  }
   absl::Status Check(const grpc::Status& s) {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
       return absl::UnavailableError(
@@ -338,8 +346,7 @@ int CmdSubmit(const Globals& g, const std::vector<std::string>& args) {
   loom::v1::SubmitJobRequest req;
   *req.mutable_spec() = *spec;
   loom::v1::SubmitJobResponse resp;
-  auto ctx = (*client)->Context();
-  absl::Status s = (*client)->Check((*client)->stub->SubmitJob(ctx.get(), req, &resp));
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::SubmitJob, req, &resp);
   if (!s.ok()) return Fail(s);
   if (g.json) {
     std::cout << ToJson(resp.job()) << std::endl;
@@ -379,8 +386,7 @@ int CmdList(const Globals& g, const std::vector<std::string>& args) {
   auto client = Client::Connect(g);
   if (!client.ok()) return Fail(client.status());
   loom::v1::ListJobsResponse resp;
-  auto ctx = (*client)->Context();
-  absl::Status s = (*client)->Check((*client)->stub->ListJobs(ctx.get(), req, &resp));
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListJobs, req, &resp);
   if (!s.ok()) return Fail(s);
   if (g.json) {
     std::cout << ToJson(resp) << std::endl;
@@ -408,8 +414,7 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
   loom::v1::GetJobRequest req;
   req.set_job_id(args[0]);
   loom::v1::Job job;
-  auto ctx = (*client)->Context();
-  absl::Status s = (*client)->Check((*client)->stub->GetJob(ctx.get(), req, &job));
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::GetJob, req, &job);
   if (!s.ok()) return Fail(s);
   if (g.json) {
     std::cout << ToJson(job) << std::endl;
@@ -457,8 +462,7 @@ int CmdCancel(const Globals& g, const std::vector<std::string>& args) {
   auto client = Client::Connect(g);
   if (!client.ok()) return Fail(client.status());
   loom::v1::Job job;
-  auto ctx = (*client)->Context();
-  absl::Status s = (*client)->Check((*client)->stub->CancelJob(ctx.get(), req, &job));
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::CancelJob, req, &job);
   if (!s.ok()) return Fail(s);
   if (g.json) {
     std::cout << ToJson(job) << std::endl;
@@ -475,8 +479,7 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   loom::v1::GetJobRequest req;
   req.set_job_id(args[0]);
   loom::v1::Job job;
-  auto ctx = (*client)->Context();
-  absl::Status s = (*client)->Check((*client)->stub->GetJob(ctx.get(), req, &job));
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::GetJob, req, &job);
   if (!s.ok()) return Fail(s);
   if (g.json) {
     loom::v1::Job only;
@@ -508,8 +511,7 @@ int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
   loom::v1::ListCheckpointsRequest req;
   req.set_job_id(args[0]);
   loom::v1::ListCheckpointsResponse resp;
-  auto ctx = (*client)->Context();
-  absl::Status s = (*client)->Check((*client)->stub->ListCheckpoints(ctx.get(), req, &resp));
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListCheckpoints, req, &resp);
   if (!s.ok()) return Fail(s);
   if (g.json) {
     std::cout << ToJson(resp) << std::endl;
@@ -577,8 +579,7 @@ int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
   auto client = Client::Connect(g);
   if (!client.ok()) return Fail(client.status());
   loom::v1::ListWorkersResponse resp;
-  auto ctx = (*client)->Context();
-  absl::Status s = (*client)->Check((*client)->stub->ListWorkers(ctx.get(), {}, &resp));
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListWorkers, loom::v1::ListWorkersRequest(), &resp);
   if (!s.ok()) return Fail(s);
   if (g.json) {
     std::cout << ToJson(resp) << std::endl;
