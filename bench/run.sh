@@ -64,21 +64,47 @@ field() { grep "^$1 " <<<"$2" | tr ' ' '\n' | sed -n "s/^$3=//p"; }
 # python3-torch 1.13) on the same GPT, optimizer, batch and threads, both as
 # a fraction of the sgemm rate measured in the same run (issue 6). The sgemm
 # reference is the best 2048^3 fp32 matmul rate either side measured (each
-# measures before and after its training). TRAIN_PROFILE=0 skips the
-# per-stage and per-operator profiles.
+# measures before its first step, after its last, and once after every step).
+# TRAIN_PROFILE=0 skips the per-stage and per-operator profiles.
 bench_train() {
   ./scripts/install-bench-deps.sh >/dev/null
   build loom_train_bench
   local steps=${TRAIN_STEPS:-23} warmup=${TRAIN_WARMUP:-3} threads=${TRAIN_THREADS:-2}
   local loom_profile=0 torch_profile=0
-  if [ "${TRAIN_PROFILE:-1}" != 0 ]; then loom_profile=2 torch_profile=1; fi
+  if [ "${TRAIN_PROFILE:-1}" != 0 ]; then loom_profile=2 torch_profile=2; fi
+  # The two sides run at the same time in lockstep, taking turns step by
+  # step through two FIFOs (see Turns in bench/train_bench.cc), so that load
+  # from other processes on the cores falls on both alike.
+  # If either side fails, the other gives up after waiting 10 minutes for
+  # its turn; the trap ends the Loom side at once when this script exits
+  # early (a failure, or an interrupt).
   local loom torch
-  loom=$("$BUILD_DIR/bin/loom_train_bench" "$steps" "$warmup" "$threads" "$loom_profile")
-  grep -v '^LOOM_TRAIN ' <<<"$loom"
+  TRAIN_TURNS=$(mktemp -d)
+  TRAIN_LOOM_PID=""
+  trap 'if [ -n "$TRAIN_LOOM_PID" ]; then kill "$TRAIN_LOOM_PID" 2>/dev/null || true; fi
+        rm -rf "$TRAIN_TURNS"' EXIT
+  mkfifo "$TRAIN_TURNS/to_loom" "$TRAIN_TURNS/to_pytorch"
+  "$BUILD_DIR/bin/loom_train_bench" "$steps" "$warmup" "$threads" "$loom_profile" \
+    "$TRAIN_TURNS/to_loom" "$TRAIN_TURNS/to_pytorch" >"$TRAIN_TURNS/loom.out" &
+  TRAIN_LOOM_PID=$!
   # Debian's interpreter explicitly: the first python3 on PATH may be another
   # one, without torch.
-  torch=$(/usr/bin/python3 bench/train_pytorch.py --steps "$steps" --warmup "$warmup" \
-    --threads "$threads" --profile-steps "$torch_profile")
+  if ! torch=$(/usr/bin/python3 bench/train_pytorch.py --steps "$steps" --warmup "$warmup" \
+      --threads "$threads" --profile-steps "$torch_profile" \
+      --turn-in "$TRAIN_TURNS/to_pytorch" --turn-out "$TRAIN_TURNS/to_loom"); then
+    echo "train: the PyTorch side failed" >&2
+    exit 1
+  fi
+  if ! wait "$TRAIN_LOOM_PID"; then
+    TRAIN_LOOM_PID=""
+    echo "train: the Loom side failed" >&2
+    exit 1
+  fi
+  TRAIN_LOOM_PID=""
+  loom=$(cat "$TRAIN_TURNS/loom.out")
+  rm -rf "$TRAIN_TURNS"
+  trap - EXIT
+  grep -v '^LOOM_TRAIN ' <<<"$loom"
   grep -v '^PYTORCH_TRAIN ' <<<"$torch"
   # OpenBLAS 0.3.21 (Debian 12) falls back to generic SSE3 kernels on CPU
   # models it does not know, which halves or worse every matmul on both sides.
@@ -86,18 +112,24 @@ bench_train() {
     echo "note: OpenBLAS runs its generic Prescott kernels on this CPU; OPENBLAS_CORETYPE=SkylakeX" \
       "(avx512f) or Haswell (avx2) selects vector kernels, for both sides"
   fi
-  local loom_tps torch_tps flops_per_token loom_sgemm torch_sgemm
+  local loom_tps torch_tps flops_per_token loom_sgemm torch_sgemm loom_min torch_min tokens_per_step
   loom_tps=$(field LOOM_TRAIN "$loom" tokens_per_second)
+  loom_min=$(field LOOM_TRAIN "$loom" min_step_seconds)
+  tokens_per_step=$(field LOOM_TRAIN "$loom" tokens_per_step)
+  torch_min=$(field PYTORCH_TRAIN "$torch" min_step_seconds)
   flops_per_token=$(field LOOM_TRAIN "$loom" flops_per_token)
   loom_sgemm=$(field LOOM_TRAIN "$loom" sgemm_flops_per_second)
   torch_tps=$(field PYTORCH_TRAIN "$torch" tokens_per_second)
   torch_sgemm=$(field PYTORCH_TRAIN "$torch" sgemm_flops_per_second)
   awk -v l="$loom_tps" -v t="$torch_tps" -v f="$flops_per_token" -v ls="$loom_sgemm" \
-    -v ts="$torch_sgemm" 'BEGIN {
+    -v ts="$torch_sgemm" -v lm="$loom_min" -v tm="$torch_min" \
+    -v n="$tokens_per_step" 'BEGIN {
       s = ls > ts ? ls : ts
       printf "sgemm reference: %.1f GFLOP/s (best of loom %.1f, pytorch %.1f)\n", s / 1e9, ls / 1e9, ts / 1e9
-      printf "loom:    %.1f tok/s = %.1f GFLOP/s at %.1f MFLOP/token\n", l, l * f / 1e9, f / 1e6
-      printf "pytorch: %.1f tok/s = %.1f GFLOP/s at %.1f MFLOP/token\n", t, t * f / 1e9, f / 1e6
+      printf "loom:    %.1f tok/s (median step) = %.1f GFLOP/s at %.1f MFLOP/token\n", l, l * f / 1e9, f / 1e6
+      printf "pytorch: %.1f tok/s (median step) = %.1f GFLOP/s at %.1f MFLOP/token\n", t, t * f / 1e9, f / 1e6
+      printf "fastest step (least disturbed by other load): loom %.1f tok/s, pytorch %.1f tok/s, ratio=%.2f\n",
+        n / lm, n / tm, tm / lm
       printf "train: %.1f tok/s ratio=%.2f vs PyTorch eager, loom %.1f%% / pytorch %.1f%% of sgemm\n",
         l, l / t, 100 * l * f / s, 100 * t * f / s
     }'

@@ -19,13 +19,18 @@ trainer.cc):
   .item() every step, as the engine does.
 
 Run with Debian's interpreter: /usr/bin/python3 bench/train_pytorch.py
+(bench/run.sh runs it in lockstep with Loom's side: --turn-in/--turn-out,
+see class Turns).
 Prints human-readable lines, then one machine-readable line
   PYTORCH_TRAIN tokens_per_second=<x> sgemm_flops_per_second=<x> ...
 """
 
 import argparse
 import math
+import os
+import select
 import statistics
+import sys
 import time
 
 import torch
@@ -127,6 +132,35 @@ def sgemm_flops(n=2048, repeats=5):
     return best
 
 
+class Turns:
+    """Lockstep with Loom's side (train_bench.cc, class Turns): the two
+    processes take turns through a pair of FIFOs, one byte passing the turn,
+    so each side's timed work runs while the other is idle and both see the
+    same background load. Loom takes the first turn; both take the same
+    number. Without paths, acquire and release do nothing."""
+
+    TIMEOUT_SECONDS = 600
+
+    def __init__(self, in_path, out_path):
+        self.enabled = bool(in_path)
+        if self.enabled:
+            # O_RDWR: does not wait for the other end, and keeps a reader on
+            # `out`, so a write never raises SIGPIPE.
+            self.fd_in = os.open(in_path, os.O_RDWR)
+            self.fd_out = os.open(out_path, os.O_RDWR)
+
+    def acquire(self):
+        if not self.enabled:
+            return
+        ready, _, _ = select.select([self.fd_in], [], [], self.TIMEOUT_SECONDS)
+        if not ready or os.read(self.fd_in, 1) != b"t":
+            sys.exit("lockstep with the Loom side broke: it did not pass the turn in time")
+
+    def release(self):
+        if self.enabled:
+            os.write(self.fd_out, b"t")
+
+
 def blas_core():
     """OpenBLAS's kernel set, as train_bench.cc's BlasCoreName reports it."""
     try:
@@ -136,6 +170,23 @@ def blas_core():
         return "OpenBLAS " + fn().decode()
     except (OSError, AttributeError):
         return "not OpenBLAS"
+
+
+class SgemmSampler:
+    """One 2048^3 fp32 matmul per sample on tensors made once, keeping the
+    best rate (train_bench.cc, SgemmSampler); sampled after every step."""
+
+    def __init__(self, n=2048):
+        self.n = n
+        self.a, self.b = torch.rand(n, n), torch.rand(n, n)
+        self.c = torch.mm(self.a, self.b)  # warm-up
+        self.best = 0.0
+
+    def sample(self):
+        with torch.no_grad():
+            start = time.perf_counter()
+            torch.mm(self.a, self.b, out=self.c)
+            self.best = max(self.best, 2.0 * self.n ** 3 / (time.perf_counter() - start))
 
 
 def op_class(name):
@@ -167,12 +218,22 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--profile-steps", type=int, default=0,
-                        help="extra steps under torch.profiler, split by operator")
+                        help="extra steps, each under torch.profiler; the fastest is split "
+                             "by operator")
+    parser.add_argument("--turn-in", default="", help="FIFO: lockstep turns from Loom's side")
+    parser.add_argument("--turn-out", default="", help="FIFO: lockstep turns to Loom's side")
     args = parser.parse_args()
+    if bool(args.turn_in) != bool(args.turn_out):
+        parser.error("--turn-in and --turn-out go together")
+    turns = Turns(args.turn_in, args.turn_out)
     if args.steps <= args.warmup or args.warmup < 0:
         parser.error("need steps > warmup >= 0")
     torch.set_num_threads(args.threads)
-    sgemm_before = sgemm_flops()
+    # The sgemm reference: best of 5 before the first step and after the last
+    # (in lockstep, in those steps' turns), and one sample after every step.
+    sgemm_before = sgemm_after = 0.0
+    if not turns.enabled:
+        sgemm_before = sgemm_flops()
 
     torch.manual_seed(1)
     model = Gpt()
@@ -207,39 +268,57 @@ def main():
         return value
 
     step_seconds, losses = [], []
+    sampler = SgemmSampler()
+    turns.release()  # Loom's side takes the first turn
     for i in range(args.steps):
+        turns.acquire()
+        if turns.enabled and i == 0:
+            sgemm_before = sgemm_flops()
         start = time.perf_counter()
         losses.append(step(i))
         step_seconds.append(time.perf_counter() - start)
-    sgemm_after = sgemm_flops()
-    sgemm = max(sgemm_before, sgemm_after)
+        sampler.sample()
+        if turns.enabled and i == args.steps - 1:
+            sgemm_after = sgemm_flops()
+        turns.release()
+    if not turns.enabled:
+        sgemm_after = sgemm_flops()
+    sgemm = max(sgemm_before, sgemm_after, sampler.best)
 
     measured = step_seconds[args.warmup:]
     median = statistics.median(measured)
     tokens_per_second = tokens_per_step / median
     print(f"pytorch sgemm: {sgemm / 1e9:.1f} GFLOP/s (2048^3 fp32 torch.mm, {args.threads} "
-          f"threads, best of 5; {sgemm_before / 1e9:.1f} before training, "
-          f"{sgemm_after / 1e9:.1f} after; BLAS: {blas_core()}; torch {torch.__version__})")
+          f"threads; best of 5 before training {sgemm_before / 1e9:.1f}, of 5 after "
+          f"{sgemm_after / 1e9:.1f}, of one after each step {sampler.best / 1e9:.1f}; "
+          f"BLAS: {blas_core()}; torch {torch.__version__})")
     print(f"pytorch: {tokens_per_second:.1f} tok/s, median step {median:.3f} s over "
           f"{len(measured)} steps (min {min(measured):.3f}, max {max(measured):.3f}; "
           f"{args.warmup} warm-up), {n_params} parameters; "
           f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
 
     if args.profile_steps > 0:
+        # One step per profiler session; the fastest (least disturbed by other
+        # load on the cores) is split by operator self time.
         from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            start = time.perf_counter()
-            for i in range(args.profile_steps):
+        best = None
+        turns.acquire()
+        for i in range(args.profile_steps):
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                start = time.perf_counter()
                 step(args.steps + i)
-            seconds = time.perf_counter() - start
-        averages = prof.key_averages()
+                seconds = time.perf_counter() - start
+            if best is None or seconds < best[0]:
+                best = (seconds, prof.key_averages())
+        turns.release()
+        seconds, averages = best
         total = sum(e.self_cpu_time_total for e in averages) / 1e6
         by_class = {}
         for e in averages:
             cls = op_class(e.key)
             by_class[cls] = by_class.get(cls, 0.0) + e.self_cpu_time_total / 1e6
-        print(f"pytorch profile, operators ({args.profile_steps} step(s) under torch.profiler, "
-              f"{seconds:.3f} s; self time, {total:.3f} s attributed):")
+        print(f"pytorch profile, operators (fastest of {args.profile_steps} steps under "
+              f"torch.profiler, {seconds:.3f} s; self time, {total:.3f} s attributed):")
         for cls, s in sorted(by_class.items(), key=lambda kv: -kv[1]):
             print(f"  class {cls:<56} {s:7.3f} s  {100 * s / total:5.1f}%")
         for e in sorted(averages, key=lambda e: -e.self_cpu_time_total)[:15]:
@@ -248,6 +327,7 @@ def main():
 
     print(f"PYTORCH_TRAIN tokens_per_second={tokens_per_second:.3f} "
           f"sgemm_flops_per_second={sgemm:.1f} median_step_seconds={median:.6f} "
+          f"min_step_seconds={min(measured):.6f} "
           f"steps={len(measured)} threads={args.threads} parameters={n_params}")
 
 
