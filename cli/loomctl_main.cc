@@ -407,15 +407,23 @@ int CmdList(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
-int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
-  if (args.size() != 1) return Usage("status: expected JOB");
+// Connects and reads one job.
+absl::StatusOr<loom::v1::Job> FetchJob(const Globals& g, const std::string& job_id) {
   auto client = Client::Connect(g);
-  if (!client.ok()) return Fail(client.status());
+  if (!client.ok()) return client.status();
   loom::v1::GetJobRequest req;
-  req.set_job_id(args[0]);
+  req.set_job_id(job_id);
   loom::v1::Job job;
   absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::GetJob, req, &job);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return s;
+  return job;
+}
+
+int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("status: expected JOB");
+  auto fetched = FetchJob(g, args[0]);
+  if (!fetched.ok()) return Fail(fetched.status());
+  const loom::v1::Job& job = *fetched;
   if (g.json) {
     std::cout << ToJson(job) << std::endl;
     return 0;
@@ -474,13 +482,9 @@ int CmdCancel(const Globals& g, const std::vector<std::string>& args) {
 
 int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   if (args.size() != 1) return Usage("events: expected JOB");
-  auto client = Client::Connect(g);
-  if (!client.ok()) return Fail(client.status());
-  loom::v1::GetJobRequest req;
-  req.set_job_id(args[0]);
-  loom::v1::Job job;
-  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::GetJob, req, &job);
-  if (!s.ok()) return Fail(s);
+  auto fetched = FetchJob(g, args[0]);
+  if (!fetched.ok()) return Fail(fetched.status());
+  const loom::v1::Job& job = *fetched;
   if (g.json) {
     loom::v1::Job only;
     *only.mutable_events() = job.events();

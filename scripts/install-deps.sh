@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build and run-time dependency of Loom from Debian 12 packages.
 # Idempotent: re-running it installs nothing new and re-asserts the BLAS choice.
+# Extra package names given as arguments are installed the same way
+# (scripts/install-bench-deps.sh uses this).
 set -euo pipefail
 
 PKGS=(
@@ -14,6 +16,7 @@ PKGS=(
   libopenblas0-openmp libopenblas-dev
   fortunes fortunes-min
   curl openssl
+  "$@"
 )
 
 SUDO=""
