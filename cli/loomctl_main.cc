@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "cli/local_cluster.h"
 #include "cli/plan_command.h"
+#include "controller/job_planning.h"
 #include "controller/planner/topology_yaml.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
@@ -57,8 +58,12 @@ Commands:
   data prepare --input FILE... --out DIR [--val-fraction F]
                                        tokenize text (byte-level) into llm.c shards
   validate FILE                        check a job spec without submitting it
-  plan FILE --topology T [--top K] [--tokens N]
-                                       plan data/tensor/pipeline parallelism for a spec
+  plan FILE [--topology T] [--top K] [--tokens N] [--executable-only]
+                                       plan data/tensor/pipeline parallelism for a spec:
+                                       offline on topology T, else on the live cluster
+  rollback JOB --to-step S [--skip A:B]... [--reason TEXT]
+                                       stop a running job, resume from the newest good
+                                       checkpoint <= S, skip data batches [A, B)
 
 Global flags:
   --home DIR          local state (default $LOOM_HOME or ~/.loom)
@@ -435,6 +440,9 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
     for (const auto& r : job.ranks()) std::cout << " " << r.rank() << "@" << r.node();
     std::cout << "\n";
   }
+  if (job.has_plan()) {
+    std::cout << "\nplan\n" << controller::FormatJobPlan(job.plan());
+  }
   std::cout << "\nhistory\n";
   std::vector<std::vector<std::string>> rows;
   for (const auto& t : job.history()) {
@@ -496,15 +504,21 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
               << ", rollbacks " << job.rollbacks() << ")" << std::endl;
     return 0;
   }
-  std::vector<std::vector<std::string>> rows = {{"TIME", "KIND", "STEP", "DETAIL"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"TIME", "KIND", "CAUSE", "STEP", "LOST", "DETAIL"}};
   for (const auto& e : job.events()) {
+    bool resumed = e.kind() == loom::v1::RecoveryEvent::ROLLBACK ||
+                   e.kind() == loom::v1::RecoveryEvent::RESTART;
     rows.push_back({absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_unix_ms()),
                                      absl::LocalTimeZone()),
-                    KindName(e.kind()), e.step() > 0 ? absl::StrCat(e.step()) : "-", e.message()});
+                    KindName(e.kind()), e.cause().empty() ? "-" : e.cause(),
+                    e.step() > 0 ? absl::StrCat(e.step()) : "-",
+                    resumed ? absl::StrCat(e.steps_lost()) : "-", e.message()});
   }
   PrintTable(rows);
   std::cout << "\nrestarts " << job.restarts() << ", rollbacks " << job.rollbacks()
-            << ", attempt " << job.generation() << std::endl;
+            << ", operator rollbacks " << job.operator_rollbacks() << ", attempt "
+            << job.generation() << std::endl;
   return 0;
 }
 
@@ -536,12 +550,37 @@ int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+// `loomctl plan SPEC` without --topology: the controller plans on the live
+// cluster (its registered workers) through the Plan RPC.
+int PlanOnController(const Globals& g, const loom::v1::JobSpec& spec, const PlanCommandOptions& o,
+                     bool executable_only) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::PlanRequest req;
+  *req.mutable_spec() = spec;
+  req.set_top_k(o.top_k);
+  req.set_executable_only(executable_only);
+  loom::v1::PlanResponse resp;
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::Plan, req, &resp);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    resp.clear_report();  // the structured fields say it all
+    std::cout << ToJson(resp) << std::endl;
+  } else {
+    std::cout << resp.report();
+  }
+  return 0;
+}
+
 int CmdPlan(const Globals& g, const std::vector<std::string>& args) {
   std::string spec_path, topology_path;
   PlanCommandOptions o;
   o.json = g.json;
+  bool executable_only = false;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--topology" && i + 1 < args.size()) {
+    if (args[i] == "--executable-only") {
+      executable_only = true;
+    } else if (args[i] == "--topology" && i + 1 < args.size()) {
       topology_path = args[++i];
     } else if (args[i] == "--top" && i + 1 < args.size()) {
       if (!absl::SimpleAtoi(args[++i], &o.top_k) || o.top_k < 1) return Usage("--top: expected >= 1");
@@ -557,12 +596,14 @@ int CmdPlan(const Globals& g, const std::vector<std::string>& args) {
       return Usage("plan: one spec at a time");
     }
   }
-  if (spec_path.empty()) return Usage("plan: expected SPEC --topology TOPOLOGY.yaml");
-  if (topology_path.empty()) {
-    return Usage("plan: --topology FILE is required (see examples/topology-a100-80g-256.yaml)");
-  }
+  if (spec_path.empty()) return Usage("plan: expected SPEC [--topology TOPOLOGY.yaml]");
   auto spec = LoadJobSpecFile(spec_path);
   if (!spec.ok()) return Fail(spec.status());
+  if (topology_path.empty()) {
+    if (o.token_budget > 0) return Usage("plan: --tokens needs --topology (offline planning)");
+    return PlanOnController(g, *spec, o, executable_only);
+  }
+  if (executable_only) return Usage("plan: --executable-only applies to the live cluster only");
   const auto& par = spec->parallelism();
   o.evaluate_spec_layout =
       !par.auto_() && (par.data() > 0 || par.tensor() > 0 || par.pipeline() > 0);
@@ -578,6 +619,59 @@ int CmdPlan(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+// "A:B" -> [A, B).
+bool ParseSkipRange(const std::string& text, loom::v1::SkipRange* range) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int64_t begin = 0, end = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &begin) ||
+      !absl::SimpleAtoi(parts[1], &end)) {
+    return false;
+  }
+  range->set_begin(begin);
+  range->set_end(end);
+  return true;
+}
+
+int CmdRollback(const Globals& g, const std::vector<std::string>& args) {
+  loom::v1::RollbackJobRequest req;
+  bool have_step = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--to-step" && i + 1 < args.size()) {
+      int64_t step = 0;
+      if (!absl::SimpleAtoi(args[++i], &step)) return Usage("--to-step: expected a step number");
+      req.set_to_step(step);
+      have_step = true;
+    } else if (args[i] == "--skip" && i + 1 < args.size()) {
+      if (!ParseSkipRange(args[++i], req.add_skip())) {
+        return Usage("--skip: expected BEGIN:END data batch indices (half-open), e.g. 1200:1500");
+      }
+    } else if (args[i] == "--reason" && i + 1 < args.size()) {
+      req.set_reason(args[++i]);
+    } else if (!args[i].empty() && args[i][0] == '-') {
+      return Usage("rollback: unknown flag " + args[i]);
+    } else if (req.job_id().empty()) {
+      req.set_job_id(args[i]);
+    } else {
+      return Usage("rollback: unexpected " + args[i]);
+    }
+  }
+  if (req.job_id().empty() || !have_step) {
+    return Usage("rollback: expected JOB --to-step S [--skip A:B]... [--reason TEXT]");
+  }
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::Job job;
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::RollbackJob, req, &job);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(job) << std::endl;
+  } else if (job.events_size() > 0) {
+    std::cout << job.id() << " " << StateName(job.state()) << ": "
+              << job.events(job.events_size() - 1).message() << std::endl;
+  }
+  return 0;
+}
+
 int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
   if (!args.empty()) return Usage("workers: takes no arguments");
   auto client = Client::Connect(g);
@@ -590,11 +684,14 @@ int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "NODE", "ALIVE", "SLOTS", "CPUS", "MEMORY", "HEARTBEAT", "METRICS"}};
+      {"ID", "NODE", "ALIVE", "SLOTS", "CPUS", "MEMORY", "GEMM/THREAD", "HEARTBEAT", "METRICS"}};
   for (const auto& w : resp.workers()) {
     rows.push_back({w.id(), w.node(), w.alive() ? "yes" : "no",
                     absl::StrCat(w.slots_used(), "/", w.slots()), absl::StrCat(w.cpus()),
                     absl::StrFormat("%.1f GiB", w.memory_bytes() / 1073741824.0),
+                    w.gemm_flops_per_second_per_thread() > 0
+                        ? absl::StrFormat("%.1f GFLOP/s", w.gemm_flops_per_second_per_thread() / 1e9)
+                        : "-",
                     Ago(w.last_heartbeat_unix_ms()) + " ago", w.metrics_address()});
   }
   PrintTable(rows);
@@ -787,6 +884,7 @@ int main(int argc, char** argv) {
   if (cmd == "workers") return CmdWorkers(g, args);
   if (cmd == "events") return CmdEvents(g, args);
   if (cmd == "plan") return CmdPlan(g, args);
+  if (cmd == "rollback") return CmdRollback(g, args);
   if (cmd == "checkpoints") return CmdCheckpoints(g, args);
   if (cmd == "data") {
     if (args.empty() || args[0] != "prepare") return Usage("data: expected `data prepare`");

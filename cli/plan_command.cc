@@ -1,6 +1,7 @@
 #include "cli/plan_command.h"
 
 #include "absl/strings/str_cat.h"
+#include "controller/job_planning.h"
 #include "controller/planner/report.h"
 
 namespace loom::cli {
@@ -8,35 +9,8 @@ namespace loom::cli {
 absl::StatusOr<planner::PlanRequest> PlanRequestFromSpec(const loom::v1::JobSpec& spec,
                                                          const planner::ClusterTopology& topology,
                                                          const PlanCommandOptions& options) {
-  if (!spec.model().has_gpt()) return absl::InvalidArgumentError("model.gpt: required");
-  const auto& g = spec.model().gpt();
-  planner::PlanRequest req;
-  req.model.name = spec.name();
-  req.model.n_layer = g.n_layer();
-  req.model.d_model = g.d_model();
-  req.model.n_head = g.n_head();
-  req.model.vocab_size = g.vocab_size();
-  req.model.seq_len = g.seq_len();
-  req.training.global_batch_sequences = spec.batch().global_batch();
-  switch (spec.precision()) {
-    case loom::v1::BF16:
-      req.training.precision = planner::Precision::kBf16;
-      break;
-    case loom::v1::FP16:
-      req.training.precision = planner::Precision::kFp16;
-      break;
-    default:
-      req.training.precision = planner::Precision::kFp32;
-  }
-  req.training.optimizer = planner::Optimizer::kAdamW;
-  req.training.token_budget =
-      options.token_budget > 0
-          ? options.token_budget
-          : static_cast<double>(spec.schedule().total_steps()) * spec.batch().global_batch() *
-                g.seq_len();
-  req.topology = topology;
-  req.options.top_k = options.top_k;
-  return req;
+  // One conversion for loomctl and the controller.
+  return controller::SpecToPlanRequest(spec, topology, options.top_k, options.token_budget);
 }
 
 absl::StatusOr<std::string> RunPlan(const loom::v1::JobSpec& spec,

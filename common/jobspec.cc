@@ -745,12 +745,16 @@ absl::Status ValidateSupported(const JobSpec& spec) {
   if (parallelism.tensor() > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "parallelism.tensor: tensor parallelism (", parallelism.tensor(),
-        ") is planned but not executable yet; only data parallelism runs"));
+        ") is planned but not executable yet; only data parallelism runs (set "
+        "parallelism.tensor: 1, or parallelism.auto: true to let the planner choose a layout "
+        "that runs; `loomctl plan` shows what tensor parallelism would buy)"));
   }
   if (parallelism.pipeline() > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "parallelism.pipeline: pipeline parallelism (", parallelism.pipeline(),
-        ") is planned but not executable yet; only data parallelism runs"));
+        ") is planned but not executable yet; only data parallelism runs (set "
+        "parallelism.pipeline: 1, or parallelism.auto: true to let the planner choose a layout "
+        "that runs; `loomctl plan` shows what pipeline parallelism would buy)"));
   }
   if (spec.precision() != v1::PRECISION_UNSPECIFIED &&
       spec.precision() != v1::FP32) {

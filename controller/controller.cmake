@@ -1,6 +1,10 @@
 loom_library(loom_store SRCS store.cc DEPS loom_proto loom_common SQLite::SQLite3 absl::strings)
+loom_library(loom_job_planning SRCS job_planning.cc DEPS loom_planner loom_grpc absl::strings
+  absl::str_format)
+loom_library(loom_recovery_metrics SRCS recovery_metrics.cc DEPS loom_metrics loom_proto)
 loom_library(loom_job_manager SRCS job_manager.cc
-  DEPS loom_store loom_jobspec loom_spike_detector loom_grpc loom_common absl::strings absl::str_format absl::synchronization)
+  DEPS loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics loom_grpc
+       loom_common absl::strings absl::str_format absl::synchronization)
 loom_library(loom_controller_service SRCS controller_service.cc
   DEPS loom_job_manager loom_grpc loom_grpc_util loom_metrics)
 
@@ -9,6 +13,7 @@ target_link_libraries(loom-controller PRIVATE loom_controller_service
   absl::flags absl::flags_parse absl::flags_usage)
 
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
-loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager)
+loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_metrics)
+loom_test(loom_job_planning_test SRCS job_planning_test.cc DEPS loom_job_planning loom_jobspec)
 include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake OPTIONAL)
 include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake OPTIONAL)

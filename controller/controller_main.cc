@@ -72,11 +72,12 @@ int main(int argc, char** argv) {
   opts.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   opts.checkpoint_root = data_dir + "/checkpoints";
   mkdir(opts.checkpoint_root.c_str(), 0700);
-  controller::JobManager manager(store->get(), RealClock::Get(), opts);
+  auto registry = std::make_shared<metrics::Registry>();
+  controller::RecoveryMetrics recovery_metrics(*registry);
+  controller::JobManager manager(store->get(), RealClock::Get(), opts, &recovery_metrics);
   absl::Status recovered = manager.Recover();
   if (!recovered.ok()) return Fail(absl::StrCat("recovering jobs: ", recovered.message()));
 
-  auto registry = std::make_shared<metrics::Registry>();
   controller::RpcMetrics rpc_metrics(*registry);
   auto& jobs_gauge = metrics::BuildGauge()
                          .Name("loom_controller_jobs")

@@ -161,6 +161,31 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
   return Finish("ListCheckpoints", list.status());
 }
 
+grpc::Status JobServiceImpl::Plan(grpc::ServerContext* ctx, const loom::v1::PlanRequest* req,
+                                  loom::v1::PlanResponse* resp) {
+  LOOM_AUTH("Plan");
+  if (!req->has_spec()) return Finish("Plan", absl::InvalidArgumentError("spec: required"));
+  if (req->topology_yaml().size() > (1 << 20)) {
+    return Finish("Plan", absl::InvalidArgumentError("topology_yaml: larger than 1 MiB"));
+  }
+  auto plan = manager_->Plan(*req);
+  if (plan.ok()) *resp = std::move(*plan);
+  return Finish("Plan", plan.status());
+}
+
+grpc::Status JobServiceImpl::RollbackJob(grpc::ServerContext* ctx,
+                                         const loom::v1::RollbackJobRequest* req,
+                                         loom::v1::Job* resp) {
+  LOOM_AUTH("RollbackJob");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (s.ok() && req->skip_size() > 1000) s = absl::InvalidArgumentError("skip: at most 1000 ranges");
+  if (s.ok() && req->reason().size() > 1024) s = absl::InvalidArgumentError("reason: too long");
+  if (!s.ok()) return Finish("RollbackJob", s);
+  auto job = manager_->Rollback(*req);
+  if (job.ok()) *resp = std::move(*job);
+  return Finish("RollbackJob", job.status());
+}
+
 // --------------------------------------------------------------- WorkerService
 
 WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics)

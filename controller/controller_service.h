@@ -48,6 +48,10 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx,
                                const loom::v1::ListCheckpointsRequest* req,
                                loom::v1::ListCheckpointsResponse* resp) override;
+  grpc::Status Plan(grpc::ServerContext* ctx, const loom::v1::PlanRequest* req,
+                    loom::v1::PlanResponse* resp) override;
+  grpc::Status RollbackJob(grpc::ServerContext* ctx, const loom::v1::RollbackJobRequest* req,
+                           loom::v1::Job* resp) override;
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec.h"
+#include "controller/planner/topology_yaml.h"
 
 namespace loom::controller {
 
@@ -59,8 +61,9 @@ bool EventQueue::closed_and_empty() {
 
 // ----------------------------------------------------------------- JobManager
 
-JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions options)
-    : store_(store), clock_(clock), options_(std::move(options)) {
+JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions options,
+                       RecoveryMetrics* metrics)
+    : store_(store), clock_(clock), options_(std::move(options)), metrics_(metrics) {
   std::random_device rd;
   worker_nonce_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
@@ -87,9 +90,11 @@ absl::Status JobManager::Recover() {
     order_.push_back(id);
     JobState s = rec.job.state();
     if (s == loom::v1::SCHEDULED || s == loom::v1::RUNNING) {
+      rec.attempt_last_step = rec.job.summary().last_step();
       // Its ranks are stopped by their workers, which re-register with this
       // controller; the job resumes from its newest checkpoint.
-      FailOrRestartLocked(rec, "the controller restarted while the job was running");
+      FailOrRestartLocked(rec, "the controller restarted while the job was running",
+                          kCauseControllerRestart);
     }
   }
   return absl::OkStatus();
@@ -142,8 +147,22 @@ void JobManager::Publish(const std::string& job_id, JobEvent event) {
 absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
   ApplyJobSpecDefaults(&spec);
   absl::Status valid = ValidateJobSpec(spec);
-  if (!valid.ok()) return valid;
   std::lock_guard<std::mutex> lock(mu_);
+  if (!valid.ok()) {
+    // A tensor/pipeline layout that would not even fit is worth saying so:
+    // "not executable yet" alone would send the user the wrong way.
+    if (valid.code() == absl::StatusCode::kUnimplemented &&
+        (spec.parallelism().tensor() > 1 || spec.parallelism().pipeline() > 1)) {
+      auto topology = LiveTopologyLocked(spec);
+      if (topology.ok()) return ExplainUnexecutableLayout(spec, *topology, valid);
+    }
+    return valid;
+  }
+  auto topology = LiveTopologyLocked(spec);
+  if (!topology.ok()) return topology.status();
+  auto plan = PlanAtSubmit(&spec, *topology);
+  if (!plan.ok()) return plan.status();
+  plan->set_time_unix_ms(clock_->NowUnixMillis());
   std::string id = NewJobId(spec.name());
   if (spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
     spec.mutable_checkpoint()->set_dir(absl::StrCat(options_.checkpoint_root, "/", id));
@@ -151,6 +170,7 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
   JobRecord& rec = jobs_[id];
   rec.job.set_id(id);
   *rec.job.mutable_spec() = std::move(spec);
+  *rec.job.mutable_plan() = std::move(*plan);
   rec.job.set_state(loom::v1::JOB_STATE_UNSPECIFIED);
   rec.job.set_created_unix_ms(clock_->NowUnixMillis());
   rec.job.set_resume_step(-1);
@@ -172,6 +192,140 @@ absl::StatusOr<Job> JobManager::Get(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   return it->second.job;
+}
+
+absl::StatusOr<LiveTopology> JobManager::LiveTopologyLocked(const loom::v1::JobSpec& spec) {
+  std::vector<loom::v1::WorkerInfo> infos;
+  for (const auto& [id, w] : workers_) infos.push_back(w.info);
+  return TopologyForSpec(spec, infos);
+}
+
+absl::StatusOr<loom::v1::PlanResponse> JobManager::Plan(const loom::v1::PlanRequest& request) {
+  constexpr int kMaxTopK = 50;
+  if (request.top_k() < 0 || request.top_k() > kMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k: must be in [0, ", kMaxTopK, "], got ", request.top_k()));
+  }
+  int top_k = request.top_k() > 0 ? request.top_k() : 5;
+  loom::v1::JobSpec spec = request.spec();
+  ApplyJobSpecDefaults(&spec);
+  absl::Status valid = ValidateJobSpec(spec);
+  // Planning layouts that do not execute yet is the point of planning.
+  if (!valid.ok() && valid.code() != absl::StatusCode::kUnimplemented) return valid;
+  LiveTopology topology;
+  if (!request.topology_yaml().empty()) {
+    auto parsed = planner::ParseTopologyYaml(request.topology_yaml());
+    if (!parsed.ok()) {
+      return absl::Status(parsed.status().code(),
+                          absl::StrCat("topology_yaml: ", parsed.status().message()));
+    }
+    topology.topology = *parsed;
+    topology.measured = true;
+    topology.description = absl::StrCat(
+        parsed->name.empty() ? "the given topology" : parsed->name, " (", parsed->nodes, " x ",
+        parsed->devices_per_node, " ", parsed->device.name, ")");
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto live = LiveTopologyLocked(spec);
+    if (!live.ok()) return live.status();
+    topology = std::move(*live);
+  }
+  // Planning is pure computation (well under a second): outside the lock.
+  return PlanSpec(spec, topology, top_k, request.executable_only());
+}
+
+absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req) {
+  if (req.to_step() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("to_step: must be >= 0 (0 = from scratch), got ", req.to_step()));
+  }
+  for (int i = 0; i < req.skip_size(); ++i) {
+    const auto& r = req.skip(i);
+    if (r.begin() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("skip[", i, "].begin: must be >= 0, got ", r.begin()));
+    }
+    if (r.end() <= r.begin()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "skip[", i, "]: [", r.begin(), ", ", r.end(),
+          ") is empty; a range is half-open [begin, end) with begin < end"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(req.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
+  }
+  JobRecord& rec = it->second;
+  if (rec.job.state() != loom::v1::RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", req.job_id(), " is ", JobState_Name(rec.job.state()),
+        "; only a RUNNING job can be rolled back",
+        IsTerminal(rec.job.state()) ? "" : " (wait until it runs)"));
+  }
+  if (rec.attempt_last_step < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", req.job_id(), " has not reported a step in this attempt yet; nothing to roll "
+        "back"));
+  }
+  if (req.to_step() > rec.attempt_last_step) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("to_step: ", req.to_step(), " is beyond the job's last step ",
+                     rec.attempt_last_step, "; roll back to a step it has reached"));
+  }
+  int64_t checkpoint = NewestCheckpointLocked(rec, req.to_step());
+  if (checkpoint == 0 && req.to_step() > 0) {
+    // Silently starting over would throw away far more than asked for.
+    int64_t oldest = -1;
+    auto catalog = store_->LoadCheckpoints(rec.job.id());
+    if (catalog.ok()) {
+      for (const auto& c : *catalog) {
+        if (access(c.path().c_str(), F_OK) == 0 && (oldest < 0 || c.step() < oldest)) {
+          oldest = c.step();
+        }
+      }
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "to_step: no checkpoint of job ", req.job_id(), " at or before step ", req.to_step(),
+        " is on disk",
+        oldest > 0 ? absl::StrCat(" (the oldest kept is step ", oldest, ")") : "",
+        "; pass --to-step 0 to start over from scratch",
+        oldest > 0 ? absl::StrCat(", or a step >= ", oldest) : ""));
+  }
+  // Batches trained up to the checkpoint stay trained (see HandleSpikeLocked):
+  // a range is clipped to start at the first batch the rollback undoes.
+  int64_t first_undone = -1;
+  if (auto b = rec.step_batches.find(checkpoint + 1); b != rec.step_batches.end()) {
+    first_undone = b->second;
+  }
+  std::vector<loom::v1::SkipRange> skips;
+  std::vector<std::string> described;
+  for (int i = 0; i < req.skip_size(); ++i) {
+    loom::v1::SkipRange r = req.skip(i);
+    if (first_undone >= 0 && r.end() <= first_undone) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "skip[", i, "]: batches [", r.begin(), ", ", r.end(),
+          ") were trained before the checkpoint at step ", checkpoint,
+          " that the job resumes from; the first batch it will train again is ", first_undone));
+    }
+    if (first_undone >= 0) r.set_begin(std::max(r.begin(), first_undone));
+    described.push_back(absl::StrCat("[", r.begin(), ", ", r.end(), ")"));
+    skips.push_back(r);
+  }
+  loom::v1::RecoveryEvent rb;
+  rb.set_kind(loom::v1::RecoveryEvent::ROLLBACK);
+  rb.set_cause(kCauseOperator);
+  rb.set_step(rec.attempt_last_step);
+  rec.job.set_operator_rollbacks(rec.job.operator_rollbacks() + 1);
+  rb.set_message(absl::StrCat(
+      "operator rollback", req.reason().empty() ? "" : absl::StrCat(" (", req.reason(), ")"),
+      ": resume from the newest checkpoint at step <= ", req.to_step(), " (step ", checkpoint,
+      checkpoint == 0 ? ", i.e. from scratch" : "", ")",
+      skips.empty() ? ", no data skipped"
+                    : absl::StrCat(", skip data batches ", absl::StrJoin(described, " "))));
+  std::string reason = rb.message();
+  RollBackLocked(rec, req.to_step(), checkpoint, skips, std::move(rb), reason);
+  return rec.job;
 }
 
 std::vector<Job> JobManager::List(const std::set<JobState>& states, int limit) {
@@ -316,6 +470,18 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     return absl::InvalidArgumentError(
         absl::StrCat("slots: must be >= 1, got ", req.slots()));
   }
+  if (!(req.gemm_flops_per_second_per_thread() >= 0) ||
+      !std::isfinite(req.gemm_flops_per_second_per_thread())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm_flops_per_second_per_thread: must be a finite number >= 0, got ",
+                     req.gemm_flops_per_second_per_thread()));
+  }
+  if (!(req.memory_bandwidth_bytes_per_second() >= 0) ||
+      !std::isfinite(req.memory_bandwidth_bytes_per_second())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_bandwidth_bytes_per_second: must be a finite number >= 0, got ",
+                     req.memory_bandwidth_bytes_per_second()));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   absl::Time now = clock_->Now();
   // A node registering again means its previous daemon is gone: whatever
@@ -335,7 +501,7 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
         std::string why = absl::StrCat("worker ", old.info.id(), " on node ", req.node(),
                                        " restarted; the ranks it ran are lost");
         ForgetWorkerRanks(old.info.id());
-        FailOrRestartLocked(rec, why);
+        FailOrRestartLocked(rec, why, kCauseWorkerLost);
       }
     }
     ForgetWorkerRanks(old.info.id());
@@ -353,6 +519,9 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   w.info.set_gpus(req.gpus());
   w.info.set_memory_bytes(req.memory_bytes());
   w.info.set_metrics_address(req.metrics_address());
+  w.info.set_gemm_flops_per_second_per_thread(req.gemm_flops_per_second_per_thread());
+  w.info.set_memory_bandwidth_bytes_per_second(req.memory_bandwidth_bytes_per_second());
+  w.info.set_gemm_source(req.gemm_source());
   w.info.set_alive(true);
   w.last_heartbeat = now;
   store_->PutWorker(id, req.node(), req.address(), absl::ToUnixMillis(now)).IgnoreError();
@@ -514,6 +683,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
       }
       steps.push_back(m);
       if (m.step() > 0) {
+        rec.attempt_last_step = m.step();
         rec.step_batches.erase(rec.step_batches.lower_bound(m.step()), rec.step_batches.end());
         rec.step_batches[m.step()] = m.data_batch();
         while (rec.step_batches.size() > 4096) rec.step_batches.erase(rec.step_batches.begin());
@@ -540,6 +710,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
         return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
       }
       sum->set_checkpoints_written(sum->checkpoints_written() + 1);
+      if (metrics_ != nullptr) metrics_->RecordCheckpoint(rec.job.id(), info);
       sum->set_last_checkpoint(info.path());
       *out.mutable_checkpoint() = std::move(info);
     } else {
@@ -650,7 +821,7 @@ void JobManager::ResolveFailuresLocked() {
     }
     std::string why = cause.empty() ? rec.pending_failure->reason
                                     : absl::StrCat(cause, "then ", rec.pending_failure->reason);
-    FailOrRestartLocked(rec, why);
+    FailOrRestartLocked(rec, why, cause.empty() ? kCauseRankFailure : kCauseWorkerLost);
   }
 }
 
@@ -691,12 +862,26 @@ void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason) {
   rec.pending_failure.reset();
   rec.exited_ok.clear();
   rec.running_seen.clear();
+  rec.attempt_last_step = -1;
   rec.job.clear_ranks();
   rec.job.set_generation(rec.job.generation() + 1);
   Transition(rec, loom::v1::PENDING, reason).IgnoreError();
 }
 
-void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause) {
+int64_t JobManager::NewestCheckpointLocked(const JobRecord& rec, int64_t max_step) {
+  int64_t newest = 0;
+  auto catalog = store_->LoadCheckpoints(rec.job.id());
+  if (!catalog.ok()) return 0;
+  for (const auto& c : *catalog) {
+    if (max_step >= 0 && c.step() > max_step) continue;
+    if (access(c.path().c_str(), F_OK) != 0) continue;
+    newest = std::max(newest, c.step());
+  }
+  return newest;
+}
+
+void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,
+                                     const std::string& cause_kind) {
   if (IsTerminal(rec.job.state())) return;
   RecoveryOptions o = EffectiveRecovery(rec.job.spec().recovery());
   if (rec.job.restarts() >= o.max_restarts) {
@@ -716,12 +901,18 @@ void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause) {
   }
   rec.job.set_restarts(rec.job.restarts() + 1);
   rec.job.set_resume_step(-1);
+  int64_t checkpoint = NewestCheckpointLocked(rec, -1);
+  int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
   loom::v1::RecoveryEvent ev;
   ev.set_kind(loom::v1::RecoveryEvent::RESTART);
   ev.set_message(cause);
+  ev.set_cause(cause_kind);
   ev.set_resume_step(-1);
+  ev.set_checkpoint_step(checkpoint);
+  ev.set_steps_lost(lost);
   ev.set_generation(rec.job.generation() + 1);
   AddEvent(rec, ev);
+  if (metrics_ != nullptr) metrics_->RecordRecovery(rec.job.id(), "restart", cause_kind, lost, 0);
   RequeueLocked(rec, absl::StrCat("restart ", rec.job.restarts(), "/", o.max_restarts,
                                   " from the newest checkpoint after: ", cause));
 }
@@ -763,16 +954,8 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
   // spike - rollback_distance; if retention or a crash left none that far
   // back, the newest one before the spike; else from scratch (step 0).
   int64_t target = std::max<int64_t>(0, v.step - o.rollback_distance);
-  int64_t resume = 0, fallback = 0;
-  auto catalog = store_->LoadCheckpoints(rec.job.id());
-  if (catalog.ok()) {
-    for (const auto& c : *catalog) {
-      if (access(c.path().c_str(), F_OK) != 0) continue;
-      if (c.step() <= target) resume = std::max(resume, c.step());
-      if (c.step() < v.step) fallback = std::max(fallback, c.step());
-    }
-  }
-  if (resume == 0) resume = fallback;
+  int64_t resume = NewestCheckpointLocked(rec, target);
+  if (resume == 0) resume = NewestCheckpointLocked(rec, v.step - 1);
   loom::v1::SkipRange skip;
   skip.set_begin(std::max<int64_t>(0, data_batch - before));
   // Batches trained before the resume point stay trained: the skip list
@@ -785,22 +968,40 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
   }
   skip.set_end(data_batch + after + 1);
   rec.job.set_rollbacks(rec.job.rollbacks() + 1);
-  rec.job.set_resume_step(resume);
-  *rec.job.add_skip_batches() = skip;
   rec.last_spike_step = v.step;
-  if (rec.detector) rec.detector->Truncate(resume);
   loom::v1::RecoveryEvent rb;
   rb.set_kind(loom::v1::RecoveryEvent::ROLLBACK);
+  rb.set_cause(kCauseLossSpike);
   rb.set_step(v.step);
-  rb.set_resume_step(resume);
-  *rb.mutable_skip() = skip;
-  rb.set_generation(rec.job.generation() + 1);
   rb.set_message(absl::StrFormat(
       "rollback %d/%d: resume from the newest checkpoint at step <= %d, skip data batches "
       "[%d, %d)",
       rec.job.rollbacks(), o.max_rollbacks, resume, skip.begin(), skip.end()));
-  AddEvent(rec, rb);
-  RequeueLocked(rec, absl::StrCat("loss spike at step ", v.step, "; ", rb.message()));
+  std::string reason = absl::StrCat("loss spike at step ", v.step, "; ", rb.message());
+  RollBackLocked(rec, resume, resume, {skip}, std::move(rb), reason);
+}
+
+void JobManager::RollBackLocked(JobRecord& rec, int64_t resume_step, int64_t checkpoint_step,
+                                const std::vector<loom::v1::SkipRange>& skips,
+                                loom::v1::RecoveryEvent event, const std::string& reason) {
+  int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint_step);
+  int64_t skipped = 0;
+  rec.job.set_resume_step(resume_step);
+  for (const auto& r : skips) {
+    *rec.job.add_skip_batches() = r;
+    skipped += r.end() - r.begin();
+  }
+  // Steps after the checkpoint are trained again: they leave the baseline.
+  if (rec.detector) rec.detector->Truncate(checkpoint_step);
+  event.set_resume_step(resume_step);
+  event.set_checkpoint_step(checkpoint_step);
+  event.set_steps_lost(lost);
+  if (!skips.empty()) *event.mutable_skip() = skips.front();
+  event.set_generation(rec.job.generation() + 1);
+  std::string cause = event.cause();
+  AddEvent(rec, std::move(event));
+  if (metrics_ != nullptr) metrics_->RecordRecovery(rec.job.id(), "rollback", cause, lost, skipped);
+  RequeueLocked(rec, reason);
 }
 
 void JobManager::CheckLivenessLocked() {
@@ -825,7 +1026,7 @@ void JobManager::CheckLivenessLocked() {
           id, w.info.node(), absl::ToDoubleSeconds(silent),
           absl::ToDoubleSeconds(options_.worker_timeout), absl::StrJoin(ranks, ","));
       ForgetWorkerRanks(id);
-      FailOrRestartLocked(rec, why);
+      FailOrRestartLocked(rec, why, kCauseWorkerLost);
     }
     ForgetWorkerRanks(id);
   }

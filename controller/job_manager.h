@@ -28,7 +28,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "controller/job_planning.h"
 #include "controller/recovery/spike_detector.h"
+#include "controller/recovery_metrics.h"
 #include "controller/store.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/service.pb.h"
@@ -68,8 +70,10 @@ class EventQueue {
 
 class JobManager {
  public:
-  // `store` and `clock` must outlive the manager.
-  JobManager(Store* store, const Clock* clock, JobManagerOptions options);
+  // `store`, `clock` and `metrics` (may be null: no recovery metrics) must
+  // outlive the manager.
+  JobManager(Store* store, const Clock* clock, JobManagerOptions options,
+             RecoveryMetrics* metrics = nullptr);
 
   // Reloads jobs from the store. Jobs that were SCHEDULED or RUNNING when the
   // controller stopped cannot be reattached (their workers re-register under
@@ -77,9 +81,25 @@ class JobManager {
   absl::Status Recover();
 
   // --- client API
-  // Applies defaults, validates, stores as PENDING. INVALID_ARGUMENT /
-  // UNIMPLEMENTED from validation.
+  // Applies defaults, validates, plans (job_planning.h: parallelism.auto
+  // chooses the degrees, an explicit layout is evaluated) against the live
+  // workers, stores as PENDING with the plan. INVALID_ARGUMENT /
+  // UNIMPLEMENTED from validation; INVALID_ARGUMENT naming the parallelism
+  // field when the layout does not fit the registered workers.
   absl::StatusOr<loom::v1::Job> Submit(loom::v1::JobSpec spec);
+  // Plans a spec (defaults applied, validated; layouts that do not execute
+  // yet are allowed) on the topology given as YAML, or else on the live
+  // workers. INVALID_ARGUMENT for a bad spec, topology or top_k;
+  // FAILED_PRECONDITION when nothing fits.
+  absl::StatusOr<loom::v1::PlanResponse> Plan(const loom::v1::PlanRequest& request);
+  // Operator rollback of a RUNNING job (FAILED_PRECONDITION otherwise): stops
+  // its ranks and resumes from the newest good checkpoint <= to_step, adding
+  // the skip ranges, exactly as the automatic spike rollback does; the
+  // ROLLBACK event has cause "operator". INVALID_ARGUMENT for to_step < 0 or
+  // beyond the last reported step, or a skip range that is empty, negative,
+  // or wholly before the resume point; FAILED_PRECONDITION also when no
+  // checkpoint at or before to_step > 0 is on disk (to_step 0 = scratch).
+  absl::StatusOr<loom::v1::Job> Rollback(const loom::v1::RollbackJobRequest& request);
   absl::StatusOr<loom::v1::Job> Get(const std::string& job_id);
   std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit);
   // CANCELLED; tells workers to stop its ranks. FAILED_PRECONDITION if the
@@ -158,6 +178,7 @@ class JobManager {
     // current attempt (bounded); used to keep skip ranges replayable.
     std::map<int64_t, int64_t> step_batches;
     bool skip_widened = false;
+    int64_t attempt_last_step = -1;  // last step reported by the current attempt
   };
 
   // Effective recovery settings of a spec (defaults applied).
@@ -184,9 +205,22 @@ class JobManager {
   void ResolveFailuresLocked();
   // A failure ends the attempt: restart from the newest checkpoint while
   // restarts are left, else FAILED.
-  void FailOrRestartLocked(JobRecord& rec, const std::string& cause);
+  // `cause_kind` is one of the kCause* values of recovery_metrics.h.
+  void FailOrRestartLocked(JobRecord& rec, const std::string& cause,
+                           const std::string& cause_kind);
   void HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict& verdict,
                          int64_t data_batch);
+  // The shared tail of spike and operator rollbacks: sets the resume step,
+  // adds `skips`, records `event` (kind, step, cause, message filled in by
+  // the caller) with the resume point and the steps lost, and requeues.
+  void RollBackLocked(JobRecord& rec, int64_t resume_step, int64_t checkpoint_step,
+                      const std::vector<loom::v1::SkipRange>& skips,
+                      loom::v1::RecoveryEvent event, const std::string& reason);
+  // Step of the newest checkpoint of the job still on disk at or before
+  // `max_step` (-1 = any); 0 when there is none.
+  int64_t NewestCheckpointLocked(const JobRecord& rec, int64_t max_step);
+  // The live cluster as the planner sees it, for `spec`'s gang.
+  absl::StatusOr<LiveTopology> LiveTopologyLocked(const loom::v1::JobSpec& spec);
   // Ends the current attempt: stops its ranks, resets per-attempt state,
   // bumps the generation, and puts the job back to PENDING.
   void RequeueLocked(JobRecord& rec, const std::string& reason);
@@ -199,6 +233,7 @@ class JobManager {
   Store* const store_;
   const Clock* const clock_;
   const JobManagerOptions options_;
+  RecoveryMetrics* const metrics_;  // may be null
 
   std::mutex mu_;
   std::map<std::string, JobRecord> jobs_;          // by id

@@ -5,6 +5,9 @@
 #include <limits>
 #include <string>
 
+#include <sys/stat.h>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -45,14 +48,24 @@ class JobManagerTest : public ::testing::Test {
     store_ = *Store::Open(dir_);
     opts_.worker_timeout = absl::Seconds(5);
     opts_.checkpoint_root = dir_ + "/ckpt";
-    manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_);
+    registry_ = std::make_shared<metrics::Registry>();
+    metrics_ = std::make_unique<RecoveryMetrics>(*registry_);
+    manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_, metrics_.get());
   }
 
-  std::string Register(const std::string& node, int slots = 1) {
+  // The controller's /metrics text.
+  std::string MetricsText() { return metrics::SerializeText(registry_->Collect()); }
+
+  std::string Register(const std::string& node, int slots = 1, double memory_bytes = 0,
+                       double gemm_flops_per_thread = 0) {
     loom::v1::RegisterWorkerRequest req;
     req.set_node(node);
     req.set_address("127.0.0.1");
     req.set_slots(slots);
+    req.set_cpus(4);
+    req.set_memory_bytes(static_cast<uint64_t>(memory_bytes));
+    req.set_gemm_flops_per_second_per_thread(gemm_flops_per_thread);
+    if (gemm_flops_per_thread > 0) req.set_memory_bandwidth_bytes_per_second(10e9);
     auto resp = manager_->RegisterWorker(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp->worker_id();
@@ -99,6 +112,8 @@ class JobManagerTest : public ::testing::Test {
   FakeClock clock_;
   JobManagerOptions opts_;
   std::unique_ptr<Store> store_;
+  std::shared_ptr<metrics::Registry> registry_;
+  std::unique_ptr<RecoveryMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
 };
 
@@ -482,6 +497,269 @@ TEST_F(JobManagerTest, RegisterValidatesRequest) {
   r = manager_->RegisterWorker(req);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), StartsWith("slots:"));
+}
+
+}  // namespace
+}  // namespace loom::controller
+
+namespace loom::controller {
+namespace {
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+// A 7B-parameter GPT: ~112 GB of mixed-precision Adam state, far more than a
+// test worker's memory.
+loom::v1::JobSpec BigSpec(int workers) {
+  loom::v1::JobSpec spec = Spec(workers);
+  auto* gpt = spec.mutable_model()->mutable_gpt();
+  gpt->set_n_layer(32);
+  gpt->set_n_head(32);
+  gpt->set_d_model(4096);
+  gpt->set_seq_len(2048);
+  gpt->set_vocab_size(32000);
+  return spec;
+}
+
+TEST_F(JobManagerTest, SubmitWithAutoPlansOnTheLiveWorkersAndStoresThePlan) {
+  Register("node-a", 1, 16e9, 50e9);
+  Register("node-b", 1, 16e9, 40e9);
+  loom::v1::JobSpec spec = Spec(2);
+  spec.mutable_parallelism()->set_auto_(true);
+  auto job = manager_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const auto& plan = job->plan();
+  EXPECT_TRUE(plan.auto_());
+  EXPECT_TRUE(plan.topology_measured());
+  EXPECT_THAT(plan.topology(), HasSubstr("2 x 1 cpu"));
+  EXPECT_THAT(plan.topology(), HasSubstr("40.0 GFLOP/s"));  // the slower worker
+  EXPECT_TRUE(plan.layout().fits());
+  EXPECT_EQ(plan.layout().data(), 2);
+  EXPECT_GT(plan.layout().tokens_per_second(), 0);
+  EXPECT_GT(plan.time_unix_ms(), 0);
+  EXPECT_EQ(job->spec().parallelism().data(), 2);
+  EXPECT_EQ(job->spec().parallelism().tensor(), 1);
+  EXPECT_EQ(job->spec().parallelism().pipeline(), 1);
+  // Stored: a restarted controller still has it.
+  JobManager reloaded(store_.get(), &clock_, opts_);
+  ASSERT_TRUE(reloaded.Recover().ok());
+  EXPECT_EQ(reloaded.Get(job->id())->plan().layout().data(), 2);
+  EXPECT_EQ(reloaded.Get(job->id())->plan().topology(), plan.topology());
+}
+
+TEST_F(JobManagerTest, SubmitEvaluatesAnExplicitLayoutAndRejectsOneThatDoesNotFit) {
+  Register("node-a", 1, 8e9, 50e9);
+  auto ok = manager_->Submit(Spec(1));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_FALSE(ok->plan().auto_());
+  EXPECT_TRUE(ok->plan().layout().fits());
+  auto big = manager_->Submit(BigSpec(1));
+  ASSERT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument) << big.status();
+  EXPECT_THAT(Msg(big.status()), StartsWith("parallelism.data: layout tp 1 | pp 1 | dp 1"));
+  EXPECT_THAT(Msg(big.status()), HasSubstr("GB per device before activations, device has 8 GB"));
+  EXPECT_THAT(Msg(big.status()), HasSubstr("training state alone does not fit"));
+  EXPECT_EQ(manager_->List({}, 0).size(), 1u) << "nothing stored for the rejected job";
+}
+
+TEST_F(JobManagerTest, TensorParallelSpecsSayWhetherTheyWouldEvenFit) {
+  Register("node-a", 2, 16e9, 50e9);
+  loom::v1::JobSpec tiny = Spec(1);
+  tiny.mutable_resources()->set_ranks(2);
+  tiny.mutable_parallelism()->set_tensor(2);
+  tiny.mutable_parallelism()->set_data(1);
+  auto r = manager_->Submit(tiny);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << r.status();
+  EXPECT_THAT(Msg(r.status()), StartsWith("parallelism.tensor: tensor parallelism (2)"));
+  EXPECT_THAT(Msg(r.status()), HasSubstr("parallelism.auto"));
+  loom::v1::JobSpec big = BigSpec(1);
+  big.mutable_resources()->set_ranks(2);
+  big.mutable_parallelism()->set_tensor(2);
+  big.mutable_parallelism()->set_data(1);
+  r = manager_->Submit(big);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(Msg(r.status()), StartsWith("parallelism.tensor: layout tp 2 | pp 1 | dp 1"));
+}
+
+TEST_F(JobManagerTest, PlanUsesTheLiveWorkersOrAGivenTopology) {
+  Register("node-a", 4, 32e9, 50e9);
+  loom::v1::PlanRequest req;
+  *req.mutable_spec() = Spec(1);
+  req.mutable_spec()->mutable_resources()->set_ranks(4);
+  req.mutable_spec()->mutable_parallelism()->set_auto_(true);
+  req.set_top_k(3);
+  auto live = manager_->Plan(req);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_THAT(live->topology(), HasSubstr("1 x 4 cpu"));
+  EXPECT_TRUE(live->chosen().fits());
+  EXPECT_LE(live->alternatives_size(), 3);
+  EXPECT_THAT(live->report(), HasSubstr("Cluster: 1 x 4 cpu"));
+
+  req.set_topology_yaml("name: dgx\ndevice: A100-80GB\nnodes: 1\ndevices_per_node: 8\n");
+  req.mutable_spec()->mutable_resources()->set_ranks(8);
+  req.mutable_spec()->mutable_batch()->set_global_batch(64);
+  auto given = manager_->Plan(req);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_THAT(given->topology(), HasSubstr("dgx (1 x 8 A100-80GB)"));
+  EXPECT_EQ(given->chosen().tensor() * given->chosen().pipeline() * given->chosen().data(), 8);
+
+  req.set_topology_yaml("device: A100-80GB\nnodes: 1\ndevices_per_nod: 8\n");
+  auto bad = manager_->Plan(req);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(bad.status()), StartsWith("topology_yaml: "));
+  req.clear_topology_yaml();
+  req.set_top_k(51);
+  EXPECT_EQ(manager_->Plan(req).status().code(), absl::StatusCode::kInvalidArgument);
+  req.set_top_k(0);
+  req.mutable_spec()->mutable_model()->mutable_gpt()->set_n_head(5);
+  auto invalid = manager_->Plan(req);
+  EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(invalid.status()), StartsWith("model.gpt.n_head"));
+}
+
+TEST_F(JobManagerTest, OperatorRollbackResumesFromACheckpointAndSkipsData) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  loom::v1::JobSpec spec = Spec(1);
+  spec.mutable_recovery()->set_disable_spike_detection(true);
+  auto job = *manager_->Submit(spec);
+  loom::v1::RollbackJobRequest req;
+  req.set_job_id(job.id());
+  req.set_to_step(0);
+  auto early = manager_->Rollback(req);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+  EXPECT_THAT(Msg(early.status()), HasSubstr("only a RUNNING job can be rolled back"));
+
+  Beat(w1, 29501, {{job.id(), 0}});
+  std::string ckpt_dir = dir_ + "/ckpt/" + job.id();
+  auto report = [&](int step) {
+    loom::v1::ReportStepMetricsRequest r;
+    r.set_worker_id(w1);
+    r.set_job_id(job.id());
+    r.set_generation(generation_[job.id()]);
+    auto* m = r.add_events()->mutable_step();
+    m->set_step(step);
+    m->set_loss(3.0);
+    m->set_data_batch(step - 1);
+    if (step % 10 == 0) {
+      // A committed checkpoint that exists on disk.
+      std::string path = absl::StrCat(dir_, "/step-", step);
+      mkdir(path.c_str(), 0700);
+      auto* c = r.add_events()->mutable_checkpoint();
+      c->set_step(step);
+      c->set_path(path);
+      c->set_bytes(1000 * step);
+      c->set_write_seconds(0.5);
+      c->set_stall_seconds(0.002);
+    }
+    ASSERT_TRUE(manager_->ReportEvents(r).ok());
+  };
+  for (int t = 1; t <= 30; ++t) report(t);
+  ASSERT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+
+  auto code = [&](int64_t to, std::vector<std::pair<int64_t, int64_t>> skips) {
+    loom::v1::RollbackJobRequest r;
+    r.set_job_id(job.id());
+    r.set_to_step(to);
+    for (auto [b, e] : skips) {
+      auto* s = r.add_skip();
+      s->set_begin(b);
+      s->set_end(e);
+    }
+    return manager_->Rollback(r).status();
+  };
+  EXPECT_EQ(code(-1, {}).code(), absl::StatusCode::kInvalidArgument);
+  absl::Status beyond = code(31, {});
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(beyond), StartsWith("to_step: 31 is beyond the job's last step 30"));
+  absl::Status pruned = code(5, {});
+  EXPECT_EQ(pruned.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Msg(pruned), HasSubstr("the oldest kept is step 10"));
+  absl::Status empty = code(25, {{7, 7}});
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(empty), StartsWith("skip[0]: [7, 7) is empty"));
+  absl::Status trained = code(25, {{3, 12}});
+  EXPECT_EQ(trained.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(trained), HasSubstr("were trained before the checkpoint at step 20"));
+  loom::v1::RollbackJobRequest unknown;
+  unknown.set_job_id("nope-9");
+  EXPECT_EQ(manager_->Rollback(unknown).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(StateOf(job.id()), loom::v1::RUNNING) << "rejected requests change nothing";
+
+  req.set_to_step(25);
+  auto* skip = req.add_skip();
+  skip->set_begin(15);  // before the checkpoint's batches: clipped to 20
+  skip->set_end(40);
+  req.set_reason("bad shard");
+  auto rolled = manager_->Rollback(req);
+  ASSERT_TRUE(rolled.ok()) << rolled.status();
+  EXPECT_EQ(rolled->state(), loom::v1::PENDING);
+  EXPECT_EQ(rolled->resume_step(), 25);
+  EXPECT_EQ(rolled->operator_rollbacks(), 1);
+  EXPECT_EQ(rolled->rollbacks(), 0) << "operator rollbacks do not use up max_rollbacks";
+  ASSERT_EQ(rolled->skip_batches_size(), 1);
+  EXPECT_EQ(rolled->skip_batches(0).begin(), 20);  // step 21 trained batch 20
+  EXPECT_EQ(rolled->skip_batches(0).end(), 40);
+  ASSERT_EQ(rolled->events_size(), 1);
+  const auto& ev = rolled->events(0);
+  EXPECT_EQ(ev.kind(), loom::v1::RecoveryEvent::ROLLBACK);
+  EXPECT_EQ(ev.cause(), "operator");
+  EXPECT_EQ(ev.checkpoint_step(), 20);
+  EXPECT_EQ(ev.steps_lost(), 10);
+  EXPECT_EQ(ev.generation(), 1);
+  EXPECT_THAT(ev.message(), HasSubstr("bad shard"));
+  EXPECT_THAT(ev.message(), HasSubstr("skip data batches [20, 40)"));
+  // Rolled back once, it is no longer RUNNING.
+  EXPECT_EQ(code(10, {}).code(), absl::StatusCode::kFailedPrecondition);
+
+  // The next attempt starts from the newest checkpoint <= 25 with the skip.
+  Beat(w1, 29502, {{job.id(), 0}});
+  ASSERT_TRUE(Exit(w1, job.id(), 0, 143).ok());
+  auto start = Beat(w1, 29503);
+  ASSERT_EQ(start.commands_size(), 1);
+  ASSERT_TRUE(start.commands(0).has_start());
+  EXPECT_EQ(start.commands(0).start().resume_step(), 25);
+  EXPECT_EQ(start.commands(0).start().generation(), 1);
+  ASSERT_EQ(start.commands(0).start().skip_batches_size(), 1);
+  EXPECT_EQ(start.commands(0).start().skip_batches(0).begin(), 20);
+
+  std::string text = MetricsText();
+  std::string id = job.id();
+  EXPECT_THAT(text, HasSubstr("loom_controller_recoveries_total{cause=\"operator\",job_id=\"" +
+                              id + "\",kind=\"rollback\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loom_controller_steps_lost_total{cause=\"operator\",job_id=\"" +
+                              id + "\"} 10"));
+  EXPECT_THAT(text, HasSubstr("loom_controller_batches_skipped_total{job_id=\"" + id + "\"} 20"));
+  EXPECT_THAT(text, HasSubstr("loom_controller_checkpoints_total{job_id=\"" + id + "\"} 3"));
+  EXPECT_THAT(text, HasSubstr("loom_controller_checkpoint_bytes_total{job_id=\"" + id +
+                              "\"} 60000"));
+  EXPECT_THAT(text, HasSubstr("loom_controller_last_checkpoint_bytes{job_id=\"" + id +
+                              "\"} 30000"));
+  EXPECT_THAT(text, HasSubstr("loom_controller_last_checkpoint_step{job_id=\"" + id + "\"} 30"));
+  EXPECT_THAT(text, HasSubstr("loom_controller_checkpoint_write_duration_seconds_count 3"));
+  EXPECT_THAT(text, HasSubstr("loom_controller_checkpoint_stall_duration_seconds_count 3"));
+}
+
+TEST_F(JobManagerTest, RestartsCountStepsLostByCause) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1, /*max_restarts=*/2));
+  Beat(w1, 29501, {{job.id(), 0}});
+  loom::v1::ReportStepMetricsRequest r;
+  r.set_worker_id(w1);
+  r.set_job_id(job.id());
+  r.set_generation(generation_[job.id()]);
+  for (int t = 1; t <= 7; ++t) r.add_events()->mutable_step()->set_step(t);
+  ASSERT_TRUE(manager_->ReportEvents(r).ok());
+  ASSERT_TRUE(Exit(w1, job.id(), 0, 1, "segfault").ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  Beat(w1, 29502);
+  manager_->Tick();
+  auto j = *manager_->Get(job.id());
+  ASSERT_EQ(j.events_size(), 1);
+  EXPECT_EQ(j.events(0).cause(), "rank_failure");
+  EXPECT_EQ(j.events(0).steps_lost(), 7) << "no checkpoint: back to step 0";
+  EXPECT_THAT(MetricsText(),
+              HasSubstr("loom_controller_steps_lost_total{cause=\"rank_failure\",job_id=\"" +
+                        job.id() + "\"} 7"));
 }
 
 }  // namespace

@@ -91,5 +91,28 @@ TEST(UsageTest, UnknownCommandIsAUsageError) {
   EXPECT_THAT(r.err, HasSubstr("unknown command frobnicate"));
 }
 
+TEST(PlanCommandTest, WithoutTopologyAsksTheControllerAndSaysWhenThereIsNone) {
+  std::string home = loom::testing::MakeTempDir("loom_plan_live_test");
+  auto r = RunCommand(Loomctl(absl::StrCat("--home ", home, " plan ", kSrc,
+                                           "/examples/gpt-tiny.yaml")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("UNAVAILABLE"));
+  EXPECT_THAT(r.err, HasSubstr("loomctl local up"));
+  // --executable-only is a question for the live cluster only.
+  r = RunCommand(Loomctl(absl::StrCat("plan ", kSrc, "/examples/gpt3-18b.yaml --topology ", kSrc,
+                                      "/examples/topology-a100-80g-256.yaml --executable-only")));
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(RollbackCommandTest, UsageErrorsExitTwo) {
+  for (const char* args : {"rollback", "rollback job-1", "rollback job-1 --to-step x",
+                           "rollback job-1 --to-step 10 --skip 5",
+                           "rollback job-1 --to-step 10 --skip a:b",
+                           "rollback job-1 --to-step 10 --frob"}) {
+    auto r = RunCommand(Loomctl(args));
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace loom

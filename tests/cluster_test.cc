@@ -561,5 +561,167 @@ seed: 7
   EXPECT_EQ(a, b) << "final parameters differ:\n" << digest.out;
 }
 
+// Issue 3 in the controller: workers report their measured GEMM rate, the
+// Plan RPC plans on the live cluster, parallelism.auto is planned and stored
+// at submit, and a layout that cannot fit is refused with the reason.
+TEST_F(ClusterTest, PlansOnTheLiveClusterAndStoresTheAutoPlan) {
+  StartCluster(2);
+  auto workers = Ctl("-o json workers");
+  ASSERT_EQ(workers.exit_code, 0) << workers.err;
+  loom::v1::ListWorkersResponse wl;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(workers.out, &wl).ok());
+  ASSERT_EQ(wl.workers_size(), 2);
+  for (const auto& w : wl.workers()) {
+    EXPECT_GT(w.gemm_flops_per_second_per_thread(), 1e8) << w.DebugString();
+    EXPECT_GT(w.memory_bandwidth_bytes_per_second(), 1e8) << w.DebugString();
+    EXPECT_THAT(w.gemm_source(), HasSubstr("sgemm"));
+  }
+
+  std::string spec = WriteSpec("auto", 30, 2, "parallelism: {auto: true}\n");
+  // `loomctl plan SPEC` without --topology asks the controller.
+  auto plan = Ctl("plan " + spec + " --top 3");
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr("Cluster: 2 x 1 cpu"));
+  EXPECT_THAT(plan.out, HasSubstr("2 live worker(s), measured GEMM"));
+  auto plan_json = Ctl("-o json plan " + spec + " --executable-only");
+  ASSERT_EQ(plan_json.exit_code, 0) << plan_json.err;
+  loom::v1::PlanResponse planned;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(plan_json.out, &planned).ok())
+      << plan_json.out;
+  EXPECT_TRUE(planned.topology_measured());
+  EXPECT_EQ(planned.chosen().data(), 2);
+  EXPECT_EQ(planned.chosen().tensor(), 1);
+  EXPECT_TRUE(planned.chosen().fits());
+  EXPECT_GT(planned.chosen().tokens_per_second(), 0);
+  EXPECT_GT(planned.chosen().weights_bytes(), 0);
+
+  // parallelism.auto: planned at submit, the degrees recorded, and it trains.
+  auto r = Ctl("submit --follow " + spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  loom::v1::Job job = Status("auto-1");
+  EXPECT_EQ(job.state(), loom::v1::SUCCEEDED);
+  ASSERT_TRUE(job.has_plan());
+  EXPECT_TRUE(job.plan().auto_());
+  EXPECT_TRUE(job.plan().topology_measured());
+  EXPECT_EQ(job.plan().layout().data(), 2);
+  EXPECT_EQ(job.spec().parallelism().data(), 2);
+  EXPECT_EQ(job.spec().parallelism().tensor(), 1);
+  auto status = Ctl("status auto-1");
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("chosen (parallelism.auto) on 2 x 1 cpu"));
+  EXPECT_THAT(status.out, HasSubstr("tp 1 | pp 1 | dp 2"));
+
+  // A 7B-parameter model's training state (~112 GB) fits no worker here.
+  std::string big = absl::StrCat(home_, "/big.yaml");
+  std::ofstream(big) << R"(name: big
+model:
+  gpt: {n_layer: 32, n_head: 32, d_model: 4096, seq_len: 2048, vocab_size: 256}
+data: {train: ["data/train_*.bin"]}
+optimizer: {adamw: {lr: 0.0003}}
+schedule: {total_steps: 10}
+batch: {global_batch: 2, micro_batch: 1}
+resources: {workers: 2, ranks: 2}
+)";
+  r = Ctl("submit " + big);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT: parallelism.data: layout tp 1 | pp 1 | dp 2"));
+  EXPECT_THAT(r.err, HasSubstr("GB per device before activations"));
+  auto list = Ctl("-o json list");
+  EXPECT_THAT(list.out, ::testing::Not(HasSubstr("\"big-")));
+}
+
+// Issue 4, manual control: `loomctl rollback` stops a running job, resumes it
+// from the newest checkpoint at or before the step, skips the batches, and
+// the job still finishes.
+TEST_F(ClusterTest, OperatorRollbackResumesSkipsAndSucceeds) {
+  StartCluster(1);
+  // Long enough to be still running when rolled back; every checkpoint kept.
+  constexpr int kSteps = 1500;
+  std::string spec = absl::StrCat(home_, "/manual.yaml");
+  std::ofstream(spec) << "name: manual\n" << R"(
+model:
+  gpt: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 32, vocab_size: 256}
+data: {train: ["data/train_*.bin"]}
+optimizer:
+  adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: )" << kSteps << R"(, warmup_steps: 5}
+batch: {global_batch: 8, micro_batch: 8}
+resources: {workers: 1, ranks: 1}
+checkpoint: {interval_steps: 10, keep: 1000}
+recovery: {disable_spike_detection: true}
+seed: 7
+)";
+  std::string job = Submit(spec);
+  auto usage = Ctl("rollback " + job + " --to-step 10 --skip 5-9");
+  EXPECT_EQ(usage.exit_code, 2) << usage.err;
+  auto missing = Ctl("rollback nope-7 --to-step 10");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("NOT_FOUND"));
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().checkpoints_written() >= 3; }, 120))
+      << Status(job).DebugString();
+  int64_t at = Status(job).summary().last_step();
+  ASSERT_LT(at, kSteps - 200) << "the job must still be running";
+  int64_t to = at - 1;
+  int64_t checkpoint = to / 10 * 10;
+  int64_t skip_begin = checkpoint + 5, skip_end = checkpoint + 15;
+  auto bad = Ctl(absl::StrCat("rollback ", job, " --to-step ", to, " --skip 50:50"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("INVALID_ARGUMENT: skip[0]: [50, 50) is empty"));
+  auto r = Ctl(absl::StrCat("rollback ", job, " --to-step ", to, " --skip ", skip_begin, ":",
+                            skip_end, " --reason drill"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("operator rollback (drill)"));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("(step ", checkpoint, ")")));
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
+  EXPECT_EQ(done.operator_rollbacks(), 1);
+  EXPECT_EQ(done.rollbacks(), 0);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.generation(), 1);
+  ASSERT_EQ(done.skip_batches_size(), 1);
+  EXPECT_EQ(done.skip_batches(0).begin(), skip_begin);
+  EXPECT_EQ(done.skip_batches(0).end(), skip_end);
+  ASSERT_EQ(done.events_size(), 1) << done.DebugString();
+  EXPECT_EQ(done.events(0).kind(), loom::v1::RecoveryEvent::ROLLBACK);
+  EXPECT_EQ(done.events(0).cause(), "operator");
+  EXPECT_EQ(done.events(0).checkpoint_step(), checkpoint);
+  EXPECT_GE(done.events(0).steps_lost(), at - checkpoint);
+
+  // The second attempt resumed after the checkpoint and trained around the
+  // skip: step c+1 trained batch c, step c+6 batch c+15.
+  auto stub = loom::v1::JobService::NewStub(
+      grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + token_);
+  loom::v1::GetStepMetricsRequest req;
+  req.set_job_id(job);
+  loom::v1::GetStepMetricsResponse steps;
+  ASSERT_TRUE(stub->GetStepMetrics(&ctx, req, &steps).ok());
+  int64_t first = -1, after_skip = -1;
+  for (const auto& m : steps.steps()) {  // oldest first: the newest report wins
+    if (m.step() == checkpoint + 1) first = m.data_batch();
+    if (m.step() == checkpoint + 6) after_skip = m.data_batch();
+  }
+  EXPECT_EQ(first, checkpoint);
+  EXPECT_EQ(after_skip, skip_end);
+
+  auto events = Ctl("events " + job);
+  EXPECT_EQ(events.exit_code, 0) << events.err;
+  EXPECT_THAT(events.out, HasSubstr("operator"));
+  EXPECT_THAT(events.out, HasSubstr("operator rollbacks 1"));
+  std::string id = job;
+  CheckMetrics(controller_metrics_,
+               {"loom_controller_recoveries_total{cause=\"operator\",job_id=\"" + id +
+                    "\",kind=\"rollback\"} 1",
+                "loom_controller_batches_skipped_total{job_id=\"" + id + "\"} 10",
+                "loom_controller_steps_lost_total{cause=\"operator\",job_id=\"" + id + "\"}",
+                "loom_controller_last_checkpoint_bytes{job_id=\"" + id + "\"}",
+                "loom_controller_checkpoint_stall_duration_seconds_bucket"});
+}
+
 }  // namespace
 }  // namespace loom

@@ -146,6 +146,9 @@ absl::Status WorkerAgent::Register() {
   struct sysinfo si;
   if (sysinfo(&si) == 0) req.set_memory_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
   req.set_metrics_address(options_.metrics_address);
+  req.set_gemm_flops_per_second_per_thread(options_.gemm_flops_per_second_per_thread);
+  req.set_memory_bandwidth_bytes_per_second(options_.memory_bandwidth_bytes_per_second);
+  req.set_gemm_source(options_.gemm_source);
   loom::v1::RegisterWorkerResponse resp;
   auto ctx = NewContext();
   absl::Status s = FromGrpcStatus(stub_->RegisterWorker(ctx.get(), req, &resp));

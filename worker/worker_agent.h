@@ -33,6 +33,11 @@ struct WorkerOptions {
   std::string rank_binary;
   std::string work_dir;
   std::string metrics_address;   // reported to the controller
+  // Measured at start-up (cpu_probe.h) and reported at registration for the
+  // controller's planner; 0 = not measured (the controller then estimates).
+  double gemm_flops_per_second_per_thread = 0;
+  double memory_bandwidth_bytes_per_second = 0;
+  std::string gemm_source;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration stop_grace = absl::Seconds(5);
 };

@@ -22,6 +22,7 @@
 #include "common/metrics.h"
 #include "common/metrics_server.h"
 #include "worker/blas_info.h"
+#include "worker/cpu_probe.h"
 #include "worker/worker_agent.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:7070", "controller gRPC address");
@@ -99,6 +100,17 @@ int main(int argc, char** argv) {
     setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
     std::cerr << "loom-worker: OPENBLAS_CORETYPE=SkylakeX for the ranks (AVX-512 CPU)" << std::endl;
   }
+  // After OPENBLAS_CORETYPE is settled: the probe loads the BLAS as ranks will.
+  worker::CpuProbe cpu = worker::ProbeCpu();
+  opts.gemm_flops_per_second_per_thread = cpu.gemm_flops_per_second_per_thread;
+  opts.memory_bandwidth_bytes_per_second = cpu.memory_bandwidth_bytes_per_second;
+  opts.gemm_source = cpu.gemm_source;
+  std::cerr << absl::StrFormat(
+                   "loom-worker: CPU probe: %.1f GFLOP/s fp32 GEMM per thread (%s), %.1f GB/s "
+                   "copy, %.2fs",
+                   cpu.gemm_flops_per_second_per_thread / 1e9, cpu.gemm_source,
+                   cpu.memory_bandwidth_bytes_per_second / 1e9, cpu.seconds)
+            << std::endl;
   auto registry = std::make_shared<metrics::Registry>();
   worker::BlasInfo blas = worker::DetectBlas();
   metrics::BuildGauge()

@@ -1,0 +1,356 @@
+#include "controller/job_planning.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "controller/planner/report.h"
+
+namespace loom::controller {
+namespace {
+
+double Gb(double bytes) { return bytes / 1e9; }
+
+// The degree a user most likely has to change when the spec's layout does
+// not fit: the model-parallel one they set, else the data-parallel one.
+std::string LayoutFieldPath(const loom::v1::JobSpec& spec) {
+  if (spec.parallelism().tensor() > 1) return "parallelism.tensor";
+  if (spec.parallelism().pipeline() > 1) return "parallelism.pipeline";
+  return "parallelism.data";
+}
+
+}  // namespace
+
+absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
+                                             const std::vector<loom::v1::WorkerInfo>& workers) {
+  const auto& res = spec.resources();
+  int n_workers = std::max(1, res.workers());
+  int n_ranks = std::max(n_workers, res.ranks());
+  int threads = std::max(1, res.threads_per_rank());
+
+  double gemm = std::numeric_limits<double>::infinity();
+  double bandwidth = std::numeric_limits<double>::infinity();
+  double memory = std::numeric_limits<double>::infinity();
+  int alive = 0;
+  bool measured = true;
+  for (const auto& w : workers) {
+    if (!w.alive()) continue;
+    ++alive;
+    int slots = std::max(1, w.slots());
+    // A rank gets threads_per_rank threads, but no more than its share of cores.
+    int rank_threads = threads;
+    if (w.cpus() > 0) rank_threads = std::min(threads, std::max(1, w.cpus() / slots));
+    double per_thread = w.gemm_flops_per_second_per_thread();
+    if (!(per_thread > 0)) {
+      per_thread = kEstimatedGemmFlopsPerThread;
+      measured = false;
+    }
+    gemm = std::min(gemm, per_thread * rank_threads);
+    double bw = w.memory_bandwidth_bytes_per_second();
+    if (!(bw > 0)) {
+      bw = kEstimatedMemoryBandwidthBytesPerSecond;
+      measured = false;
+    }
+    bandwidth = std::min(bandwidth, bw);
+    double mem = static_cast<double>(w.memory_bytes()) / slots;
+    if (w.memory_bytes() == 0) {
+      mem = kEstimatedMemoryPerSlotBytes;
+      measured = false;
+    }
+    memory = std::min(memory, mem);
+  }
+  if (alive == 0) {
+    measured = false;
+    gemm = kEstimatedGemmFlopsPerThread * threads;
+    bandwidth = kEstimatedMemoryBandwidthBytesPerSecond;
+    memory = kEstimatedMemoryPerSlotBytes;
+  }
+  planner::LocalCpuMeasurement m;
+  m.peak_flops_fp32 = gemm;
+  m.memory_bytes = static_cast<int64_t>(memory);
+  m.memory_bandwidth_bytes_per_second = bandwidth;
+  auto device = planner::LocalCpuDevice(m);
+  if (!device.ok()) return device.status();
+
+  LiveTopology live;
+  planner::ClusterTopology& t = live.topology;
+  // The scheduler puts contiguous blocks of ranks on each worker; when the
+  // blocks are uneven the planner's homogeneous model cannot express it, so
+  // every rank counts as its own node (all traffic over the network).
+  if (n_ranks % n_workers == 0) {
+    t.nodes = n_workers;
+    t.devices_per_node = n_ranks / n_workers;
+  } else {
+    t.nodes = n_ranks;
+    t.devices_per_node = 1;
+  }
+  t.device = *device;
+  t.intra_node_bandwidth_bytes_per_second = device->intra_node_bandwidth_bytes_per_second;
+  t.inter_node_bandwidth_bytes_per_second =
+      kEstimatedNodeNetworkBytesPerSecond / t.devices_per_node;
+  live.measured = measured;
+  t.name = absl::StrFormat("%d x %d cpu", t.nodes, t.devices_per_node);
+  live.description = absl::StrFormat(
+      "%s, %.1f GFLOP/s and %.1f GB per slot (%s)", t.name, gemm / 1e9, Gb(memory),
+      alive == 0 ? "no live workers: estimated figures"
+                 : absl::StrCat(alive, " live worker(s), ",
+                                measured ? "measured GEMM" : "partly estimated figures"));
+  absl::Status valid = planner::ValidateTopology(t);
+  if (!valid.ok()) return valid;
+  return live;
+}
+
+absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& spec,
+                                                       const planner::ClusterTopology& topology,
+                                                       int top_k, double token_budget) {
+  if (!spec.model().has_gpt()) return absl::InvalidArgumentError("model.gpt: required");
+  const auto& g = spec.model().gpt();
+  planner::PlanRequest req;
+  req.model.name = spec.name();
+  req.model.n_layer = g.n_layer();
+  req.model.d_model = g.d_model();
+  req.model.n_head = g.n_head();
+  req.model.vocab_size = g.vocab_size();
+  req.model.seq_len = g.seq_len();
+  req.training.global_batch_sequences = spec.batch().global_batch();
+  switch (spec.precision()) {
+    case loom::v1::BF16:
+      req.training.precision = planner::Precision::kBf16;
+      break;
+    case loom::v1::FP16:
+      req.training.precision = planner::Precision::kFp16;
+      break;
+    default:
+      req.training.precision = planner::Precision::kFp32;
+  }
+  req.training.optimizer = planner::Optimizer::kAdamW;
+  req.training.token_budget =
+      token_budget > 0 ? token_budget
+                       : static_cast<double>(spec.schedule().total_steps()) *
+                             spec.batch().global_batch() * g.seq_len();
+  req.topology = topology;
+  req.options.top_k = top_k;
+  return req;
+}
+
+void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions* options) {
+  options->tp = 1;
+  options->pp = 1;
+  options->virtual_stages = 1;
+  options->recompute = {planner::Recompute::kNone};
+  options->zero_stages = {0};
+  if (spec.batch().micro_batch() > 0) options->micro_batch = spec.batch().micro_batch();
+}
+
+planner::Layout SpecLayout(const loom::v1::JobSpec& spec) {
+  const auto& par = spec.parallelism();
+  planner::Layout layout;
+  layout.dp = par.data() > 0 ? par.data() : 1;
+  layout.tp = par.tensor() > 0 ? par.tensor() : 1;
+  layout.pp = par.pipeline() > 0 ? par.pipeline() : 1;
+  layout.micro_batch = spec.batch().micro_batch() > 0 ? spec.batch().micro_batch() : 1;
+  return layout;
+}
+
+loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& e) {
+  loom::v1::PlannedLayout p;
+  p.set_tensor(e.layout.tp);
+  p.set_pipeline(e.layout.pp);
+  p.set_data(e.layout.dp);
+  p.set_virtual_stages(e.layout.virtual_stages);
+  p.set_micro_batch(e.layout.micro_batch);
+  p.set_recompute(std::string(planner::RecomputeName(e.layout.recompute)));
+  p.set_zero_stage(e.layout.zero_stage);
+  p.set_sequence_parallel(e.layout.sequence_parallel);
+  p.set_fits(e.fits);
+  p.set_infeasible_reason(e.infeasible_reason);
+  const auto& m = e.memory;
+  p.set_weights_bytes(m.weights);
+  p.set_gradients_bytes(m.gradients);
+  p.set_master_weights_bytes(m.master_weights);
+  p.set_optimizer_state_bytes(m.optimizer_states);
+  p.set_activation_bytes(m.activations);
+  p.set_other_bytes(m.recompute_workspace + m.logits + m.reserve);
+  p.set_total_bytes(m.total());
+  p.set_device_memory_bytes(m.capacity);
+  const auto& t = e.time;
+  p.set_step_seconds(e.step.step_seconds);
+  p.set_compute_seconds(t.compute);
+  p.set_recompute_seconds(t.recompute);
+  p.set_tensor_parallel_comm_seconds(t.tensor_parallel_comm);
+  p.set_pipeline_p2p_seconds(t.pipeline_p2p);
+  p.set_pipeline_bubble_seconds(t.pipeline_bubble);
+  p.set_data_parallel_comm_seconds(t.data_parallel_comm);
+  p.set_data_parallel_exposed_seconds(t.data_parallel_exposed);
+  p.set_optimizer_seconds(t.optimizer);
+  p.set_tokens_per_second(e.step.tokens_per_second);
+  p.set_mfu(e.step.mfu);
+  p.set_train_seconds(e.run.train_seconds);
+  p.set_summary(planner::LayoutToString(e.layout));
+  return p;
+}
+
+absl::StatusOr<loom::v1::PlanResponse> PlanSpec(const loom::v1::JobSpec& spec,
+                                                const LiveTopology& topology, int top_k,
+                                                bool executable_only) {
+  auto req = SpecToPlanRequest(spec, topology.topology, top_k);
+  if (!req.ok()) return req.status();
+  if (executable_only) RestrictToExecutable(spec, &req->options);
+  loom::v1::PlanResponse resp;
+  resp.set_topology(topology.description);
+  resp.set_topology_measured(topology.measured);
+  std::string header = absl::StrCat("Cluster: ", topology.description, "\n");
+  if (!topology.measured) {
+    absl::StrAppend(&header,
+                    "Note: some device figures are estimates (see controller/job_planning.h).\n");
+  }
+  if (executable_only) {
+    absl::StrAppend(&header,
+                    "Search restricted to layouts Loom executes today (tp 1, pp 1, ZeRO-0, "
+                    "no recompute, the spec's micro-batch).\n");
+  }
+  absl::StrAppend(&header, "\n");
+  auto plan = planner::MakePlan(*req);
+  bool has_spec_layout = !spec.parallelism().auto_();
+  if (plan.ok()) {
+    *resp.mutable_chosen() = ToProto(plan->best);
+    for (const auto& e : plan->top) *resp.add_alternatives() = ToProto(e);
+    resp.set_report(absl::StrCat(header, planner::FormatPlanText(*req, *plan)));
+  } else if (!has_spec_layout) {
+    return plan.status();
+  } else {
+    resp.set_report(absl::StrCat(header, "no plan: ", plan.status().message(), "\n"));
+  }
+  if (has_spec_layout) {
+    auto eval = planner::EvaluateLayout(*req, SpecLayout(spec));
+    if (eval.ok()) {
+      *resp.mutable_spec_layout() = ToProto(*eval);
+      absl::StrAppend(resp.mutable_report(),
+                      "\nThe spec's own layout (parallelism.data/tensor/pipeline):\n",
+                      planner::FormatEvaluationText(*req, *eval));
+    } else {
+      absl::StrAppend(resp.mutable_report(), "\nThe spec's own layout is not valid: ",
+                      eval.status().message(), "\n");
+    }
+  }
+  return resp;
+}
+
+absl::StatusOr<loom::v1::JobPlan> PlanAtSubmit(loom::v1::JobSpec* spec,
+                                               const LiveTopology& topology) {
+  constexpr int kAlternatives = 3;
+  auto req = SpecToPlanRequest(*spec, topology.topology, kAlternatives + 1);
+  if (!req.ok()) return req.status();
+  loom::v1::JobPlan plan;
+  plan.set_topology(topology.description);
+  plan.set_topology_measured(topology.measured);
+  if (spec->parallelism().auto_()) {
+    plan.set_auto_(true);
+    RestrictToExecutable(*spec, &req->options);
+    plan.add_notes(
+        "parallelism.auto: searched the layouts Loom executes today (tp 1, pp 1, ZeRO-0, no "
+        "recompute, the spec's micro-batch)");
+    auto made = planner::MakePlan(*req);
+    if (!made.ok()) {
+      if (made.status().code() != absl::StatusCode::kFailedPrecondition) return made.status();
+      if (topology.measured) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parallelism.auto: no executable layout fits on ", topology.description,
+                         ": ", made.status().message()));
+      }
+      // Estimated figures are not grounds to refuse a job; record why the
+      // plan is empty and let the scheduler try.
+      plan.add_notes(absl::StrCat("no layout fits the estimated figures: ",
+                                  made.status().message()));
+      auto eval = planner::EvaluateLayout(*req, SpecLayout(*spec));
+      if (eval.ok()) *plan.mutable_layout() = ToProto(*eval);
+      return plan;
+    }
+    *plan.mutable_layout() = ToProto(made->best);
+    for (size_t i = 1; i < made->top.size(); ++i) *plan.add_alternatives() = ToProto(made->top[i]);
+    for (const auto& line : planner::ExplainPlan(*req, *made)) plan.add_notes(line);
+    auto* par = spec->mutable_parallelism();
+    par->set_data(made->best.layout.dp);
+    par->set_tensor(made->best.layout.tp);
+    par->set_pipeline(made->best.layout.pp);
+    spec->mutable_batch()->set_micro_batch(static_cast<int32_t>(made->best.layout.micro_batch));
+    return plan;
+  }
+  auto eval = planner::EvaluateLayout(*req, SpecLayout(*spec));
+  if (!eval.ok()) {
+    // The planner's structural rules (e.g. a degree that does not divide
+    // the heads) name "layout.<field>"; say which spec field that is.
+    return absl::InvalidArgumentError(
+        absl::StrCat(LayoutFieldPath(*spec), ": ", eval.status().message()));
+  }
+  *plan.mutable_layout() = ToProto(*eval);
+  if (!eval->fits) {
+    if (topology.measured) {
+      const auto& m = eval->memory;
+      bool state_too_big = m.state() + m.reserve >= m.capacity;
+      return absl::InvalidArgumentError(absl::StrCat(
+          LayoutFieldPath(*spec), ": layout ", planner::LayoutToString(eval->layout),
+          " does not fit on ", topology.description, ": ", eval->infeasible_reason,
+          state_too_big
+              ? " (the training state alone does not fit: data parallelism replicates it on "
+                "every rank, and sharding it with ZeRO, tensor or pipeline parallelism does not "
+                "execute yet; use workers with more memory per slot)"
+              : " (lower batch.micro_batch to shrink the activations)"));
+    }
+    plan.add_notes(absl::StrCat("does not fit the estimated figures: ", eval->infeasible_reason));
+  }
+  return plan;
+}
+
+absl::Status ExplainUnexecutableLayout(const loom::v1::JobSpec& spec,
+                                       const LiveTopology& topology,
+                                       const absl::Status& unimplemented) {
+  if (!topology.measured) return unimplemented;
+  auto req = SpecToPlanRequest(spec, topology.topology, 1);
+  if (!req.ok()) return unimplemented;
+  auto eval = planner::EvaluateLayout(*req, SpecLayout(spec));
+  if (!eval.ok() || eval->fits) return unimplemented;
+  return absl::InvalidArgumentError(absl::StrCat(
+      LayoutFieldPath(spec), ": layout ", planner::LayoutToString(eval->layout),
+      " does not fit on ", topology.description, ": ", eval->infeasible_reason,
+      " (and tensor/pipeline parallelism does not execute yet)"));
+}
+
+std::string FormatJobPlan(const loom::v1::JobPlan& plan) {
+  std::string out;
+  auto row = [&](const loom::v1::PlannedLayout& l) {
+    return absl::StrFormat("%-60s %8.1f GB %10.4f s %12.0f tok/s  MFU %5.1f%%", l.summary(),
+                           Gb(l.total_bytes()), l.step_seconds(), l.tokens_per_second(),
+                           100 * l.mfu());
+  };
+  const auto& l = plan.layout();
+  absl::StrAppend(&out, "  ", plan.auto_() ? "chosen (parallelism.auto)" : "evaluated (spec)",
+                  " on ", plan.topology(), "\n");
+  absl::StrAppend(&out, "    ", row(l), l.fits() ? "" : "  DOES NOT FIT", "\n");
+  if (!l.fits() && !l.infeasible_reason().empty()) {
+    absl::StrAppend(&out, "    ", l.infeasible_reason(), "\n");
+  }
+  absl::StrAppend(
+      &out,
+      absl::StrFormat("    memory/device: weights %.3f GB, grads %.3f GB, master %.3f GB, "
+                      "optimizer %.3f GB, activations %.3f GB, other %.3f GB of %.1f GB\n",
+                      Gb(l.weights_bytes()), Gb(l.gradients_bytes()),
+                      Gb(l.master_weights_bytes()), Gb(l.optimizer_state_bytes()),
+                      Gb(l.activation_bytes()), Gb(l.other_bytes()),
+                      Gb(l.device_memory_bytes())));
+  absl::StrAppend(
+      &out, absl::StrFormat("    step: compute %.4f s, bubble %.4f s, comm %.4f s (TP %.4f, "
+                            "PP %.4f, DP exposed %.4f), optimizer %.4f s\n",
+                            l.compute_seconds(), l.pipeline_bubble_seconds(),
+                            l.tensor_parallel_comm_seconds() + l.pipeline_p2p_seconds() +
+                                l.data_parallel_exposed_seconds(),
+                            l.tensor_parallel_comm_seconds(), l.pipeline_p2p_seconds(),
+                            l.data_parallel_exposed_seconds(), l.optimizer_seconds()));
+  for (const auto& a : plan.alternatives()) absl::StrAppend(&out, "    alt ", row(a), "\n");
+  for (const auto& n : plan.notes()) absl::StrAppend(&out, "    - ", n, "\n");
+  return out;
+}
+
+}  // namespace loom::controller

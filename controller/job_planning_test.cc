@@ -1,0 +1,220 @@
+#include "controller/job_planning.h"
+
+#include <string>
+#include <vector>
+
+#include "common/jobspec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom::controller {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+loom::v1::JobSpec TinySpec(int workers, int ranks) {
+  loom::v1::JobSpec spec;
+  spec.set_name("tiny");
+  auto* gpt = spec.mutable_model()->mutable_gpt();
+  gpt->set_n_layer(2);
+  gpt->set_n_head(2);
+  gpt->set_d_model(32);
+  gpt->set_seq_len(16);
+  gpt->set_vocab_size(256);
+  spec.mutable_data()->add_train("/data/train_*.bin");
+  spec.mutable_optimizer()->mutable_adamw()->set_lr(1e-3);
+  spec.mutable_schedule()->set_total_steps(10);
+  spec.mutable_batch()->set_global_batch(8);
+  spec.mutable_resources()->set_workers(workers);
+  spec.mutable_resources()->set_ranks(ranks);
+  ApplyJobSpecDefaults(&spec);
+  return spec;
+}
+
+loom::v1::WorkerInfo Worker(int slots, double memory_bytes, double gemm = 50e9,
+                            double bandwidth = 12e9, int cpus = 8) {
+  loom::v1::WorkerInfo w;
+  w.set_alive(true);
+  w.set_slots(slots);
+  w.set_cpus(cpus);
+  w.set_memory_bytes(static_cast<uint64_t>(memory_bytes));
+  w.set_gemm_flops_per_second_per_thread(gemm);
+  w.set_memory_bandwidth_bytes_per_second(bandwidth);
+  return w;
+}
+
+TEST(TopologyForSpecTest, OneNodePerWorkerOneDevicePerRankFromTheSmallestWorker) {
+  auto spec = TinySpec(2, 4);
+  spec.mutable_resources()->set_threads_per_rank(2);
+  auto live = TopologyForSpec(spec, {Worker(2, 16e9, 40e9), Worker(4, 64e9, 60e9)});
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_TRUE(live->measured);
+  EXPECT_EQ(live->topology.nodes, 2);
+  EXPECT_EQ(live->topology.devices_per_node, 2);
+  // min(16 GB / 2 slots, 64 GB / 4 slots) = 8 GB; min(40, 60) GFLOP/s x 2 threads.
+  EXPECT_EQ(live->topology.device.memory_bytes, 8000000000);
+  EXPECT_DOUBLE_EQ(live->topology.device.peak_flops_fp32, 80e9);
+  EXPECT_THAT(live->description, HasSubstr("2 live worker(s), measured GEMM"));
+}
+
+TEST(TopologyForSpecTest, ThreadsAreCappedByTheCoresPerSlot) {
+  auto spec = TinySpec(1, 1);
+  spec.mutable_resources()->set_threads_per_rank(16);
+  auto live = TopologyForSpec(spec, {Worker(2, 16e9, 10e9, 12e9, /*cpus=*/8)});
+  ASSERT_TRUE(live.ok());
+  EXPECT_DOUBLE_EQ(live->topology.device.peak_flops_fp32, 40e9);  // 4 cores per slot
+}
+
+TEST(TopologyForSpecTest, WithoutWorkersUsesTheDocumentedEstimates) {
+  auto live = TopologyForSpec(TinySpec(2, 2), {});
+  ASSERT_TRUE(live.ok());
+  EXPECT_FALSE(live->measured);
+  EXPECT_DOUBLE_EQ(live->topology.device.peak_flops_fp32, kEstimatedGemmFlopsPerThread);
+  EXPECT_EQ(live->topology.device.memory_bytes, static_cast<int64_t>(kEstimatedMemoryPerSlotBytes));
+  EXPECT_THAT(live->description, HasSubstr("no live workers"));
+  // A worker that reported no measurement also makes the figures estimates.
+  auto partly = TopologyForSpec(TinySpec(1, 1), {Worker(1, 8e9, /*gemm=*/0)});
+  ASSERT_TRUE(partly.ok());
+  EXPECT_FALSE(partly->measured);
+}
+
+TEST(TopologyForSpecTest, UnevenGangsCountEveryRankAsANode) {
+  auto live = TopologyForSpec(TinySpec(2, 3), {Worker(2, 8e9), Worker(2, 8e9)});
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(live->topology.nodes, 3);
+  EXPECT_EQ(live->topology.devices_per_node, 1);
+}
+
+TEST(PlanAtSubmitTest, AutoChoosesAnExecutableLayoutAndRecordsTheDegrees) {
+  auto spec = TinySpec(2, 2);
+  spec.mutable_parallelism()->set_auto_(true);
+  spec.mutable_parallelism()->clear_data();
+  auto live = TopologyForSpec(spec, {Worker(1, 8e9), Worker(1, 8e9)});
+  ASSERT_TRUE(live.ok());
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->auto_());
+  EXPECT_TRUE(plan->layout().fits());
+  EXPECT_EQ(plan->layout().tensor(), 1);
+  EXPECT_EQ(plan->layout().pipeline(), 1);
+  EXPECT_EQ(plan->layout().data(), 2);
+  EXPECT_EQ(plan->layout().zero_stage(), 0);
+  EXPECT_EQ(plan->layout().recompute(), "none");
+  EXPECT_EQ(plan->layout().micro_batch(), 4);  // the spec's (8 / 2 ranks)
+  EXPECT_GT(plan->layout().step_seconds(), 0);
+  EXPECT_GT(plan->layout().tokens_per_second(), 0);
+  EXPECT_GT(plan->layout().weights_bytes(), 0);
+  EXPECT_EQ(spec.parallelism().data(), 2);
+  EXPECT_EQ(spec.parallelism().tensor(), 1);
+  EXPECT_EQ(spec.parallelism().pipeline(), 1);
+  EXPECT_TRUE(spec.parallelism().auto_());
+  EXPECT_THAT(FormatJobPlan(*plan), HasSubstr("chosen (parallelism.auto)"));
+}
+
+// A 7B-parameter model (Llama-2-7B shape, GPT-style here) needs ~112 GB of
+// training state per replica: it does not fit in 8 GB per rank.
+loom::v1::JobSpec BigSpec() {
+  auto spec = TinySpec(1, 1);
+  auto* gpt = spec.mutable_model()->mutable_gpt();
+  gpt->set_n_layer(32);
+  gpt->set_n_head(32);
+  gpt->set_d_model(4096);
+  gpt->set_seq_len(2048);
+  gpt->set_vocab_size(32000);
+  return spec;
+}
+
+TEST(PlanAtSubmitTest, ExplicitLayoutThatDoesNotFitIsRejectedWithTheFieldAndReason) {
+  auto spec = BigSpec();
+  auto live = TopologyForSpec(spec, {Worker(1, 8e9)});
+  ASSERT_TRUE(live.ok());
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+  EXPECT_THAT(Msg(plan.status()), StartsWith("parallelism.data: layout tp 1 | pp 1 | dp 1"));
+  EXPECT_THAT(Msg(plan.status()), HasSubstr("GB per device before activations, device has 8"));
+}
+
+TEST(PlanAtSubmitTest, AutoWithNothingThatFitsIsRejected) {
+  auto spec = BigSpec();
+  spec.mutable_parallelism()->set_auto_(true);
+  auto live = TopologyForSpec(spec, {Worker(1, 8e9)});
+  ASSERT_TRUE(live.ok());
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+  EXPECT_THAT(Msg(plan.status()), StartsWith("parallelism.auto: no executable layout fits"));
+}
+
+TEST(PlanAtSubmitTest, EstimatedFiguresDoNotRejectButSaySo) {
+  auto spec = BigSpec();
+  auto live = TopologyForSpec(spec, {});
+  ASSERT_TRUE(live.ok());
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->topology_measured());
+  EXPECT_FALSE(plan->layout().fits());
+  ASSERT_GE(plan->notes_size(), 1);
+  EXPECT_THAT(plan->notes(0), HasSubstr("does not fit the estimated figures"));
+}
+
+TEST(ExplainUnexecutableLayoutTest, TensorLayoutThatWouldNotFitSaysWhy) {
+  auto spec = BigSpec();
+  spec.mutable_resources()->set_ranks(2);
+  spec.mutable_parallelism()->set_tensor(2);
+  spec.mutable_parallelism()->set_data(1);
+  auto live = TopologyForSpec(spec, {Worker(2, 16e9)});
+  ASSERT_TRUE(live.ok());
+  absl::Status unimplemented = absl::UnimplementedError("parallelism.tensor: not yet");
+  absl::Status s = ExplainUnexecutableLayout(spec, *live, unimplemented);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(Msg(s), StartsWith("parallelism.tensor: layout tp 2 | pp 1 | dp 1"));
+  EXPECT_THAT(Msg(s), HasSubstr("does not execute yet"));
+  // A tiny model with tp 2 would fit: the UNIMPLEMENTED answer stands.
+  auto tiny = TinySpec(1, 2);
+  tiny.mutable_parallelism()->set_tensor(2);
+  tiny.mutable_parallelism()->set_data(1);
+  EXPECT_EQ(ExplainUnexecutableLayout(tiny, *live, unimplemented), unimplemented);
+}
+
+TEST(PlanSpecTest, FullSearchReturnsAlternativesWithBreakdownsAndAReport) {
+  auto spec = TinySpec(1, 4);
+  spec.mutable_parallelism()->set_auto_(true);
+  auto live = TopologyForSpec(spec, {Worker(4, 32e9)});
+  ASSERT_TRUE(live.ok());
+  auto resp = PlanSpec(spec, *live, 3, /*executable_only=*/false);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_TRUE(resp->chosen().fits());
+  ASSERT_GE(resp->alternatives_size(), 1);
+  EXPECT_LE(resp->alternatives_size(), 3);
+  EXPECT_EQ(resp->alternatives(0).summary(), resp->chosen().summary());
+  EXPECT_EQ(resp->chosen().tensor() * resp->chosen().pipeline() * resp->chosen().data(), 4);
+  EXPECT_THAT(resp->report(), HasSubstr("Cluster: 1 x 4 cpu"));
+  EXPECT_FALSE(resp->has_spec_layout());
+  for (const auto& a : resp->alternatives()) {
+    EXPECT_GT(a.step_seconds(), 0);
+    EXPECT_GT(a.total_bytes(), 0);
+    EXPECT_NEAR(a.step_seconds(),
+                a.compute_seconds() + a.tensor_parallel_comm_seconds() + a.pipeline_p2p_seconds() +
+                    a.pipeline_bubble_seconds() + a.data_parallel_exposed_seconds() +
+                    a.optimizer_seconds(),
+                1e-9 + 1e-6 * a.step_seconds());
+  }
+}
+
+TEST(PlanSpecTest, ExplicitSpecLayoutIsEvaluatedToo) {
+  auto spec = TinySpec(1, 2);
+  auto live = TopologyForSpec(spec, {Worker(2, 32e9)});
+  ASSERT_TRUE(live.ok());
+  auto resp = PlanSpec(spec, *live, 5, /*executable_only=*/true);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_TRUE(resp->has_spec_layout());
+  EXPECT_EQ(resp->spec_layout().data(), 2);
+  EXPECT_TRUE(resp->spec_layout().fits());
+  EXPECT_THAT(resp->report(), HasSubstr("Search restricted to layouts Loom executes today"));
+  EXPECT_THAT(resp->report(), HasSubstr("The spec's own layout"));
+}
+
+}  // namespace
+}  // namespace loom::controller

@@ -1,0 +1,71 @@
+// Prometheus series of automatic and operator recovery, per job: what
+// rollbacks and restarts cost (steps lost, batches skipped) and what
+// checkpoints cost (bytes, write and stall seconds). JobManager records into
+// it as events happen; the families live in the controller's registry and
+// are served on its /metrics.
+//
+//   loom_controller_recoveries_total{job_id, kind, cause}      counter
+//   loom_controller_steps_lost_total{job_id, cause}            counter
+//   loom_controller_batches_skipped_total{job_id}              counter
+//   loom_controller_checkpoints_total{job_id}                  counter
+//   loom_controller_checkpoint_bytes_total{job_id}             counter
+//   loom_controller_checkpoint_write_seconds_total{job_id}     counter
+//   loom_controller_checkpoint_stall_seconds_total{job_id}     counter
+//   loom_controller_last_checkpoint_bytes{job_id}              gauge
+//   loom_controller_last_checkpoint_write_seconds{job_id}      gauge
+//   loom_controller_last_checkpoint_stall_seconds{job_id}      gauge
+//   loom_controller_last_checkpoint_step{job_id}               gauge
+//   loom_controller_checkpoint_write_duration_seconds          histogram
+//   loom_controller_checkpoint_stall_duration_seconds          histogram
+//
+// kind is "rollback" or "restart"; cause is one of kCause* below. Counters
+// start at zero when the controller starts (Prometheus handles resets).
+// Thread-safe (the metric types are).
+#ifndef LOOM_CONTROLLER_RECOVERY_METRICS_H_
+#define LOOM_CONTROLLER_RECOVERY_METRICS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/metrics.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom::controller {
+
+// RecoveryEvent.cause values.
+inline constexpr char kCauseLossSpike[] = "loss_spike";
+inline constexpr char kCauseOperator[] = "operator";
+inline constexpr char kCauseRankFailure[] = "rank_failure";
+inline constexpr char kCauseWorkerLost[] = "worker_lost";
+inline constexpr char kCauseControllerRestart[] = "controller_restart";
+
+class RecoveryMetrics {
+ public:
+  // Registers the families in `registry`, which must outlive this object.
+  explicit RecoveryMetrics(metrics::Registry& registry);
+
+  // A rollback or restart was decided. `kind` "rollback" or "restart".
+  void RecordRecovery(const std::string& job_id, const std::string& kind,
+                      const std::string& cause, int64_t steps_lost, int64_t batches_skipped);
+  // A checkpoint was committed.
+  void RecordCheckpoint(const std::string& job_id, const loom::v1::CheckpointInfo& info);
+
+ private:
+  metrics::Family<metrics::Counter>& recoveries_;
+  metrics::Family<metrics::Counter>& steps_lost_;
+  metrics::Family<metrics::Counter>& batches_skipped_;
+  metrics::Family<metrics::Counter>& checkpoints_;
+  metrics::Family<metrics::Counter>& checkpoint_bytes_total_;
+  metrics::Family<metrics::Counter>& checkpoint_write_total_;
+  metrics::Family<metrics::Counter>& checkpoint_stall_total_;
+  metrics::Family<metrics::Gauge>& last_bytes_;
+  metrics::Family<metrics::Gauge>& last_write_;
+  metrics::Family<metrics::Gauge>& last_stall_;
+  metrics::Family<metrics::Gauge>& last_step_;
+  metrics::Histogram& write_duration_;
+  metrics::Histogram& stall_duration_;
+};
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_RECOVERY_METRICS_H_

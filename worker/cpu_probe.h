@@ -1,0 +1,28 @@
+// What a worker tells the controller about its CPU at registration, for the
+// parallelism planner (issue 3): one thread's fp32 GEMM rate and copy
+// bandwidth. Measured in the daemon (which does not link LibTorch) by calling
+// sgemm_ of whatever libblas.so.3 resolves to -- the same library LibTorch's
+// CPU matmuls call on Debian -- with the BLAS limited to one thread.
+// Takes well under a second (time-boxed); thread-compatible, not thread-safe
+// (it changes the BLAS's thread count while it runs).
+#ifndef LOOM_WORKER_CPU_PROBE_H_
+#define LOOM_WORKER_CPU_PROBE_H_
+
+#include <string>
+
+namespace loom::worker {
+
+struct CpuProbe {
+  double gemm_flops_per_second_per_thread = 0;  // 0 = not measured
+  double memory_bandwidth_bytes_per_second = 0; // one thread's memcpy rate
+  std::string gemm_source;  // e.g. "sgemm 384^3, 1 thread, openblas"; or why not measured
+  double seconds = 0;       // how long the probe took
+};
+
+// Best of a few n x n x n sgemms (2 n^3 FLOPs each) after one warm-up,
+// stopping after about `budget_seconds`.
+CpuProbe ProbeCpu(double budget_seconds = 0.5);
+
+}  // namespace loom::worker
+
+#endif  // LOOM_WORKER_CPU_PROBE_H_
