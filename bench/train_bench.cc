@@ -25,7 +25,7 @@
 //          tokens/s × FLOPs per token.
 //
 // Profile (profile_steps > 0): the same step, rebuilt from the engine's own
-// pieces (Gpt, LanguageModelLoss, MakeAdamW, ClipGradNorm; what Train runs
+// pieces (Gpt::Hidden, FusedLinearCrossEntropy, FusedAdamW; what Train runs
 // between its timers), is timed stage by stage over profile_steps steps, and
 // profile_steps more run under the LibTorch profiler, the fastest of which is
 // split by operator self time. The profile is informational; the headline
@@ -61,6 +61,8 @@
 #include <torch/torch.h>
 
 #include "worker/engine/data.h"
+#include "worker/engine/fused_adamw_torch.h"
+#include "worker/engine/fused_loss.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
@@ -282,32 +284,46 @@ void Profile(const loom::engine::TrainerConfig& config, const torch::Tensor& inp
   loom::engine::Gpt model(config.model);
   model->train();
   const std::vector<torch::Tensor> parameters = model->parameters();
-  std::unique_ptr<torch::optim::AdamW> optimizer =
-      loom::engine::MakeAdamW(*model, config.optimizer);
+  auto made = loom::engine::MakeFusedAdamW(
+      *model, torch::optim::AdamWOptions(config.optimizer.lr)
+                  .betas(std::make_tuple(config.optimizer.beta1, config.optimizer.beta2))
+                  .eps(config.optimizer.eps)
+                  .weight_decay(config.optimizer.weight_decay));
+  if (!made.ok()) {
+    std::fprintf(stderr, "profile: %s\n", made.status().ToString().c_str());
+    return;
+  }
+  std::unique_ptr<loom::engine::FusedAdamW> optimizer = *std::move(made);
+  loom::engine::AdamWStepOptions step_options;
+  step_options.max_grad_norm = config.optimizer.grad_clip;
 
   // The body of Train's step (trainer.cc) for one micro-batch, with a clock
-  // read between stages.
+  // read between stages: gradients set to none; the blocks' forward; the
+  // fused LM head + loss (whose forward also computes its own gradients);
+  // backward through the blocks; the fused AdamW step (norm, clip, update).
   const std::vector<std::string> stages = {"zero_grad", "forward", "loss", "backward",
-                                           "clip", "optimizer"};
+                                           "optimizer"};
   std::map<std::string, std::vector<double>> seconds;
   auto step = [&](bool record) {
     auto t0 = Clock::now();
-    optimizer->zero_grad();
+    for (const torch::Tensor& p : parameters) {
+      torch::Tensor p_mutable = p;
+      p_mutable.mutable_grad() = torch::Tensor();
+    }
     auto t1 = Clock::now();
-    torch::Tensor logits = model->forward(inputs);
+    torch::Tensor hidden = model->Hidden(inputs);
     auto t2 = Clock::now();
-    torch::Tensor loss = loom::engine::LanguageModelLoss(logits, targets);
+    torch::Tensor loss = loom::engine::FusedLinearCrossEntropy(
+        hidden, model->named_parameters()["wte.weight"], targets);
     auto t3 = Clock::now();
     loss.backward();
     (void)loss.item<double>();
     auto t4 = Clock::now();
-    loom::engine::ClipGradNorm(parameters, config.optimizer.grad_clip);
     loom::engine::SetLearningRate(*optimizer, config.optimizer.lr);
+    (void)optimizer->Step(step_options);
     auto t5 = Clock::now();
-    optimizer->step();
-    auto t6 = Clock::now();
     if (!record) return;
-    const Clock::time_point t[] = {t0, t1, t2, t3, t4, t5, t6};
+    const Clock::time_point t[] = {t0, t1, t2, t3, t4, t5};
     for (size_t i = 0; i < stages.size(); ++i) {
       seconds[stages[i]].push_back(Seconds(t[i], t[i + 1]));
     }

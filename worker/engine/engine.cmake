@@ -9,7 +9,8 @@ loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom
 
 # The LibTorch training engine of one rank: model, optimizer, training loop.
 loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc
-             DEPS loom_checkpoint loom_data loom_sha256 loom_common ${TORCH_LIBRARIES})
+             DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_sha256
+                  loom_common ${TORCH_LIBRARIES})
 loom_test(loom_gpt_test SRCS gpt_test.cc DEPS loom_engine)
 loom_test(loom_optimizer_test SRCS optimizer_test.cc DEPS loom_engine)
 loom_test(loom_trainer_test SRCS trainer_test.cc DEPS loom_engine loom_checkpoint_inspect

@@ -45,3 +45,12 @@ if(LOOM_CUDA AND CMAKE_CUDA_COMPILER)
   # Not a ctest entry: CI has no GPU, and a skipped test must not count as a
   # pass. scripts/device-check.sh runs it on a machine with one.
 endif()
+
+# Fused, chunked LM head + cross-entropy (issue 6, fused_loss.h). Tests for
+# inf/NaN, so no -ffast-math family here either.
+loom_library(loom_fused_loss SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_loss.cc
+             DEPS loom_fused_adamw ${TORCH_LIBRARIES})
+target_compile_options(loom_fused_loss PRIVATE -fno-fast-math)
+target_link_libraries(loom_fused_loss PRIVATE OpenMP::OpenMP_CXX)
+loom_test(loom_fused_loss_test SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_loss_test.cc
+          DEPS loom_fused_loss)

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "worker/engine/fused_loss.h"
 
 namespace loom::engine {
 namespace {
@@ -169,6 +170,15 @@ void GptImpl::InitWeights() {
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
+  // Tied LM head (Press & Wolf 2017): logits = x @ wte^T.
+  return torch::nn::functional::linear(Hidden(idx), wte_->weight);
+}
+
+torch::Tensor GptImpl::Loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+  return FusedLinearCrossEntropy(Hidden(idx), wte_->weight, targets);
+}
+
+torch::Tensor GptImpl::Hidden(const torch::Tensor& idx) {
   TORCH_CHECK(idx.dim() == 2, "Gpt::forward expects idx [B, T], got ", idx.sizes());
   const int64_t time = idx.size(1);
   TORCH_CHECK(time >= 1 && time <= config_.seq_len, "sequence length ", time,
@@ -176,9 +186,7 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
   torch::Tensor pos = torch::arange(time, idx.options().dtype(torch::kLong));
   torch::Tensor x = drop_(wte_(idx) + wpe_(pos));  // [B,T,d] + [T,d]
   for (const auto& block : *blocks_) x = block->as<BlockImpl>()->forward(x);
-  x = ln_f_(x);
-  // Tied LM head (Press & Wolf 2017): logits = x @ wte^T.
-  return torch::nn::functional::linear(x, wte_->weight);
+  return ln_f_(x);
 }
 
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -55,6 +55,15 @@ class GptImpl : public torch::nn::Module {
   // holders dispatch operator() to it.
   torch::Tensor forward(const torch::Tensor& idx);
 
+  // The final hidden states [B, T, d] (after ln_f), before the LM head.
+  torch::Tensor Hidden(const torch::Tensor& idx);
+
+  // Mean next-token cross entropy of idx [B, T] against targets [B, T]
+  // (nats per token): the LM head and the loss fused and chunked
+  // (fused_loss.h), so the [B·T, V] logits are never held whole. Equal to
+  // LanguageModelLoss(forward(idx), targets) within 1e-5.
+  torch::Tensor Loss(const torch::Tensor& idx, const torch::Tensor& targets);
+
   const GptConfig& config() const { return config_; }
 
  private:

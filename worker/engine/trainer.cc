@@ -23,6 +23,7 @@
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_writer.h"
 #include "worker/engine/data.h"
+#include "worker/engine/fused_adamw_torch.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer.h"
 
@@ -290,7 +291,7 @@ double Evaluate(GptImpl& model, const TokenDataset& val, const TrainerConfig& co
     }
     torch::Tensor x = torch::from_blob(inputs.data(), {micro, seq_len}, torch::kLong);
     torch::Tensor y = torch::from_blob(targets.data(), {micro, seq_len}, torch::kLong);
-    loss_sum += LanguageModelLoss(model.forward(x), y).item<double>();
+    loss_sum += model.Loss(x, y).item<double>();
     batches += 1;
   }
   model.train();
@@ -352,6 +353,15 @@ absl::StatusOr<ResumePlan> PlanResume(const TrainerConfig& config,
   return plan;
 }
 
+// Where one optimizer step's time went, in seconds (StepReport).
+struct StepSplit {
+  double data_wait = 0;
+  double compute = 0;
+  double comm = 0;
+  double optimizer = 0;
+  double checkpoint_stall = 0;
+};
+
 // ---------------------------------------------------------------------------
 // The loop. May throw c10::Error; Train() catches.
 absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
@@ -381,7 +391,16 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   model->train();
   const std::vector<torch::Tensor> parameters = model->parameters();
   collectives.BroadcastFromRank0(parameters);
-  std::unique_ptr<torch::optim::AdamW> optimizer = MakeAdamW(*model, config.optimizer);
+  // The fused AdamW step (fused_adamw_torch.h): clipping, the non-finite
+  // check and the update in one pass; same groups, state and archive format
+  // as MakeAdamW's torch::optim::AdamW, so checkpoints are interchangeable.
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<FusedAdamW> optimizer,
+      MakeFusedAdamW(*model, torch::optim::AdamWOptions(config.optimizer.lr)
+                                 .betas(std::make_tuple(config.optimizer.beta1,
+                                                        config.optimizer.beta2))
+                                 .eps(config.optimizer.eps)
+                                 .weight_decay(config.optimizer.weight_decay)));
   const CheckpointShape shape{ModelFingerprint(config.model), config.global_batch, world_size};
 
   // Checkpoints. Rank 0 saves through `writer`, one save in flight at most,
@@ -497,6 +516,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   const torch::Tensor batch_targets =
       torch::from_blob(targets.data(), {rows_per_rank, seq_len}, torch::kLong);
   const int64_t total_steps = config.schedule.total_steps;
+  double pending_stall = 0;        // seconds; see the loop
+  int64_t nonfinite_skipped = 0;   // optimizer steps skipped for inf/NaN
 
   // A fresh run measures the untrained model on the validation set first, so
   // that "how far did validation loss fall" has a starting point. It is
@@ -537,6 +558,15 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
           checkpoint_failure.ok() ? "" : checkpoint_failure.message()));
     }
     const auto start = std::chrono::steady_clock::now();
+    auto since = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    };
+    // The capture of the checkpoint saved after the previous step blocked
+    // training outside this step's timer; it is charged to this step.
+    StepSplit split;
+    const double carried_stall = pending_stall;
+    split.checkpoint_stall = carried_stall;
+    pending_stall = 0;
     if (config.model.dropout > 0) torch::manual_seed(DropoutSeed(config.seed, rank, state.step));
 
     // This step trains on the next data batch outside the skip list.
@@ -545,32 +575,56 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     // micro-batch loss is a mean over micro_batch * seq_len tokens; scaling
     // it by 1/micro_steps makes this rank's gradient the mean over its rows,
     // and averaging over ranks then gives the mean over the global batch.
+    auto phase = std::chrono::steady_clock::now();
     train.FillRankBatch(config.seed, data_batch * config.global_batch, config.global_batch,
                         rank, world_size, inputs.data(), targets.data());
-    optimizer->zero_grad();
+    split.data_wait = since(phase);
+    phase = std::chrono::steady_clock::now();
+    // Gradients are set to none rather than zero-filled: the first
+    // micro-batch's backward writes them, later ones accumulate.
+    for (const torch::Tensor& p : parameters) {
+      torch::Tensor p_mutable = p;
+      p_mutable.mutable_grad() = torch::Tensor();
+    }
     double loss_sum = 0;
     for (int m = 0; m < micro_steps; ++m) {
       const torch::Tensor x = batch_inputs.narrow(0, m * config.micro_batch, config.micro_batch);
       const torch::Tensor y = batch_targets.narrow(0, m * config.micro_batch, config.micro_batch);
-      torch::Tensor loss = LanguageModelLoss(model->forward(x), y);
+      torch::Tensor loss = model->Loss(x, y);
       (loss / micro_steps).backward();
       loss_sum += loss.item<double>();
     }
+    split.compute = since(phase);
+    phase = std::chrono::steady_clock::now();
     collectives.AverageGradients(parameters);
     const double loss = collectives.Mean(loss_sum / micro_steps);
-    const double grad_norm = ClipGradNorm(parameters, config.optimizer.grad_clip);
+    split.comm = since(phase);
     const double lr = LearningRateAt(config.schedule, config.optimizer.lr, state.step);
     SetLearningRate(*optimizer, lr);
     // Snapshot fence: a save started after the previous step may still be
     // copying parameters and optimizer state, which the step below
     // overwrites. Everything above only reads them.
-    if (writer) writer->WaitForSnapshot();
-    optimizer->step();
+    if (writer) {
+      phase = std::chrono::steady_clock::now();
+      writer->WaitForSnapshot();
+      split.checkpoint_stall += since(phase);
+    }
+    phase = std::chrono::steady_clock::now();
+    // Clipping (torch.nn.utils.clip_grad_norm_'s factor) inside the fused
+    // pass. A step whose gradients hold inf or NaN is skipped: no parameter
+    // or moment changes; the data batch is consumed and the schedule moves
+    // on, and the loss reported for it is whatever non-finite value the
+    // ranks saw, for the controller's detector.
+    AdamWStepOptions step_options;
+    step_options.max_grad_norm = config.optimizer.grad_clip;
+    ASSIGN_OR_RETURN(const AdamWStepResult stepped, optimizer->Step(step_options));
+    split.optimizer = since(phase);
+    if (!stepped.applied) nonfinite_skipped += 1;
+    const double grad_norm = stepped.grad_norm;
     state.step += 1;
     state.next_data_batch = data_batch + 1;
     state.loss = loss;
-    const double step_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double step_seconds = since(start) + carried_stall;
 
     const bool last = state.step == total_steps;
     const bool validate =
@@ -594,13 +648,24 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       report.val_loss = validate ? state.val_loss : 0;
       report.data_batch = data_batch;
       report.batches_skipped_total = state.next_data_batch - state.step;
+      report.data_wait_seconds = split.data_wait;
+      report.compute_seconds = split.compute;
+      report.comm_seconds = split.comm;
+      report.optimizer_seconds = split.optimizer;
+      report.checkpoint_stall_seconds = split.checkpoint_stall;
+      report.step_applied = stepped.applied;
+      report.nonfinite_steps_skipped = nonfinite_skipped;
       callbacks.on_step(report);
     }
 
     const bool checkpoint =
         !config.checkpoint_dir.empty() &&
         (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0));
-    if (checkpoint && rank == 0) save(state, /*wait=*/last || !config.checkpoint_async);
+    if (checkpoint && rank == 0) {
+      const auto save_start = std::chrono::steady_clock::now();
+      save(state, /*wait=*/last || !config.checkpoint_async);
+      pending_stall = since(save_start);
+    }
   }
 
   // The final checkpoint has committed (or failed) by now; every rank hears.

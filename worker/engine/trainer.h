@@ -204,6 +204,21 @@ struct StepReport {
   // Data batches passed over by skip ranges on this branch so far, from step
   // 0 (= data cursor in batches - steps).
   int64_t batches_skipped_total = 0;
+  // Where rank 0's step time went, in seconds; they add up to about
+  // step_time_seconds (the rest is bookkeeping): waiting for the batch,
+  // forward + backward, the gradient all-reduce and loss average (exposed:
+  // nothing overlaps it), the fused optimizer step (norm, clip, update), and
+  // training blocked by checkpoints (capturing the previous step's save and
+  // waiting for its snapshot copy).
+  double data_wait_seconds = 0;
+  double compute_seconds = 0;
+  double comm_seconds = 0;
+  double optimizer_seconds = 0;
+  double checkpoint_stall_seconds = 0;
+  // False when a gradient held inf or NaN and the optimizer step was skipped
+  // (no parameter or moment changed); the count is over this call.
+  bool step_applied = true;
+  int64_t nonfinite_steps_skipped = 0;
 };
 
 // A committed checkpoint, reported once its directory has its final name

@@ -261,6 +261,59 @@ TEST_F(TrainerTest, LossFallsOnTextAndReportsEveryStep) {
   EXPECT_LT(result.final_val_loss, std::log(256.0) - 2.0);
 }
 
+TEST_F(TrainerTest, ReportsWhereTheStepTimeWent) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 6;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  std::vector<RankOutcome> out = RunRanks(config, 2);
+  ASSERT_TRUE(out[0].result.ok()) << out[0].result.status();
+  ASSERT_EQ(out[0].steps.size(), 7u);  // step 0 (validation) and 1..6
+  for (size_t i = 1; i < out[0].steps.size(); ++i) {
+    const StepReport& r = out[0].steps[i];
+    SCOPED_TRACE(r.step);
+    EXPECT_GT(r.compute_seconds, 0);
+    EXPECT_GT(r.comm_seconds, 0);  // two ranks: the all-reduce is real
+    EXPECT_GT(r.optimizer_seconds, 0);
+    EXPECT_GE(r.data_wait_seconds, 0);
+    EXPECT_GE(r.checkpoint_stall_seconds, 0);
+    const double parts = r.data_wait_seconds + r.compute_seconds + r.comm_seconds +
+                         r.optimizer_seconds + r.checkpoint_stall_seconds;
+    EXPECT_LE(parts, r.step_time_seconds * (1 + 1e-9));
+    EXPECT_TRUE(r.step_applied);
+    EXPECT_EQ(r.nonfinite_steps_skipped, 0);
+  }
+  // Steps right after a periodic checkpoint carry its capture.
+  EXPECT_GT(out[0].steps[3].checkpoint_stall_seconds, 0);
+}
+
+// A step whose gradients are not finite is skipped by the fused optimizer:
+// reported, counted, and never applied. An absurd learning rate blows the
+// weights up after the first step, so that every later forward overflows.
+TEST_F(TrainerTest, NonFiniteGradientsSkipTheStepAndLeaveWeightsFinite) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 5;
+  config.schedule.warmup_steps = 0;
+  config.optimizer.lr = 1e37;
+  config.optimizer.grad_clip = 0;
+  std::vector<RankOutcome> out = RunRanks(config, 1);
+  ASSERT_TRUE(out[0].result.ok()) << out[0].result.status();
+  int64_t skipped = 0;
+  for (const StepReport& r : out[0].steps) {
+    if (r.step == 0) continue;
+    if (!r.step_applied) {
+      ++skipped;
+      EXPECT_FALSE(std::isfinite(r.loss) && std::isfinite(r.grad_norm)) << r.step;
+    }
+    EXPECT_EQ(r.nonfinite_steps_skipped, skipped) << r.step;
+  }
+  EXPECT_GE(skipped, 1);
+  EXPECT_TRUE(out[0].steps[1].step_applied);
+  for (const torch::Tensor& p : out[0].parameters) {
+    EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  }
+}
+
 TEST_F(TrainerTest, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
   TrainerConfig config = SmallConfig();
   config.schedule.total_steps = 5;

@@ -1,0 +1,76 @@
+// Fused, chunked LM head + softmax cross-entropy (issue 6, "Fused loss").
+//
+// The unfused language-model loss materialises logits [N, V] = hidden @ W^T,
+// then log_softmax [N, V], then in backward a gradient [N, V] (zero-filled
+// first) and another for the logits: four single-pass, memory-bound sweeps
+// over N·V floats (N tokens, V ≈ 50k vocabulary) around the matrix products.
+// This computes the same mean cross-entropy by chunks of rows (tokens):
+//
+//   for each chunk c of rows:
+//     Z   = hidden_c @ W^T                        [C, V]  (GEMM)
+//     per row i (one pass over Z_i, kept in cache):
+//       lse_i  = max_i + log Σ_j exp(Z_ij − max_i)
+//       loss  += lse_i − Z_i,t_i
+//       G_ij   = (softmax(Z_i)_j − [j = t_i]) / N    (d loss / d Z, in place)
+//     grad_hidden_c  = G @ W                        [C, d]  (GEMM)
+//     grad_W        += G^T @ hidden_c               [V, d]  (GEMM)
+//
+// i.e. the gradient with respect to hidden and W is computed during the
+// forward pass (as llm.c's fused classifier and Liger-Kernel's fused linear
+// cross-entropy do), so only a [C, V] chunk ever exists and the softmax and
+// its gradient are one in-cache pass per row. Backward multiplies the stored
+// gradients by the incoming scalar gradient. The matrix-product FLOPs are
+// those of the unfused forward + backward (2·N·V·d each, three of them).
+//
+// Memory: grad_hidden [N, d] and grad_W [V, d] are held from forward to
+// backward (W's gradient is needed anyway), plus one [C, V] chunk, instead of
+// three to four [N, V] buffers.
+//
+// When no input requires a gradient (or grad mode is off: validation), only
+// the loss is computed: the GEMM and one pass per row.
+//
+// Numerics: fp32 throughout, sums of exponentials in fp32 per row (SIMD
+// lanes) and the loss accumulated in double; agrees with
+// torch::nn::functional::cross_entropy(hidden @ W^T, targets) to 1e-5
+// (fused_loss_test.cc). Non-finite logits propagate to a non-finite loss.
+#ifndef LOOM_WORKER_ENGINE_FUSED_LOSS_H_
+#define LOOM_WORKER_ENGINE_FUSED_LOSS_H_
+
+#include <cstdint>
+
+#include <torch/types.h>
+
+#include "worker/engine/fused_adamw.h"  // SimdLevel
+
+namespace loom::engine {
+
+struct FusedLossOptions {
+  // Rows (tokens) per chunk; 0 = automatic: as many as keep the [C, V]
+  // chunk within chunk_bytes, at least 1, at most N.
+  int64_t chunk_rows = 0;
+  int64_t chunk_bytes = int64_t{64} << 20;
+};
+
+// Mean over the N rows of −log softmax(hidden @ weight^T)[row, target].
+// hidden: [N, d] fp32 (any leading shape is flattened: [..., d]); weight:
+// [V, d] fp32; targets: int64 with hidden's leading shape, each in [0, V).
+// Returns a 0-dim fp32 tensor that is differentiable with respect to hidden
+// and weight. CPU tensors; throws c10::Error on bad shapes, dtypes or
+// targets out of range.
+torch::Tensor FusedLinearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                      const torch::Tensor& targets,
+                                      const FusedLossOptions& options = {});
+
+// The per-row kernel, exposed for tests and benchmarks: for each of `rows`
+// rows of `logits` ([rows, vocab], row-major, contiguous), returns in
+// row_loss[i] the cross-entropy lse_i − logits[i, target[i]] and, if
+// grad_scale != 0, overwrites the row with grad_scale · (softmax − onehot).
+// Multi-threaded over rows (OpenMP); `simd` picks the kernel (kAuto: the
+// best the CPU has; asking for more than it has is clamped to that).
+void SoftmaxCrossEntropyRows(float* logits, int64_t rows, int64_t vocab, const int64_t* target,
+                             double grad_scale, double* row_loss,
+                             SimdLevel simd = SimdLevel::kAuto);
+
+}  // namespace loom::engine
+
+#endif  // LOOM_WORKER_ENGINE_FUSED_LOSS_H_
