@@ -3,7 +3,9 @@
 # (unit + integration) with ctest. Exit status is ctest's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+# Deploy tests (label "deploy") need podman, debootstrap, Node.js and pinned
+# npm tools on top of the build dependencies.
+./scripts/install-deploy-deps.sh
 ./scripts/build.sh
 cd "${BUILD_DIR:-build}"
 # Integration tests start several processes each; two at a time fits 2 cores.

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Images run: a container of each CPU image starts as the non-root user and
+# answers its health check (the controller through the gRPC health-checking
+# protocol, the worker through /metrics), the worker registers with the
+# controller container and got OpenBLAS, every binary's libraries resolve,
+# and nothing is left behind.
+source "$(dirname "$0")/lib.sh"
+require_images
+tmp=$(mktemp -d)
+prefix="loom-smoke-$$"
+cleanup() {
+  podman rm -f -t 2 "$prefix-controller" "$prefix-worker" > /dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+make_token "$tmp"
+grpc=$(free_port); metrics=$(free_port); wmetrics=$(free_port)
+
+say "controller container on 127.0.0.1:$grpc (metrics $metrics)"
+podman run -d --name "$prefix-controller" --network=host -e LOOM_GRPC_PORT="$grpc" \
+  -v "$tmp/token:/etc/loom/token/token:ro" "localhost/loom-controller:$TAG" \
+  --listen="127.0.0.1:$grpc" --metrics_listen="127.0.0.1:$metrics" \
+  --data_dir=/var/lib/loom/controller --token_file=/etc/loom/token/token > /dev/null
+[ "$(podman inspect "$prefix-controller" --format '{{.Config.User}}')" = 10001:10001 ] ||
+  fail "controller image does not run as 10001:10001"
+podman inspect "$prefix-controller" --format '{{.Config.Healthcheck.Test}}' | grep -q 'loom-probe grpc' ||
+  fail "controller image has no gRPC HEALTHCHECK"
+# podman runs HEALTHCHECKs from systemd timers; without systemd, run it here.
+wait_for 30 "the controller's HEALTHCHECK" podman healthcheck run "$prefix-controller"
+say "controller HEALTHCHECK: $(podman inspect "$prefix-controller" --format '{{.State.Health.Status}}')"
+out=$("$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$grpc")
+[ "$out" = SERVING ] || fail "grpc.health.v1 from the host: $out"
+say "grpc.health.v1.Health/Check from the host: $out"
+http_get "127.0.0.1:$metrics" /metrics | grep -q '^loom_controller_workers_alive 0' ||
+  fail "controller /metrics lacks loom_controller_workers_alive"
+
+say "worker container (metrics $wmetrics) registering with it"
+podman run -d --name "$prefix-worker" --network=host -e LOOM_METRICS_PORT="$wmetrics" \
+  -v "$tmp/token:/etc/loom/token/token:ro" "localhost/loom-worker:$TAG" \
+  --controller="127.0.0.1:$grpc" --node=smoke-node --address=127.0.0.1 \
+  --metrics_listen="127.0.0.1:$wmetrics" --work_dir=/var/lib/loom/work \
+  --token_file=/etc/loom/token/token > /dev/null
+[ "$(podman inspect "$prefix-worker" --format '{{.Config.User}}')" = 10001:10001 ] ||
+  fail "worker image does not run as 10001:10001"
+wait_for 30 "the worker's HEALTHCHECK" podman healthcheck run "$prefix-worker"
+say "worker HEALTHCHECK: $(podman inspect "$prefix-worker" --format '{{.State.Health.Status}}')"
+ctl=("$LOOM_BIN_DIR/loomctl" --controller "127.0.0.1:$grpc" --token-file "$tmp/token")
+registered() { "${ctl[@]}" workers | grep -q smoke-node; }
+wait_for 30 "the worker to register" registered
+"${ctl[@]}" workers
+http_get "127.0.0.1:$metrics" /metrics | grep -q '^loom_controller_workers_alive 1' ||
+  fail "controller does not count the worker alive"
+podman logs "$prefix-worker" 2>&1 | grep -q 'BLAS: openblas' ||
+  { podman logs "$prefix-worker" >&2; fail "worker image does not resolve libblas.so.3 to OpenBLAS"; }
+say "worker: $(podman logs "$prefix-worker" 2>&1 | grep -m1 'BLAS:')"
+
+for c in controller worker; do
+  missing=$(podman exec "$prefix-$c" sh -c 'for b in /usr/local/bin/*; do ldd "$b"; done' | grep 'not found' || true)
+  [ -z "$missing" ] || fail "$c image: unresolved libraries: $missing"
+  podman exec "$prefix-$c" sh -c 'touch /usr/local/bin/x' 2> /dev/null &&
+    fail "$c image: the non-root user can write /usr/local/bin"
+  labels=$(podman inspect "localhost/loom-$c:$TAG" --format '{{index .Labels "org.opencontainers.image.revision"}}')
+  [ -n "$labels" ] || fail "$c image: no org.opencontainers.image.revision label"
+done
+say "every binary's libraries resolve in both images; binaries are not writable by the user"
+
+podman stop -t 5 "$prefix-worker" "$prefix-controller" > /dev/null
+podman rm "$prefix-worker" "$prefix-controller" > /dev/null
+left=$(podman ps -a --filter "name=$prefix" --format '{{.Names}}')
+[ -z "$left" ] || fail "containers left behind: $left"
+say "PASS: both images start, answer their health checks, and leave nothing behind"

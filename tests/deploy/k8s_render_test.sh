@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Every kustomize overlay in deploy/k8s/overlays builds with a current
+# kustomize (kubectl 1.32's, installed by scripts/install-deploy-deps.sh),
+# every rendered object validates against the Kubernetes OpenAPI schemas
+# (deploy/k8s/validate.js), the validator rejects a broken object, and every
+# flag the manifests pass to loom-controller / loom-worker is one the real
+# binaries accept.
+source "$(dirname "$0")/lib.sh"
+TOOLS=${LOOM_TOOLS_DIR:-$HOME/.cache/loom/deploy-tools}
+KUBECTL="$TOOLS/bin/kubectl"
+[ -x "$KUBECTL" ] || fail "$KUBECTL missing: run scripts/install-deploy-deps.sh"
+say "$("$KUBECTL" version --client | tr '\n' ' ')"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+k8s="$LOOM_SOURCE_DIR/deploy/k8s"
+
+overlays=()
+for dir in "$k8s"/overlays/*/; do overlays+=("$(basename "$dir")"); done
+[ "${#overlays[@]}" -ge 2 ] || fail "expected the cpu-dev and gpu overlays, found: ${overlays[*]}"
+for o in "${overlays[@]}"; do
+  "$KUBECTL" kustomize "$k8s/overlays/$o" > "$tmp/$o.yaml" || fail "overlay $o does not build"
+  say "overlay $o: $(grep -c '^kind:' "$tmp/$o.yaml") objects; validating"
+  node "$k8s/validate.js" "$tmp/$o.yaml" || fail "overlay $o: objects fail validation"
+done
+
+# What the issue requires is there, in every overlay.
+for o in "${overlays[@]}"; do
+  f="$tmp/$o.yaml"
+  for kind in Namespace ServiceAccount ClusterRole ClusterRoleBinding ConfigMap \
+              PersistentVolumeClaim Deployment StatefulSet Service PodDisruptionBudget NetworkPolicy; do
+    grep -q "^kind: $kind\$" "$f" || fail "overlay $o has no $kind"
+  done
+  grep -q 'type: Recreate' "$f" || fail "overlay $o: controller Deployment is not Recreate"
+  grep -q 'clusterIP: None' "$f" || fail "overlay $o: no headless worker Service"
+  grep -q 'ReadWriteMany' "$f" || fail "overlay $o: no ReadWriteMany checkpoint volume"
+  grep -q 'medium: Memory' "$f" || fail "overlay $o: no memory-backed /dev/shm"
+  grep -q 'grpc:' "$f" || fail "overlay $o: no gRPC probes"
+  grep -q 'prometheus.io/scrape' "$f" || fail "overlay $o: no scrape annotations"
+done
+grep -q 'nvidia.com/gpu: "8"' "$tmp/gpu.yaml" || fail "gpu overlay requests no nvidia.com/gpu"
+grep -q '^kind: ServiceMonitor$' "$tmp/gpu.yaml" || fail "gpu overlay has no ServiceMonitor"
+grep -q '^kind: PodMonitor$' "$tmp/gpu.yaml" || fail "gpu overlay has no PodMonitor"
+say "required objects present in ${overlays[*]}"
+
+# Least privilege: the only cluster-wide rule reads Nodes.
+rules=$(sed -n '/^kind: ClusterRole$/,/^---/p' "$tmp/cpu-dev.yaml" | sed -n '/^rules:/,$p')
+echo "$rules" | grep -q -- '- nodes' || fail "ClusterRole does not grant reading nodes"
+[ "$(echo "$rules" | grep -c 'resources:')" = 1 ] || fail "ClusterRole grants more than nodes: $rules"
+echo "$rules" | grep -qE 'create|update|patch|delete|\*' && fail "ClusterRole grants writes: $rules"
+
+# The validator is not a rubber stamp.
+sed '0,/replicas: 2/s//replicas: two/' "$tmp/cpu-dev.yaml" > "$tmp/broken.yaml"
+if node "$k8s/validate.js" "$tmp/broken.yaml" > "$tmp/broken.out"; then
+  fail "validator accepted replicas: two"
+fi
+grep -q 'FAIL StatefulSet/loom-worker: schema:.*replicas must be integer' "$tmp/broken.out" ||
+  fail "validator did not name the bad field: $(grep FAIL "$tmp/broken.out")"
+printf 'apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g, namespace: loom}\n' > "$tmp/unknown.yaml"
+node "$k8s/validate.js" "$tmp/unknown.yaml" > /dev/null && fail "validator accepted a kind it has no schema for"
+say "validator rejects a mistyped field and an unknown kind"
+
+# Every --flag the manifests pass (command lines and flag files) exists.
+for bin in controller worker; do
+  "$LOOM_BIN_DIR/loom-$bin" --helpfull > "$tmp/$bin.help" 2>&1 || true
+done
+for o in "${overlays[@]}"; do
+  for bin in controller worker; do
+    # The container's args and its ConfigMap flag file.
+    flags=$(node "$LOOM_SOURCE_DIR/deploy/k8s/validate.js" --print-flags "loom-$bin" "$tmp/$o.yaml")
+    [ -n "$flags" ] || fail "overlay $o: found no loom-$bin flags"
+    for f in $flags; do
+      grep -qE "^ +--$f " "$tmp/$bin.help" || fail "overlay $o passes --$f, which loom-$bin does not know"
+    done
+    say "overlay $o: loom-$bin flags $(echo $flags | tr ' ' ',') all exist"
+  done
+done
+say "PASS"

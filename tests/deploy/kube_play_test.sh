@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Manifests run: the rendered cpu-dev overlay, converted only where podman
+# 4.3 cannot play a kind or a field (tests/deploy/kube_play_convert.js prints
+# each change), is played with `podman kube play --network=host` from the
+# images scripts/build-images.sh built: the controller Deployment and two
+# workers come up, loomctl on the host submits a tiny data-parallel job, it
+# ends SUCCEEDED with checkpoints on the shared volume, and tear-down leaves
+# no container, pod or volume behind.
+source "$(dirname "$0")/lib.sh"
+require_images
+TOOLS=${LOOM_TOOLS_DIR:-$HOME/.cache/loom/deploy-tools}
+KUBECTL="$TOOLS/bin/kubectl"
+[ -x "$KUBECTL" ] || fail "$KUBECTL missing: run scripts/install-deploy-deps.sh"
+T=$(mktemp -d /tmp/loom_kube_play.XXXXXX)
+chmod 755 "$T"
+podman volume ls -q | sort > "$T/volumes.before"
+played=0
+teardown() {
+  if [ "$played" = 1 ]; then
+    podman kube down "$T/play.yaml" > /dev/null 2>&1 || true
+    comm -13 "$T/volumes.before" <(podman volume ls -q | sort) | xargs -r podman volume rm -f > /dev/null 2>&1 || true
+  fi
+}
+trap 'teardown; rm -rf "$T"' EXIT
+
+mkdir -p "$T"/{controller-data,checkpoints,data,secret}
+chown 10001:10001 "$T/controller-data" "$T/checkpoints"
+# The Secret as Kubernetes mounts it with fsGroup 10001: group-readable.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/secret/token"
+chgrp 10001 "$T/secret/token"
+chmod 0440 "$T/secret/token"
+install -m 0600 "$T/secret/token" "$T/host-token"
+"$LOOM_BIN_DIR/loomctl" data prepare --input /usr/share/games/fortunes/fortunes \
+  /usr/share/games/fortunes/literature --out "$T/data" --val-fraction 0.1 > /dev/null
+chmod -R a+rX "$T/data"
+
+grpc=$(free_port); metrics=$(free_port); w0=$(free_port); w1=$(free_port)
+cat > "$T/params.json" << JSON
+{"controllerGrpc": $grpc, "controllerMetrics": $metrics, "workerMetrics": [$w0, $w1],
+ "hostDir": {"loom-controller-data": "$T/controller-data", "loom-checkpoints": "$T/checkpoints",
+             "loom-data": "$T/data"},
+ "secretDir": "$T/secret", "dataMount": "$T/data"}
+JSON
+"$KUBECTL" kustomize "$LOOM_SOURCE_DIR/deploy/k8s/overlays/cpu-dev" > "$T/rendered.yaml"
+node "$(dirname "$0")/kube_play_convert.js" "$T/rendered.yaml" "$T/params.json" > "$T/play.yaml"
+grep -q "image: localhost/loom-worker:$TAG" "$T/play.yaml" || fail "played manifests do not use localhost/loom-worker:$TAG"
+
+say "podman kube play --network=host (controller gRPC $grpc, metrics $metrics; workers $w0, $w1)"
+played=1
+podman kube play --network=host "$T/play.yaml" > "$T/play.out" 2>&1 || { cat "$T/play.out" >&2; fail "podman kube play"; }
+podman ps --format '{{.Names}} {{.Image}} {{.Status}}' | grep loom- || true
+
+ctl=("$LOOM_BIN_DIR/loomctl" --controller "127.0.0.1:$grpc" --token-file "$T/host-token")
+wait_for 60 "the controller's gRPC health service" "$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$grpc"
+two_workers() { [ "$("${ctl[@]}" workers | grep -c ' yes ')" = 2 ]; }
+wait_for 60 "two workers alive" two_workers
+"${ctl[@]}" workers
+for port in "$w0" "$w1"; do "$LOOM_BIN_DIR/loom-probe" http "127.0.0.1:$port" /metrics > /dev/null; done
+for c in loom-controller-pod-0-controller loom-worker-0-worker loom-worker-1-worker; do
+  [ "$(podman inspect "$c" --format '{{.Config.User}}')" = 10001 ] ||
+    [ "$(podman inspect "$c" --format '{{.Config.User}}')" = 10001:10001 ] ||
+    fail "$c does not run as uid 10001: $(podman inspect "$c" --format '{{.Config.User}}')"
+  [ "$(podman inspect "$c" --format '{{.HostConfig.ReadonlyRootfs}}')" = true ] ||
+    fail "$c: root filesystem is writable (readOnlyRootFilesystem)"
+done
+say "controller and both workers up, non-root, read-only root filesystems"
+
+cat > "$T/tiny.yaml" << YAML
+name: tiny
+model:
+  gpt: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 32, vocab_size: 256}
+data:
+  train: ["$T/data/train_*.bin"]
+  validation: ["$T/data/val_*.bin"]
+optimizer:
+  adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: 40, warmup_steps: 5, eval_interval: 20, eval_batches: 4}
+batch: {global_batch: 8, micro_batch: 4}
+resources: {workers: 2, ranks: 2}
+checkpoint: {interval_steps: 20, keep: 2}
+seed: 7
+YAML
+say "loomctl submit --follow (2 ranks, one per worker pod)"
+timeout 240 "${ctl[@]}" submit --follow "$T/tiny.yaml" > "$T/submit.out" 2>&1 ||
+  { cat "$T/submit.out"; podman logs loom-worker-0-worker 2>&1 | tail -20; fail "the job did not succeed"; }
+tail -3 "$T/submit.out"
+"${ctl[@]}" -o json status tiny-1 > "$T/status.json"
+grep -q '"state": "SUCCEEDED"' "$T/status.json" || fail "tiny-1 is not SUCCEEDED: $(head -c 400 "$T/status.json")"
+grep -q '"node": "loom-worker-0"' "$T/status.json" && grep -q '"node": "loom-worker-1"' "$T/status.json" ||
+  fail "the ranks did not run on both worker pods"
+ls "$T/checkpoints/tiny-1" > /dev/null 2>&1 || fail "no checkpoints on the shared volume"
+"${ctl[@]}" checkpoints tiny-1 | grep -q committed || fail "no committed checkpoint in the catalog"
+say "tiny-1 SUCCEEDED on loom-worker-0 and loom-worker-1; checkpoints in the shared volume: $(ls "$T/checkpoints/tiny-1" | tr '\n' ' ')"
+
+podman kube down "$T/play.yaml" > /dev/null 2>&1 || fail "podman kube down"
+comm -13 "$T/volumes.before" <(podman volume ls -q | sort) | xargs -r podman volume rm > /dev/null
+played=0
+left=$(podman ps -a --format '{{.Names}}' | grep -E 'loom-(controller|worker)-' || true)
+[ -z "$left" ] || fail "containers left behind: $left"
+[ -z "$(podman pod ps -q --filter name=loom-)" ] || fail "pods left behind"
+comm -13 "$T/volumes.before" <(podman volume ls -q | sort) | grep -q . && fail "volumes left behind"
+say "PASS: cpu-dev played, job SUCCEEDED, nothing left behind"

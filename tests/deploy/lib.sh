@@ -1,0 +1,69 @@
+# Helpers shared by Loom's deploy tests (sourced). Each test is a bash script
+# run by ctest with LOOM_BIN_DIR (the build's bin/) and LOOM_SOURCE_DIR set;
+# it prints what it checks and exits non-zero on the first failure.
+set -euo pipefail
+: "${LOOM_SOURCE_DIR:?}" "${LOOM_BIN_DIR:?}"
+source "$LOOM_SOURCE_DIR/scripts/podman-env.sh"
+TAG=${LOOM_IMAGE_TAG:-dev}
+
+say() { echo "[$(date +%H:%M:%S)] $*"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A TCP port on 127.0.0.1 that nothing listens on (and that we have not
+# handed out before in this test). Racy in principle; the ports come from a
+# range the kernel does not hand out as ephemeral ports (32768-60999).
+declare -A _loom_ports_taken=()
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((20000 + RANDOM % 12000))
+    [ -n "${_loom_ports_taken[$p]:-}" ] && continue
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      _loom_ports_taken[$p]=1
+      echo "$p"
+      return 0
+    fi
+  done
+  fail "no free port"
+}
+
+# poll SECONDS COMMAND...: runs COMMAND every 0.5 s until it succeeds
+# (status 0) or SECONDS pass (status 1).
+poll() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" > /dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.5
+  done
+}
+
+# wait_for SECONDS DESCRIPTION COMMAND...: poll, failing the test on timeout.
+wait_for() {
+  local secs=$1 what=$2
+  shift 2
+  poll "$secs" "$@" || fail "timed out after ${secs} s waiting for $what"
+}
+
+http_get() {  # http_get HOST:PORT PATH -> body on stdout
+  local host=${1%:*} port=${1##*:}
+  exec 3<>"/dev/tcp/$host/$port"
+  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$2" "$1" >&3
+  sed '1,/^\r$/d' <&3
+  exec 3>&-
+}
+
+require_images() {
+  for i in controller worker; do
+    podman image exists "localhost/loom-$i:$TAG" ||
+      fail "localhost/loom-$i:$TAG missing: the loom_deploy_images test (scripts/build-images.sh) builds it"
+  done
+}
+
+# A cluster token the containers' uid (10001) can read, mode 0600.
+make_token() {  # make_token DIR -> DIR/token
+  mkdir -p "$1"
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1/token"
+  chmod 600 "$1/token"
+  chown 10001:10001 "$1/token"
+}
