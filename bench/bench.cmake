@@ -31,3 +31,14 @@ target_link_libraries(loom_checkpoint_bench PRIVATE loom_engine loom_crc32c ${TO
 add_executable(loom_train_bench ${CMAKE_CURRENT_LIST_DIR}/train_bench.cc)
 target_link_libraries(loom_train_bench PRIVATE loom_engine loom_telemetry loom_gemm_calibration
                       ${TORCH_LIBRARIES})
+
+# precision: tokens/s and peak memory of fp32, bf16 and bf16 + activation
+# checkpointing on a d_model 512, 8-layer GPT, each in its own child process.
+add_executable(loom_precision_bench ${CMAKE_CURRENT_LIST_DIR}/precision_bench.cc)
+target_link_libraries(loom_precision_bench PRIVATE loom_engine absl::strings absl::str_format
+                      ${TORCH_LIBRARIES})
+
+# loader: share of the step waiting for data, with and without the
+# prefetching loader, on issue 6's GPT configuration.
+add_executable(loom_loader_bench ${CMAKE_CURRENT_LIST_DIR}/loader_bench.cc)
+target_link_libraries(loom_loader_bench PRIVATE loom_engine loom_data ${TORCH_LIBRARIES})

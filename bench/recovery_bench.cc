@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -121,6 +122,9 @@ recovery: {window: 32, min_history: 16, rollback_distance: 20, skip_before: 10,
     }
   }
   reader->Finish();
+  // The job's recovery event log, as an operator sees it.
+  std::cout << "event log (loomctl events " << job << "):" << std::endl;
+  if (std::system((ctl + "events " + job).c_str()) != 0) std::cout << "  (loomctl events failed)\n";
   if (last.state() != loom::v1::SUCCEEDED) return Die("job ended " + last.reason());
   if (spike_ms < 0 || resumed_ms < 0) return Die("no spike/rollback observed");
   std::sort(step_seconds.begin(), step_seconds.end());

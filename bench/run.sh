@@ -57,6 +57,17 @@ bench_checkpoint() {
     "${CHECKPOINT_THREADS:-2}"
 }
 
+# The BLAS kernels the worker selects in production (worker_main.cc):
+# Debian's OpenBLAS 0.3.21 does not know recent AVX-512 CPUs and falls back
+# to generic SSE3 kernels. An operator's own OPENBLAS_CORETYPE wins.
+select_blas_kernels() {
+  if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo &&
+     grep -qw avx512bw /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo &&
+     grep -qw avx512vl /proc/cpuinfo; then
+    export OPENBLAS_CORETYPE=SkylakeX
+  fi
+}
+
 # Value of key=value field $3 on the line of output $2 that starts with $1.
 field() { grep "^$1 " <<<"$2" | tr ' ' '\n' | sed -n "s/^$3=//p"; }
 
@@ -68,6 +79,8 @@ field() { grep "^$1 " <<<"$2" | tr ' ' '\n' | sed -n "s/^$3=//p"; }
 # TRAIN_PROFILE=0 skips the per-stage and per-operator profiles.
 bench_train() {
   ./scripts/install-bench-deps.sh >/dev/null
+  # Both sides on the same kernels (select_blas_kernels), like for like.
+  select_blas_kernels
   build loom_train_bench
   local steps=${TRAIN_STEPS:-23} warmup=${TRAIN_WARMUP:-3} threads=${TRAIN_THREADS:-2}
   local loom_profile=0 torch_profile=0
@@ -133,6 +146,37 @@ bench_train() {
       printf "train: %.1f tok/s ratio=%.2f vs PyTorch eager, loom %.1f%% / pytorch %.1f%% of sgemm\n",
         l, l / t, 100 * l * f / s, 100 * t * f / s
     }'
+}
+
+# Training tokens/s and peak memory of fp32, bf16 and bf16 + activation
+# checkpointing on a GPT with d_model 512, 8 layers, 8 heads, seq 256, vocab
+# 50304, batch 4, 2 threads, each configuration in its own child process
+# (peak memory: live LibTorch tensor bytes and the child's peak RSS); issue 6.
+# PRECISION_STEPS timed steps after PRECISION_WARMUP (median step time).
+bench_precision() {
+  build loom_precision_bench
+  select_blas_kernels
+  "$BUILD_DIR/bin/loom_precision_bench" "${PRECISION_STEPS:-6}" "${PRECISION_WARMUP:-2}" \
+    "${PRECISION_THREADS:-2}" "${PRECISION_D_MODEL:-512}" "${PRECISION_LAYERS:-8}" \
+    "${PRECISION_VOCAB:-50304}" "${PRECISION_BATCH:-4}"
+}
+
+# Share of the training step spent waiting for data, with the prefetching
+# loader and (same run) without it, on issue 6's configuration; issue 6
+# asks for under 2 %.
+bench_loader() {
+  build loom_loader_bench
+  select_blas_kernels
+  local out wait sync
+  out=$("$BUILD_DIR/bin/loom_loader_bench" "${LOADER_STEPS:-10}" "${LOADER_WARMUP:-2}" \
+    "${LOADER_THREADS:-2}")
+  grep -v '^LOOM_LOADER ' <<<"$out"
+  wait=$(field LOOM_LOADER "$out" prefetch_wait_fraction)
+  sync=$(field LOOM_LOADER "$out" sync_wait_fraction)
+  awk -v w="$wait" -v s="$sync" 'BEGIN {
+    printf "loader: %.4f%% of step time waiting for data (without prefetching %.4f%%) ratio=%.6f\n",
+      100 * w, 100 * s, w
+  }'
 }
 
 benchmarks() {

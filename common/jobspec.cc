@@ -641,6 +641,9 @@ absl::Status ValidateData(const v1::DataSpec& data) {
       return FieldError(absl::StrCat("data.validation[", i, "]"), "empty path");
     }
   }
+  if (data.has_prefetch_depth()) {
+    RETURN_IF_ERROR(CheckInRange("data.prefetch_depth", data.prefetch_depth(), 0, 64));
+  }
   return absl::OkStatus();
 }
 
@@ -756,11 +759,12 @@ absl::Status ValidateSupported(const JobSpec& spec) {
         "parallelism.pipeline: 1, or parallelism.auto: true to let the planner choose a layout "
         "that runs; `loomctl plan` shows what pipeline parallelism would buy)"));
   }
-  if (spec.precision() != v1::PRECISION_UNSPECIFIED &&
-      spec.precision() != v1::FP32) {
+  // BF16 runs on the CPU workers (autocast, fp32 master weights); FP16
+  // needs dynamic loss scaling and GPU workers, which Loom has not yet.
+  if (spec.precision() == v1::FP16) {
     return absl::UnimplementedError(
-        absl::StrCat("precision: ", v1::Precision_Name(spec.precision()),
-                     " is planned but not executable yet; only FP32 runs"));
+        "precision: FP16 is planned but not executable yet: it needs GPU "
+        "workers (fp16 with dynamic loss scaling); use BF16 or FP32");
   }
   return absl::OkStatus();
 }
@@ -894,6 +898,13 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (!v1::Precision_IsValid(spec.precision())) {
     return FieldError("precision",
                       absl::StrCat("unknown value ", spec.precision()));
+  }
+  if (spec.activation_checkpointing() < -1) {
+    return FieldError(
+        "activation_checkpointing",
+        absl::StrCat("must be 0 (off), k >= 1 (every k-th block) or -1 "
+                     "(every ceil(sqrt(n_layer))-th block), got ",
+                     spec.activation_checkpointing()));
   }
   RETURN_IF_ERROR(CheckAtLeast<int64_t>("checkpoint.interval_steps",
                                         spec.checkpoint().interval_steps(), 0));

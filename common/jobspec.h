@@ -112,7 +112,9 @@ void ApplyJobSpecDefaults(loom::v1::JobSpec* spec);
 // name, model, data, optimizer, schedule, resources, batch, parallelism,
 // checkpoint (all INVALID_ARGUMENT), then the features that a valid spec may
 // ask for but Loom cannot run yet (UNIMPLEMENTED): tensor or pipeline
-// parallelism above 1, and BF16/FP16 precision. The message starts with the
+// parallelism above 1, and FP16 precision (it needs GPU workers). The
+// activation_checkpointing check (>= -1) comes after parallelism. The
+// message starts with the
 // field path, e.g.
 //   model.gpt.n_head: 5 does not divide model.gpt.d_model 768
 // Does not touch the filesystem: whether data paths exist is checked when the

@@ -386,6 +386,12 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
       {"empty validation path",
        [](JobSpec* s) { s->mutable_data()->set_validation(0, ""); }, kInvalid,
        "data.validation[0]: empty path"},
+      {"negative prefetch depth",
+       [](JobSpec* s) { s->mutable_data()->set_prefetch_depth(-1); }, kInvalid,
+       "data.prefetch_depth"},
+      {"absurd prefetch depth",
+       [](JobSpec* s) { s->mutable_data()->set_prefetch_depth(1000); }, kInvalid,
+       "data.prefetch_depth"},
       {"no optimizer", [](JobSpec* s) { s->clear_optimizer(); }, kInvalid,
        "optimizer.adamw: required"},
       {"zero learning rate",
@@ -511,7 +517,7 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        "checkpoint.keep: must be >= 1, got -1"},
       {"invalid beats unimplemented",
        [](JobSpec* s) {
-         s->set_precision(v1::BF16);
+         s->set_precision(v1::FP16);
          s->mutable_checkpoint()->set_keep(-1);
        },
        kInvalid, "checkpoint.keep: "},
@@ -535,10 +541,13 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
          s->mutable_parallelism()->set_tensor(2);
        },
        kUnimplemented, "parallelism.tensor: "},
-      {"bf16", [](JobSpec* s) { s->set_precision(v1::BF16); }, kUnimplemented,
-       "precision: BF16 is planned but not executable yet; only FP32 runs"},
       {"fp16", [](JobSpec* s) { s->set_precision(v1::FP16); }, kUnimplemented,
-       "precision: FP16 "},
+       "precision: FP16 is planned but not executable yet: it needs GPU "
+       "workers"},
+      {"activation checkpointing below -1",
+       [](JobSpec* s) { s->set_activation_checkpointing(-2); }, kInvalid,
+       "activation_checkpointing: must be 0 (off), k >= 1 (every k-th block) "
+       "or -1"},
   };
   ASSERT_GE(cases.size(), 20u);
 
@@ -552,6 +561,18 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
     EXPECT_EQ(status.code(), c.code) << status;
     EXPECT_THAT(std::string(status.message()), StartsWith(c.message_prefix));
   }
+}
+
+// BF16 and activation checkpointing execute (on CPU workers).
+TEST(ValidateJobSpecTest, Bf16AndActivationCheckpointingAreAccepted) {
+  JobSpec spec = MustParse(absl::StrCat(kGoodYaml,
+                                        "activation_checkpointing: -1\n"));
+  spec.set_precision(v1::BF16);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(spec.activation_checkpointing(), -1);
+  spec.set_activation_checkpointing(2);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
 TEST(JobSpecToJsonTest, RoundTripsThroughParse) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -60,6 +61,19 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.model.seq_len = g.seq_len();
   c.model.vocab_size = g.vocab_size();
   c.model.dropout = g.dropout();
+  // Execution choices (issue 6). ValidateJobSpec refused FP16 already (it
+  // needs GPU workers); the engine refuses it again if it gets here.
+  switch (spec.precision()) {
+    case loom::v1::BF16:
+      c.model.precision = loom::engine::Precision::kBf16;
+      break;
+    case loom::v1::FP16:
+      c.model.precision = loom::engine::Precision::kFp16;
+      break;
+    default:
+      c.model.precision = loom::engine::Precision::kFp32;
+  }
+  c.model.activation_checkpointing = spec.activation_checkpointing();
   const auto& o = spec.optimizer().adamw();
   c.optimizer.lr = o.lr();
   c.optimizer.beta1 = o.beta1();
@@ -74,6 +88,7 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.global_batch = spec.batch().global_batch();
   c.micro_batch = spec.batch().micro_batch();
   c.seed = spec.seed();
+  if (spec.data().has_prefetch_depth()) c.prefetch_depth = spec.data().prefetch_depth();
   c.eval_interval = s.eval_interval();
   c.eval_batches = s.eval_batches();
   c.log_interval = s.log_interval() > 0 ? s.log_interval() : 1;
@@ -166,8 +181,16 @@ int main(int argc, char** argv) {
 
   loom::engine::TrainerCallbacks cb;
   int rank = a.rank();
-  cb.on_step = [rank, job_peak, flops_per_token, state_bytes,
-                power](const loom::engine::StepReport& r) {
+  // Memory this rank may use: the host's (or container's) limit shared by
+  // the ranks this worker runs of the job (the scheduler spreads ranks
+  // evenly over resources.workers).
+  const int workers = std::max(1, a.spec().resources().workers());
+  const int local_ranks = std::max(1, (a.world_size() + workers - 1) / workers);
+  const uint64_t memory_limit =
+      loom::telemetry::ReadMemoryLimitBytes() / static_cast<uint64_t>(local_ranks);
+  const char* precision = loom::engine::PrecisionName(config.model.precision);
+  cb.on_step = [rank, job_peak, flops_per_token, state_bytes, power, memory_limit,
+                precision](const loom::engine::StepReport& r) {
     loom::v1::RankEvent e;
     auto* m = e.mutable_step();
     m->set_step(r.step);
@@ -197,9 +220,26 @@ int main(int argc, char** argv) {
     loom::telemetry::Rss rss = loom::telemetry::ReadRss();
     m->set_rss_bytes(rss.current);
     m->set_peak_rss_bytes(rss.peak);
+    m->set_memory_limit_bytes(static_cast<double>(memory_limit));
+    m->set_data_wait_seconds(r.data_wait_seconds);
+    m->set_compute_seconds(r.compute_seconds);
+    m->set_comm_seconds(r.comm_seconds);
+    m->set_optimizer_seconds(r.optimizer_seconds);
+    m->set_checkpoint_stall_seconds(r.checkpoint_stall_seconds);
+    m->set_nonfinite_steps_skipped(r.nonfinite_steps_skipped);
+    m->set_loss_scale(r.loss_scale);
+    m->set_precision(precision);
     m->set_time_unix_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::system_clock::now().time_since_epoch()).count());
+    Emit(e);
+  };
+  cb.on_checkpoint_failed = [](int64_t step, const absl::Status& error) {
+    loom::v1::RankEvent e;
+    auto* c = e.mutable_checkpoint();
+    c->set_step(step);
+    c->set_status("failed");
+    c->set_error(std::string(error.message()));
     Emit(e);
   };
   cb.on_checkpoint = [](const loom::engine::CheckpointReport& r) {

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -565,6 +566,82 @@ absl::StatusOr<PrepareResult> PrepareByteLevelData(const std::vector<std::string
     result.unigram_entropy_nats -= p * std::log(p);
   }
   return result;
+}
+
+BatchPrefetcher::BatchPrefetcher(const TokenDataset* dataset, Options options,
+                                 std::function<int64_t(int64_t)> next_after)
+    : dataset_(dataset),
+      options_(options),
+      next_after_(std::move(next_after)),
+      values_(static_cast<size_t>(options.global_batch / options.world_size) *
+              static_cast<size_t>(dataset->seq_len())) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+BatchPrefetcher::~BatchPrefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void BatchPrefetcher::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const size_t depth = static_cast<size_t>(std::max(1, options_.depth));
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || (next_to_fill_ >= 0 && ready_.size() < depth); });
+    if (stop_) return;
+    Slot slot;
+    if (!free_.empty()) {
+      slot = std::move(free_.back());
+      free_.pop_back();
+    }
+    slot.batch = next_to_fill_;
+    const uint64_t restarts = restarts_;
+    lock.unlock();
+    slot.inputs.resize(values_);
+    slot.targets.resize(values_);
+    dataset_->FillRankBatch(options_.seed, slot.batch * options_.global_batch,
+                            options_.global_batch, options_.rank, options_.world_size,
+                            slot.inputs.data(), slot.targets.data());
+    const int64_t next = next_after_(slot.batch);
+    lock.lock();
+    if (restarts != restarts_) {  // Take() restarted elsewhere meanwhile
+      free_.push_back(std::move(slot));
+      continue;
+    }
+    ready_.push_back(std::move(slot));
+    next_to_fill_ = next;
+    cv_.notify_all();
+  }
+}
+
+double BatchPrefetcher::Take(int64_t batch, int64_t* inputs, int64_t* targets) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  // Expected: the front of the queue, or the batch being filled now.
+  const bool expected = !ready_.empty() ? ready_.front().batch == batch : next_to_fill_ == batch;
+  if (!expected) {
+    for (Slot& s : ready_) free_.push_back(std::move(s));
+    ready_.clear();
+    next_to_fill_ = batch;
+    ++restarts_;
+    cv_.notify_all();
+  }
+  cv_.wait(lock, [&] { return !ready_.empty(); });
+  Slot slot = std::move(ready_.front());
+  ready_.pop_front();
+  cv_.notify_all();  // room for one more
+  lock.unlock();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::memcpy(inputs, slot.inputs.data(), values_ * sizeof(int64_t));
+  std::memcpy(targets, slot.targets.data(), values_ * sizeof(int64_t));
+  lock.lock();
+  free_.push_back(std::move(slot));
+  return waited;
 }
 
 }  // namespace loom::engine

@@ -7,8 +7,13 @@
 #ifndef LOOM_WORKER_ENGINE_DATA_H_
 #define LOOM_WORKER_ENGINE_DATA_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -136,6 +141,61 @@ struct PrepareResult {
 absl::StatusOr<PrepareResult> PrepareByteLevelData(
     const std::vector<std::string>& inputs, const std::string& out_dir,
     double val_fraction, int64_t max_tokens_per_shard = 100'000'000);
+
+// A background thread that keeps the next `depth` batches of one rank
+// filled (TokenDataset::FillRankBatch), so that the training step finds its
+// input ready instead of gathering it. The sequence of data batch indices is
+// known ahead: after batch b comes next_after(b) (the trainer passes
+// "b + 1, then past any skip range").
+//
+// Thread safety: Take() from one thread at a time (the training thread).
+// The dataset must outlive the prefetcher and must not be used by anyone
+// else while it exists (TokenDataset is not thread-safe); the prefetcher's
+// thread is its only user.
+class BatchPrefetcher {
+ public:
+  struct Options {
+    uint64_t seed = 0;
+    int global_batch = 1;
+    int rank = 0;
+    int world_size = 1;
+    int depth = 2;  // batches kept ready, >= 1
+  };
+  BatchPrefetcher(const TokenDataset* dataset, Options options,
+                  std::function<int64_t(int64_t)> next_after);
+  ~BatchPrefetcher();  // stops and joins the thread
+  BatchPrefetcher(const BatchPrefetcher&) = delete;
+  BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
+
+  // Copies rank `rank`'s share of data batch `batch` (the batch starting at
+  // cursor batch * global_batch) into inputs and targets (each
+  // global_batch / world_size * seq_len values), blocking until it is ready;
+  // returns the seconds spent waiting. The first call, or a call for a batch
+  // other than the one expected next, restarts prefetching from `batch`.
+  // The bytes are exactly FillRankBatch's.
+  double Take(int64_t batch, int64_t* inputs, int64_t* targets);
+
+ private:
+  struct Slot {
+    int64_t batch = -1;
+    std::vector<int64_t> inputs, targets;
+  };
+  void Run();
+
+  const TokenDataset* dataset_;
+  const Options options_;
+  const std::function<int64_t(int64_t)> next_after_;
+  const size_t values_;  // per slot and array
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Slot> ready_;      // guarded by mu_; in batch order
+  std::vector<Slot> free_;      // guarded by mu_; buffers to reuse
+  int64_t next_to_fill_ = -1;   // guarded by mu_; -1 = not started
+  uint64_t restarts_ = 0;       // guarded by mu_; bumps discard fills in flight
+  bool stop_ = false;           // guarded by mu_
+  std::thread thread_;
+};
 
 }  // namespace loom::engine
 

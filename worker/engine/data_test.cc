@@ -456,5 +456,35 @@ TEST_F(DataTest, PrepareRejectsBadArguments) {
   EXPECT_FALSE(fs::exists(Path("train_000000.bin")));
 }
 
+// --- Prefetching ---------------------------------------------------------------
+
+// The prefetcher hands out exactly FillRankBatch's bytes, in the order
+// next_after gives (here: skip batches [5, 9)), and restarts cleanly when
+// asked for a batch out of that order (a resume or rollback).
+TEST_F(DataTest, PrefetcherYieldsTheLoadersBatchesInOrderAndAfterAJump) {
+  TokenDataset reference = MakeDataset(4000, 16);
+  TokenDataset owned = MakeDataset(4000, 16);
+  const int global_batch = 8, world = 2, rank = 1;
+  auto next_after = [](int64_t b) { return b + 1 == 5 ? int64_t{9} : b + 1; };
+  for (int depth : {1, 3}) {
+    BatchPrefetcher::Options options;
+    options.seed = 42;
+    options.global_batch = global_batch;
+    options.rank = rank;
+    options.world_size = world;
+    options.depth = depth;
+    BatchPrefetcher prefetcher(&owned, options, next_after);
+    const size_t n = static_cast<size_t>(global_batch / world) * 16;
+    std::vector<int64_t> batches = {0, 1, 2, 3, 4, 9, 10, 11, 3, 4, 9, 40, 41};
+    for (int64_t b : batches) {
+      Batch got{std::vector<int64_t>(n), std::vector<int64_t>(n)};
+      const double waited = prefetcher.Take(b, got.inputs.data(), got.targets.data());
+      EXPECT_GE(waited, 0);
+      EXPECT_EQ(got, Fill(reference, 42, b * global_batch, global_batch, rank, world))
+          << "depth " << depth << " batch " << b;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::engine

@@ -1,8 +1,11 @@
 #include "worker/engine/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/functional/loss.h>
@@ -12,6 +15,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "worker/engine/activation_checkpoint.h"
+#include "worker/engine/autocast.h"
 #include "worker/engine/fused_loss.h"
 
 namespace loom::engine {
@@ -127,7 +132,40 @@ absl::Status ValidateGptConfig(const GptConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.dropout must be in [0, 1), got ", c.dropout));
   }
+  if (c.activation_checkpointing < kActivationCheckpointingSqrt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "activation_checkpointing must be 0 (off), k >= 1 (every k-th block) or ",
+        kActivationCheckpointingSqrt, " (segments of ceil(sqrt(n_layer)) blocks), got ",
+        c.activation_checkpointing));
+  }
+  switch (c.precision) {
+    case Precision::kFp32:
+    case Precision::kBf16:
+      break;
+    case Precision::kFp16:
+      // fp16 needs dynamic loss scaling and fp16 kernels that CPUs run
+      // slower than fp32; its only use is on GPUs, which this engine does not
+      // drive yet.
+      return absl::InvalidArgumentError(
+          "precision: fp16 needs a GPU (fp16 autocast with dynamic loss scaling); this engine "
+          "trains on CPU: use bf16 or fp32");
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("precision: unknown value ", static_cast<int>(c.precision)));
+  }
   return absl::OkStatus();
+}
+
+const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+  }
+  return "unknown";
 }
 
 int64_t GptParameterCount(const GptConfig& c) {
@@ -185,8 +223,41 @@ torch::Tensor GptImpl::Hidden(const torch::Tensor& idx) {
               " outside [1, ", config_.seq_len, "]");
   torch::Tensor pos = torch::arange(time, idx.options().dtype(torch::kLong));
   torch::Tensor x = drop_(wte_(idx) + wpe_(pos));  // [B,T,d] + [T,d]
-  for (const auto& block : *blocks_) x = block->as<BlockImpl>()->forward(x);
-  return ln_f_(x);
+  {
+    // Only the blocks run in lower precision; the residual stream they add
+    // to stays fp32 (fp32 + bf16 promotes to fp32), so x is fp32 after each.
+    std::optional<AutocastGuard> autocast;
+    if (config_.precision == Precision::kBf16) {
+      autocast.emplace(idx.is_cuda() ? c10::kCUDA : c10::kCPU,
+                       AutocastState{true, torch::kBFloat16});
+    }
+    const int n_layer = static_cast<int>(blocks_->size());
+    const int segment_blocks =
+        torch::GradMode::is_enabled()
+            ? CheckpointSegmentBlocks(n_layer, config_.activation_checkpointing)
+            : 0;
+    auto run_blocks = [this](int begin, int end, torch::Tensor h) {
+      for (int i = begin; i < end; ++i) h = (*blocks_)[i]->as<BlockImpl>()->forward(h);
+      return h;
+    };
+    if (segment_blocks == 0) {
+      x = run_blocks(0, n_layer, x);
+    } else {
+      for (int begin = 0; begin < n_layer; begin += segment_blocks) {
+        const int end = std::min(n_layer, begin + segment_blocks);
+        std::vector<torch::Tensor> parameters;
+        for (int i = begin; i < end; ++i) {
+          for (const torch::Tensor& p : (*blocks_)[i]->parameters()) parameters.push_back(p);
+        }
+        // The segment holds `this`; the graph it is kept in lives no longer
+        // than the caller keeps the loss, which must not outlive the model.
+        x = CheckpointedForward(
+            [run_blocks, begin, end](const torch::Tensor& h) { return run_blocks(begin, end, h); },
+            x, parameters);
+      }
+    }
+  }
+  return ln_f_(x.to(torch::kFloat));
 }
 
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

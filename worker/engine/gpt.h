@@ -24,8 +24,12 @@ namespace loom::engine {
 
 // OK if `config` describes a buildable model; INVALID_ARGUMENT naming the
 // offending field otherwise (non-positive sizes, d_model % n_head != 0,
-// dropout outside [0, 1)).
+// dropout outside [0, 1), activation_checkpointing below -1, and precision
+// fp16, which needs a GPU: "precision: fp16 needs a GPU ...").
 absl::Status ValidateGptConfig(const GptConfig& config);
+
+// "fp32", "bf16" or "fp16" (the spelling of StepMetrics.precision).
+const char* PrecisionName(Precision precision);
 
 // Number of trainable parameters of Gpt(config), in closed form:
 //   V*d + s*d + L*(12*d^2 + 13*d) + 2*d
@@ -44,6 +48,16 @@ int64_t GptParameterCount(const GptConfig& config);
 // from the global LibTorch generator, so seeding it first (torch::manual_seed)
 // makes the weights reproducible.
 //
+// Execution (GptConfig::precision, ::activation_checkpointing): with bf16
+// the blocks run under CPU autocast to bf16 (matrix products and attention in
+// bf16; LayerNorm, softmax statistics and the residual stream in fp32, as
+// autocast's op lists and type promotion give), while the embeddings, ln_f,
+// the LM head and the loss stay fp32; parameters and their gradients are
+// fp32 either way. With checkpointing, Hidden() under grad mode runs the
+// blocks in checkpointed segments (activation_checkpoint.h): the values and
+// gradients are those of the plain forward (the recompute replays dropout),
+// for one extra forward of the blocks per step.
+//
 // Thread-compatible, like any torch::nn::Module.
 class GptImpl : public torch::nn::Module {
  public:
@@ -55,7 +69,8 @@ class GptImpl : public torch::nn::Module {
   // holders dispatch operator() to it.
   torch::Tensor forward(const torch::Tensor& idx);
 
-  // The final hidden states [B, T, d] (after ln_f), before the LM head.
+  // The final hidden states [B, T, d] (after ln_f), before the LM head;
+  // float32 in every precision.
   torch::Tensor Hidden(const torch::Tensor& idx);
 
   // Mean next-token cross entropy of idx [B, T] against targets [B, T]

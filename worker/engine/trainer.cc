@@ -25,6 +25,7 @@
 #include "worker/engine/data.h"
 #include "worker/engine/fused_adamw_torch.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/loss_scaler.h"
 #include "worker/engine/optimizer.h"
 
 namespace loom::engine {
@@ -193,6 +194,7 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
   if (c.eval_batches < 0) return invalid("eval_batches must be >= 0");
   if (c.log_interval < 1) return invalid("log_interval must be >= 1");
   if (c.checkpoint_interval < 0) return invalid("checkpoint_interval must be >= 0");
+  if (c.prefetch_depth < 0) return invalid("prefetch_depth must be >= 0 (0 = no prefetching)");
   if (c.retain_distance_steps < 0) return invalid("retain_distance_steps must be >= 0");
   if (c.resume_step < -1) return invalid("resume_step must be >= -1, got ", c.resume_step);
   if (c.generation < 0) return invalid("generation must be >= 0, got ", c.generation);
@@ -432,6 +434,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     } else if (checkpoint_failure.ok()) {
       checkpoint_failure = outcome->status();
       failed_step = saving_step;
+      if (callbacks.on_checkpoint_failed) callbacks.on_checkpoint_failed(failed_step, checkpoint_failure);
     }
   };
   // Rank 0: saves `state` once the previous save has finished; waits for it
@@ -444,6 +447,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     if (!started.ok()) {
       checkpoint_failure = started;
       failed_step = state.step;
+      if (callbacks.on_checkpoint_failed) callbacks.on_checkpoint_failed(failed_step, started);
       return;
     }
     if (wait) take(writer->Wait());
@@ -517,7 +521,27 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       torch::from_blob(targets.data(), {rows_per_rank, seq_len}, torch::kLong);
   const int64_t total_steps = config.schedule.total_steps;
   double pending_stall = 0;        // seconds; see the loop
+  // The loader: a background thread keeps the next prefetch_depth batches of
+  // this rank ready, in the order the skip list gives. From here on it is
+  // the only user of `train`.
+  std::unique_ptr<BatchPrefetcher> prefetcher;
+  if (config.prefetch_depth > 0) {
+    BatchPrefetcher::Options loader;
+    loader.seed = config.seed;
+    loader.global_batch = config.global_batch;
+    loader.rank = rank;
+    loader.world_size = world_size;
+    loader.depth = config.prefetch_depth;
+    prefetcher = std::make_unique<BatchPrefetcher>(
+        &train, loader,
+        [skip = state.skip_batches](int64_t b) { return SkipForward(skip, b + 1); });
+  }
   int64_t nonfinite_skipped = 0;   // optimizer steps skipped for inf/NaN
+  // fp16 dynamic loss scaling (loss_scaler.h): the loss is scaled before
+  // backward and the gradients unscaled inside the optimizer step. Only for
+  // fp16, which ValidateGptConfig refuses while the engine runs on CPU.
+  std::optional<DynamicLossScaler> scaler;
+  if (config.model.precision == Precision::kFp16) scaler.emplace();
 
   // A fresh run measures the untrained model on the validation set first, so
   // that "how far did validation loss fall" has a starting point. It is
@@ -576,8 +600,12 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     // it by 1/micro_steps makes this rank's gradient the mean over its rows,
     // and averaging over ranks then gives the mean over the global batch.
     auto phase = std::chrono::steady_clock::now();
-    train.FillRankBatch(config.seed, data_batch * config.global_batch, config.global_batch,
-                        rank, world_size, inputs.data(), targets.data());
+    if (prefetcher) {
+      prefetcher->Take(data_batch, inputs.data(), targets.data());
+    } else {
+      train.FillRankBatch(config.seed, data_batch * config.global_batch, config.global_batch,
+                          rank, world_size, inputs.data(), targets.data());
+    }
     split.data_wait = since(phase);
     phase = std::chrono::steady_clock::now();
     // Gradients are set to none rather than zero-filled: the first
@@ -591,7 +619,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       const torch::Tensor x = batch_inputs.narrow(0, m * config.micro_batch, config.micro_batch);
       const torch::Tensor y = batch_targets.narrow(0, m * config.micro_batch, config.micro_batch);
       torch::Tensor loss = model->Loss(x, y);
-      (loss / micro_steps).backward();
+      ((scaler ? loss * scaler->scale() : loss) / micro_steps).backward();
       loss_sum += loss.item<double>();
     }
     split.compute = since(phase);
@@ -617,9 +645,12 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     // ranks saw, for the controller's detector.
     AdamWStepOptions step_options;
     step_options.max_grad_norm = config.optimizer.grad_clip;
+    const double loss_scale = scaler ? scaler->scale() : 1.0;
+    step_options.inv_scale = 1.0 / loss_scale;
     ASSIGN_OR_RETURN(const AdamWStepResult stepped, optimizer->Step(step_options));
     split.optimizer = since(phase);
     if (!stepped.applied) nonfinite_skipped += 1;
+    if (scaler) scaler->Update(stepped.applied);
     const double grad_norm = stepped.grad_norm;
     state.step += 1;
     state.next_data_batch = data_batch + 1;
@@ -655,6 +686,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       report.checkpoint_stall_seconds = split.checkpoint_stall;
       report.step_applied = stepped.applied;
       report.nonfinite_steps_skipped = nonfinite_skipped;
+      report.loss_scale = loss_scale;
       callbacks.on_step(report);
     }
 

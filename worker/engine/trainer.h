@@ -27,6 +27,23 @@ class Module;
 
 namespace loom::engine {
 
+// Arithmetic of the transformer blocks (issue 6, "Mixed precision"). Master
+// weights, gradients and optimizer state are fp32 in every mode, and so is
+// the loss (the LM head and cross-entropy run on fp32 hidden states).
+enum class Precision {
+  kFp32,
+  // bf16 autocast over the blocks' forward (and so their backward): matrix
+  // products in bf16, reductions and the residual stream in fp32.
+  kBf16,
+  // fp16 autocast with dynamic loss scaling (loss_scaler.h). Needs a GPU;
+  // this engine trains on CPU, so the config is refused (ValidateGptConfig).
+  kFp16,
+};
+
+// Value of GptConfig::activation_checkpointing that asks for Chen et al.'s
+// placement: segments of ceil(sqrt(n_layer)) blocks.
+inline constexpr int kActivationCheckpointingSqrt = -1;
+
 struct GptConfig {
   int n_layer = 2;
   int n_head = 2;
@@ -34,6 +51,14 @@ struct GptConfig {
   int seq_len = 64;
   int vocab_size = 256;
   double dropout = 0.0;
+  // How the model runs; neither changes its parameters, so a checkpoint
+  // resumes under any setting of them.
+  Precision precision = Precision::kFp32;
+  // Activation checkpointing (activation_checkpoint.h): 0 = off; k >= 1 =
+  // keep the block input only at every k-th block, i.e. run the blocks in
+  // segments of k that store just their input and are recomputed in
+  // backward; kActivationCheckpointingSqrt = segments of ceil(sqrt(n_layer)).
+  int activation_checkpointing = 0;
 };
 
 struct OptimizerConfig {
@@ -87,6 +112,10 @@ struct TrainerConfig {
   int64_t log_interval = 1;    // on_step every this many steps (>= 1), and
                                // at the last step and at validation steps
   std::vector<std::string> train_shards;  // paths or glob patterns
+  // Batches a background thread keeps ready ahead of the step (see
+  // BatchPrefetcher in data.h); 0 = each step gathers its own batch.
+  // Either way the batches are the same bytes.
+  int prefetch_depth = 2;
   std::vector<std::string> val_shards;    // paths or glob patterns
 
   // --- Checkpoints -------------------------------------------------------
@@ -219,6 +248,8 @@ struct StepReport {
   // (no parameter or moment changed); the count is over this call.
   bool step_applied = true;
   int64_t nonfinite_steps_skipped = 0;
+  // fp16 dynamic loss scale used for this step; 1 in fp32 and bf16.
+  double loss_scale = 1;
 };
 
 // A committed checkpoint, reported once its directory has its final name
@@ -255,6 +286,11 @@ struct TrainerCallbacks {
   // the first step boundary after that, before the next checkpoint starts,
   // or before Train returns; in step order.
   std::function<void(const CheckpointReport&)> on_checkpoint;
+  // Rank 0 only, on the training thread, when a checkpoint save of `step`
+  // failed (the first failure; training then stops on every rank with that
+  // error at the next step boundary). For telemetry: a failing checkpoint
+  // volume must be visible before the job's exit says so.
+  std::function<void(int64_t step, const absl::Status& error)> on_checkpoint_failed;
   // Polled on every rank before each step; if it returns true on any rank,
   // all ranks stop with CANCELLED (the flag is all-reduced, so no rank is
   // left waiting in a collective). Steps and checkpoints already finished

@@ -287,6 +287,27 @@ TEST_F(TrainerTest, ReportsWhereTheStepTimeWent) {
   EXPECT_GT(out[0].steps[3].checkpoint_stall_seconds, 0);
 }
 
+// A save that cannot be written is reported through on_checkpoint_failed
+// (for telemetry) before training stops with its error.
+TEST_F(TrainerTest, FailedCheckpointSaveIsReportedAndStopsTraining) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 6;
+  // The checkpoint "directory" is a regular file: nothing can be created in it.
+  config.checkpoint_dir = dir_ + "/not-a-directory";
+  { std::ofstream(config.checkpoint_dir) << "x"; }
+  config.checkpoint_interval = 2;
+  std::vector<std::pair<int64_t, std::string>> failures;
+  TrainerCallbacks callbacks;
+  callbacks.on_checkpoint_failed = [&](int64_t step, const absl::Status& error) {
+    failures.emplace_back(step, std::string(error.message()));
+  };
+  absl::StatusOr<TrainResult> result = Train(config, nullptr, callbacks);
+  EXPECT_FALSE(result.ok());
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].first, 2);
+  EXPECT_FALSE(failures[0].second.empty());
+}
+
 // A step whose gradients are not finite is skipped by the fused optimizer:
 // reported, counted, and never applied. An absurd learning rate blows the
 // weights up after the first step, so that every later forward overflows.

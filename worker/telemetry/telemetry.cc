@@ -1,5 +1,6 @@
 #include "worker/telemetry/telemetry.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -53,6 +54,29 @@ Rss ReadRss() {
   r.current = StatusKb(text, "VmRSS");
   r.peak = StatusKb(text, "VmHWM");
   return r;
+}
+
+uint64_t ReadMemoryLimitBytes(const std::string& proc_meminfo,
+                              const std::string& sysfs_cgroup) {
+  uint64_t limit = 0;
+  {
+    std::ifstream in(proc_meminfo);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    limit = StatusKb(ss.str(), "MemTotal");
+  }
+  for (const char* file : {"/memory.max", "/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(sysfs_cgroup + file);
+    std::string value;
+    if (!(in >> value) || value == "max") continue;
+    char* end = nullptr;
+    const unsigned long long bytes = std::strtoull(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0') continue;
+    // cgroup v1 reports "no limit" as a page-rounded LLONG_MAX.
+    if (bytes == 0 || bytes >= (uint64_t{1} << 62)) continue;
+    if (limit == 0 || bytes < limit) limit = bytes;
+  }
+  return limit;
 }
 
 PowerMeter::PowerMeter(int threads, int cores)

@@ -38,6 +38,14 @@ struct Rss {
 };
 Rss ReadRss();
 
+// Memory available to this process's host or container, in bytes: the
+// smallest of MemTotal (/proc/meminfo) and the cgroup limit (v2
+// memory.max, or v1 memory.limit_in_bytes) found under `sysfs_cgroup`
+// (default /sys/fs/cgroup); "max" or an absurdly large v1 value means no
+// cgroup limit. 0 if nothing can be read.
+uint64_t ReadMemoryLimitBytes(const std::string& proc_meminfo = "/proc/meminfo",
+                              const std::string& sysfs_cgroup = "/sys/fs/cgroup");
+
 // Power of this rank. Reads Intel RAPL package energy when
 // /sys/class/powercap/intel-rapl:0/energy_uj exists (the package is shared
 // by every process on it: the rank's share is its fraction of busy cores);

@@ -1,5 +1,10 @@
 #include "worker/telemetry/telemetry.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "gtest/gtest.h"
 
 namespace loom::telemetry {
@@ -35,6 +40,32 @@ TEST(TelemetryTest, ModelPowerWhenNoRapl) {
     EXPECT_GE(meter.Account(0.1), 0.0);
   }
   EXPECT_EQ(meter.Account(0), 0.0);
+}
+
+TEST(TelemetryTest, MemoryLimitIsTheSmallerOfMemTotalAndTheCgroupLimit) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("loom_memlimit_" + std::to_string(getpid()));
+  fs::create_directories(dir / "cg" / "memory");
+  auto write = [](const fs::path& p, const std::string& text) { std::ofstream(p) << text; };
+  write(dir / "meminfo", "MemTotal:       16384 kB\nMemFree:        1 kB\n");
+  // No cgroup files: MemTotal.
+  EXPECT_EQ(ReadMemoryLimitBytes((dir / "meminfo").string(), (dir / "cg").string()),
+            16384u * 1024);
+  // cgroup v2 "max": no limit.
+  write(dir / "cg" / "memory.max", "max\n");
+  EXPECT_EQ(ReadMemoryLimitBytes((dir / "meminfo").string(), (dir / "cg").string()),
+            16384u * 1024);
+  // A smaller v2 limit wins.
+  write(dir / "cg" / "memory.max", "4194304\n");
+  EXPECT_EQ(ReadMemoryLimitBytes((dir / "meminfo").string(), (dir / "cg").string()), 4194304u);
+  // v1's "unlimited" (page-rounded LLONG_MAX) is ignored.
+  fs::remove(dir / "cg" / "memory.max");
+  write(dir / "cg" / "memory" / "memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(ReadMemoryLimitBytes((dir / "meminfo").string(), (dir / "cg").string()),
+            16384u * 1024);
+  // The real host: something positive.
+  EXPECT_GT(ReadMemoryLimitBytes(), 0u);
+  fs::remove_all(dir);
 }
 
 }  // namespace
