@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "cli/local_cluster.h"
 #include "cli/plan_command.h"
+#include "controller/diagnosis.h"
 #include "controller/job_planning.h"
 #include "controller/planner/topology_yaml.h"
 #include "common/file_util.h"
@@ -55,10 +56,12 @@ Commands:
   workers                              list workers
   events JOB                           recovery events: spikes, rollbacks, restarts
   checkpoints JOB                      the job's checkpoint catalog
+  diagnose JOB                         what limits the job's step: data, memory,
+                                       communication or compute, with the evidence
   data prepare --input FILE... --out DIR [--val-fraction F]
                                        tokenize text (byte-level) into llm.c shards
   validate FILE                        check a job spec without submitting it
-  plan FILE [--topology T] [--top K] [--tokens N] [--executable-only]
+  plan FILE [--topology|--cluster T] [--top K] [--tokens N] [--executable-only]
                                        plan data/tensor/pipeline parallelism for a spec:
                                        offline on topology T, else on the live cluster
   rollback JOB --to-step S [--skip A:B]... [--reason TEXT]
@@ -522,6 +525,34 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+int CmdDiagnose(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("diagnose: expected JOB");
+  auto fetched = FetchJob(g, args[0]);
+  if (!fetched.ok()) return Fail(fetched.status());
+  const loom::v1::Job& job = *fetched;
+  if (g.json) {
+    std::cout << ToJson(job.diagnosis()) << std::endl;
+    return 0;
+  }
+  if (!job.has_diagnosis()) {
+    std::cout << job.id() << ": no diagnosis yet (no training step with a time split has "
+              << "been reported; state " << StateName(job.state()) << ")" << std::endl;
+    return 0;
+  }
+  const loom::v1::Diagnosis& d = job.diagnosis();
+  std::cout << "job       " << job.id() << " (" << StateName(job.state()) << ")\n"
+            << "verdict   " << controller::VerdictName(d.verdict()) << "\n"
+            << "summary   " << d.summary() << "\n";
+  if (!d.intervention().empty()) std::cout << "do        " << d.intervention() << "\n";
+  if (d.evidence_size() > 0) {
+    std::cout << "evidence\n";
+    for (const auto& e : d.evidence()) std::cout << "  - " << e << "\n";
+  }
+  std::cout << "as of step " << d.step() << " (" << d.steps_considered() << " steps considered)"
+            << std::endl;
+  return 0;
+}
+
 int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
   if (args.size() != 1) return Usage("checkpoints: expected JOB");
   auto client = Client::Connect(g);
@@ -580,7 +611,9 @@ int CmdPlan(const Globals& g, const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--executable-only") {
       executable_only = true;
-    } else if (args[i] == "--topology" && i + 1 < args.size()) {
+    } else if ((args[i] == "--topology" || args[i] == "--cluster") && i + 1 < args.size()) {
+      // --cluster FILE: the cluster described by a topology file (issue 3's
+      // spelling); without either flag the live cluster is asked.
       topology_path = args[++i];
     } else if (args[i] == "--top" && i + 1 < args.size()) {
       if (!absl::SimpleAtoi(args[++i], &o.top_k) || o.top_k < 1) return Usage("--top: expected >= 1");
@@ -684,9 +717,11 @@ int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "NODE", "ALIVE", "SLOTS", "CPUS", "MEMORY", "GEMM/THREAD", "HEARTBEAT", "METRICS"}};
+      {"ID", "NODE", "ZONE", "RACK", "ALIVE", "SLOTS", "CPUS", "MEMORY", "GEMM/THREAD",
+       "HEARTBEAT", "METRICS"}};
   for (const auto& w : resp.workers()) {
-    rows.push_back({w.id(), w.node(), w.alive() ? "yes" : "no",
+    rows.push_back({w.id(), w.node(), w.zone().empty() ? "-" : w.zone(),
+                    w.rack().empty() ? "-" : w.rack(), w.alive() ? "yes" : "no",
                     absl::StrCat(w.slots_used(), "/", w.slots()), absl::StrCat(w.cpus()),
                     absl::StrFormat("%.1f GiB", w.memory_bytes() / 1073741824.0),
                     w.gemm_flops_per_second_per_thread() > 0
@@ -886,6 +921,7 @@ int main(int argc, char** argv) {
   if (cmd == "plan") return CmdPlan(g, args);
   if (cmd == "rollback") return CmdRollback(g, args);
   if (cmd == "checkpoints") return CmdCheckpoints(g, args);
+  if (cmd == "diagnose") return CmdDiagnose(g, args);
   if (cmd == "data") {
     if (args.empty() || args[0] != "prepare") return Usage("data: expected `data prepare`");
     return CmdDataPrepare(g, std::vector<std::string>(args.begin() + 1, args.end()));

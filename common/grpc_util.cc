@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace loom {
 
@@ -59,9 +60,14 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
                                             " does not exist (run `loomctl local up`, or pass "
                                             "--token-file)"));
   }
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "token file ", path, " is readable by others; run: chmod 600 ", path));
+  // Group read is allowed: Kubernetes mounts a Secret with fsGroup as
+  // root:<fsGroup> mode 0440 (defaultMode), readable only by the pod's group.
+  // Any access for others, and group write or execute, is refused.
+  if (st.st_mode & (S_IRWXO | S_IWGRP | S_IXGRP)) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "token file %s has mode %04o: others may read or change it; run: chmod 600 %s "
+        "(0640 or 0440 for a group-shared secret)",
+        path, st.st_mode & 07777, path));
   }
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();

@@ -26,8 +26,11 @@ absl::Status CheckBearerToken(const grpc::ServerContext& context, const std::str
 // Adds the bearer token to an outgoing call.
 void AttachToken(grpc::ClientContext* context, const std::string& token);
 
-// Reads a token file (first line, whitespace trimmed). Refuses files that
-// others can read: PERMISSION_DENIED with a chmod hint.
+// Reads a token file (whole file, whitespace trimmed). Accepts modes that
+// give only the owner and, read-only, the file's group access (0600, 0400,
+// 0640, 0440: a Kubernetes Secret mounted with fsGroup); refuses any access
+// for others and group write/execute: PERMISSION_DENIED with a chmod hint.
+// NOT_FOUND if missing, INVALID_ARGUMENT if empty.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 // 64 hex characters from /dev/urandom.

@@ -29,7 +29,11 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address (port 0 = pick one)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address");
 ABSL_FLAG(std::string, data_dir, "", "directory for the job store (required)");
-ABSL_FLAG(std::string, token_file, "", "file holding the cluster token (required, mode 0600)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the cluster token (required; mode 0600, or 0640/0440 with a group)");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "absolute path under which jobs without checkpoint.dir checkpoint, one directory per "
+          "job; workers must see it at the same path (default: <data_dir>/checkpoints)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for TLS on the gRPC port");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for TLS on the gRPC port");
 ABSL_FLAG(std::string, ready_file, "",
@@ -70,8 +74,18 @@ int main(int argc, char** argv) {
   controller::JobManagerOptions opts;
   opts.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout_s));
   opts.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
-  opts.checkpoint_root = data_dir + "/checkpoints";
-  mkdir(opts.checkpoint_root.c_str(), 0700);
+  opts.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  if (opts.checkpoint_root.empty()) {
+    opts.checkpoint_root = data_dir + "/checkpoints";
+  } else if (opts.checkpoint_root[0] != '/') {
+    return Fail("--checkpoint_root must be an absolute path (workers write under it)");
+  }
+  // Workers write the checkpoints; the controller only names the directory,
+  // so a root it cannot create (not mounted here) is worth a warning only.
+  if (absl::Status made = MakeDirs(opts.checkpoint_root, 0700); !made.ok()) {
+    std::cerr << "loom-controller: warning: checkpoint root " << opts.checkpoint_root << ": "
+              << made.message() << std::endl;
+  }
   auto registry = std::make_shared<metrics::Registry>();
   controller::RecoveryMetrics recovery_metrics(*registry);
   controller::JobManager manager(store->get(), RealClock::Get(), opts, &recovery_metrics);
@@ -127,7 +141,8 @@ int main(int argc, char** argv) {
   std::string host = listen.substr(0, listen.rfind(':'));
   std::string grpc_address = absl::StrCat(host, ":", port);
   std::cerr << "loom-controller: serving gRPC on " << grpc_address << ", metrics on "
-            << (*exposer)->address() << ", data in " << data_dir << std::endl;
+            << (*exposer)->address() << ", data in " << data_dir << ", checkpoints under "
+            << opts.checkpoint_root << std::endl;
   std::string ready = absl::GetFlag(FLAGS_ready_file);
   if (!ready.empty()) {
     absl::Status s = WritePrivateFile(

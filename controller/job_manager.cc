@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec.h"
+#include "controller/diagnosis.h"
 #include "controller/planner/topology_yaml.h"
 
 namespace loom::controller {
@@ -522,9 +523,12 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   w.info.set_gemm_flops_per_second_per_thread(req.gemm_flops_per_second_per_thread());
   w.info.set_memory_bandwidth_bytes_per_second(req.memory_bandwidth_bytes_per_second());
   w.info.set_gemm_source(req.gemm_source());
+  w.info.set_zone(req.zone());
+  w.info.set_rack(req.rack());
   w.info.set_alive(true);
   w.last_heartbeat = now;
-  store_->PutWorker(id, req.node(), req.address(), absl::ToUnixMillis(now)).IgnoreError();
+  store_->PutWorker({id, req.node(), req.address(), req.zone(), req.rack(), absl::ToUnixMillis(now)})
+      .IgnoreError();
   loom::v1::RegisterWorkerResponse resp;
   resp.set_worker_id(id);
   resp.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
@@ -682,6 +686,20 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
         sum->set_last_val_loss(m.val_loss());
       }
       steps.push_back(m);
+      if (m.step() > 0 && m.compute_seconds() > 0) {
+        // A new attempt (rollback, restart) starts the window afresh.
+        if (!rec.recent_steps.empty() && m.step() <= rec.recent_steps.back().step()) {
+          rec.recent_steps.clear();
+        }
+        rec.recent_steps.push_back(m);
+        while (rec.recent_steps.size() > static_cast<size_t>(DiagnosisOptions().window)) {
+          rec.recent_steps.pop_front();
+        }
+        loom::v1::Diagnosis d = Diagnose(
+            std::vector<loom::v1::StepMetrics>(rec.recent_steps.begin(), rec.recent_steps.end()));
+        d.set_time_unix_ms(out.time_unix_ms());
+        *rec.job.mutable_diagnosis() = std::move(d);
+      }
       if (m.step() > 0) {
         rec.attempt_last_step = m.step();
         rec.step_batches.erase(rec.step_batches.lower_bound(m.step()), rec.step_batches.end());
@@ -700,6 +718,21 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
         }
       }
       *out.mutable_step() = std::move(m);
+    } else if (ev.has_checkpoint() && ev.checkpoint().status() == "failed") {
+      // A save that failed never enters the catalog; the rank stops with the
+      // error next, and the failure handling restarts from the newest good
+      // checkpoint. The event tells watchers why.
+      loom::v1::RecoveryEvent failed;
+      failed.set_time_unix_ms(out.time_unix_ms());
+      failed.set_kind(loom::v1::RecoveryEvent::CHECKPOINT_FAILED);
+      failed.set_step(ev.checkpoint().step());
+      failed.set_cause(kCauseCheckpointFailed);
+      failed.set_message(absl::StrCat("checkpoint at step ", ev.checkpoint().step(),
+                                      " failed: ", ev.checkpoint().error()));
+      failed.set_generation(rec.job.generation());
+      AddEvent(rec, failed);
+      if (metrics_ != nullptr) metrics_->RecordCheckpointFailure(rec.job.id());
+      continue;
     } else if (ev.has_checkpoint()) {
       loom::v1::CheckpointInfo info = ev.checkpoint();
       info.set_generation(rec.job.generation());

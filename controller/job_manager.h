@@ -179,6 +179,9 @@ class JobManager {
     std::map<int64_t, int64_t> step_batches;
     bool skip_widened = false;
     int64_t attempt_last_step = -1;  // last step reported by the current attempt
+    // The newest steps with a time split, for the bottleneck verdict
+    // (diagnosis.h); bounded by DiagnosisOptions::window.
+    std::deque<loom::v1::StepMetrics> recent_steps;
   };
 
   // Effective recovery settings of a spec (defaults applied).

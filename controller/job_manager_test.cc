@@ -184,6 +184,45 @@ TEST_F(JobManagerTest, GangSchedulesOnlyWhenAllSlotsAreFree) {
   EXPECT_DOUBLE_EQ(summary.last_val_loss(), 4.8);
   EXPECT_EQ(summary.checkpoints_written(), 1);
   EXPECT_EQ(manager_->StepMetrics(job.id(), 0)->size(), 2u);
+  // Steps without a time split give no verdict.
+  EXPECT_FALSE(manager_->Get(job.id())->has_diagnosis());
+
+  // A failed save is an event, never a catalog entry.
+  loom::v1::ReportStepMetricsRequest failed = report;
+  failed.clear_events();
+  auto* bad = failed.add_events()->mutable_checkpoint();
+  bad->set_step(4);
+  bad->set_status("failed");
+  bad->set_error("No space left on device");
+  ASSERT_TRUE(manager_->ReportEvents(failed).ok());
+  EXPECT_EQ(manager_->Get(job.id())->summary().checkpoints_written(), 1);
+  const loom::v1::Job with_event = *manager_->Get(job.id());
+  ASSERT_GE(with_event.events_size(), 1);
+  const auto& event = with_event.events(with_event.events_size() - 1);
+  EXPECT_EQ(event.kind(), loom::v1::RecoveryEvent::CHECKPOINT_FAILED);
+  EXPECT_EQ(event.cause(), "checkpoint_failed");
+  EXPECT_THAT(event.message(), HasSubstr("No space left on device"));
+  EXPECT_THAT(MetricsText(),
+              HasSubstr("loom_controller_checkpoint_failures_total{job_id=\"" + job.id() +
+                        "\"} 1"));
+
+  // Steps with a split: the bottleneck verdict is kept with the job.
+  loom::v1::ReportStepMetricsRequest split = report;
+  split.clear_events();
+  for (int i = 3; i <= 6; ++i) {
+    auto* m = split.add_events()->mutable_step();
+    m->set_step(i);
+    m->set_loss(4.0);
+    m->set_step_time_seconds(1.0);
+    m->set_data_wait_seconds(0.5);
+    m->set_compute_seconds(0.4);
+    m->set_optimizer_seconds(0.1);
+  }
+  ASSERT_TRUE(manager_->ReportEvents(split).ok());
+  const loom::v1::Job diagnosed = *manager_->Get(job.id());
+  ASSERT_TRUE(diagnosed.has_diagnosis());
+  EXPECT_EQ(diagnosed.diagnosis().verdict(), loom::v1::Diagnosis::DATA_BOUND);
+  EXPECT_EQ(diagnosed.diagnosis().step(), 6);
 
   ASSERT_TRUE(Exit(w1, job.id(), 0, 0).ok());
   EXPECT_EQ(StateOf(job.id()), loom::v1::RUNNING);

@@ -27,6 +27,8 @@ RecoveryMetrics::RecoveryMetrics(metrics::Registry& r)
                                "Data batches a job was told to skip by rollbacks.")),
       checkpoints_(Counter(r, "loom_controller_checkpoints_total",
                            "Checkpoints committed by a job.")),
+      checkpoint_failures_(Counter(r, "loom_controller_checkpoint_failures_total",
+                                   "Checkpoint saves of a job that a rank reported failed.")),
       checkpoint_bytes_total_(Counter(r, "loom_controller_checkpoint_bytes_total",
                                       "Bytes of checkpoints committed by a job.")),
       checkpoint_write_total_(Counter(r, "loom_controller_checkpoint_write_seconds_total",
@@ -61,6 +63,10 @@ void RecoveryMetrics::RecordRecovery(const std::string& job_id, const std::strin
       .Increment(static_cast<double>(std::max<int64_t>(0, steps_lost)));
   auto& skipped = batches_skipped_.Add({{"job_id", job_id}});
   if (batches_skipped > 0) skipped.Increment(static_cast<double>(batches_skipped));
+}
+
+void RecoveryMetrics::RecordCheckpointFailure(const std::string& job_id) {
+  checkpoint_failures_.Add({{"job_id", job_id}}).Increment();
 }
 
 void RecoveryMetrics::RecordCheckpoint(const std::string& job_id,

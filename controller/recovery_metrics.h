@@ -38,6 +38,7 @@ inline constexpr char kCauseOperator[] = "operator";
 inline constexpr char kCauseRankFailure[] = "rank_failure";
 inline constexpr char kCauseWorkerLost[] = "worker_lost";
 inline constexpr char kCauseControllerRestart[] = "controller_restart";
+inline constexpr char kCauseCheckpointFailed[] = "checkpoint_failed";
 
 class RecoveryMetrics {
  public:
@@ -49,12 +50,15 @@ class RecoveryMetrics {
                       const std::string& cause, int64_t steps_lost, int64_t batches_skipped);
   // A checkpoint was committed.
   void RecordCheckpoint(const std::string& job_id, const loom::v1::CheckpointInfo& info);
+  // A rank reported a checkpoint save that failed.
+  void RecordCheckpointFailure(const std::string& job_id);
 
  private:
   metrics::Family<metrics::Counter>& recoveries_;
   metrics::Family<metrics::Counter>& steps_lost_;
   metrics::Family<metrics::Counter>& batches_skipped_;
   metrics::Family<metrics::Counter>& checkpoints_;
+  metrics::Family<metrics::Counter>& checkpoint_failures_;
   metrics::Family<metrics::Counter>& checkpoint_bytes_total_;
   metrics::Family<metrics::Counter>& checkpoint_write_total_;
   metrics::Family<metrics::Counter>& checkpoint_stall_total_;

@@ -34,6 +34,11 @@ class Stmt {
     return p ? std::string(static_cast<const char*>(p), n) : std::string();
   }
   int64_t ColumnInt(int i) { return sqlite3_column_int64(stmt_, i); }
+  std::string ColumnText(int i) {
+    const unsigned char* p = sqlite3_column_text(stmt_, i);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, i))
+             : std::string();
+  }
 
  private:
   sqlite3_stmt* stmt_ = nullptr;
@@ -79,9 +84,23 @@ CREATE TABLE IF NOT EXISTS workers (
   id TEXT PRIMARY KEY,
   node TEXT NOT NULL,
   address TEXT NOT NULL,
-  registered_unix_ms INTEGER NOT NULL
+  registered_unix_ms INTEGER NOT NULL,
+  zone TEXT NOT NULL DEFAULT '',
+  rack TEXT NOT NULL DEFAULT ''
 );
 )sql";
+
+// Columns added to existing tables since their first release, in order:
+// {table, column, declaration}. Migrate() adds those a database lacks.
+struct AddedColumn {
+  const char* table;
+  const char* column;
+  const char* declaration;
+};
+constexpr AddedColumn kAddedColumns[] = {
+    {"workers", "zone", "TEXT NOT NULL DEFAULT ''"},  // issue 5 (deploy)
+    {"workers", "rack", "TEXT NOT NULL DEFAULT ''"},
+};
 
 int64_t JobSequence(const std::string& id) {
   // Ids are "<name>-<seq>"; the sequence is the digits after the last '-'.
@@ -119,7 +138,26 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   }
   absl::Status s = store->Exec(kSchema);
   if (!s.ok()) return s;
+  s = store->Migrate();
+  if (!s.ok()) return s;
   return store;
+}
+
+absl::Status Store::Migrate() {
+  for (const AddedColumn& c : kAddedColumns) {
+    bool present = false;
+    {
+      Stmt st(db_, absl::StrCat("PRAGMA table_info(", c.table, ");").c_str());
+      if (!st.ok()) return SqlError(db_, "read table info");
+      while (st.Step() == SQLITE_ROW) present = present || st.ColumnText(1) == c.column;
+    }
+    if (present) continue;
+    absl::Status s = Exec(
+        absl::StrCat("ALTER TABLE ", c.table, " ADD COLUMN ", c.column, " ", c.declaration, ";")
+            .c_str());
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 Store::~Store() { sqlite3_close(db_); }
@@ -295,19 +333,42 @@ absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Store::LoadCheckpoints(
   return out;
 }
 
-absl::Status Store::PutWorker(const std::string& worker_id, const std::string& node,
-                              const std::string& address, int64_t registered_unix_ms) {
+absl::Status Store::PutWorker(const WorkerRow& worker) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt st(db_,
-          "INSERT OR REPLACE INTO workers (id, node, address, registered_unix_ms) "
-          "VALUES (?, ?, ?, ?);");
+          "INSERT OR REPLACE INTO workers (id, node, address, registered_unix_ms, zone, rack) "
+          "VALUES (?, ?, ?, ?, ?, ?);");
   if (!st.ok()) return SqlError(db_, "prepare worker");
-  st.BindText(1, worker_id);
-  st.BindText(2, node);
-  st.BindText(3, address);
-  st.BindInt(4, registered_unix_ms);
+  st.BindText(1, worker.id);
+  st.BindText(2, worker.node);
+  st.BindText(3, worker.address);
+  st.BindInt(4, worker.registered_unix_ms);
+  st.BindText(5, worker.zone);
+  st.BindText(6, worker.rack);
   if (st.Step() != SQLITE_DONE) return SqlError(db_, "write worker");
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Store::WorkerRow>> Store::LoadWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "SELECT id, node, address, zone, rack, registered_unix_ms FROM workers "
+          "ORDER BY registered_unix_ms, id;");
+  if (!st.ok()) return SqlError(db_, "prepare load workers");
+  std::vector<WorkerRow> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    WorkerRow w;
+    w.id = st.ColumnText(0);
+    w.node = st.ColumnText(1);
+    w.address = st.ColumnText(2);
+    w.zone = st.ColumnText(3);
+    w.rack = st.ColumnText(4);
+    w.registered_unix_ms = st.ColumnInt(5);
+    out.push_back(std::move(w));
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "load workers");
+  return out;
 }
 
 absl::StatusOr<int64_t> Store::MaxJobSequence() {

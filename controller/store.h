@@ -53,10 +53,20 @@ class Store {
   // The catalog of a job, oldest step first.
   absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> LoadCheckpoints(const std::string& job_id);
 
+  // A worker registration as recorded (the workers table).
+  struct WorkerRow {
+    std::string id;
+    std::string node;
+    std::string address;
+    std::string zone;  // empty = not reported (and in rows from before zones)
+    std::string rack;
+    int64_t registered_unix_ms = 0;
+  };
   // Records a worker registration (for audit; workers re-register after a
   // controller restart).
-  absl::Status PutWorker(const std::string& worker_id, const std::string& node,
-                         const std::string& address, int64_t registered_unix_ms);
+  absl::Status PutWorker(const WorkerRow& worker);
+  // Every recorded registration, oldest first.
+  absl::StatusOr<std::vector<WorkerRow>> LoadWorkers();
 
   // Largest numeric suffix used in job ids so far (ids never repeat).
   absl::StatusOr<int64_t> MaxJobSequence();
@@ -64,6 +74,8 @@ class Store {
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   absl::Status Exec(const char* sql);
+  // Brings tables of a database made by an older Loom up to kSchema.
+  absl::Status Migrate();
   absl::Status Commit();
 
   std::mutex mu_;

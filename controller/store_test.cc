@@ -1,5 +1,7 @@
 #include "controller/store.h"
 
+#include <sqlite3.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -116,6 +118,60 @@ TEST(StoreTest, CheckpointCatalogIsOrderedAndIdempotent) {
   EXPECT_EQ((*list)[2].step(), 60);
   EXPECT_EQ((*list)[2].generation(), 1);
   EXPECT_TRUE((*store)->LoadCheckpoints("job-2")->empty());
+}
+
+TEST(StoreTest, WorkersKeepZoneAndRack) {
+  std::string dir = TempDir();
+  {
+    auto store = Store::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutWorker({"w-1", "node-a", "10.0.0.1", "zone-a", "rack-3", 1000}).ok());
+    ASSERT_TRUE((*store)->PutWorker({"w-2", "node-b", "10.0.0.2", "", "", 2000}).ok());
+  }
+  auto store = Store::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto workers = (*store)->LoadWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 2u);
+  EXPECT_EQ((*workers)[0].id, "w-1");
+  EXPECT_EQ((*workers)[0].zone, "zone-a");
+  EXPECT_EQ((*workers)[0].rack, "rack-3");
+  EXPECT_EQ((*workers)[0].registered_unix_ms, 1000);
+  EXPECT_EQ((*workers)[1].zone, "");
+  EXPECT_EQ((*workers)[1].rack, "");
+}
+
+// A database written before workers had zone and rack (the workers table as
+// first released) opens, keeps its rows, and takes new registrations.
+TEST(StoreTest, OldWorkersTableIsMigrated) {
+  std::string dir = TempDir();
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/loom.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE workers (id TEXT PRIMARY KEY, node TEXT NOT NULL, "
+                           "address TEXT NOT NULL, registered_unix_ms INTEGER NOT NULL);"
+                           "INSERT INTO workers VALUES ('old-1', 'node-a', '10.0.0.1', 500);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  for (int open = 0; open < 2; ++open) {  // the second open finds nothing to migrate
+    auto store = Store::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    if (open == 0) {
+      ASSERT_TRUE((*store)->PutWorker({"new-1", "node-b", "10.0.0.2", "z", "r", 600}).ok());
+    }
+    auto workers = (*store)->LoadWorkers();
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    ASSERT_EQ(workers->size(), 2u);
+    EXPECT_EQ((*workers)[0].id, "old-1");
+    EXPECT_EQ((*workers)[0].node, "node-a");
+    EXPECT_EQ((*workers)[0].zone, "");
+    EXPECT_EQ((*workers)[0].rack, "");
+    EXPECT_EQ((*workers)[1].zone, "z");
+    EXPECT_EQ((*workers)[1].rack, "r");
+  }
 }
 
 TEST(StoreTest, OpenFailsOnMissingDirectory) {

@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/podman-env.sh
+loom_require_root_mount || exit 1
 BUILD_DIR=${BUILD_DIR:-build}
 TAG=${LOOM_IMAGE_TAG:-dev}
 BASE=localhost/loom-base:bookworm

@@ -31,8 +31,9 @@ TEST(PlanCommandTest, PlansTheMegatron18BModelOnA100s) {
 }
 
 TEST(PlanCommandTest, JsonOutputParses) {
+  // --cluster is the same as --topology.
   auto r = RunCommand(Loomctl(absl::StrCat("-o json plan ", kSrc, "/examples/gpt3-18b.yaml ",
-                                           "--topology ", kSrc,
+                                           "--cluster ", kSrc,
                                            "/examples/topology-a100-80g-256.yaml")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   google::protobuf::Struct doc;

@@ -91,6 +91,37 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
                   .Name("loom_worker_energy_joules_total")
                   .Help("Energy used by a rank since it started; source says rapl, nvml or model.")
                   .Register(*registry_)),
+      phase_(metrics::BuildGauge()
+                 .Name("loom_worker_step_phase_seconds")
+                 .Help("Where the last step's time went, per rank, by phase: data_wait, "
+                       "compute (forward+backward), comm (exposed all-reduce), optimizer, "
+                       "checkpoint_stall.")
+                 .Register(*registry_)),
+      phase_total_(metrics::BuildCounter()
+                       .Name("loom_worker_step_phase_seconds_total")
+                       .Help("Step time per rank by phase, summed over the reported steps; "
+                             "rate() over step time gives the split.")
+                       .Register(*registry_)),
+      nonfinite_skipped_(metrics::BuildCounter()
+                             .Name("loom_worker_nonfinite_steps_skipped_total")
+                             .Help("Optimizer steps skipped because a gradient was inf or NaN.")
+                             .Register(*registry_)),
+      loss_scale_(metrics::BuildGauge()
+                      .Name("loom_worker_loss_scale")
+                      .Help("fp16 dynamic loss scale of a rank (1 when not scaling); the "
+                            "precision label says fp32, bf16 or fp16.")
+                      .Register(*registry_)),
+      checkpoint_failures_(metrics::BuildCounter()
+                               .Name("loom_worker_checkpoint_failures_total")
+                               .Help("Checkpoint saves of a job that failed on this worker's "
+                                     "ranks (the series exists, at 0, from the job's first "
+                                     "step on).")
+                               .Register(*registry_)),
+      batches_skipped_(metrics::BuildGauge()
+                           .Name("loom_worker_batches_skipped")
+                           .Help("Data batches the job's current branch has skipped so far "
+                                 "(skip ranges from the spec and from rollbacks).")
+                           .Register(*registry_)),
       rank_exits_(metrics::BuildCounter()
                       .Name("loom_worker_rank_exits_total")
                       .Help("Rank processes that ended, by outcome.")
@@ -140,6 +171,8 @@ absl::Status WorkerAgent::Register() {
   loom::v1::RegisterWorkerRequest req;
   req.set_node(options_.node);
   req.set_address(options_.address);
+  req.set_zone(options_.zone);
+  req.set_rack(options_.rack);
   req.set_slots(options_.slots);
   req.set_cpus(static_cast<int>(std::thread::hardware_concurrency()));
   req.set_gpus(0);
@@ -242,6 +275,31 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
     memory_.Add(kind("optimizer")).Set(static_cast<double>(m.optimizer_state_bytes()));
     memory_.Add(kind("rss")).Set(static_cast<double>(m.rss_bytes()));
     memory_.Add(kind("peak_rss")).Set(static_cast<double>(m.peak_rss_bytes()));
+    if (m.memory_limit_bytes() > 0) memory_.Add(kind("limit")).Set(m.memory_limit_bytes());
+    if (m.step() > 0) {
+      const std::pair<const char*, double> phases[] = {
+          {"data_wait", m.data_wait_seconds()},
+          {"compute", m.compute_seconds()},
+          {"comm", m.comm_seconds()},
+          {"optimizer", m.optimizer_seconds()},
+          {"checkpoint_stall", m.checkpoint_stall_seconds()}};
+      for (const auto& [phase, seconds] : phases) {
+        metrics::Labels l = labels;
+        l["phase"] = phase;
+        phase_.Add(l).Set(seconds);
+        if (seconds > 0) phase_total_.Add(l).Increment(seconds);
+      }
+      checkpoint_failures_.Add({{"job_id", job_id}});
+      batches_skipped_.Add(labels).Set(static_cast<double>(m.batches_skipped()));
+      auto& skipped = nonfinite_skipped_.Add(labels);
+      const double ds = static_cast<double>(m.nonfinite_steps_skipped()) - skipped.Value();
+      if (ds > 0) skipped.Increment(ds);
+      if (!m.precision().empty()) {
+        metrics::Labels l = labels;
+        l["precision"] = m.precision();
+        loss_scale_.Add(l).Set(m.loss_scale());
+      }
+    }
     if (!m.power_source().empty()) {
       metrics::Labels pl = labels;
       pl["source"] = m.power_source();
@@ -250,6 +308,11 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
       double dj = m.energy_joules() - joules.Value();
       if (dj > 0) joules.Increment(dj);
     }
+  }
+  if (e.has_checkpoint() && e.checkpoint().status() == "failed") {
+    checkpoint_failures_.Add({{"job_id", job_id}}).Increment();
+    std::cerr << "loom-worker: checkpoint of " << job_id << " at step " << e.checkpoint().step()
+              << " failed: " << e.checkpoint().error() << std::endl;
   }
   std::lock_guard<std::mutex> lock(mu_);
   Outgoing out;
@@ -353,11 +416,27 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
   }
   for (const auto& labels : due) {
     for (auto* family : {&step_time_, &tokens_per_second_, &loss_, &val_loss_, &lr_, &step_,
-                         &mfu_, &model_flops_, &peak_flops_}) {
+                         &mfu_, &model_flops_, &peak_flops_, &batches_skipped_}) {
       if (family->Has(labels)) family->Remove(&family->Add(labels));
     }
     if (tokens_total_.Has(labels)) tokens_total_.Remove(&tokens_total_.Add(labels));
-    for (const char* kind : {"parameters", "gradients", "optimizer", "rss", "peak_rss"}) {
+    for (const char* phase : {"data_wait", "compute", "comm", "optimizer", "checkpoint_stall"}) {
+      metrics::Labels l = labels;
+      l["phase"] = phase;
+      if (phase_.Has(l)) phase_.Remove(&phase_.Add(l));
+      if (phase_total_.Has(l)) phase_total_.Remove(&phase_total_.Add(l));
+    }
+    if (nonfinite_skipped_.Has(labels)) nonfinite_skipped_.Remove(&nonfinite_skipped_.Add(labels));
+    const metrics::Labels job_only = {{"job_id", labels.at("job_id")}};
+    if (checkpoint_failures_.Has(job_only)) {
+      checkpoint_failures_.Remove(&checkpoint_failures_.Add(job_only));
+    }
+    for (const char* precision : {"fp32", "bf16", "fp16"}) {
+      metrics::Labels l = labels;
+      l["precision"] = precision;
+      if (loss_scale_.Has(l)) loss_scale_.Remove(&loss_scale_.Add(l));
+    }
+    for (const char* kind : {"parameters", "gradients", "optimizer", "rss", "peak_rss", "limit"}) {
       metrics::Labels l = labels;
       l["kind"] = kind;
       if (memory_.Has(l)) memory_.Remove(&memory_.Add(l));
@@ -373,11 +452,15 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
 
 void WorkerAgent::Run() {
   bool registered = false;
+  auto report = [&](bool now) {
+    if (options_.on_registration) options_.on_registration(now);
+  };
   while (!stop_.load()) {
     absl::Status s;
     if (!registered) {
       s = Register();
       registered = s.ok();
+      if (registered) report(true);
       if (!s.ok()) {
         std::cerr << "loom-worker: register failed: " << s << std::endl;
         if (absl::IsUnauthenticated(s) || absl::IsInvalidArgument(s)) {
@@ -394,6 +477,7 @@ void WorkerAgent::Run() {
         std::cerr << "loom-worker: " << s.message() << "; stopping local ranks" << std::endl;
         supervisor_->StopAll();
         registered = false;
+        report(false);
       } else if (!s.ok()) {
         heartbeats_failed_.Increment();
       }
@@ -406,6 +490,7 @@ void WorkerAgent::Run() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, absl::ToChronoMilliseconds(wait), [&] { return stop_.load(); });
   }
+  if (registered) report(false);
 }
 
 }  // namespace loom::worker

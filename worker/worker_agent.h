@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,8 @@ namespace loom::worker {
 struct WorkerOptions {
   std::string node;              // defaults to the host name
   std::string address = "127.0.0.1";  // how other ranks reach this node
+  std::string zone;              // failure domains, reported at registration;
+  std::string rack;              // empty = not known
   int slots = 1;
   std::string token;
   std::string rank_binary;
@@ -40,6 +43,9 @@ struct WorkerOptions {
   std::string gemm_source;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration stop_grace = absl::Seconds(5);
+  // Called on Run()'s thread when the worker becomes registered (true) and
+  // when the controller forgets it or Run() returns (false). Optional.
+  std::function<void(bool registered)> on_registration;
 };
 
 class WorkerAgent {
@@ -95,6 +101,12 @@ class WorkerAgent {
   metrics::Family<metrics::Gauge>& memory_;
   metrics::Family<metrics::Gauge>& power_;
   metrics::Family<metrics::Counter>& energy_;
+  metrics::Family<metrics::Gauge>& phase_;             // last step's split
+  metrics::Family<metrics::Counter>& phase_total_;     // cumulative split
+  metrics::Family<metrics::Counter>& nonfinite_skipped_;
+  metrics::Family<metrics::Gauge>& loss_scale_;
+  metrics::Family<metrics::Counter>& checkpoint_failures_;
+  metrics::Family<metrics::Gauge>& batches_skipped_;
   metrics::Family<metrics::Counter>& rank_exits_;
   metrics::Gauge& ranks_running_;
   metrics::Counter& heartbeats_failed_;

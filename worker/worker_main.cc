@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <iostream>
@@ -23,19 +24,28 @@
 #include "common/metrics_server.h"
 #include "worker/blas_info.h"
 #include "worker/cpu_probe.h"
+#include "worker/health_service.h"
 #include "worker/worker_agent.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:7070", "controller gRPC address");
-ABSL_FLAG(std::string, token_file, "", "file holding the cluster token (required, mode 0600)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the cluster token (required; mode 0600, or 0640/0440 with a group)");
 ABSL_FLAG(bool, tls, false, "use TLS to reach the controller");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle to trust for the controller");
 ABSL_FLAG(std::string, node, "", "node name (default: host name)");
 ABSL_FLAG(std::string, address, "127.0.0.1", "address other ranks use to reach this node");
+ABSL_FLAG(std::string, zone, "",
+          "failure zone this worker runs in, reported at registration (default: $LOOM_ZONE)");
+ABSL_FLAG(std::string, rack, "",
+          "rack this worker runs in, reported at registration (default: $LOOM_RACK)");
 ABSL_FLAG(int, slots, 1, "ranks this worker runs at once");
 ABSL_FLAG(std::string, work_dir, "", "per-rank logs and files (required)");
 ABSL_FLAG(std::string, rank_binary, "", "path to loom-rank (default: next to loom-worker)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address");
 ABSL_FLAG(std::string, ready_file, "", "once registered-ready, write {metrics_address} JSON here");
+ABSL_FLAG(std::string, health_listen, "",
+          "serve grpc.health.v1 (plaintext) here: SERVING while registered with the controller, "
+          "NOT_SERVING otherwise (empty = off)");
 
 namespace {
 
@@ -44,6 +54,13 @@ std::atomic<bool> agent_stopping{false};
 int Fail(const std::string& msg) {
   std::cerr << "loom-worker: " << msg << std::endl;
   return 1;
+}
+
+// The flag's value, or when it is empty the environment variable's.
+std::string FlagOrEnv(const std::string& flag, const char* env) {
+  if (!flag.empty()) return flag;
+  const char* v = getenv(env);
+  return v ? v : "";
 }
 
 std::string SelfDir() {
@@ -76,6 +93,8 @@ int main(int argc, char** argv) {
     opts.node = host;
   }
   opts.address = absl::GetFlag(FLAGS_address);
+  opts.zone = FlagOrEnv(absl::GetFlag(FLAGS_zone), "LOOM_ZONE");
+  opts.rack = FlagOrEnv(absl::GetFlag(FLAGS_rack), "LOOM_RACK");
   opts.slots = absl::GetFlag(FLAGS_slots);
   if (opts.slots < 1) return Fail("--slots must be >= 1");
   opts.work_dir = absl::GetFlag(FLAGS_work_dir);
@@ -143,8 +162,28 @@ int main(int argc, char** argv) {
       loom::v1::WorkerService::NewStub(channel);
 
 
+  // The health service answers kubelet gRPC probes and the image's
+  // HEALTHCHECK; it carries no secrets, so it is plaintext and needs no token.
+  worker::HealthService health;  // outlives health_server and the agent
+  std::unique_ptr<grpc::Server> health_server;
+  std::string health_listen = absl::GetFlag(FLAGS_health_listen);
+  if (!health_listen.empty()) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(health_listen, grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&health);
+    health_server = builder.BuildAndStart();
+    if (!health_server || port == 0) return Fail(absl::StrCat("cannot listen on ", health_listen));
+    opts.on_registration = [&health](bool registered) { health.SetServing(registered); };
+    std::cerr << "loom-worker: grpc.health.v1 on "
+              << health_listen.substr(0, health_listen.rfind(':')) << ":" << port << std::endl;
+  }
+
   auto agent = std::make_unique<worker::WorkerAgent>(opts, stub, registry);
-  std::cerr << "loom-worker: node " << opts.node << ", " << opts.slots << " slot(s), metrics on "
+  std::cerr << "loom-worker: node " << opts.node
+            << (opts.zone.empty() ? "" : absl::StrCat(", zone ", opts.zone))
+            << (opts.rack.empty() ? "" : absl::StrCat(", rack ", opts.rack)) << ", "
+            << opts.slots << " slot(s), metrics on "
             << opts.metrics_address << ", controller " << absl::GetFlag(FLAGS_controller)
             << std::endl;
   std::string ready = absl::GetFlag(FLAGS_ready_file);
@@ -169,5 +208,6 @@ int main(int argc, char** argv) {
   agent->Stop();
   runner.join();
   agent.reset();
+  if (health_server) health_server->Shutdown(std::chrono::system_clock::now());
   return gave_up ? 1 : 0;
 }

@@ -1,5 +1,6 @@
 #include "controller/planner/planner.h"
 
+#include <cstdio>
 #include <string>
 
 #include "controller/planner/test_models.h"
@@ -76,6 +77,14 @@ TEST_P(MegatronTest, ChosenLayoutFitsAndIsAtLeastAsFast) {
   absl::StatusOr<Plan> published_best = MakePlan(fixed);
   ASSERT_TRUE(published_best.ok()) << published_best.status();
   EXPECT_GE(plan->best.step.tokens_per_second, published_best->best.step.tokens_per_second);
+  // For the record (issue 3's note): chosen next to published.
+  std::printf("%s on %d GPUs: published %s -> %.0f tok/s (MFU %.1f%%); chosen %s -> %.0f tok/s "
+              "(MFU %.1f%%), %.1f of %.1f GB per device\n",
+              row.name, row.gpus, LayoutToString(Published(row)).c_str(),
+              published->step.tokens_per_second, 100 * published->step.mfu,
+              LayoutToString(plan->best.layout).c_str(), plan->best.step.tokens_per_second,
+              100 * plan->best.step.mfu, plan->best.memory.total() / 1e9,
+              plan->best.memory.capacity / 1e9);
 
   // Every TP group on one node.
   EXPECT_LE(plan->best.layout.tp, 8);

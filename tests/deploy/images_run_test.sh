@@ -1,20 +1,45 @@
 #!/usr/bin/env bash
 # Images run: a container of each CPU image starts as the non-root user and
-# answers its health check (the controller through the gRPC health-checking
-# protocol, the worker through /metrics), the worker registers with the
-# controller container and got OpenBLAS, every binary's libraries resolve,
-# and nothing is left behind.
+# answers its health check (both through the gRPC health-checking protocol;
+# the worker's says NOT_SERVING until it has registered), the worker
+# registers with the controller container and got OpenBLAS, every binary's
+# libraries resolve, and nothing is left behind.
 source "$(dirname "$0")/lib.sh"
 require_images
 tmp=$(mktemp -d)
 prefix="loom-smoke-$$"
 cleanup() {
-  podman rm -f -t 2 "$prefix-controller" "$prefix-worker" > /dev/null 2>&1 || true
+  # --ignore: without it podman 4.3 stops at a container that was never made
+  # and leaves the other running.
+  podman rm -f -i -t 2 "$prefix-controller" "$prefix-worker" > /dev/null 2>&1 || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 make_token "$tmp"
-grpc=$(free_port); metrics=$(free_port); wmetrics=$(free_port)
+grpc=$(free_port); metrics=$(free_port); wmetrics=$(free_port); whealth=$(free_port)
+
+# The worker first, while no controller listens: alive, but not registered.
+say "worker container (metrics $wmetrics, health $whealth) before any controller"
+podman run -d --name "$prefix-worker" --network=host -e LOOM_HEALTH_PORT="$whealth" \
+  -e LOOM_ZONE=zone-s -v "$tmp/token:/etc/loom/token/token:ro" "localhost/loom-worker:$TAG" \
+  --controller="127.0.0.1:$grpc" --node=smoke-node --address=127.0.0.1 --rack=rack-s \
+  --metrics_listen="127.0.0.1:$wmetrics" --health_listen="127.0.0.1:$whealth" \
+  --work_dir=/var/lib/loom/work --token_file=/etc/loom/token/token > /dev/null
+[ "$(podman inspect "$prefix-worker" --format '{{.Config.User}}')" = 10001:10001 ] ||
+  fail "worker image does not run as 10001:10001"
+podman inspect "$prefix-worker" --format '{{.Config.Healthcheck.Test}}' | grep -q 'loom-probe grpc' ||
+  fail "worker image has no gRPC HEALTHCHECK"
+# loom-probe exits 1 on NOT_SERVING (and on no answer): tell them apart by
+# what it says (not through a pipe: pipefail would take its status).
+not_serving() {
+  local out
+  out=$("$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$whealth" 2>&1) && return 1
+  [[ $out == *": NOT_SERVING" ]]
+}
+wait_for 60 "the unregistered worker's health service to say NOT_SERVING" not_serving
+podman healthcheck run "$prefix-worker" > /dev/null 2>&1 &&
+  fail "the worker's HEALTHCHECK passes before it registered"
+say "unregistered worker: grpc.health.v1 NOT_SERVING, HEALTHCHECK unhealthy"
 
 say "controller container on 127.0.0.1:$grpc (metrics $metrics)"
 podman run -d --name "$prefix-controller" --network=host -e LOOM_GRPC_PORT="$grpc" \
@@ -31,26 +56,25 @@ say "controller HEALTHCHECK: $(podman inspect "$prefix-controller" --format '{{.
 out=$("$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$grpc")
 [ "$out" = SERVING ] || fail "grpc.health.v1 from the host: $out"
 say "grpc.health.v1.Health/Check from the host: $out"
-http_get "127.0.0.1:$metrics" /metrics | grep -q '^loom_controller_workers_alive 0' ||
+# (0 or already 1: the waiting worker registers as soon as the controller is up)
+http_get "127.0.0.1:$metrics" /metrics | grep '^loom_controller_workers_alive [01]$' > /dev/null ||
   fail "controller /metrics lacks loom_controller_workers_alive"
 
-say "worker container (metrics $wmetrics) registering with it"
-podman run -d --name "$prefix-worker" --network=host -e LOOM_METRICS_PORT="$wmetrics" \
-  -v "$tmp/token:/etc/loom/token/token:ro" "localhost/loom-worker:$TAG" \
-  --controller="127.0.0.1:$grpc" --node=smoke-node --address=127.0.0.1 \
-  --metrics_listen="127.0.0.1:$wmetrics" --work_dir=/var/lib/loom/work \
-  --token_file=/etc/loom/token/token > /dev/null
-[ "$(podman inspect "$prefix-worker" --format '{{.Config.User}}')" = 10001:10001 ] ||
-  fail "worker image does not run as 10001:10001"
-wait_for 30 "the worker's HEALTHCHECK" podman healthcheck run "$prefix-worker"
+say "the worker registers with it"
+# HEALTHCHECK = registered with the controller.
+wait_for 60 "the worker's HEALTHCHECK" podman healthcheck run "$prefix-worker"
 say "worker HEALTHCHECK: $(podman inspect "$prefix-worker" --format '{{.State.Health.Status}}')"
 ctl=("$LOOM_BIN_DIR/loomctl" --controller "127.0.0.1:$grpc" --token-file "$tmp/token")
 registered() { "${ctl[@]}" workers | grep -q smoke-node; }
 wait_for 30 "the worker to register" registered
-"${ctl[@]}" workers
-http_get "127.0.0.1:$metrics" /metrics | grep -q '^loom_controller_workers_alive 1' ||
+"${ctl[@]}" workers | tee "$tmp/workers.out"
+grep -qE '^smoke-node-[0-9a-f]+ +smoke-node +zone-s +rack-s +yes ' "$tmp/workers.out" ||
+  fail "loomctl workers does not show zone-s (from LOOM_ZONE) and rack-s (from --rack)"
+http_get "127.0.0.1:$metrics" /metrics | grep '^loom_controller_workers_alive 1' > /dev/null ||
   fail "controller does not count the worker alive"
-podman logs "$prefix-worker" 2>&1 | grep -q 'BLAS: openblas' ||
+# grep reads it all (no -q): under pipefail a writer cut off early by
+# grep -q fails the pipeline.
+podman logs "$prefix-worker" 2>&1 | grep 'BLAS: openblas' > /dev/null ||
   { podman logs "$prefix-worker" >&2; fail "worker image does not resolve libblas.so.3 to OpenBLAS"; }
 say "worker: $(podman logs "$prefix-worker" 2>&1 | grep -m1 'BLAS:')"
 

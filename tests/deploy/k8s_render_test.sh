@@ -36,6 +36,13 @@ for o in "${overlays[@]}"; do
   grep -q 'medium: Memory' "$f" || fail "overlay $o: no memory-backed /dev/shm"
   grep -q 'grpc:' "$f" || fail "overlay $o: no gRPC probes"
   grep -q 'prometheus.io/scrape' "$f" || fail "overlay $o: no scrape annotations"
+  # The daemons read the Secret as mounted (fsGroup, 0440): no copying step.
+  grep -q 'initContainers:' "$f" && fail "overlay $o: an init container is back"
+  grep -q -- '--checkpoint_root=/var/lib/loom/checkpoints' "$f" ||
+    fail "overlay $o: the controller does not name the shared checkpoint volume"
+  [ "$(grep -c 'mountPath: /var/lib/loom/checkpoints$' "$f")" = 2 ] ||
+    fail "overlay $o: controller and workers do not mount checkpoints at /var/lib/loom/checkpoints"
+  grep -q -- '--health_listen=0.0.0.0:9103' "$f" || fail "overlay $o: workers serve no health port"
 done
 grep -q 'nvidia.com/gpu: "8"' "$tmp/gpu.yaml" || fail "gpu overlay requests no nvidia.com/gpu"
 grep -q '^kind: ServiceMonitor$' "$tmp/gpu.yaml" || fail "gpu overlay has no ServiceMonitor"

@@ -10,18 +10,16 @@
 //  * PersistentVolumeClaims and the token Secret become hostPath volumes
 //    under the test's directory; the data volume is mounted at its host path
 //    so the job spec's absolute data paths mean the same inside and out;
-//  * ports are remapped to free loopback ports (host networking: every
-//    container shares the host's ports), given as flags after --flagfile so
-//    they override the ConfigMap's; downward-API env values become literals
+//  * ports (gRPC, metrics, the workers' health service) are remapped to free
+//    loopback ports (host networking: every container shares the host's
+//    ports), given as flags after --flagfile so they override the
+//    ConfigMap's; downward-API env values become literals
 //    (podman 4.3 resolves none of spec.nodeName, status.podIP), and
 //    $(VAR) references in args are expanded as the kubelet would (podman 4.3
 //    passes them through verbatim);
 //  * emptyDir volumes are renamed NAME-POD: podman 4.3 makes an emptyDir a
 //    named volume, shared by every pod that uses the same volume name (the
 //    workers would share /dev/shm and their work directories);
-//  * pods restart OnFailure instead of Always: podman 4.3 applies the pod's
-//    restart policy to init containers too, and restarts the token-copying
-//    init container forever under Always;
 //  * gRPC and httpGet probes are dropped: podman 4.3 runs probes as
 //    healthchecks through systemd timers, which this machine lacks; the test
 //    checks health itself through the same protocols.
@@ -36,8 +34,8 @@ const YAML = createRequire(path.join(toolsDir, 'package.json'))('yaml');
 
 const [renderedFile, paramsFile] = process.argv.slice(2);
 const p = JSON.parse(fs.readFileSync(paramsFile, 'utf8'));
-// p: {controllerGrpc, controllerMetrics, workerMetrics: [..], hostDir: {claimName: dir},
-//     secretDir, dataMount}
+// p: {controllerGrpc, controllerMetrics, workerMetrics: [..], workerHealth: [..],
+//     hostDir: {claimName: dir}, secretDir, dataMount}
 const objs = YAML.parseAllDocuments(fs.readFileSync(renderedFile, 'utf8')).map((d) => d.toJS()).filter(Boolean);
 const note = (s) => process.stderr.write(`kube-play: ${s}\n`);
 const out = [];
@@ -66,13 +64,6 @@ function hostVolumes(spec, podName) {
   });
 }
 
-function restartOnFailure(spec, podName) {
-  if (spec.initContainers && spec.initContainers.length) {
-    spec.restartPolicy = 'OnFailure';
-    note(`${podName}: restartPolicy OnFailure (podman 4.3 would restart its init containers forever)`);
-  }
-}
-
 function dropProbes(c, podName) {
   for (const k of ['startupProbe', 'livenessProbe', 'readinessProbe']) {
     if (c[k]) {
@@ -92,7 +83,6 @@ for (const o of objs) {
     case 'Deployment': {
       const spec = o.spec.template.spec;
       hostVolumes(spec, o.metadata.name);
-      restartOnFailure(spec, o.metadata.name);
       for (const c of spec.containers) {
         dropProbes(c, o.metadata.name);
         c.args = [...(c.args || []), `--listen=127.0.0.1:${p.controllerGrpc}`,
@@ -104,13 +94,14 @@ for (const o of objs) {
     }
     case 'StatefulSet': {
       const n = o.spec.replicas;
-      if (p.workerMetrics.length < n) throw new Error(`need ${n} worker metrics ports`);
+      if (p.workerMetrics.length < n || p.workerHealth.length < n) {
+        throw new Error(`need ${n} worker metrics and health ports`);
+      }
       note(`${id}: played as ${n} Pods (podman 4.3 has no StatefulSet)`);
       for (let i = 0; i < n; i++) {
         const name = `${o.metadata.name}-${i}`;
         const spec = JSON.parse(JSON.stringify(o.spec.template.spec));
         hostVolumes(spec, name);
-        restartOnFailure(spec, name);
         for (const c of [...(spec.initContainers || []), ...spec.containers]) {
           for (const m of c.volumeMounts || []) {
             if (m.name === 'data') {
@@ -136,8 +127,9 @@ for (const o of objs) {
           }));
           note(`${name}/${c.name}: args $(VAR) expanded: ${c.args.join(' ')}`);
           c.args = [...c.args, `--controller=127.0.0.1:${p.controllerGrpc}`,
-                    `--metrics_listen=127.0.0.1:${p.workerMetrics[i]}`];
-          note(`${name}/${c.name}: controller 127.0.0.1:${p.controllerGrpc}, metrics on 127.0.0.1:${p.workerMetrics[i]}`);
+                    `--metrics_listen=127.0.0.1:${p.workerMetrics[i]}`,
+                    `--health_listen=127.0.0.1:${p.workerHealth[i]}`];
+          note(`${name}/${c.name}: controller 127.0.0.1:${p.controllerGrpc}, metrics on 127.0.0.1:${p.workerMetrics[i]}, health on 127.0.0.1:${p.workerHealth[i]}`);
         }
         out.push({
           apiVersion: 'v1', kind: 'Pod',

@@ -4,8 +4,12 @@
 # each change), is played with `podman kube play --network=host` from the
 # images scripts/build-images.sh built: the controller Deployment and two
 # workers come up, loomctl on the host submits a tiny data-parallel job, it
-# ends SUCCEEDED with checkpoints on the shared volume, and tear-down leaves
-# no container, pod or volume behind.
+# ends SUCCEEDED with checkpoints on the shared volume (the controller's
+# --checkpoint_root), and tear-down leaves no container, pod or volume behind.
+# The containers read the token straight from the Secret's files (root:10001,
+# mode 0440, as Kubernetes mounts them with fsGroup); the workers report the
+# zone and rack the downward API gives them and answer grpc.health.v1 with
+# SERVING once registered.
 source "$(dirname "$0")/lib.sh"
 require_images
 TOOLS=${LOOM_TOOLS_DIR:-$HOME/.cache/loom/deploy-tools}
@@ -35,8 +39,10 @@ install -m 0600 "$T/secret/token" "$T/host-token"
 chmod -R a+rX "$T/data"
 
 grpc=$(free_port); metrics=$(free_port); w0=$(free_port); w1=$(free_port)
+h0=$(free_port); h1=$(free_port)
 cat > "$T/params.json" << JSON
 {"controllerGrpc": $grpc, "controllerMetrics": $metrics, "workerMetrics": [$w0, $w1],
+ "workerHealth": [$h0, $h1],
  "hostDir": {"loom-controller-data": "$T/controller-data", "loom-checkpoints": "$T/checkpoints",
              "loom-data": "$T/data"},
  "secretDir": "$T/secret", "dataMount": "$T/data"}
@@ -54,8 +60,17 @@ ctl=("$LOOM_BIN_DIR/loomctl" --controller "127.0.0.1:$grpc" --token-file "$T/hos
 wait_for 60 "the controller's gRPC health service" "$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$grpc"
 two_workers() { [ "$("${ctl[@]}" workers | grep -c ' yes ')" = 2 ]; }
 wait_for 60 "two workers alive" two_workers
-"${ctl[@]}" workers
+"${ctl[@]}" workers | tee "$T/workers.out"
 for port in "$w0" "$w1"; do "$LOOM_BIN_DIR/loom-probe" http "127.0.0.1:$port" /metrics > /dev/null; done
+for i in 0 1; do
+  grep -qE "^loom-worker-$i-[0-9a-f]+ +loom-worker-$i +zone-a +rack-$i +yes " "$T/workers.out" ||
+    fail "loomctl workers does not show loom-worker-$i in zone-a, rack-$i"
+done
+for port in "$h0" "$h1"; do
+  out=$("$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$port") || fail "worker health on $port: $out"
+  [ "$out" = SERVING ] || fail "worker health on $port: $out"
+done
+say "workers report zone-a/rack-0 and zone-a/rack-1; their grpc.health.v1 says SERVING"
 for c in loom-controller-pod-0-controller loom-worker-0-worker loom-worker-1-worker; do
   [ "$(podman inspect "$c" --format '{{.Config.User}}')" = 10001 ] ||
     [ "$(podman inspect "$c" --format '{{.Config.User}}')" = 10001:10001 ] ||
@@ -64,6 +79,8 @@ for c in loom-controller-pod-0-controller loom-worker-0-worker loom-worker-1-wor
     fail "$c: root filesystem is writable (readOnlyRootFilesystem)"
 done
 say "controller and both workers up, non-root, read-only root filesystems"
+[ -z "$(podman ps -a --format '{{.Names}}' | grep -E 'loom-(controller|worker)-.*-token$' || true)" ] ||
+  fail "an init container copies the token; the daemons should read the Secret directly"
 
 cat > "$T/tiny.yaml" << YAML
 name: tiny

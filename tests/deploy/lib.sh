@@ -54,6 +54,7 @@ http_get() {  # http_get HOST:PORT PATH -> body on stdout
 }
 
 require_images() {
+  loom_require_root_mount || fail "podman cannot run containers in this environment"
   for i in controller worker; do
     podman image exists "localhost/loom-$i:$TAG" ||
       fail "localhost/loom-$i:$TAG missing: the loom_deploy_images test (scripts/build-images.sh) builds it"
