@@ -249,7 +249,7 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
                            "/dashboards/prometheus/loom-rules.yml"}) {
     auto text = ReadFile(std::string(LOOM_SOURCE_DIR) + file);
     ASSERT_TRUE(text.ok()) << file;
-    std::regex metric(R"(\bloom_(controller|worker)_[a-z_]+)");
+    std::regex metric(R"(\bloom_(controller|worker)_[a-z0-9_]+)");
     std::set<std::string> used;
     for (std::sregex_iterator it(text->begin(), text->end(), metric), end; it != end; ++it) {
       used.insert(it->str());

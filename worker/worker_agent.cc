@@ -122,6 +122,17 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
                            .Help("Data batches the job's current branch has skipped so far "
                                  "(skip ranges from the spec and from rollbacks).")
                            .Register(*registry_)),
+      co2_(metrics::BuildCounter()
+               .Name("loom_worker_co2_grams_total")
+               .Help("CO2-equivalent of a rank's energy since it started: energy (kWh) times "
+                     "the node's grid intensity (loom_worker_grid_intensity_grams_per_kwh).")
+               .Register(*registry_)),
+      grid_intensity_(metrics::BuildGauge()
+                          .Name("loom_worker_grid_intensity_grams_per_kwh")
+                          .Help("Carbon intensity this worker assumes for its electricity "
+                                "(--grid_intensity_g_per_kwh), g CO2-eq per kWh.")
+                          .Register(*registry_)
+                          .Add({})),
       rank_exits_(metrics::BuildCounter()
                       .Name("loom_worker_rank_exits_total")
                       .Help("Rank processes that ended, by outcome.")
@@ -136,6 +147,7 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
                              .Help("Heartbeats that did not reach the controller.")
                              .Register(*registry_)
                              .Add({})) {
+  grid_intensity_.Set(options_.grid_intensity_g_per_kwh);
   RankSupervisorOptions sup;
   sup.rank_binary = options_.rank_binary;
   sup.work_dir = options_.work_dir;
@@ -306,7 +318,11 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
       power_.Add(pl).Set(m.power_watts());
       auto& joules = energy_.Add(pl);
       double dj = m.energy_joules() - joules.Value();
-      if (dj > 0) joules.Increment(dj);
+      auto& grams = co2_.Add(pl);
+      if (dj > 0) {
+        joules.Increment(dj);
+        grams.Increment(dj / 3.6e6 * options_.grid_intensity_g_per_kwh);
+      }
     }
   }
   if (e.has_checkpoint() && e.checkpoint().status() == "failed") {
@@ -446,6 +462,7 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
       l["source"] = source;
       if (power_.Has(l)) power_.Remove(&power_.Add(l));
       if (energy_.Has(l)) energy_.Remove(&energy_.Add(l));
+      if (co2_.Has(l)) co2_.Remove(&co2_.Add(l));
     }
   }
 }

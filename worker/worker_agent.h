@@ -41,6 +41,9 @@ struct WorkerOptions {
   double gemm_flops_per_second_per_thread = 0;
   double memory_bandwidth_bytes_per_second = 0;
   std::string gemm_source;
+  // Carbon intensity of this node's electricity, grams CO2-eq per kWh; the
+  // ranks' energy times this is exported as loom_worker_co2_grams_total.
+  double grid_intensity_g_per_kwh = 475;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration stop_grace = absl::Seconds(5);
   // Called on Run()'s thread when the worker becomes registered (true) and
@@ -107,6 +110,8 @@ class WorkerAgent {
   metrics::Family<metrics::Gauge>& loss_scale_;
   metrics::Family<metrics::Counter>& checkpoint_failures_;
   metrics::Family<metrics::Gauge>& batches_skipped_;
+  metrics::Family<metrics::Counter>& co2_;
+  metrics::Gauge& grid_intensity_;
   metrics::Family<metrics::Counter>& rank_exits_;
   metrics::Gauge& ranks_running_;
   metrics::Counter& heartbeats_failed_;

@@ -39,6 +39,10 @@ ABSL_FLAG(std::string, zone, "",
 ABSL_FLAG(std::string, rack, "",
           "rack this worker runs in, reported at registration (default: $LOOM_RACK)");
 ABSL_FLAG(int, slots, 1, "ranks this worker runs at once");
+ABSL_FLAG(double, grid_intensity_g_per_kwh, 475,
+          "carbon intensity of this node's electricity, g CO2-eq per kWh, for "
+          "loom_worker_co2_grams_total (default: the IEA's 2019 world average; set your "
+          "grid's figure)");
 ABSL_FLAG(std::string, work_dir, "", "per-rank logs and files (required)");
 ABSL_FLAG(std::string, rank_binary, "", "path to loom-rank (default: next to loom-worker)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address");
@@ -95,6 +99,11 @@ int main(int argc, char** argv) {
   opts.address = absl::GetFlag(FLAGS_address);
   opts.zone = FlagOrEnv(absl::GetFlag(FLAGS_zone), "LOOM_ZONE");
   opts.rack = FlagOrEnv(absl::GetFlag(FLAGS_rack), "LOOM_RACK");
+  opts.grid_intensity_g_per_kwh = absl::GetFlag(FLAGS_grid_intensity_g_per_kwh);
+  if (!(opts.grid_intensity_g_per_kwh >= 0)) {
+    std::cerr << "loom-worker: --grid_intensity_g_per_kwh must be >= 0" << std::endl;
+    return 2;
+  }
   opts.slots = absl::GetFlag(FLAGS_slots);
   if (opts.slots < 1) return Fail("--slots must be >= 1");
   opts.work_dir = absl::GetFlag(FLAGS_work_dir);
