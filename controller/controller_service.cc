@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_util.h"
 
 namespace loom::controller {
@@ -17,11 +19,25 @@ absl::Status RequireId(const std::string& id, const char* field) {
 
 }  // namespace
 
+namespace {
+// When the RPC being handled on this thread started (RpcMetrics::Start).
+absl::Time& RpcStartTime() {
+  thread_local absl::Time start = absl::InfinitePast();
+  return start;
+}
+}  // namespace
+
 RpcMetrics::RpcMetrics(metrics::Registry& registry)
     : rpcs_(metrics::BuildCounter()
                 .Name("loom_controller_rpcs_total")
                 .Help("RPCs handled by the controller, by method and status code.")
-                .Register(registry)) {}
+                .Register(registry)),
+      duration_(metrics::BuildHistogram()
+                    .Name("loom_controller_rpc_duration_seconds")
+                    .Help("Time to handle a unary RPC, by method (streams excluded).")
+                    .Register(registry)) {}
+
+void RpcMetrics::Start() { RpcStartTime() = absl::Now(); }
 
 void RpcMetrics::Record(const std::string& method, const grpc::Status& status) {
   static const char* kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
@@ -33,6 +49,12 @@ void RpcMetrics::Record(const std::string& method, const grpc::Status& status) {
   int code = status.error_code();
   const char* name = (code >= 0 && code <= 16) ? kCodes[code] : "UNKNOWN";
   rpcs_.Add({{"method", method}, {"code", name}}).Increment();
+  const absl::Time start = RpcStartTime();
+  if (method != "WatchJob" && start != absl::InfinitePast()) {
+    duration_.Add({{"method", method}}, metrics::ExponentialBuckets(0.0001, 4, 10))
+        .Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  RpcStartTime() = absl::InfinitePast();
 }
 
 // ------------------------------------------------------------------ JobService
@@ -50,6 +72,7 @@ grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
 
 #define LOOM_AUTH(method)                                          \
   do {                                                             \
+    RpcMetrics::Start();                                           \
     absl::Status auth = CheckBearerToken(*ctx, token_);            \
     if (!auth.ok()) return Finish(method, auth);                   \
   } while (0)

@@ -17,10 +17,16 @@ namespace loom::controller {
 class RpcMetrics {
  public:
   explicit RpcMetrics(metrics::Registry& registry);
+  // Marks the start of an RPC on this thread (handlers run synchronously on
+  // one thread each); Record() observes the time since then.
+  static void Start();
+  // Counts the RPC by method and status code and, except for streams
+  // (WatchJob), observes its duration since Start() on this thread.
   void Record(const std::string& method, const grpc::Status& status);
 
  private:
   metrics::Family<metrics::Counter>& rpcs_;
+  metrics::Family<metrics::Histogram>& duration_;
 };
 
 class JobServiceImpl final : public loom::v1::JobService::Service {

@@ -189,8 +189,9 @@ int main(int argc, char** argv) {
   const uint64_t memory_limit =
       loom::telemetry::ReadMemoryLimitBytes() / static_cast<uint64_t>(local_ranks);
   const char* precision = loom::engine::PrecisionName(config.model.precision);
-  cb.on_step = [rank, job_peak, flops_per_token, state_bytes, power, memory_limit,
-                precision](const loom::engine::StepReport& r) {
+  const int64_t total_steps = config.schedule.total_steps;
+  cb.on_step = [rank, job_peak, flops_per_token, state_bytes, power, memory_limit, precision,
+                total_steps](const loom::engine::StepReport& r) {
     loom::v1::RankEvent e;
     auto* m = e.mutable_step();
     m->set_step(r.step);
@@ -221,6 +222,7 @@ int main(int argc, char** argv) {
     m->set_rss_bytes(rss.current);
     m->set_peak_rss_bytes(rss.peak);
     m->set_memory_limit_bytes(static_cast<double>(memory_limit));
+    m->set_total_steps(total_steps);
     m->set_data_wait_seconds(r.data_wait_seconds);
     m->set_compute_seconds(r.compute_seconds);
     m->set_comm_seconds(r.comm_seconds);

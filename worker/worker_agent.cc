@@ -122,6 +122,11 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
                            .Help("Data batches the job's current branch has skipped so far "
                                  "(skip ranges from the spec and from rollbacks).")
                            .Register(*registry_)),
+      total_steps_(metrics::BuildGauge()
+                       .Name("loom_worker_total_steps")
+                       .Help("Optimizer steps the job trains in all (schedule.total_steps); "
+                             "with loom_worker_step and the step time it gives the ETA.")
+                       .Register(*registry_)),
       co2_(metrics::BuildCounter()
                .Name("loom_worker_co2_grams_total")
                .Help("CO2-equivalent of a rank's energy since it started: energy (kWh) times "
@@ -303,6 +308,7 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
       }
       checkpoint_failures_.Add({{"job_id", job_id}});
       batches_skipped_.Add(labels).Set(static_cast<double>(m.batches_skipped()));
+      if (m.total_steps() > 0) total_steps_.Add(labels).Set(static_cast<double>(m.total_steps()));
       auto& skipped = nonfinite_skipped_.Add(labels);
       const double ds = static_cast<double>(m.nonfinite_steps_skipped()) - skipped.Value();
       if (ds > 0) skipped.Increment(ds);
@@ -432,7 +438,8 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
   }
   for (const auto& labels : due) {
     for (auto* family : {&step_time_, &tokens_per_second_, &loss_, &val_loss_, &lr_, &step_,
-                         &mfu_, &model_flops_, &peak_flops_, &batches_skipped_}) {
+                         &mfu_, &model_flops_, &peak_flops_, &batches_skipped_,
+                         &total_steps_}) {
       if (family->Has(labels)) family->Remove(&family->Add(labels));
     }
     if (tokens_total_.Has(labels)) tokens_total_.Remove(&tokens_total_.Add(labels));

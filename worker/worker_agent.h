@@ -110,6 +110,7 @@ class WorkerAgent {
   metrics::Family<metrics::Gauge>& loss_scale_;
   metrics::Family<metrics::Counter>& checkpoint_failures_;
   metrics::Family<metrics::Gauge>& batches_skipped_;
+  metrics::Family<metrics::Gauge>& total_steps_;
   metrics::Family<metrics::Counter>& co2_;
   metrics::Gauge& grid_intensity_;
   metrics::Family<metrics::Counter>& rank_exits_;
