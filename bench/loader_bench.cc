@@ -24,6 +24,7 @@
 
 #include <torch/torch.h>
 
+#include "bench/issue6_config.h"
 #include "worker/engine/data.h"
 #include "worker/engine/trainer.h"
 
@@ -67,20 +68,7 @@ int main(int argc, char** argv) {
   }
   torch::set_num_threads(threads);
 
-  loom::engine::TrainerConfig config;
-  config.model.n_layer = 4;
-  config.model.n_head = 4;
-  config.model.d_model = 256;
-  config.model.seq_len = 256;
-  config.model.vocab_size = 50304;
-  config.optimizer.lr = 3e-4;
-  config.optimizer.beta2 = 0.95;
-  config.schedule.total_steps = steps;
-  config.schedule.warmup_steps = 0;
-  config.schedule.min_lr_ratio = 1.0;
-  config.global_batch = 8;
-  config.micro_batch = 8;
-  config.eval_batches = 0;
+  loom::engine::TrainerConfig config = loom::bench::Issue6GptConfig(steps);
   config.seed = 7;
 
   // Two and a half epochs of random tokens over the run.

@@ -60,6 +60,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
+#include "bench/issue6_config.h"
 #include "worker/engine/data.h"
 #include "worker/engine/fused_adamw_torch.h"
 #include "worker/engine/fused_loss.h"
@@ -171,34 +172,6 @@ std::string BlasCoreName() {
   using CoreName = char* (*)();
   auto fn = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   return fn != nullptr ? std::string("OpenBLAS ") + fn() : "not OpenBLAS";
-}
-
-// The issue's configuration (issue 6, "Measured on these machines").
-loom::engine::TrainerConfig BenchConfig(int64_t steps) {
-  loom::engine::TrainerConfig c;
-  c.model.n_layer = 4;
-  c.model.n_head = 4;
-  c.model.d_model = 256;
-  c.model.seq_len = 256;
-  c.model.vocab_size = 50304;
-  c.model.dropout = 0.0;
-  c.optimizer.lr = 3e-4;
-  c.optimizer.beta1 = 0.9;
-  c.optimizer.beta2 = 0.95;
-  c.optimizer.eps = 1e-8;
-  c.optimizer.weight_decay = 0.1;
-  c.optimizer.grad_clip = 1.0;
-  // Constant learning rate (no warm-up, min_lr = max_lr), so the PyTorch
-  // side needs no schedule to do the same optimizer work.
-  c.schedule.total_steps = steps;
-  c.schedule.warmup_steps = 0;
-  c.schedule.min_lr_ratio = 1.0;
-  c.global_batch = 8;
-  c.micro_batch = 8;
-  c.seed = 1;
-  c.eval_batches = 0;
-  c.log_interval = 1;
-  return c;
 }
 
 // Operator self time (total minus the time of nested operators) summed by
@@ -408,7 +381,7 @@ int main(int argc, char** argv) {
   Turns turns(argc > 6 ? argv[5] : "", argc > 6 ? argv[6] : "");
   if (turns.enabled() && !turns.ok()) return 1;
   torch::set_num_threads(threads);
-  const loom::engine::TrainerConfig config = BenchConfig(steps);
+  const loom::engine::TrainerConfig config = loom::bench::Issue6GptConfig(steps);
   const int64_t tokens_per_step = int64_t{config.global_batch} * config.model.seq_len;
 
   // Reference rate: measured before the first step and after the last, in
