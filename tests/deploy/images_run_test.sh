@@ -27,7 +27,7 @@ podman run -d --name "$prefix-worker" --network=host -e LOOM_HEALTH_PORT="$wheal
   --work_dir=/var/lib/loom/work --token_file=/etc/loom/token/token > /dev/null
 [ "$(podman inspect "$prefix-worker" --format '{{.Config.User}}')" = 10001:10001 ] ||
   fail "worker image does not run as 10001:10001"
-podman inspect "$prefix-worker" --format '{{.Config.Healthcheck.Test}}' | grep -q 'loom-probe grpc' ||
+grep -q 'loom-probe grpc' <<<"$(podman inspect "$prefix-worker" --format '{{.Config.Healthcheck.Test}}')" ||
   fail "worker image has no gRPC HEALTHCHECK"
 # loom-probe exits 1 on NOT_SERVING (and on no answer): tell them apart by
 # what it says (not through a pipe: pipefail would take its status).
@@ -48,7 +48,7 @@ podman run -d --name "$prefix-controller" --network=host -e LOOM_GRPC_PORT="$grp
   --data_dir=/var/lib/loom/controller --token_file=/etc/loom/token/token > /dev/null
 [ "$(podman inspect "$prefix-controller" --format '{{.Config.User}}')" = 10001:10001 ] ||
   fail "controller image does not run as 10001:10001"
-podman inspect "$prefix-controller" --format '{{.Config.Healthcheck.Test}}' | grep -q 'loom-probe grpc' ||
+grep -q 'loom-probe grpc' <<<"$(podman inspect "$prefix-controller" --format '{{.Config.Healthcheck.Test}}')" ||
   fail "controller image has no gRPC HEALTHCHECK"
 # podman runs HEALTHCHECKs from systemd timers; without systemd, run it here.
 wait_for 30 "the controller's HEALTHCHECK" podman healthcheck run "$prefix-controller"
@@ -65,7 +65,7 @@ say "the worker registers with it"
 wait_for 60 "the worker's HEALTHCHECK" podman healthcheck run "$prefix-worker"
 say "worker HEALTHCHECK: $(podman inspect "$prefix-worker" --format '{{.State.Health.Status}}')"
 ctl=("$LOOM_BIN_DIR/loomctl" --controller "127.0.0.1:$grpc" --token-file "$tmp/token")
-registered() { "${ctl[@]}" workers | grep -q smoke-node; }
+registered() { grep -q smoke-node <<<"$("${ctl[@]}" workers)"; }
 wait_for 30 "the worker to register" registered
 "${ctl[@]}" workers | tee "$tmp/workers.out"
 grep -qE '^smoke-node-[0-9a-f]+ +smoke-node +zone-s +rack-s +yes ' "$tmp/workers.out" ||

@@ -51,9 +51,9 @@ say "required objects present in ${overlays[*]}"
 
 # Least privilege: the only cluster-wide rule reads Nodes.
 rules=$(sed -n '/^kind: ClusterRole$/,/^---/p' "$tmp/cpu-dev.yaml" | sed -n '/^rules:/,$p')
-echo "$rules" | grep -q -- '- nodes' || fail "ClusterRole does not grant reading nodes"
+grep -q -- '- nodes' <<<"$rules" || fail "ClusterRole does not grant reading nodes"
 [ "$(echo "$rules" | grep -c 'resources:')" = 1 ] || fail "ClusterRole grants more than nodes: $rules"
-echo "$rules" | grep -qE 'create|update|patch|delete|\*' && fail "ClusterRole grants writes: $rules"
+grep -qE 'create|update|patch|delete|\*' <<<"$rules" && fail "ClusterRole grants writes: $rules"
 
 # The validator is not a rubber stamp.
 sed '0,/replicas: 2/s//replicas: two/' "$tmp/cpu-dev.yaml" > "$tmp/broken.yaml"

@@ -106,7 +106,7 @@ grep -q '"state": "SUCCEEDED"' "$T/status.json" || fail "tiny-1 is not SUCCEEDED
 grep -q '"node": "loom-worker-0"' "$T/status.json" && grep -q '"node": "loom-worker-1"' "$T/status.json" ||
   fail "the ranks did not run on both worker pods"
 ls "$T/checkpoints/tiny-1" > /dev/null 2>&1 || fail "no checkpoints on the shared volume"
-"${ctl[@]}" checkpoints tiny-1 | grep -q committed || fail "no committed checkpoint in the catalog"
+grep -q committed <<<"$("${ctl[@]}" checkpoints tiny-1)" || fail "no committed checkpoint in the catalog"
 say "tiny-1 SUCCEEDED on loom-worker-0 and loom-worker-1; checkpoints in the shared volume: $(ls "$T/checkpoints/tiny-1" | tr '\n' ' ')"
 
 podman kube down "$T/play.yaml" > /dev/null 2>&1 || fail "podman kube down"
@@ -115,5 +115,5 @@ played=0
 left=$(podman ps -a --format '{{.Names}}' | grep -E 'loom-(controller|worker)-' || true)
 [ -z "$left" ] || fail "containers left behind: $left"
 [ -z "$(podman pod ps -q --filter name=loom-)" ] || fail "pods left behind"
-comm -13 "$T/volumes.before" <(podman volume ls -q | sort) | grep -q . && fail "volumes left behind"
+grep -q . <<<"$(comm -13 "$T/volumes.before" <(podman volume ls -q | sort))" && fail "volumes left behind"
 say "PASS: cpu-dev played, job SUCCEEDED, nothing left behind"

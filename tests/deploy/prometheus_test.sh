@@ -42,11 +42,11 @@ say "prometheus $(prometheus --version 2>&1 | head -1 | cut -d' ' -f3) on 127.0.
 prometheus --config.file="$T/prometheus.yml" --storage.tsdb.path="$T/tsdb" \
   --web.listen-address="127.0.0.1:$port" --log.level=warn > "$T/prometheus.log" 2>&1 &
 prom_pid=$!
-ready() { http_get "127.0.0.1:$port" /-/ready | grep -q Ready; }
+ready() { grep -q Ready <<<"$(http_get "127.0.0.1:$port" /-/ready)"; }
 wait_for 30 "Prometheus to be ready" ready
 # The counters must be scraped at 0 before the job moves them.
 scraped_all() {
-  http_get "127.0.0.1:$port" "/api/v1/query?query=count(up%3D%3D1)" | grep -q '"value":\[[0-9.]*,"3"\]'
+  grep -q '"value":\[[0-9.]*,"3"\]' <<<"$(http_get "127.0.0.1:$port" "/api/v1/query?query=count(up%3D%3D1)")"
 }
 wait_for 30 "Prometheus to scrape the controller and both workers" scraped_all
 
