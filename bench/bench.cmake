@@ -42,3 +42,8 @@ target_link_libraries(loom_precision_bench PRIVATE loom_engine absl::strings abs
 # prefetching loader, on issue 6's GPT configuration.
 add_executable(loom_loader_bench ${CMAKE_CURRENT_LIST_DIR}/loader_bench.cc)
 target_link_libraries(loom_loader_bench PRIVATE loom_engine loom_data ${TORCH_LIBRARIES})
+
+# attention: Loom's blocked causal attention kernel vs. the unfused LibTorch
+# expression, forward + backward, one layer of issue 6's configuration.
+add_executable(loom_attention_bench ${CMAKE_CURRENT_LIST_DIR}/attention_bench.cc)
+target_link_libraries(loom_attention_bench PRIVATE loom_causal_attention ${TORCH_LIBRARIES})

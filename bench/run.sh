@@ -148,6 +148,15 @@ bench_train() {
     }'
 }
 
+# Causal self-attention forward + backward: Loom's blocked CPU kernel against
+# the unfused LibTorch expression, one layer of issue 6's configuration
+# (batch 8, seq 256, d 256, 4 heads, 2 threads), alternating in one process.
+bench_attention() {
+  build loom_attention_bench
+  select_blas_kernels
+  "$BUILD_DIR/bin/loom_attention_bench" "${ATTENTION_ROUNDS:-30}" "${ATTENTION_THREADS:-2}"
+}
+
 # Training tokens/s and peak memory of fp32, bf16 and bf16 + activation
 # checkpointing on a GPT with d_model 512, 8 layers, 8 heads, seq 256, vocab
 # 50304, batch 4, 2 threads, each configuration in its own child process

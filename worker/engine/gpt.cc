@@ -7,17 +7,27 @@
 #include <string>
 #include <vector>
 
+#include <torch/nn/functional/embedding.h>
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/utils.h>
+#include <torch/version.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/engine/activation_checkpoint.h"
 #include "worker/engine/autocast.h"
+#include "worker/engine/causal_attention.h"
 #include "worker/engine/fused_loss.h"
+
+// LibTorch >= 2.0 has scaled_dot_product_attention.
+#if TORCH_VERSION_MAJOR >= 2
+#define LOOM_HAVE_SDPA 1
+#else
+#define LOOM_HAVE_SDPA 0
+#endif
 
 namespace loom::engine {
 namespace {
@@ -37,22 +47,33 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor qkv = c_attn_(x);  // [B, T, 3d]
+    const double dropout = is_training() ? attn_drop_->options.p() : 0.0;
+    torch::Tensor y;
+#if LOOM_HAVE_SDPA
+    // LibTorch 2.x: its scaled-dot-product attention (flash / memory-
+    // efficient kernels on GPU, a fused kernel on CPU), causal.
     const int64_t batch = x.size(0), time = x.size(1);
     const int64_t head_dim = d_model_ / n_head_;
-    std::vector<torch::Tensor> qkv = c_attn_(x).split(d_model_, /*dim=*/2);
-    // [B, T, d] -> [B, H, T, hd]
+    std::vector<torch::Tensor> parts = qkv.split(d_model_, /*dim=*/2);
     auto heads = [&](const torch::Tensor& t) {
       return t.view({batch, time, n_head_, head_dim}).transpose(1, 2);
     };
-    torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(head_dim));
-    // mask[i][j] = true where j > i: query i may not attend to the future.
-    torch::Tensor future =
-        torch::ones({time, time}, x.options().dtype(torch::kBool)).triu(/*diagonal=*/1);
-    att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
-    att = attn_drop_(torch::softmax(att, /*dim=*/-1));
-    torch::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view(
-        {batch, time, d_model_});
+    y = torch::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                            /*attn_mask=*/{}, dropout, /*is_causal=*/true)
+            .transpose(1, 2)
+            .contiguous()
+            .view({batch, time, d_model_});
+#else
+    // LibTorch 1.13 has no SDPA: Loom's blocked causal kernel for CPU fp32
+    // (causal_attention.h), the unfused expression for anything else
+    // (bf16 autocast, attention dropout).
+    if (dropout == 0.0 && CausalSelfAttentionSupports(qkv, n_head_)) {
+      y = CausalSelfAttention(qkv, n_head_);
+    } else {
+      y = CausalSelfAttentionReference(qkv, n_head_, dropout);
+    }
+#endif
     return resid_drop_(c_proj_(y));
   }
 
@@ -144,11 +165,11 @@ absl::Status ValidateGptConfig(const GptConfig& c) {
       break;
     case Precision::kFp16:
       // fp16 needs dynamic loss scaling and fp16 kernels that CPUs run
-      // slower than fp32; its only use is on GPUs, which this engine does not
-      // drive yet.
+      // slower than fp32; its only use is on GPUs.
+      if (c.on_gpu) break;
       return absl::InvalidArgumentError(
-          "precision: fp16 needs a GPU (fp16 autocast with dynamic loss scaling); this engine "
-          "trains on CPU: use bf16 or fp32");
+          "precision: fp16 needs a GPU (fp16 autocast with dynamic loss scaling); this model "
+          "runs on the CPU: use bf16 or fp32, or a CUDA device");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("precision: unknown value ", static_cast<int>(c.precision)));
@@ -222,7 +243,13 @@ torch::Tensor GptImpl::Hidden(const torch::Tensor& idx) {
   TORCH_CHECK(time >= 1 && time <= config_.seq_len, "sequence length ", time,
               " outside [1, ", config_.seq_len, "]");
   torch::Tensor pos = torch::arange(time, idx.options().dtype(torch::kLong));
-  torch::Tensor x = drop_(wte_(idx) + wpe_(pos));  // [B,T,d] + [T,d]
+  // The token embedding's gradient is sparse (the rows of this batch): the
+  // tied LM head's dense gradient arrives first in backward, and autograd
+  // adds the sparse rows into it in place, instead of zero-filling and then
+  // adding a second dense [vocab, d] gradient.
+  torch::Tensor tokens = torch::nn::functional::embedding(
+      idx, wte_->weight, torch::nn::functional::EmbeddingFuncOptions().sparse(true));
+  torch::Tensor x = drop_(tokens + wpe_(pos));  // [B,T,d] + [T,d]
   {
     // Only the blocks run in lower precision; the residual stream they add
     // to stays fp32 (fp32 + bf16 promotes to fp32), so x is fp32 after each.

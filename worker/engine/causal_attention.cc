@@ -1,0 +1,363 @@
+#include "worker/engine/causal_attention.h"
+
+#include <dlfcn.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+#include "worker/engine/fused_adamw.h"  // BestSimdLevel
+#include "worker/engine/simd_exp.h"
+
+#if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
+#error "causal_attention.cc propagates inf/NaN; build it without -ffast-math / -ffinite-math-only"
+#endif
+
+// Fortran BLAS (column-major); gfortran-style hidden CHARACTER lengths last.
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
+                       const int* k, const float* alpha, const float* a, const int* lda,
+                       const float* b, const int* ldb, const float* beta, float* c,
+                       const int* ldc, size_t transa_len, size_t transb_len);
+
+namespace loom::engine {
+namespace {
+
+// Row-major C[m×n] = alpha·op(A)[m×k]·op(B)[k×n] + beta·C, through the
+// column-major sgemm as Cᵀ = op(B)ᵀ·op(A)ᵀ.
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc) {
+  const char ta = trans_b ? 'T' : 'N', tb = trans_a ? 'T' : 'N';
+  const int im = static_cast<int>(n), in = static_cast<int>(m), ik = static_cast<int>(k);
+  const int ilda = static_cast<int>(ldb), ildb = static_cast<int>(lda),
+            ildc = static_cast<int>(ldc);
+  sgemm_(&ta, &tb, &im, &in, &ik, &alpha, b, &ilda, a, &ildb, &beta, c, &ildc, 1, 1);
+}
+
+// Keeps the BLAS on one thread per call while it lives. Each OpenMP thread
+// here makes its own small products; OpenBLAS's pthreads build (the
+// libopenblas.so.0 Debian's LibTorch links) would otherwise start its own
+// threads inside every call and oversubscribe the cores (measured: 4x
+// slower than the unfused path instead of 4x faster). The setting is
+// process-wide; only the training thread runs LibTorch compute meanwhile.
+// Other BLAS libraries lack the symbols and are left alone.
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() {
+    using GetFn = int (*)();
+    static const auto get =
+        reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    if (Set() == nullptr || get == nullptr) return;
+    previous_ = get();
+    if (previous_ != 1) Set()(1);
+  }
+  ~SingleThreadedBlas() {
+    if (previous_ > 1) Set()(previous_);
+  }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  using SetFn = void (*)(int);
+  static SetFn Set() {
+    static const auto set =
+        reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    return set;
+  }
+  int previous_ = 0;
+};
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Softmax of s[0, visible) in place; zeros s[visible, width). A NaN or an
+// infinity among the visible entries makes the whole row NaN.
+void SoftmaxRowScalar(float* s, int64_t visible, int64_t width) {
+  float max = -std::numeric_limits<float>::infinity();
+  bool bad = false;
+  for (int64_t j = 0; j < visible; ++j) {
+    bad |= !std::isfinite(s[j]);
+    max = std::max(max, s[j]);
+  }
+  if (bad) {
+    std::fill(s, s + visible, kNaN);
+  } else {
+    float sum = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      s[j] = std::exp(s[j] - max);
+      sum += s[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
+  }
+  std::fill(s + visible, s + width, 0.0f);
+}
+
+// ds[j] = p[j]·(dp[j] − Σ_k p[k]·dp[k]) over the visible entries (ds may be
+// dp); zeros ds[visible, width).
+void SoftmaxBackwardRowScalar(const float* p, float* dp, int64_t visible, int64_t width) {
+  float dot = 0;
+  for (int64_t j = 0; j < visible; ++j) dot += p[j] * dp[j];
+  for (int64_t j = 0; j < visible; ++j) dp[j] = p[j] * (dp[j] - dot);
+  std::fill(dp + visible, dp + width, 0.0f);
+}
+
+__attribute__((target("avx512f"))) void SoftmaxRowAvx512(float* s, int64_t visible,
+                                                         int64_t width) {
+  const int64_t full = visible - visible % 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (visible % 16)) - 1);
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 vmax = ninf;
+  // x − x is 0 for finite x and NaN for NaN or ±inf: one test for both.
+  __m512 bad = _mm512_setzero_ps();
+  for (int64_t j = 0; j < full; j += 16) {
+    const __m512 v = _mm512_loadu_ps(s + j);
+    vmax = _mm512_max_ps(vmax, v);
+    bad = _mm512_add_ps(bad, _mm512_sub_ps(v, v));
+  }
+  if (tail) {
+    const __m512 v = _mm512_mask_loadu_ps(ninf, tail, s + full);
+    vmax = _mm512_max_ps(vmax, v);
+    const __m512 z = _mm512_maskz_loadu_ps(tail, s + full);
+    bad = _mm512_add_ps(bad, _mm512_sub_ps(z, z));
+  }
+  const float max = _mm512_reduce_max_ps(vmax);
+  if (!std::isfinite(_mm512_reduce_add_ps(bad)) || !std::isfinite(max)) {
+    std::fill(s, s + visible, kNaN);
+  } else {
+    const __m512 vm = _mm512_set1_ps(max);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < full; j += 16) {
+      const __m512 e = simd::Exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+      vsum = _mm512_add_ps(vsum, e);
+      _mm512_storeu_ps(s + j, e);
+    }
+    if (tail) {
+      const __m512 e =
+          simd::Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + full), vm));
+      vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
+      _mm512_mask_storeu_ps(s + full, tail, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+    for (int64_t j = 0; j < full; j += 16) {
+      _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), inv));
+    }
+    if (tail) {
+      _mm512_mask_storeu_ps(s + full, tail,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + full), inv));
+    }
+  }
+  std::fill(s + visible, s + width, 0.0f);
+}
+
+__attribute__((target("avx512f"))) void SoftmaxBackwardRowAvx512(const float* p, float* dp,
+                                                                 int64_t visible,
+                                                                 int64_t width) {
+  const int64_t full = visible - visible % 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (visible % 16)) - 1);
+  __m512 vdot = _mm512_setzero_ps();
+  for (int64_t j = 0; j < full; j += 16) {
+    vdot = _mm512_fmadd_ps(_mm512_loadu_ps(p + j), _mm512_loadu_ps(dp + j), vdot);
+  }
+  if (tail) {
+    vdot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, p + full),
+                           _mm512_maskz_loadu_ps(tail, dp + full), vdot);
+  }
+  const __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(vdot));
+  for (int64_t j = 0; j < full; j += 16) {
+    const __m512 pv = _mm512_loadu_ps(p + j);
+    _mm512_storeu_ps(dp + j, _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(dp + j), dot)));
+  }
+  if (tail) {
+    const __m512 pv = _mm512_maskz_loadu_ps(tail, p + full);
+    _mm512_mask_storeu_ps(
+        dp + full, tail,
+        _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_maskz_loadu_ps(tail, dp + full), dot)));
+  }
+  std::fill(dp + visible, dp + width, 0.0f);
+}
+
+using SoftmaxRowFn = void (*)(float*, int64_t, int64_t);
+using SoftmaxBackwardRowFn = void (*)(const float*, float*, int64_t, int64_t);
+
+struct RowKernels {
+  SoftmaxRowFn forward;
+  SoftmaxBackwardRowFn backward;
+};
+
+RowKernels PickRowKernels() {
+  if (BestSimdLevel() >= SimdLevel::kAvx512) {
+    return {SoftmaxRowAvx512, SoftmaxBackwardRowAvx512};
+  }
+  return {SoftmaxRowScalar, SoftmaxBackwardRowScalar};
+}
+
+// Shapes of one call, in elements.
+struct Geometry {
+  int64_t batch, time, d, n_head, hd;
+  int64_t qkv_ld() const { return 3 * d; }
+};
+
+Geometry GeometryOf(const torch::Tensor& qkv, int64_t n_head) {
+  Geometry g;
+  g.batch = qkv.size(0);
+  g.time = qkv.size(1);
+  g.d = qkv.size(2) / 3;
+  g.n_head = n_head;
+  g.hd = g.d / n_head;
+  return g;
+}
+
+// Forward of one (batch, head): fills p [T, T] (rows' visible probabilities,
+// zeros to the end of each row's block) and the head's columns of y.
+void ForwardHead(const Geometry& g, const RowKernels& k, const float* qkv, float* p, float* y,
+                 int64_t b, int64_t h) {
+  const int64_t t = g.time, ld = g.qkv_ld();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.hd));
+  const float* q = qkv + b * t * ld + h * g.hd;
+  const float* key = q + g.d;
+  const float* v = q + 2 * g.d;
+  float* out = y + b * t * g.d + h * g.hd;
+  for (int64_t r0 = 0; r0 < t; r0 += kCausalAttentionRowBlock) {
+    const int64_t r1 = std::min(t, r0 + kCausalAttentionRowBlock), rows = r1 - r0;
+    float* s = p + r0 * t;
+    // S[r0:r1, 0:r1] = scale · Q[r0:r1] · K[0:r1]ᵀ
+    Gemm(false, true, rows, r1, g.hd, scale, q + r0 * ld, ld, key, ld, 0.0f, s, t);
+    for (int64_t i = 0; i < rows; ++i) k.forward(s + i * t, r0 + i + 1, r1);
+    // Y[r0:r1] = P[r0:r1, 0:r1] · V[0:r1]
+    Gemm(false, false, rows, g.hd, r1, 1.0f, s, t, v, ld, 0.0f, out + r0 * g.d, g.d);
+  }
+}
+
+// Backward of one (batch, head): accumulates into the head's columns of
+// dqkv (zero on entry), using `scratch` [T, T] for dP / dS.
+void BackwardHead(const Geometry& g, const RowKernels& k, const float* qkv, const float* p,
+                  const float* dy, float* dqkv, float* scratch, int64_t b, int64_t h) {
+  const int64_t t = g.time, ld = g.qkv_ld();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.hd));
+  const int64_t head = b * t * ld + h * g.hd;
+  const float* q = qkv + head;
+  const float* key = q + g.d;
+  const float* v = q + 2 * g.d;
+  float* dq = dqkv + head;
+  float* dk = dq + g.d;
+  float* dv = dq + 2 * g.d;
+  const float* dout = dy + b * t * g.d + h * g.hd;
+  for (int64_t r0 = 0; r0 < t; r0 += kCausalAttentionRowBlock) {
+    const int64_t r1 = std::min(t, r0 + kCausalAttentionRowBlock), rows = r1 - r0;
+    const float* pb = p + r0 * t;
+    float* ds = scratch + r0 * t;
+    // dV[0:r1] += P[r0:r1, 0:r1]ᵀ · dY[r0:r1]
+    Gemm(true, false, r1, g.hd, rows, 1.0f, pb, t, dout + r0 * g.d, g.d, 1.0f, dv, ld);
+    // dP[r0:r1, 0:r1] = dY[r0:r1] · V[0:r1]ᵀ, then dS in place.
+    Gemm(false, true, rows, r1, g.hd, 1.0f, dout + r0 * g.d, g.d, v, ld, 0.0f, ds, t);
+    for (int64_t i = 0; i < rows; ++i) k.backward(pb + i * t, ds + i * t, r0 + i + 1, r1);
+    // dQ[r0:r1] = scale · dS[r0:r1, 0:r1] · K[0:r1]
+    Gemm(false, false, rows, g.hd, r1, scale, ds, t, key, ld, 0.0f, dq + r0 * ld, ld);
+    // dK[0:r1] += scale · dS[r0:r1, 0:r1]ᵀ · Q[r0:r1]
+    Gemm(true, false, r1, g.hd, rows, scale, ds, t, q + r0 * ld, ld, 1.0f, dk, ld);
+  }
+}
+
+void CheckSupported(const torch::Tensor& qkv, int64_t n_head) {
+  TORCH_CHECK(CausalSelfAttentionSupports(qkv, n_head),
+              "CausalSelfAttention: needs a CPU fp32 qkv [B, T, 3*d] with d divisible by "
+              "n_head = ",
+              n_head, "; got ", qkv.sizes(), " ", qkv.dtype(), " on ", qkv.device());
+}
+
+class CausalSelfAttentionFunction
+    : public torch::autograd::Function<CausalSelfAttentionFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor qkv_in,
+                               int64_t n_head) {
+    CheckSupported(qkv_in, n_head);
+    const torch::Tensor qkv = qkv_in.contiguous();
+    const Geometry g = GeometryOf(qkv, n_head);
+    torch::Tensor y = torch::empty({g.batch, g.time, g.d}, qkv.options());
+    torch::Tensor p = torch::empty({g.batch, g.n_head, g.time, g.time}, qkv.options());
+    const RowKernels k = PickRowKernels();
+    const float* qkv_ptr = qkv.data_ptr<float>();
+    float* p_ptr = p.data_ptr<float>();
+    float* y_ptr = y.data_ptr<float>();
+    const int64_t items = g.batch * g.n_head;
+    SingleThreadedBlas single_threaded_blas;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < items; ++i) {
+      const int64_t b = i / g.n_head, h = i % g.n_head;
+      ForwardHead(g, k, qkv_ptr, p_ptr + i * g.time * g.time, y_ptr, b, h);
+    }
+    ctx->save_for_backward({qkv, p});
+    ctx->saved_data["n_head"] = n_head;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& qkv = saved[0];
+    const torch::Tensor& p = saved[1];
+    const int64_t n_head = ctx->saved_data["n_head"].toInt();
+    const torch::Tensor dy = grad_outputs[0].contiguous();
+    const Geometry g = GeometryOf(qkv, n_head);
+    torch::Tensor dqkv = torch::zeros_like(qkv);
+    const RowKernels k = PickRowKernels();
+    const float* qkv_ptr = qkv.data_ptr<float>();
+    const float* p_ptr = p.data_ptr<float>();
+    const float* dy_ptr = dy.data_ptr<float>();
+    float* dqkv_ptr = dqkv.data_ptr<float>();
+    const int64_t items = g.batch * g.n_head;
+    SingleThreadedBlas single_threaded_blas;
+#pragma omp parallel
+    {
+      std::vector<float> scratch(static_cast<size_t>(g.time * g.time));
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < items; ++i) {
+        const int64_t b = i / g.n_head, h = i % g.n_head;
+        BackwardHead(g, k, qkv_ptr, p_ptr + i * g.time * g.time, dy_ptr, dqkv_ptr,
+                     scratch.data(), b, h);
+      }
+    }
+    return {dqkv, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool CausalSelfAttentionSupports(const torch::Tensor& qkv, int64_t n_head) {
+  return qkv.defined() && qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat &&
+         qkv.dim() == 3 && qkv.size(2) % 3 == 0 && n_head > 0 && qkv.size(2) / 3 > 0 &&
+         (qkv.size(2) / 3) % n_head == 0 && qkv.size(0) > 0 && qkv.size(1) > 0 &&
+         // BLAS dimensions are 32-bit.
+         qkv.size(1) <= std::numeric_limits<int>::max() / 4 &&
+         qkv.size(2) <= std::numeric_limits<int>::max() / 4;
+}
+
+torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head) {
+  return CausalSelfAttentionFunction::apply(qkv, n_head);
+}
+
+torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_head,
+                                           double dropout) {
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0 && (qkv.size(2) / 3) % n_head == 0,
+              "CausalSelfAttentionReference: bad qkv ", qkv.sizes(), " for n_head ", n_head);
+  const int64_t batch = qkv.size(0), time = qkv.size(1), d = qkv.size(2) / 3;
+  const int64_t hd = d / n_head;
+  std::vector<torch::Tensor> parts = qkv.split(d, /*dim=*/2);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.view({batch, time, n_head, hd}).transpose(1, 2);
+  };
+  const torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(hd));
+  const torch::Tensor future =
+      torch::ones({time, time}, qkv.options().dtype(torch::kBool)).triu(/*diagonal=*/1);
+  att = torch::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
+  if (dropout > 0) att = torch::dropout(att, dropout, /*train=*/true);
+  return torch::matmul(att, v).transpose(1, 2).contiguous().view({batch, time, d});
+}
+
+}  // namespace loom::engine
