@@ -157,7 +157,9 @@ int main(int argc, char** argv) {
     g.rank = a.rank();
     g.world_size = a.world_size();
     g.local_addr = a.local_addr();
-    auto group = loom::engine::CreateGlooProcessGroup(g);
+    // Gloo for CPU ranks (every rank today: StartRank names no device, so
+    // config.device stays "cpu"); NCCL for a CUDA device.
+    auto group = loom::engine::CreateProcessGroup(g, config.device);
     if (!group.ok()) {
       Die(absl::StrCat("joining the process group at ", a.master_addr(), ":", a.master_port(),
                        " failed: ", group.status().message()));
@@ -178,6 +180,9 @@ int main(int argc, char** argv) {
       loom::telemetry::Fp32AdamWStateBytes(loom::engine::GptParameterCount(config.model));
   auto power = std::make_shared<loom::telemetry::PowerMeter>(
       threads, static_cast<int>(std::thread::hardware_concurrency()));
+  std::cerr << "loom-rank " << a.rank() << ": power source " << power->source()
+            << (power->fallback_reason().empty() ? "" : " (" + power->fallback_reason() + ")")
+            << std::endl;
 
   loom::engine::TrainerCallbacks cb;
   int rank = a.rank();

@@ -2,10 +2,17 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#ifndef LOOM_FAKE_NVML_PATH
+#error "LOOM_FAKE_NVML_PATH must name the nvml_fake_lib.cc shared library"
+#endif
 
 namespace loom::telemetry {
 namespace {
@@ -30,14 +37,217 @@ TEST(TelemetryTest, RssIsReadFromProc) {
   EXPECT_GE(r.peak, r.current);
 }
 
-TEST(TelemetryTest, ModelPowerWhenNoRapl) {
-  PowerMeter meter(2, 16);
-  if (meter.source() == "model") {
-    EXPECT_DOUBLE_EQ(meter.Account(3.0), 2 * PowerMeter::kModelBusyWattsPerCore);
-    EXPECT_DOUBLE_EQ(meter.energy_joules(), 3.0 * 2 * PowerMeter::kModelBusyWattsPerCore);
-  } else {
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// A scratch directory for fake sysfs files, removed at the end of the test.
+class PowerMeterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("loom_power_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string WriteRapl(int64_t microjoules) {
+    const std::string path = (dir_ / "energy_uj").string();
+    std::ofstream(path) << microjoules << "\n";
+    return path;
+  }
+  std::string Missing() const { return (dir_ / "no_such_energy_uj").string(); }
+
+  // Options with no RAPL and a CPU clock the test drives.
+  PowerMeterOptions ModelOptions(int threads, int cores) {
+    PowerMeterOptions o;
+    o.threads = threads;
+    o.cores = cores;
+    o.rapl_energy_uj = Missing();
+    o.process_cpu_seconds = [this] { return cpu_seconds_; };
+    return o;
+  }
+
+  std::filesystem::path dir_;
+  double cpu_seconds_ = 100;
+};
+
+TEST(TelemetryTest, ModelIsIdlePlusUtilisationTimesTdpMinusIdle) {
+  // Per core idle 2 W, TDP 10 W.
+  EXPECT_DOUBLE_EQ(PowerMeter::ModelWatts(1, 0.0), 2.0);
+  EXPECT_DOUBLE_EQ(PowerMeter::ModelWatts(1, 1.0), 10.0);
+  // 4 cores: idle 8 W, TDP 40 W; half busy: 8 + 0.5·(40 − 8) = 24 W.
+  EXPECT_DOUBLE_EQ(PowerMeter::ModelWatts(4, 0.5), 24.0);
+  // Utilisation is clamped to [0, 1].
+  EXPECT_DOUBLE_EQ(PowerMeter::ModelWatts(2, 1.7), 20.0);
+  EXPECT_DOUBLE_EQ(PowerMeter::ModelWatts(2, -0.3), 4.0);
+}
+
+TEST_F(PowerMeterTest, ModelUsesTheProcessCpuTime) {
+  PowerMeter meter(ModelOptions(4, 16));
+  EXPECT_EQ(meter.source(), "model");
+  EXPECT_THAT(meter.fallback_reason(),
+              ::testing::StartsWith("rapl: " + Missing() + " not readable"));
+  // 6 CPU seconds over 3 s on 4 cores: u = 0.5, 8 + 0.5·32 = 24 W, 72 J.
+  cpu_seconds_ += 6;
+  EXPECT_DOUBLE_EQ(meter.Account(3.0), 24.0);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 72.0);
+  // All 4 cores busy for 2 s: TDP, 40 W, 80 J more.
+  cpu_seconds_ += 8;
+  EXPECT_DOUBLE_EQ(meter.Account(2.0), 40.0);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 152.0);
+  // Idle for 1 s: 8 W.
+  EXPECT_DOUBLE_EQ(meter.Account(1.0), 8.0);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 160.0);
+  // Nothing to account.
+  EXPECT_EQ(meter.Account(0), 0.0);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 160.0);
+}
+
+TEST_F(PowerMeterTest, RaplSharesThePackageByCores) {
+  PowerMeterOptions o = ModelOptions(2, 8);
+  o.rapl_energy_uj = WriteRapl(1000000);
+  PowerMeter meter(o);
+  EXPECT_EQ(meter.source(), "rapl");
+  EXPECT_EQ(meter.fallback_reason(), "");
+  // The package used 8 J in 2 s; the rank has 2 of 8 cores: 2 J, 1 W.
+  WriteRapl(9000000);
+  EXPECT_DOUBLE_EQ(meter.Account(2.0), 1.0);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 2.0);
+  // The counter wrapped: that interval counts nothing.
+  WriteRapl(500);
+  EXPECT_DOUBLE_EQ(meter.Account(1.0), 0.0);
+  // And counting resumes from the wrapped value: 4 J · 2/8 = 1 J.
+  WriteRapl(4000500);
+  EXPECT_DOUBLE_EQ(meter.Account(1.0), 1.0);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 3.0);
+}
+
+TEST_F(PowerMeterTest, NvmlCounterOfTheRanksGpu) {
+  PowerMeterOptions o = ModelOptions(4, 16);
+  o.rapl_energy_uj = WriteRapl(1000000);  // present, but NVML comes first
+  o.gpu_index = 1;
+  o.nvml_library = LOOM_FAKE_NVML_PATH;
+  PowerMeter meter(o);
+  EXPECT_EQ(meter.source(), "nvml");
+  EXPECT_EQ(meter.fallback_reason(), "");
+  // The fake's counter grows by 7.5 J per reading.
+  EXPECT_DOUBLE_EQ(meter.Account(2.0), 3.75);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 7.5);
+  EXPECT_DOUBLE_EQ(meter.Account(1.5), 5.0);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 15.0);
+  // Neither RAPL nor the CPU clock is consulted.
+  WriteRapl(999000000);
+  cpu_seconds_ += 1000;
+  EXPECT_DOUBLE_EQ(meter.Account(3.0), 2.5);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 22.5);
+}
+
+TEST_F(PowerMeterTest, NvmlFromTheEnvironmentVariable) {
+  ScopedEnv env("LOOM_NVML_LIBRARY", LOOM_FAKE_NVML_PATH);
+  PowerMeterOptions o = ModelOptions(1, 1);
+  o.gpu_index = 0;
+  EXPECT_EQ(PowerMeter(o).source(), "nvml");
+  // A CPU rank does not load NVML even when it is there.
+  o.gpu_index = -1;
+  EXPECT_EQ(PowerMeter(o).source(), "model");
+  // The legacy constructor is a CPU rank.
+  EXPECT_NE(PowerMeter(2, 16).source(), "nvml");
+}
+
+TEST_F(PowerMeterTest, NoNvmlLibraryFallsBackToRaplThenModel) {
+  PowerMeterOptions o = ModelOptions(2, 8);
+  o.gpu_index = 0;
+  o.nvml_library = (dir_ / "libnvidia-ml.so.1").string();
+  o.rapl_energy_uj = WriteRapl(0);
+  {
+    PowerMeter meter(o);
     EXPECT_EQ(meter.source(), "rapl");
-    EXPECT_GE(meter.Account(0.1), 0.0);
+    EXPECT_THAT(meter.fallback_reason(),
+                ::testing::StartsWith("nvml: " + o.nvml_library + " not found"));
+    WriteRapl(4000000);
+    EXPECT_DOUBLE_EQ(meter.Account(1.0), 1.0);
+  }
+  o.rapl_energy_uj = Missing();
+  PowerMeter meter(o);
+  EXPECT_EQ(meter.source(), "model");
+  EXPECT_THAT(meter.fallback_reason(), ::testing::HasSubstr(" not found"));
+  EXPECT_THAT(meter.fallback_reason(), ::testing::HasSubstr("; rapl: " + Missing()));
+  cpu_seconds_ += 2;
+  EXPECT_DOUBLE_EQ(meter.Account(1.0), 20.0);  // both cores busy: 2 · 10 W
+}
+
+TEST_F(PowerMeterTest, NvmlWithoutTheCounterIntegratesPower) {
+  ScopedEnv unsupported("LOOM_FAKE_NVML_ENERGY_RC", "3");  // NVML_ERROR_NOT_SUPPORTED
+  PowerMeterOptions o = ModelOptions(2, 8);
+  o.gpu_index = 0;
+  o.nvml_library = LOOM_FAKE_NVML_PATH;
+  PowerMeter meter(o);
+  EXPECT_EQ(meter.source(), "nvml");
+  EXPECT_EQ(meter.fallback_reason(),
+            "nvml: nvmlDeviceGetTotalEnergyConsumption: Not Supported on device 0 (pre-Volta "
+            "GPU); integrating nvmlDeviceGetPowerUsage instead");
+  // The fake's device 0 draws 250 W.
+  EXPECT_DOUBLE_EQ(meter.Account(2.0), 250.0);
+  EXPECT_DOUBLE_EQ(meter.energy_joules(), 500.0);
+}
+
+TEST_F(PowerMeterTest, NvmlWithNeitherCounterNorPowerFallsBack) {
+  ScopedEnv no_energy("LOOM_FAKE_NVML_ENERGY_RC", "3");
+  ScopedEnv no_power("LOOM_FAKE_NVML_POWER_RC", "3");
+  PowerMeterOptions o = ModelOptions(1, 4);
+  o.gpu_index = 0;
+  o.nvml_library = LOOM_FAKE_NVML_PATH;
+  PowerMeter meter(o);
+  EXPECT_EQ(meter.source(), "model");
+  EXPECT_THAT(meter.fallback_reason(),
+              ::testing::StartsWith("nvml: nvmlDeviceGetTotalEnergyConsumption: Not Supported "
+                                    "on device 0 (pre-Volta GPU); rapl: "));
+}
+
+TEST_F(PowerMeterTest, NvmlInitFailureOrNoSuchGpuFallsBack) {
+  PowerMeterOptions o = ModelOptions(1, 4);
+  o.nvml_library = LOOM_FAKE_NVML_PATH;
+  o.gpu_index = 5;
+  {
+    PowerMeter meter(o);
+    EXPECT_EQ(meter.source(), "model");
+    EXPECT_THAT(meter.fallback_reason(),
+                ::testing::StartsWith("nvml: nvmlDeviceGetHandleByIndex_v2: no GPU 5 on this "
+                                      "host (NVML sees 2 GPUs)"));
+  }
+  ScopedEnv fail("LOOM_FAKE_NVML_INIT_RC", "9");
+  o.gpu_index = 0;
+  PowerMeter meter(o);
+  EXPECT_EQ(meter.source(), "model");
+  EXPECT_THAT(meter.fallback_reason(),
+              ::testing::StartsWith("nvml: nvmlInit_v2: Driver Not Loaded"));
+}
+
+TEST(TelemetryTest, HostPowerMeterWorks) {
+  // This host's real sources: RAPL when readable, else the model.
+  PowerMeter meter(2, 16);
+  EXPECT_TRUE(meter.source() == "rapl" || meter.source() == "model") << meter.source();
+  const double watts = meter.Account(0.1);
+  EXPECT_GE(watts, 0.0);
+  if (meter.source() == "model") {
+    EXPECT_GE(watts, 2 * PowerMeter::kModelIdleWattsPerCore);
+    EXPECT_LE(watts, 2 * PowerMeter::kModelTdpWattsPerCore);
   }
   EXPECT_EQ(meter.Account(0), 0.0);
 }
