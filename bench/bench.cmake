@@ -47,3 +47,13 @@ target_link_libraries(loom_loader_bench PRIVATE loom_engine loom_data ${TORCH_LI
 # expression, forward + backward, one layer of issue 6's configuration.
 add_executable(loom_attention_bench ${CMAKE_CURRENT_LIST_DIR}/attention_bench.cc)
 target_link_libraries(loom_attention_bench PRIVATE loom_causal_attention ${TORCH_LIBRARIES})
+
+# gpu: the GPU benchmark (bench/gpu/gpu_bench.cc). Built here only so that it
+# keeps compiling against the engine (on a machine without a GPU it exits 77,
+# "no CUDA device"); bench/gpu/run.sh builds and runs it on a GPU machine
+# against PyTorch's LibTorch through bench/gpu/CMakeLists.txt.
+add_executable(loom_gpu_bench ${CMAKE_CURRENT_LIST_DIR}/gpu/gpu_bench.cc)
+target_link_libraries(loom_gpu_bench PRIVATE loom_engine ${TORCH_LIBRARIES})
+if(TARGET torch_cuda)
+  target_compile_definitions(loom_gpu_bench PRIVATE LOOM_HAVE_TORCH_CUDA=1)
+endif()

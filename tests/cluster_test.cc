@@ -226,7 +226,8 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
     if (metrics_body.find("loom_worker_mfu_ratio{job_id=\"tiny-1\"") != std::string::npos) {
       EXPECT_THAT(metrics_body, HasSubstr("loom_worker_memory_bytes{job_id=\"tiny-1\",kind=\"optimizer\""));
       EXPECT_THAT(metrics_body, HasSubstr("loom_worker_energy_joules_total{job_id=\"tiny-1\""));
-      for (const char* phase : {"data_wait", "compute", "comm", "optimizer", "checkpoint_stall"}) {
+      for (const char* phase : {"data_wait", "host_to_device", "forward", "backward", "comm",
+                                "optimizer", "checkpoint_stall"}) {
         EXPECT_THAT(metrics_body,
                     HasSubstr(absl::StrCat("loom_worker_step_phase_seconds{job_id=\"tiny-1\","
                                            "phase=\"", phase, "\",rank=\"0\"}")));

@@ -230,6 +230,9 @@ int main(int argc, char** argv) {
     m->set_total_steps(total_steps);
     m->set_data_wait_seconds(r.data_wait_seconds);
     m->set_compute_seconds(r.compute_seconds);
+    m->set_forward_seconds(r.forward_seconds);
+    m->set_backward_seconds(r.backward_seconds);
+    m->set_host_to_device_seconds(r.host_to_device_seconds);
     m->set_comm_seconds(r.comm_seconds);
     m->set_optimizer_seconds(r.optimizer_seconds);
     m->set_checkpoint_stall_seconds(r.checkpoint_stall_seconds);

@@ -94,8 +94,8 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
       phase_(metrics::BuildGauge()
                  .Name("loom_worker_step_phase_seconds")
                  .Help("Where the last step's time went, per rank, by phase: data_wait, "
-                       "compute (forward+backward), comm (exposed all-reduce), optimizer, "
-                       "checkpoint_stall.")
+                       "host_to_device, forward (with the fused loss's gradients), backward, "
+                       "comm (exposed all-reduce), optimizer, checkpoint_stall.")
                  .Register(*registry_)),
       phase_total_(metrics::BuildCounter()
                        .Name("loom_worker_step_phase_seconds_total")
@@ -296,7 +296,9 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
     if (m.step() > 0) {
       const std::pair<const char*, double> phases[] = {
           {"data_wait", m.data_wait_seconds()},
-          {"compute", m.compute_seconds()},
+          {"host_to_device", m.host_to_device_seconds()},
+          {"forward", m.forward_seconds()},
+          {"backward", m.backward_seconds()},
           {"comm", m.comm_seconds()},
           {"optimizer", m.optimizer_seconds()},
           {"checkpoint_stall", m.checkpoint_stall_seconds()}};
@@ -443,7 +445,8 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
       if (family->Has(labels)) family->Remove(&family->Add(labels));
     }
     if (tokens_total_.Has(labels)) tokens_total_.Remove(&tokens_total_.Add(labels));
-    for (const char* phase : {"data_wait", "compute", "comm", "optimizer", "checkpoint_stall"}) {
+    for (const char* phase : {"data_wait", "host_to_device", "forward", "backward", "comm",
+                              "optimizer", "checkpoint_stall"}) {
       metrics::Labels l = labels;
       l["phase"] = phase;
       if (phase_.Has(l)) phase_.Remove(&phase_.Add(l));

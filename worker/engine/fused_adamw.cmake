@@ -46,6 +46,23 @@ if(LOOM_CUDA AND CMAKE_CUDA_COMPILER)
   # pass. scripts/device-check.sh runs it on a machine with one.
 endif()
 
+# FusedAdamW (fused_adamw_torch.h) runs CUDA parameters through the CUDA
+# kernel when LibTorch was built with CUDA (its torch_cuda target exists) and
+# nvcc built the kernel; otherwise CUDA parameters take its LibTorch-
+# operations path. Debian's LibTorch is CPU-only, so this is OFF there.
+set(LOOM_HAVE_TORCH_CUDA OFF)
+if(TARGET loom_fused_adamw_cuda AND (TARGET torch_cuda OR TORCH_CUDA_LIBRARIES))
+  set(LOOM_HAVE_TORCH_CUDA ON)
+  # One CUDA runtime in the process: the shared libcudart LibTorch uses too
+  # (CUDA::cudart also gives the C++ sources the CUDA headers).
+  find_package(CUDAToolkit REQUIRED)
+  set_target_properties(loom_fused_adamw_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+  target_link_libraries(loom_fused_adamw_cuda PUBLIC CUDA::cudart)
+  target_compile_definitions(loom_fused_adamw_torch PRIVATE LOOM_HAVE_TORCH_CUDA=1)
+  target_link_libraries(loom_fused_adamw_torch PUBLIC loom_fused_adamw_cuda)
+endif()
+message(STATUS "Loom: fused AdamW CUDA kernel for CUDA tensors: ${LOOM_HAVE_TORCH_CUDA}")
+
 # Fused, chunked LM head + cross-entropy (issue 6, fused_loss.h). Tests for
 # inf/NaN, so no -ffast-math family here either.
 loom_library(loom_fused_loss SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_loss.cc
@@ -53,4 +70,4 @@ loom_library(loom_fused_loss SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_loss.cc
 target_compile_options(loom_fused_loss PRIVATE -fno-fast-math)
 target_link_libraries(loom_fused_loss PRIVATE OpenMP::OpenMP_CXX)
 loom_test(loom_fused_loss_test SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_loss_test.cc
-          DEPS loom_fused_loss)
+          DEPS loom_fused_loss loom_engine)  # loom_engine: AutocastGuard

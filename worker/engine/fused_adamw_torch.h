@@ -1,5 +1,8 @@
 // FusedAdamW: a torch::optim::Optimizer whose step() runs the fused AdamW
-// kernel of fused_adamw.h over the parameter groups' fp32 CPU tensors.
+// step of fused_adamw.h over the parameter groups' fp32 tensors: on the CPU
+// the kernel of fused_adamw.h; on CUDA the multi-tensor kernel of
+// fused_adamw_cuda.h when this build has it (HasCudaKernel()), else the same
+// step as LibTorch operations (FusedAdamWPath).
 //
 // It is a drop-in for torch::optim::AdamW (LibTorch 1.13 and 2.x):
 //   * the same parameter groups and per-group torch::optim::AdamWOptions
@@ -35,11 +38,26 @@
 
 namespace loom::engine {
 
+// Which implementation FusedAdamW::Step() runs. All make fused_adamw.h's
+// roundings except where LibTorch's element-wise kernels contract a
+// multiply-add differently, and agree with torch::optim::AdamW to 1e-6
+// relative (fused_adamw_torch_test.cc).
+enum class FusedAdamWPath {
+  // CPU parameters: the CPU kernel (fused_adamw.h). CUDA parameters: the
+  // CUDA kernel (fused_adamw_cuda.h) when HasCudaKernel(), else kTorchOps.
+  kAuto,
+  // The step as LibTorch operations on the parameters' device, in
+  // torch::optim::AdamW's order (one host synchronisation per step, for the
+  // non-finite check). For CUDA builds without the kernel, and for tests.
+  kTorchOps,
+};
+
 class FusedAdamW : public torch::optim::Optimizer {
  public:
   // INVALID_ARGUMENT when a group asks for amsgrad, a hyperparameter is out
   // of range (lr, eps, weight_decay >= 0; 0 <= beta < 1), or a parameter is
-  // not a contiguous fp32 CPU tensor (the error names the group and index).
+  // not a contiguous fp32 tensor on the CPU or a CUDA device, all on the
+  // same device (the error names the group and index).
   static absl::StatusOr<std::unique_ptr<FusedAdamW>> Create(
       std::vector<torch::optim::OptimizerParamGroup> param_groups,
       const torch::optim::AdamWOptions& defaults = {},
@@ -49,9 +67,24 @@ class FusedAdamW : public torch::optim::Optimizer {
   // left alone and keep their step count, as in torch::optim::AdamW).
   // Returns the kernel's result: applied == false means the step was skipped
   // because a gradient was inf or NaN. INVALID_ARGUMENT when a parameter,
-  // gradient or loaded state tensor is not contiguous fp32 on the CPU or has
-  // the wrong size; then nothing changed either.
+  // gradient or state tensor is not contiguous fp32 on the parameters'
+  // device or has the wrong size; then nothing changed either. State on
+  // another device than its parameter (loaded from a CPU checkpoint for
+  // CUDA parameters) is moved to the parameter's device first. INTERNAL for
+  // a CUDA error.
   absl::StatusOr<AdamWStepResult> Step(const AdamWStepOptions& options = {});
+
+  // Whether this build runs CUDA parameters through the CUDA kernel: LibTorch
+  // was built with CUDA and nvcc compiled fused_adamw_cuda.cu
+  // (LOOM_HAVE_TORCH_CUDA, worker/engine/fused_adamw.cmake).
+  static bool HasCudaKernel();
+
+  FusedAdamWPath path() const { return path_; }
+  void set_path(FusedAdamWPath path) { path_ = path; }
+
+  // What Step() runs for parameters on `device` under path():
+  // "cpu-kernel", "cuda-kernel" or "torch-ops".
+  const char* ImplementationFor(const torch::Device& device) const;
 
   // torch::optim::Optimizer interface: evaluates `closure` if given, then
   // Step() with no unscale and no clipping. Throws c10::Error where Step()
@@ -71,6 +104,11 @@ class FusedAdamW : public torch::optim::Optimizer {
 
   AdamWKernelOptions kernel_options_;
   AdamWStepResult last_result_;
+  FusedAdamWPath path_ = FusedAdamWPath::kAuto;
+  // The CUDA kernel's buffers (a FusedAdamWCuda), made on the first CUDA
+  // step; type-erased so that this header needs no CUDA headers. Empty in
+  // builds without the kernel.
+  std::shared_ptr<void> cuda_kernel_;
 };
 
 // The AdamW state of `param` in `optimizer` (a FusedAdamW or a

@@ -348,6 +348,126 @@ TEST(FusedAdamWTorchTest, RejectsWhatTheKernelCannotRun) {
   EXPECT_THROW((*made)->step(), c10::Error);
 }
 
+// The LibTorch-operations path (what CUDA parameters take in a build without
+// the CUDA kernel), run on CPU tensors: the same steps as torch::optim::AdamW
+// and as the CPU kernel, with clipping, a changing learning rate and decay
+// groups.
+TEST(FusedAdamWTorchOpsTest, MatchesTorchAdamWAndTheCpuKernel) {
+  const std::vector<torch::Tensor> torch_params = MakeParams(11);
+  const std::vector<torch::Tensor> kernel_params = CloneParams(torch_params);
+  const std::vector<torch::Tensor> ops_params = CloneParams(torch_params);
+  torch::optim::AdamW reference(Groups(torch_params, Options()), Options());
+  std::unique_ptr<FusedAdamW> kernel = MakeFused(kernel_params);
+  std::unique_ptr<FusedAdamW> ops = MakeFused(ops_params);
+  ops->set_path(FusedAdamWPath::kTorchOps);
+  EXPECT_STREQ(kernel->ImplementationFor(torch::kCPU), "cpu-kernel");
+  EXPECT_STREQ(ops->ImplementationFor(torch::kCPU), "torch-ops");
+
+  const double max_norm = 1.0;
+  for (int step = 0; step < 6; ++step) {
+    const double lr = 1e-2 * (1.0 - 0.1 * step);
+    SetLr(reference, lr);
+    SetLr(*kernel, lr);
+    SetLr(*ops, lr);
+    const double grad_scale = step < 4 ? 1.0 : 0.01;  // clipped, then not
+    SetGrads(torch_params, step, grad_scale);
+    SetGrads(kernel_params, step, grad_scale);
+    SetGrads(ops_params, step, grad_scale);
+    ClipGrads(torch_params, max_norm);
+    reference.step();
+    AdamWStepOptions options;
+    options.max_grad_norm = max_norm;
+    absl::StatusOr<AdamWStepResult> by_kernel = kernel->Step(options);
+    absl::StatusOr<AdamWStepResult> by_ops = ops->Step(options);
+    ASSERT_TRUE(by_kernel.ok() && by_ops.ok()) << by_ops.status();
+    EXPECT_TRUE(by_ops->applied);
+    EXPECT_NEAR(by_ops->grad_norm, by_kernel->grad_norm, 1e-9 * by_kernel->grad_norm) << step;
+    EXPECT_EQ(by_ops->clip_coef < 1.0, step < 4) << step;
+    EXPECT_LT(CompareStates(*ops, ops_params, reference, torch_params), 1e-6) << "step " << step;
+    EXPECT_LT(CompareStates(*ops, ops_params, *kernel, kernel_params), 1e-6) << "step " << step;
+  }
+  EXPECT_GT(MaxRelativeDiff(ops_params[0], MakeParams(11)[0]), 1e-3);
+}
+
+TEST(FusedAdamWTorchOpsTest, NonFiniteGradientSkipsTheStepAndChangesNothing) {
+  const std::vector<torch::Tensor> params = MakeParams(12);
+  std::unique_ptr<FusedAdamW> fused = MakeFused(params);
+  fused->set_path(FusedAdamWPath::kTorchOps);
+  SetGrads(params, 0);
+  params[3].mutable_grad().view(-1)[2] = std::numeric_limits<float>::quiet_NaN();
+  absl::StatusOr<AdamWStepResult> result = fused->Step();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->applied);
+  EXPECT_TRUE(std::isnan(result->grad_norm));
+  EXPECT_TRUE(fused->state().empty());
+
+  for (int step = 1; step < 3; ++step) {
+    SetGrads(params, step);
+    ASSERT_TRUE(fused->Step().ok());
+  }
+  const std::vector<torch::Tensor> params_before = CloneParams(params);
+  std::vector<torch::Tensor> m_before;
+  for (const torch::Tensor& p : params) m_before.push_back(FindAdamWState(*fused, p)->exp_avg().clone());
+  SetGrads(params, 3);
+  params[0].mutable_grad().view(-1)[0] = -std::numeric_limits<float>::infinity();
+  result = fused->Step();
+  ASSERT_TRUE(result.ok());
+  EXPECT_FALSE(result->applied);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(FindAdamWState(*fused, params[i])->step(), 2) << i;
+    EXPECT_TRUE(torch::equal(params[i], params_before[i])) << i;
+    EXPECT_TRUE(torch::equal(FindAdamWState(*fused, params[i])->exp_avg(), m_before[i])) << i;
+  }
+}
+
+TEST(FusedAdamWTorchOpsTest, UnscaleMatchesUnscaledGradients) {
+  const std::vector<torch::Tensor> a = MakeParams(13);
+  const std::vector<torch::Tensor> b = CloneParams(a);
+  std::unique_ptr<FusedAdamW> fa = MakeFused(a), fb = MakeFused(b);
+  fb->set_path(FusedAdamWPath::kTorchOps);
+  SetGrads(a, 0);
+  SetGrads(b, 0, /*scale=*/1024.0);
+  AdamWStepOptions options;
+  options.max_grad_norm = 1.0;
+  absl::StatusOr<AdamWStepResult> ra = fa->Step(options);
+  options.inv_scale = 1.0 / 1024;
+  absl::StatusOr<AdamWStepResult> rb = fb->Step(options);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_NEAR(rb->grad_norm, ra->grad_norm, 1e-6 * ra->grad_norm);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(MaxRelativeDiff(b[i], a[i]), 1e-6) << i;
+}
+
+TEST(FusedAdamWDeviceTest, ChoosesTheImplementationByDevice) {
+  std::vector<torch::Tensor> floats = {torch::zeros({4}).requires_grad_(true)};
+  absl::StatusOr<std::unique_ptr<FusedAdamW>> made =
+      FusedAdamW::Create({OptimizerParamGroup(floats)}, Options());
+  ASSERT_TRUE(made.ok());
+  const torch::Device cuda(torch::kCUDA, 0);
+  EXPECT_STREQ((*made)->ImplementationFor(cuda),
+               FusedAdamW::HasCudaKernel() ? "cuda-kernel" : "torch-ops");
+  (*made)->set_path(FusedAdamWPath::kTorchOps);
+  EXPECT_STREQ((*made)->ImplementationFor(cuda), "torch-ops");
+  EXPECT_STREQ((*made)->ImplementationFor(torch::kCPU), "torch-ops");
+}
+
+TEST(FusedAdamWDeviceTest, RejectsOtherDevicesAndMixedDevices) {
+  std::vector<torch::Tensor> meta = {
+      torch::zeros({4}, torch::TensorOptions().device(torch::kMeta)).requires_grad_(true)};
+  absl::StatusOr<std::unique_ptr<FusedAdamW>> made =
+      FusedAdamW::Create({OptimizerParamGroup(meta)}, Options());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(made.status().message()), testing::HasSubstr("CPU or CUDA, not meta"));
+
+  std::vector<torch::Tensor> mixed = {
+      torch::zeros({4}).requires_grad_(true),
+      torch::zeros({4}, torch::TensorOptions().device(torch::kMeta)).requires_grad_(true)};
+  made = FusedAdamW::Create({OptimizerParamGroup(mixed)}, Options());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(made.status().message()),
+              testing::HasSubstr("param_groups[0].params[1]: FusedAdamW needs a contiguous dense "
+                                 "fp32 tensor on cpu"));
+}
+
 TEST(FusedAdamWTorchTest, MakeFusedAdamWGroupsLikeMakeAdamW) {
   torch::nn::Linear linear(8, 4);
   absl::StatusOr<std::unique_ptr<FusedAdamW>> made = MakeFusedAdamW(*linear, Options());

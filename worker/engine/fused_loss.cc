@@ -7,10 +7,13 @@
 #include <limits>
 #include <vector>
 
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
 #include "worker/engine/fused_adamw.h"  // BestSimdLevel
+#include "worker/engine/simd_exp.h"
 
 #if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
 #error "fused_loss.cc propagates inf/NaN; build it without -ffast-math / -ffinite-math-only"
@@ -19,58 +22,8 @@
 namespace loom::engine {
 namespace {
 
-// ---------------------------------------------------------------------------
-// exp(x) for fp32 lanes, after Cephes' expf (S. L. Moshier): x = n·ln2 + r
-// with n = round(x·log2 e) and |r| <= ln2/2 (ln2 split into a high part exact
-// in fp32 and a low correction), exp(r) by a degree-7 polynomial
-// (1 + r + r²·P5(r)), then scaled by 2^n. Relative error ~1e-7 over the
-// range used here (x <= 0: arguments are z − max(z)). Inputs are clamped to
-// [-87.3, 88.3] so 2^n stays a normal fp32 number: exp of anything below
-// -87.3 comes out as ~1e-38 instead of smaller, which changes no sum of a
-// softmax row (its largest term is 1).
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f;
-constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
-                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
-constexpr float kExpLo = -87.3f, kExpHi = 88.3f;
-
-__attribute__((target("avx512f"))) inline __m512 Exp512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpLo)), _mm512_set1_ps(kExpHi));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kP0);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
-  const __m512 r2 = _mm512_mul_ps(r, r);
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, n);
-}
-
-__attribute__((target("avx2,fma"))) inline __m256 Exp256(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kP0);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
-  const __m256 r2 = _mm256_mul_ps(r, r);
-  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
-  // 2^n through the exponent field; n is in [-126, 128) after the clamp.
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
+using simd::Exp256;
+using simd::Exp512;
 
 // One row: returns the cross-entropy against `target` and, if scale != 0,
 // leaves scale·(softmax − onehot) in z. A row holding NaN or ±inf gives a
@@ -229,35 +182,61 @@ struct LossAndGrads {
   torch::Tensor grad_weight;  // [V, d] or undefined
 };
 
-LossAndGrads Compute(const torch::Tensor& hidden, const torch::Tensor& weight,
-                     const torch::Tensor& targets, const FusedLossOptions& options,
-                     bool want_hidden, bool want_weight) {
-  TORCH_CHECK(hidden.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat,
-              "FusedLinearCrossEntropy: hidden and weight must be fp32");
-  TORCH_CHECK(hidden.device().is_cpu() && weight.device().is_cpu() && targets.device().is_cpu(),
-              "FusedLinearCrossEntropy: CPU tensors only");
+// One call's inputs, checked and flattened.
+struct Inputs {
+  torch::Tensor h;  // [N, d], contiguous
+  torch::Tensor w;  // [V, d], contiguous
+  torch::Tensor t;  // [N] int64, contiguous
+  int64_t n = 0;
+  int64_t vocab = 0;
+  int64_t d = 0;
+  int64_t chunk = 0;  // rows per chunk, in [1, N]
+};
+
+Inputs CheckInputs(const torch::Tensor& hidden, const torch::Tensor& weight,
+                   const torch::Tensor& targets, const FusedLossOptions& options) {
+  const c10::ScalarType dtype = hidden.scalar_type();
+  TORCH_CHECK(weight.scalar_type() == dtype &&
+                  (dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kHalf),
+              "FusedLinearCrossEntropy: hidden and weight must both be fp32, bf16 or fp16, got ",
+              hidden.scalar_type(), " and ", weight.scalar_type());
+  TORCH_CHECK(weight.device() == hidden.device() && targets.device() == hidden.device(),
+              "FusedLinearCrossEntropy: hidden, weight and targets must be on one device, got ",
+              hidden.device(), ", ", weight.device(), " and ", targets.device());
   TORCH_CHECK(weight.dim() == 2, "FusedLinearCrossEntropy: weight must be [V, d], got ",
               weight.sizes());
-  const int64_t vocab = weight.size(0), d = weight.size(1);
-  TORCH_CHECK(hidden.dim() >= 1 && hidden.size(-1) == d, "FusedLinearCrossEntropy: hidden ",
-              hidden.sizes(), " does not end in d = ", d);
+  Inputs in;
+  in.vocab = weight.size(0);
+  in.d = weight.size(1);
+  TORCH_CHECK(hidden.dim() >= 1 && hidden.size(-1) == in.d, "FusedLinearCrossEntropy: hidden ",
+              hidden.sizes(), " does not end in d = ", in.d);
   TORCH_CHECK(targets.scalar_type() == torch::kLong, "FusedLinearCrossEntropy: targets must be int64");
-  const torch::Tensor h = hidden.reshape({-1, d}).contiguous();
-  const torch::Tensor w = weight.contiguous();
-  const torch::Tensor t = targets.reshape({-1}).contiguous();
-  const int64_t n = h.size(0);
-  TORCH_CHECK(t.numel() == n, "FusedLinearCrossEntropy: ", t.numel(), " targets for ", n,
-              " rows");
-  TORCH_CHECK(n > 0, "FusedLinearCrossEntropy: no rows");
-  const int64_t* target = t.data_ptr<int64_t>();
+  in.h = hidden.reshape({-1, in.d}).contiguous();
+  in.w = weight.contiguous();
+  in.t = targets.reshape({-1}).contiguous();
+  in.n = in.h.size(0);
+  TORCH_CHECK(in.t.numel() == in.n, "FusedLinearCrossEntropy: ", in.t.numel(), " targets for ",
+              in.n, " rows");
+  TORCH_CHECK(in.n > 0, "FusedLinearCrossEntropy: no rows");
+  // The chunk is fp32 whatever the inputs' dtype.
+  const int64_t chunk =
+      options.chunk_rows > 0
+          ? options.chunk_rows
+          : options.chunk_bytes / (in.vocab * static_cast<int64_t>(sizeof(float)));
+  in.chunk = std::clamp<int64_t>(chunk, 1, in.n);
+  return in;
+}
+
+// fp32 CPU tensors: the row kernel above between the matrix products.
+LossAndGrads ComputeCpuKernel(const Inputs& in, bool want_hidden, bool want_weight) {
+  const torch::Tensor& h = in.h;
+  const torch::Tensor& w = in.w;
+  const int64_t n = in.n, vocab = in.vocab, d = in.d, chunk = in.chunk;
+  const int64_t* target = in.t.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     TORCH_CHECK(target[i] >= 0 && target[i] < vocab, "FusedLinearCrossEntropy: target ",
                 target[i], " at row ", i, " outside [0, ", vocab, ")");
   }
-  int64_t chunk = options.chunk_rows > 0
-                      ? options.chunk_rows
-                      : options.chunk_bytes / (vocab * static_cast<int64_t>(sizeof(float)));
-  chunk = std::clamp<int64_t>(chunk, 1, n);
 
   const bool want_grad = want_hidden || want_weight;
   const double scale = want_grad ? 1.0 / static_cast<double>(n) : 0.0;
@@ -292,6 +271,93 @@ LossAndGrads Compute(const torch::Tensor& hidden, const torch::Tensor& weight,
   double total = 0;
   for (double l : row_loss) total += l;
   out.loss = torch::scalar_tensor(total / static_cast<double>(n), h.options());
+  return out;
+}
+
+// Any device, fp32/bf16/fp16: the same chunked algorithm in LibTorch
+// operations, which never read a tensor on the host except for one check of
+// the targets. Per chunk: Z = h_c @ W^T in the inputs' dtype (fp32
+// accumulation, as cuBLAS and LibTorch's CPU kernels do for bf16/fp16),
+// taken to fp32; lse = logsumexp(Z) and loss = lse − Z[t] in fp32, summed in
+// double; G = (exp(Z − lse) − onehot) / N in fp32, overwriting Z, then
+// rounded to the inputs' dtype for grad_hidden_c = G @ W and G^T @ h_c;
+// grad_W is summed over chunks in fp32 and rounded once at the end. With
+// fp32 inputs every step is fp32, as in the CPU kernel. Non-finite logits
+// give a non-finite loss and gradients (logsumexp propagates NaN and inf).
+LossAndGrads ComputeGeneric(const Inputs& in, bool want_hidden, bool want_weight) {
+  const torch::Tensor& h = in.h;
+  const torch::Tensor& w = in.w;
+  const int64_t n = in.n, vocab = in.vocab, d = in.d, chunk = in.chunk;
+  const c10::ScalarType dtype = h.scalar_type();
+  const bool fp32 = dtype == torch::kFloat;
+  const torch::TensorOptions f32 = h.options().dtype(torch::kFloat);
+  const torch::Tensor bad = in.t.lt(0).logical_or(in.t.ge(vocab));
+  if (bad.any().item<bool>()) {
+    const int64_t row = bad.nonzero()[0][0].item<int64_t>();
+    TORCH_CHECK(false, "FusedLinearCrossEntropy: target ", in.t[row].item<int64_t>(), " at row ",
+                row, " outside [0, ", vocab, ")");
+  }
+
+  const bool want_grad = want_hidden || want_weight;
+  const double scale = 1.0 / static_cast<double>(n);
+  LossAndGrads out;
+  if (want_hidden) out.grad_hidden = torch::empty({n, d}, h.options());
+  torch::Tensor grad_weight;  // fp32, summed over chunks
+  if (want_weight) grad_weight = torch::empty({vocab, d}, f32);
+  torch::Tensor z = torch::empty({chunk, vocab}, f32);
+  const torch::Tensor minus_one = torch::full({chunk, 1}, -1.0, f32);
+  torch::Tensor loss_sum = torch::zeros({}, h.options().dtype(torch::kDouble));
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t rows = std::min(chunk, n - start);
+    torch::Tensor zc = z.narrow(0, 0, rows);
+    const torch::Tensor hc = h.narrow(0, start, rows);
+    const torch::Tensor tc = in.t.narrow(0, start, rows).unsqueeze(1);  // [rows, 1]
+    if (fp32) {
+      torch::mm_out(zc, hc, w.t());
+    } else {
+      zc.copy_(torch::mm(hc, w.t()));
+    }
+    const torch::Tensor lse = torch::logsumexp(zc, /*dim=*/1, /*keepdim=*/true);  // [rows, 1]
+    loss_sum.add_((lse - zc.gather(1, tc)).sum(torch::kDouble));
+    if (!want_grad) continue;
+    zc.sub_(lse).exp_();  // softmax
+    zc.scatter_add_(1, tc, minus_one.narrow(0, 0, rows));
+    zc.mul_(scale);
+    const torch::Tensor g = fp32 ? zc : zc.to(dtype);
+    if (want_hidden) {
+      torch::Tensor gh = out.grad_hidden.narrow(0, start, rows);
+      torch::mm_out(gh, g, w);
+    }
+    if (want_weight) {
+      if (fp32) {
+        if (start == 0) {
+          torch::mm_out(grad_weight, g.t(), hc);
+        } else {
+          grad_weight.addmm_(g.t(), hc);
+        }
+      } else if (start == 0) {
+        grad_weight.copy_(torch::mm(g.t(), hc));
+      } else {
+        grad_weight.add_(torch::mm(g.t(), hc));
+      }
+    }
+  }
+  out.loss = loss_sum.div(static_cast<double>(n)).to(torch::kFloat);
+  if (want_weight) out.grad_weight = fp32 ? grad_weight : grad_weight.to(dtype);
+  return out;
+}
+
+LossAndGrads Compute(const torch::Tensor& hidden, const torch::Tensor& weight,
+                     const torch::Tensor& targets, const FusedLossOptions& options,
+                     bool want_hidden, bool want_weight) {
+  // The products run in the inputs' dtype: an enclosing autocast region
+  // must not recast them (a no-op when autocast is off).
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const Inputs in = CheckInputs(hidden, weight, targets, options);
+  const bool cpu_kernel =
+      !options.force_generic && in.h.device().is_cpu() && in.h.scalar_type() == torch::kFloat;
+  LossAndGrads out = cpu_kernel ? ComputeCpuKernel(in, want_hidden, want_weight)
+                                : ComputeGeneric(in, want_hidden, want_weight);
   if (want_hidden) out.grad_hidden = out.grad_hidden.view(hidden.sizes());
   return out;
 }
@@ -301,10 +367,12 @@ class FusedLinearCrossEntropyFunction
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor hidden,
                                torch::Tensor weight, torch::Tensor targets, int64_t chunk_rows,
-                               int64_t chunk_bytes, bool want_hidden, bool want_weight) {
+                               int64_t chunk_bytes, bool force_generic, bool want_hidden,
+                               bool want_weight) {
     FusedLossOptions options;
     options.chunk_rows = chunk_rows;
     options.chunk_bytes = chunk_bytes;
+    options.force_generic = force_generic;
     LossAndGrads r = Compute(hidden, weight, targets, options, want_hidden, want_weight);
     ctx->saved_data["grad_hidden"] = r.grad_hidden;
     ctx->saved_data["grad_weight"] = r.grad_weight;
@@ -314,15 +382,34 @@ class FusedLinearCrossEntropyFunction
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const torch::Tensor g = grad_outputs[0];
-    auto scaled = [&](const char* key) -> torch::Tensor {
-      const c10::IValue& saved = ctx->saved_data[key];
+    // The usual incoming gradient is exactly 1 (loss.backward(), or a
+    // micro-batch mean divided by 1): hand the stored gradients over as they
+    // are, releasing the context's reference so that autograd may accumulate
+    // into them in place (the tied embedding's gradient is added to
+    // grad_weight without a copy). Otherwise scale them. On a GPU reading g
+    // would wait for the stream, so there they are scaled in place (the
+    // context held the only reference to them).
+    const bool on_cpu = g.device().is_cpu();
+    const bool unit = on_cpu && g.numel() == 1 && g.item<double>() == 1.0;
+    auto take = [&](const char* key) -> torch::Tensor {
+      auto it = ctx->saved_data.find(key);
+      TORCH_CHECK(it != ctx->saved_data.end(),
+                  "FusedLinearCrossEntropy: backward called twice (its gradients are computed "
+                  "once, in forward)");
+      const c10::IValue saved = std::move(it->second);
+      ctx->saved_data.erase(it);
       if (!saved.isTensor()) return torch::Tensor();
-      const torch::Tensor t = saved.toTensor();
-      if (!t.defined()) return t;
+      torch::Tensor t = saved.toTensor();
+      if (!t.defined() || unit) return t;
+      if (!on_cpu) return t.mul_(g);
       return t * g;
     };
-    return {scaled("grad_hidden"), scaled("grad_weight"), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    torch::Tensor grad_hidden = take("grad_hidden");
+    torch::Tensor grad_weight = take("grad_weight");
+    // One entry per forward argument: hidden, weight, then none for targets
+    // and the five options.
+    return {grad_hidden,     grad_weight,     torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -347,7 +434,8 @@ torch::Tensor FusedLinearCrossEntropy(const torch::Tensor& hidden, const torch::
     return Compute(hidden, weight, targets, options, false, false).loss;
   }
   return FusedLinearCrossEntropyFunction::apply(hidden, weight, targets, options.chunk_rows,
-                                                options.chunk_bytes, want_hidden, want_weight);
+                                                options.chunk_bytes, options.force_generic,
+                                                want_hidden, want_weight);
 }
 
 }  // namespace loom::engine

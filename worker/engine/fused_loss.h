@@ -29,10 +29,23 @@
 // When no input requires a gradient (or grad mode is off: validation), only
 // the loss is computed: the GEMM and one pass per row.
 //
-// Numerics: fp32 throughout, sums of exponentials in fp32 per row (SIMD
-// lanes) and the loss accumulated in double; agrees with
-// torch::nn::functional::cross_entropy(hidden @ W^T, targets) to 1e-5
-// (fused_loss_test.cc). Non-finite logits propagate to a non-finite loss.
+// Two implementations of the same algorithm, chosen per call:
+//   * fp32 CPU tensors: the row kernel below (AVX-512/AVX2), multi-threaded
+//     over the rows of a chunk;
+//   * anything else (CUDA tensors, bf16 or fp16 hidden and weight, or
+//     FusedLossOptions::force_generic): LibTorch operations only (matmul,
+//     logsumexp, exp, scatter_add), so it runs on any device without a host
+//     round trip per chunk. Products run in the inputs' dtype with fp32
+//     accumulation; logits, softmax and the chunk's gradient are fp32; the
+//     gradient is rounded to the inputs' dtype for the two products, and
+//     grad_W is summed over chunks in fp32.
+//
+// Numerics: with fp32 inputs, fp32 throughout, sums of exponentials in fp32
+// per row and the loss accumulated in double; either implementation agrees
+// with torch::nn::functional::cross_entropy(hidden @ W^T, targets) to 1e-5
+// (fused_loss_test.cc). With bf16/fp16 inputs the logits carry that dtype's
+// rounding, as the unfused loss under autocast does. Non-finite logits
+// propagate to a non-finite loss and gradients.
 #ifndef LOOM_WORKER_ENGINE_FUSED_LOSS_H_
 #define LOOM_WORKER_ENGINE_FUSED_LOSS_H_
 
@@ -52,14 +65,20 @@ struct FusedLossOptions {
   // ran the training step ~4% faster than 64 MB (7 chunks).
   int64_t chunk_rows = 0;
   int64_t chunk_bytes = int64_t{256} << 20;
+  // Use the LibTorch-operations implementation even for fp32 CPU tensors
+  // (tests and benchmarks: it is the one GPUs run).
+  bool force_generic = false;
 };
 
 // Mean over the N rows of −log softmax(hidden @ weight^T)[row, target].
-// hidden: [N, d] fp32 (any leading shape is flattened: [..., d]); weight:
-// [V, d] fp32; targets: int64 with hidden's leading shape, each in [0, V).
-// Returns a 0-dim fp32 tensor that is differentiable with respect to hidden
-// and weight. CPU tensors; throws c10::Error on bad shapes, dtypes or
-// targets out of range.
+// hidden: [N, d] (any leading shape is flattened: [..., d]); weight:
+// [V, d] of hidden's dtype (fp32, bf16 or fp16); targets: int64 with
+// hidden's leading shape, each in [0, V); all three on one device (any).
+// Returns a 0-dim fp32 tensor on that device, differentiable with respect to
+// hidden and weight (their gradients have their dtype). An enclosing
+// autocast region does not change the products' dtype. Throws c10::Error on
+// bad shapes, dtypes or devices, or targets out of range (checking the
+// targets of device tensors costs one host synchronisation).
 torch::Tensor FusedLinearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                       const torch::Tensor& targets,
                                       const FusedLossOptions& options = {});

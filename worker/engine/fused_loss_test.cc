@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include <torch/nn/functional/loss.h>
@@ -9,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/engine/autocast.h"
 
 namespace loom::engine {
 namespace {
@@ -42,7 +44,8 @@ Reference UnfusedReference(const torch::Tensor& hidden, const torch::Tensor& wei
   return {loss.detach(), h.grad(), w.grad()};
 }
 
-class FusedLossTest : public ::testing::TestWithParam<int64_t /*chunk_rows*/> {};
+// (chunk_rows, force_generic): both implementations against the reference.
+class FusedLossTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(FusedLossTest, MatchesUnfusedLossAndGradients) {
   torch::manual_seed(7);
@@ -54,7 +57,8 @@ TEST_P(FusedLossTest, MatchesUnfusedLossAndGradients) {
     torch::Tensor targets = torch::randint(c.vocab, {c.rows}, torch::kLong);
     const double upstream = 0.25;  // as after dividing by accumulation steps
     FusedLossOptions options;
-    options.chunk_rows = GetParam();
+    options.chunk_rows = std::get<0>(GetParam());
+    options.force_generic = std::get<1>(GetParam());
     torch::Tensor loss = FusedLinearCrossEntropy(hidden, weight, targets, options);
     (loss * upstream).backward();
     const Reference ref = UnfusedReference(hidden, weight, targets, upstream);
@@ -65,8 +69,10 @@ TEST_P(FusedLossTest, MatchesUnfusedLossAndGradients) {
 }
 
 // 0 = automatic chunking (one chunk for these sizes); 1 = row by row; 7
-// leaves a ragged last chunk.
-INSTANTIATE_TEST_SUITE_P(ChunkRows, FusedLossTest, ::testing::Values(0, 1, 7));
+// leaves a ragged last chunk. false = the CPU row kernel, true = the
+// LibTorch-operations path that GPUs run.
+INSTANTIATE_TEST_SUITE_P(ChunkRowsAndPath, FusedLossTest,
+                         ::testing::Combine(::testing::Values(0, 1, 7), ::testing::Bool()));
 
 TEST(FusedLoss, LeadingDimensionsAreFlattenedAndGradientsKeepTheirShape) {
   torch::manual_seed(3);
@@ -143,6 +149,140 @@ TEST(FusedLoss, RejectsTargetsOutsideTheVocabularyAndBadShapes) {
   EXPECT_THROW(FusedLinearCrossEntropy(torch::randn({3, 5}), weight,
                                        torch::tensor({0, 1, 2}, torch::kLong)),
                c10::Error);
+}
+
+// The LibTorch-operations path (what a GPU runs), on CPU tensors.
+FusedLossOptions Generic(int64_t chunk_rows = 0) {
+  FusedLossOptions options;
+  options.chunk_rows = chunk_rows;
+  options.force_generic = true;
+  return options;
+}
+
+TEST(FusedLossGeneric, IsASeparateImplementationThatAgreesWithTheRowKernel) {
+  // Same inputs through both paths: equal to 1e-5, but not bit for bit (the
+  // exponentials and sums are computed differently), which shows that
+  // force_generic really switches the implementation.
+  torch::manual_seed(21);
+  torch::Tensor hidden = torch::randn({33, 16});
+  torch::Tensor weight = torch::randn({2000, 16}) * 0.5;
+  torch::Tensor targets = torch::randint(2000, {33}, torch::kLong);
+  auto run = [&](const FusedLossOptions& options) {
+    torch::Tensor h = hidden.clone().requires_grad_(true);
+    torch::Tensor w = weight.clone().requires_grad_(true);
+    torch::Tensor loss = FusedLinearCrossEntropy(h, w, targets, options);
+    loss.backward();
+    return std::make_tuple(loss.detach(), h.grad(), w.grad());
+  };
+  FusedLossOptions kernel;
+  kernel.chunk_rows = 8;
+  const auto [kernel_loss, kernel_gh, kernel_gw] = run(kernel);
+  const auto [generic_loss, generic_gh, generic_gw] = run(Generic(8));
+  EXPECT_EQ(generic_loss.scalar_type(), torch::kFloat);
+  EXPECT_NEAR(generic_loss.item<double>(), kernel_loss.item<double>(),
+              1e-5 * kernel_loss.item<double>());
+  EXPECT_LT(RelativeError(generic_gh.to(torch::kDouble), kernel_gh.to(torch::kDouble)), 1e-5);
+  EXPECT_LT(RelativeError(generic_gw.to(torch::kDouble), kernel_gw.to(torch::kDouble)), 1e-5);
+  EXPECT_FALSE(torch::equal(generic_gw, kernel_gw));
+}
+
+TEST(FusedLossGeneric, LeadingDimensionsTiedWeightsAndNoGradMode) {
+  torch::manual_seed(23);
+  torch::Tensor weight = torch::randn({30, 6}).requires_grad_(true);
+  torch::Tensor ids = torch::randint(30, {2, 6}, torch::kLong);
+  torch::Tensor targets = torch::randint(30, {2, 6}, torch::kLong);
+  torch::Tensor hidden = torch::tanh(torch::embedding(weight, ids));  // [2, 6, 6]
+  FusedLinearCrossEntropy(hidden, weight, targets, Generic(5)).backward();
+  torch::Tensor w = weight.detach().to(torch::kDouble).requires_grad_(true);
+  torch::Tensor h = torch::tanh(torch::embedding(w, ids));
+  torch::Tensor ref = torch::nn::functional::cross_entropy(
+      torch::matmul(h, w.t()).reshape({-1, 30}), targets.reshape({-1}));
+  ref.backward();
+  EXPECT_LT(RelativeError(weight.grad().to(torch::kDouble), w.grad()), 1e-5);
+
+  torch::NoGradGuard no_grad;
+  const torch::Tensor loss = FusedLinearCrossEntropy(hidden, weight, targets, Generic());
+  EXPECT_FALSE(loss.requires_grad());
+  EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-5);
+}
+
+TEST(FusedLossGeneric, NonFiniteInputGivesNonFiniteLossAndGradient) {
+  torch::manual_seed(25);
+  torch::Tensor hidden = torch::randn({4, 8});
+  hidden[2][3] = std::numeric_limits<float>::quiet_NaN();
+  hidden.requires_grad_(true);
+  torch::Tensor weight = torch::randn({50, 8}).requires_grad_(true);
+  torch::Tensor targets = torch::randint(50, {4}, torch::kLong);
+  torch::Tensor loss = FusedLinearCrossEntropy(hidden, weight, targets, Generic(2));
+  EXPECT_TRUE(std::isnan(loss.item<double>()));
+  loss.backward();
+  EXPECT_FALSE(torch::isfinite(weight.grad()).all().item<bool>());
+  EXPECT_FALSE(torch::isfinite(hidden.grad()[2]).all().item<bool>());
+
+  torch::Tensor inf_hidden = torch::randn({4, 8});
+  inf_hidden[0][0] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(std::isfinite(
+      FusedLinearCrossEntropy(inf_hidden, weight.detach(), targets, Generic()).item<double>()));
+}
+
+TEST(FusedLossGeneric, RejectsTargetsOutsideTheVocabularyNamingTheRow) {
+  torch::Tensor hidden = torch::randn({3, 4});
+  torch::Tensor weight = torch::randn({10, 4});
+  try {
+    FusedLinearCrossEntropy(hidden, weight, torch::tensor({0, 1, 10}, torch::kLong), Generic());
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what_without_backtrace(), testing::HasSubstr("target 10 at row 2 outside [0, 10)"));
+  }
+  EXPECT_THROW(
+      FusedLinearCrossEntropy(hidden, weight, torch::tensor({-1, 0, 1}, torch::kLong), Generic()),
+      c10::Error);
+  // Mixed dtypes are refused on either path.
+  EXPECT_THROW(FusedLinearCrossEntropy(hidden.to(torch::kBFloat16), weight,
+                                       torch::tensor({0, 1, 2}, torch::kLong)),
+               c10::Error);
+}
+
+// bf16 hidden and weight (as a GPU would hand them over) go through the
+// generic path: gradients come back in bf16, and the values are those of the
+// unfused loss on the same bf16 inputs to within bf16 rounding of the logits.
+TEST(FusedLossGeneric, Bf16InputsGiveBf16GradientsCloseToTheReference) {
+  torch::manual_seed(27);
+  torch::Tensor hidden = torch::randn({24, 32}).to(torch::kBFloat16).requires_grad_(true);
+  torch::Tensor weight = (torch::randn({300, 32}) * 0.3).to(torch::kBFloat16).requires_grad_(true);
+  torch::Tensor targets = torch::randint(300, {24}, torch::kLong);
+  torch::Tensor loss = FusedLinearCrossEntropy(hidden, weight, targets, Generic(7));
+  EXPECT_EQ(loss.scalar_type(), torch::kFloat);
+  loss.backward();
+  ASSERT_EQ(hidden.grad().scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(weight.grad().scalar_type(), torch::kBFloat16);
+  const Reference ref = UnfusedReference(hidden.to(torch::kFloat), weight.to(torch::kFloat),
+                                         targets, 1.0);
+  EXPECT_NEAR(loss.item<double>(), ref.loss.item<double>(), 2e-2 * ref.loss.item<double>());
+  EXPECT_LT(RelativeError(hidden.grad().to(torch::kDouble), ref.grad_hidden), 3e-2);
+  EXPECT_LT(RelativeError(weight.grad().to(torch::kDouble), ref.grad_weight), 3e-2);
+  // The same without force_generic: bf16 never reaches the fp32 row kernel.
+  torch::Tensor again = FusedLinearCrossEntropy(hidden.detach(), weight.detach(), targets);
+  EXPECT_NEAR(again.item<double>(), loss.item<double>(), 1e-6);
+}
+
+// The loss decides its own precision: an enclosing autocast region (as the
+// trainer's fp16/bf16 regions around the model would be) must not turn its
+// fp32 products into bf16 ones.
+TEST(FusedLossGeneric, IgnoresAnEnclosingAutocastRegion) {
+  torch::manual_seed(29);
+  torch::Tensor hidden = torch::randn({16, 32});
+  torch::Tensor weight = torch::randn({400, 32}) * 0.5;
+  torch::Tensor targets = torch::randint(400, {16}, torch::kLong);
+  const double plain = FusedLinearCrossEntropy(hidden, weight, targets, Generic()).item<double>();
+  double inside = 0;
+  {
+    AutocastGuard autocast(c10::kCPU, AutocastState{true, torch::kBFloat16});
+    // Sanity: autocast is on, so a plain product comes out in bf16.
+    ASSERT_EQ(torch::mm(hidden, weight.t()).scalar_type(), torch::kBFloat16);
+    inside = FusedLinearCrossEntropy(hidden, weight, targets, Generic()).item<double>();
+  }
+  EXPECT_EQ(inside, plain);
 }
 
 // Every SIMD level of the row kernel agrees with a double-precision

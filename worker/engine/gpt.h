@@ -25,7 +25,7 @@ namespace loom::engine {
 // OK if `config` describes a buildable model; INVALID_ARGUMENT naming the
 // offending field otherwise (non-positive sizes, d_model % n_head != 0,
 // dropout outside [0, 1), activation_checkpointing below -1, and precision
-// fp16, which needs a GPU: "precision: fp16 needs a GPU ...").
+// fp16 unless config.on_gpu: "precision: fp16 needs a GPU ...").
 absl::Status ValidateGptConfig(const GptConfig& config);
 
 // "fp32", "bf16" or "fp16" (the spelling of StepMetrics.precision).

@@ -6,20 +6,28 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <utility>
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
 #include <torch/utils.h>
+#include <torch/version.h>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "worker/engine/autocast.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_writer.h"
 #include "worker/engine/data.h"
@@ -39,9 +47,17 @@ constexpr int64_t kBucketBytes = int64_t{25} << 20;
 // (world size 1) they are identities. c10d's contract applies: every rank
 // calls the same collectives in the same order. Errors and timeouts throw
 // c10::Error / std::exception, which Train() turns into INTERNAL.
+//
+// Tensors of any device may be passed: an NCCL group's collectives run on
+// `device` (the rank's GPU), any other group's on the CPU, and a tensor
+// elsewhere is staged through a copy there (so a Gloo group serves CUDA
+// ranks too). On the CPU with Gloo nothing is copied.
 class Collectives {
  public:
-  explicit Collectives(std::shared_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {}
+  Collectives(std::shared_ptr<c10d::ProcessGroup> group, const torch::Device& device)
+      : group_(std::move(group)),
+        comm_device_(group_ && group_->getBackendName() == "nccl" ? device
+                                                                   : torch::Device(torch::kCPU)) {}
 
   int rank() const { return group_ ? group_->getRank() : 0; }
   int world_size() const { return group_ ? group_->getSize() : 1; }
@@ -119,17 +135,27 @@ class Collectives {
 
  private:
   void AllReduce(torch::Tensor& t, c10d::ReduceOp::RedOpType op) {
-    std::vector<torch::Tensor> tensors = {t};
+    std::vector<torch::Tensor> tensors = {Staged(t)};
     c10d::AllreduceOptions options;
     options.reduceOp = op;
     group_->allreduce(tensors, options)->wait();
+    Unstage(tensors[0], t);
   }
 
   void Broadcast(torch::Tensor& t) {
-    std::vector<torch::Tensor> tensors = {t};
+    std::vector<torch::Tensor> tensors = {Staged(t)};
     c10d::BroadcastOptions options;
     options.rootRank = 0;
     group_->broadcast(tensors, options)->wait();
+    Unstage(tensors[0], t);
+  }
+
+  // `t` itself when it is on the collectives' device, else a copy there.
+  torch::Tensor Staged(const torch::Tensor& t) const {
+    return t.device() == comm_device_ ? t : t.to(comm_device_);
+  }
+  static void Unstage(const torch::Tensor& staged, torch::Tensor& t) {
+    if (!staged.is_same(t)) t.copy_(staged);
   }
 
   // Calls fn on flat copies of consecutive runs of same-dtype tensors (at
@@ -162,14 +188,49 @@ class Collectives {
   }
 
   std::shared_ptr<c10d::ProcessGroup> group_;
+  torch::Device comm_device_;
 };
 
 
 // ---------------------------------------------------------------------------
 // Configuration, data, seeds, validation.
 
+// TrainerConfig::device: "cpu", "cuda" (= cuda:0) or "cuda:N" of a GPU this
+// LibTorch can use.
+absl::StatusOr<torch::Device> ParseDevice(const std::string& text) {
+  auto invalid = [&](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("device: \"", text, "\" ", parts...));
+  };
+  std::optional<torch::Device> parsed;
+  try {
+    parsed.emplace(text);
+  } catch (const c10::Error&) {
+    return invalid("is not a device: use \"cpu\", \"cuda\" or \"cuda:N\"");
+  }
+  torch::Device device = *parsed;
+  if (device.is_cpu()) return torch::Device(torch::kCPU);
+  if (!device.is_cuda()) return invalid("is not supported: the engine trains on cpu or cuda");
+  if (!torch::cuda::is_available()) {
+    return invalid(
+        "needs CUDA, but this LibTorch has no CUDA support or sees no GPU "
+        "(torch::cuda::is_available() is false); use \"cpu\"");
+  }
+  const int64_t index = device.has_index() ? device.index() : 0;
+  const int64_t visible = static_cast<int64_t>(torch::cuda::device_count());
+  if (index >= visible) return invalid("is not visible: ", visible, " GPU(s) are");
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+// The model configuration as this rank runs it: on_gpu from the device.
+GptConfig ModelConfigFor(const TrainerConfig& c, const torch::Device& device) {
+  GptConfig model = c.model;
+  model.on_gpu = device.is_cuda();
+  return model;
+}
+
 absl::Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
-  RETURN_IF_ERROR(ValidateGptConfig(c.model));
+  ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(c.device));
+  RETURN_IF_ERROR(ValidateGptConfig(ModelConfigFor(c, device)));
   auto invalid = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   const OptimizerConfig& o = c.optimizer;
   if (!(o.lr > 0)) return invalid("optimizer.lr must be > 0, got ", o.lr);
@@ -275,11 +336,25 @@ uint64_t DropoutSeed(uint64_t seed, int rank, int64_t step) {
   return Mix(seed ^ Mix((static_cast<uint64_t>(rank) << 40) ^ static_cast<uint64_t>(step)));
 }
 
+// The model's loss on a micro-batch already on the model's device. fp16
+// (CUDA only): GptImpl::Hidden opens an autocast region for bf16 only, so the
+// fp16 region is opened here, around the whole forward. In effect only the
+// blocks run in fp16 as with bf16: embeddings are no autocast operations,
+// LayerNorm runs in fp32 under autocast, and the fused loss excludes
+// autocast.
+torch::Tensor ModelLoss(GptImpl& model, const torch::Tensor& x, const torch::Tensor& y) {
+  std::optional<AutocastGuard> fp16;
+  if (model.config().precision == Precision::kFp16 && x.is_cuda()) {
+    fp16.emplace(c10::kCUDA, AutocastState{true, torch::kHalf});
+  }
+  return model.Loss(x, y);
+}
+
 // Mean validation loss over eval_batches micro-batches of samples
 // 0, 1, 2, ... (in file order, wrapping), split round-robin over ranks.
 // Collective.
 double Evaluate(GptImpl& model, const TokenDataset& val, const TrainerConfig& config,
-                Collectives& collectives) {
+                const torch::Device& device, Collectives& collectives) {
   torch::NoGradGuard no_grad;
   model.eval();
   const int64_t seq_len = config.model.seq_len;
@@ -293,7 +368,11 @@ double Evaluate(GptImpl& model, const TokenDataset& val, const TrainerConfig& co
     }
     torch::Tensor x = torch::from_blob(inputs.data(), {micro, seq_len}, torch::kLong);
     torch::Tensor y = torch::from_blob(targets.data(), {micro, seq_len}, torch::kLong);
-    loss_sum += model.Loss(x, y).item<double>();
+    if (!device.is_cpu()) {
+      x = x.to(device);
+      y = y.to(device);
+    }
+    loss_sum += ModelLoss(model, x, y).item<double>();
     batches += 1;
   }
   model.train();
@@ -358,7 +437,10 @@ absl::StatusOr<ResumePlan> PlanResume(const TrainerConfig& config,
 // Where one optimizer step's time went, in seconds (StepReport).
 struct StepSplit {
   double data_wait = 0;
-  double compute = 0;
+  double host_to_device = 0;
+  double forward = 0;
+  double backward = 0;
+  double compute = 0;  // forward + backward
   double comm = 0;
   double optimizer = 0;
   double checkpoint_stall = 0;
@@ -369,10 +451,15 @@ struct StepSplit {
 absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
                                          std::shared_ptr<c10d::ProcessGroup> process_group,
                                          const TrainerCallbacks& callbacks) {
-  Collectives collectives(std::move(process_group));
-  const int rank = collectives.rank();
-  const int world_size = collectives.world_size();
+  const int world_size = process_group ? process_group->getSize() : 1;
   RETURN_IF_ERROR(ValidateTrainerConfig(config, world_size));
+  ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(config.device));
+  // On a GPU it is this thread's current device for the whole run (kernel
+  // launches, the CUDA AdamW kernel's stream, NCCL).
+  std::optional<c10::DeviceGuard> device_guard;
+  if (!device.is_cpu()) device_guard.emplace(device);
+  Collectives collectives(std::move(process_group), device);
+  const int rank = collectives.rank();
 
   ASSIGN_OR_RETURN(TokenDataset train, LoadDataset(config.train_shards, config.model,
                                                    "train_shards"));
@@ -384,12 +471,14 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   }
 
   // Model: identical on every rank by seeding, and made so by broadcast.
+  // Built on the CPU (the same initial weights on every device), then moved.
   Gpt model{nullptr};
   {
     std::lock_guard<std::mutex> lock(ModelInitMutex());
     torch::manual_seed(config.seed);
-    model = Gpt(config.model);
+    model = Gpt(ModelConfigFor(config, device));
   }
+  if (!device.is_cpu()) model->to(device);
   model->train();
   const std::vector<torch::Tensor> parameters = model->parameters();
   collectives.BroadcastFromRank0(parameters);
@@ -403,6 +492,13 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
                                                         config.optimizer.beta2))
                                  .eps(config.optimizer.eps)
                                  .weight_decay(config.optimizer.weight_decay)));
+  const char* optimizer_implementation = optimizer->ImplementationFor(device);
+  if (rank == 0 && !device.is_cpu() && !FusedAdamW::HasCudaKernel()) {
+    std::cerr << "loom trainer: fused AdamW on " << device.str()
+              << " runs as LibTorch operations: this build has no CUDA AdamW kernel (LibTorch "
+                 "without CUDA, or no nvcc when it was configured)"
+              << std::endl;
+  }
   const CheckpointShape shape{ModelFingerprint(config.model), config.global_batch, world_size};
 
   // Checkpoints. Rank 0 saves through `writer`, one save in flight at most,
@@ -411,6 +507,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   // model and optimizer so that it is destroyed first: its destructor waits
   // for a save in flight, which may still be copying their tensors.
   TrainResult result;
+  result.optimizer_implementation = optimizer_implementation;
   std::unique_ptr<CheckpointWriter> writer;
   if (rank == 0 && !config.checkpoint_dir.empty()) {
     CheckpointWriterOptions options;
@@ -539,7 +636,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   int64_t nonfinite_skipped = 0;   // optimizer steps skipped for inf/NaN
   // fp16 dynamic loss scaling (loss_scaler.h): the loss is scaled before
   // backward and the gradients unscaled inside the optimizer step. Only for
-  // fp16, which ValidateGptConfig refuses while the engine runs on CPU.
+  // fp16, which ValidateGptConfig allows on a GPU only.
   std::optional<DynamicLossScaler> scaler;
   if (config.model.precision == Precision::kFp16) scaler.emplace();
 
@@ -547,7 +644,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   // that "how far did validation loss fall" has a starting point. It is
   // reported as step 0 (loss = that validation loss; no optimizer step yet).
   if (state.step == 0 && val.has_value()) {
-    const double initial = Evaluate(*model, *val, config, collectives);
+    const double initial = Evaluate(*model, *val, config, device, collectives);
     if (rank == 0 && callbacks.on_step) {
       StepReport report;
       report.step = 0;
@@ -608,6 +705,16 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     }
     split.data_wait = since(phase);
     phase = std::chrono::steady_clock::now();
+    // On a GPU the batch is copied there here (host_to_device; 0 on CPU).
+    // The copy is synchronous, so the host buffers may be refilled next
+    // step.
+    torch::Tensor step_inputs = batch_inputs, step_targets = batch_targets;
+    if (!device.is_cpu()) {
+      step_inputs = batch_inputs.to(device);
+      step_targets = batch_targets.to(device);
+      split.host_to_device = since(phase);
+    }
+    phase = std::chrono::steady_clock::now();
     // Gradients are set to none rather than zero-filled: the first
     // micro-batch's backward writes them, later ones accumulate.
     for (const torch::Tensor& p : parameters) {
@@ -616,11 +723,19 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     }
     double loss_sum = 0;
     for (int m = 0; m < micro_steps; ++m) {
-      const torch::Tensor x = batch_inputs.narrow(0, m * config.micro_batch, config.micro_batch);
-      const torch::Tensor y = batch_targets.narrow(0, m * config.micro_batch, config.micro_batch);
-      torch::Tensor loss = model->Loss(x, y);
+      const torch::Tensor x = step_inputs.narrow(0, m * config.micro_batch, config.micro_batch);
+      const torch::Tensor y = step_targets.narrow(0, m * config.micro_batch, config.micro_batch);
+      auto micro = std::chrono::steady_clock::now();
+      torch::Tensor loss = ModelLoss(*model, x, y);
+      // Kernels run asynchronously on a GPU: wait for the forward's before
+      // reading the clock, so that the split is honest (the backward's are
+      // waited for by loss.item below).
+      if (device.is_cuda()) torch::cuda::synchronize(device.index());
+      split.forward += since(micro);
+      micro = std::chrono::steady_clock::now();
       ((scaler ? loss * scaler->scale() : loss) / micro_steps).backward();
       loss_sum += loss.item<double>();
+      split.backward += since(micro);
     }
     split.compute = since(phase);
     phase = std::chrono::steady_clock::now();
@@ -662,7 +777,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
         val.has_value() &&
         (last || (config.eval_interval > 0 && state.step % config.eval_interval == 0));
     if (validate) {
-      state.val_loss = Evaluate(*model, *val, config, collectives);
+      state.val_loss = Evaluate(*model, *val, config, device, collectives);
       state.has_val_loss = true;
     }
     if (rank == 0 && callbacks.on_step &&
@@ -681,6 +796,9 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       report.batches_skipped_total = state.next_data_batch - state.step;
       report.data_wait_seconds = split.data_wait;
       report.compute_seconds = split.compute;
+      report.host_to_device_seconds = split.host_to_device;
+      report.forward_seconds = split.forward;
+      report.backward_seconds = split.backward;
       report.comm_seconds = split.comm;
       report.optimizer_seconds = split.optimizer;
       report.checkpoint_stall_seconds = split.checkpoint_stall;
@@ -725,8 +843,39 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config,
   }
 }
 
-absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateGlooProcessGroup(
-    const GlooGroupOptions& options) {
+namespace {
+
+// LibTorch 2.x split c10d's ProcessGroup (the front end) from the backends
+// (Gloo, NCCL), to which it dispatches by the tensors' device type; in 1.13
+// a backend is a ProcessGroup itself. Either way the group is returned as a
+// shared_ptr whose deleter owns one intrusive reference; the group dies when
+// both the last shared_ptr and any intrusive_ptr are gone.
+template <typename BackendImpl>
+std::shared_ptr<c10d::ProcessGroup> AsProcessGroup(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   c10::intrusive_ptr<BackendImpl> backend,
+                                                   const GlooGroupOptions& options, bool nccl) {
+#if TORCH_VERSION_MAJOR >= 2
+  const auto type =
+      nccl ? c10d::ProcessGroup::BackendType::NCCL : c10d::ProcessGroup::BackendType::GLOO;
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, options.rank, options.world_size);
+  group->setBackend(nccl ? c10::DeviceType::CUDA : c10::DeviceType::CPU, type,
+                    c10::intrusive_ptr<c10d::Backend>(std::move(backend)));
+  group->setDefaultBackend(type);
+#else
+  (void)store;
+  (void)options;
+  (void)nccl;
+  c10::intrusive_ptr<c10d::ProcessGroup> group = std::move(backend);
+#endif
+  c10d::ProcessGroup* raw = group.get();
+  return std::shared_ptr<c10d::ProcessGroup>(
+      raw, [owner = std::move(group)](c10d::ProcessGroup*) mutable { owner.reset(); });
+}
+
+// A group whose rendezvous is a c10d TCPStore that rank 0 hosts; Gloo
+// unless `nccl` (then the caller has checked USE_C10D_NCCL).
+absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> MakeProcessGroup(
+    const GlooGroupOptions& options, bool nccl) {
   if (options.world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ",
                                                    options.world_size));
@@ -751,25 +900,52 @@ absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateGlooProcessGroup(
     store_options.numWorkers = options.world_size;
     store_options.waitWorkers = true;
     store_options.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    c10::intrusive_ptr<c10d::Store> store =
+        c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+#ifdef USE_C10D_NCCL
+    if (nccl) {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = timeout;
+      return AsProcessGroup(store,
+                            c10::make_intrusive<c10d::ProcessGroupNCCL>(
+                                store, options.rank, options.world_size, nccl_options),
+                            options, /*nccl=*/true);
+    }
+#endif
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
     gloo_options->devices.push_back(
         options.local_addr.empty()
             ? c10d::ProcessGroupGloo::createDefaultDevice()
             : c10d::ProcessGroupGloo::createDeviceForHostname(options.local_addr));
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
-                                                             options.world_size, gloo_options);
-    // The shared_ptr's deleter owns one intrusive reference; the group dies
-    // when both the last shared_ptr and any intrusive_ptr are gone.
-    c10d::ProcessGroup* raw = group.get();
-    return std::shared_ptr<c10d::ProcessGroup>(
-        raw, [owner = std::move(group)](c10d::ProcessGroup*) mutable { owner.reset(); });
+    return AsProcessGroup(store,
+                          c10::make_intrusive<c10d::ProcessGroupGloo>(
+                              store, options.rank, options.world_size, gloo_options),
+                          options, /*nccl=*/false);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("creating the Gloo process group (rank ",
-                                            options.rank, " of ", options.world_size, " via ",
-                                            options.master_addr, ":", options.master_port,
-                                            "): ", e.what()));
+    return absl::InternalError(absl::StrCat("creating the ", nccl ? "NCCL" : "Gloo",
+                                            " process group (rank ", options.rank, " of ",
+                                            options.world_size, " via ", options.master_addr,
+                                            ":", options.master_port, "): ", e.what()));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateGlooProcessGroup(
+    const GlooGroupOptions& options) {
+  return MakeProcessGroup(options, /*nccl=*/false);
+}
+
+absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateProcessGroup(
+    const GlooGroupOptions& options, const std::string& device) {
+  ASSIGN_OR_RETURN(const torch::Device parsed, ParseDevice(device));
+#ifdef USE_C10D_NCCL
+  const bool nccl = parsed.is_cuda();
+#else
+  (void)parsed;  // Gloo for every device; the trainer stages CUDA tensors
+  const bool nccl = false;
+#endif
+  return MakeProcessGroup(options, nccl);
 }
 
 }  // namespace loom::engine

@@ -35,8 +35,9 @@ enum class Precision {
   // bf16 autocast over the blocks' forward (and so their backward): matrix
   // products in bf16, reductions and the residual stream in fp32.
   kBf16,
-  // fp16 autocast with dynamic loss scaling (loss_scaler.h). Needs a GPU;
-  // this engine trains on CPU, so the config is refused (ValidateGptConfig).
+  // fp16 autocast with dynamic loss scaling (loss_scaler.h). Needs a GPU
+  // (TrainerConfig::device "cuda..."); refused on the CPU
+  // (ValidateGptConfig, GptConfig::on_gpu).
   kFp16,
 };
 
@@ -59,6 +60,10 @@ struct GptConfig {
   // segments of k that store just their input and are recomputed in
   // backward; kActivationCheckpointingSqrt = segments of ceil(sqrt(n_layer)).
   int activation_checkpointing = 0;
+  // Whether the model runs on a GPU. The trainer sets it from
+  // TrainerConfig::device; only ValidateGptConfig reads it (fp16 needs a
+  // GPU). The model is built on the CPU either way, and its owner moves it.
+  bool on_gpu = false;
 };
 
 struct OptimizerConfig {
@@ -99,6 +104,18 @@ struct TrainerConfig {
   // (data batch indices would not line up otherwise).
   int global_batch = 8;
   int micro_batch = 4;    // sequences per forward/backward on one rank
+  // Where this rank trains: "cpu" (the default), "cuda" (= "cuda:0") or
+  // "cuda:N". The model, its gradients, the AdamW state and each step's
+  // batch live there; checkpoints hold host copies and resume on any
+  // device. CUDA needs a LibTorch built with CUDA and a visible GPU
+  // (INVALID_ARGUMENT naming `device` otherwise). On CUDA the fused AdamW
+  // step runs the CUDA kernel when the build has it and LibTorch operations
+  // otherwise (TrainResult::optimizer_implementation; a note on stderr), and
+  // precision fp16 is allowed (with dynamic loss scaling). Collectives run
+  // on whatever process group the caller passes (CreateProcessGroup picks
+  // NCCL for CUDA when LibTorch has it); tensors are staged through host
+  // memory for a Gloo group. The CPU path is unchanged by this field.
+  std::string device = "cpu";
   // Seeds the initial weights (identical on every rank), the data order
   // (TokenDataset::SampleAt) and the dropout masks (per rank and step).
   uint64_t seed = 1;
@@ -241,6 +258,12 @@ struct StepReport {
   // waiting for its snapshot copy).
   double data_wait_seconds = 0;
   double compute_seconds = 0;
+  // compute_seconds split: forward (with the loss; the fused LM head
+  // computes its gradients there) and backward, summed over micro-batches;
+  // and copying the batch to the accelerator (0 on CPU; before compute).
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  double host_to_device_seconds = 0;
   double comm_seconds = 0;
   double optimizer_seconds = 0;
   double checkpoint_stall_seconds = 0;
@@ -323,6 +346,9 @@ struct TrainResult {
   // Skip list in force (union of the resumed checkpoint's and the config's),
   // sorted, with overlapping and adjacent ranges merged.
   std::vector<BatchRange> skip_batches;
+  // What ran the fused AdamW step (FusedAdamW::ImplementationFor):
+  // "cpu-kernel", "cuda-kernel" or "torch-ops".
+  std::string optimizer_implementation;
 };
 
 // Trains from scratch, or resumes from a checkpoint in checkpoint_dir chosen
@@ -372,6 +398,14 @@ struct GlooGroupOptions {
 // rank/world size/port; INTERNAL if the store or Gloo cannot be set up.
 absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateGlooProcessGroup(
     const GlooGroupOptions& options);
+
+// The process group for ranks that train on `device` (TrainerConfig::device
+// spelling), with the same rendezvous: NCCL for a CUDA device when LibTorch
+// was built with it (USE_C10D_NCCL), else Gloo. Errors as
+// CreateGlooProcessGroup, and INVALID_ARGUMENT for a device that is not
+// "cpu", "cuda" or "cuda:N".
+absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateProcessGroup(
+    const GlooGroupOptions& options, const std::string& device);
 
 }  // namespace loom::engine
 

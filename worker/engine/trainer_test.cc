@@ -21,6 +21,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
@@ -273,11 +274,16 @@ TEST_F(TrainerTest, ReportsWhereTheStepTimeWent) {
     const StepReport& r = out[0].steps[i];
     SCOPED_TRACE(r.step);
     EXPECT_GT(r.compute_seconds, 0);
+    EXPECT_GT(r.forward_seconds, 0);
+    EXPECT_GT(r.backward_seconds, 0);
+    EXPECT_LE(r.forward_seconds + r.backward_seconds, r.compute_seconds * (1 + 1e-9));
+    EXPECT_EQ(r.host_to_device_seconds, 0);  // CPU: nothing to copy
     EXPECT_GT(r.comm_seconds, 0);  // two ranks: the all-reduce is real
     EXPECT_GT(r.optimizer_seconds, 0);
     EXPECT_GE(r.data_wait_seconds, 0);
     EXPECT_GE(r.checkpoint_stall_seconds, 0);
-    const double parts = r.data_wait_seconds + r.compute_seconds + r.comm_seconds +
+    const double parts = r.data_wait_seconds + r.host_to_device_seconds + r.compute_seconds +
+                         r.comm_seconds +
                          r.optimizer_seconds + r.checkpoint_stall_seconds;
     EXPECT_LE(parts, r.step_time_seconds * (1 + 1e-9));
     EXPECT_TRUE(r.step_applied);
@@ -545,6 +551,63 @@ TEST_F(TrainerTest, RejectsBadConfig) {
   config = SmallConfig();
   config.retain_distance_steps = -1;
   EXPECT_EQ(Train(config, nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// TrainerConfig::device. The CUDA cases here are those of a LibTorch without
+// CUDA (Debian's, CI's); on a machine with a GPU they do not apply.
+TEST_F(TrainerTest, DeviceIsValidatedNamingTheField) {
+  TrainerConfig config = SmallConfig();
+  config.device = "gpu0";
+  absl::StatusOr<TrainResult> result = Train(config, nullptr, {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()),
+              ::testing::HasSubstr("device: \"gpu0\" is not a device"));
+
+  config.device = "meta";
+  result = Train(config, nullptr, {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()),
+              ::testing::HasSubstr("the engine trains on cpu or cuda"));
+
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this LibTorch has CUDA and a GPU";
+  for (const char* device : {"cuda", "cuda:1"}) {
+    config.device = device;
+    result = Train(config, nullptr, {});
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << device;
+    EXPECT_THAT(std::string(result.status().message()),
+                ::testing::HasSubstr(absl::StrCat("device: \"", device,
+                                                  "\" needs CUDA, but this LibTorch has no CUDA")));
+  }
+  // fp16 is refused on the CPU with the precision error, device given or not.
+  config.device = "cpu";
+  config.model.precision = Precision::kFp16;
+  result = Train(config, nullptr, {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()),
+              ::testing::HasSubstr("precision: fp16 needs a GPU"));
+}
+
+TEST_F(TrainerTest, ExplicitCpuDeviceTrainsBitForBitLikeTheDefault) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 3;
+  std::vector<RankOutcome> by_default = RunRanks(config, 1);
+  config.device = "cpu";
+  std::vector<RankOutcome> explicit_cpu = RunRanks(config, 1);
+  ASSERT_TRUE(by_default[0].result.ok()) << by_default[0].result.status();
+  ASSERT_TRUE(explicit_cpu[0].result.ok()) << explicit_cpu[0].result.status();
+  EXPECT_EQ(explicit_cpu[0].result->optimizer_implementation, "cpu-kernel");
+  EXPECT_EQ(MaxAbsDiff(by_default[0].parameters, explicit_cpu[0].parameters), 0.0);
+}
+
+TEST(GptConfigTest, Fp16IsAcceptedOnlyOnAGpu) {
+  GptConfig config;
+  config.precision = Precision::kFp16;
+  EXPECT_EQ(ValidateGptConfig(config).code(), absl::StatusCode::kInvalidArgument);
+  config.on_gpu = true;
+  EXPECT_TRUE(ValidateGptConfig(config).ok());
+  config.precision = Precision::kBf16;
+  config.on_gpu = false;
+  EXPECT_TRUE(ValidateGptConfig(config).ok());
 }
 
 TEST_F(TrainerTest, RejectsCheckpointOfAnotherModel) {
@@ -1100,6 +1163,27 @@ TEST(CreateGlooProcessGroupTest, TwoRanksAllReduceOverTcpStore) {
   ASSERT_TRUE(statuses[0].ok()) << statuses[0];
   ASSERT_TRUE(statuses[1].ok()) << statuses[1];
   EXPECT_EQ(sums, (std::vector<double>{3.0, 3.0}));
+}
+
+TEST(CreateProcessGroupTest, CpuRanksGetGlooAndCudaNeedsCuda) {
+  GlooGroupOptions options;
+  options.master_addr = "127.0.0.1";
+  options.master_port = FreePort();
+  options.local_addr = "127.0.0.1";
+  options.world_size = 1;
+  options.timeout_seconds = 30;
+  absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> group = CreateProcessGroup(options, "cpu");
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ((*group)->getBackendName(), "gloo");
+  std::vector<torch::Tensor> t = {torch::tensor({2.5})};
+  (*group)->allreduce(t)->wait();
+  EXPECT_EQ(t[0].item<double>(), 2.5);
+
+  EXPECT_EQ(CreateProcessGroup(options, "tpu:0").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this LibTorch has CUDA and a GPU";
+  EXPECT_EQ(CreateProcessGroup(options, "cuda:0").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CreateGlooProcessGroupTest, RejectsBadRank) {
