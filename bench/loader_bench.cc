@@ -26,6 +26,7 @@
 
 #include "bench/issue6_config.h"
 #include "worker/engine/data.h"
+#include "worker/engine/host_allocator.h"
 #include "worker/engine/trainer.h"
 
 namespace fs = std::filesystem;
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   torch::set_num_threads(threads);
+  // As loom-rank runs the engine (host_allocator.h).
+  (void)loom::engine::RetainFreedHostMemory();
 
   loom::engine::TrainerConfig config = loom::bench::Issue6GptConfig(steps);
   config.seed = 7;

@@ -100,9 +100,23 @@ bench_train() {
   "$BUILD_DIR/bin/loom_train_bench" "$steps" "$warmup" "$threads" "$loom_profile" \
     "$TRAIN_TURNS/to_loom" "$TRAIN_TURNS/to_pytorch" >"$TRAIN_TURNS/loom.out" &
   TRAIN_LOOM_PID=$!
+  # Host memory: the Loom side keeps freed memory for the next step, as
+  # loom-rank does (worker/engine/host_allocator.h: no mmap per large block,
+  # no trimming); PyTorch eager runs as shipped, on glibc's default.
+  # TRAIN_PYTORCH_ALLOCATOR=retain gives the PyTorch side the same policy
+  # through GLIBC_TUNABLES (PyTorch gains 15-30% from it here: its
+  # [tokens x vocab] log_softmax buffers are page-faulted in every step);
+  # TRAIN_DEFAULT_ALLOCATOR=1 leaves both sides on glibc's default.
+  local torch_env=()
+  if [ "${TRAIN_PYTORCH_ALLOCATOR:-default}" = retain ] && [ "${TRAIN_DEFAULT_ALLOCATOR:-0}" != 1 ]; then
+    torch_env=(GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647)
+    echo "host allocator: pytorch side also keeps freed memory (${torch_env[0]})"
+  else
+    echo "host allocator: pytorch side on glibc's default (TRAIN_PYTORCH_ALLOCATOR=retain to change)"
+  fi
   # Debian's interpreter explicitly: the first python3 on PATH may be another
   # one, without torch.
-  if ! torch=$(/usr/bin/python3 bench/train_pytorch.py --steps "$steps" --warmup "$warmup" \
+  if ! torch=$(env "${torch_env[@]}" /usr/bin/python3 bench/train_pytorch.py --steps "$steps" --warmup "$warmup" \
       --threads "$threads" --profile-steps "$torch_profile" \
       --turn-in "$TRAIN_TURNS/to_pytorch" --turn-out "$TRAIN_TURNS/to_loom"); then
     echo "train: the PyTorch side failed" >&2

@@ -65,6 +65,7 @@
 #include "worker/engine/fused_adamw_torch.h"
 #include "worker/engine/fused_loss.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/host_allocator.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/gemm_calibration.h"
@@ -381,6 +382,18 @@ int main(int argc, char** argv) {
   Turns turns(argc > 6 ? argv[5] : "", argc > 6 ? argv[6] : "");
   if (turns.enabled() && !turns.ok()) return 1;
   torch::set_num_threads(threads);
+  // As loom-rank runs the engine: freed host memory is kept for the next
+  // step (host_allocator.h). TRAIN_DEFAULT_ALLOCATOR=1 leaves glibc's
+  // default, to measure what the policy is worth.
+  const char* default_allocator = std::getenv("TRAIN_DEFAULT_ALLOCATOR");
+  if (default_allocator == nullptr || std::string(default_allocator) != "1") {
+    const absl::Status retained = loom::engine::RetainFreedHostMemory();
+    std::printf("host allocator: %s\n",
+                retained.ok() ? "freed memory retained (as loom-rank)"
+                              : retained.ToString().c_str());
+  } else {
+    std::printf("host allocator: glibc default (TRAIN_DEFAULT_ALLOCATOR=1)\n");
+  }
   const loom::engine::TrainerConfig config = loom::bench::Issue6GptConfig(steps);
   const int64_t tokens_per_step = int64_t{config.global_batch} * config.model.seq_len;
 

@@ -26,6 +26,7 @@
 #include "worker/blas_info.h"
 #include "worker/engine/data.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/host_allocator.h"
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/gemm_calibration.h"
 #include "worker/telemetry/telemetry.h"
@@ -122,6 +123,11 @@ int main(int argc, char** argv) {
   sa.sa_flags = SA_RESTART;  // a stop request must not fail an interrupted read or write
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // This process exists to train: keep freed host memory for the next step
+  // instead of page-faulting it back in (host_allocator.h).
+  if (absl::Status s = loom::engine::RetainFreedHostMemory(); !s.ok()) {
+    std::cerr << "loom-rank: host allocator left as it is: " << s << std::endl;
+  }
 
   auto text = loom::ReadFile(assignment_path);
   if (!text.ok()) Die(absl::StrCat("cannot read assignment: ", text.status().message()));
