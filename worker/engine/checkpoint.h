@@ -80,6 +80,12 @@ struct TrainingState {
   int64_t generation = 0;
   Lineage lineage;              // ends with this generation
   std::vector<BatchRange> skip_batches;  // sorted, disjoint, non-adjacent
+  // fp16 dynamic loss scaler (loss_scaler.h) after this step, so that a
+  // resumed run scales as the uninterrupted one would; loss_scale 0: the
+  // run has none (fp32, bf16), or the checkpoint predates the field.
+  double loss_scale = 0;
+  int64_t loss_scale_clean_steps = 0;
+  int64_t loss_scale_overflow_steps = 0;
 };
 
 // What a checkpoint must match to resume a job.

@@ -86,6 +86,9 @@ void AppendStateMembers(const CheckpointShape& shape, const TrainingState& s, st
   // what is read back.
   absl::StrAppend(out, "  \"data_cursor\": ", s.next_data_batch * shape.global_batch, ",\n");
   absl::StrAppend(out, "  \"skip_batches\": ", JsonPairs(RangesAsPairs(s.skip_batches)), ",\n");
+  absl::StrAppend(out, "  \"loss_scale\": ", JsonDouble(s.loss_scale), ",\n");
+  absl::StrAppend(out, "  \"loss_scale_clean_steps\": ", s.loss_scale_clean_steps, ",\n");
+  absl::StrAppend(out, "  \"loss_scale_overflow_steps\": ", s.loss_scale_overflow_steps, ",\n");
 }
 
 // Typed access to a parsed JSON object; remembers the first member that was
@@ -148,6 +151,17 @@ class JsonFields {
     return out;
   }
 
+  // Members added after version 1 of the format: absent in older
+  // checkpoints, where they read as `fallback`.
+  bool Has(const char* key) const {
+    const YAML::Node& node = node_;
+    return node.IsMap() && node[key];
+  }
+  double DoubleOr(const char* key, double fallback) {
+    return Has(key) ? Double(key) : fallback;
+  }
+  int64_t IntOr(const char* key, int64_t fallback) { return Has(key) ? Int(key) : fallback; }
+
   // Empty if every access so far succeeded.
   const std::string& bad() const { return bad_; }
 
@@ -181,6 +195,9 @@ void ReadStateMembers(JsonFields& f, CheckpointShape* shape, TrainingState* s) {
   s->next_data_batch = f.Int("next_data_batch");
   s->skip_batches.clear();
   for (const auto& [begin, end] : f.Pairs("skip_batches")) s->skip_batches.push_back({begin, end});
+  s->loss_scale = f.DoubleOr("loss_scale", 0);
+  s->loss_scale_clean_steps = f.IntOr("loss_scale_clean_steps", 0);
+  s->loss_scale_overflow_steps = f.IntOr("loss_scale_overflow_steps", 0);
 }
 
 absl::StatusOr<YAML::Node> ParseJson(absl::string_view text, const std::string& path) {

@@ -93,6 +93,9 @@ TrainingState StateAt(int64_t step, int64_t generation = 0) {
   s.lineage = {{0, 0}};
   if (generation > 0) s.lineage.emplace_back(generation, step);
   s.skip_batches = {{1, 3}};
+  s.loss_scale = 32768;
+  s.loss_scale_clean_steps = 17;
+  s.loss_scale_overflow_steps = 3;
   return s;
 }
 
@@ -178,6 +181,9 @@ TEST_F(CheckpointTest, CommittedCheckpointRestoresBitExactly) {
   EXPECT_EQ(loaded.generation, state.generation);
   EXPECT_EQ(loaded.lineage, state.lineage);
   EXPECT_EQ(loaded.skip_batches, state.skip_batches);
+  EXPECT_EQ(loaded.loss_scale, state.loss_scale);
+  EXPECT_EQ(loaded.loss_scale_clean_steps, state.loss_scale_clean_steps);
+  EXPECT_EQ(loaded.loss_scale_overflow_steps, state.loss_scale_overflow_steps);
 
   // Both train on identically.
   torch::manual_seed(9);

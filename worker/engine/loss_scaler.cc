@@ -38,6 +38,24 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& options)
   }
 }
 
+absl::Status DynamicLossScaler::Restore(double scale, int64_t clean_steps,
+                                        int64_t overflow_steps) {
+  if (!(scale >= options_.min_scale && scale <= options_.max_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat("loss scale ", scale, " outside [",
+                                                   options_.min_scale, ", ",
+                                                   options_.max_scale, "]"));
+  }
+  if (clean_steps < 0 || clean_steps >= options_.growth_interval || overflow_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss scaler counts out of range: clean_steps ", clean_steps, " (growth interval ",
+        options_.growth_interval, "), overflow_steps ", overflow_steps));
+  }
+  scale_ = scale;
+  clean_steps_ = clean_steps;
+  overflow_steps_ = overflow_steps;
+  return absl::OkStatus();
+}
+
 bool DynamicLossScaler::Update(bool grads_finite) {
   if (!grads_finite) {
     overflow_steps_ += 1;

@@ -57,6 +57,12 @@ class DynamicLossScaler {
   // Steps skipped for inf/NaN gradients, in total.
   int64_t overflow_steps() const { return overflow_steps_; }
 
+  // Continues from a state saved with a checkpoint (scale(), clean_steps(),
+  // overflow_steps()). InvalidArgument, and no change, when the scale is
+  // outside [min_scale, max_scale] or a count is negative or clean_steps is
+  // not below growth_interval.
+  absl::Status Restore(double scale, int64_t clean_steps, int64_t overflow_steps);
+
  private:
   LossScalerOptions options_;
   double scale_;

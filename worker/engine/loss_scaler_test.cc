@@ -65,6 +65,34 @@ TEST(DynamicLossScalerTest, StaysWithinMinAndMax) {
   EXPECT_EQ(scaler.scale(), 8.0);
 }
 
+// A scaler restored from a checkpoint's state continues exactly as the one
+// that was saved: same scale, and it doubles after the same remaining clean
+// steps. Bad states are refused without changing anything.
+TEST(DynamicLossScalerTest, RestoreContinuesTheSavedRun) {
+  LossScalerOptions o;
+  o.growth_interval = 4;
+  DynamicLossScaler saved(o);
+  saved.Update(false);  // 32768, 1 overflow
+  saved.Update(true);
+  saved.Update(true);   // 2 clean steps
+  DynamicLossScaler resumed(o);
+  ASSERT_TRUE(resumed.Restore(saved.scale(), saved.clean_steps(), saved.overflow_steps()).ok());
+  EXPECT_EQ(resumed.scale(), 32768);
+  EXPECT_EQ(resumed.overflow_steps(), 1);
+  for (int i = 0; i < 2; ++i) {
+    saved.Update(true);
+    resumed.Update(true);
+    EXPECT_EQ(resumed.scale(), saved.scale());
+  }
+  EXPECT_EQ(resumed.scale(), 65536);  // doubled after 4 clean steps in all
+
+  EXPECT_FALSE(resumed.Restore(0.5, 0, 0).ok());        // below min_scale 1
+  EXPECT_FALSE(resumed.Restore(1e9, 0, 0).ok());        // above max_scale
+  EXPECT_FALSE(resumed.Restore(1024, 4, 0).ok());       // clean_steps >= growth_interval
+  EXPECT_FALSE(resumed.Restore(1024, 0, -1).ok());
+  EXPECT_EQ(resumed.scale(), 65536);  // unchanged by the refusals
+}
+
 TEST(DynamicLossScalerTest, ValidationNamesTheOption) {
   LossScalerOptions bad;
   bad.growth_interval = 0;

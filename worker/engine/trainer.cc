@@ -638,7 +638,19 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   // backward and the gradients unscaled inside the optimizer step. Only for
   // fp16, which ValidateGptConfig allows on a GPU only.
   std::optional<DynamicLossScaler> scaler;
-  if (config.model.precision == Precision::kFp16) scaler.emplace();
+  if (config.model.precision == Precision::kFp16) {
+    scaler.emplace();
+    // A resumed fp16 run continues with the scale it had (a checkpoint from
+    // a bf16/fp32 run, or an older one, has none: start afresh).
+    if (restored && state.loss_scale > 0) {
+      const absl::Status s = scaler->Restore(state.loss_scale, state.loss_scale_clean_steps,
+                                             state.loss_scale_overflow_steps);
+      if (!s.ok()) {
+        return absl::DataLossError(absl::StrCat("checkpoint at step ", state.step,
+                                                " holds a bad loss scaler state: ", s.message()));
+      }
+    }
+  }
 
   // A fresh run measures the untrained model on the validation set first, so
   // that "how far did validation loss fall" has a starting point. It is
@@ -765,7 +777,12 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     ASSIGN_OR_RETURN(const AdamWStepResult stepped, optimizer->Step(step_options));
     split.optimizer = since(phase);
     if (!stepped.applied) nonfinite_skipped += 1;
-    if (scaler) scaler->Update(stepped.applied);
+    if (scaler) {
+      scaler->Update(stepped.applied);
+      state.loss_scale = scaler->scale();
+      state.loss_scale_clean_steps = scaler->clean_steps();
+      state.loss_scale_overflow_steps = scaler->overflow_steps();
+    }
     const double grad_norm = stepped.grad_norm;
     state.step += 1;
     state.next_data_batch = data_batch + 1;
