@@ -21,6 +21,7 @@
 #include "worker/engine/autocast.h"
 #include "worker/engine/causal_attention.h"
 #include "worker/engine/fused_loss.h"
+#include "worker/engine/gelu.h"
 
 // LibTorch >= 2.0 has scaled_dot_product_attention.
 #if TORCH_VERSION_MAJOR >= 2
@@ -96,7 +97,7 @@ class MlpImpl : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    return drop_(c_proj_(torch::gelu(c_fc_(x), /*approximate=*/"tanh")));
+    return drop_(c_proj_(GeluTanh(c_fc_(x))));
   }
 
  private:
