@@ -45,7 +45,8 @@ namespace {
 constexpr const char* kUsage = R"(usage: loomctl [global flags] COMMAND [args]
 
 Commands:
-  local up [--workers N] [--slots S]   start a controller and N workers on this machine
+  local up [--workers N] [--slots S] [--gpus G|auto]
+                                      start a controller and N workers on this machine
   local down                           stop them
   local status                         show the local daemons
   submit FILE [--follow]               submit a job spec (YAML or JSON)
@@ -717,13 +718,13 @@ int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "NODE", "ZONE", "RACK", "ALIVE", "SLOTS", "CPUS", "MEMORY", "GEMM/THREAD",
+      {"ID", "NODE", "ZONE", "RACK", "ALIVE", "SLOTS", "CPUS", "GPUS", "MEMORY", "GEMM/THREAD",
        "HEARTBEAT", "METRICS"}};
   for (const auto& w : resp.workers()) {
     rows.push_back({w.id(), w.node(), w.zone().empty() ? "-" : w.zone(),
                     w.rack().empty() ? "-" : w.rack(), w.alive() ? "yes" : "no",
                     absl::StrCat(w.slots_used(), "/", w.slots()), absl::StrCat(w.cpus()),
-                    absl::StrFormat("%.1f GiB", w.memory_bytes() / 1073741824.0),
+                    absl::StrCat(w.gpus()), absl::StrFormat("%.1f GiB", w.memory_bytes() / 1073741824.0),
                     w.gemm_flops_per_second_per_thread() > 0
                         ? absl::StrFormat("%.1f GFLOP/s", w.gemm_flops_per_second_per_thread() / 1e9)
                         : "-",
@@ -786,6 +787,13 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
         if (!absl::SimpleAtoi(args[++i], &o.workers)) return Usage("--workers: not a number");
       } else if (args[i] == "--slots" && i + 1 < args.size()) {
         if (!absl::SimpleAtoi(args[++i], &o.slots_per_worker)) return Usage("--slots: not a number");
+      } else if (args[i] == "--gpus" && i + 1 < args.size()) {
+        o.gpus_per_worker = args[++i];
+        int count = 0;
+        if (o.gpus_per_worker != "auto" &&
+            (!absl::SimpleAtoi(o.gpus_per_worker, &count) || count < 0)) {
+          return Usage("--gpus: a count or auto");
+        }
       } else if (args[i] == "--worker-timeout" && i + 1 < args.size()) {
         if (!absl::SimpleAtod(args[++i], &o.worker_timeout_s)) {
           return Usage("--worker-timeout: not a number");

@@ -698,8 +698,16 @@ absl::Status ValidateResources(const v1::ResourceSpec& resources) {
                      "); every worker needs at least one rank"));
   }
   RETURN_IF_ERROR(CheckInRange("resources.ranks", resources.ranks(), 1, 4096));
-  return CheckInRange("resources.threads_per_rank",
-                      resources.threads_per_rank(), 1, 256);
+  RETURN_IF_ERROR(CheckInRange("resources.threads_per_rank",
+                               resources.threads_per_rank(), 1, 256));
+  if (resources.gpus_per_rank() < 0 || resources.gpus_per_rank() > 1) {
+    return FieldError("resources.gpus_per_rank",
+                      absl::StrCat(resources.gpus_per_rank(),
+                                   " is not 0 (CPU) or 1 (one GPU per rank); more GPUs per "
+                                   "rank need tensor parallelism, which Loom does not execute "
+                                   "yet: use more ranks"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateBatch(const v1::BatchSpec& batch, int32_t ranks) {

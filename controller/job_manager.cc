@@ -471,6 +471,10 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     return absl::InvalidArgumentError(
         absl::StrCat("slots: must be >= 1, got ", req.slots()));
   }
+  if (req.gpus() < 0 || req.gpus() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpus: must be in [0, 1024], got ", req.gpus()));
+  }
   if (!(req.gemm_flops_per_second_per_thread() >= 0) ||
       !std::isfinite(req.gemm_flops_per_second_per_thread())) {
     return absl::InvalidArgumentError(
@@ -1077,9 +1081,11 @@ void JobManager::ScheduleLocked() {
     const auto& res = rec.job.spec().resources();
     int n_workers = std::max(1, res.workers());
     int n_ranks = std::max(n_workers, res.ranks());
+    const bool gpu_job = res.gpus_per_rank() > 0;
     struct Candidate {
       Worker* w;
       int free;
+      std::vector<int> free_gpus;  // GPU job: GPUs no live rank holds
     };
     std::vector<Candidate> cands;
     int total_free = 0;
@@ -1088,8 +1094,19 @@ void JobManager::ScheduleLocked() {
       if (!w.info.alive()) continue;
       ++alive;
       int free = w.info.slots() - static_cast<int>(w.ranks.size());
+      std::vector<int> free_gpus;
+      if (gpu_job) {
+        std::vector<bool> held(std::max(0, w.info.gpus()), false);
+        for (const RankSlot& r : w.ranks) {
+          if (r.gpu >= 0 && r.gpu < static_cast<int>(held.size())) held[r.gpu] = true;
+        }
+        for (int g = 0; g < static_cast<int>(held.size()); ++g) {
+          if (!held[g]) free_gpus.push_back(g);
+        }
+        free = std::min(free, static_cast<int>(free_gpus.size()));
+      }
       if (free > 0) {
-        cands.push_back({&w, free});
+        cands.push_back({&w, free, std::move(free_gpus)});
         total_free += free;
       }
     }
@@ -1102,9 +1119,16 @@ void JobManager::ScheduleLocked() {
     bool fits = static_cast<int>(cands.size()) >= n_workers;
     for (int i = 0; fits && i < n_workers; ++i) fits = cands[i].free >= share[i];
     if (!fits) {
-      std::string why = absl::StrFormat(
-          "waiting for %d rank slot(s) on %d worker(s); %d worker(s) alive with %d free slot(s)",
-          n_ranks, n_workers, alive, total_free);
+      std::string why =
+          gpu_job ? absl::StrFormat(
+                        "waiting for %d rank slot(s) with a free GPU each on %d worker(s); %d "
+                        "worker(s) alive with %d such slot(s) (workers report their GPUs at "
+                        "registration: loomctl workers)",
+                        n_ranks, n_workers, alive, total_free)
+                  : absl::StrFormat(
+                        "waiting for %d rank slot(s) on %d worker(s); %d worker(s) alive with "
+                        "%d free slot(s)",
+                        n_ranks, n_workers, alive, total_free);
       if (rec.job.reason() != why) rec.job.set_reason(why);
       return;  // strict FIFO: later jobs do not overtake this one
     }
@@ -1120,11 +1144,13 @@ void JobManager::ScheduleLocked() {
     for (int i = 0; i < n_workers; ++i) {
       Worker* w = cands[i].w;
       for (int k = 0; k < share[i]; ++k, ++rank) {
+        const int gpu = gpu_job ? cands[i].free_gpus[k] : -1;
         auto* a = rec.job.add_ranks();
         a->set_rank(rank);
         a->set_worker_id(w->info.id());
         a->set_node(w->info.node());
-        w->ranks.push_back({jid, rank});
+        if (gpu >= 0) a->set_gpu(gpu);
+        w->ranks.push_back({jid, rank, gpu});
         rec.live.insert({w->info.id(), rank});
         loom::v1::WorkerCommand cmd;
         auto* start = cmd.mutable_start();
@@ -1138,11 +1164,15 @@ void JobManager::ScheduleLocked() {
         start->set_generation(rec.job.generation());
         start->set_resume_step(rec.job.resume_step());
         *start->mutable_skip_batches() = rec.job.skip_batches();
+        if (gpu >= 0) start->set_gpu(gpu);
         w->pending_commands.push_back(std::move(cmd));
       }
     }
     std::vector<std::string> placed;
-    for (const auto& a : rec.job.ranks()) placed.push_back(absl::StrCat(a.rank(), "@", a.node()));
+    for (const auto& a : rec.job.ranks()) {
+      placed.push_back(absl::StrCat(a.rank(), "@", a.node(),
+                                    gpu_job ? absl::StrCat(":gpu", a.gpu()) : ""));
+    }
     Transition(rec, loom::v1::SCHEDULED,
                absl::StrCat("placed ", n_ranks, " rank(s): ", absl::StrJoin(placed, " ")))
         .IgnoreError();

@@ -147,6 +147,7 @@ class JobManager {
   struct RankSlot {
     std::string job_id;
     int rank = 0;
+    int gpu = -1;  // the GPU it holds on the worker, or -1
   };
   struct Worker {
     loom::v1::WorkerInfo info;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <limits>
 #include <string>
 
@@ -57,8 +58,9 @@ class JobManagerTest : public ::testing::Test {
   std::string MetricsText() { return metrics::SerializeText(registry_->Collect()); }
 
   std::string Register(const std::string& node, int slots = 1, double memory_bytes = 0,
-                       double gemm_flops_per_thread = 0) {
+                       double gemm_flops_per_thread = 0, int gpus = 0) {
     loom::v1::RegisterWorkerRequest req;
+    req.set_gpus(gpus);
     req.set_node(node);
     req.set_address("127.0.0.1");
     req.set_slots(slots);
@@ -304,6 +306,66 @@ TEST_F(JobManagerTest, RankFailureBlamesAWorkerThatWentSilent) {
   EXPECT_THAT(failed.reason(), HasSubstr("then rank 0 on node-a exited with code 1"));
 }
 
+// resources.gpus_per_rank 1: ranks go only to workers with a GPU free for
+// each, every rank gets a GPU no other live rank on that worker holds, and a
+// job waits (saying why) while the GPUs are taken.
+TEST_F(JobManagerTest, GpuRanksGetFreeGpusOfTheirOwn) {
+  std::string cpu_node = Register("cpu-node", /*slots=*/4);
+  Beat(cpu_node, 29500);
+  loom::v1::JobSpec spec = Spec(1);
+  spec.mutable_resources()->set_ranks(2);
+  spec.mutable_resources()->set_gpus_per_rank(1);
+  auto submitted = manager_->Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  auto first = *submitted;
+  EXPECT_EQ(StateOf(first.id()), loom::v1::PENDING);
+  EXPECT_THAT(manager_->Get(first.id())->reason(), HasSubstr("with a free GPU each"));
+  EXPECT_EQ(Beat(cpu_node, 29501).commands_size(), 0);
+
+  std::string gpu_node = Register("gpu-node", /*slots=*/4, 0, 0, /*gpus=*/3);
+  auto r = Beat(gpu_node, 29600);
+  ASSERT_EQ(StateOf(first.id()), loom::v1::SCHEDULED);
+  ASSERT_EQ(r.commands_size(), 2);
+  std::set<int> first_gpus;
+  for (const auto& c : r.commands()) {
+    ASSERT_TRUE(c.has_start());
+    first_gpus.insert(c.start().gpu());
+  }
+  EXPECT_EQ(first_gpus, (std::set<int>{0, 1}));
+  EXPECT_THAT(manager_->Get(first.id())->reason(), HasSubstr("@gpu-node:gpu"));
+  const loom::v1::Job placed = *manager_->Get(first.id());
+  for (const auto& a : placed.ranks()) {
+    EXPECT_EQ(a.worker_id(), gpu_node);
+    EXPECT_TRUE(first_gpus.count(a.gpu()));
+  }
+
+  // One GPU left: a second two-rank job waits although slots are free.
+  auto submitted_second = manager_->Submit(spec);
+  ASSERT_TRUE(submitted_second.ok()) << submitted_second.status();
+  auto second = *submitted_second;
+  Beat(gpu_node, 29601, {{first.id(), 0}, {first.id(), 1}});
+  EXPECT_EQ(StateOf(second.id()), loom::v1::PENDING);
+  EXPECT_THAT(manager_->Get(second.id())->reason(), HasSubstr("1 such slot(s)"));
+
+  // The first job's ranks exit: the second gets two distinct GPUs.
+  ASSERT_TRUE(manager_->Cancel(first.id(), "").ok());
+  ASSERT_TRUE(Exit(gpu_node, first.id(), 0, 143).ok());
+  ASSERT_TRUE(Exit(gpu_node, first.id(), 1, 143).ok());
+  auto r2 = Beat(gpu_node, 29602);
+  ASSERT_EQ(StateOf(second.id()), loom::v1::SCHEDULED);
+  std::set<int> second_gpus;
+  for (const auto& c : r2.commands()) {
+    if (c.has_start()) second_gpus.insert(c.start().gpu());
+  }
+  EXPECT_EQ(second_gpus.size(), 2u);
+  for (int g : second_gpus) EXPECT_TRUE(g >= 0 && g < 3) << g;
+
+  // CPU jobs ignore GPUs: one fits on the CPU node meanwhile.
+  auto cpu_job = *manager_->Submit(Spec(1));
+  Beat(cpu_node, 29503);
+  EXPECT_EQ(StateOf(cpu_job.id()), loom::v1::SCHEDULED);
+}
+
 TEST_F(JobManagerTest, CancelStopsRanksAndIsFinal) {
   std::string w1 = Register("node-a");
   Beat(w1, 29500);
@@ -536,6 +598,16 @@ TEST_F(JobManagerTest, RegisterValidatesRequest) {
   r = manager_->RegisterWorker(req);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), StartsWith("slots:"));
+  {
+    loom::v1::RegisterWorkerRequest bad;
+    bad.set_node("n");
+    bad.set_address("127.0.0.1");
+    bad.set_slots(1);
+    bad.set_gpus(-2);
+    auto refused = manager_->RegisterWorker(bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(refused.status().message()), StartsWith("gpus:"));
+  }
 }
 
 }  // namespace

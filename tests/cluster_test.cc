@@ -68,10 +68,10 @@ int CountRankProcesses(const std::string& needle) {
 
 class ClusterTest : public ::testing::Test {
  protected:
-  void StartCluster(int workers, double worker_timeout_s = 10) {
+  void StartCluster(int workers, double worker_timeout_s = 10, const std::string& extra = "") {
     home_ = loom::testing::MakeTempDir("loom_cluster_test");
     auto r = Ctl(absl::StrCat("local up --workers ", workers, " --worker-timeout ",
-                              worker_timeout_s));
+                              worker_timeout_s, " ", extra));
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     auto ctl = cli::ReadReadyFile(home_ + "/run/controller.json");
     ASSERT_TRUE(ctl.ok());
@@ -386,6 +386,31 @@ TEST_F(ClusterTest, CancelledJobEndsCancelledAndItsRanksExit) {
   auto again = Ctl("cancel " + job);
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.err, HasSubstr("FAILED_PRECONDITION"));
+}
+
+// A job that asks for a GPU per rank is placed on a worker that reports one
+// (--gpus 1), the rank is told its GPU, and on this CPU-only LibTorch it
+// fails at once saying why, instead of training on the CPU unasked.
+TEST_F(ClusterTest, GpuJobGetsItsGpuAndFailsClearlyWithoutCuda) {
+  StartCluster(1, 10, "--gpus 1");
+  auto workers = Ctl("-o json workers");
+  ASSERT_EQ(workers.exit_code, 0) << workers.err;
+  EXPECT_THAT(workers.out, HasSubstr("\"gpus\": 1"));
+  std::string path = WriteSpec("gpu", 10, 1, "recovery: {max_restarts: 0}\n");
+  std::string text = *ReadFile(path);
+  const std::string cpu_resources = "resources: {workers: 1, ranks: 1}";
+  ASSERT_NE(text.find(cpu_resources), std::string::npos);
+  text.replace(text.find(cpu_resources), cpu_resources.size(),
+               "resources: {workers: 1, ranks: 1, gpus_per_rank: 1}");
+  ASSERT_TRUE(WriteFileAtomically(path, text).ok());
+  std::string job = Submit(path);
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::FAILED; }, 60))
+      << Status(job).DebugString();
+  loom::v1::Job failed = Status(job);
+  ASSERT_EQ(failed.ranks_size(), 1);
+  EXPECT_EQ(failed.ranks(0).gpu(), 0);
+  EXPECT_THAT(failed.reason(), HasSubstr("device: \"cuda:0\""));
+  EXPECT_THAT(failed.reason(), HasSubstr("needs CUDA"));
 }
 
 TEST_F(ClusterTest, KilledWorkerFailsItsJobWithAReason) {

@@ -1,11 +1,13 @@
 // loom-rank: one training rank, started by loom-worker as a child process.
 //
 // Reads its assignment (loom.v1.StartRank as JSON), joins the job's c10d
-// group (TCPStore at master_addr:master_port, hosted by rank 0; Gloo on CPU),
+// group (TCPStore at master_addr:master_port, hosted by rank 0; Gloo on CPU,
+// NCCL on the GPU the controller assigned with resources.gpus_per_rank 1),
 // trains, and writes one JSON loom.v1.RankEvent per line to stdout. Human
 // logs go to stderr (the worker keeps them in rank-<r>.log). Exit code 0 =
 // training finished; 1 = error (last stderr line says why); 143 = stopped.
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -136,6 +138,14 @@ int main(int argc, char** argv) {
   if (!parsed.ok()) Die(absl::StrCat("bad assignment ", assignment_path, ": ", parsed.ToString()));
 
   loom::engine::TrainerConfig config = ToTrainerConfig(a);
+  // resources.gpus_per_rank 1: the controller gave this rank a GPU of its
+  // own. CUDA numbers devices in PCI order here, as NVML does, so that the
+  // power meter reads the same board.
+  const int gpu = a.spec().resources().gpus_per_rank() > 0 ? a.gpu() : -1;
+  if (gpu >= 0) {
+    setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", /*overwrite=*/0);
+    config.device = absl::StrCat("cuda:", gpu);
+  }
   auto train = loom::engine::ExpandShardPatterns(
       std::vector<std::string>(a.spec().data().train().begin(), a.spec().data().train().end()));
   if (!train.ok()) Die(absl::StrCat("data.train: ", train.status().message()));
@@ -163,8 +173,7 @@ int main(int argc, char** argv) {
     g.rank = a.rank();
     g.world_size = a.world_size();
     g.local_addr = a.local_addr();
-    // Gloo for CPU ranks (every rank today: StartRank names no device, so
-    // config.device stays "cpu"); NCCL for a CUDA device.
+    // Gloo for CPU ranks; NCCL for a CUDA device.
     auto group = loom::engine::CreateProcessGroup(g, config.device);
     if (!group.ok()) {
       Die(absl::StrCat("joining the process group at ", a.master_addr(), ":", a.master_port(),
@@ -185,7 +194,7 @@ int main(int argc, char** argv) {
   const loom::telemetry::StateBytes state_bytes =
       loom::telemetry::Fp32AdamWStateBytes(loom::engine::GptParameterCount(config.model));
   auto power = std::make_shared<loom::telemetry::PowerMeter>(
-      threads, static_cast<int>(std::thread::hardware_concurrency()));
+      threads, static_cast<int>(std::thread::hardware_concurrency()), gpu);
   std::cerr << "loom-rank " << a.rank() << ": power source " << power->source()
             << (power->fallback_reason().empty() ? "" : " (" + power->fallback_reason() + ")")
             << std::endl;

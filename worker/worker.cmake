@@ -9,7 +9,7 @@ loom_test(loom_worker_health_test SRCS health_service_test.cc DEPS loom_worker_h
 
 add_executable(loom-worker worker_main.cc)
 target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_worker_health loom_blas_info
-  loom_cpu_probe absl::flags absl::flags_parse absl::flags_usage)
+  loom_cpu_probe loom_nvml absl::flags absl::flags_parse absl::flags_usage)
 
 # The rank process links LibTorch and protobuf messages, but no gRPC.
 add_executable(loom-rank rank_main.cc)

@@ -192,7 +192,7 @@ absl::Status WorkerAgent::Register() {
   req.set_rack(options_.rack);
   req.set_slots(options_.slots);
   req.set_cpus(static_cast<int>(std::thread::hardware_concurrency()));
-  req.set_gpus(0);
+  req.set_gpus(options_.gpus);
   struct sysinfo si;
   if (sysinfo(&si) == 0) req.set_memory_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
   req.set_metrics_address(options_.metrics_address);

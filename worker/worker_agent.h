@@ -32,6 +32,7 @@ struct WorkerOptions {
   std::string zone;              // failure domains, reported at registration;
   std::string rack;              // empty = not known
   int slots = 1;
+  int gpus = 0;                  // GPUs ranks may train on (CUDA devices 0..gpus-1)
   std::string token;
   std::string rank_binary;
   std::string work_dir;

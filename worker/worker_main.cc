@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
@@ -25,6 +26,7 @@
 #include "worker/blas_info.h"
 #include "worker/cpu_probe.h"
 #include "worker/health_service.h"
+#include "worker/telemetry/nvml.h"
 #include "worker/worker_agent.h"
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:7070", "controller gRPC address");
@@ -39,6 +41,9 @@ ABSL_FLAG(std::string, zone, "",
 ABSL_FLAG(std::string, rack, "",
           "rack this worker runs in, reported at registration (default: $LOOM_RACK)");
 ABSL_FLAG(int, slots, 1, "ranks this worker runs at once");
+ABSL_FLAG(std::string, gpus, "auto",
+          "GPUs ranks may train on (jobs with resources.gpus_per_rank 1): a count, or auto = "
+          "the NVIDIA GPUs NVML sees (0 without a driver)");
 ABSL_FLAG(double, grid_intensity_g_per_kwh, 475,
           "carbon intensity of this node's electricity, g CO2-eq per kWh, for "
           "loom_worker_co2_grams_total (default: the IEA's 2019 world average; set your "
@@ -106,6 +111,17 @@ int main(int argc, char** argv) {
   }
   opts.slots = absl::GetFlag(FLAGS_slots);
   if (opts.slots < 1) return Fail("--slots must be >= 1");
+  if (const std::string gpus = absl::GetFlag(FLAGS_gpus); gpus == "auto") {
+    absl::StatusOr<std::unique_ptr<loom::telemetry::Nvml>> nvml = loom::telemetry::Nvml::Open();
+    absl::StatusOr<int> count =
+        nvml.ok() ? (*nvml)->DeviceCount() : absl::StatusOr<int>(nvml.status());
+    opts.gpus = count.ok() ? *count : 0;
+    if (!count.ok()) {
+      std::cerr << "loom-worker: no GPUs (" << count.status().message() << ")" << std::endl;
+    }
+  } else if (!absl::SimpleAtoi(gpus, &opts.gpus) || opts.gpus < 0 || opts.gpus > 64) {
+    return Fail(absl::StrCat("--gpus must be auto or a count in [0, 64], got \"", gpus, "\""));
+  }
   opts.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (opts.work_dir.empty()) return Fail("--work-dir is required");
   mkdir(opts.work_dir.c_str(), 0755);
@@ -192,7 +208,7 @@ int main(int argc, char** argv) {
   std::cerr << "loom-worker: node " << opts.node
             << (opts.zone.empty() ? "" : absl::StrCat(", zone ", opts.zone))
             << (opts.rack.empty() ? "" : absl::StrCat(", rack ", opts.rack)) << ", "
-            << opts.slots << " slot(s), metrics on "
+            << opts.slots << " slot(s), " << opts.gpus << " GPU(s), metrics on "
             << opts.metrics_address << ", controller " << absl::GetFlag(FLAGS_controller)
             << std::endl;
   std::string ready = absl::GetFlag(FLAGS_ready_file);
