@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "controller/planner/topology.h"
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
@@ -31,6 +32,7 @@
 #include "worker/engine/host_allocator.h"
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/gemm_calibration.h"
+#include "worker/telemetry/nvml.h"
 #include "worker/telemetry/telemetry.h"
 
 namespace {
@@ -114,6 +116,36 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
 
 }  // namespace
 
+namespace {
+
+// Datasheet peak of GPU `gpu` (NVML index) for `precision`, from the
+// planner's catalog; 0, with a line on stderr saying why, when NVML cannot
+// name the board or the catalog does not know it.
+double GpuPeakFlops(int gpu, loom::engine::Precision precision) {
+  absl::StatusOr<std::unique_ptr<loom::telemetry::Nvml>> nvml = loom::telemetry::Nvml::Open();
+  absl::StatusOr<std::string> product =
+      nvml.ok() ? (*nvml)->DeviceName(gpu) : absl::StatusOr<std::string>(nvml.status());
+  absl::StatusOr<loom::planner::DeviceSpec> device =
+      product.ok() ? loom::planner::LookupDeviceByProductName(*product)
+                   : absl::StatusOr<loom::planner::DeviceSpec>(product.status());
+  if (!device.ok()) {
+    std::cerr << "loom-rank: no peak for GPU " << gpu << ", so no MFU: " << device.status()
+              << std::endl;
+    return 0;
+  }
+  const loom::planner::Precision p = precision == loom::engine::Precision::kBf16
+                                         ? loom::planner::Precision::kBf16
+                                     : precision == loom::engine::Precision::kFp16
+                                         ? loom::planner::Precision::kFp16
+                                         : loom::planner::Precision::kFp32;
+  const double peak = device->PeakFlops(p);
+  std::cerr << "loom-rank: GPU " << gpu << " is " << *product << " (" << device->name << "), peak "
+            << peak / 1e12 << " TFLOP/s " << loom::planner::PrecisionName(p) << std::endl;
+  return peak;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string assignment_path;
   for (int i = 1; i + 1 < argc; ++i) {
@@ -182,12 +214,20 @@ int main(int argc, char** argv) {
     pg = *group;
   }
 
-  // Telemetry: this rank's peak from a short GEMM calibration (the job's
-  // peak is that times the ranks), model FLOPs, state bytes, power.
-  const double rank_peak = loom::telemetry::MeasureGemmFlopsPerSecond();
+  // Telemetry: this rank's peak (the job's is that times the ranks): on a
+  // GPU the datasheet figure of the board NVML names, for the training
+  // precision (controller/planner's device catalog; 0, and no MFU, for a
+  // board it does not know); on CPU a short GEMM calibration. Then model
+  // FLOPs, state bytes, power.
+  double rank_peak = 0;
+  if (gpu >= 0) {
+    rank_peak = GpuPeakFlops(gpu, config.model.precision);
+  } else {
+    rank_peak = loom::telemetry::MeasureGemmFlopsPerSecond();
+    std::cerr << "loom-rank " << a.rank() << ": GEMM calibration " << rank_peak / 1e9
+              << " GFLOP/s with " << threads << " thread(s)" << std::endl;
+  }
   const double job_peak = rank_peak * a.world_size();
-  std::cerr << "loom-rank " << a.rank() << ": GEMM calibration " << rank_peak / 1e9
-            << " GFLOP/s with " << threads << " thread(s)" << std::endl;
   loom::telemetry::GptShape shape{config.model.n_layer, config.model.d_model,
                                   config.model.seq_len, config.model.vocab_size};
   const double flops_per_token = loom::telemetry::ModelFlopsPerToken(shape);

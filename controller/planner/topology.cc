@@ -119,6 +119,17 @@ const char* Alias(const std::string& folded) {
 
 }  // namespace
 
+absl::StatusOr<DeviceSpec> LookupDeviceByProductName(absl::string_view product) {
+  const std::string folded = Fold(product);
+  auto has = [&](const char* part) { return folded.find(part) != std::string::npos; };
+  if (has("h200")) return LookupDevice("H200");
+  if (has("h100")) return LookupDevice("H100-SXM");
+  if (has("a100")) return LookupDevice(has("80g") ? "A100-80GB" : "A100-40GB");
+  if (has("v100")) return LookupDevice("V100");
+  return absl::NotFoundError(absl::StrCat("\"", product, "\" is not a GPU Loom knows the peak of (",
+                                          absl::StrJoin(CatalogDeviceNames(), ", "), ")"));
+}
+
 std::vector<std::string> CatalogDeviceNames() {
   std::vector<std::string> names;
   for (const DeviceSpec& device : Catalog()) names.push_back(device.name);

@@ -69,6 +69,13 @@ struct DeviceSpec {
 absl::StatusOr<DeviceSpec> LookupDevice(absl::string_view name);
 std::vector<std::string> CatalogDeviceNames();
 
+// The catalog device an NVIDIA product name is, as NVML and nvidia-smi
+// report it ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "Tesla
+// V100-SXM2-32GB"): by model family (H200; H100 in any form factor gets the
+// SXM figures; A100 with 80GB in the name is the 80 GB one, else 40 GB;
+// V100), case-insensitively. NOT_FOUND for anything else.
+absl::StatusOr<DeviceSpec> LookupDeviceByProductName(absl::string_view product);
+
 // The local CPU as one "device", from figures measured at run time (the
 // worker times a matmul; this library does no measuring). Its bf16/fp16
 // peaks equal the fp32 one (no faster low-precision units are assumed), its

@@ -2,8 +2,10 @@
 
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "controller/planner/topology_yaml.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace loom::planner {
@@ -42,6 +44,29 @@ TEST(CatalogTest, UnknownDeviceListsTheKnownOnes) {
   EXPECT_EQ(device.status().message(),
             "unknown device \"B200\"; known: V100, A100-40GB, A100-80GB, H100-SXM, H200, or "
             "\"cpu\" with a measured peak");
+}
+
+// Product names as NVML reports them map to the catalog (the worker's GPU
+// ranks take their MFU peak from it).
+TEST(CatalogTest, NvidiaProductNamesMapToTheCatalog) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"NVIDIA H200", "H200"},
+      {"NVIDIA H100 80GB HBM3", "H100-SXM"},
+      {"NVIDIA H100 PCIe", "H100-SXM"},
+      {"NVIDIA A100-SXM4-80GB", "A100-80GB"},
+      {"NVIDIA A100-PCIE-40GB", "A100-40GB"},
+      {"Tesla V100-SXM2-32GB", "V100"},
+  };
+  for (const auto& [product, name] : cases) {
+    absl::StatusOr<DeviceSpec> device = LookupDeviceByProductName(product);
+    ASSERT_TRUE(device.ok()) << product << ": " << device.status();
+    EXPECT_EQ(device->name, name) << product;
+  }
+  EXPECT_DOUBLE_EQ(LookupDeviceByProductName("NVIDIA H200")->PeakFlops(Precision::kBf16),
+                   989.4e12);
+  absl::StatusOr<DeviceSpec> unknown = LookupDeviceByProductName("NVIDIA GeForce RTX 4090");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(unknown.status().message()), testing::HasSubstr("RTX 4090"));
 }
 
 TEST(GemmEfficiencyTest, SaturatesWithSize) {

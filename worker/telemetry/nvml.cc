@@ -49,6 +49,7 @@ struct Nvml::Api {
   nvmlReturn_t (*handle_by_index)(unsigned int, nvmlDevice_t*);
   nvmlReturn_t (*total_energy)(nvmlDevice_t, unsigned long long*);
   nvmlReturn_t (*power_usage)(nvmlDevice_t, unsigned int*);
+  nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned int);
   const char* (*error_string)(nvmlReturn_t);
 };
 
@@ -150,6 +151,7 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::Open(const std::string& library) {
   resolve(api->handle_by_index, "nvmlDeviceGetHandleByIndex_v2");
   resolve(api->total_energy, "nvmlDeviceGetTotalEnergyConsumption");
   resolve(api->power_usage, "nvmlDeviceGetPowerUsage");
+  resolve(api->name, "nvmlDeviceGetName");
   resolve(api->error_string, "nvmlErrorString");
   if (!missing.empty()) {
     return absl::FailedPreconditionError(
@@ -203,6 +205,16 @@ absl::StatusOr<uint64_t> Nvml::TotalEnergyMillijoules(int device) const {
     return Error(*api_, rc, "nvmlDeviceGetTotalEnergyConsumption", device);
   }
   return static_cast<uint64_t>(millijoules);
+}
+
+absl::StatusOr<std::string> Nvml::DeviceName(int device) const {
+  absl::StatusOr<void*> handle = Device(device);
+  if (!handle.ok()) return handle.status();
+  char name[96] = {0};  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+  nvmlReturn_t rc = api_->name(static_cast<nvmlDevice_t>(*handle), name, sizeof(name));
+  if (rc != NVML_SUCCESS) return Error(*api_, rc, "nvmlDeviceGetName", device);
+  name[sizeof(name) - 1] = '\0';
+  return std::string(name);
 }
 
 absl::StatusOr<uint32_t> Nvml::PowerMilliwatts(int device) const {

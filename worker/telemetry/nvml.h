@@ -57,6 +57,10 @@ class Nvml {
   // boards an average over about one second, ±5% of the reading).
   absl::StatusOr<uint32_t> PowerMilliwatts(int device) const;
 
+  // nvmlDeviceGetName: the board's product name, e.g. "NVIDIA H200" or
+  // "NVIDIA A100-SXM4-80GB".
+  absl::StatusOr<std::string> DeviceName(int device) const;
+
   struct Api;  // resolved entry points; defined in nvml.cc
 
  private:

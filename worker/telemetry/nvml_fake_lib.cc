@@ -7,6 +7,8 @@
 //   nvmlDeviceGetTotalEnergyConsumption device i starts at (i+1)·1e6 mJ and
 //                                       grows by kEnergyStepMj per call
 //   nvmlDeviceGetPowerUsage             250000 + 1000·i mW
+//   nvmlDeviceGetName                   "NVIDIA H200" (device 0), else
+//                                       "NVIDIA A100-SXM4-80GB"
 // Each entry point returns the NVML code in its environment variable when
 // that is set: LOOM_FAKE_NVML_INIT_RC, LOOM_FAKE_NVML_ENERGY_RC,
 // LOOM_FAKE_NVML_POWER_RC (e.g. 3 = NVML_ERROR_NOT_SUPPORTED, 9 =
@@ -92,6 +94,18 @@ int nvmlDeviceGetPowerUsage(void* device, unsigned int* power) {
   if (d == nullptr || power == nullptr) return 2;
   if (int rc = EnvRc("LOOM_FAKE_NVML_POWER_RC"); rc != 0) return rc;
   *power = 250000u + 1000u * static_cast<unsigned int>(d - g_devices);
+  return 0;
+}
+
+// Device 0 is an H200, the others A100s (names as NVML reports them).
+int nvmlDeviceGetName(void* device, char* name, unsigned int length) {
+  if (g_live_inits == 0) return 1;
+  FakeDevice* d = FromHandle(device);
+  if (d == nullptr || name == nullptr || length == 0) return 2;
+  const char* text = d == g_devices ? "NVIDIA H200" : "NVIDIA A100-SXM4-80GB";
+  unsigned int i = 0;
+  for (; text[i] != '\0' && i + 1 < length; ++i) name[i] = text[i];
+  name[i] = '\0';
   return 0;
 }
 

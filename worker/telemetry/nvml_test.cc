@@ -98,6 +98,15 @@ TEST(NvmlTest, ReadsTheFakeLibrary) {
   ASSERT_TRUE(p1.ok()) << p1.status();
   EXPECT_EQ(*p0, 250000u);
   EXPECT_EQ(*p1, 251000u);
+
+  // Product names, as the rank uses them to look up its GPU's peak.
+  auto n0 = (*nvml)->DeviceName(0);
+  auto n1 = (*nvml)->DeviceName(1);
+  ASSERT_TRUE(n0.ok()) << n0.status();
+  ASSERT_TRUE(n1.ok()) << n1.status();
+  EXPECT_EQ(*n0, "NVIDIA H200");
+  EXPECT_EQ(*n1, "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ((*nvml)->DeviceName(2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(NvmlTest, DeviceOutOfRangeIsInvalidArgument) {
