@@ -288,6 +288,9 @@ int main(int argc, char** argv) {
     m->set_forward_seconds(r.forward_seconds);
     m->set_backward_seconds(r.backward_seconds);
     m->set_host_to_device_seconds(r.host_to_device_seconds);
+    m->set_device_memory_allocated_bytes(static_cast<uint64_t>(r.device_memory_allocated_bytes));
+    m->set_device_memory_reserved_bytes(static_cast<uint64_t>(r.device_memory_reserved_bytes));
+    m->set_device_memory_peak_bytes(static_cast<uint64_t>(r.device_memory_peak_bytes));
     m->set_comm_seconds(r.comm_seconds);
     m->set_optimizer_seconds(r.optimizer_seconds);
     m->set_checkpoint_stall_seconds(r.checkpoint_stall_seconds);

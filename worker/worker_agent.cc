@@ -81,7 +81,8 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
       memory_(metrics::BuildGauge()
                   .Name("loom_worker_memory_bytes")
                   .Help("Memory of a rank by kind: parameters, gradients, optimizer, rss, "
-                        "peak_rss.")
+                        "peak_rss, limit; GPU ranks also device_allocated, device_reserved, "
+                        "device_peak (LibTorch's caching allocator).")
                   .Register(*registry_)),
       power_(metrics::BuildGauge()
                  .Name("loom_worker_power_watts")
@@ -293,6 +294,14 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
     memory_.Add(kind("rss")).Set(static_cast<double>(m.rss_bytes()));
     memory_.Add(kind("peak_rss")).Set(static_cast<double>(m.peak_rss_bytes()));
     if (m.memory_limit_bytes() > 0) memory_.Add(kind("limit")).Set(m.memory_limit_bytes());
+    // GPU ranks: the caching allocator's view of the rank's device.
+    if (m.device_memory_reserved_bytes() > 0) {
+      memory_.Add(kind("device_allocated"))
+          .Set(static_cast<double>(m.device_memory_allocated_bytes()));
+      memory_.Add(kind("device_reserved"))
+          .Set(static_cast<double>(m.device_memory_reserved_bytes()));
+      memory_.Add(kind("device_peak")).Set(static_cast<double>(m.device_memory_peak_bytes()));
+    }
     if (m.step() > 0) {
       const std::pair<const char*, double> phases[] = {
           {"data_wait", m.data_wait_seconds()},
@@ -462,7 +471,8 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
       l["precision"] = precision;
       if (loss_scale_.Has(l)) loss_scale_.Remove(&loss_scale_.Add(l));
     }
-    for (const char* kind : {"parameters", "gradients", "optimizer", "rss", "peak_rss", "limit"}) {
+    for (const char* kind : {"parameters", "gradients", "optimizer", "rss", "peak_rss", "limit",
+                             "device_allocated", "device_reserved", "device_peak"}) {
       metrics::Labels l = labels;
       l["kind"] = kind;
       if (memory_.Has(l)) memory_.Remove(&memory_.Add(l));

@@ -10,7 +10,7 @@ loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom
 # The LibTorch training engine of one rank: model, optimizer, training loop.
 loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc activation_checkpoint.cc autocast.cc
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc
-             DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_sha256
+             DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_device_memory loom_sha256
                   loom_common ${TORCH_LIBRARIES})
 loom_test(loom_gpt_test SRCS gpt_test.cc DEPS loom_engine)
 loom_test(loom_host_allocator_test SRCS host_allocator_test.cc DEPS loom_engine)

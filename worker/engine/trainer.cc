@@ -31,6 +31,7 @@
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_writer.h"
 #include "worker/engine/data.h"
+#include "worker/engine/device_memory.h"
 #include "worker/engine/fused_adamw_torch.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/loss_scaler.h"
@@ -819,6 +820,13 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       report.data_wait_seconds = split.data_wait;
       report.compute_seconds = split.compute;
       report.host_to_device_seconds = split.host_to_device;
+      if (device.is_cuda()) {
+        if (std::optional<DeviceMemory> m = CudaAllocatorMemory(device.index())) {
+          report.device_memory_allocated_bytes = m->allocated_bytes;
+          report.device_memory_reserved_bytes = m->reserved_bytes;
+          report.device_memory_peak_bytes = m->peak_allocated_bytes;
+        }
+      }
       report.forward_seconds = split.forward;
       report.backward_seconds = split.backward;
       report.comm_seconds = split.comm;

@@ -265,6 +265,11 @@ struct StepReport {
   double backward_seconds = 0;
   double host_to_device_seconds = 0;
   double comm_seconds = 0;
+  // Training on a GPU: LibTorch's caching allocator after the step (0 on
+  // CPU, and on a build whose LibTorch has no CUDA); device_memory.h.
+  int64_t device_memory_allocated_bytes = 0;
+  int64_t device_memory_reserved_bytes = 0;
+  int64_t device_memory_peak_bytes = 0;
   double optimizer_seconds = 0;
   double checkpoint_stall_seconds = 0;
   // False when a gradient held inf or NaN and the optimizer step was skipped
