@@ -30,6 +30,7 @@
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 #include "worker/engine/checkpoint_legacy.h"
+#include "worker/engine/optimizer_state_key.h"
 
 namespace loom::engine {
 namespace {
@@ -259,7 +260,7 @@ absl::Status RestoreShard(const ShardView& shard, const CheckpointShape& expecte
             name == names.end() ? std::string("not a model parameter") : name->second,
             ", the checkpoint's ", saved.params[i]));
       }
-      const std::string key = c10::guts::to_string(params[i].unsafeGetTensorImpl());
+      const OptimizerStateKey key = StateKeyOf(params[i]);
       if (saved.steps[i] < 0) {
         optimizer.state().erase(key);
         continue;

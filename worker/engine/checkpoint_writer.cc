@@ -24,6 +24,7 @@
 #include "common/crc32c.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
+#include "worker/engine/optimizer_state_key.h"
 
 namespace loom::engine {
 namespace {
@@ -215,7 +216,7 @@ absl::Status CheckpointWriter::Start(torch::nn::Module& module, torch::optim::Op
             "the optimizer holds a tensor that is not a parameter of the module");
       }
       g.params.push_back(name->second);
-      auto it = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      auto it = optimizer.state().find(StateKeyOf(p));
       const auto* adam = it == optimizer.state().end()
                              ? nullptr
                              : dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());

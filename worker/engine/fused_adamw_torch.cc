@@ -14,6 +14,7 @@
 #include <torch/utils.h>
 
 #include "absl/strings/str_format.h"
+#include "worker/engine/optimizer_state_key.h"
 
 // LOOM_HAVE_TORCH_CUDA: LibTorch has CUDA and nvcc built fused_adamw_cuda.cu
 // (worker/engine/fused_adamw.cmake sets it to 1 only then).
@@ -35,22 +36,10 @@ using torch::optim::AdamWParamState;
 using torch::optim::OptimizerParamGroup;
 using torch::optim::OptimizerParamState;
 
-// The key of Optimizer::state(): LibTorch 1.13 uses the TensorImpl address
-// printed as a string, 2.x the address itself. A template, so that only the
-// branch for the installed LibTorch is instantiated.
-using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
-using StateKey = typename StateMap::key_type;
-
-template <typename Key>
-Key StateKeyOf(const torch::Tensor& param) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream out;  // c10::guts::to_string(ptr) in 1.13 does this
-    out << param.unsafeGetTensorImpl();
-    return out.str();
-  } else {
-    return param.unsafeGetTensorImpl();
-  }
-}
+// Optimizer::state()'s key type differs between LibTorch 1.13 and 2.x
+// (optimizer_state_key.h).
+using StateMap = OptimizerStateMap;
+using StateKey = OptimizerStateKey;
 
 absl::Status CheckHyperparameters(const AdamWOptions& options, size_t group) {
   const double beta1 = std::get<0>(options.betas()), beta2 = std::get<1>(options.betas());
@@ -251,7 +240,7 @@ absl::StatusOr<AdamWStepResult> FusedAdamW::Step(const AdamWStepOptions& options
       }
 
       AdamWParamState* state = nullptr;
-      const StateKey key = StateKeyOf<StateKey>(param);
+      const StateKey key = StateKeyOf(param);
       auto it = state_.find(key);
       if (it != state_.end()) {
         state = static_cast<AdamWParamState*>(it->second.get());
@@ -352,7 +341,7 @@ void FusedAdamW::load(torch::serialize::InputArchive& archive) {
 const AdamWParamState* FindAdamWState(const torch::optim::Optimizer& optimizer,
                                       const torch::Tensor& param) {
   const StateMap& state = optimizer.state();
-  auto it = state.find(StateKeyOf<StateKey>(param));
+  auto it = state.find(StateKeyOf(param));
   return it == state.end() ? nullptr : static_cast<const AdamWParamState*>(it->second.get());
 }
 
