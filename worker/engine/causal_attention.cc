@@ -10,6 +10,7 @@
 
 #include <torch/autograd.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "worker/engine/fused_adamw.h"  // BestSimdLevel
 #include "worker/engine/simd_exp.h"
@@ -339,6 +340,28 @@ bool CausalSelfAttentionSupports(const torch::Tensor& qkv, int64_t n_head) {
 
 torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head) {
   return CausalSelfAttentionFunction::apply(qkv, n_head);
+}
+
+torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t n_head, double dropout) {
+#if TORCH_VERSION_MAJOR >= 2
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0 && (qkv.size(2) / 3) % n_head == 0,
+              "CausalAttention: bad qkv ", qkv.sizes(), " for n_head ", n_head);
+  const int64_t batch = qkv.size(0), time = qkv.size(1), d = qkv.size(2) / 3;
+  std::vector<torch::Tensor> parts = qkv.split(d, /*dim=*/2);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.view({batch, time, n_head, d / n_head}).transpose(1, 2);
+  };
+  return torch::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                             /*attn_mask=*/{}, dropout, /*is_causal=*/true)
+      .transpose(1, 2)
+      .contiguous()
+      .view({batch, time, d});
+#else
+  if (dropout == 0.0 && CausalSelfAttentionSupports(qkv, n_head)) {
+    return CausalSelfAttention(qkv, n_head);
+  }
+  return CausalSelfAttentionReference(qkv, n_head, dropout);
+#endif
 }
 
 torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_head,

@@ -54,6 +54,14 @@ bool CausalSelfAttentionSupports(const torch::Tensor& qkv, int64_t n_head);
 // Throws c10::Error when !CausalSelfAttentionSupports(qkv, n_head).
 torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head);
 
+// What the GPT's attention calls: y [B, T, d] as above, with dropout of
+// probability `dropout` on the probabilities. LibTorch 2.x:
+// torch::scaled_dot_product_attention(is_causal) on any device (flash /
+// memory-efficient kernels on GPU). LibTorch 1.13, which has no SDPA:
+// CausalSelfAttention when it supports qkv and dropout is 0, else the
+// unfused reference.
+torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t n_head, double dropout = 0.0);
+
 // The unfused reference (any device or dtype): the expression above with
 // LibTorch operators, with dropout of probability `dropout` on the attention
 // probabilities when it is > 0. For tests and for inputs the kernel does

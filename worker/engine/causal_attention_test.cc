@@ -107,6 +107,20 @@ TEST(CausalAttention, NonFiniteInputsPropagate) {
   }
 }
 
+// What the model calls (SDPA on LibTorch 2.x, the blocked kernel on 1.13, the
+// reference for other dtypes) has a correct causal mask: it equals the
+// reference, fp32 and bf16.
+TEST(CausalAttention, DispatchMatchesTheReference) {
+  torch::manual_seed(17);
+  const torch::Tensor qkv = torch::randn({2, 70, 3 * 48});
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::allclose(CausalAttention(qkv, 3), CausalSelfAttentionReference(qkv, 3), 1e-5,
+                              1e-5));
+  const torch::Tensor half = qkv.to(torch::kBFloat16);
+  EXPECT_TRUE(torch::allclose(CausalAttention(half, 3).to(torch::kFloat),
+                              CausalSelfAttentionReference(half, 3).to(torch::kFloat), 2e-2, 2e-2));
+}
+
 TEST(CausalAttention, SupportsOnlyCpuFp32WithHeadsDividingD) {
   EXPECT_TRUE(CausalSelfAttentionSupports(torch::zeros({1, 4, 12}), 2));
   EXPECT_FALSE(CausalSelfAttentionSupports(torch::zeros({1, 4, 12}), 5));

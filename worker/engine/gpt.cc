@@ -13,7 +13,6 @@
 #include <torch/nn/init.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/utils.h>
-#include <torch/version.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,13 +21,6 @@
 #include "worker/engine/causal_attention.h"
 #include "worker/engine/fused_loss.h"
 #include "worker/engine/gelu.h"
-
-// LibTorch >= 2.0 has scaled_dot_product_attention.
-#if TORCH_VERSION_MAJOR >= 2
-#define LOOM_HAVE_SDPA 1
-#else
-#define LOOM_HAVE_SDPA 0
-#endif
 
 namespace loom::engine {
 namespace {
@@ -40,7 +32,7 @@ constexpr double kInitStd = 0.02;
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GptConfig& c)
-      : n_head_(c.n_head), d_model_(c.d_model) {
+      : n_head_(c.n_head) {
     c_attn_ = register_module("c_attn", torch::nn::Linear(c.d_model, 3 * c.d_model));
     c_proj_ = register_module("c_proj", torch::nn::Linear(c.d_model, c.d_model));
     attn_drop_ = register_module("attn_drop", torch::nn::Dropout(c.dropout));
@@ -50,37 +42,13 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     const torch::Tensor qkv = c_attn_(x);  // [B, T, 3d]
     const double dropout = is_training() ? attn_drop_->options.p() : 0.0;
-    torch::Tensor y;
-#if LOOM_HAVE_SDPA
-    // LibTorch 2.x: its scaled-dot-product attention (flash / memory-
-    // efficient kernels on GPU, a fused kernel on CPU), causal.
-    const int64_t batch = x.size(0), time = x.size(1);
-    const int64_t head_dim = d_model_ / n_head_;
-    std::vector<torch::Tensor> parts = qkv.split(d_model_, /*dim=*/2);
-    auto heads = [&](const torch::Tensor& t) {
-      return t.view({batch, time, n_head_, head_dim}).transpose(1, 2);
-    };
-    y = torch::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
-                                            /*attn_mask=*/{}, dropout, /*is_causal=*/true)
-            .transpose(1, 2)
-            .contiguous()
-            .view({batch, time, d_model_});
-#else
-    // LibTorch 1.13 has no SDPA: Loom's blocked causal kernel for CPU fp32
-    // (causal_attention.h), the unfused expression for anything else
-    // (bf16 autocast, attention dropout).
-    if (dropout == 0.0 && CausalSelfAttentionSupports(qkv, n_head_)) {
-      y = CausalSelfAttention(qkv, n_head_);
-    } else {
-      y = CausalSelfAttentionReference(qkv, n_head_, dropout);
-    }
-#endif
+    // SDPA on LibTorch 2.x; Loom's blocked kernel on 1.13 (causal_attention.h).
+    const torch::Tensor y = CausalAttention(qkv, n_head_, dropout);
     return resid_drop_(c_proj_(y));
   }
 
  private:
   int64_t n_head_;
-  int64_t d_model_;
   torch::nn::Linear c_attn_{nullptr}, c_proj_{nullptr};
   torch::nn::Dropout attn_drop_{nullptr}, resid_drop_{nullptr};
 };
