@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/telemetry/scoped_env.h"
 
 #ifndef LOOM_FAKE_NVML_PATH
 #error "LOOM_FAKE_NVML_PATH must name the nvml_fake_lib.cc shared library"
@@ -37,23 +38,6 @@ TEST(TelemetryTest, RssIsReadFromProc) {
   EXPECT_GE(r.peak, r.current);
 }
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // A scratch directory for fake sysfs files, removed at the end of the test.
 class PowerMeterTest : public ::testing::Test {
