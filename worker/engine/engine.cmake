@@ -12,6 +12,24 @@ loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc activation_checkpoi
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc
              DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_device_memory loom_sha256
                   loom_common ${TORCH_LIBRARIES})
+# LibTorch with CUDA (its torch_cuda target; never Debian's CPU build) defines
+# USE_C10D_NCCL, and trainer.cc then includes ProcessGroupNCCL.hpp, which
+# includes <nccl.h>. PyTorch's wheels do not ship it under torch/include: it
+# is in the nvidia-nccl wheel beside torch (site-packages/nvidia/...), or
+# libnccl-dev, or NCCL_INCLUDE_DIR / NCCL_ROOT.
+if(TARGET torch_cuda)
+  get_filename_component(LOOM_TORCH_SITE_PACKAGES "${Torch_DIR}/../../../.." ABSOLUTE)
+  find_path(LOOM_NCCL_INCLUDE_DIR nccl.h
+            HINTS $ENV{NCCL_INCLUDE_DIR} $ENV{NCCL_ROOT}/include
+                  ${LOOM_TORCH_SITE_PACKAGES}/nvidia/nccl/include
+                  ${LOOM_TORCH_SITE_PACKAGES}/nvidia/cu13/include ${CUDAToolkit_INCLUDE_DIRS})
+  if(LOOM_NCCL_INCLUDE_DIR)
+    target_include_directories(loom_engine PRIVATE ${LOOM_NCCL_INCLUDE_DIR})
+  else()
+    message(WARNING "Loom: LibTorch has CUDA but nccl.h was not found (set NCCL_INCLUDE_DIR); "
+                    "trainer.cc will not compile with USE_C10D_NCCL")
+  endif()
+endif()
 loom_test(loom_gpt_test SRCS gpt_test.cc DEPS loom_engine)
 loom_test(loom_host_allocator_test SRCS host_allocator_test.cc DEPS loom_engine)
 loom_test(loom_activation_checkpoint_test SRCS activation_checkpoint_test.cc DEPS loom_engine)
