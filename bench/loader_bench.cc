@@ -27,6 +27,7 @@
 #include "bench/issue6_config.h"
 #include "worker/engine/data.h"
 #include "worker/engine/host_allocator.h"
+#include "worker/engine/openmp_wait.h"
 #include "worker/engine/trainer.h"
 
 namespace fs = std::filesystem;
@@ -60,6 +61,8 @@ Outcome Run(const loom::engine::TrainerConfig& config, int warmup) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As loom-rank runs the engine (openmp_wait.h).
+  (void)loom::engine::ReexecWithPassiveOpenMpWait(argv);
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   const int warmup = argc > 2 ? std::atoi(argv[2]) : 2;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;

@@ -65,6 +65,7 @@
 #include "worker/engine/cpu_memory_meter.h"
 #include "worker/engine/data.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/openmp_wait.h"
 #include "worker/engine/trainer.h"
 
 extern char** environ;
@@ -235,6 +236,9 @@ bool SpawnChild(const char* self, const std::vector<std::string>& args, ChildRes
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As loom-rank runs the engine (openmp_wait.h); the children inherit the
+  // environment, so every configuration runs with the same policy.
+  (void)loom::engine::ReexecWithPassiveOpenMpWait(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string child_mode, shard;
   if (args.size() >= 3 && args[0] == "--child") {

@@ -100,19 +100,31 @@ bench_train() {
   "$BUILD_DIR/bin/loom_train_bench" "$steps" "$warmup" "$threads" "$loom_profile" \
     "$TRAIN_TURNS/to_loom" "$TRAIN_TURNS/to_pytorch" >"$TRAIN_TURNS/loom.out" &
   TRAIN_LOOM_PID=$!
-  # Host memory: the Loom side keeps freed memory for the next step, as
-  # loom-rank does (worker/engine/host_allocator.h: no mmap per large block,
-  # no trimming); PyTorch eager runs as shipped, on glibc's default.
-  # TRAIN_PYTORCH_ALLOCATOR=retain gives the PyTorch side the same policy
-  # through GLIBC_TUNABLES (PyTorch gains 15-30% from it here: its
-  # [tokens x vocab] log_softmax buffers are page-faulted in every step);
-  # TRAIN_DEFAULT_ALLOCATOR=1 leaves both sides on glibc's default.
+  # Process policy: the Loom side runs as loom-rank does, keeping freed host
+  # memory for the next step (worker/engine/host_allocator.h: no mmap per
+  # large block, no trimming) and with OpenMP threads that wait passively
+  # (worker/engine/openmp_wait.h); PyTorch eager runs as shipped, on glibc's
+  # and OpenMP's defaults. TRAIN_LIKE_FOR_LIKE=1 gives the PyTorch side both
+  # policies through its environment (GLIBC_TUNABLES, OMP_WAIT_POLICY);
+  # TRAIN_PYTORCH_ALLOCATOR=retain gives it the allocator policy alone.
+  # TRAIN_DEFAULT_ALLOCATOR=1 leaves both sides on glibc's default, and an
+  # OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment applies to both.
   local torch_env=()
-  if [ "${TRAIN_PYTORCH_ALLOCATOR:-default}" = retain ] && [ "${TRAIN_DEFAULT_ALLOCATOR:-0}" != 1 ]; then
-    torch_env=(GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647)
+  if [ "${TRAIN_DEFAULT_ALLOCATOR:-0}" != 1 ] &&
+     { [ "${TRAIN_PYTORCH_ALLOCATOR:-default}" = retain ] || [ "${TRAIN_LIKE_FOR_LIKE:-0}" = 1 ]; }; then
+    torch_env+=(GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647)
     echo "host allocator: pytorch side also keeps freed memory (${torch_env[0]})"
   else
-    echo "host allocator: pytorch side on glibc's default (TRAIN_PYTORCH_ALLOCATOR=retain to change)"
+    echo "host allocator: pytorch side on glibc's default (TRAIN_LIKE_FOR_LIKE=1 to change)"
+  fi
+  if [ -n "${OMP_WAIT_POLICY+x}${GOMP_SPINCOUNT+x}" ]; then
+    echo "openmp wait: both sides as the environment says" \
+      "(OMP_WAIT_POLICY=${OMP_WAIT_POLICY-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT-})"
+  elif [ "${TRAIN_LIKE_FOR_LIKE:-0}" = 1 ]; then
+    torch_env+=(OMP_WAIT_POLICY=PASSIVE)
+    echo "openmp wait: pytorch side also waits passively (OMP_WAIT_POLICY=PASSIVE)"
+  else
+    echo "openmp wait: pytorch side on OpenMP's default, spinning (TRAIN_LIKE_FOR_LIKE=1 to change)"
   fi
   # Debian's interpreter explicitly: the first python3 on PATH may be another
   # one, without torch.

@@ -66,6 +66,7 @@
 #include "worker/engine/fused_loss.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/host_allocator.h"
+#include "worker/engine/openmp_wait.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/gemm_calibration.h"
@@ -369,6 +370,10 @@ void Profile(const loom::engine::TrainerConfig& config, const torch::Tensor& inp
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As loom-rank runs the engine: OpenMP threads wait passively
+  // (openmp_wait.h; same pid, so run.sh's wait and kill still apply). An
+  // OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment is kept.
+  const absl::Status openmp_wait = loom::engine::ReexecWithPassiveOpenMpWait(argv);
   const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 23;
   const int64_t warmup = argc > 2 ? std::atoll(argv[2]) : 3;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
@@ -394,6 +399,9 @@ int main(int argc, char** argv) {
   } else {
     std::printf("host allocator: glibc default (TRAIN_DEFAULT_ALLOCATOR=1)\n");
   }
+  std::printf("openmp wait: %s\n", openmp_wait.ok()
+                                       ? loom::engine::OpenMpWaitPolicyDescription().c_str()
+                                       : openmp_wait.ToString().c_str());
   const loom::engine::TrainerConfig config = loom::bench::Issue6GptConfig(steps);
   const int64_t tokens_per_step = int64_t{config.global_batch} * config.model.seq_len;
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -202,6 +203,25 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   for (const auto& t : job.history()) states.push_back(t.to());
   EXPECT_THAT(states, ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED,
                                              loom::v1::RUNNING, loom::v1::SUCCEEDED));
+
+  // Each rank re-executed itself with passive OpenMP waiting (unless the
+  // environment chose a policy) and says so in its log under the worker's
+  // work directory.
+  int rank_logs = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(home_)) {
+    if (entry.path().filename() != "rank-0.log" && entry.path().filename() != "rank-1.log") {
+      continue;
+    }
+    if (entry.path().parent_path().filename() != "tiny-1") continue;
+    ++rank_logs;
+    auto log = ReadFile(entry.path().string());
+    ASSERT_TRUE(log.ok());
+    const bool chosen = getenv("OMP_WAIT_POLICY") != nullptr || getenv("GOMP_SPINCOUNT") != nullptr;
+    EXPECT_THAT(*log, HasSubstr(chosen ? "(from the environment)"
+                                       : "OpenMP wait OMP_WAIT_POLICY=PASSIVE (set by Loom)"))
+        << entry.path();
+  }
+  EXPECT_EQ(rank_logs, 2);
   // The catalog lists steps 20, 40, 60. Retention keeps the newest 2 plus a
   // rollback target 100 steps back (spike detection is on), so all remain.
   auto ckpts = Ctl("-o json checkpoints tiny-1");

@@ -30,6 +30,7 @@
 #include "worker/engine/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/host_allocator.h"
+#include "worker/engine/openmp_wait.h"
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/gemm_calibration.h"
 #include "worker/telemetry/nvml.h"
@@ -147,6 +148,11 @@ double GpuPeakFlops(int gpu, loom::engine::Precision precision) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything else runs or prints: OpenMP threads that wait passively
+  // instead of spinning, since this process's OpenMP team and OpenBLAS's
+  // threads share the cores (openmp_wait.h). Replaces the process image
+  // (same pid) unless the environment chose a policy.
+  const absl::Status openmp_wait = loom::engine::ReexecWithPassiveOpenMpWait(argv);
   std::string assignment_path;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--assignment") assignment_path = argv[i + 1];
@@ -162,6 +168,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = loom::engine::RetainFreedHostMemory(); !s.ok()) {
     std::cerr << "loom-rank: host allocator left as it is: " << s << std::endl;
   }
+  if (!openmp_wait.ok()) std::cerr << "loom-rank: " << openmp_wait.message() << std::endl;
 
   auto text = loom::ReadFile(assignment_path);
   if (!text.ok()) Die(absl::StrCat("cannot read assignment: ", text.status().message()));
@@ -194,7 +201,7 @@ int main(int argc, char** argv) {
   loom::worker::BlasInfo blas = loom::worker::DetectBlas();
   std::cerr << "loom-rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()
             << ": " << threads << " thread(s), BLAS " << blas.vendor << " (" << blas.path << ")"
-            << std::endl;
+            << ", OpenMP wait " << loom::engine::OpenMpWaitPolicyDescription() << std::endl;
   if (!blas.optimized) std::cerr << "WARNING: slow reference BLAS in use" << std::endl;
 
   std::shared_ptr<c10d::ProcessGroup> pg;

@@ -9,7 +9,7 @@ loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom
 
 # The LibTorch training engine of one rank: model, optimizer, training loop.
 loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc activation_checkpoint.cc autocast.cc
-                              cpu_memory_meter.cc loss_scaler.cc host_allocator.cc
+                              cpu_memory_meter.cc loss_scaler.cc host_allocator.cc openmp_wait.cc
              DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_device_memory loom_sha256
                   loom_common ${TORCH_LIBRARIES})
 # LibTorch with CUDA (its torch_cuda target; never Debian's CPU build) defines
@@ -32,6 +32,14 @@ if(TARGET torch_cuda)
 endif()
 loom_test(loom_gpt_test SRCS gpt_test.cc DEPS loom_engine)
 loom_test(loom_host_allocator_test SRCS host_allocator_test.cc DEPS loom_engine)
+# ReexecWithPassiveOpenMpWait (openmp_wait.h), checked in a helper process
+# whose OpenMP runtime reports the spin count it uses.
+add_executable(loom_openmp_wait_helper openmp_wait_helper.cc)
+target_link_libraries(loom_openmp_wait_helper PRIVATE loom_engine OpenMP::OpenMP_CXX)
+loom_test(loom_openmp_wait_test SRCS openmp_wait_test.cc DEPS loom_engine absl::strings)
+add_dependencies(loom_openmp_wait_test loom_openmp_wait_helper)
+target_compile_definitions(loom_openmp_wait_test PRIVATE
+  LOOM_OPENMP_WAIT_HELPER="$<TARGET_FILE:loom_openmp_wait_helper>")
 loom_test(loom_activation_checkpoint_test SRCS activation_checkpoint_test.cc DEPS loom_engine)
 loom_test(loom_loss_scaler_test SRCS loss_scaler_test.cc DEPS loom_engine)
 loom_test(loom_precision_test SRCS precision_test.cc DEPS loom_engine TIMEOUT 600)
