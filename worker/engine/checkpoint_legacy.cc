@@ -8,6 +8,7 @@
 #include <ATen/core/Generator.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -94,6 +95,16 @@ absl::Status Restore(absl::string_view bytes, const CheckpointShape& expected,
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint format ", value.toStringRef(), ", expected ", kFormatV2));
   }
+#if TORCH_VERSION_MAJOR >= 2
+  // These formats hold torch::optim's own archive, whose state keys
+  // LibTorch 1.13 wrote as "0x..." address strings and 2.x reads as decimal
+  // numbers: every parameter's state would land on one key. Refused before
+  // anything is restored.
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint format ", value.toStringRef(), " holds LibTorch 1.13's optimizer archive, which "
+      "LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
+      " cannot read back; resume it with a LibTorch 1.13 build of Loom, or start a new job"));
+#endif
   root.read("model_config", value);
   if (value.toStringRef() != expected.model) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "worker/engine/checkpoint_writer.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/optimizer_state_key.h"
 #include "worker/engine/optimizer.h"
 
 namespace loom::engine {
@@ -61,7 +62,7 @@ struct Replica {
     std::vector<torch::Tensor> out;
     for (const torch::Tensor& p : model->parameters()) {
       out.push_back(p.detach().clone());
-      auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      auto it = optimizer->state().find(StateKeyOf(p));
       if (it == optimizer->state().end()) continue;
       auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
       out.push_back(s.exp_avg().clone());

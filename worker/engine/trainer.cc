@@ -36,6 +36,7 @@
 #include "worker/engine/gpt.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/process_group_handle.h"
 
 namespace loom::engine {
 namespace {
@@ -875,33 +876,6 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config,
 
 namespace {
 
-// LibTorch 2.x split c10d's ProcessGroup (the front end) from the backends
-// (Gloo, NCCL), to which it dispatches by the tensors' device type; in 1.13
-// a backend is a ProcessGroup itself. Either way the group is returned as a
-// shared_ptr whose deleter owns one intrusive reference; the group dies when
-// both the last shared_ptr and any intrusive_ptr are gone.
-template <typename BackendImpl>
-std::shared_ptr<c10d::ProcessGroup> AsProcessGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   c10::intrusive_ptr<BackendImpl> backend,
-                                                   const GlooGroupOptions& options, bool nccl) {
-#if TORCH_VERSION_MAJOR >= 2
-  const auto type =
-      nccl ? c10d::ProcessGroup::BackendType::NCCL : c10d::ProcessGroup::BackendType::GLOO;
-  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, options.rank, options.world_size);
-  group->setBackend(nccl ? c10::DeviceType::CUDA : c10::DeviceType::CPU, type,
-                    c10::intrusive_ptr<c10d::Backend>(std::move(backend)));
-  group->setDefaultBackend(type);
-#else
-  (void)store;
-  (void)options;
-  (void)nccl;
-  c10::intrusive_ptr<c10d::ProcessGroup> group = std::move(backend);
-#endif
-  c10d::ProcessGroup* raw = group.get();
-  return std::shared_ptr<c10d::ProcessGroup>(
-      raw, [owner = std::move(group)](c10d::ProcessGroup*) mutable { owner.reset(); });
-}
-
 // A group whose rendezvous is a c10d TCPStore that rank 0 hosts; Gloo
 // unless `nccl` (then the caller has checked USE_C10D_NCCL).
 absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> MakeProcessGroup(
@@ -939,7 +913,7 @@ absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> MakeProcessGroup(
       return AsProcessGroup(store,
                             c10::make_intrusive<c10d::ProcessGroupNCCL>(
                                 store, options.rank, options.world_size, nccl_options),
-                            options, /*nccl=*/true);
+                            options.rank, options.world_size, /*nccl=*/true);
     }
 #endif
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -950,7 +924,7 @@ absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> MakeProcessGroup(
     return AsProcessGroup(store,
                           c10::make_intrusive<c10d::ProcessGroupGloo>(
                               store, options.rank, options.world_size, gloo_options),
-                          options, /*nccl=*/false);
+                          options.rank, options.world_size, /*nccl=*/false);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("creating the ", nccl ? "NCCL" : "Gloo",
                                             " process group (rank ", options.rank, " of ",

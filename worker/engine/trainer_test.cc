@@ -32,6 +32,7 @@
 #include "worker/engine/checkpoint_inspect.h"
 #include "worker/engine/data.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/process_group_handle.h"
 #include "worker/engine/optimizer.h"
 
 namespace loom::engine {
@@ -81,10 +82,9 @@ std::shared_ptr<c10d::ProcessGroup> MakeGlooRank(const c10::intrusive_ptr<c10d::
                                                  int rank, int world_size) {
   auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
-  c10d::ProcessGroup* raw = group.get();
-  return std::shared_ptr<c10d::ProcessGroup>(
-      raw, [owner = std::move(group)](c10d::ProcessGroup*) mutable { owner.reset(); });
+  return AsProcessGroup(
+      store, c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options), rank,
+      world_size, /*nccl=*/false);
 }
 
 // "<dir>/step-<9 digits>": the directory of checkpoint `step`.
