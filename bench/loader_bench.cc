@@ -62,7 +62,7 @@ Outcome Run(const loom::engine::TrainerConfig& config, int warmup) {
 
 int main(int argc, char** argv) {
   // As loom-rank runs the engine (openmp_wait.h).
-  (void)loom::engine::ReexecWithPassiveOpenMpWait(argv);
+  (void)loom::engine::ReexecWithShortOpenMpSpin(argv);
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   const int warmup = argc > 2 ? std::atoi(argv[2]) : 2;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;

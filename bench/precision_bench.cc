@@ -238,7 +238,7 @@ bool SpawnChild(const char* self, const std::vector<std::string>& args, ChildRes
 int main(int argc, char** argv) {
   // As loom-rank runs the engine (openmp_wait.h); the children inherit the
   // environment, so every configuration runs with the same policy.
-  (void)loom::engine::ReexecWithPassiveOpenMpWait(argv);
+  (void)loom::engine::ReexecWithShortOpenMpSpin(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string child_mode, shard;
   if (args.size() >= 3 && args[0] == "--child") {

@@ -102,10 +102,11 @@ bench_train() {
   TRAIN_LOOM_PID=$!
   # Process policy: the Loom side runs as loom-rank does, keeping freed host
   # memory for the next step (worker/engine/host_allocator.h: no mmap per
-  # large block, no trimming) and with OpenMP threads that wait passively
-  # (worker/engine/openmp_wait.h); PyTorch eager runs as shipped, on glibc's
-  # and OpenMP's defaults. TRAIN_LIKE_FOR_LIKE=1 gives the PyTorch side both
-  # policies through its environment (GLIBC_TUNABLES, OMP_WAIT_POLICY);
+  # large block, no trimming) and with OpenMP threads that spin only briefly
+  # before they sleep (worker/engine/openmp_wait.h); PyTorch eager runs as
+  # shipped, on glibc's and OpenMP's defaults. TRAIN_LIKE_FOR_LIKE=1 gives the
+  # PyTorch side both policies through its environment (GLIBC_TUNABLES,
+  # GOMP_SPINCOUNT);
   # TRAIN_PYTORCH_ALLOCATOR=retain gives it the allocator policy alone.
   # TRAIN_DEFAULT_ALLOCATOR=1 leaves both sides on glibc's default, and an
   # OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment applies to both.
@@ -121,8 +122,9 @@ bench_train() {
     echo "openmp wait: both sides as the environment says" \
       "(OMP_WAIT_POLICY=${OMP_WAIT_POLICY-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT-})"
   elif [ "${TRAIN_LIKE_FOR_LIKE:-0}" = 1 ]; then
-    torch_env+=(OMP_WAIT_POLICY=PASSIVE)
-    echo "openmp wait: pytorch side also waits passively (OMP_WAIT_POLICY=PASSIVE)"
+    # kTrainingSpinCount in worker/engine/openmp_wait.h
+    torch_env+=(GOMP_SPINCOUNT=30000)
+    echo "openmp wait: pytorch side also spins briefly (GOMP_SPINCOUNT=30000)"
   else
     echo "openmp wait: pytorch side on OpenMP's default, spinning (TRAIN_LIKE_FOR_LIKE=1 to change)"
   fi

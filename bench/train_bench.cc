@@ -370,10 +370,10 @@ void Profile(const loom::engine::TrainerConfig& config, const torch::Tensor& inp
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As loom-rank runs the engine: OpenMP threads wait passively
+  // As loom-rank runs the engine: OpenMP threads spin only briefly
   // (openmp_wait.h; same pid, so run.sh's wait and kill still apply). An
   // OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment is kept.
-  const absl::Status openmp_wait = loom::engine::ReexecWithPassiveOpenMpWait(argv);
+  const absl::Status openmp_wait = loom::engine::ReexecWithShortOpenMpSpin(argv);
   const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 23;
   const int64_t warmup = argc > 2 ? std::atoll(argv[2]) : 3;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;

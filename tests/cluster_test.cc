@@ -204,7 +204,7 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   EXPECT_THAT(states, ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED,
                                              loom::v1::RUNNING, loom::v1::SUCCEEDED));
 
-  // Each rank re-executed itself with passive OpenMP waiting (unless the
+  // Each rank re-executed itself with a short OpenMP spin (unless the
   // environment chose a policy) and says so in its log under the worker's
   // work directory.
   int rank_logs = 0;
@@ -218,7 +218,7 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
     ASSERT_TRUE(log.ok());
     const bool chosen = getenv("OMP_WAIT_POLICY") != nullptr || getenv("GOMP_SPINCOUNT") != nullptr;
     EXPECT_THAT(*log, HasSubstr(chosen ? "(from the environment)"
-                                       : "OpenMP wait OMP_WAIT_POLICY=PASSIVE (set by Loom)"))
+                                       : "OpenMP wait GOMP_SPINCOUNT=30000 (set by Loom)"))
         << entry.path();
   }
   EXPECT_EQ(rank_logs, 2);

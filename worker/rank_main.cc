@@ -148,11 +148,11 @@ double GpuPeakFlops(int gpu, loom::engine::Precision precision) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Before anything else runs or prints: OpenMP threads that wait passively
-  // instead of spinning, since this process's OpenMP team and OpenBLAS's
-  // threads share the cores (openmp_wait.h). Replaces the process image
+  // Before anything else runs or prints: OpenMP threads that spin only
+  // briefly before they sleep, since this process's OpenMP team and
+  // OpenBLAS's threads share the cores (openmp_wait.h). Replaces the process image
   // (same pid) unless the environment chose a policy.
-  const absl::Status openmp_wait = loom::engine::ReexecWithPassiveOpenMpWait(argv);
+  const absl::Status openmp_wait = loom::engine::ReexecWithShortOpenMpSpin(argv);
   std::string assignment_path;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--assignment") assignment_path = argv[i + 1];

@@ -32,7 +32,7 @@ if(TARGET torch_cuda)
 endif()
 loom_test(loom_gpt_test SRCS gpt_test.cc DEPS loom_engine)
 loom_test(loom_host_allocator_test SRCS host_allocator_test.cc DEPS loom_engine)
-# ReexecWithPassiveOpenMpWait (openmp_wait.h), checked in a helper process
+# ReexecWithShortOpenMpSpin (openmp_wait.h), checked in a helper process
 # whose OpenMP runtime reports the spin count it uses.
 add_executable(loom_openmp_wait_helper openmp_wait_helper.cc)
 target_link_libraries(loom_openmp_wait_helper PRIVATE loom_engine OpenMP::OpenMP_CXX)

@@ -34,25 +34,26 @@ std::string OpenMpWaitPolicyDescription() {
   return out;
 }
 
-absl::Status ReexecWithPassiveOpenMpWait(char** argv) {
+absl::Status ReexecWithShortOpenMpSpin(char** argv) {
   if (OpenMpWaitPolicyChosen()) return absl::OkStatus();
   if (argv == nullptr || argv[0] == nullptr) {
-    return absl::InvalidArgumentError("ReexecWithPassiveOpenMpWait: no argv");
+    return absl::InvalidArgumentError("ReexecWithShortOpenMpSpin: no argv");
   }
+  const std::string spin = std::to_string(kTrainingSpinCount);
   // Both set before exec, so the new image never comes back here.
-  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0 || setenv(kSetByLoom, "1", 1) != 0) {
+  if (setenv("GOMP_SPINCOUNT", spin.c_str(), 1) != 0 || setenv(kSetByLoom, "1", 1) != 0) {
     return absl::InternalError(
-        absl::StrCat("ReexecWithPassiveOpenMpWait: setenv: ", std::strerror(errno)));
+        absl::StrCat("ReexecWithShortOpenMpSpin: setenv: ", std::strerror(errno)));
   }
   execv("/proc/self/exe", argv);
   const int err = errno;
   // Still the old image, whose OpenMP runtime has read the old policy: say
   // so truthfully in OpenMpWaitPolicyDescription.
-  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("GOMP_SPINCOUNT");
   unsetenv(kSetByLoom);
-  return absl::InternalError(absl::StrCat(
-      "cannot re-execute /proc/self/exe with OMP_WAIT_POLICY=PASSIVE (", std::strerror(err),
-      "); OpenMP threads keep the runtime's default, spinning wait"));
+  return absl::InternalError(absl::StrCat("cannot re-execute /proc/self/exe with GOMP_SPINCOUNT=",
+                                          spin, " (", std::strerror(err),
+                                          "); OpenMP threads keep the runtime's default spinning"));
 }
 
 }  // namespace loom::engine

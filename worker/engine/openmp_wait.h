@@ -1,24 +1,36 @@
 // OpenMP wait policy of a training process (issue 6, the fused step).
 //
 // A CPU training step alternates between two thread pools on the same cores:
-// LibTorch's element-wise and reduction operators (and Loom's kernels) run on
-// the OpenMP team, the matrix products on OpenBLAS's own threads. By default
-// GNU OpenMP lets the team's threads spin for a while after each parallel
-// region, and on a machine with as many threads as cores that spinning takes
-// the cores from the BLAS threads of the matrix product that follows. On
-// issue 6's configuration (2 threads, 2 cores) the transformer blocks'
-// forward + backward ran 1.75x faster with the team waiting passively
-// (median 0.455 -> 0.26 s per step, same binary; bench/train: 1594 -> 1788
-// tok/s).
+// LibTorch's element-wise and reduction operators, its bf16 matrix products
+// (oneDNN) and Loom's kernels run on the OpenMP team; the fp32 matrix
+// products run on OpenBLAS's own threads. After each parallel region GNU
+// OpenMP lets the team spin for GOMP_SPINCOUNT iterations (300000 by
+// default, several milliseconds) before it sleeps, and on a machine with as
+// many threads as cores that spinning takes the cores from the BLAS threads
+// of the matrix product that follows. Not spinning at all
+// (OMP_WAIT_POLICY=PASSIVE) fixes that but makes every one of oneDNN's many
+// short regions wake sleeping threads. Measured on issue 6's configurations
+// (2 threads, 2 cores, same binaries, medians):
 //
-// GNU OpenMP (and LLVM's) read OMP_WAIT_POLICY once, when the runtime is
-// loaded, so a process cannot change it for itself afterwards. A process
-// that exists to train calls ReexecWithPassiveOpenMpWait first thing in
-// main: when the environment leaves the policy open, it sets
-// OMP_WAIT_POLICY=PASSIVE and replaces itself with a fresh image of the same
-// executable and arguments (same pid, same open files), which the runtime
-// then starts with. A policy the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT
-// in the environment) is kept as it is.
+//   GOMP_SPINCOUNT    fp32 blocks fwd+bwd   fp32 tok/s   bf16 tok/s
+//                     (d 256, 4 layers)     (d 512, 8 layers, bench precision)
+//   300000 (default)  0.500 s               477          475
+//   100000            0.265 s
+//    30000            0.239 s               665          465
+//    10000            0.255 s               670          424
+//        0 (PASSIVE)  0.262 s               611          368
+//
+// so a training process spins kTrainingSpinCount iterations: long enough for
+// back-to-back OpenMP regions, short enough to be off the cores when a BLAS
+// call starts.
+//
+// GNU OpenMP reads these settings once, when it is loaded, so a process
+// cannot change them for itself afterwards. A process that exists to train
+// calls ReexecWithShortOpenMpSpin first thing in main: when the environment
+// leaves the policy open, it sets GOMP_SPINCOUNT and replaces itself with a
+// fresh image of the same executable and arguments (same pid, same open
+// files), which the runtime then starts with. A policy the user chose
+// (OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment) is kept as it is.
 #ifndef LOOM_WORKER_ENGINE_OPENMP_WAIT_H_
 #define LOOM_WORKER_ENGINE_OPENMP_WAIT_H_
 
@@ -28,8 +40,12 @@
 
 namespace loom::engine {
 
+// Spin iterations of an idle OpenMP thread before it sleeps, in a training
+// process (see the table above).
+inline constexpr int kTrainingSpinCount = 30000;
+
 // Which policy the process runs with and why, for its log, e.g.
-// "OMP_WAIT_POLICY=PASSIVE (set by loom-rank)" or
+// "GOMP_SPINCOUNT=30000 (set by Loom)" or
 // "OMP_WAIT_POLICY=active (from the environment)".
 std::string OpenMpWaitPolicyDescription();
 
@@ -40,11 +56,12 @@ bool OpenMpWaitPolicyChosen();
 // Call before any other thread starts and before anything is written to
 // stdout/stderr through a buffer (the re-executed image starts with empty
 // buffers). If the environment has chosen a policy: returns OK and does
-// nothing. Otherwise sets OMP_WAIT_POLICY=PASSIVE and LOOM_OPENMP_WAIT_SET=1
-// and execs /proc/self/exe with `argv`; returns only if that fails (Internal,
-// with errno's message: the process then goes on with the runtime's default
-// policy, which is slower but correct). argv must be main's, null-terminated.
-absl::Status ReexecWithPassiveOpenMpWait(char** argv);
+// nothing. Otherwise sets GOMP_SPINCOUNT=kTrainingSpinCount and
+// LOOM_OPENMP_WAIT_SET=1 and execs /proc/self/exe with `argv`; returns only
+// if that fails (Internal, with errno's message: the process then goes on
+// with the runtime's default, which is slower but correct). argv must be
+// main's, null-terminated.
+absl::Status ReexecWithShortOpenMpSpin(char** argv);
 
 }  // namespace loom::engine
 
