@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -27,29 +29,38 @@ struct SegmentHolder : torch::CustomClassHolder {
   SegmentFunction fn;
 };
 
-torch::Tensor GetCpuRngState() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+// The default generator of `device`: the CPU's, or an accelerator's (CUDA
+// draws dropout masks from the device's own generator, not the CPU's).
+at::Generator DefaultGenerator(const c10::Device& device) {
+  if (device.is_cpu()) return at::detail::getDefaultCPUGenerator();
+  return at::globalContext().defaultGenerator(device);
+}
+
+torch::Tensor GetRngState(const c10::Device& device) {
+  at::Generator gen = DefaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   return gen.get_state();
 }
 
-void SetCpuRngState(const torch::Tensor& state) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+void SetRngState(const c10::Device& device, const torch::Tensor& state) {
+  at::Generator gen = DefaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
 }
 
-// Sets the CPU generator to `state` and restores what it held on exit.
-class CpuRngReplay {
+// Sets `device`'s generator to `state` and restores what it held on exit.
+class RngReplay {
  public:
-  explicit CpuRngReplay(const torch::Tensor& state) : previous_(GetCpuRngState()) {
-    SetCpuRngState(state);
+  RngReplay(const c10::Device& device, const torch::Tensor& state)
+      : device_(device), previous_(GetRngState(device)) {
+    SetRngState(device_, state);
   }
-  ~CpuRngReplay() { SetCpuRngState(previous_); }
-  CpuRngReplay(const CpuRngReplay&) = delete;
-  CpuRngReplay& operator=(const CpuRngReplay&) = delete;
+  ~RngReplay() { SetRngState(device_, previous_); }
+  RngReplay(const RngReplay&) = delete;
+  RngReplay& operator=(const RngReplay&) = delete;
 
  private:
+  c10::Device device_;
   torch::Tensor previous_;
 };
 
@@ -76,7 +87,13 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
                                const c10::intrusive_ptr<SegmentHolder>& segment) {
     // Function::apply runs this with grad mode off: nothing inside the
     // segment is recorded, so its activations are freed as it goes.
-    ctx->saved_data["rng"] = GetCpuRngState();
+    // The generators the segment may draw from (dropout): the CPU's, and
+    // the input's device's when that is an accelerator, replayed in backward
+    // so that the rerun draws the same masks.
+    ctx->saved_data["rng"] = GetRngState(c10::Device(c10::kCPU));
+    if (!input.device().is_cpu()) {
+      ctx->saved_data["device_rng"] = GetRngState(input.device());
+    }
     SaveAutocast(ctx, "cpu_autocast", c10::kCPU);
     SaveAutocast(ctx, "cuda_autocast", c10::kCUDA);
     ctx->saved_data["segment"] = c10::IValue::make_capsule(segment);
@@ -102,7 +119,11 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     inputs[0] = saved[0].detach().requires_grad_(true);
     torch::Tensor output;
     {
-      CpuRngReplay replay(ctx->saved_data["rng"].toTensor());
+      RngReplay cpu_rng(c10::Device(c10::kCPU), ctx->saved_data["rng"].toTensor());
+      std::optional<RngReplay> device_rng;
+      if (!saved[0].device().is_cpu()) {
+        device_rng.emplace(saved[0].device(), ctx->saved_data["device_rng"].toTensor());
+      }
       AutocastGuard cpu_autocast(c10::kCPU, LoadAutocast(ctx, "cpu_autocast"));
       AutocastGuard cuda_autocast(c10::kCUDA, LoadAutocast(ctx, "cuda_autocast"));
       torch::AutoGradMode grad_mode(true);
