@@ -10,15 +10,18 @@
 // of the matrix product that follows. Not spinning at all
 // (OMP_WAIT_POLICY=PASSIVE) fixes that but makes every one of oneDNN's many
 // short regions wake sleeping threads. Measured on issue 6's configurations
-// (2 threads, 2 cores, same binaries, medians):
+// (2 threads, 2 cores; medians; the environment variable in front of
+// ./bench/run.sh sets the policy of the Loom side; one run per cell, and
+// runs on these hosts differ by ~10%):
 //
-//   GOMP_SPINCOUNT    fp32 blocks fwd+bwd   fp32 tok/s   bf16 tok/s
-//                     (d 256, 4 layers)     (d 512, 8 layers, bench precision)
-//   300000 (default)  0.500 s               477          475
-//   100000            0.265 s
-//    30000            0.239 s               665          465
-//    10000            0.255 s               670          424
-//        0 (PASSIVE)  0.262 s               611          368
+//   policy                 bench train: forward +    bench precision: tok/s
+//                          backward stages, d 256    fp32 / bf16, d 512
+//   GOMP_SPINCOUNT=300000  0.479 s                   477 / 475
+//     (the default)
+//   GOMP_SPINCOUNT=30000   0.301 s                   665 / 465
+//   GOMP_SPINCOUNT=10000                             670 / 424
+//   OMP_WAIT_POLICY=       0.262 s                   611 / 368
+//     PASSIVE (no spin)
 //
 // so a training process spins kTrainingSpinCount iterations: long enough for
 // back-to-back OpenMP regions, short enough to be off the cores when a BLAS
