@@ -36,7 +36,10 @@
 #include "worker/engine/gpt.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/parallel/layout_engine.h"
+#include "worker/engine/parallel/process_groups.h"
 #include "worker/engine/process_group_handle.h"
+#include "worker/engine/rank_engine.h"
 
 namespace loom::engine {
 namespace {
@@ -230,7 +233,9 @@ GptConfig ModelConfigFor(const TrainerConfig& c, const torch::Device& device) {
   return model;
 }
 
-absl::Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
+// `replicas`: data-parallel replicas sharing each global batch (the world
+// size for the replicated engine).
+absl::Status ValidateTrainerConfig(const TrainerConfig& c, int replicas) {
   ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(c.device));
   RETURN_IF_ERROR(ValidateGptConfig(ModelConfigFor(c, device)));
   auto invalid = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
@@ -248,9 +253,9 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
     return invalid("schedule.min_lr_ratio must be in [0, 1]");
   }
   if (c.micro_batch < 1) return invalid("micro_batch must be >= 1");
-  if (c.global_batch < 1 || c.global_batch % (world_size * c.micro_batch) != 0) {
+  if (c.global_batch < 1 || c.global_batch % (replicas * c.micro_batch) != 0) {
     return invalid("global_batch (", c.global_batch,
-                   ") must be a positive multiple of world_size * micro_batch (", world_size,
+                   ") must be a positive multiple of world_size * micro_batch (", replicas,
                    " * ", c.micro_batch, ")");
   }
   if (c.eval_interval < 0) return invalid("eval_interval must be >= 0");
@@ -352,35 +357,146 @@ torch::Tensor ModelLoss(GptImpl& model, const torch::Tensor& x, const torch::Ten
   return model.Loss(x, y);
 }
 
-// Mean validation loss over eval_batches micro-batches of samples
-// 0, 1, 2, ... (in file order, wrapping), split round-robin over ranks.
-// Collective.
-double Evaluate(GptImpl& model, const TokenDataset& val, const TrainerConfig& config,
-                const torch::Device& device, Collectives& collectives) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  const int64_t seq_len = config.model.seq_len;
-  const int micro = config.micro_batch;
-  std::vector<int64_t> inputs(micro * seq_len), targets(micro * seq_len);
-  double loss_sum = 0, batches = 0;
-  for (int64_t i = collectives.rank(); i < config.eval_batches; i += collectives.world_size()) {
-    for (int row = 0; row < micro; ++row) {
-      val.CopySample((i * micro + row) % val.num_samples(), &inputs[row * seq_len],
-                     &targets[row * seq_len]);
+// The replicated engine (rank_engine.h): the whole Gpt and the fused AdamW
+// on every rank, on the training device; gradients all-reduced over the
+// world. Checkpoints are written from the live model and optimizer.
+class ReplicatedEngine : public RankEngine {
+ public:
+  // Builds the model; call under ModelInitMutex right after seeding.
+  static absl::StatusOr<std::unique_ptr<ReplicatedEngine>> Create(const TrainerConfig& config,
+                                                                  const torch::Device& device,
+                                                                  Collectives* collectives) {
+    std::unique_ptr<ReplicatedEngine> engine(new ReplicatedEngine(config, device, collectives));
+    // Built on the CPU (the same initial weights on every device), then moved.
+    engine->model_ = Gpt(ModelConfigFor(config, device));
+    if (!device.is_cpu()) engine->model_->to(device);
+    engine->model_->train();
+    engine->parameters_ = engine->model_->parameters();
+    // The fused AdamW step (fused_adamw_torch.h): clipping, the non-finite
+    // check and the update in one pass; same groups, state and archive
+    // format as MakeAdamW's torch::optim::AdamW, so checkpoints are
+    // interchangeable.
+    ASSIGN_OR_RETURN(
+        engine->optimizer_,
+        MakeFusedAdamW(*engine->model_,
+                       torch::optim::AdamWOptions(config.optimizer.lr)
+                           .betas(std::make_tuple(config.optimizer.beta1, config.optimizer.beta2))
+                           .eps(config.optimizer.eps)
+                           .weight_decay(config.optimizer.weight_decay)));
+    if (collectives->rank() == 0 && !device.is_cpu() && !FusedAdamW::HasCudaKernel()) {
+      std::cerr << "loom trainer: fused AdamW on " << device.str()
+                << " runs as LibTorch operations: this build has no CUDA AdamW kernel (LibTorch "
+                   "without CUDA, or no nvcc when it was configured)"
+                << std::endl;
     }
-    torch::Tensor x = torch::from_blob(inputs.data(), {micro, seq_len}, torch::kLong);
-    torch::Tensor y = torch::from_blob(targets.data(), {micro, seq_len}, torch::kLong);
-    if (!device.is_cpu()) {
-      x = x.to(device);
-      y = y.to(device);
-    }
-    loss_sum += ModelLoss(model, x, y).item<double>();
-    batches += 1;
+    return engine;
   }
-  model.train();
-  const std::vector<double> totals = collectives.Sum({loss_sum, batches});
-  return totals[0] / totals[1];
-}
+
+  int data_rank() const override { return collectives_->rank(); }
+  int data_ranks() const override { return collectives_->world_size(); }
+
+  void SynchronizeInitialWeights() override { collectives_->BroadcastFromRank0(parameters_); }
+
+  // Each micro-batch loss is a mean over micro_batch * seq_len tokens;
+  // scaling it by 1/micro_steps makes this rank's gradient the mean over its
+  // rows, and averaging over ranks then gives the mean over the global batch.
+  double ForwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets,
+                         int micro_batch, double loss_scale,
+                         ForwardBackwardTimes* times) override {
+    // Gradients are set to none rather than zero-filled: the first
+    // micro-batch's backward writes them, later ones accumulate.
+    for (const torch::Tensor& p : parameters_) {
+      torch::Tensor p_mutable = p;
+      p_mutable.mutable_grad() = torch::Tensor();
+    }
+    const int micro_steps = static_cast<int>(inputs.size(0)) / micro_batch;
+    double loss_sum = 0;
+    for (int m = 0; m < micro_steps; ++m) {
+      const torch::Tensor x = inputs.narrow(0, m * micro_batch, micro_batch);
+      const torch::Tensor y = targets.narrow(0, m * micro_batch, micro_batch);
+      auto micro = std::chrono::steady_clock::now();
+      torch::Tensor loss = ModelLoss(*model_, x, y);
+      // Kernels run asynchronously on a GPU: wait for the forward's before
+      // reading the clock, so that the split is honest (the backward's are
+      // waited for by loss.item below).
+      if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+      times->forward += Since(micro);
+      micro = std::chrono::steady_clock::now();
+      ((loss_scale != 1.0 ? loss * loss_scale : loss) / micro_steps).backward();
+      loss_sum += loss.item<double>();
+      times->backward += Since(micro);
+    }
+    return loss_sum / micro_steps;
+  }
+
+  double ReduceGradients(double replica_loss) override {
+    collectives_->AverageGradients(parameters_);
+    return collectives_->Mean(replica_loss);
+  }
+
+  absl::StatusOr<AdamWStepResult> Step(double lr, const AdamWStepOptions& options) override {
+    SetLearningRate(*optimizer_, lr);
+    return optimizer_->Step(options);
+  }
+
+  // Split round-robin over ranks. Collective.
+  double Evaluate(const TokenDataset& val, int64_t eval_batches, int micro) override {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    const int64_t seq_len = config_.model.seq_len;
+    std::vector<int64_t> inputs(micro * seq_len), targets(micro * seq_len);
+    double loss_sum = 0, batches = 0;
+    for (int64_t i = collectives_->rank(); i < eval_batches; i += collectives_->world_size()) {
+      for (int row = 0; row < micro; ++row) {
+        val.CopySample((i * micro + row) % val.num_samples(), &inputs[row * seq_len],
+                       &targets[row * seq_len]);
+      }
+      torch::Tensor x = torch::from_blob(inputs.data(), {micro, seq_len}, torch::kLong);
+      torch::Tensor y = torch::from_blob(targets.data(), {micro, seq_len}, torch::kLong);
+      if (!device_.is_cpu()) {
+        x = x.to(device_);
+        y = y.to(device_);
+      }
+      loss_sum += ModelLoss(*model_, x, y).item<double>();
+      batches += 1;
+    }
+    model_->train();
+    const std::vector<double> totals = collectives_->Sum({loss_sum, batches});
+    return totals[0] / totals[1];
+  }
+
+  std::pair<torch::nn::Module*, torch::optim::Optimizer*> CheckpointImage() override {
+    if (collectives_->rank() != 0) return {nullptr, nullptr};
+    return {model_.get(), optimizer_.get()};
+  }
+
+  absl::Status Restore(absl::string_view bytes, const CheckpointShape& shape,
+                       TrainingState* state) override {
+    return RestoreCheckpoint(bytes, shape, *model_, *optimizer_, state);
+  }
+
+  torch::nn::Module& module() override { return *model_; }
+
+  std::string optimizer_implementation() const override {
+    return optimizer_->ImplementationFor(device_);
+  }
+
+ private:
+  ReplicatedEngine(const TrainerConfig& config, const torch::Device& device,
+                   Collectives* collectives)
+      : config_(config), device_(device), collectives_(collectives) {}
+
+  static double Since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+
+  const TrainerConfig& config_;
+  torch::Device device_;
+  Collectives* collectives_;
+  Gpt model_{nullptr};
+  std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<FusedAdamW> optimizer_;
+};
 
 // ---------------------------------------------------------------------------
 // Resume.
@@ -450,11 +566,17 @@ struct StepSplit {
 
 // ---------------------------------------------------------------------------
 // The loop. May throw c10::Error; Train() catches.
+// `layout` is null for the replicated engine (process_group is the world);
+// otherwise the layout engine runs over its groups (process_group is
+// layout->world).
 absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
                                          std::shared_ptr<c10d::ProcessGroup> process_group,
+                                         const ParallelGroups* layout,
                                          const TrainerCallbacks& callbacks) {
   const int world_size = process_group ? process_group->getSize() : 1;
-  RETURN_IF_ERROR(ValidateTrainerConfig(config, world_size));
+  RETURN_IF_ERROR(
+      ValidateTrainerConfig(config, layout ? layout->layout.data : world_size));
+  if (layout) RETURN_IF_ERROR(ValidateLayoutConfig(config, layout->layout));
   ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(config.device));
   // On a GPU it is this thread's current device for the whole run (kernel
   // launches, the CUDA AdamW kernel's stream, NCCL).
@@ -472,35 +594,19 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     val.emplace(std::move(loaded));
   }
 
-  // Model: identical on every rank by seeding, and made so by broadcast.
-  // Built on the CPU (the same initial weights on every device), then moved.
-  Gpt model{nullptr};
+  // Model and optimizer (rank_engine.h): identical on every replica by
+  // seeding, and made so by broadcast.
+  std::unique_ptr<RankEngine> engine;
   {
     std::lock_guard<std::mutex> lock(ModelInitMutex());
     torch::manual_seed(config.seed);
-    model = Gpt(ModelConfigFor(config, device));
+    if (layout) {
+      engine = MakeLayoutEngine(config, *layout);
+    } else {
+      ASSIGN_OR_RETURN(engine, ReplicatedEngine::Create(config, device, &collectives));
+    }
   }
-  if (!device.is_cpu()) model->to(device);
-  model->train();
-  const std::vector<torch::Tensor> parameters = model->parameters();
-  collectives.BroadcastFromRank0(parameters);
-  // The fused AdamW step (fused_adamw_torch.h): clipping, the non-finite
-  // check and the update in one pass; same groups, state and archive format
-  // as MakeAdamW's torch::optim::AdamW, so checkpoints are interchangeable.
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<FusedAdamW> optimizer,
-      MakeFusedAdamW(*model, torch::optim::AdamWOptions(config.optimizer.lr)
-                                 .betas(std::make_tuple(config.optimizer.beta1,
-                                                        config.optimizer.beta2))
-                                 .eps(config.optimizer.eps)
-                                 .weight_decay(config.optimizer.weight_decay)));
-  const char* optimizer_implementation = optimizer->ImplementationFor(device);
-  if (rank == 0 && !device.is_cpu() && !FusedAdamW::HasCudaKernel()) {
-    std::cerr << "loom trainer: fused AdamW on " << device.str()
-              << " runs as LibTorch operations: this build has no CUDA AdamW kernel (LibTorch "
-                 "without CUDA, or no nvcc when it was configured)"
-              << std::endl;
-  }
+  engine->SynchronizeInitialWeights();
   const CheckpointShape shape{ModelFingerprint(config.model), config.global_batch, world_size};
 
   // Checkpoints. Rank 0 saves through `writer`, one save in flight at most,
@@ -509,7 +615,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   // model and optimizer so that it is destroyed first: its destructor waits
   // for a save in flight, which may still be copying their tensors.
   TrainResult result;
-  result.optimizer_implementation = optimizer_implementation;
+  result.optimizer_implementation = engine->optimizer_implementation();
   std::unique_ptr<CheckpointWriter> writer;
   if (rank == 0 && !config.checkpoint_dir.empty()) {
     CheckpointWriterOptions options;
@@ -536,13 +642,15 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       if (callbacks.on_checkpoint_failed) callbacks.on_checkpoint_failed(failed_step, checkpoint_failure);
     }
   };
-  // Rank 0: saves `state` once the previous save has finished; waits for it
-  // too if `wait`. After a failure nothing more is saved.
+  // Every rank: rank 0 saves `state` once the previous save has finished
+  // (and waits for it too if `wait`); the others help it gather the image
+  // (RankEngine::CheckpointImage). After a failure nothing more is saved.
   auto save = [&](const TrainingState& state, bool wait) {
-    take(writer->Wait());
-    if (!checkpoint_failure.ok()) return;
+    if (writer) take(writer->Wait());
+    const auto [image_model, image_optimizer] = engine->CheckpointImage();
+    if (!writer || !checkpoint_failure.ok()) return;
     saving_step = state.step;
-    absl::Status started = writer->Start(*model, *optimizer, state);
+    absl::Status started = writer->Start(*image_model, *image_optimizer, state);
     if (!started.ok()) {
       checkpoint_failure = started;
       failed_step = state.step;
@@ -582,7 +690,12 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     fork_generation = decision[2];
     const std::string checkpoint = collectives.BroadcastBytes(std::move(plan->checkpoint));
     if (!checkpoint.empty()) {
-      RETURN_IF_ERROR(RestoreCheckpoint(checkpoint, shape, *model, *optimizer, &state));
+      {
+        // The layout engine builds a whole Gpt to restore through, drawing
+        // from the generator that in-process ranks share.
+        std::lock_guard<std::mutex> lock(ModelInitMutex());
+        RETURN_IF_ERROR(engine->Restore(checkpoint, shape, &state));
+      }
       result.resumed_from_step = state.step;
       restored = true;
     }
@@ -603,15 +716,14 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
                                     state.skip_batches != resumed.skip_batches
                               : fork;
   if (stamp) {
-    if (rank == 0) save(state, /*wait=*/true);
+    save(state, /*wait=*/true);
     RETURN_IF_ERROR(agree_on_checkpoints());
   }
 
   // Each rank holds global_batch / world_size rows per step and walks them in
   // micro-batches. Buffers live for the whole run.
   const int64_t seq_len = config.model.seq_len;
-  const int rows_per_rank = config.global_batch / world_size;
-  const int micro_steps = rows_per_rank / config.micro_batch;
+  const int rows_per_rank = config.global_batch / engine->data_ranks();
   const int64_t tokens_per_step = int64_t{config.global_batch} * seq_len;
   // On a GPU they are pinned (page-locked), so that the copy to the device
   // is one DMA transfer instead of a staged one.
@@ -633,8 +745,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     BatchPrefetcher::Options loader;
     loader.seed = config.seed;
     loader.global_batch = config.global_batch;
-    loader.rank = rank;
-    loader.world_size = world_size;
+    loader.rank = engine->data_rank();
+    loader.world_size = engine->data_ranks();
     loader.depth = config.prefetch_depth;
     prefetcher = std::make_unique<BatchPrefetcher>(
         &train, loader,
@@ -663,7 +775,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   // that "how far did validation loss fall" has a starting point. It is
   // reported as step 0 (loss = that validation loss; no optimizer step yet).
   if (state.step == 0 && val.has_value()) {
-    const double initial = Evaluate(*model, *val, config, device, collectives);
+    const double initial = engine->Evaluate(*val, config.eval_batches, config.micro_batch);
     if (rank == 0 && callbacks.on_step) {
       StepReport report;
       report.step = 0;
@@ -720,7 +832,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       prefetcher->Take(data_batch, inputs, targets);
     } else {
       train.FillRankBatch(config.seed, data_batch * config.global_batch, config.global_batch,
-                          rank, world_size, inputs, targets);
+                          engine->data_rank(), engine->data_ranks(), inputs, targets);
     }
     split.data_wait = since(phase);
     phase = std::chrono::steady_clock::now();
@@ -734,35 +846,17 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       split.host_to_device = since(phase);
     }
     phase = std::chrono::steady_clock::now();
-    // Gradients are set to none rather than zero-filled: the first
-    // micro-batch's backward writes them, later ones accumulate.
-    for (const torch::Tensor& p : parameters) {
-      torch::Tensor p_mutable = p;
-      p_mutable.mutable_grad() = torch::Tensor();
-    }
-    double loss_sum = 0;
-    for (int m = 0; m < micro_steps; ++m) {
-      const torch::Tensor x = step_inputs.narrow(0, m * config.micro_batch, config.micro_batch);
-      const torch::Tensor y = step_targets.narrow(0, m * config.micro_batch, config.micro_batch);
-      auto micro = std::chrono::steady_clock::now();
-      torch::Tensor loss = ModelLoss(*model, x, y);
-      // Kernels run asynchronously on a GPU: wait for the forward's before
-      // reading the clock, so that the split is honest (the backward's are
-      // waited for by loss.item below).
-      if (device.is_cuda()) torch::cuda::synchronize(device.index());
-      split.forward += since(micro);
-      micro = std::chrono::steady_clock::now();
-      ((scaler ? loss * scaler->scale() : loss) / micro_steps).backward();
-      loss_sum += loss.item<double>();
-      split.backward += since(micro);
-    }
+    ForwardBackwardTimes passes;
+    const double replica_loss =
+        engine->ForwardBackward(step_inputs, step_targets, config.micro_batch,
+                                scaler ? scaler->scale() : 1.0, &passes);
+    split.forward = passes.forward;
+    split.backward = passes.backward;
     split.compute = since(phase);
     phase = std::chrono::steady_clock::now();
-    collectives.AverageGradients(parameters);
-    const double loss = collectives.Mean(loss_sum / micro_steps);
+    const double loss = engine->ReduceGradients(replica_loss);
     split.comm = since(phase);
     const double lr = LearningRateAt(config.schedule, config.optimizer.lr, state.step);
-    SetLearningRate(*optimizer, lr);
     // Snapshot fence: a save started after the previous step may still be
     // copying parameters and optimizer state, which the step below
     // overwrites. Everything above only reads them.
@@ -781,7 +875,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     step_options.max_grad_norm = config.optimizer.grad_clip;
     const double loss_scale = scaler ? scaler->scale() : 1.0;
     step_options.inv_scale = 1.0 / loss_scale;
-    ASSIGN_OR_RETURN(const AdamWStepResult stepped, optimizer->Step(step_options));
+    ASSIGN_OR_RETURN(const AdamWStepResult stepped, engine->Step(lr, step_options));
     split.optimizer = since(phase);
     if (!stepped.applied) nonfinite_skipped += 1;
     if (scaler) {
@@ -801,7 +895,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
         val.has_value() &&
         (last || (config.eval_interval > 0 && state.step % config.eval_interval == 0));
     if (validate) {
-      state.val_loss = Evaluate(*model, *val, config, device, collectives);
+      state.val_loss = engine->Evaluate(*val, config.eval_batches, config.micro_batch);
       state.has_val_loss = true;
     }
     if (rank == 0 && callbacks.on_step &&
@@ -842,7 +936,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     const bool checkpoint =
         !config.checkpoint_dir.empty() &&
         (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0));
-    if (checkpoint && rank == 0) {
+    if (checkpoint) {
       const auto save_start = std::chrono::steady_clock::now();
       save(state, /*wait=*/last || !config.checkpoint_async);
       pending_stall = since(save_start);
@@ -852,7 +946,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   // The final checkpoint has committed (or failed) by now; every rank hears.
   if (writer) take(writer->Wait());
   RETURN_IF_ERROR(agree_on_checkpoints());
-  if (callbacks.on_finish) callbacks.on_finish(*model);
+  if (callbacks.on_finish) callbacks.on_finish(engine->module());
   result.steps = state.step;
   result.final_loss = state.loss;
   result.final_val_loss = state.has_val_loss ? state.val_loss : 0;
@@ -866,7 +960,30 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config,
                                   std::shared_ptr<c10d::ProcessGroup> process_group,
                                   const TrainerCallbacks& callbacks) {
   try {
-    return TrainOrThrow(config, std::move(process_group), callbacks);
+    if (UsesParallelLayout(config)) {
+      return absl::InvalidArgumentError(
+          "tensor_parallel / pipeline_parallel / zero_stage ask for a parallel layout: train it "
+          "with TrainWithGroups over CreateParallelGroups' groups");
+    }
+    return TrainOrThrow(config, std::move(process_group), nullptr, callbacks);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("training failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<TrainResult> TrainWithGroups(const TrainerConfig& config,
+                                            const ParallelGroups& groups,
+                                            const TrainerCallbacks& callbacks) {
+  if (groups.layout.tensor != config.tensor_parallel ||
+      groups.layout.pipeline != config.pipeline_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the process groups are for ", LayoutName(groups.layout), " but the config asks for tp",
+        config.tensor_parallel, " x pp", config.pipeline_parallel));
+  }
+  try {
+    return TrainOrThrow(config, groups.world, &groups, callbacks);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {

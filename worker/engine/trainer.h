@@ -27,6 +27,8 @@ class Module;
 
 namespace loom::engine {
 
+struct ParallelGroups;  // parallel/process_groups.h
+
 // Arithmetic of the transformer blocks (issue 6, "Mixed precision"). Master
 // weights, gradients and optimizer state are fp32 in every mode, and so is
 // the loss (the LM head and cross-entropy run on fp32 hidden states).
@@ -232,7 +234,24 @@ struct TrainerConfig {
   // c's step, plus 1); the part of R before that cursor was already trained
   // on and has no effect on the resumed run.
   std::vector<BatchRange> skip_batches;
+
+  // --- Parallel layout (issue 11) -----------------------------------------
+  // Tensor- and pipeline-parallel degrees and the ZeRO stage. At 1, 1, 0
+  // every rank holds the whole model and optimizer (Train). Otherwise the
+  // ranks run the layout data x pipeline x tensor, data = world size /
+  // (tensor x pipeline), through TrainWithGroups (parallel/layout_engine.h
+  // says what it executes). Checkpoints are in one format either way, and
+  // resume under any layout.
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int zero_stage = 0;  // 0: replicated optimizer state; 1: sharded over the
+                       // data group; 2: gradients sharded too
 };
+
+// Whether `config` asks for the layout engine (TrainWithGroups).
+inline bool UsesParallelLayout(const TrainerConfig& config) {
+  return config.tensor_parallel != 1 || config.pipeline_parallel != 1 || config.zero_stage != 0;
+}
 
 struct StepReport {
   int64_t step = 0;             // 1-based optimizer step just finished
@@ -385,6 +404,15 @@ struct TrainResult {
 absl::StatusOr<TrainResult> Train(const TrainerConfig& config,
                                   std::shared_ptr<c10d::ProcessGroup> process_group,
                                   const TrainerCallbacks& callbacks);
+
+// Trains one rank of a tensor / pipeline / ZeRO layout: as Train, over the
+// groups CreateParallelGroups made, whose layout must be config's
+// (tensor_parallel, pipeline_parallel; data = the rest of the world).
+// Every rank of the job calls it. World rank 0 reports steps and writes
+// checkpoints; every rank takes part in gathering them.
+absl::StatusOr<TrainResult> TrainWithGroups(const TrainerConfig& config,
+                                            const ParallelGroups& groups,
+                                            const TrainerCallbacks& callbacks);
 
 // A Gloo process group whose rendezvous is a c10d TCPStore that rank 0
 // hosts on master_addr:master_port.

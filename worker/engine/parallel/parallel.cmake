@@ -1,18 +1,23 @@
-# Issue 11: executing the planner's layouts. Layout arithmetic (no LibTorch),
-# c10d process groups per layout, tensor-parallel layers and the partitioned
-# GPT.
+# Issue 11: executing the planner's layouts. The layout arithmetic has no
+# LibTorch (the controller can use it); the rest is part of loom_engine:
+# process groups per layout, tensor-parallel layers, the partitioned GPT, the
+# 1F1B pipeline, ZeRO's sharded AdamW, and the layout engine Train drives.
 set(LOOM_PARALLEL_DIR ${CMAKE_CURRENT_LIST_DIR})
 loom_library(loom_parallel_layout SRCS ${LOOM_PARALLEL_DIR}/layout.cc
              DEPS absl::status absl::statusor absl::strings)
 loom_test(loom_parallel_layout_test SRCS ${LOOM_PARALLEL_DIR}/layout_test.cc
           DEPS loom_parallel_layout)
 
-loom_library(loom_parallel
-  SRCS ${LOOM_PARALLEL_DIR}/process_groups.cc ${LOOM_PARALLEL_DIR}/tensor_parallel.cc
-       ${LOOM_PARALLEL_DIR}/parallel_gpt.cc ${LOOM_PARALLEL_DIR}/reduce_scatter.cc
-       ${LOOM_PARALLEL_DIR}/sharded_adamw.cc ${LOOM_PARALLEL_DIR}/pipeline.cc
-  DEPS loom_parallel_layout loom_engine loom_fused_adamw ${TORCH_LIBRARIES})
+target_sources(loom_engine PRIVATE
+  ${LOOM_PARALLEL_DIR}/process_groups.cc ${LOOM_PARALLEL_DIR}/tensor_parallel.cc
+  ${LOOM_PARALLEL_DIR}/parallel_gpt.cc ${LOOM_PARALLEL_DIR}/reduce_scatter.cc
+  ${LOOM_PARALLEL_DIR}/sharded_adamw.cc ${LOOM_PARALLEL_DIR}/pipeline.cc
+  ${LOOM_PARALLEL_DIR}/layout_checkpoint.cc ${LOOM_PARALLEL_DIR}/layout_engine.cc)
+target_link_libraries(loom_engine PUBLIC loom_parallel_layout loom_fused_adamw)
+
 loom_test(loom_reduce_scatter_test SRCS ${LOOM_PARALLEL_DIR}/reduce_scatter_test.cc
-          DEPS loom_parallel)
+          DEPS loom_engine)
 loom_test(loom_parallel_gpt_test SRCS ${LOOM_PARALLEL_DIR}/parallel_gpt_test.cc
-          DEPS loom_parallel TIMEOUT 600)
+          DEPS loom_engine TIMEOUT 600)
+loom_test(loom_layout_trainer_test SRCS ${LOOM_PARALLEL_DIR}/layout_trainer_test.cc
+          DEPS loom_engine TIMEOUT 900)

@@ -117,6 +117,25 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> GptParameterShapes(
   return shapes;
 }
 
+double LastStageExtraBlocks(const GptConfig& c) {
+  return static_cast<double>(c.vocab_size) / (12.0 * c.d_model + 2.0 * c.seq_len);
+}
+
+GptPartition PartitionFor(const GptConfig& config, const ParallelLayout& layout,
+                          const RankCoordinates& coordinates) {
+  const absl::StatusOr<std::vector<int>> split =
+      SplitLayers(config.n_layer, layout.pipeline, 0.0, LastStageExtraBlocks(config));
+  TORCH_CHECK(split.ok(), split.status().ToString());
+  GptPartition p;
+  p.tp_rank = coordinates.tp;
+  p.tp_size = layout.tensor;
+  p.first_block = FirstBlockOfStage(*split, coordinates.pp);
+  p.end_block = p.first_block + (*split)[coordinates.pp];
+  p.embedding = coordinates.pp == 0;
+  p.head = coordinates.pp == layout.pipeline - 1;
+  return p;
+}
+
 ParallelGptImpl::ParallelGptImpl(const GptConfig& config, const GptPartition& partition,
                                  std::shared_ptr<c10d::ProcessGroup> tensor_group)
     : config_(config), partition_(partition), tensor_group_(std::move(tensor_group)) {

@@ -26,6 +26,7 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "worker/engine/parallel/layout.h"
 #include "worker/engine/parallel/tensor_parallel.h"
 #include "worker/engine/trainer.h"
 
@@ -83,6 +84,19 @@ class ParallelGptImpl : public torch::nn::Module {
   torch::nn::LayerNorm ln_f_{nullptr};
 };
 TORCH_MODULE(ParallelGpt);
+
+// Pipeline stage extra costs, in blocks, for SplitLayers: the LM head's
+// logits cost 2·V·d FLOPs per token against a block's
+// 24·d² + 4·s·d (Narayanan et al. 2021, eq. 3's terms), so the last stage
+// carries V / (12·d + 2·s) blocks' worth; the embedding lookup is free.
+double LastStageExtraBlocks(const GptConfig& config);
+
+// The part of the model that the rank at `coordinates` holds under
+// `layout`: its TP slot, its stage's blocks (SplitLayers with
+// LastStageExtraBlocks; the layout must have pipeline <= n_layer), and the
+// embedding / head flags of the first / last stage.
+GptPartition PartitionFor(const GptConfig& config, const ParallelLayout& layout,
+                          const RankCoordinates& coordinates);
 
 // Full-model parameter names of Gpt(config) in registration order, with
 // their full shapes (the order Gpt's initialisation draws in).

@@ -108,7 +108,7 @@ double RunOneFOneB(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
       if (first) {
         const double start = Now();
         x = model.Embed(inputs[i]);
-        local.compute_seconds += Now() - start;
+        local.forward_seconds += Now() - start;
       } else {
         x = p2p.Recv(activation_shape, device, stage - 1, kActivationTag, &local.wait_seconds)
                 .requires_grad_(true);
@@ -120,7 +120,7 @@ double RunOneFOneB(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
         y = model.HeadLoss(y, targets[i]) / m;
         loss_sum += y.detach().to(torch::kDouble).cpu();
       }
-      local.compute_seconds += Now() - start;
+      local.forward_seconds += Now() - start;
       stage_output[i] = y;
       if (!last) p2p.Send(y, stage + 1, kActivationTag);
     } else {
@@ -134,7 +134,7 @@ double RunOneFOneB(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
       } else {
         torch::autograd::backward({stage_output[i]}, {grad});
       }
-      local.compute_seconds += Now() - start;
+      local.backward_seconds += Now() - start;
       stage_output[i] = torch::Tensor();  // frees the micro-batch's graph
       if (!first) {
         p2p.Send(stage_input[i].grad(), stage - 1, kGradientTag);
@@ -149,6 +149,28 @@ double RunOneFOneB(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
   AllReduceInPlace(loss_sum, pipeline_group);
   if (times) *times = local;
   return loss_sum.item<double>();
+}
+
+double PipelineForwardLoss(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
+                           const torch::Tensor& inputs, const torch::Tensor& targets) {
+  torch::NoGradGuard no_grad;
+  const int stages = pipeline_group ? pipeline_group->getSize() : 1;
+  const int stage = pipeline_group ? pipeline_group->getRank() : 0;
+  const bool first = stage == 0, last = stage == stages - 1;
+  PointToPoint p2p(pipeline_group);
+  torch::Tensor x = first ? model.Embed(inputs)
+                          : p2p.Recv({inputs.size(0), inputs.size(1), model.config().d_model},
+                                     inputs.device(), stage - 1, kActivationTag, nullptr);
+  torch::Tensor y = model.Blocks(x);
+  torch::Tensor loss = torch::zeros({}, torch::kDouble);
+  if (last) {
+    loss += model.HeadLoss(y, targets).to(torch::kDouble).cpu();
+  } else {
+    p2p.Send(y, stage + 1, kActivationTag);
+  }
+  p2p.Drain();
+  AllReduceInPlace(loss, pipeline_group);
+  return loss.item<double>();
 }
 
 void SumTiedEmbeddingGradients(ParallelGptImpl& model, c10d::ProcessGroup* embedding_group) {

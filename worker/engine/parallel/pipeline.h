@@ -36,8 +36,9 @@ struct PipelineOp {
 std::vector<PipelineOp> OneFOneBSchedule(int stages, int stage, int micro_batches);
 
 struct PipelineTimes {
-  double compute_seconds = 0;  // forward and backward passes of this stage
-  double wait_seconds = 0;     // blocked on receives from neighbours
+  double forward_seconds = 0;   // this stage's forward passes (with the loss)
+  double backward_seconds = 0;  // and backward passes
+  double wait_seconds = 0;      // blocked on receives from neighbours
 };
 
 // Runs one optimizer step's forward and backward passes of `model` (one
@@ -53,6 +54,12 @@ struct PipelineTimes {
 double RunOneFOneB(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
                    const std::vector<torch::Tensor>& inputs,
                    const std::vector<torch::Tensor>& targets, PipelineTimes* times = nullptr);
+
+// The mean loss of one micro-batch (inputs, targets [b, T]) through the
+// pipeline without gradients: each stage receives, runs its blocks, sends;
+// the last computes the loss, which every stage returns. For validation.
+double PipelineForwardLoss(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
+                           const torch::Tensor& inputs, const torch::Tensor& targets);
 
 // Adds the tied wte gradients of the first and last stages (the embedding
 // group: those two stages' ranks of one data-parallel replica and TP rank),

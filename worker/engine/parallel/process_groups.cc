@@ -7,11 +7,13 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/engine/process_group_handle.h"
@@ -104,6 +106,47 @@ absl::StatusOr<ParallelGroups> CreateParallelGroups(const c10::intrusive_ptr<c10
                                             LayoutName(layout), "): ", e.what()));
   }
   return groups;
+}
+
+absl::StatusOr<ParallelGroups> CreateParallelGroups(const GlooGroupOptions& rendezvous,
+                                                    const std::string& device,
+                                                    const ParallelLayout& layout) {
+  RETURN_IF_ERROR(ValidateLayout(layout, rendezvous.world_size));
+  if (rendezvous.rank < 0 || rendezvous.rank >= rendezvous.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rendezvous.rank, " outside [0, ",
+                                                   rendezvous.world_size, ")"));
+  }
+  if (rendezvous.master_port < 1 || rendezvous.master_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("master_port ", rendezvous.master_port, " outside [1, 65535]"));
+  }
+  if (!(rendezvous.timeout_seconds > 0)) {
+    return absl::InvalidArgumentError("timeout_seconds must be > 0");
+  }
+  ParallelGroupOptions options;
+  options.timeout_seconds = rendezvous.timeout_seconds;
+  options.local_addr = rendezvous.local_addr;
+  options.nccl = absl::StartsWith(device, "cuda");
+#ifndef USE_C10D_NCCL
+  options.nccl = false;  // Gloo serves CUDA ranks through host staging
+#endif
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(rendezvous.master_port);
+    store_options.isServer = rendezvous.rank == 0;
+    store_options.numWorkers = rendezvous.world_size;
+    store_options.waitWorkers = true;
+    store_options.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(rendezvous.timeout_seconds * 1000));
+    store = c10::make_intrusive<c10d::TCPStore>(rendezvous.master_addr, store_options);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("joining the store of rank ", rendezvous.rank,
+                                            " of ", rendezvous.world_size, " at ",
+                                            rendezvous.master_addr, ":", rendezvous.master_port,
+                                            ": ", e.what()));
+  }
+  return CreateParallelGroups(store, rendezvous.rank, layout, options);
 }
 
 }  // namespace loom::engine

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/engine/parallel/layout.h"
+#include "worker/engine/trainer.h"
 
 namespace loom::engine {
 
@@ -57,6 +58,15 @@ struct ParallelGroupOptions {
 absl::StatusOr<ParallelGroups> CreateParallelGroups(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, const ParallelLayout& layout,
                                                     const ParallelGroupOptions& options);
+
+// Across processes: the job's store is a c10d TCPStore that world rank 0
+// hosts at rendezvous.master_addr:master_port (GlooGroupOptions' fields:
+// rank, world_size, local_addr, timeout), and the backend is NCCL when
+// `device` is CUDA and LibTorch has NCCL, else Gloo. `layout` must cover
+// rendezvous.world_size ranks. Errors as above.
+absl::StatusOr<ParallelGroups> CreateParallelGroups(const GlooGroupOptions& rendezvous,
+                                                    const std::string& device,
+                                                    const ParallelLayout& layout);
 
 }  // namespace loom::engine
 

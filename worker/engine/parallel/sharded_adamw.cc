@@ -20,9 +20,9 @@ ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
       tensor_group_(tensor_group),
       pipeline_group_(pipeline_group),
       algorithm_(algorithm) {
-  TORCH_CHECK(zero_stage_ == 1 || zero_stage_ == 2, "ShardedAdamW runs ZeRO stage 1 or 2, got ",
+  TORCH_CHECK(zero_stage_ >= 0 && zero_stage_ <= 2, "ShardedAdamW runs ZeRO stage 0, 1 or 2, got ",
               zero_stage_);
-  if (data_group_ != nullptr) {
+  if (data_group_ != nullptr && zero_stage_ > 0) {
     ranks_ = data_group_->getSize();
     rank_ = data_group_->getRank();
   }
@@ -69,7 +69,11 @@ void ShardedAdamW::ReduceMicroBatch() {
 ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
   torch::NoGradGuard no_grad;
   torch::Tensor grad;  // [S]: the owned shard's gradient, summed over ranks
-  if (zero_stage_ == 1) {
+  const int replicas = data_group_ ? data_group_->getSize() : 1;
+  if (zero_stage_ == 0) {
+    grad = FlatGradients();
+    AllReduceInPlace(grad, data_group_);
+  } else if (zero_stage_ == 1) {
     torch::Tensor flat = FlatGradients();
     ReduceScatterInPlace(flat, data_group_, algorithm_);
     grad = flat.narrow(0, shard_begin(), shard_).clone();
@@ -84,7 +88,7 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
     micro_batches_ = 0;
   }
   for (ShardedParameter& p : parameters_) p.tensor.mutable_grad() = torch::Tensor();
-  grad.div_(ranks_);
+  grad.div_(replicas);
 
   // The owned range cut into pieces of single parameters.
   struct Piece {
@@ -109,7 +113,7 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
     const int slot = TensorParallelSplitOf(p.name) == TensorParallelSplit::kReplicated;
     sums[slot] += grad.narrow(0, piece.begin - lo, piece.size).to(torch::kDouble).pow(2).sum();
   }
-  AllReduceInPlace(sums, data_group_);
+  if (ranks_ > 1) AllReduceInPlace(sums, data_group_);  // shards of one space
   torch::Tensor sharded = sums.narrow(0, 0, 1).clone();
   AllReduceInPlace(sharded, tensor_group_);
   torch::Tensor total = sharded + sums.narrow(0, 1, 1);
@@ -158,6 +162,32 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
   }
   result.applied = true;
   return result;
+}
+
+void ShardedAdamW::GatherMoments(torch::Tensor* exp_avg, torch::Tensor* exp_avg_sq) const {
+  torch::NoGradGuard no_grad;
+  for (auto [out, mine] : {std::make_pair(exp_avg, &exp_avg_), std::make_pair(exp_avg_sq, &exp_avg_sq_)}) {
+    torch::Tensor flat = torch::zeros({shard_ * ranks_});
+    flat.narrow(0, shard_begin(), shard_).copy_(*mine);
+    if (ranks_ > 1) AllGatherInPlace(flat, data_group_);
+    *out = flat.narrow(0, 0, total_);
+  }
+}
+
+void ShardedAdamW::LoadMoments(const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                               int64_t step) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(exp_avg.numel() == total_ && exp_avg_sq.numel() == total_,
+              "LoadMoments: expected ", total_, " elements, got ", exp_avg.numel(), " and ",
+              exp_avg_sq.numel());
+  const int64_t size = std::min(shard_, total_ - shard_begin());
+  exp_avg_.zero_();
+  exp_avg_sq_.zero_();
+  if (size > 0) {
+    exp_avg_.narrow(0, 0, size).copy_(exp_avg.reshape({-1}).narrow(0, shard_begin(), size));
+    exp_avg_sq_.narrow(0, 0, size).copy_(exp_avg_sq.reshape({-1}).narrow(0, shard_begin(), size));
+  }
+  step_ = step;
 }
 
 }  // namespace loom::engine

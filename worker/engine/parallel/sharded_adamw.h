@@ -1,4 +1,5 @@
-// Sharded data parallelism: ZeRO stages 1 and 2 (Rajbhandari et al. 2020,
+// The optimizer of a rank in a parallel layout, and sharded data
+// parallelism: ZeRO stages 1 and 2 (Rajbhandari et al. 2020,
 // "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
 // sec. 5.1-5.2) with the fused AdamW of fused_adamw.h.
 //
@@ -15,6 +16,8 @@
 //            during one micro-batch's backward (2 bytes -> 4/n... per
 //            parameter: 4 bytes of fp32 gradient become 4 / n between
 //            micro-batches);
+// and stage 0 keeps the whole state on every replica and all-reduces the
+// gradients (plain data parallelism, with the layout-wide norm);
 // then Step() averages the gradient shard over the group, takes the global
 // gradient norm (over the data group's shards and, as
 // ClipGradNormAcrossGroups does, over the tensor and pipeline groups),
@@ -58,7 +61,7 @@ struct ShardedStepResult {
 
 class ShardedAdamW {
  public:
-  // zero_stage 1 or 2. `data_group` may be null (a group of one: ZeRO then
+  // zero_stage 0, 1 or 2. `data_group` may be null (a group of one: ZeRO then
   // shards nothing but runs the same code). The groups must outlive this.
   ShardedAdamW(std::vector<ShardedParameter> parameters, const OptimizerConfig& config,
                int zero_stage, c10d::ProcessGroup* data_group,
@@ -86,6 +89,17 @@ class ShardedAdamW {
   // Bytes of optimizer state and gradient buffers this rank holds now.
   int64_t state_bytes() const;
 
+  // Checkpoints. The whole flat index space's moments, [total_elements()]
+  // each (collective over the data group for stages 1 and 2: every rank
+  // ends with every shard).
+  void GatherMoments(torch::Tensor* exp_avg, torch::Tensor* exp_avg_sq) const;
+  // Sets this rank's moments from whole-space ones ([total_elements()]
+  // each) and the step count.
+  void LoadMoments(const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq, int64_t step);
+  // Offset of parameter i in the flat index space, and the parameters.
+  int64_t offset_of(size_t i) const { return offsets_[i]; }
+  const std::vector<ShardedParameter>& parameters() const { return parameters_; }
+
  private:
   // Copies every parameter's gradient (zeros where absent) into a fresh
   // padded flat buffer.
@@ -98,8 +112,8 @@ class ShardedAdamW {
   c10d::ProcessGroup* tensor_group_;
   c10d::ProcessGroup* pipeline_group_;
   ReduceScatterAlgorithm algorithm_;
-  int ranks_ = 1;
-  int rank_ = 0;
+  int ranks_ = 1;  // ranks the state is sharded over (1 for stage 0)
+  int rank_ = 0;   // this rank's shard
   int64_t total_ = 0;  // N
   int64_t shard_ = 0;  // S
   std::vector<int64_t> offsets_;  // of each parameter in the flat space

@@ -197,6 +197,29 @@ torch::Tensor ShardForTensorParallel(const std::string& name, const torch::Tenso
   return full;
 }
 
+std::vector<int64_t> TensorParallelShardShape(const std::string& name,
+                                              std::vector<int64_t> shape, int tp_rank,
+                                              int tp_size) {
+  if (tp_size == 1) return shape;
+  switch (TensorParallelSplitOf(name)) {
+    case TensorParallelSplit::kReplicated:
+      break;
+    case TensorParallelSplit::kVocabRows: {
+      const VocabRange r = VocabRangeOf(shape[0], tp_rank, tp_size);
+      shape[0] = r.end - r.begin;
+      break;
+    }
+    case TensorParallelSplit::kQkvRows:
+    case TensorParallelSplit::kRows:
+      shape[0] /= tp_size;
+      break;
+    case TensorParallelSplit::kColumns:
+      shape[1] /= tp_size;
+      break;
+  }
+  return shape;
+}
+
 torch::Tensor MergeTensorParallelShards(const std::string& name,
                                         const std::vector<torch::Tensor>& shards,
                                         const GptConfig& model) {

@@ -102,6 +102,10 @@ absl::Status ValidateTensorParallel(const GptConfig& model, int tp);
 // (a contiguous copy; `full` itself when replicated).
 torch::Tensor ShardForTensorParallel(const std::string& name, const torch::Tensor& full,
                                      const GptConfig& model, int tp_rank, int tp_size);
+// The shape of ShardForTensorParallel's result, without a tensor.
+std::vector<int64_t> TensorParallelShardShape(const std::string& name,
+                                              std::vector<int64_t> full_shape, int tp_rank,
+                                              int tp_size);
 // The full parameter from every rank's shard (shards[r] from rank r); the
 // inverse of ShardForTensorParallel. For a replicated parameter, shards[0].
 torch::Tensor MergeTensorParallelShards(const std::string& name,

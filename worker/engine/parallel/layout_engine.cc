@@ -1,0 +1,243 @@
+#include "worker/engine/parallel/layout_engine.h"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/optim/adamw.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/engine/gpt.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/parallel/layout_checkpoint.h"
+#include "worker/engine/parallel/parallel_gpt.h"
+#include "worker/engine/parallel/pipeline.h"
+#include "worker/engine/parallel/sharded_adamw.h"
+#include "worker/engine/parallel/tensor_parallel.h"
+
+namespace loom::engine {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Runs fn without moving the global CPU generator: building a whole Gpt for
+// a checkpoint image draws its (discarded) initialisation from it.
+template <typename Fn>
+void KeepingGenerator(Fn fn) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor saved = generator.get_state();
+  fn();
+  generator.set_state(saved);
+}
+
+class LayoutEngine : public RankEngine {
+ public:
+  LayoutEngine(const TrainerConfig& config, const ParallelGroups& groups)
+      : config_(config), groups_(groups) {
+    const RankCoordinates me = groups_.coordinates;
+    partition_ = PartitionFor(config_.model, groups_.layout, me);
+    model_ = ParallelGpt(config_.model, partition_, groups_.tensor);
+    model_->train();
+    std::vector<ShardedParameter> parameters;
+    // The last stage's copy of the tied wte is counted in the norm by the
+    // first stage.
+    const bool skip_wte = groups_.layout.pipeline > 1 && partition_.head;
+    for (const auto& item : model_->named_parameters()) {
+      parameters.push_back({item.key(), item.value(), item.value().dim() >= 2,
+                            !(skip_wte && item.key() == "wte.weight")});
+    }
+    optimizer_ = std::make_unique<ShardedAdamW>(std::move(parameters), config_.optimizer,
+                                                config_.zero_stage, groups_.data.get(),
+                                                groups_.tensor.get(), groups_.pipeline.get());
+    // Built here, under the trainer's initialisation lock, because building
+    // a Gpt draws from the global generator (which KeepingGenerator puts
+    // back), and in-process ranks share it.
+    if (groups_.rank == 0 && !config_.checkpoint_dir.empty()) {
+      KeepingGenerator([&] {
+        image_model_ = Gpt(config_.model);
+        image_optimizer_ = MakeAdamW(*image_model_, config_.optimizer);
+      });
+    }
+  }
+
+  int data_rank() const override { return groups_.coordinates.dp; }
+  int data_ranks() const override { return groups_.layout.data; }
+
+  void SynchronizeInitialWeights() override {
+    if (!groups_.data) return;
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> parts;
+    for (const torch::Tensor& p : model_->parameters()) parts.push_back(p.reshape({-1}));
+    std::vector<torch::Tensor> flat = {torch::cat(parts)};
+    c10d::BroadcastOptions options;
+    options.rootRank = 0;
+    groups_.data->broadcast(flat, options)->wait();
+    int64_t offset = 0;
+    for (torch::Tensor p : model_->parameters()) {
+      p.view({-1}).copy_(flat[0].narrow(0, offset, p.numel()));
+      offset += p.numel();
+    }
+  }
+
+  double ForwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets,
+                         int micro_batch, double loss_scale,
+                         ForwardBackwardTimes* times) override {
+    TORCH_CHECK(loss_scale == 1.0, "loss scaling is not executed under parallel layouts");
+    const int micro_steps = static_cast<int>(inputs.size(0)) / micro_batch;
+    if (groups_.layout.pipeline > 1) {
+      std::vector<torch::Tensor> xs, ys;
+      for (int m = 0; m < micro_steps; ++m) {
+        xs.push_back(inputs.narrow(0, m * micro_batch, micro_batch));
+        ys.push_back(targets.narrow(0, m * micro_batch, micro_batch));
+      }
+      PipelineTimes pipeline;
+      const double loss = RunOneFOneB(*model_, groups_.pipeline.get(), xs, ys, &pipeline);
+      SumTiedEmbeddingGradients(*model_, groups_.embedding.get());
+      times->forward += pipeline.forward_seconds;
+      times->backward += pipeline.backward_seconds;
+      times->pipeline_wait += pipeline.wait_seconds;
+      return loss;
+    }
+    double loss_sum = 0;
+    for (int m = 0; m < micro_steps; ++m) {
+      double start = Now();
+      torch::Tensor loss = model_->Loss(inputs.narrow(0, m * micro_batch, micro_batch),
+                                        targets.narrow(0, m * micro_batch, micro_batch));
+      times->forward += Now() - start;
+      start = Now();
+      (loss / micro_steps).backward();
+      loss_sum += loss.item<double>();
+      times->backward += Now() - start;
+      // ZeRO-2: this micro-batch's gradients go to their owners now.
+      optimizer_->ReduceMicroBatch();
+    }
+    return loss_sum / micro_steps;
+  }
+
+  double ReduceGradients(double replica_loss) override {
+    torch::Tensor loss = torch::tensor({replica_loss}, torch::kDouble);
+    AllReduceInPlace(loss, groups_.data.get());
+    return loss.item<double>() / groups_.layout.data;
+  }
+
+  absl::StatusOr<AdamWStepResult> Step(double lr, const AdamWStepOptions& options) override {
+    if (options.inv_scale != 1.0) {
+      return absl::UnimplementedError("loss scaling is not executed under parallel layouts");
+    }
+    const ShardedStepResult stepped = optimizer_->Step(lr, options.max_grad_norm);
+    AdamWStepResult result;
+    result.applied = stepped.applied;
+    result.grad_norm = stepped.grad_norm;
+    result.clip_coef = !stepped.applied ? 0.0
+                       : options.max_grad_norm > 0 && stepped.grad_norm > options.max_grad_norm
+                           ? options.max_grad_norm / (stepped.grad_norm + 1e-6)
+                           : 1.0;
+    return result;
+  }
+
+  double Evaluate(const TokenDataset& val, int64_t eval_batches, int micro) override {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    const int64_t seq_len = config_.model.seq_len;
+    torch::Tensor x = torch::empty({micro, seq_len}, torch::kLong);
+    torch::Tensor y = torch::empty({micro, seq_len}, torch::kLong);
+    torch::Tensor totals = torch::zeros({2}, torch::kDouble);  // loss sum, batches
+    for (int64_t i = data_rank(); i < eval_batches; i += data_ranks()) {
+      for (int row = 0; row < micro; ++row) {
+        val.CopySample((i * micro + row) % val.num_samples(), x.data_ptr<int64_t>() + row * seq_len,
+                       y.data_ptr<int64_t>() + row * seq_len);
+      }
+      const double loss = groups_.layout.pipeline > 1
+                              ? PipelineForwardLoss(*model_, groups_.pipeline.get(), x, y)
+                              : model_->Loss(x, y).item<double>();
+      totals[0] += loss;
+      totals[1] += 1;
+    }
+    model_->train();
+    AllReduceInPlace(totals, groups_.data.get());
+    return totals[0].item<double>() / totals[1].item<double>();
+  }
+
+  std::pair<torch::nn::Module*, torch::optim::Optimizer*> CheckpointImage() override {
+    TORCH_CHECK(groups_.rank != 0 || image_model_, "CheckpointImage without a checkpoint_dir");
+    GatherFullState(*model_, *optimizer_, groups_, image_model_ ? image_model_.get() : nullptr,
+                    image_optimizer_.get());
+    if (groups_.rank != 0) return {nullptr, nullptr};
+    return {image_model_.get(), image_optimizer_.get()};
+  }
+
+  // Call under the trainer's initialisation lock (it builds a Gpt).
+  absl::Status Restore(absl::string_view bytes, const CheckpointShape& shape,
+                       TrainingState* state) override {
+    Gpt whole{nullptr};
+    std::unique_ptr<torch::optim::AdamW> whole_optimizer;
+    KeepingGenerator([&] {
+      whole = Gpt(config_.model);
+      whole_optimizer = MakeAdamW(*whole, config_.optimizer);
+    });
+    // Sets the generator too, as the replicated engine's restore does.
+    RETURN_IF_ERROR(RestoreCheckpoint(bytes, shape, *whole, *whole_optimizer, state));
+    ScatterFullState(*whole, *whole_optimizer, *model_, *optimizer_);
+    return absl::OkStatus();
+  }
+
+  torch::nn::Module& module() override { return *model_; }
+
+  std::string optimizer_implementation() const override {
+    return absl::StrCat("cpu-kernel, ZeRO-", config_.zero_stage, " over ", groups_.layout.data,
+                        " replica(s)");
+  }
+
+ private:
+  TrainerConfig config_;
+  const ParallelGroups& groups_;
+  GptPartition partition_;
+  ParallelGpt model_{nullptr};
+  std::unique_ptr<ShardedAdamW> optimizer_;
+  // World rank 0, when checkpointing: the whole model and optimizer that
+  // checkpoints are written from.
+  Gpt image_model_{nullptr};
+  std::unique_ptr<torch::optim::AdamW> image_optimizer_;
+};
+
+}  // namespace
+
+absl::Status ValidateLayoutConfig(const TrainerConfig& c, const ParallelLayout& layout) {
+  auto invalid = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  RETURN_IF_ERROR(ValidateTensorParallel(c.model, layout.tensor));
+  if (layout.pipeline > c.model.n_layer) {
+    return invalid("parallelism.pipeline (", layout.pipeline, ") exceeds model.n_layer (",
+                   c.model.n_layer, "): every stage needs at least one block");
+  }
+  if (c.zero_stage < 0 || c.zero_stage > 2) {
+    return invalid("parallelism.zero_stage must be 0, 1 or 2 (ZeRO-3 is not executed yet), got ",
+                   c.zero_stage);
+  }
+  if (c.micro_batch < 1 || c.global_batch < 1 ||
+      c.global_batch % (layout.data * c.micro_batch) != 0) {
+    return invalid("global_batch (", c.global_batch,
+                   ") must be a positive multiple of parallelism.data * micro_batch (",
+                   layout.data, " * ", c.micro_batch, ")");
+  }
+  if (c.model.precision == Precision::kFp16) {
+    return invalid("precision: fp16 is not executed under tensor, pipeline or ZeRO layouts yet");
+  }
+  if (c.device != "cpu") {
+    return invalid("device: tensor, pipeline and ZeRO layouts run on CPU ranks in this version (",
+                   c.device, " asked for)");
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<RankEngine> MakeLayoutEngine(const TrainerConfig& config,
+                                             const ParallelGroups& groups) {
+  return std::make_unique<LayoutEngine>(config, groups);
+}
+
+}  // namespace loom::engine

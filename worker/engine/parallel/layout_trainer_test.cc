@@ -1,0 +1,298 @@
+// Train() under parallel layouts (issue 11, "Tests"): the layout engine
+// trains like the replicated one, and checkpoints move between layouts.
+// Ranks are threads of this process (real Gloo groups over loopback, one
+// HashStore), training a 4-block GPT on real English text (Debian's
+// fortunes), byte-level.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/engine/data.h"
+#include "worker/engine/parallel/process_groups.h"
+#include "worker/engine/trainer.h"
+
+namespace loom::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Layout {
+  int tensor = 1;
+  int pipeline = 1;
+  int data = 1;
+  int zero_stage = 0;
+  bool replicated = false;  // Train() over a world group: today's engine
+  std::string Name() const {
+    if (replicated) return "replicated DP" + std::to_string(data);
+    std::string name = "TP" + std::to_string(tensor) + "xPP" + std::to_string(pipeline) + "xDP" +
+                       std::to_string(data);
+    if (zero_stage > 0) name += " ZeRO-" + std::to_string(zero_stage);
+    return name;
+  }
+};
+
+struct RunOutcome {
+  std::vector<absl::Status> statuses;     // per rank
+  std::vector<StepReport> steps;          // rank 0's reports
+  std::vector<TrainResult> results;       // per rank (when ok)
+};
+
+class LayoutTrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char pattern[] = "/tmp/loom_layout_trainer_testXXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    data_dir_ = new std::string(pattern);
+    std::vector<std::string> inputs;
+    for (const char* f : {"fortunes", "literature"}) {
+      inputs.push_back(std::string("/usr/share/games/fortunes/") + f);
+    }
+    absl::StatusOr<PrepareResult> prepared =
+        PrepareByteLevelData(inputs, *data_dir_ + "/data", 0.1);
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    train_ = new std::vector<std::string>(prepared->train_shards);
+    val_ = new std::vector<std::string>(prepared->val_shards);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*data_dir_);
+    delete data_dir_;
+    delete train_;
+    delete val_;
+  }
+
+  void SetUp() override {
+    torch::set_num_threads(1);
+    char pattern[] = "/tmp/loom_layout_ckptXXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static TrainerConfig Config() {
+    TrainerConfig c;
+    c.model.n_layer = 4;
+    c.model.n_head = 4;
+    c.model.d_model = 32;
+    c.model.seq_len = 32;
+    c.model.vocab_size = 256;
+    c.model.dropout = 0.0;
+    c.optimizer.lr = 1e-3;
+    c.optimizer.eps = 1e-5;  // why: parallel_gpt_test.cc, TestOptimizer
+    c.optimizer.grad_clip = 1.0;
+    c.schedule.total_steps = 10;
+    c.schedule.warmup_steps = 2;
+    c.global_batch = 8;
+    c.micro_batch = 2;
+    c.seed = 1234;
+    c.eval_batches = 4;
+    c.eval_interval = 5;
+    c.train_shards = *train_;
+    c.val_shards = *val_;
+    return c;
+  }
+
+  // Trains `config` under `layout` on data x pipeline x tensor threads.
+  // stop_after > 0: every rank asks to stop once that many steps ran.
+  RunOutcome Run(TrainerConfig config, const Layout& layout, int64_t stop_after = 0) {
+    config.tensor_parallel = layout.tensor;
+    config.pipeline_parallel = layout.pipeline;
+    config.zero_stage = layout.zero_stage;
+    const ParallelLayout parallel{layout.data, layout.tensor, layout.pipeline};
+    const int world = parallel.world_size();
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    RunOutcome out;
+    out.statuses.assign(world, absl::UnknownError("not run"));
+    out.results.resize(world);
+    auto run = [&](int rank) {
+      ParallelGroupOptions options;
+      options.timeout_seconds = 120;
+      options.local_addr = "127.0.0.1";
+      absl::StatusOr<ParallelGroups> groups = CreateParallelGroups(store, rank, parallel, options);
+      if (!groups.ok()) {
+        out.statuses[rank] = groups.status();
+        return;
+      }
+      int64_t polls = 0;
+      TrainerCallbacks callbacks;
+      if (rank == 0) callbacks.on_step = [&out](const StepReport& r) { out.steps.push_back(r); };
+      callbacks.should_stop = [&polls, stop_after] {
+        return stop_after > 0 && polls++ >= stop_after;
+      };
+      absl::StatusOr<TrainResult> result =
+          layout.replicated ? Train(config, groups->world, callbacks)
+                            : TrainWithGroups(config, *groups, callbacks);
+      out.statuses[rank] = result.status();
+      if (result.ok()) out.results[rank] = *result;
+    };
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < world; ++rank) threads.emplace_back(run, rank);
+    for (std::thread& t : threads) t.join();
+    return out;
+  }
+
+  static void ExpectAllOk(const RunOutcome& out, const std::string& what) {
+    for (size_t r = 0; r < out.statuses.size(); ++r) {
+      EXPECT_TRUE(out.statuses[r].ok()) << what << " rank " << r << ": " << out.statuses[r];
+    }
+  }
+
+  // Reports of optimizer steps (step >= 1), by step.
+  static std::map<int64_t, StepReport> ByStep(const std::vector<StepReport>& steps) {
+    std::map<int64_t, StepReport> by_step;
+    for (const StepReport& r : steps) {
+      if (r.step >= 1) by_step[r.step] = r;
+    }
+    return by_step;
+  }
+
+  // Worst relative difference of train and validation losses over the
+  // steps both runs report (from `first_step` on); prints it.
+  static double WorstLossDifference(const std::vector<StepReport>& reference,
+                                    const std::vector<StepReport>& run, const std::string& what,
+                                    int64_t first_step = 1) {
+    const auto want = ByStep(reference), got = ByStep(run);
+    double worst = 0;
+    int compared = 0;
+    for (const auto& [step, r] : want) {
+      if (step < first_step) continue;
+      auto it = got.find(step);
+      if (it == got.end()) {
+        ADD_FAILURE() << what << ": no report of step " << step;
+        continue;
+      }
+      worst = std::max(worst, std::abs(it->second.loss - r.loss) / std::abs(r.loss));
+      if (r.has_val_loss) {
+        EXPECT_TRUE(it->second.has_val_loss) << what << " step " << step;
+        worst = std::max(worst, std::abs(it->second.val_loss - r.val_loss) / r.val_loss);
+      }
+      ++compared;
+    }
+    std::printf("%s: %d steps compared, worst loss difference %.3g (relative)\n", what.c_str(),
+                compared, worst);
+    EXPECT_GT(compared, 0) << what;
+    return worst;
+  }
+
+  static std::string* data_dir_;
+  static std::vector<std::string>* train_;
+  static std::vector<std::string>* val_;
+  std::string dir_;
+};
+std::string* LayoutTrainerTest::data_dir_ = nullptr;
+std::vector<std::string>* LayoutTrainerTest::train_ = nullptr;
+std::vector<std::string>* LayoutTrainerTest::val_ = nullptr;
+
+TEST_F(LayoutTrainerTest, EveryLayoutTrainsLikeOneRank) {
+  const RunOutcome reference = Run(Config(), Layout{1, 1, 1, 0, /*replicated=*/true});
+  ExpectAllOk(reference, "reference");
+  ASSERT_EQ(ByStep(reference.steps).size(), 10u);
+  EXPECT_LT(ByStep(reference.steps).at(10).loss, ByStep(reference.steps).at(1).loss);
+  for (const Layout& layout :
+       {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 4, 1}, Layout{1, 1, 2, 1},
+        Layout{1, 1, 2, 2}, Layout{2, 1, 2}, Layout{2, 1, 2, 1}}) {
+    const RunOutcome run = Run(Config(), layout);
+    ExpectAllOk(run, layout.Name());
+    EXPECT_LE(WorstLossDifference(reference.steps, run.steps, layout.Name()), 1e-5)
+        << layout.Name();
+  }
+}
+
+// Trains 5 of 10 steps under `first` (a checkpoint at step 5), then resumes
+// a copy of the checkpoints under each of `then`: the losses of steps 6-10
+// must be those of the uninterrupted single-rank run.
+TEST_F(LayoutTrainerTest, CheckpointsResumeUnderEveryOtherLayout) {
+  const RunOutcome reference = Run(Config(), Layout{1, 1, 1, 0, true});
+  ExpectAllOk(reference, "reference");
+  const struct {
+    Layout first;
+    std::vector<Layout> then;
+  } cases[] = {
+      {Layout{2, 2, 1}, {Layout{1, 1, 4, 0, true}, Layout{1, 4, 1}, Layout{2, 1, 2, 1}}},
+      {Layout{1, 1, 2, 0, true}, {Layout{2, 1, 1}}},
+      {Layout{1, 1, 2, 2}, {Layout{1, 2, 1}}},
+  };
+  for (const auto& c : cases) {
+    TrainerConfig config = Config();
+    config.checkpoint_dir = dir_ + "/first";
+    config.checkpoint_interval = 5;
+    const RunOutcome first = Run(config, c.first, /*stop_after=*/5);
+    for (const absl::Status& s : first.statuses) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << c.first.Name() << ": " << s;
+    }
+    for (const Layout& then : c.then) {
+      const std::string copy = dir_ + "/resume";
+      fs::remove_all(copy);
+      fs::copy(config.checkpoint_dir, copy, fs::copy_options::recursive);
+      TrainerConfig resumed = Config();
+      resumed.checkpoint_dir = copy;
+      const RunOutcome run = Run(resumed, then);
+      ExpectAllOk(run, then.Name());
+      ASSERT_TRUE(run.statuses[0].ok());
+      EXPECT_EQ(run.results[0].resumed_from_step, 5) << then.Name();
+      const std::string what = c.first.Name() + " -> " + then.Name();
+      EXPECT_LE(WorstLossDifference(reference.steps, run.steps, what, /*first_step=*/6), 1e-5)
+          << what;
+    }
+    fs::remove_all(config.checkpoint_dir);
+  }
+}
+
+TEST_F(LayoutTrainerTest, ResumeUnderTheSameLayoutIsBitExact) {
+  TrainerConfig config = Config();
+  const Layout layout{2, 2, 1};
+  const RunOutcome uninterrupted = Run(config, layout);
+  ExpectAllOk(uninterrupted, "uninterrupted");
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 5;
+  const RunOutcome stopped = Run(config, layout, /*stop_after=*/5);
+  EXPECT_EQ(stopped.statuses[0].code(), absl::StatusCode::kCancelled) << stopped.statuses[0];
+  const RunOutcome resumed = Run(config, layout);
+  ExpectAllOk(resumed, "resumed");
+  const auto want = ByStep(uninterrupted.steps), got = ByStep(resumed.steps);
+  for (int64_t step = 6; step <= 10; ++step) {
+    ASSERT_TRUE(got.count(step)) << step;
+    EXPECT_EQ(got.at(step).loss, want.at(step).loss) << "step " << step;
+    EXPECT_EQ(got.at(step).grad_norm, want.at(step).grad_norm) << "step " << step;
+  }
+  EXPECT_EQ(got.at(10).val_loss, want.at(10).val_loss);
+}
+
+TEST_F(LayoutTrainerTest, RefusesWhatALayoutCannotRun) {
+  TrainerConfig config = Config();
+  config.tensor_parallel = 2;
+  // Train() is the replicated engine's door.
+  absl::StatusOr<TrainResult> replicated = Train(config, nullptr, {});
+  EXPECT_EQ(replicated.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(replicated.status().message()), ::testing::HasSubstr("TrainWithGroups"));
+
+  auto refused = [&](TrainerConfig c, const Layout& layout, const std::string& field) {
+    const RunOutcome out = Run(c, layout);
+    for (const absl::Status& s : out.statuses) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << layout.Name() << ": " << s;
+      EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(field)) << s;
+    }
+  };
+  TrainerConfig dropout = Config();
+  dropout.model.dropout = 0.1;
+  refused(dropout, Layout{2, 1, 1}, "model.dropout");
+  TrainerConfig heads = Config();
+  heads.model.n_head = 2;
+  refused(heads, Layout{4, 1, 1}, "model.n_head");
+  TrainerConfig zero3 = Config();
+  refused(zero3, Layout{1, 1, 2, 3}, "zero_stage");
+  TrainerConfig batch = Config();
+  batch.global_batch = 6;  // not a multiple of data 2 x micro_batch 2
+  refused(batch, Layout{1, 1, 2, 1}, "global_batch");
+}
+
+}  // namespace
+}  // namespace loom::engine
