@@ -197,6 +197,7 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     auto wpid = Spawn({o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address,
                        "--token_file=" + token_path, absl::StrCat("--node=local-", i),
                        "--address=127.0.0.1", absl::StrCat("--slots=", o.slots_per_worker),
+                       absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
                        "--gpus=" + o.gpus_per_worker,
                        "--work_dir=" + work, "--ready_file=" + wready,
                        "--metrics_listen=127.0.0.1:0"},

@@ -24,6 +24,7 @@ struct LocalClusterOptions {
   std::string bin_dir;      // where loom-controller / loom-worker live
   int workers = 2;
   int slots_per_worker = 1;
+  uint64_t memory_bytes_per_worker = 0;  // loom-worker --memory_bytes (0 = the host's)
   std::string gpus_per_worker = "auto";  // loom-worker --gpus: a count or auto (NVML)
   absl::Duration start_timeout = absl::Seconds(30);
   double worker_timeout_s = 10;  // passed to the controller

@@ -45,7 +45,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: loomctl [global flags] COMMAND [args]
 
 Commands:
-  local up [--workers N] [--slots S] [--gpus G|auto]
+  local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto]
                                       start a controller and N workers on this machine
   local down                           stop them
   local status                         show the local daemons
@@ -439,10 +439,24 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
   }
   std::cout << "job      " << job.id() << "\nstate    " << StateName(job.state())
             << "\nreason   " << job.reason() << "\n";
-  if (job.ranks_size() > 0) {
+  const auto& par = job.spec().parallelism();
+  const bool layered = par.tensor() > 1 || par.pipeline() > 1;
+  if (job.ranks_size() > 0 && !layered) {
     std::cout << "ranks   ";
     for (const auto& r : job.ranks()) std::cout << " " << r.rank() << "@" << r.node();
     std::cout << "\n";
+  } else if (job.ranks_size() > 0) {
+    // Tensor / pipeline layouts: where each rank sits (issue 11).
+    std::cout << "layout   data " << par.data() << " x pipeline " << par.pipeline()
+              << " x tensor " << par.tensor() << ", ZeRO-" << par.zero_stage()
+              << "\nplacement\n";
+    std::vector<std::vector<std::string>> placement = {
+        {"  RANK", "NODE", "WORKER", "DP", "PP (stage)", "TP"}};
+    for (const auto& r : job.ranks()) {
+      placement.push_back({absl::StrCat("  ", r.rank()), r.node(), r.worker_id(),
+                           absl::StrCat(r.dp()), absl::StrCat(r.pp()), absl::StrCat(r.tp())});
+    }
+    PrintTable(placement);
   }
   if (job.has_plan()) {
     std::cout << "\nplan\n" << controller::FormatJobPlan(job.plan());
@@ -787,6 +801,12 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
         if (!absl::SimpleAtoi(args[++i], &o.workers)) return Usage("--workers: not a number");
       } else if (args[i] == "--slots" && i + 1 < args.size()) {
         if (!absl::SimpleAtoi(args[++i], &o.slots_per_worker)) return Usage("--slots: not a number");
+      } else if (args[i] == "--memory" && i + 1 < args.size()) {
+        double gib = 0;
+        if (!absl::SimpleAtod(args[++i], &gib) || !(gib > 0)) {
+          return Usage("--memory: GiB per worker, > 0");
+        }
+        o.memory_bytes_per_worker = static_cast<uint64_t>(gib * (uint64_t{1} << 30));
       } else if (args[i] == "--gpus" && i + 1 < args.size()) {
         o.gpus_per_worker = args[++i];
         int count = 0;

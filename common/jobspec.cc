@@ -710,17 +710,26 @@ absl::Status ValidateResources(const v1::ResourceSpec& resources) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateBatch(const v1::BatchSpec& batch, int32_t ranks) {
+// `ranks` and the data-parallel degree: every rank of a replica reads the
+// replica's rows (tensor and pipeline ranks share them).
+absl::Status ValidateBatch(const v1::BatchSpec& batch, int32_t ranks,
+                           const v1::ParallelismSpec& parallelism) {
   RETURN_IF_ERROR(CheckAtLeast("batch.global_batch", batch.global_batch(), 1));
   RETURN_IF_ERROR(CheckAtLeast("batch.micro_batch", batch.micro_batch(), 1));
-  // Each step every rank runs global / (ranks x micro) accumulation steps.
-  const int64_t per_step = int64_t{ranks} * batch.micro_batch();
+  const bool layout = !parallelism.auto_() && parallelism.data() > 0 &&
+                      (parallelism.tensor() > 1 || parallelism.pipeline() > 1);
+  const int64_t replicas = layout ? parallelism.data() : ranks;
+  // Each step every replica runs global / (replicas x micro) micro-batches.
+  const int64_t per_step = replicas * batch.micro_batch();
   if (batch.global_batch() % per_step != 0) {
     return FieldError(
         "batch.global_batch",
-        absl::StrCat(batch.global_batch(),
-                     " is not divisible by resources.ranks (", ranks,
-                     ") x batch.micro_batch (", batch.micro_batch(), ")"));
+        layout ? absl::StrCat(batch.global_batch(),
+                              " is not divisible by parallelism.data (", replicas,
+                              ") x batch.micro_batch (", batch.micro_batch(), ")")
+               : absl::StrCat(batch.global_batch(),
+                              " is not divisible by resources.ranks (", ranks,
+                              ") x batch.micro_batch (", batch.micro_batch(), ")"));
   }
   return absl::OkStatus();
 }
@@ -750,22 +759,52 @@ absl::Status ValidateParallelism(const v1::ParallelismSpec& parallelism,
                    " does not equal resources.ranks (", ranks, ")"));
 }
 
-// Valid specs that ask for what Loom cannot run yet.
+// Valid specs that ask for what Loom cannot run yet, and layouts the model
+// cannot be split into (the engine's rules: worker/engine/parallel/
+// layout_engine.h).
 absl::Status ValidateSupported(const JobSpec& spec) {
   const v1::ParallelismSpec& parallelism = spec.parallelism();
-  if (parallelism.tensor() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallelism.tensor: tensor parallelism (", parallelism.tensor(),
-        ") is planned but not executable yet; only data parallelism runs (set "
-        "parallelism.tensor: 1, or parallelism.auto: true to let the planner choose a layout "
-        "that runs; `loomctl plan` shows what tensor parallelism would buy)"));
+  const v1::GptModel& gpt = spec.model().gpt();
+  if (parallelism.zero_stage() < 0 || parallelism.zero_stage() > 3) {
+    return FieldError("parallelism.zero_stage",
+                      absl::StrCat(parallelism.zero_stage(), " is not 0, 1, 2 or 3"));
   }
-  if (parallelism.pipeline() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallelism.pipeline: pipeline parallelism (", parallelism.pipeline(),
-        ") is planned but not executable yet; only data parallelism runs (set "
-        "parallelism.pipeline: 1, or parallelism.auto: true to let the planner choose a layout "
-        "that runs; `loomctl plan` shows what pipeline parallelism would buy)"));
+  if (parallelism.zero_stage() == 3) {
+    return absl::UnimplementedError(
+        "parallelism.zero_stage: ZeRO-3 (parameters sharded too) is planned but not executable "
+        "yet; stages 0, 1 (optimizer state sharded over the data-parallel group) and 2 "
+        "(gradients too) run");
+  }
+  if (parallelism.tensor() > 1) {
+    if (gpt.n_head() % parallelism.tensor() != 0) {
+      return FieldError("parallelism.tensor",
+                        absl::StrCat(parallelism.tensor(), " does not divide model.gpt.n_head (",
+                                     gpt.n_head(),
+                                     "): attention heads are split across the tensor group"));
+    }
+    if (gpt.vocab_size() < parallelism.tensor()) {
+      return FieldError("parallelism.tensor",
+                        absl::StrCat(parallelism.tensor(), " exceeds model.gpt.vocab_size (",
+                                     gpt.vocab_size(), ")"));
+    }
+    if (gpt.dropout() != 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "model.gpt.dropout: dropout (", gpt.dropout(),
+          ") under tensor parallelism is not executable yet; set it to 0, or use "
+          "parallelism.tensor: 1"));
+    }
+  }
+  if (parallelism.pipeline() > 1 && parallelism.pipeline() > gpt.n_layer()) {
+    return FieldError("parallelism.pipeline",
+                      absl::StrCat(parallelism.pipeline(), " exceeds model.gpt.n_layer (",
+                                   gpt.n_layer(), "): every stage needs at least one block"));
+  }
+  const bool layout = parallelism.tensor() > 1 || parallelism.pipeline() > 1 ||
+                      parallelism.zero_stage() > 0;
+  if (layout && spec.resources().gpus_per_rank() > 0) {
+    return absl::UnimplementedError(
+        "resources.gpus_per_rank: tensor, pipeline and ZeRO layouts run on CPU ranks in this "
+        "version; GPU ranks run data parallelism");
   }
   // BF16 runs on the CPU workers (autocast, fp32 master weights); FP16
   // needs dynamic loss scaling and GPU workers, which Loom has not yet.
@@ -861,11 +900,6 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   if (resources->threads_per_rank() == 0) resources->set_threads_per_rank(1);
   const int32_t ranks = resources->ranks();
 
-  v1::BatchSpec* batch = spec->mutable_batch();
-  if (batch->micro_batch() == 0 && batch->global_batch() > 0 && ranks > 0) {
-    batch->set_micro_batch(std::max(1, batch->global_batch() / ranks));
-  }
-
   v1::ParallelismSpec* parallelism = spec->mutable_parallelism();
   if (!parallelism->auto_()) {
     if (parallelism->tensor() == 0) parallelism->set_tensor(1);
@@ -876,6 +910,13 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
         ranks % model_parallel == 0) {
       parallelism->set_data(static_cast<int32_t>(ranks / model_parallel));
     }
+  }
+
+  // Each data-parallel replica takes global / replicas rows per step.
+  v1::BatchSpec* batch = spec->mutable_batch();
+  const int32_t replicas = parallelism->data() > 0 ? parallelism->data() : ranks;
+  if (batch->micro_batch() == 0 && batch->global_batch() > 0 && replicas > 0) {
+    batch->set_micro_batch(std::max(1, batch->global_batch() / replicas));
   }
 
   if (spec->precision() == v1::PRECISION_UNSPECIFIED) {
@@ -900,7 +941,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   RETURN_IF_ERROR(ValidateSchedule(spec.schedule()));
   RETURN_IF_ERROR(ValidateResources(spec.resources()));
-  RETURN_IF_ERROR(ValidateBatch(spec.batch(), spec.resources().ranks()));
+  RETURN_IF_ERROR(
+      ValidateBatch(spec.batch(), spec.resources().ranks(), spec.parallelism()));
   RETURN_IF_ERROR(
       ValidateParallelism(spec.parallelism(), spec.resources().ranks()));
   if (!v1::Precision_IsValid(spec.precision())) {

@@ -524,26 +524,49 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
          s->mutable_checkpoint()->set_keep(-1);
        },
        kInvalid, "checkpoint.keep: "},
-      {"tensor parallelism",
+      {"tensor parallelism with dropout",
        [](JobSpec* s) {
          s->mutable_parallelism()->set_data(2);
          s->mutable_parallelism()->set_tensor(2);
        },
        kUnimplemented,
-       "parallelism.tensor: tensor parallelism (2) is planned but not "
-       "executable yet; only data parallelism runs"},
-      {"pipeline parallelism",
+       "model.gpt.dropout: dropout (0.1) under tensor parallelism is not executable yet"},
+      {"tensor degree that does not divide the heads",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_dropout(0);
+         s->mutable_resources()->set_ranks(3);
+         s->mutable_parallelism()->set_data(1);
+         s->mutable_parallelism()->set_tensor(3);
+         s->mutable_batch()->set_global_batch(36);
+       },
+       kInvalid, "parallelism.tensor: 3 does not divide model.gpt.n_head (4)"},
+      {"more pipeline stages than blocks",
        [](JobSpec* s) {
          s->mutable_parallelism()->set_data(1);
          s->mutable_parallelism()->set_pipeline(4);
        },
-       kUnimplemented, "parallelism.pipeline: pipeline parallelism (4)"},
-      {"tensor parallelism chosen with auto",
+       kInvalid, "parallelism.pipeline: 4 exceeds model.gpt.n_layer (2)"},
+      {"ZeRO-3",
+       [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(3); },
+       kUnimplemented, "parallelism.zero_stage: ZeRO-3"},
+      {"ZeRO stage out of range",
+       [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(7); },
+       kInvalid, "parallelism.zero_stage: 7 is not 0, 1, 2 or 3"},
+      {"layout on GPU ranks",
        [](JobSpec* s) {
-         s->mutable_parallelism()->set_auto_(true);
-         s->mutable_parallelism()->set_tensor(2);
+         s->mutable_parallelism()->set_zero_stage(1);
+         s->mutable_resources()->set_gpus_per_rank(1);
        },
-       kUnimplemented, "parallelism.tensor: "},
+       kUnimplemented, "resources.gpus_per_rank: tensor, pipeline and ZeRO layouts run on CPU"},
+      {"global batch not divisible by the data degree",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_dropout(0);
+         s->mutable_parallelism()->set_data(2);
+         s->mutable_parallelism()->set_tensor(2);
+         s->mutable_batch()->set_global_batch(12);
+       },
+       kInvalid, "batch.global_batch: 12 is not divisible by parallelism.data (2) x "
+                 "batch.micro_batch (4)"},
       {"fp16", [](JobSpec* s) { s->set_precision(v1::FP16); }, kUnimplemented,
        "precision: FP16 is planned but not executable yet: it needs GPU "
        "workers"},
@@ -564,6 +587,22 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
     EXPECT_EQ(status.code(), c.code) << status;
     EXPECT_THAT(std::string(status.message()), StartsWith(c.message_prefix));
   }
+}
+
+// Tensor, pipeline and ZeRO layouts execute (issue 11); the batch is
+// split over the data-parallel replicas only.
+TEST(ValidateJobSpecTest, TensorPipelineAndZeroLayoutsAreAccepted) {
+  JobSpec spec = MustParse(kGoodYaml);
+  spec.mutable_model()->mutable_gpt()->set_dropout(0);
+  spec.mutable_resources()->set_ranks(8);
+  spec.mutable_parallelism()->set_tensor(2);
+  spec.mutable_parallelism()->set_pipeline(2);
+  spec.mutable_parallelism()->set_zero_stage(1);
+  spec.mutable_batch()->clear_micro_batch();
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.parallelism().data(), 2);
+  EXPECT_EQ(spec.batch().micro_batch(), 16);  // 32 rows over 2 replicas
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
 // BF16 and activation checkpointing execute (on CPU workers).

@@ -6,6 +6,7 @@ loom_test(loom_diagnosis_test SRCS diagnosis_test.cc DEPS loom_diagnosis)
 loom_library(loom_recovery_metrics SRCS recovery_metrics.cc DEPS loom_metrics loom_proto)
 loom_library(loom_job_manager SRCS job_manager.cc
   DEPS loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
+       loom_parallel_layout
        loom_diagnosis loom_grpc
        loom_common absl::strings absl::str_format absl::synchronization)
 loom_library(loom_controller_service SRCS controller_service.cc
@@ -18,5 +19,5 @@ target_link_libraries(loom-controller PRIVATE loom_controller_service
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
 loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_metrics)
 loom_test(loom_job_planning_test SRCS job_planning_test.cc DEPS loom_job_planning loom_jobspec)
-include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake OPTIONAL)
-include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake OPTIONAL)
+include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake)
+include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake)

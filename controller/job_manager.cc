@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec.h"
+#include "common/parallel_layout.h"
 #include "controller/diagnosis.h"
 #include "controller/planner/topology_yaml.h"
 
@@ -1112,10 +1113,19 @@ void JobManager::ScheduleLocked() {
     }
     std::stable_sort(cands.begin(), cands.end(),
                      [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
-    // Ranks are split into contiguous blocks, one block per worker, so
-    // neighbouring ranks share a node.
-    std::vector<int> share(n_workers, n_ranks / n_workers);
-    for (int i = 0; i < n_ranks % n_workers; ++i) share[i]++;
+    // The layout (common/parallel_layout.h): tensor-parallel ranks are
+    // consecutive, so ranks are split into contiguous blocks of whole TP
+    // groups, one block per worker: every TP group sits inside one worker
+    // (its all-reduces, two per sublayer, never cross the network), the
+    // stages of a pipeline follow each other across workers, and data-
+    // parallel replicas are outermost.
+    const auto& par = rec.job.spec().parallelism();
+    const int tensor = std::max(1, par.tensor());
+    const int pipeline = std::max(1, par.pipeline());
+    const ParallelLayout layout{std::max(1, n_ranks / (tensor * pipeline)), tensor, pipeline};
+    const int groups = n_ranks / tensor;
+    std::vector<int> share(n_workers, (groups / n_workers) * tensor);
+    for (int i = 0; i < groups % n_workers; ++i) share[i] += tensor;
     bool fits = static_cast<int>(cands.size()) >= n_workers;
     for (int i = 0; fits && i < n_workers; ++i) fits = cands[i].free >= share[i];
     if (!fits) {
@@ -1149,6 +1159,10 @@ void JobManager::ScheduleLocked() {
         a->set_rank(rank);
         a->set_worker_id(w->info.id());
         a->set_node(w->info.node());
+        const RankCoordinates at = CoordinatesOf(layout, rank);
+        a->set_dp(at.dp);
+        a->set_pp(at.pp);
+        a->set_tp(at.tp);
         if (gpu >= 0) a->set_gpu(gpu);
         w->ranks.push_back({jid, rank, gpu});
         rec.live.insert({w->info.id(), rank});
@@ -1169,12 +1183,16 @@ void JobManager::ScheduleLocked() {
       }
     }
     std::vector<std::string> placed;
+    const bool layered = tensor > 1 || pipeline > 1;
     for (const auto& a : rec.job.ranks()) {
-      placed.push_back(absl::StrCat(a.rank(), "@", a.node(),
-                                    gpu_job ? absl::StrCat(":gpu", a.gpu()) : ""));
+      placed.push_back(absl::StrCat(
+          a.rank(), "@", a.node(), gpu_job ? absl::StrCat(":gpu", a.gpu()) : "",
+          layered ? absl::StrCat("(dp", a.dp(), ",pp", a.pp(), ",tp", a.tp(), ")") : ""));
     }
     Transition(rec, loom::v1::SCHEDULED,
-               absl::StrCat("placed ", n_ranks, " rank(s): ", absl::StrJoin(placed, " ")))
+               absl::StrCat("placed ", n_ranks, " rank(s)",
+                            layered ? absl::StrCat(" as ", LayoutName(layout)) : "", ": ",
+                            absl::StrJoin(placed, " ")))
         .IgnoreError();
   }
 }

@@ -135,14 +135,30 @@ absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& 
   return req;
 }
 
+// What the engine executes (worker/engine/parallel/layout_engine.h):
+// tensor parallelism inside a node without sequence parallelism, pipeline
+// parallelism with the plain (not interleaved) 1F1B schedule, ZeRO 0-2, on
+// CPU ranks; GPU ranks and dropout under TP run data parallelism only. The
+// spec's activation checkpointing and micro-batch are kept as they are.
 void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions* options) {
-  options->tp = 1;
-  options->pp = 1;
+  options->allow_tp_across_nodes = false;
+  options->sequence_parallel = false;
   options->virtual_stages = 1;
   options->recompute = {planner::Recompute::kNone};
-  options->zero_stages = {0};
+  options->zero_stages = {0, 1, 2};
+  if (spec.model().gpt().dropout() > 0) options->tp = 1;
+  if (spec.resources().gpus_per_rank() > 0) {
+    options->tp = 1;
+    options->pp = 1;
+    options->zero_stages = {0};
+  }
   if (spec.batch().micro_batch() > 0) options->micro_batch = spec.batch().micro_batch();
 }
+
+constexpr char kExecutableSearchNote[] =
+    "layouts Loom executes (tensor parallelism inside a worker, no sequence parallelism; "
+    "pipeline 1F1B, not interleaved; ZeRO 0-2; CPU ranks; no recompute; the spec's "
+    "micro-batch)";
 
 planner::Layout SpecLayout(const loom::v1::JobSpec& spec) {
   const auto& par = spec.parallelism();
@@ -151,6 +167,7 @@ planner::Layout SpecLayout(const loom::v1::JobSpec& spec) {
   layout.tp = par.tensor() > 0 ? par.tensor() : 1;
   layout.pp = par.pipeline() > 0 ? par.pipeline() : 1;
   layout.micro_batch = spec.batch().micro_batch() > 0 ? spec.batch().micro_batch() : 1;
+  layout.zero_stage = par.zero_stage();
   return layout;
 }
 
@@ -207,9 +224,7 @@ absl::StatusOr<loom::v1::PlanResponse> PlanSpec(const loom::v1::JobSpec& spec,
                     "Note: some device figures are estimates (see controller/job_planning.h).\n");
   }
   if (executable_only) {
-    absl::StrAppend(&header,
-                    "Search restricted to layouts Loom executes today (tp 1, pp 1, ZeRO-0, "
-                    "no recompute, the spec's micro-batch).\n");
+    absl::StrAppend(&header, "Search restricted to ", kExecutableSearchNote, ".\n");
   }
   absl::StrAppend(&header, "\n");
   auto plan = planner::MakePlan(*req);
@@ -249,9 +264,7 @@ absl::StatusOr<loom::v1::JobPlan> PlanAtSubmit(loom::v1::JobSpec* spec,
   if (spec->parallelism().auto_()) {
     plan.set_auto_(true);
     RestrictToExecutable(*spec, &req->options);
-    plan.add_notes(
-        "parallelism.auto: searched the layouts Loom executes today (tp 1, pp 1, ZeRO-0, no "
-        "recompute, the spec's micro-batch)");
+    plan.add_notes(absl::StrCat("parallelism.auto: searched the ", kExecutableSearchNote));
     auto made = planner::MakePlan(*req);
     if (!made.ok()) {
       if (made.status().code() != absl::StatusCode::kFailedPrecondition) return made.status();
@@ -275,6 +288,7 @@ absl::StatusOr<loom::v1::JobPlan> PlanAtSubmit(loom::v1::JobSpec* spec,
     par->set_data(made->best.layout.dp);
     par->set_tensor(made->best.layout.tp);
     par->set_pipeline(made->best.layout.pp);
+    par->set_zero_stage(made->best.layout.zero_stage);
     spec->mutable_batch()->set_micro_batch(static_cast<int32_t>(made->best.layout.micro_batch));
     return plan;
   }

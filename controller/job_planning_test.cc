@@ -1,5 +1,6 @@
 #include "controller/job_planning.h"
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -101,7 +102,8 @@ TEST(PlanAtSubmitTest, AutoChoosesAnExecutableLayoutAndRecordsTheDegrees) {
   EXPECT_EQ(plan->layout().tensor(), 1);
   EXPECT_EQ(plan->layout().pipeline(), 1);
   EXPECT_EQ(plan->layout().data(), 2);
-  EXPECT_EQ(plan->layout().zero_stage(), 0);
+  EXPECT_LE(plan->layout().zero_stage(), 2);  // ZeRO 0-2 execute
+  EXPECT_EQ(spec.parallelism().zero_stage(), plan->layout().zero_stage());
   EXPECT_EQ(plan->layout().recompute(), "none");
   EXPECT_EQ(plan->layout().micro_batch(), 4);  // the spec's (8 / 2 ranks)
   EXPECT_GT(plan->layout().step_seconds(), 0);
@@ -112,6 +114,44 @@ TEST(PlanAtSubmitTest, AutoChoosesAnExecutableLayoutAndRecordsTheDegrees) {
   EXPECT_EQ(spec.parallelism().pipeline(), 1);
   EXPECT_TRUE(spec.parallelism().auto_());
   EXPECT_THAT(FormatJobPlan(*plan), HasSubstr("chosen (parallelism.auto)"));
+}
+
+// Issue 11: when the training state of a replica does not fit a rank's
+// memory, parallelism.auto now plans a layout that splits it (tensor,
+// pipeline or ZeRO) instead of refusing, and records it in the spec.
+TEST(PlanAtSubmitTest, AutoSplitsTheModelWhenPureDataParallelismDoesNotFit) {
+  auto spec = TinySpec(2, 4);
+  auto* gpt = spec.mutable_model()->mutable_gpt();
+  gpt->set_n_layer(8);
+  gpt->set_n_head(16);
+  gpt->set_d_model(1024);
+  gpt->set_seq_len(128);
+  gpt->set_vocab_size(32000);  // ~134M parameters: ~2.1 GB of fp32 AdamW state
+  spec.mutable_parallelism()->set_auto_(true);
+  spec.mutable_parallelism()->clear_data();
+  spec.mutable_batch()->set_micro_batch(1);
+  auto live = TopologyForSpec(spec, {Worker(2, 2 * 2.0e9), Worker(2, 2 * 2.0e9)});
+  ASSERT_TRUE(live.ok()) << live.status();
+  // Pure data parallelism, evaluated as the spec's own layout, does not fit.
+  auto dp_only = spec;
+  dp_only.mutable_parallelism()->set_auto_(false);
+  dp_only.mutable_parallelism()->set_data(4);
+  dp_only.mutable_parallelism()->set_tensor(1);
+  dp_only.mutable_parallelism()->set_pipeline(1);
+  EXPECT_EQ(PlanAtSubmit(&dp_only, *live).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->layout().fits()) << plan->layout().summary();
+  const auto& par = spec.parallelism();
+  EXPECT_TRUE(par.tensor() > 1 || par.pipeline() > 1 || par.zero_stage() > 0)
+      << plan->layout().summary();
+  EXPECT_EQ(par.data() * par.tensor() * par.pipeline(), 4);
+  EXPECT_EQ(par.zero_stage(), plan->layout().zero_stage());
+  EXPECT_LE(par.tensor(), 2) << "a TP group must fit in one worker (2 slots)";
+  EXPECT_FALSE(plan->layout().sequence_parallel());
+  EXPECT_EQ(plan->layout().virtual_stages(), 1);
+  std::printf("auto plan: %s\n", plan->layout().summary().c_str());
 }
 
 // A 7B-parameter model (Llama-2-7B shape, GPT-style here) needs ~112 GB of
@@ -212,7 +252,7 @@ TEST(PlanSpecTest, ExplicitSpecLayoutIsEvaluatedToo) {
   ASSERT_TRUE(resp->has_spec_layout());
   EXPECT_EQ(resp->spec_layout().data(), 2);
   EXPECT_TRUE(resp->spec_layout().fits());
-  EXPECT_THAT(resp->report(), HasSubstr("Search restricted to layouts Loom executes today"));
+  EXPECT_THAT(resp->report(), HasSubstr("Search restricted to layouts Loom executes (tensor parallelism inside a worker"));
   EXPECT_THAT(resp->report(), HasSubstr("The spec's own layout"));
 }
 

@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <string>
+#include <iostream>
+#include <map>
 #include <random>
 #include <regex>
 #include <set>
+#include <string>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -698,6 +700,71 @@ resources: {workers: 2, ranks: 2}
   EXPECT_THAT(r.err, HasSubstr("GB per device before activations"));
   auto list = Ctl("-o json list");
   EXPECT_THAT(list.out, ::testing::Not(HasSubstr("\"big-")));
+}
+
+// Issue 11: each worker lends its 2 ranks 2.16 GiB; the planner keeps a
+// 1 GB + 5% reserve per rank, leaving ~100 MB per rank. The 12.6M-parameter
+// model's fp32 AdamW state is 16 bytes a parameter, 201 MB replicated, so
+// pure data parallelism is refused; parallelism.auto picks the fastest
+// layout that fits (tensor x pipeline here, 50 MB a rank, ahead of ZeRO),
+// places every tensor-parallel group inside one worker, and trains it.
+TEST_F(ClusterTest, AutoSplitsAModelThatDataParallelismCannotHoldAndTrainsIt) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, 10, "--slots 2 --memory 2.16"));
+  std::string path = absl::StrCat(home_, "/split.yaml");
+  std::ofstream(path) << R"(name: split
+model:
+  gpt: {n_layer: 4, n_head: 8, d_model: 512, seq_len: 64, vocab_size: 256}
+data:
+  train: ["data/train_*.bin"]
+  validation: ["data/val_*.bin"]
+optimizer:
+  adamw: {lr: 0.001, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: 6, warmup_steps: 2, eval_batches: 2}
+batch: {global_batch: 4, micro_batch: 1}
+resources: {workers: 2, ranks: 4}
+parallelism: {auto: true}
+checkpoint: {interval_steps: 3, keep: 2}
+seed: 11
+)";
+  // Pure data parallelism over the 4 ranks does not fit.
+  const std::string dp_path = absl::StrCat(home_, "/split-dp.yaml");
+  {
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("parallelism: {auto: true}"), 25, "parallelism: {data: 4}");
+    text.replace(text.find("name: split"), 11, "name: split-dp");
+    std::ofstream(dp_path) << text;
+  }
+  auto dp = Ctl("submit " + dp_path);
+  EXPECT_EQ(dp.exit_code, 1) << dp.out;
+  EXPECT_THAT(dp.err, HasSubstr("parallelism.data: layout tp 1 | pp 1 | dp 4"));
+  EXPECT_THAT(dp.err, HasSubstr("does not fit"));
+
+  auto r = Ctl("submit --follow " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  loom::v1::Job job = Status("split-1");
+  EXPECT_EQ(job.state(), loom::v1::SUCCEEDED) << job.reason();
+  const auto& par = job.spec().parallelism();
+  EXPECT_TRUE(par.tensor() > 1 || par.pipeline() > 1) << job.plan().layout().summary();
+  EXPECT_EQ(par.data() * par.tensor() * par.pipeline(), 4);
+  EXPECT_TRUE(job.plan().layout().fits());
+  ASSERT_EQ(job.ranks_size(), 4);
+  std::map<std::pair<int, int>, std::set<std::string>> tensor_group_workers;
+  for (const auto& a : job.ranks()) {
+    EXPECT_EQ(a.rank(), (a.dp() * par.pipeline() + a.pp()) * par.tensor() + a.tp()) << a.rank();
+    tensor_group_workers[{a.dp(), a.pp()}].insert(a.worker_id());
+  }
+  for (const auto& [group, workers] : tensor_group_workers) {
+    EXPECT_EQ(workers.size(), 1u) << "TP group (dp " << group.first << ", pp " << group.second
+                                  << ") spans workers";
+  }
+  EXPECT_EQ(job.summary().last_step(), 6);
+  EXPECT_GE(job.summary().checkpoints_written(), 2);  // steps 3 and 6
+  auto status = Ctl("status split-1");
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("placement"));
+  EXPECT_THAT(status.out, HasSubstr("PP (stage)"));
+  std::cout << status.out.substr(0, status.out.find("history")) << std::endl;
 }
 
 // Issue 4, manual control: `loomctl rollback` stops a running job, resumes it

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -31,6 +32,7 @@
 #include "worker/engine/gpt.h"
 #include "worker/engine/host_allocator.h"
 #include "worker/engine/openmp_wait.h"
+#include "worker/engine/parallel/process_groups.h"
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/gemm_calibration.h"
 #include "worker/telemetry/nvml.h"
@@ -109,6 +111,11 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   const auto& rec = spec.recovery();
   // Twice the rollback distance: ranks run on for a few steps after a spike
   // before the stop reaches them, and the target must survive that.
+  // The layout (issue 11): data = world / (tensor x pipeline).
+  const auto& par = spec.parallelism();
+  c.tensor_parallel = par.tensor() > 0 ? par.tensor() : 1;
+  c.pipeline_parallel = par.pipeline() > 0 ? par.pipeline() : 1;
+  c.zero_stage = par.zero_stage();
   c.retain_distance_steps = rec.disable_spike_detection()
                                 ? 0
                                 : 2 * (rec.rollback_distance() > 0 ? rec.rollback_distance() : 100);
@@ -205,7 +212,31 @@ int main(int argc, char** argv) {
   if (!blas.optimized) std::cerr << "WARNING: slow reference BLAS in use" << std::endl;
 
   std::shared_ptr<c10d::ProcessGroup> pg;
-  if (a.world_size() > 1) {
+  std::optional<loom::engine::ParallelGroups> layout_groups;
+  if (loom::engine::UsesParallelLayout(config)) {
+    // One store, then this rank's tensor, pipeline, data (and embedding)
+    // groups; the world group is layout_groups->world.
+    loom::engine::GlooGroupOptions g;
+    g.master_addr = a.master_addr();
+    g.master_port = a.master_port();
+    g.rank = a.rank();
+    g.world_size = a.world_size();
+    g.local_addr = a.local_addr();
+    const int model_ranks = config.tensor_parallel * config.pipeline_parallel;
+    const loom::ParallelLayout layout{a.world_size() / std::max(1, model_ranks),
+                                              config.tensor_parallel, config.pipeline_parallel};
+    auto groups = loom::engine::CreateParallelGroups(g, config.device, layout);
+    if (!groups.ok()) {
+      Die(absl::StrCat("joining the ", loom::LayoutName(layout), " groups at ",
+                       a.master_addr(), ":", a.master_port(), " failed: ",
+                       groups.status().message()));
+    }
+    layout_groups.emplace(*std::move(groups));
+    const loom::RankCoordinates& c = layout_groups->coordinates;
+    std::cerr << "loom-rank " << a.rank() << ": layout " << loom::LayoutName(layout)
+              << ", ZeRO-" << config.zero_stage << "; this rank is dp " << c.dp << ", pp " << c.pp
+              << ", tp " << c.tp << std::endl;
+  } else if (a.world_size() > 1) {
     loom::engine::GlooGroupOptions g;
     g.master_addr = a.master_addr();
     g.master_port = a.master_port();
@@ -238,8 +269,19 @@ int main(int argc, char** argv) {
   loom::telemetry::GptShape shape{config.model.n_layer, config.model.d_model,
                                   config.model.seq_len, config.model.vocab_size};
   const double flops_per_token = loom::telemetry::ModelFlopsPerToken(shape);
-  const loom::telemetry::StateBytes state_bytes =
+  // Training state of this rank: the whole model's under data parallelism;
+  // under a layout about 1 / (tensor x pipeline) of it (the stages' split is
+  // close to even), with the optimizer state (ZeRO >= 1) and the gradients
+  // (ZeRO 2) further divided over the data replicas.
+  loom::telemetry::StateBytes state_bytes =
       loom::telemetry::Fp32AdamWStateBytes(loom::engine::GptParameterCount(config.model));
+  if (loom::engine::UsesParallelLayout(config)) {
+    const uint64_t model_ranks = config.tensor_parallel * config.pipeline_parallel;
+    const uint64_t replicas = std::max<uint64_t>(1, a.world_size() / model_ranks);
+    state_bytes.parameters /= model_ranks;
+    state_bytes.gradients /= model_ranks * (config.zero_stage >= 2 ? replicas : 1);
+    state_bytes.optimizer /= model_ranks * (config.zero_stage >= 1 ? replicas : 1);
+  }
   auto power = std::make_shared<loom::telemetry::PowerMeter>(
       threads, static_cast<int>(std::thread::hardware_concurrency()), gpu);
   std::cerr << "loom-rank " << a.rank() << ": power source " << power->source()
@@ -331,7 +373,8 @@ int main(int argc, char** argv) {
   };
   cb.should_stop = [] { return g_stop.load(); };
 
-  auto result = loom::engine::Train(config, pg, cb);
+  auto result = layout_groups ? loom::engine::TrainWithGroups(config, *layout_groups, cb)
+                              : loom::engine::Train(config, pg, cb);
   if (!result.ok()) {
     if (absl::IsCancelled(result.status())) Die("stopped on request", 143);
     Die(absl::StrCat("training failed: ", result.status().ToString()));

@@ -195,7 +195,11 @@ absl::Status WorkerAgent::Register() {
   req.set_cpus(static_cast<int>(std::thread::hardware_concurrency()));
   req.set_gpus(options_.gpus);
   struct sysinfo si;
-  if (sysinfo(&si) == 0) req.set_memory_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
+  if (options_.memory_bytes > 0) {
+    req.set_memory_bytes(options_.memory_bytes);
+  } else if (sysinfo(&si) == 0) {
+    req.set_memory_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
+  }
   req.set_metrics_address(options_.metrics_address);
   req.set_gemm_flops_per_second_per_thread(options_.gemm_flops_per_second_per_thread);
   req.set_memory_bandwidth_bytes_per_second(options_.memory_bandwidth_bytes_per_second);

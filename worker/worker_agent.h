@@ -32,6 +32,9 @@ struct WorkerOptions {
   std::string zone;              // failure domains, reported at registration;
   std::string rack;              // empty = not known
   int slots = 1;
+  // Memory lent to ranks, reported at registration for the planner (which
+  // divides it over the slots); 0 = the host's RAM.
+  uint64_t memory_bytes = 0;
   int gpus = 0;                  // GPUs ranks may train on (CUDA devices 0..gpus-1)
   std::string token;
   std::string rank_binary;

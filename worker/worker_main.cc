@@ -41,6 +41,9 @@ ABSL_FLAG(std::string, zone, "",
 ABSL_FLAG(std::string, rack, "",
           "rack this worker runs in, reported at registration (default: $LOOM_RACK)");
 ABSL_FLAG(int, slots, 1, "ranks this worker runs at once");
+ABSL_FLAG(uint64_t, memory_bytes, 0,
+          "memory this worker lends its ranks, reported to the controller, whose planner "
+          "divides it over the slots (0 = the host's RAM)");
 ABSL_FLAG(std::string, gpus, "auto",
           "GPUs ranks may train on (jobs with resources.gpus_per_rank 1): a count, or auto = "
           "the NVIDIA GPUs NVML sees (0 without a driver)");
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   opts.slots = absl::GetFlag(FLAGS_slots);
+  opts.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   if (opts.slots < 1) return Fail("--slots must be >= 1");
   if (const std::string gpus = absl::GetFlag(FLAGS_gpus); gpus == "auto") {
     absl::StatusOr<std::unique_ptr<loom::telemetry::Nvml>> nvml = loom::telemetry::Nvml::Open();

@@ -1,13 +1,9 @@
-# Issue 11: executing the planner's layouts. The layout arithmetic has no
-# LibTorch (the controller can use it); the rest is part of loom_engine:
+# Issue 11: executing the planner's layouts. The layout arithmetic is
+# common/parallel_layout.h (the controller places ranks with it); the rest is
+# part of loom_engine:
 # process groups per layout, tensor-parallel layers, the partitioned GPT, the
 # 1F1B pipeline, ZeRO's sharded AdamW, and the layout engine Train drives.
 set(LOOM_PARALLEL_DIR ${CMAKE_CURRENT_LIST_DIR})
-loom_library(loom_parallel_layout SRCS ${LOOM_PARALLEL_DIR}/layout.cc
-             DEPS absl::status absl::statusor absl::strings)
-loom_test(loom_parallel_layout_test SRCS ${LOOM_PARALLEL_DIR}/layout_test.cc
-          DEPS loom_parallel_layout)
-
 target_sources(loom_engine PRIVATE
   ${LOOM_PARALLEL_DIR}/process_groups.cc ${LOOM_PARALLEL_DIR}/tensor_parallel.cc
   ${LOOM_PARALLEL_DIR}/parallel_gpt.cc ${LOOM_PARALLEL_DIR}/reduce_scatter.cc

@@ -26,7 +26,7 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
-#include "worker/engine/parallel/layout.h"
+#include "common/parallel_layout.h"
 #include "worker/engine/parallel/tensor_parallel.h"
 #include "worker/engine/trainer.h"
 

@@ -17,7 +17,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/parallel/layout.h"
+#include "common/parallel_layout.h"
 #include "worker/engine/trainer.h"
 
 namespace loom::engine {

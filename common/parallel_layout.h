@@ -13,8 +13,8 @@
 // fills a node with consecutive ranks keeps each TP group inside it), the
 // stages of one pipeline are `tensor` apart, and data-parallel replicas are
 // outermost.
-#ifndef LOOM_WORKER_ENGINE_PARALLEL_LAYOUT_H_
-#define LOOM_WORKER_ENGINE_PARALLEL_LAYOUT_H_
+#ifndef LOOM_COMMON_PARALLEL_LAYOUT_H_
+#define LOOM_COMMON_PARALLEL_LAYOUT_H_
 
 #include <cstdint>
 #include <string>
@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace loom::engine {
+namespace loom {
 
 struct ParallelLayout {
   int data = 1;      // data-parallel replicas (dp)
@@ -89,6 +89,6 @@ absl::StatusOr<std::vector<int>> SplitLayers(int n_layer, int stages,
 // Index of the first block of stage `stage` under `blocks_per_stage`.
 int FirstBlockOfStage(const std::vector<int>& blocks_per_stage, int stage);
 
-}  // namespace loom::engine
+}  // namespace loom
 
-#endif  // LOOM_WORKER_ENGINE_PARALLEL_LAYOUT_H_
+#endif  // LOOM_COMMON_PARALLEL_LAYOUT_H_

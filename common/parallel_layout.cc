@@ -1,4 +1,4 @@
-#include "worker/engine/parallel/layout.h"
+#include "common/parallel_layout.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::engine {
+namespace loom {
 
 std::string LayoutName(const ParallelLayout& layout) {
   return absl::StrCat("dp", layout.data, " x pp", layout.pipeline, " x tp", layout.tensor);
@@ -165,4 +165,4 @@ int FirstBlockOfStage(const std::vector<int>& blocks_per_stage, int stage) {
   return first;
 }
 
-}  // namespace loom::engine
+}  // namespace loom

@@ -1,4 +1,4 @@
-#include "worker/engine/parallel/layout.h"
+#include "common/parallel_layout.h"
 
 #include <numeric>
 #include <set>
@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace loom::engine {
+namespace loom {
 namespace {
 
 using ::testing::ElementsAre;
@@ -124,4 +124,4 @@ TEST(SplitLayersTest, FirstBlockOfStage) {
 }
 
 }  // namespace
-}  // namespace loom::engine
+}  // namespace loom
