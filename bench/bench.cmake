@@ -57,3 +57,8 @@ target_link_libraries(loom_gpu_bench PRIVATE loom_engine ${TORCH_LIBRARIES})
 if(TARGET torch_cuda)
   target_compile_definitions(loom_gpu_bench PRIVATE LOOM_HAVE_TORCH_CUDA=1)
 endif()
+
+# zero: ZeRO's reduce-scatter (a ring from Gloo's send/recv) + all-gather
+# against data parallelism's all-reduce, on Gloo over loopback (issue 11).
+add_executable(loom_zero_bench ${CMAKE_CURRENT_LIST_DIR}/zero_bench.cc)
+target_link_libraries(loom_zero_bench PRIVATE loom_engine ${TORCH_LIBRARIES})

@@ -216,6 +216,16 @@ bench_loader() {
   }'
 }
 
+# ZeRO's exchange on Gloo (issue 11): LibTorch 1.13's Gloo has no
+# reduce_scatter, so Loom builds a ring from send/recv; its cost with the
+# all-gather of the updated shards, against data parallelism's all-reduce of
+# the same buffer (100 MB of fp32 gradients, 2 ranks over loopback).
+bench_zero() {
+  build loom_zero_bench
+  "$BUILD_DIR/bin/loom_zero_bench" "${ZERO_ELEMENTS:-25000000}" "${ZERO_RANKS:-2}" \
+    "${ZERO_ROUNDS:-5}"
+}
+
 # The GPU benchmark (issue 6, "GPU"): bench/gpu/run.sh builds the engine and
 # bench/gpu/gpu_bench.cc against PyTorch's LibTorch and runs them on a CUDA
 # device (bf16 GPT tokens/s and MFU, fused AdamW against copy bandwidth,

@@ -14,14 +14,9 @@
 
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 #include <torch/utils.h>
 #include <torch/version.h>
-#ifdef USE_C10D_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -38,7 +33,6 @@
 #include "worker/engine/optimizer.h"
 #include "worker/engine/parallel/layout_engine.h"
 #include "worker/engine/parallel/process_groups.h"
-#include "worker/engine/process_group_handle.h"
 #include "worker/engine/rank_engine.h"
 
 namespace loom::engine {
@@ -991,82 +985,22 @@ absl::StatusOr<TrainResult> TrainWithGroups(const TrainerConfig& config,
   }
 }
 
-namespace {
-
-// A group whose rendezvous is a c10d TCPStore that rank 0 hosts; Gloo
-// unless `nccl` (then the caller has checked USE_C10D_NCCL).
-absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> MakeProcessGroup(
-    const GlooGroupOptions& options, bool nccl) {
-  if (options.world_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ",
-                                                   options.world_size));
-  }
-  if (options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " outside [0, ",
-                                                   options.world_size, ")"));
-  }
-  if (options.master_port < 1 || options.master_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("master_port ", options.master_port,
-                                                   " outside [1, 65535]"));
-  }
-  if (!(options.timeout_seconds > 0)) {
-    return absl::InvalidArgumentError("timeout_seconds must be > 0");
-  }
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(options.timeout_seconds * 1000));
-  try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(options.master_port);
-    store_options.isServer = options.rank == 0;
-    store_options.numWorkers = options.world_size;
-    store_options.waitWorkers = true;
-    store_options.timeout = timeout;
-    c10::intrusive_ptr<c10d::Store> store =
-        c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-#ifdef USE_C10D_NCCL
-    if (nccl) {
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = timeout;
-      return AsProcessGroup(store,
-                            c10::make_intrusive<c10d::ProcessGroupNCCL>(
-                                store, options.rank, options.world_size, nccl_options),
-                            options.rank, options.world_size, /*nccl=*/true);
-    }
-#endif
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
-    gloo_options->devices.push_back(
-        options.local_addr.empty()
-            ? c10d::ProcessGroupGloo::createDefaultDevice()
-            : c10d::ProcessGroupGloo::createDeviceForHostname(options.local_addr));
-    return AsProcessGroup(store,
-                          c10::make_intrusive<c10d::ProcessGroupGloo>(
-                              store, options.rank, options.world_size, gloo_options),
-                          options.rank, options.world_size, /*nccl=*/false);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("creating the ", nccl ? "NCCL" : "Gloo",
-                                            " process group (rank ", options.rank, " of ",
-                                            options.world_size, " via ", options.master_addr,
-                                            ":", options.master_port, "): ", e.what()));
-  }
-}
-
-}  // namespace
-
+// Both are the world group of a one-dimensional data-parallel layout
+// (parallel/process_groups.h builds the store and the backend).
 absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateGlooProcessGroup(
     const GlooGroupOptions& options) {
-  return MakeProcessGroup(options, /*nccl=*/false);
+  ASSIGN_OR_RETURN(ParallelGroups groups,
+                   CreateParallelGroups(options, "cpu", ParallelLayout{options.world_size, 1, 1}));
+  return groups.world;
 }
 
 absl::StatusOr<std::shared_ptr<c10d::ProcessGroup>> CreateProcessGroup(
     const GlooGroupOptions& options, const std::string& device) {
   ASSIGN_OR_RETURN(const torch::Device parsed, ParseDevice(device));
-#ifdef USE_C10D_NCCL
-  const bool nccl = parsed.is_cuda();
-#else
-  (void)parsed;  // Gloo for every device; the trainer stages CUDA tensors
-  const bool nccl = false;
-#endif
-  return MakeProcessGroup(options, nccl);
+  (void)parsed;  // NCCL for CUDA when LibTorch has it, else Gloo (staged)
+  ASSIGN_OR_RETURN(ParallelGroups groups,
+                   CreateParallelGroups(options, device, ParallelLayout{options.world_size, 1, 1}));
+  return groups.world;
 }
 
 }  // namespace loom::engine

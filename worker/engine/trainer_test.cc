@@ -213,7 +213,17 @@ class TrainerTest : public ::testing::Test {
     auto store = c10::make_intrusive<c10d::HashStore>();
     std::vector<std::thread> threads;
     for (int rank = 0; rank < world_size; ++rank) {
-      threads.emplace_back([&, rank] { run(rank, MakeGlooRank(store, rank, world_size)); });
+      threads.emplace_back([&, rank] {
+        // One intra-op thread in every rank thread, as SetUp sets for the
+        // main one (OpenMP's thread count is per thread). That alone is not
+        // enough: ranks that share a process call Debian's OpenMP OpenBLAS
+        // from several threads, and two identical 2-rank runs differed by up
+        // to 2e-6 in about half the runs unless OMP_NUM_THREADS=1 is set for
+        // the whole process, which CTest does (engine.cmake). Rank processes
+        // (loom-rank) are single-rank and unaffected.
+        torch::set_num_threads(1);
+        run(rank, MakeGlooRank(store, rank, world_size));
+      });
     }
     for (std::thread& t : threads) t.join();
     return outcomes;

@@ -1,5 +1,6 @@
 #include "worker/engine/parallel/layout_engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -52,9 +53,23 @@ class LayoutEngine : public RankEngine {
       parameters.push_back({item.key(), item.value(), item.value().dim() >= 2,
                             !(skip_wte && item.key() == "wte.weight")});
     }
-    optimizer_ = std::make_unique<ShardedAdamW>(std::move(parameters), config_.optimizer,
-                                                config_.zero_stage, groups_.data.get(),
-                                                groups_.tensor.get(), groups_.pipeline.get());
+    // The largest element count in this rank's tensor group: only the
+    // vocabulary rows of wte differ between its ranks.
+    int64_t elements = 0;
+    for (const ShardedParameter& p : parameters) elements += p.tensor.numel();
+    if (partition_.embedding || partition_.head) {
+      int64_t most_rows = 0;
+      for (int r = 0; r < partition_.tp_size; ++r) {
+        const VocabRange range = VocabRangeOf(config_.model.vocab_size, r, partition_.tp_size);
+        most_rows = std::max(most_rows, range.end - range.begin);
+      }
+      const VocabRange mine =
+          VocabRangeOf(config_.model.vocab_size, partition_.tp_rank, partition_.tp_size);
+      elements += (most_rows - (mine.end - mine.begin)) * config_.model.d_model;
+    }
+    optimizer_ = std::make_unique<ShardedAdamW>(
+        std::move(parameters), config_.optimizer, config_.zero_stage, groups_.data.get(),
+        groups_.tensor.get(), groups_.pipeline.get(), ReduceScatterAlgorithm::kAuto, elements);
     // Built here, under the trainer's initialisation lock, because building
     // a Gpt draws from the global generator (which KeepingGenerator puts
     // back), and in-process ranks share it.
@@ -99,6 +114,7 @@ class LayoutEngine : public RankEngine {
       PipelineTimes pipeline;
       const double loss = RunOneFOneB(*model_, groups_.pipeline.get(), xs, ys, &pipeline);
       SumTiedEmbeddingGradients(*model_, groups_.embedding.get());
+      optimizer_->ReduceMicroBatch();  // ZeRO-2: once, after the last backward
       times->forward += pipeline.forward_seconds;
       times->backward += pipeline.backward_seconds;
       times->pipeline_wait += pipeline.wait_seconds;
@@ -131,6 +147,19 @@ class LayoutEngine : public RankEngine {
       return absl::UnimplementedError("loss scaling is not executed under parallel layouts");
     }
     const ShardedStepResult stepped = optimizer_->Step(lr, options.max_grad_norm);
+    // The two copies of the tied wte took the same update, but their data-
+    // parallel sums ran in different orders (different buffer layouts on the
+    // two stages), so the last stage takes the first's values again: they
+    // stay bit-identical, as checkpoints (which store the first's) assume.
+    // Costs one broadcast of the wte shard a step.
+    if (stepped.applied && groups_.embedding) {
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> wte = {
+          *model_->named_parameters(/*recurse=*/true).find("wte.weight")};
+      c10d::BroadcastOptions from_first;
+      from_first.rootRank = 0;
+      groups_.embedding->broadcast(wte, from_first)->wait();
+    }
     AdamWStepResult result;
     result.applied = stepped.applied;
     result.grad_norm = stepped.grad_norm;

@@ -113,6 +113,9 @@ class LayoutTrainerTest : public ::testing::Test {
     out.statuses.assign(world, absl::UnknownError("not run"));
     out.results.resize(world);
     auto run = [&](int rank) {
+      // One intra-op thread per rank thread; CTest also sets
+      // OMP_NUM_THREADS=1 (trainer_test.cc, RunRanks, says why).
+      torch::set_num_threads(1);
       ParallelGroupOptions options;
       options.timeout_seconds = 120;
       options.local_addr = "127.0.0.1";

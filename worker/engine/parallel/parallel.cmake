@@ -17,3 +17,7 @@ loom_test(loom_parallel_gpt_test SRCS ${LOOM_PARALLEL_DIR}/parallel_gpt_test.cc
           DEPS loom_engine TIMEOUT 600)
 loom_test(loom_layout_trainer_test SRCS ${LOOM_PARALLEL_DIR}/layout_trainer_test.cc
           DEPS loom_engine TIMEOUT 900)
+# In-process ranks: deterministic OpenBLAS needs one OpenMP thread
+# process-wide (engine.cmake, loom_trainer_test).
+set_tests_properties(loom_parallel_gpt_test loom_layout_trainer_test loom_reduce_scatter_test
+                     PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -129,6 +129,7 @@ RunResult TrainLayout(const GptConfig& config, const LayoutRun& run_options,
   std::vector<std::vector<double>> losses(world), norms(world);
   std::vector<std::string> errors(world);
   auto run = [&](int rank) {
+    torch::set_num_threads(1);  // see trainer_test.cc, RunRanks
     try {
       ParallelGroupOptions options;
       options.timeout_seconds = 120;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <exception>
 
 #include <torch/autograd.h>
 
@@ -29,6 +30,9 @@ class PointToPoint {
  public:
   explicit PointToPoint(c10d::ProcessGroup* group) : group_(group) {}
   ~PointToPoint() {
+    // Unwinding from an error: the peers may never receive, and waiting for
+    // the collective timeout would only delay the real error.
+    if (std::uncaught_exceptions() > 0) return;
     try {
       Drain();
     } catch (...) {

@@ -72,9 +72,7 @@ absl::StatusOr<ParallelGroups> CreateParallelGroups(const c10::intrusive_ptr<c10
   groups.rank = rank;
   groups.coordinates = CoordinatesOf(layout, rank);
   try {
-    if (layout.world_size() > 1) {
-      groups.world = MakeBackend(store, "loom/world", rank, layout.world_size(), options);
-    }
+    groups.world = MakeBackend(store, "loom/world", rank, layout.world_size(), options);
     // Always in the order tensor, pipeline, data, embedding: creation blocks until the
     // group's members have joined, and every rank creates its groups in the
     // same order, so no rank waits on a peer stuck in another rendezvous.

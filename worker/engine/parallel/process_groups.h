@@ -22,9 +22,9 @@
 
 namespace loom::engine {
 
-// Groups of one rank. A group of one member is null (its collectives are
-// identities: see the helpers in collectives.h), and so is `world` when the
-// job has a single rank.
+// Groups of one rank. `world` always exists; a subgroup of one member is
+// null (the helpers of tensor_parallel.h and reduce_scatter.h treat null as
+// a group of one).
 struct ParallelGroups {
   ParallelLayout layout;
   int rank = 0;  // in the world

@@ -34,8 +34,15 @@ const char* ReduceScatterAlgorithmName(ReduceScatterAlgorithm algorithm);
 // over all ranks; the other chunks hold partial sums and are garbage to the
 // caller. A null group or one of size 1 leaves `flat` as it is. Collective;
 // throws on failure or timeout.
+//
+// `scratch` (optional) is a buffer the ring may keep between calls: it is
+// (re)allocated to one chunk when its size differs. Gloo transfers into
+// memory it has not moved before run several times slower (the first of
+// bench/zero_bench.cc's rounds), so callers that reduce every step (the
+// optimizer) keep theirs, and keep `flat` too.
 void ReduceScatterInPlace(torch::Tensor& flat, c10d::ProcessGroup* group,
-                          ReduceScatterAlgorithm algorithm = ReduceScatterAlgorithm::kAuto);
+                          ReduceScatterAlgorithm algorithm = ReduceScatterAlgorithm::kAuto,
+                          torch::Tensor* scratch = nullptr);
 
 // The inverse layout: chunk r of `flat` comes from rank r's chunk r; every
 // rank ends with the whole buffer. Collective; throws on failure.

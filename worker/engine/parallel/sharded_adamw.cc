@@ -12,7 +12,8 @@ namespace loom::engine {
 ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
                            const OptimizerConfig& config, int zero_stage,
                            c10d::ProcessGroup* data_group, c10d::ProcessGroup* tensor_group,
-                           c10d::ProcessGroup* pipeline_group, ReduceScatterAlgorithm algorithm)
+                           c10d::ProcessGroup* pipeline_group, ReduceScatterAlgorithm algorithm,
+                           int64_t min_total_elements)
     : parameters_(std::move(parameters)),
       config_(config),
       zero_stage_(zero_stage),
@@ -26,6 +27,16 @@ ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
     ranks_ = data_group_->getSize();
     rank_ = data_group_->getRank();
   }
+  // Parameters replicated across the tensor group first: with the padded
+  // size equal on every rank of the group (below), they then sit at the
+  // same offsets in same-sized buffers on every TP rank, so the data-
+  // parallel reduction sums each of their elements in the same order there
+  // and the replicas stay bit-identical (a vocabulary split unevenly over
+  // the group gives TP ranks different amounts of everything else).
+  std::stable_partition(parameters_.begin(), parameters_.end(),
+                        [](const ShardedParameter& p) {
+                          return TensorParallelSplitOf(p.name) == TensorParallelSplit::kReplicated;
+                        });
   for (const ShardedParameter& p : parameters_) {
     TORCH_CHECK(p.tensor.scalar_type() == torch::kFloat && p.tensor.is_contiguous() &&
                     p.tensor.device().is_cpu(),
@@ -33,62 +44,79 @@ ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
     offsets_.push_back(total_);
     total_ += p.tensor.numel();
   }
-  shard_ = (total_ + ranks_ - 1) / ranks_;
+  const int64_t padded_total = std::max(total_, min_total_elements);
+  shard_ = (padded_total + ranks_ - 1) / ranks_;
   exp_avg_ = torch::zeros({shard_});
   exp_avg_sq_ = torch::zeros({shard_});
   if (zero_stage_ == 2) grad_shard_ = torch::zeros({shard_});
+  // The parameters and their gradients become views into two flat buffers,
+  // so the collectives run in place on memory that lives all run long (see
+  // ReduceScatterInPlace on why that matters on Gloo) and nothing is copied
+  // to or from a staging buffer. Backward accumulates into the gradient
+  // views in place (autograd adds into a defined .grad).
+  torch::NoGradGuard no_grad;
+  flat_parameters_ = torch::zeros({shard_ * ranks_});
+  flat_gradients_ = torch::zeros({shard_ * ranks_});
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    torch::Tensor p = parameters_[i].tensor;
+    torch::Tensor view = flat_parameters_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+    view.copy_(p);
+    p.set_data(view);
+    p.mutable_grad() = flat_gradients_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+  }
 }
 
 int64_t ShardedAdamW::state_bytes() const {
   int64_t bytes = exp_avg_.nbytes() + exp_avg_sq_.nbytes();
   if (grad_shard_.defined()) bytes += grad_shard_.nbytes();
-  return bytes;
+  if (scratch_.defined()) bytes += scratch_.nbytes();
+  return bytes + flat_gradients_.nbytes();
 }
 
-torch::Tensor ShardedAdamW::FlatGradients() const {
-  torch::Tensor flat = torch::zeros({shard_ * ranks_});
+void ShardedAdamW::CheckGradientViews() const {
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    torch::Tensor g = parameters_[i].tensor.grad();
-    if (!g.defined()) continue;
-    if (g.is_sparse()) g = g.to_dense();
-    flat.narrow(0, offsets_[i], g.numel()).copy_(g.reshape({-1}));
+    const torch::Tensor& g = parameters_[i].tensor.grad();
+    TORCH_CHECK(g.defined() && g.data_ptr() == flat_gradients_.data_ptr<float>() + offsets_[i],
+                "ShardedAdamW: the gradient of ", parameters_[i].name,
+                " was replaced; gradients must stay views of the optimizer's buffer (do not set "
+                "them to none)");
   }
-  return flat;
 }
 
 void ShardedAdamW::ReduceMicroBatch() {
   if (zero_stage_ != 2) return;
   torch::NoGradGuard no_grad;
-  torch::Tensor flat = FlatGradients();
-  ReduceScatterInPlace(flat, data_group_, algorithm_);
-  grad_shard_.add_(flat.narrow(0, shard_begin(), shard_));
-  for (ShardedParameter& p : parameters_) p.tensor.mutable_grad() = torch::Tensor();
-  ++micro_batches_;
+  CheckGradientViews();
+  ReduceScatterInPlace(flat_gradients_, data_group_, algorithm_, &scratch_);
+  grad_shard_.add_(flat_gradients_.narrow(0, shard_begin(), shard_));
+  flat_gradients_.zero_();
 }
 
 ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
   torch::NoGradGuard no_grad;
+  CheckGradientViews();
   torch::Tensor grad;  // [S]: the owned shard's gradient, summed over ranks
   const int replicas = data_group_ ? data_group_->getSize() : 1;
   if (zero_stage_ == 0) {
-    grad = FlatGradients();
-    AllReduceInPlace(grad, data_group_);
+    AllReduceInPlace(flat_gradients_, data_group_);
+    grad = flat_gradients_;
   } else if (zero_stage_ == 1) {
-    torch::Tensor flat = FlatGradients();
-    ReduceScatterInPlace(flat, data_group_, algorithm_);
-    grad = flat.narrow(0, shard_begin(), shard_).clone();
+    ReduceScatterInPlace(flat_gradients_, data_group_, algorithm_, &scratch_);
+    grad = flat_gradients_.narrow(0, shard_begin(), shard_);
   } else {
-    const bool pending = std::any_of(parameters_.begin(), parameters_.end(),
-                                     [](const ShardedParameter& p) {
-                                       return p.tensor.grad().defined();
-                                     });
-    if (pending || micro_batches_ == 0) ReduceMicroBatch();
-    grad = grad_shard_.clone();
-    grad_shard_.zero_();
-    micro_batches_ = 0;
+    // The caller has reduced every micro-batch (ReduceMicroBatch).
+    grad = grad_shard_;
   }
-  for (ShardedParameter& p : parameters_) p.tensor.mutable_grad() = torch::Tensor();
   grad.div_(replicas);
+  // However the step ends, the gradients start from zero next time (the
+  // shard's values are read before then).
+  struct ZeroOnExit {
+    ShardedAdamW* self;
+    ~ZeroOnExit() {
+      self->flat_gradients_.zero_();
+      if (self->grad_shard_.defined()) self->grad_shard_.zero_();
+    }
+  } zero_on_exit{this};
 
   // The owned range cut into pieces of single parameters.
   struct Piece {
@@ -134,7 +162,7 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
   for (const Piece& piece : pieces) {
     const ShardedParameter& p = parameters_[piece.parameter];
     AdamWTensor t;
-    t.param = p.tensor.data_ptr<float>() + (piece.begin - offsets_[piece.parameter]);
+    t.param = flat_parameters_.data_ptr<float>() + piece.begin;
     t.grad = grad.data_ptr<float>() + (piece.begin - lo);
     t.exp_avg = exp_avg_.data_ptr<float>() + (piece.begin - lo);
     t.exp_avg_sq = exp_avg_sq_.data_ptr<float>() + (piece.begin - lo);
@@ -145,21 +173,9 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
   }
   AdamWUpdate(absl::MakeConstSpan(&group, 1), clip_coef);
 
-  // Every rank gets every updated shard.
-  if (ranks_ > 1) {
-    torch::Tensor flat = torch::zeros({shard_ * ranks_});
-    for (const Piece& piece : pieces) {
-      const ShardedParameter& p = parameters_[piece.parameter];
-      flat.narrow(0, piece.begin, piece.size)
-          .copy_(p.tensor.reshape({-1}).narrow(0, piece.begin - offsets_[piece.parameter],
-                                                piece.size));
-    }
-    AllGatherInPlace(flat, data_group_);
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      torch::Tensor t = parameters_[i].tensor;
-      t.view({-1}).copy_(flat.narrow(0, offsets_[i], t.numel()));
-    }
-  }
+  // Every rank gets every updated shard, in place: the parameters are
+  // views of flat_parameters_.
+  if (ranks_ > 1) AllGatherInPlace(flat_parameters_, data_group_);
   result.applied = true;
   return result;
 }

@@ -1,29 +1,33 @@
 // The optimizer of a rank in a parallel layout, and sharded data
-// parallelism: ZeRO stages 1 and 2 (Rajbhandari et al. 2020,
-// "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
-// sec. 5.1-5.2) with the fused AdamW of fused_adamw.h.
+// parallelism: ZeRO stages 1 and 2 (Rajbhandari et al. 2020, "ZeRO: Memory
+// Optimizations Toward Training Trillion Parameter Models", sec. 5.1-5.2)
+// with the fused AdamW of fused_adamw.h.
 //
 // The rank's parameters, in the order given, are laid end to end in one
 // flat index space of N elements, padded to n * S (n = data-parallel group
-// size, S = ceil(N / n)); data-parallel rank r owns elements
-// [r * S, (r + 1) * S). It keeps fp32 AdamW moments for those elements only
-// (8 bytes per parameter / n instead of 8), and:
-//   stage 1: gradients accumulate whole on every rank over the micro-batches;
-//            Step() reduce-scatters them once;
+// size for stages 1 and 2, 1 for stage 0; S = ceil(N / n)). The parameters
+// and their gradients become views into two flat buffers of that space, so
+// the collectives run in place and backward accumulates straight into the
+// gradient buffer (callers must not set gradients to none). Data-parallel
+// rank r owns elements [r * S, (r + 1) * S) and keeps fp32 AdamW moments
+// for them only (8 / n bytes a parameter instead of 8):
+//   stage 0: the whole state on every replica; Step() all-reduces the
+//            gradients (plain data parallelism with the layout-wide norm);
+//   stage 1: gradients accumulate whole over the micro-batches; Step()
+//            reduce-scatters them once;
 //   stage 2: after each micro-batch's backward, ReduceMicroBatch()
 //            reduce-scatters the gradients into the owned shard's fp32
-//            accumulator and frees them, so whole gradients live only
-//            during one micro-batch's backward (2 bytes -> 4/n... per
-//            parameter: 4 bytes of fp32 gradient become 4 / n between
-//            micro-batches);
-// and stage 0 keeps the whole state on every replica and all-reduces the
-// gradients (plain data parallelism, with the layout-wide norm);
-// then Step() averages the gradient shard over the group, takes the global
+//            accumulator and zeroes them. Not yet its memory saving: the
+//            whole-model gradient buffer stays allocated, so a stage-2 rank
+//            holds stage 1's memory plus 4 / n bytes a parameter; releasing
+//            it needs reduction in buckets during backward. The planner's
+//            automatic choice is limited to stages 0 and 1 until then.
+// Then Step() averages the gradient shard over the group, takes the global
 // gradient norm (over the data group's shards and, as
 // ClipGradNormAcrossGroups does, over the tensor and pipeline groups),
 // skips the step on a non-finite gradient, applies AdamW to the shard with
 // the clip factor folded into the gradient scale, and all-gathers the
-// updated parameters into every rank's tensors.
+// updated shards in place. Gradients are zero when it returns.
 //
 // The arithmetic per element is that of torch::optim::AdamW and of the
 // trainer's fused step, so training under ZeRO equals plain data
@@ -61,16 +65,21 @@ struct ShardedStepResult {
 
 class ShardedAdamW {
  public:
-  // zero_stage 0, 1 or 2. `data_group` may be null (a group of one: ZeRO then
+  // zero_stage 0, 1 or 2. The flat space is padded to at least
+  // min_total_elements: ranks of a tensor group pass the largest of their
+  // element counts, so that their buffers are the same size (see the
+  // constructor). `data_group` may be null (a group of one: ZeRO then
   // shards nothing but runs the same code). The groups must outlive this.
   ShardedAdamW(std::vector<ShardedParameter> parameters, const OptimizerConfig& config,
                int zero_stage, c10d::ProcessGroup* data_group,
                c10d::ProcessGroup* tensor_group = nullptr,
                c10d::ProcessGroup* pipeline_group = nullptr,
-               ReduceScatterAlgorithm algorithm = ReduceScatterAlgorithm::kAuto);
+               ReduceScatterAlgorithm algorithm = ReduceScatterAlgorithm::kAuto,
+               int64_t min_total_elements = 0);
 
   // Stage 2: reduce-scatters this micro-batch's gradients into the owned
-  // shard's accumulator and resets every parameter's gradient. Stage 1: no-op.
+  // shard's accumulator and zeroes the gradients; call it after the last
+  // backward before Step (every rank alike). Stages 0, 1: no-op.
   void ReduceMicroBatch();
 
   // The optimizer step at learning rate `lr` (see the class comment).
@@ -86,7 +95,9 @@ class ShardedAdamW {
   int64_t shard_begin() const { return shard_ * rank_; }
   const torch::Tensor& exp_avg() const { return exp_avg_; }
   const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
-  // Bytes of optimizer state and gradient buffers this rank holds now.
+  // Bytes of optimizer state and gradient buffers this rank holds now
+  // (moments, the gradient buffer, stage 2's accumulator, the ring's
+  // scratch).
   int64_t state_bytes() const;
 
   // Checkpoints. The whole flat index space's moments, [total_elements()]
@@ -96,14 +107,15 @@ class ShardedAdamW {
   // Sets this rank's moments from whole-space ones ([total_elements()]
   // each) and the step count.
   void LoadMoments(const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq, int64_t step);
-  // Offset of parameter i in the flat index space, and the parameters.
+  // The parameters, replicated ones first (see the constructor), and the
+  // offset of parameter i in the flat index space.
   int64_t offset_of(size_t i) const { return offsets_[i]; }
   const std::vector<ShardedParameter>& parameters() const { return parameters_; }
 
  private:
-  // Copies every parameter's gradient (zeros where absent) into a fresh
-  // padded flat buffer.
-  torch::Tensor FlatGradients() const;
+  // Checks that every parameter's gradient is still its view of
+  // flat_gradients_ (a caller that set gradients to none broke it).
+  void CheckGradientViews() const;
 
   std::vector<ShardedParameter> parameters_;
   OptimizerConfig config_;
@@ -119,7 +131,11 @@ class ShardedAdamW {
   std::vector<int64_t> offsets_;  // of each parameter in the flat space
   torch::Tensor exp_avg_, exp_avg_sq_;  // [S]
   torch::Tensor grad_shard_;            // stage 2: [S] accumulator
-  int micro_batches_ = 0;               // stage 2: since the last Step
+  // [n * S] each: every parameter and its gradient is a view into these.
+  torch::Tensor flat_parameters_;
+  torch::Tensor flat_gradients_;
+  torch::Tensor scratch_;               // the ring reduce-scatter's [S]
+  bool pending_ = false;                // stage 2: unreduced gradients
   int64_t step_ = 0;
 };
 
