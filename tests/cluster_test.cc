@@ -149,6 +149,9 @@ seed: 7
 
   std::vector<cli::DaemonInfo> Daemons() { return cli::LocalStatus(home_); }
 
+  void SpikeRollsBackSkipsAndMatchesAReplay(const std::string& layout,
+                                            const std::string& cluster_flags);
+
   void CheckMetrics(const std::string& address, const std::vector<std::string>& expected) {
     // Gauges are refreshed by the daemons' loops (every 100 ms): poll briefly.
     loom::testing::HttpResponse resp;
@@ -625,8 +628,14 @@ TEST(TlsTest, ControllerServesTlsWhenGivenACertificate) {
 // data order is replaced by random bytes, the loss spikes there, the
 // controller rolls back to a checkpoint and skips the region, and the run
 // ends bitwise identical to a run from scratch told to skip that range.
-TEST_F(ClusterTest, LossSpikeRollsBackSkipsAndMatchesAReplay) {
-  StartCluster(2);
+// Issue 4's PaLM-style recovery end to end, under `layout` (the spec's
+// resources and parallelism): poisoned data batches [60, 64) make a spike;
+// the controller rolls back to the step-40 checkpoint and skips them; a
+// replay from scratch with the recorded skip list ends with the same
+// parameters bit for bit.
+void ClusterTest::SpikeRollsBackSkipsAndMatchesAReplay(const std::string& layout,
+                                                       const std::string& cluster_flags) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, 10, cluster_flags));
   constexpr int kSeqLen = 32, kGlobalBatch = 16, kPoisonBegin = 60, kPoisonEnd = 64;
   constexpr uint64_t kSeed = 7;
   // Poison every sample of data batches [60, 64) in the data order.
@@ -658,10 +667,9 @@ optimizer:
   adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
 schedule: {total_steps: 100, warmup_steps: 5}
 batch: {global_batch: 16, micro_batch: 8}
-resources: {workers: 2, ranks: 2}
 checkpoint: {interval_steps: 10, keep: 2}
 seed: 7
-)" << common << extra;
+)" << layout << common << extra;
     return path;
   };
 
@@ -701,6 +709,18 @@ seed: 7
   ASSERT_EQ(lines.size(), 2u);
   std::string a = lines[0].substr(0, 64), b = lines[1].substr(0, 64);
   EXPECT_EQ(a, b) << "final parameters differ:\n" << digest.out;
+}
+
+TEST_F(ClusterTest, LossSpikeRollsBackSkipsAndMatchesAReplay) {
+  SpikeRollsBackSkipsAndMatchesAReplay("resources: {workers: 2, ranks: 2}\n", "");
+}
+
+// Issue 11: the same under tensor x pipeline parallelism (2 micro-batches
+// through 2 stages, each split over 2 tensor ranks).
+TEST_F(ClusterTest, LossSpikeUnderTensorPipelineRollsBackAndMatchesAReplay) {
+  SpikeRollsBackSkipsAndMatchesAReplay(
+      "resources: {workers: 2, ranks: 4}\nparallelism: {data: 1, tensor: 2, pipeline: 2}\n",
+      "--slots 2");
 }
 
 // Issue 3 in the controller: workers report their measured GEMM rate, the
