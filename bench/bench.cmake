@@ -62,3 +62,10 @@ endif()
 # against data parallelism's all-reduce, on Gloo over loopback (issue 11).
 add_executable(loom_zero_bench ${CMAKE_CURRENT_LIST_DIR}/zero_bench.cc)
 target_link_libraries(loom_zero_bench PRIVATE loom_engine ${TORCH_LIBRARIES})
+
+# plan-accuracy: the planner's step time for the spec's own layout against
+# the measured one, for every kind of layout the engine executes (issue 11).
+add_executable(loom_plan_accuracy_bench ${CMAKE_CURRENT_LIST_DIR}/plan_accuracy_bench.cc)
+target_link_libraries(loom_plan_accuracy_bench PRIVATE loom_test_util loom_local_cluster
+                      loom_grpc loom_file_util absl::strings)
+add_dependencies(loom_plan_accuracy_bench loomctl loom-controller loom-worker loom-rank)

@@ -226,6 +226,13 @@ bench_zero() {
     "${ZERO_ROUNDS:-5}"
 }
 
+# The planner's step time against the measured one on the local cluster,
+# for DP2, TP2, PP2 (m = 8), TP2 x PP2 and ZeRO-1 DP2 (issue 11).
+bench_plan-accuracy() {
+  build loom_plan_accuracy_bench
+  "$BUILD_DIR/bin/loom_plan_accuracy_bench" "$BUILD_DIR/bin" "${PLAN_ACCURACY_STEPS:-14}"
+}
+
 # The GPU benchmark (issue 6, "GPU"): bench/gpu/run.sh builds the engine and
 # bench/gpu/gpu_bench.cc against PyTorch's LibTorch and runs them on a CUDA
 # device (bf16 GPT tokens/s and MFU, fused AdamW against copy bandwidth,
