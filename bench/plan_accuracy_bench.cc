@@ -8,8 +8,10 @@
 // the controller's planner for the spec's own layout on the live cluster
 // (`loomctl -o json plan SPEC`: spec_layout.step_seconds and its split),
 // trains the same spec, and takes the median step time of its steps after
-// the first two. Pipelines also print the planner's bubble against
-// (p - 1) / (m + p - 1); the engine does not report a measured bubble yet.
+// the first two. Pipelines also print the measured bubble (the first
+// stage's median share of the step spent waiting on its neighbours,
+// StepMetrics.pipeline_wait_seconds) against the planner's and
+// (p - 1) / (m + p - 1).
 // The last line is
 //   plan-accuracy: worst |predicted/measured - 1| = <x> ratio=<x>
 //
@@ -122,13 +124,17 @@ seed: 3
     loom::v1::GetStepMetricsResponse metrics;
     const grpc::Status got = stub->GetStepMetrics(&ctx, req, &metrics);
     if (!got.ok()) return Die(c.name + ": step metrics: " + got.error_message());
-    std::vector<double> seconds;
+    std::vector<double> seconds, waits;
     for (const auto& m : metrics.steps()) {
-      if (m.step() > 2) seconds.push_back(m.step_time_seconds());
+      if (m.step() <= 2) continue;
+      seconds.push_back(m.step_time_seconds());
+      waits.push_back(m.pipeline_wait_seconds() / m.step_time_seconds());
     }
     if (seconds.empty()) return Die(c.name + ": no step times");
     std::sort(seconds.begin(), seconds.end());
+    std::sort(waits.begin(), waits.end());
     const double measured = seconds[seconds.size() / 2];
+    const double measured_bubble = waits[waits.size() / 2];
     const double ratio = p.step_seconds() / measured;
     worst = std::max(worst, std::abs(ratio - 1));
     std::printf("%-12s %12.4f %12.4f %8.3f   compute %.4f, TP %.4f, PP p2p %.4f, bubble %.4f, "
@@ -142,9 +148,10 @@ seed: 3
       const double formula = (c.pipeline - 1.0) / (m + c.pipeline - 1.0);
       const double planned_bubble =
           p.step_seconds() > 0 ? p.pipeline_bubble_seconds() / p.step_seconds() : 0;
-      std::printf("%-12s bubble: planner %.3f of the step, (p-1)/(m+p-1) = %.3f (p %d, m %d); "
-                  "measured: not reported by the engine yet\n",
-                  "", planned_bubble, formula, c.pipeline, m);
+      std::printf("%-12s bubble: measured %.3f of the step (the first stage's wait on its "
+                  "neighbours, transfers included), planner %.3f, (p-1)/(m+p-1) = %.3f "
+                  "(p %d, m %d)\n",
+                  "", measured_bubble, planned_bubble, formula, c.pipeline, m);
     }
   }
   std::printf("plan-accuracy: worst |predicted/measured - 1| = %.3f ratio=%.3f\n", worst, worst);

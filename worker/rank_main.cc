@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
     m->set_data_wait_seconds(r.data_wait_seconds);
     m->set_compute_seconds(r.compute_seconds);
     m->set_forward_seconds(r.forward_seconds);
+    m->set_pipeline_wait_seconds(r.pipeline_wait_seconds);
     m->set_backward_seconds(r.backward_seconds);
     m->set_host_to_device_seconds(r.host_to_device_seconds);
     m->set_device_memory_allocated_bytes(static_cast<uint64_t>(r.device_memory_allocated_bytes));

@@ -312,6 +312,7 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
           {"host_to_device", m.host_to_device_seconds()},
           {"forward", m.forward_seconds()},
           {"backward", m.backward_seconds()},
+          {"pipeline_wait", m.pipeline_wait_seconds()},
           {"comm", m.comm_seconds()},
           {"optimizer", m.optimizer_seconds()},
           {"checkpoint_stall", m.checkpoint_stall_seconds()}};

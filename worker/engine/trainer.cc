@@ -552,7 +552,8 @@ struct StepSplit {
   double host_to_device = 0;
   double forward = 0;
   double backward = 0;
-  double compute = 0;  // forward + backward
+  double compute = 0;  // forward + backward (+ pipeline_wait)
+  double pipeline_wait = 0;
   double comm = 0;
   double optimizer = 0;
   double checkpoint_stall = 0;
@@ -846,6 +847,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
                                 scaler ? scaler->scale() : 1.0, &passes);
     split.forward = passes.forward;
     split.backward = passes.backward;
+    split.pipeline_wait = passes.pipeline_wait;
     split.compute = since(phase);
     phase = std::chrono::steady_clock::now();
     const double loss = engine->ReduceGradients(replica_loss);
@@ -918,6 +920,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       }
       report.forward_seconds = split.forward;
       report.backward_seconds = split.backward;
+      report.pipeline_wait_seconds = split.pipeline_wait;
       report.comm_seconds = split.comm;
       report.optimizer_seconds = split.optimizer;
       report.checkpoint_stall_seconds = split.checkpoint_stall;

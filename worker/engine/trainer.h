@@ -100,8 +100,10 @@ struct TrainerConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   // Sequences per optimizer step, all ranks. Must be a multiple of
-  // world_size * micro_batch; each rank runs
-  // global_batch / (world_size * micro_batch) accumulation micro-steps.
+  // replicas * micro_batch, replicas = world_size (data = world / (tensor x
+  // pipeline) under a layout); each replica runs
+  // global_batch / (replicas * micro_batch) micro-batches (accumulation
+  // steps, or the pipeline's micro-batches).
   // A checkpoint only resumes under the global_batch it was written with
   // (data batch indices would not line up otherwise).
   int global_batch = 8;
@@ -283,6 +285,9 @@ struct StepReport {
   double forward_seconds = 0;
   double backward_seconds = 0;
   double host_to_device_seconds = 0;
+  // Pipeline layouts: the part of compute_seconds this rank spent blocked
+  // on neighbour stages (the bubble and transfers); 0 otherwise.
+  double pipeline_wait_seconds = 0;
   double comm_seconds = 0;
   // Training on a GPU: LibTorch's caching allocator after the step (0 on
   // CPU, and on a build whose LibTorch has no CUDA); device_memory.h.

@@ -206,6 +206,15 @@ TEST_F(LayoutTrainerTest, EveryLayoutTrainsLikeOneRank) {
     ExpectAllOk(run, layout.Name());
     EXPECT_LE(WorstLossDifference(reference.steps, run.steps, layout.Name()), 1e-5)
         << layout.Name();
+    // The step split: pipeline waits only where there is a pipeline, and
+    // inside the compute phase.
+    for (const auto& [step, r] : ByStep(run.steps)) {
+      if (layout.pipeline == 1) {
+        EXPECT_EQ(r.pipeline_wait_seconds, 0) << layout.Name() << " step " << step;
+      }
+      EXPECT_LE(r.pipeline_wait_seconds, r.compute_seconds) << layout.Name() << " step " << step;
+      EXPECT_GE(r.pipeline_wait_seconds, 0) << layout.Name() << " step " << step;
+    }
   }
 }
 
