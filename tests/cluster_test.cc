@@ -152,6 +152,28 @@ seed: 7
   void SpikeRollsBackSkipsAndMatchesAReplay(const std::string& layout,
                                             const std::string& cluster_flags);
 
+  // kill -9 of the local worker daemon of `node` ("local-<i>").
+  void KillWorkerOnNode(const std::string& node) {
+    const std::string name = "worker-" + node.substr(node.rfind('-') + 1);
+    int pid = 0;
+    for (const auto& d : Daemons()) {
+      if (d.name == name) pid = d.pid;
+    }
+    ASSERT_GT(pid, 0) << name;
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+  }
+
+  // Every step report the controller kept for `job`, both attempts'.
+  void GetStepMetrics(const std::string& job, loom::v1::GetStepMetricsResponse* steps) {
+    auto stub = loom::v1::JobService::NewStub(
+        grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token_);
+    loom::v1::GetStepMetricsRequest req;
+    req.set_job_id(job);
+    ASSERT_TRUE(stub->GetStepMetrics(&ctx, req, steps).ok());
+  }
+
   void CheckMetrics(const std::string& address, const std::vector<std::string>& expected) {
     // Gauges are refreshed by the daemons' loops (every 100 ms): poll briefly.
     loom::testing::HttpResponse resp;
@@ -461,28 +483,26 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
   StartCluster(3, /*worker_timeout_s=*/2);
   // Spike detection off: this test is about restarts, and a tiny model's
   // noisy loss must not add a rollback to the history it checks.
+  // Long enough that the kill lands mid-run even when the machine is busy:
+  // with 120 steps a loaded run once finished before the worker's death
+  // mattered (no restart).
+  constexpr int kSteps = 400;
   std::string job = Submit(
-      WriteSpec("phoenix", 120, 2, "recovery: {disable_spike_detection: true}\n"));
+      WriteSpec("phoenix", kSteps, 2, "recovery: {disable_spike_detection: true}\n"));
   // Past the first checkpoint (step 20).
   ASSERT_TRUE(WaitFor([&] { return Status(job).summary().checkpoints_written() >= 1; }, 90))
       << Status(job).DebugString();
   loom::v1::Job running = Status(job);
   ASSERT_EQ(running.ranks_size(), 2);
   std::string victim_node = running.ranks(1).node();  // "local-<i>"
-  std::string victim_name = "worker-" + victim_node.substr(victim_node.rfind('-') + 1);
-  int victim = 0;
-  for (const auto& d : Daemons()) {
-    if (d.name == victim_name) victim = d.pid;
-  }
-  ASSERT_GT(victim, 0) << victim_name;
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOnNode(victim_node));
 
   ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))
       << Status(job).DebugString();
   loom::v1::Job done = Status(job);
   EXPECT_EQ(done.restarts(), 1);
   EXPECT_EQ(done.generation(), 1);
-  EXPECT_EQ(done.summary().last_step(), 120);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
   ASSERT_GE(done.events_size(), 1);
   EXPECT_EQ(done.events(0).kind(), loom::v1::RecoveryEvent::RESTART);
   EXPECT_THAT(done.events(0).message(), HasSubstr(victim_node));
@@ -495,14 +515,8 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
                                              loom::v1::SUCCEEDED));
   // The second attempt resumed from a checkpoint instead of step 0: step 1
   // was trained once, and the attempts overlap only after the checkpoint.
-  auto stub = loom::v1::JobService::NewStub(
-      grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", "Bearer " + token_);
-  loom::v1::GetStepMetricsRequest req;
-  req.set_job_id(job);
   loom::v1::GetStepMetricsResponse steps;
-  ASSERT_TRUE(stub->GetStepMetrics(&ctx, req, &steps).ok());
+  ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &steps));
   int step1 = 0, replayed_from = 0;
   int64_t prev = 0;
   for (const auto& m : steps.steps()) {
@@ -555,13 +569,7 @@ seed: 5
   for (const auto& r : running.ranks()) {
     if (r.pp() == 1) victim_node = r.node();
   }
-  const std::string victim_name = "worker-" + victim_node.substr(victim_node.rfind('-') + 1);
-  int victim = 0;
-  for (const auto& d : Daemons()) {
-    if (d.name == victim_name) victim = d.pid;
-  }
-  ASSERT_GT(victim, 0) << victim_name;
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOnNode(victim_node));
 
   ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
       << Status(job).DebugString();
@@ -570,14 +578,8 @@ seed: 5
   EXPECT_EQ(done.summary().last_step(), 100);
   for (const auto& r : done.ranks()) EXPECT_NE(r.node(), victim_node);
 
-  auto stub = loom::v1::JobService::NewStub(
-      grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", "Bearer " + token_);
-  loom::v1::GetStepMetricsRequest req;
-  req.set_job_id(job);
   loom::v1::GetStepMetricsResponse steps;
-  ASSERT_TRUE(stub->GetStepMetrics(&ctx, req, &steps).ok());
+  ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &steps));
   std::map<int64_t, std::vector<double>> losses;
   for (const auto& m : steps.steps()) {
     if (m.step() > 0) losses[m.step()].push_back(m.loss());
@@ -920,14 +922,8 @@ seed: 7
 
   // The second attempt resumed after the checkpoint and trained around the
   // skip: step c+1 trained batch c, step c+6 batch c+15.
-  auto stub = loom::v1::JobService::NewStub(
-      grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", "Bearer " + token_);
-  loom::v1::GetStepMetricsRequest req;
-  req.set_job_id(job);
   loom::v1::GetStepMetricsResponse steps;
-  ASSERT_TRUE(stub->GetStepMetrics(&ctx, req, &steps).ok());
+  ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &steps));
   int64_t first = -1, after_skip = -1;
   for (const auto& m : steps.steps()) {  // oldest first: the newest report wins
     if (m.step() == checkpoint + 1) first = m.data_batch();
