@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,6 +113,11 @@ class LayoutTrainerTest : public ::testing::Test {
     RunOutcome out;
     out.statuses.assign(world, absl::UnknownError("not run"));
     out.results.resize(world);
+    // Every rank's groups live until all ranks are done: a rank that fails
+    // validation at once must not close its connections while a peer is
+    // still setting up a group with it (the peer then fails or waits for
+    // the rendezvous timeout).
+    std::vector<std::optional<ParallelGroups>> kept(world);
     auto run = [&](int rank) {
       // One intra-op thread per rank thread; CTest also sets
       // OMP_NUM_THREADS=1 (trainer_test.cc, RunRanks, says why).
@@ -119,11 +125,13 @@ class LayoutTrainerTest : public ::testing::Test {
       ParallelGroupOptions options;
       options.timeout_seconds = 120;
       options.local_addr = "127.0.0.1";
-      absl::StatusOr<ParallelGroups> groups = CreateParallelGroups(store, rank, parallel, options);
-      if (!groups.ok()) {
-        out.statuses[rank] = groups.status();
+      absl::StatusOr<ParallelGroups> created = CreateParallelGroups(store, rank, parallel, options);
+      if (!created.ok()) {
+        out.statuses[rank] = created.status();
         return;
       }
+      kept[rank].emplace(*std::move(created));
+      ParallelGroups* groups = &*kept[rank];
       int64_t polls = 0;
       TrainerCallbacks callbacks;
       if (rank == 0) callbacks.on_step = [&out](const StepReport& r) { out.steps.push_back(r); };

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,17 +129,21 @@ RunResult TrainLayout(const GptConfig& config, const LayoutRun& run_options,
   std::vector<std::map<std::string, torch::Tensor>> shards(world), first_grads(world);
   std::vector<std::vector<double>> losses(world), norms(world);
   std::vector<std::string> errors(world);
+  // Groups outlive every rank's work (see layout_trainer_test.cc, Run).
+  std::vector<std::optional<ParallelGroups>> kept(world);
   auto run = [&](int rank) {
     torch::set_num_threads(1);  // see trainer_test.cc, RunRanks
     try {
       ParallelGroupOptions options;
       options.timeout_seconds = 120;
       options.local_addr = "127.0.0.1";
-      absl::StatusOr<ParallelGroups> groups = CreateParallelGroups(store, rank, layout, options);
-      if (!groups.ok()) {
-        errors[rank] = groups.status().ToString();
+      absl::StatusOr<ParallelGroups> created = CreateParallelGroups(store, rank, layout, options);
+      if (!created.ok()) {
+        errors[rank] = created.status().ToString();
         return;
       }
+      kept[rank].emplace(*std::move(created));
+      ParallelGroups* groups = &*kept[rank];
       const RankCoordinates me = groups->coordinates;
       GptPartition partition;
       partition.tp_rank = me.tp;

@@ -1,5 +1,6 @@
 #include "worker/engine/parallel/reduce_scatter.h"
 
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,8 @@ template <typename Fn>
 std::vector<std::string> OnRanks(int world, Fn fn) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> errors(world);
+  // Groups outlive every rank's work (see layout_trainer_test.cc, Run).
+  std::vector<std::optional<ParallelGroups>> kept(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
@@ -32,7 +35,8 @@ std::vector<std::string> OnRanks(int world, Fn fn) {
           errors[rank] = groups.status().ToString();
           return;
         }
-        fn(rank, *groups);
+        kept[rank].emplace(*std::move(groups));
+        fn(rank, *kept[rank]);
       } catch (const std::exception& e) {
         errors[rank] = e.what();
       }
