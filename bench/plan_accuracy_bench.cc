@@ -64,10 +64,7 @@ int main(int argc, char** argv) {
   const std::string ctl = absl::StrCat(bin, "/loomctl --home ", home, " ");
   auto up = RunCommand(ctl + "local up --workers 2 --slots 2");
   if (up.exit_code != 0) return Die(up.err);
-  struct Down {
-    std::string cmd;
-    ~Down() { RunCommand(cmd); }
-  } down{ctl + "local down"};
+  const loom::testing::RunOnExit down(ctl + "local down");
   auto prep = RunCommand(ctl + "data prepare --input /usr/share/games/fortunes/fortunes "
                                "/usr/share/games/fortunes/literature --out " + home + "/data");
   if (prep.exit_code != 0) return Die(prep.err);

@@ -3,6 +3,7 @@
 #define LOOM_TESTS_TEST_UTIL_H_
 
 #include <string>
+#include <utility>
 
 namespace loom::testing {
 
@@ -26,6 +27,19 @@ HttpResponse HttpGet(const std::string& address, const std::string& path);
 std::string MakeTempDir(const std::string& prefix);
 std::string ShellQuote(const std::string& s);
 bool ProcessAlive(int pid);
+
+// Runs `command` (RunCommand) when it goes out of scope, on every return
+// path: the cleanup of something a test or benchmark started.
+class RunOnExit {
+ public:
+  explicit RunOnExit(std::string command) : command_(std::move(command)) {}
+  ~RunOnExit() { RunCommand(command_); }
+  RunOnExit(const RunOnExit&) = delete;
+  RunOnExit& operator=(const RunOnExit&) = delete;
+
+ private:
+  std::string command_;
+};
 
 }  // namespace loom::testing
 
