@@ -109,7 +109,9 @@ int64_t ManifestGeneration(const std::string& checkpoint_path) {
 // ---------------------------------------------------------------------------
 // Verification.
 
-absl::StatusOr<std::string> ReadVerifiedDirectory(const CheckpointEntry& entry) {
+// Verifies every file of a checkpoint directory; keeps rank 0's shard bytes
+// for a replicated layout (a sharded one's files are read piecewise later).
+absl::StatusOr<VerifiedCheckpoint> VerifyDirectory(const CheckpointEntry& entry) {
   const std::string manifest_path = (fs::path(entry.path) / kManifestFileName).string();
   absl::StatusOr<std::string> manifest_bytes = ReadFileWithCrc(manifest_path, nullptr);
   if (!manifest_bytes.ok()) {
@@ -122,7 +124,9 @@ absl::StatusOr<std::string> ReadVerifiedDirectory(const CheckpointEntry& entry) 
     return DataLoss(manifest_path, absl::StrCat("says step ", manifest.state.step,
                                                 ", the directory step ", entry.step));
   }
-  std::string shard;
+  const bool sharded = manifest.layout == kShardedLayout;
+  VerifiedCheckpoint verified;
+  verified.path = entry.path;
   bool have_shard = false;
   for (const ManifestFile& file : manifest.files) {
     const std::string path = (fs::path(entry.path) / file.name).string();
@@ -147,12 +151,13 @@ absl::StatusOr<std::string> ReadVerifiedDirectory(const CheckpointEntry& entry) 
                                          Crc32cHex(file.crc32c)));
     }
     if (file.rank == 0 && !have_shard) {
-      shard = *std::move(bytes);
+      if (!sharded) verified.bytes = *std::move(bytes);
       have_shard = true;
     }
   }
   if (!have_shard) return DataLoss(manifest_path, "lists no shard of rank 0");
-  return shard;
+  verified.manifest = std::move(manifest);
+  return verified;
 }
 
 // ---------------------------------------------------------------------------
@@ -388,8 +393,23 @@ void PruneCheckpoints(const std::string& dir, int keep, int64_t retain_distance_
   for (const CheckpointEntry& entry : doomed) DeleteCheckpoint(entry);
 }
 
+absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const CheckpointEntry& entry) {
+  if (!entry.legacy) return VerifyDirectory(entry);
+  VerifiedCheckpoint verified;
+  verified.path = entry.path;
+  verified.legacy = true;
+  ASSIGN_OR_RETURN(verified.bytes, legacy_checkpoint::ReadVerified(entry.path));
+  return verified;
+}
+
 absl::StatusOr<std::string> ReadVerifiedCheckpoint(const CheckpointEntry& entry) {
-  return entry.legacy ? legacy_checkpoint::ReadVerified(entry.path) : ReadVerifiedDirectory(entry);
+  ASSIGN_OR_RETURN(VerifiedCheckpoint verified, VerifyCheckpoint(entry));
+  if (verified.manifest.layout == kShardedLayout) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        entry.path, ": a sharded checkpoint has no single shard to restore from; read it with "
+                    "parallel/sharded_checkpoint.h"));
+  }
+  return std::move(verified.bytes);
 }
 
 absl::Status RestoreCheckpoint(absl::string_view bytes, const CheckpointShape& expected,

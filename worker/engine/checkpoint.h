@@ -156,9 +156,23 @@ struct ManifestFile {
   uint32_t crc32c = 0;
 };
 
+// Manifest layouts. "replicated": rank 0's shard holds the whole model and
+// optimizer (the replicated engine). "sharded": every rank of a tensor /
+// pipeline / ZeRO layout wrote a shard of pieces (ShardTensor::begin >= 0)
+// that together cover the whole model and optimizer once; the manifest
+// records the layout that wrote them (any layout can read them:
+// parallel/sharded_checkpoint.h).
+inline constexpr char kReplicatedLayout[] = "replicated";
+inline constexpr char kShardedLayout[] = "sharded";
+
 struct CheckpointManifest {
   int version = 3;
-  std::string layout = "replicated";
+  std::string layout = kReplicatedLayout;
+  // "sharded" only: the writer's layout (data x pipeline x tensor, ZeRO).
+  int data_parallel = 1;
+  int pipeline_parallel = 1;
+  int tensor_parallel = 1;
+  int zero_stage = 0;
   CheckpointShape shape;
   TrainingState state;
   std::vector<ManifestFile> files;
@@ -180,6 +194,14 @@ struct ShardTensor {
   std::vector<int64_t> shape;
   uint64_t offset = 0;  // from the shard's data_offset
   uint64_t bytes = 0;
+  // A piece of a sharded checkpoint (begin >= 0): elements [begin, begin +
+  // numel) of tensor-parallel partition tp_rank of tp_size of the whole
+  // tensor `name`, flattened (partitions as ShardForTensorParallel cuts
+  // them; tp_size 1 = the whole tensor). `shape` is then [numel].
+  // begin = -1: the tensor itself, whole (replicated shards).
+  int tp_rank = 0;
+  int tp_size = 1;
+  int64_t begin = -1;
 };
 
 // One AdamW parameter group: hyper-parameters, and its parameters' names
@@ -220,6 +242,12 @@ struct ShardView {
 };
 absl::StatusOr<ShardView> ParseShard(absl::string_view bytes);
 
+// A shard's header from its first bytes (at least the magic, the length
+// and the header), checked against the shard's size `file_bytes` (every
+// tensor must lie inside it). DATA_LOSS if malformed; OUT_OF_RANGE if
+// `prefix` is too short to hold the header (read more and retry).
+absl::StatusOr<ShardHeader> ParseShardHeader(absl::string_view prefix, uint64_t file_bytes);
+
 // ---------------------------------------------------------------------------
 // Verification and restore.
 
@@ -228,6 +256,18 @@ absl::StatusOr<ShardView> ParseShard(absl::string_view bytes);
 // and CRC-32C, or a legacy file that matches its sidecar. DATA_LOSS naming
 // the offending file otherwise (a missing manifest or listed file included).
 absl::StatusOr<std::string> ReadVerifiedCheckpoint(const CheckpointEntry& entry);
+
+// A checkpoint whose every file verified (ReadVerifiedCheckpoint's checks).
+struct VerifiedCheckpoint {
+  std::string path;   // the directory (or legacy file)
+  CheckpointManifest manifest;  // a directory's; for a legacy file, default
+  bool legacy = false;
+  // Replicated layouts and legacy files: rank 0's shard or the file, as
+  // ReadVerifiedCheckpoint returns it. Sharded: empty (readers read the
+  // pieces they need from the files: parallel/sharded_checkpoint.h).
+  std::string bytes;
+};
+absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const CheckpointEntry& entry);
 
 // Restores weights, optimizer state, torch's default CPU generator and
 // `state` from bytes that ReadVerifiedCheckpoint returned (a shard, or a

@@ -231,6 +231,12 @@ std::string SerializeManifest(const CheckpointManifest& m) {
   absl::StrAppend(&out, "  \"format\": ", JsonString(kManifestFormat), ",\n");
   absl::StrAppend(&out, "  \"version\": ", m.version, ",\n");
   absl::StrAppend(&out, "  \"layout\": ", JsonString(m.layout), ",\n");
+  if (m.layout == kShardedLayout) {
+    absl::StrAppend(&out, "  \"data_parallel\": ", m.data_parallel, ",\n");
+    absl::StrAppend(&out, "  \"pipeline_parallel\": ", m.pipeline_parallel, ",\n");
+    absl::StrAppend(&out, "  \"tensor_parallel\": ", m.tensor_parallel, ",\n");
+    absl::StrAppend(&out, "  \"zero_stage\": ", m.zero_stage, ",\n");
+  }
   AppendStateMembers(m.shape, m.state, &out);
   absl::StrAppend(&out, "  \"files\": [\n");
   for (size_t i = 0; i < m.files.size(); ++i) {
@@ -271,6 +277,12 @@ absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view bytes,
                                                       kFormatVersion));
   }
   m.layout = f.String("layout");
+  if (m.layout == kShardedLayout) {
+    m.data_parallel = static_cast<int>(f.Int("data_parallel"));
+    m.pipeline_parallel = static_cast<int>(f.Int("pipeline_parallel"));
+    m.tensor_parallel = static_cast<int>(f.Int("tensor_parallel"));
+    m.zero_stage = static_cast<int>(f.Int("zero_stage"));
+  }
   ReadStateMembers(f, &m.shape, &m.state);
   const YAML::Node files = f.Sequence("files");
   for (size_t i = 0; files.IsSequence() && i < files.size(); ++i) {
@@ -287,7 +299,7 @@ absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view bytes,
     m.files.push_back(std::move(mf));
   }
   if (!f.bad().empty()) return DataLoss(path, absl::StrCat("member \"", f.bad(), "\" is malformed"));
-  if (m.layout != "replicated") {
+  if (m.layout != kReplicatedLayout && m.layout != kShardedLayout) {
     return absl::FailedPreconditionError(absl::StrCat(path, ": layout \"", m.layout,
                                                       "\" is not supported"));
   }
@@ -319,7 +331,12 @@ std::string SerializeShardPrefix(ShardHeader* h) {
     absl::StrAppend(&json, "    {\"name\": ", JsonString(t.name), ", \"dtype\": ",
                     JsonString(c10::toString(t.dtype)), ", \"shape\": [",
                     absl::StrJoin(t.shape, ", "), "], \"offset\": ", t.offset,
-                    ", \"bytes\": ", t.bytes, "}", i + 1 < h->tensors.size() ? "," : "", "\n");
+                    ", \"bytes\": ", t.bytes);
+    if (t.begin >= 0) {
+      absl::StrAppend(&json, ", \"tp_rank\": ", t.tp_rank, ", \"tp_size\": ", t.tp_size,
+                      ", \"begin\": ", t.begin);
+    }
+    absl::StrAppend(&json, "}", i + 1 < h->tensors.size() ? "," : "", "\n");
   }
   absl::StrAppend(&json, "  ]\n}\n");
 
@@ -334,20 +351,23 @@ std::string SerializeShardPrefix(ShardHeader* h) {
   return out;
 }
 
-absl::StatusOr<ShardView> ParseShard(absl::string_view bytes) {
+absl::StatusOr<ShardHeader> ParseShardHeader(absl::string_view bytes, uint64_t file_bytes) {
   const std::string where = "shard";
-  if (bytes.size() < kShardPrefixBytes || !IsShard(bytes)) {
+  if (bytes.size() < kShardPrefixBytes || file_bytes < kShardPrefixBytes || !IsShard(bytes)) {
     return absl::DataLossError("not a loom checkpoint shard (bad magic)");
   }
   uint64_t length = 0;
   for (int i = 0; i < 8; ++i) length |= uint64_t{static_cast<uint8_t>(bytes[8 + i])} << (8 * i);
-  if (length > bytes.size() - kShardPrefixBytes) {
+  if (length > file_bytes - kShardPrefixBytes) {
     return absl::DataLossError("shard header runs past the end of the shard");
+  }
+  if (length > bytes.size() - kShardPrefixBytes) {
+    return absl::OutOfRangeError(absl::StrCat("the shard header needs ", kShardPrefixBytes + length,
+                                              " bytes"));
   }
   ASSIGN_OR_RETURN(YAML::Node root, ParseJson(bytes.substr(kShardPrefixBytes, length), where));
   JsonFields f(root);
-  ShardView view;
-  ShardHeader& h = view.header;
+  ShardHeader h;
   if (f.String("format") != kShardFormat || f.Int("version") != kFormatVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shard format ", f.String("format"), " version ", f.Int("version"), ", this build reads ",
@@ -387,19 +407,35 @@ absl::StatusOr<ShardView> ParseShard(absl::string_view bytes) {
     t.shape = tensor.Ints("shape");
     t.offset = static_cast<uint64_t>(tensor.Int("offset"));
     t.bytes = static_cast<uint64_t>(tensor.Int("bytes"));
+    if (tensor.Has("begin")) {
+      t.tp_rank = static_cast<int>(tensor.Int("tp_rank"));
+      t.tp_size = static_cast<int>(tensor.Int("tp_size"));
+      t.begin = tensor.Int("begin");
+    }
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
-    if (!tensor.bad().empty() || !dtype_ok ||
+    const bool piece_ok =
+        t.begin < 0 ? !tensor.Has("tp_rank")
+                    : t.tp_size >= 1 && t.tp_rank >= 0 && t.tp_rank < t.tp_size && t.shape.size() == 1;
+    if (!tensor.bad().empty() || !dtype_ok || !piece_ok ||
         t.bytes != static_cast<uint64_t>(numel) * c10::elementSize(t.dtype) ||
-        t.offset > bytes.size() || t.bytes > bytes.size() - h.data_offset ||
-        h.data_offset + t.offset > bytes.size() - t.bytes) {
+        t.offset > file_bytes || t.bytes > file_bytes - h.data_offset ||
+        h.data_offset + t.offset > file_bytes - t.bytes) {
       return absl::DataLossError(absl::StrCat("shard tensor ", i, " (", t.name, ") is malformed"));
     }
-    view.data.push_back(bytes.substr(h.data_offset + t.offset, t.bytes));
     h.tensors.push_back(std::move(t));
   }
   if (!f.bad().empty()) {
     return absl::DataLossError(absl::StrCat("shard header member \"", f.bad(), "\" is malformed"));
+  }
+  return h;
+}
+
+absl::StatusOr<ShardView> ParseShard(absl::string_view bytes) {
+  ShardView view;
+  ASSIGN_OR_RETURN(view.header, ParseShardHeader(bytes, bytes.size()));
+  for (const ShardTensor& t : view.header.tensors) {
+    view.data.push_back(bytes.substr(view.header.data_offset + t.offset, t.bytes));
   }
   return view;
 }

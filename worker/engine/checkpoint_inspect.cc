@@ -19,6 +19,9 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/parallel/parallel_gpt.h"
+#include "worker/engine/parallel/sharded_checkpoint.h"
+#include "absl/strings/numbers.h"
 
 namespace loom::engine {
 namespace {
@@ -105,6 +108,57 @@ absl::StatusOr<ModelDigest> DigestShard(absl::string_view bytes, const std::stri
   return digest;
 }
 
+// The model config a fingerprint ("n_layer=2,n_head=2,...", ModelFingerprint)
+// names.
+absl::StatusOr<GptConfig> ConfigOfFingerprint(const std::string& fingerprint,
+                                              const std::string& path) {
+  GptConfig config;
+  int found = 0;
+  for (absl::string_view item : absl::StrSplit(fingerprint, ',')) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    int value = 0;
+    if (!absl::SimpleAtoi(kv.second, &value)) continue;
+    if (kv.first == "n_layer") config.n_layer = value, ++found;
+    if (kv.first == "n_head") config.n_head = value, ++found;
+    if (kv.first == "d_model") config.d_model = value, ++found;
+    if (kv.first == "seq_len") config.seq_len = value, ++found;
+    if (kv.first == "vocab_size") config.vocab_size = value, ++found;
+  }
+  if (found != 5) {
+    return absl::DataLossError(absl::StrCat(path, ": unreadable model \"", fingerprint, "\""));
+  }
+  return config;
+}
+
+// A sharded checkpoint: every parameter assembled whole from its pieces, in
+// DigestShard's order, so that equal weights digest equally whatever layout
+// wrote them.
+absl::StatusOr<ModelDigest> DigestSharded(const std::string& path,
+                                          const CheckpointManifest& manifest) {
+  ASSIGN_OR_RETURN(GptConfig config, ConfigOfFingerprint(manifest.shape.model, path));
+  ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(path, config));
+  struct Item {
+    std::vector<std::string> components;
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  std::vector<Item> items;
+  for (auto& [name, shape] : GptParameterShapes(config)) {
+    items.push_back({absl::StrSplit(name, '.'), name, shape});
+  }
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.components < b.components; });
+  loom::Sha256 hash;
+  ModelDigest digest;
+  for (const Item& item : items) {
+    ASSIGN_OR_RETURN(torch::Tensor whole, reader.Whole("model/" + item.name, item.shape));
+    Add(item.name, item.shape, std::string(whole.dtype().name()), whole.data_ptr(),
+        whole.nbytes(), hash, digest);
+  }
+  digest.sha256 = loom::ToHex(hash.Finish());
+  return digest;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelDigest> DigestCheckpointModel(const std::string& path) {
@@ -124,6 +178,10 @@ absl::StatusOr<ModelDigest> DigestCheckpointModel(const std::string& path) {
         return absl::DataLossError(absl::StrCat(manifest_path, ": missing or unreadable"));
       }
       ASSIGN_OR_RETURN(CheckpointManifest manifest, ParseManifest(*manifest_bytes, manifest_path));
+      if (manifest.layout == kShardedLayout) {
+        RETURN_IF_ERROR(VerifyCheckpoint({manifest.state.step, path, -1, false}).status());
+        return DigestSharded(path, manifest);
+      }
       ASSIGN_OR_RETURN(std::string shard,
                        ReadVerifiedCheckpoint({manifest.state.step, path, -1, false}));
       return DigestShard(shard, path);

@@ -18,9 +18,10 @@ struct ModelDigest {
   int64_t parameters = 0;  // total elements
 };
 
-// `path` is a checkpoint directory (step-<9 digits>/, whose every file is
-// verified against its manifest first), a shard file alone (not verified),
-// or a version 1/2 single-file checkpoint. Equal weights give equal digests
+// `path` is a checkpoint directory (step-<9 digits>/, replicated or sharded,
+// whose every file is verified against its manifest first; a sharded one's
+// parameters are assembled whole), a shard file alone (not verified), or a
+// version 1/2 single-file checkpoint. Equal weights give equal digests
 // in every format. NOT_FOUND if `path` does not exist; DATA_LOSS if it does
 // not verify or is not a readable checkpoint.
 absl::StatusOr<ModelDigest> DigestCheckpointModel(const std::string& path);

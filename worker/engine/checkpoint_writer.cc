@@ -151,6 +151,7 @@ struct CheckpointWriter::Job {
   // the generator state). Released by the training thread.
   std::vector<torch::Tensor> sources;
   uint64_t file_bytes = 0;
+  ManifestFile shard;     // set by the background thread once written
   char* image = nullptr;  // the staging buffer
   double stall_seconds = 0;  // training thread only
   absl::StatusOr<CheckpointReport> outcome = absl::UnknownError("not finished");
@@ -165,30 +166,30 @@ CheckpointWriter::~CheckpointWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::Status CheckpointWriter::Start(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                                     const TrainingState& state) {
-  const auto start = std::chrono::steady_clock::now();
-  if (job_ != nullptr) return absl::FailedPreconditionError("a checkpoint save is in flight");
-  auto job = std::make_unique<Job>();
-  job->state = state;
-  ShardHeader header;
-  header.rank = options_.rank;
-  header.shape = options_.shape;
-  header.state = state;
+void ShardContents::Add(ShardTensor tensor, const torch::Tensor& tensor_source) {
+  torch::Tensor source = tensor_source.detach();
+  if (!source.is_cpu() || !source.is_contiguous()) {
+    source = source.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  }
+  tensor.dtype = source.scalar_type();
+  if (tensor.begin >= 0) {
+    tensor.shape = {source.numel()};
+  } else {
+    tensor.shape = source.sizes().vec();
+  }
+  tensor.bytes = source.nbytes();
+  tensors.push_back(std::move(tensor));
+  sources.push_back(std::move(source));
+}
+
+absl::StatusOr<ShardContents> ReplicatedShardContents(torch::nn::Module& module,
+                                                      torch::optim::Optimizer& optimizer) {
+  ShardContents contents;
   auto add = [&](std::string name, const torch::Tensor& tensor) {
-    torch::Tensor source = tensor.detach();
-    if (!source.is_cpu() || !source.is_contiguous()) {
-      source = source.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
-    }
     ShardTensor t;
     t.name = std::move(name);
-    t.dtype = source.scalar_type();
-    t.shape = source.sizes().vec();
-    t.bytes = source.nbytes();
-    header.tensors.push_back(std::move(t));
-    job->sources.push_back(std::move(source));
+    contents.Add(std::move(t), tensor);
   };
-
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     names[item.value().unsafeGetTensorImpl()] = item.key();
@@ -227,13 +228,35 @@ absl::Status CheckpointWriter::Start(torch::nn::Module& module, torch::optim::Op
       add(prefix + "exp_avg_sq", adam->exp_avg_sq());
       if (adam->max_exp_avg_sq().defined()) add(prefix + "max_exp_avg_sq", adam->max_exp_avg_sq());
     }
-    header.optimizer_groups.push_back(std::move(g));
+    contents.optimizer_groups.push_back(std::move(g));
   }
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     add("rng/cpu", generator.get_state());  // a copy
   }
+  return contents;
+}
+
+absl::Status CheckpointWriter::Start(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                                     const TrainingState& state) {
+  if (job_ != nullptr) return absl::FailedPreconditionError("a checkpoint save is in flight");
+  ASSIGN_OR_RETURN(ShardContents contents, ReplicatedShardContents(module, optimizer));
+  return Start(std::move(contents), state);
+}
+
+absl::Status CheckpointWriter::Start(ShardContents contents, const TrainingState& state) {
+  const auto start = std::chrono::steady_clock::now();
+  if (job_ != nullptr) return absl::FailedPreconditionError("a checkpoint save is in flight");
+  auto job = std::make_unique<Job>();
+  job->state = state;
+  ShardHeader header;
+  header.rank = options_.rank;
+  header.shape = options_.shape;
+  header.state = state;
+  header.tensors = std::move(contents.tensors);
+  header.optimizer_groups = std::move(contents.optimizer_groups);
+  job->sources = std::move(contents.sources);
 
   uint64_t end = 0;
   for (ShardTensor& t : header.tensors) {
@@ -292,31 +315,21 @@ void CheckpointWriter::Run(Job* job) {
   done_ = true;
 }
 
-absl::StatusOr<CheckpointReport> CheckpointWriter::WriteAndCommit(const Job& job) {
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t step = job.state.step;
-  auto stage = [&](CheckpointStage s) {
-    if (options_.on_stage) options_.on_stage(s, step);
-  };
-  const std::string final = CheckpointPath(options_.dir, step);
-  const std::string temp = absl::StrCat(final, ".tmp-", ::getpid());
-  std::error_code ec;
-  fs::create_directories(options_.dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("create ", options_.dir, ": ", ec.message()));
-  fs::remove_all(temp, ec);
-  if (::mkdir(temp.c_str(), 0755) != 0) return ErrnoError("mkdir", temp);
+namespace {
 
-  auto write = [&]() -> absl::StatusOr<CheckpointReport> {
-    CheckpointManifest manifest;
-    manifest.shape = options_.shape;
-    manifest.state = job.state;
-    ManifestFile shard;
-    shard.name = ShardFileName(options_.rank);
-    shard.rank = options_.rank;
-    shard.bytes = job.file_bytes;
-    ASSIGN_OR_RETURN(shard.crc32c, WriteNewFileDurably((fs::path(temp) / shard.name).string(),
-                                                       job.image, job.file_bytes));
-    manifest.files.push_back(shard);
+// Writes the manifest into `temp` (which holds every shard it lists), commits
+// it as checkpoint `state.step` and prunes (checkpoint.h's protocol). On
+// error removes `temp` and returns the error, naming the step.
+absl::StatusOr<CheckpointReport> CommitTemporary(const CheckpointWriterOptions& options,
+                                                 const std::string& temp,
+                                                 CheckpointManifest manifest,
+                                                 std::chrono::steady_clock::time_point start) {
+  const int64_t step = manifest.state.step;
+  auto stage = [&](CheckpointStage s) {
+    if (options.on_stage) options.on_stage(s, step);
+  };
+  const std::string final = CheckpointPath(options.dir, step);
+  auto commit = [&]() -> absl::StatusOr<CheckpointReport> {
     stage(CheckpointStage::kShardsWritten);
     const std::string text = SerializeManifest(manifest);
     RETURN_IF_ERROR(WriteNewFileDurably((fs::path(temp) / kManifestFileName).string(),
@@ -325,29 +338,99 @@ absl::StatusOr<CheckpointReport> CheckpointWriter::WriteAndCommit(const Job& job
     RETURN_IF_ERROR(FsyncDirectory(temp));
     stage(CheckpointStage::kManifestWritten);
     RETURN_IF_ERROR(CommitDirectory(temp, final));
-    RETURN_IF_ERROR(FsyncDirectory(options_.dir));
+    RETURN_IF_ERROR(FsyncDirectory(options.dir));
     CheckpointReport report;
     report.step = step;
     report.path = final;
-    report.bytes = job.file_bytes + text.size();
+    report.bytes = text.size();
+    for (const ManifestFile& file : manifest.files) report.bytes += file.bytes;
     report.sha256 = Sha256Hex(text);
-    report.generation = job.state.generation;
+    report.generation = manifest.state.generation;
     report.write_seconds = SecondsSince(start);
     return report;
   };
-  absl::StatusOr<CheckpointReport> report = write();
+  absl::StatusOr<CheckpointReport> report = commit();
   if (!report.ok()) {
+    std::error_code ec;
     fs::remove_all(temp, ec);
     return absl::Status(report.status().code(),
                         absl::StrCat("checkpoint at step ", step, ": ", report.status().message()));
   }
   stage(CheckpointStage::kCommitted);
   // A version 1/2 file of this step is superseded (as a rewrite replaced it).
-  CheckpointEntry legacy{step, LegacyCheckpointPath(options_.dir, step), -1, true};
+  std::error_code ec;
+  CheckpointEntry legacy{step, LegacyCheckpointPath(options.dir, step), -1, true};
   if (fs::exists(legacy.path, ec)) DeleteCheckpoint(legacy);
-  PruneCheckpoints(options_.dir, options_.keep_checkpoints, options_.retain_distance_steps,
-                   job.state.lineage, step);
+  PruneCheckpoints(options.dir, options.keep_checkpoints, options.retain_distance_steps,
+                   manifest.state.lineage, step);
   return report;
+}
+
+std::string TemporaryPath(const CheckpointWriterOptions& options, int64_t step) {
+  return absl::StrCat(CheckpointPath(options.dir, step), ".tmp-",
+                      options.shared_temp_tag.empty() ? std::to_string(::getpid())
+                                                      : options.shared_temp_tag);
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointReport> CommitShardedCheckpoint(const CheckpointWriterOptions& options,
+                                                         const CheckpointManifest& layout,
+                                                         const TrainingState& state,
+                                                         const std::vector<ManifestFile>& shards) {
+  CheckpointManifest manifest = layout;
+  manifest.layout = kShardedLayout;
+  manifest.shape = options.shape;
+  manifest.state = state;
+  manifest.files = shards;
+  return CommitTemporary(options, TemporaryPath(options, state.step), std::move(manifest),
+                         std::chrono::steady_clock::now());
+}
+
+absl::StatusOr<CheckpointReport> CheckpointWriter::WriteAndCommit(Job& job) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t step = job.state.step;
+  const bool sharded = !options_.shared_temp_tag.empty();
+  const std::string temp = TemporaryPath(options_, step);
+  std::error_code ec;
+  fs::create_directories(options_.dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("create ", options_.dir, ": ", ec.message()));
+  if (sharded) {
+    // Shared with the other ranks: made by whichever comes first.
+    fs::create_directories(temp, ec);
+    if (ec) return absl::InternalError(absl::StrCat("mkdir ", temp, ": ", ec.message()));
+  } else {
+    fs::remove_all(temp, ec);
+    if (::mkdir(temp.c_str(), 0755) != 0) return ErrnoError("mkdir", temp);
+  }
+  job.shard.name = ShardFileName(options_.rank);
+  job.shard.rank = options_.rank;
+  job.shard.bytes = job.file_bytes;
+  const std::string shard_path = (fs::path(temp) / job.shard.name).string();
+  if (sharded) fs::remove(shard_path, ec);  // a retry of this step's save
+  absl::StatusOr<uint32_t> crc = WriteNewFileDurably(shard_path, job.image, job.file_bytes);
+  if (!crc.ok()) {
+    if (!sharded) fs::remove_all(temp, ec);
+    return absl::Status(crc.status().code(), absl::StrCat("checkpoint at step ", step, ": ",
+                                                          crc.status().message()));
+  }
+  job.shard.crc32c = *crc;
+  if (sharded) {
+    // Rank 0 commits once every rank's shard is in; the report says what
+    // this rank wrote.
+    CheckpointReport report;
+    report.step = step;
+    report.path = shard_path;
+    report.bytes = job.file_bytes;
+    report.generation = job.state.generation;
+    report.write_seconds = SecondsSince(start);
+    return report;
+  }
+  CheckpointManifest manifest;
+  manifest.shape = options_.shape;
+  manifest.state = job.state;
+  manifest.files.push_back(job.shard);
+  return CommitTemporary(options_, temp, std::move(manifest), start);
 }
 
 void CheckpointWriter::WaitForSnapshot() {
@@ -382,6 +465,7 @@ std::optional<absl::StatusOr<CheckpointReport>> CheckpointWriter::Finish() {
   thread_.join();
   absl::StatusOr<CheckpointReport> outcome = std::move(job_->outcome);
   if (outcome.ok()) outcome->stall_seconds = job_->stall_seconds;
+  written_shard_ = job_->shard;
   job_.reset();
   return outcome;
 }

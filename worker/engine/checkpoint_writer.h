@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -43,6 +44,14 @@ namespace loom::engine {
 struct CheckpointWriterOptions {
   std::string dir;                    // created if missing
   int rank = 0;                       // whose shard this writer writes
+  // Empty: a replicated save. The writer writes its shard and the manifest
+  // into <step dir>.tmp-<pid>/ and commits it (checkpoint.h).
+  // Non-empty: one rank's part of a sharded save. Every rank of the job
+  // writes its shard into <step dir>.tmp-<shared_temp_tag>/ (the same tag
+  // on every rank, world rank 0's choice) and commits nothing; once every
+  // rank's shard is written (written_shard() on each), world rank 0 calls
+  // CommitShardedCheckpoint. The directory must be shared by the ranks.
+  std::string shared_temp_tag;
   CheckpointShape shape;              // recorded in manifest and shard
   int keep_checkpoints = 3;           // see TrainerConfig
   int64_t retain_distance_steps = 0;  // see TrainerConfig
@@ -50,6 +59,36 @@ struct CheckpointWriterOptions {
   // Called on the background thread.
   std::function<void(CheckpointStage stage, int64_t step)> on_stage;
 };
+
+// What one rank's shard holds. The caller sets each tensor's name, dtype,
+// shape and (for pieces) tp_rank / tp_size / begin; the writer assigns
+// offsets and bytes. sources[i] holds tensors[i]'s values and must stay
+// unmodified until the snapshot (see Start).
+struct ShardContents {
+  std::vector<ShardTensor> tensors;
+  std::vector<torch::Tensor> sources;
+  std::vector<ShardOptimizerGroup> optimizer_groups;
+  // Appends a tensor (a CPU contiguous copy is taken now if `source` is on
+  // another device or not contiguous).
+  void Add(ShardTensor tensor, const torch::Tensor& source);
+};
+
+// A replicated shard: every parameter and buffer of `module` ("model/..."),
+// the AdamW state of `optimizer` (AdamW over the module's parameters) and
+// torch's default CPU generator. FAILED_PRECONDITION if the optimizer is not
+// AdamW over module parameters.
+absl::StatusOr<ShardContents> ReplicatedShardContents(torch::nn::Module& module,
+                                                      torch::optim::Optimizer& optimizer);
+
+// World rank 0 of a sharded save, once every rank's shard is in the
+// temporary directory: writes the manifest (layout "sharded", `layout`'s
+// degrees, `shards` as its files) and commits and prunes as a replicated
+// save does. The on_stage hooks run here (kShardsWritten first). Errors
+// leave no checkpoint (the temporary directory is removed).
+absl::StatusOr<CheckpointReport> CommitShardedCheckpoint(const CheckpointWriterOptions& options,
+                                                         const CheckpointManifest& layout,
+                                                         const TrainingState& state,
+                                                         const std::vector<ManifestFile>& shards);
 
 // Thread-compatible: one training thread calls every method; the background
 // thread is internal. The destructor waits for a save in flight to finish
@@ -69,6 +108,12 @@ class CheckpointWriter {
   // parameters (nothing is started then).
   absl::Status Start(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
                      const TrainingState& state);
+  // The same for any shard contents (a sharded save's part).
+  absl::Status Start(ShardContents contents, const TrainingState& state);
+
+  // Sharded saves: the shard the last finished save wrote (name, rank, size,
+  // CRC-32C), for world rank 0's manifest.
+  const ManifestFile& written_shard() const { return written_shard_; }
 
   // Blocks until the tensors of the save in flight have been copied; returns
   // at once if they have, or if nothing is in flight.
@@ -92,7 +137,7 @@ class CheckpointWriter {
   };
 
   void Run(Job* job);  // the background thread
-  absl::StatusOr<CheckpointReport> WriteAndCommit(const Job& job);
+  absl::StatusOr<CheckpointReport> WriteAndCommit(Job& job);
   std::optional<absl::StatusOr<CheckpointReport>> Finish();
 
   const CheckpointWriterOptions options_;
@@ -101,6 +146,7 @@ class CheckpointWriter {
   std::unique_ptr<char, FreeDeleter> staging_;
   size_t staging_capacity_ = 0;
   std::unique_ptr<Job> job_;  // training thread; null when nothing in flight
+  ManifestFile written_shard_;  // training thread, set by Finish
   std::thread thread_;        // runs job_, joined by Finish() or ~CheckpointWriter
   absl::Mutex mu_;
   bool snapshotted_ ABSL_GUARDED_BY(mu_) = false;  // of job_

@@ -8,7 +8,8 @@ loom_library(loom_checkpoint
 loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom_engine loom_file_util)
 
 # The LibTorch training engine of one rank: model, optimizer, training loop.
-loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc activation_checkpoint.cc autocast.cc
+loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc checkpoint_coordinator.cc
+                              activation_checkpoint.cc autocast.cc
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc openmp_wait.cc
              DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_device_memory loom_sha256
                   loom_common ${TORCH_LIBRARIES})
@@ -61,4 +62,4 @@ target_compile_definitions(loom_trainer_test PRIVATE
   LOOM_TRAINER_KILL_HELPER="$<TARGET_FILE:loom_trainer_kill_helper>")
 
 loom_library(loom_checkpoint_inspect SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_inspect.cc
-  DEPS loom_checkpoint loom_file_util loom_sha256 loom_common ${TORCH_LIBRARIES})
+  DEPS loom_engine loom_checkpoint loom_file_util loom_sha256 loom_common ${TORCH_LIBRARIES})

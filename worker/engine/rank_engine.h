@@ -6,10 +6,10 @@
 //   * the layout engine (parallel/layout_engine.cc): a ParallelGpt stage
 //     split over its tensor group, the 1F1B pipeline across stages, and
 //     ShardedAdamW (ZeRO 0, 1 or 2) over the data group.
-// Both write and read the same checkpoint format: the whole single-rank
-// model and AdamW state (checkpoint.h), gathered on world rank 0 by the
-// layout engine and cut up again on restore, so a checkpoint of any layout
-// resumes under any other.
+// Checkpoints: the replicated engine's world rank 0 writes the whole model
+// (layout "replicated", checkpoint.h); every rank of a layout writes its own
+// shard (layout "sharded", parallel/sharded_checkpoint.h). Both engines read
+// both, so a checkpoint of any layout resumes under any other.
 //
 // Every method is collective over the ranks of the job unless it says
 // otherwise; ranks call them in the same order. May throw c10::Error (the
@@ -28,11 +28,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_writer.h"
 #include "worker/engine/data.h"
 #include "worker/engine/fused_adamw.h"
 #include "worker/engine/trainer.h"
 
 namespace loom::engine {
+
+class CheckpointReader;  // parallel/sharded_checkpoint.h
 
 // Seconds of one step's forward and backward passes (StepReport's split).
 struct ForwardBackwardTimes {
@@ -80,16 +83,25 @@ class RankEngine {
   // samples 0, 1, 2, ... (file order, wrapping), round-robin over replicas.
   virtual double Evaluate(const TokenDataset& val, int64_t eval_batches, int micro_batch) = 0;
 
-  // The module and optimizer a checkpoint is written from: on world rank
-  // 0 the model's whole state as Gpt + AdamW (gathered from every rank for
-  // a layout; the live objects for the replicated engine), null elsewhere.
-  // Valid until the next call; the caller must not write them.
-  virtual std::pair<torch::nn::Module*, torch::optim::Optimizer*> CheckpointImage() = 0;
+  // Whether every rank writes a shard of each checkpoint (true), or world
+  // rank 0 alone the whole model (false). Local.
+  virtual bool sharded_checkpoints() const = 0;
+  // What this rank writes into a checkpoint (world rank 0 of a replicated
+  // engine: the whole model; a layout rank: its pieces). Views of live
+  // tensors: valid until the next optimizer step. Local.
+  virtual absl::StatusOr<ShardContents> CheckpointShard() = 0;
+  // Sharded checkpoints: the manifest's layout fields. Local.
+  virtual CheckpointManifest CheckpointLayout() const { return CheckpointManifest{}; }
 
-  // Restores weights, optimizer state, the CPU generator and `state` from a
-  // verified checkpoint (RestoreCheckpoint's contract and errors).
+  // Restores weights, optimizer state, the CPU generator and `state` from
+  // the bytes of a verified replicated checkpoint (RestoreCheckpoint's
+  // contract and errors). Local.
   virtual absl::Status Restore(absl::string_view bytes, const CheckpointShape& shape,
                                TrainingState* state) = 0;
+  // The same from any verified checkpoint directory, read piecewise (every
+  // rank reads the shared directory). Local.
+  virtual absl::Status RestoreFrom(const CheckpointReader& reader, const CheckpointShape& shape,
+                                   TrainingState* state) = 0;
 
   // The rank's module (Gpt or ParallelGpt), for TrainerCallbacks::on_finish.
   virtual torch::nn::Module& module() = 0;

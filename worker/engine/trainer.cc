@@ -25,6 +25,7 @@
 #include "worker/engine/autocast.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_writer.h"
+#include "worker/engine/collectives.h"
 #include "worker/engine/data.h"
 #include "worker/engine/device_memory.h"
 #include "worker/engine/fused_adamw_torch.h"
@@ -33,163 +34,12 @@
 #include "worker/engine/optimizer.h"
 #include "worker/engine/parallel/layout_engine.h"
 #include "worker/engine/parallel/process_groups.h"
+#include "worker/engine/parallel/sharded_checkpoint.h"
+#include "worker/engine/checkpoint_coordinator.h"
 #include "worker/engine/rank_engine.h"
 
 namespace loom::engine {
 namespace {
-
-// Gradient all-reduce bucket size; torch DDP's default bucket_cap_mb is 25.
-constexpr int64_t kBucketBytes = int64_t{25} << 20;
-
-// ---------------------------------------------------------------------------
-// Collectives of one rank over an optional process group; with no group
-// (world size 1) they are identities. c10d's contract applies: every rank
-// calls the same collectives in the same order. Errors and timeouts throw
-// c10::Error / std::exception, which Train() turns into INTERNAL.
-//
-// Tensors of any device may be passed: an NCCL group's collectives run on
-// `device` (the rank's GPU), any other group's on the CPU, and a tensor
-// elsewhere is staged through a copy there (so a Gloo group serves CUDA
-// ranks too). On the CPU with Gloo nothing is copied.
-class Collectives {
- public:
-  Collectives(std::shared_ptr<c10d::ProcessGroup> group, const torch::Device& device)
-      : group_(std::move(group)),
-        comm_device_(group_ && group_->getBackendName() == "nccl" ? device
-                                                                   : torch::Device(torch::kCPU)) {}
-
-  int rank() const { return group_ ? group_->getRank() : 0; }
-  int world_size() const { return group_ ? group_->getSize() : 1; }
-
-  // Replaces every parameter's gradient by its mean over ranks. Gradients
-  // are flattened into buckets of at most kBucketBytes (one tensor may
-  // exceed it alone), each all-reduced with SUM and divided by the world
-  // size. A parameter without a gradient contributes zeros, so that all
-  // ranks agree on the bucket layout.
-  void AverageGradients(const std::vector<torch::Tensor>& parameters) {
-    if (!group_) return;
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> grads;
-    grads.reserve(parameters.size());
-    for (const torch::Tensor& p : parameters) {
-      torch::Tensor p_mutable = p;
-      if (!p_mutable.grad().defined()) p_mutable.mutable_grad() = torch::zeros_like(p);
-      grads.push_back(p_mutable.grad());
-    }
-    const double world = world_size();
-    ForEachBucket(grads, [&](torch::Tensor& flat) {
-      AllReduce(flat, c10d::ReduceOp::SUM);
-      flat.div_(world);
-    });
-  }
-
-  // Overwrites `tensors` on every rank with rank 0's values.
-  void BroadcastFromRank0(const std::vector<torch::Tensor>& tensors) {
-    if (!group_) return;
-    torch::NoGradGuard no_grad;
-    ForEachBucket(tensors, [&](torch::Tensor& flat) { Broadcast(flat); });
-  }
-
-  // Element-wise sum over ranks.
-  std::vector<double> Sum(std::vector<double> values) {
-    if (!group_) return values;
-    torch::Tensor t = torch::tensor(values, torch::kDouble);
-    AllReduce(t, c10d::ReduceOp::SUM);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = t[i].item<double>();
-    return values;
-  }
-
-  double Mean(double value) { return Sum({value})[0] / world_size(); }
-
-  // Rank 0's `values`, on every rank (other ranks' must have the same size).
-  std::vector<int64_t> BroadcastInts(std::vector<int64_t> values) {
-    if (!group_) return values;
-    torch::Tensor t = torch::tensor(values, torch::kLong);
-    Broadcast(t);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = t[i].item<int64_t>();
-    return values;
-  }
-
-  // Element-wise maximum over ranks.
-  std::vector<int64_t> Max(std::vector<int64_t> values) {
-    if (!group_) return values;
-    torch::Tensor t = torch::tensor(values, torch::kLong);
-    AllReduce(t, c10d::ReduceOp::MAX);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = t[i].item<int64_t>();
-    return values;
-  }
-
-  // Rank 0's `bytes`, on every rank (other ranks' arguments are ignored).
-  std::string BroadcastBytes(std::string bytes) {
-    if (!group_) return bytes;
-    torch::Tensor size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong);
-    Broadcast(size);
-    const int64_t n = size.item<int64_t>();
-    if (n == 0) return "";
-    torch::Tensor buffer = torch::empty({n}, torch::kUInt8);
-    if (rank() == 0) std::memcpy(buffer.data_ptr(), bytes.data(), n);
-    Broadcast(buffer);
-    return std::string(static_cast<const char*>(buffer.data_ptr()), n);
-  }
-
- private:
-  void AllReduce(torch::Tensor& t, c10d::ReduceOp::RedOpType op) {
-    std::vector<torch::Tensor> tensors = {Staged(t)};
-    c10d::AllreduceOptions options;
-    options.reduceOp = op;
-    group_->allreduce(tensors, options)->wait();
-    Unstage(tensors[0], t);
-  }
-
-  void Broadcast(torch::Tensor& t) {
-    std::vector<torch::Tensor> tensors = {Staged(t)};
-    c10d::BroadcastOptions options;
-    options.rootRank = 0;
-    group_->broadcast(tensors, options)->wait();
-    Unstage(tensors[0], t);
-  }
-
-  // `t` itself when it is on the collectives' device, else a copy there.
-  torch::Tensor Staged(const torch::Tensor& t) const {
-    return t.device() == comm_device_ ? t : t.to(comm_device_);
-  }
-  static void Unstage(const torch::Tensor& staged, torch::Tensor& t) {
-    if (!staged.is_same(t)) t.copy_(staged);
-  }
-
-  // Calls fn on flat copies of consecutive runs of same-dtype tensors (at
-  // most kBucketBytes each, at least one tensor), then copies the results
-  // back into the tensors.
-  template <typename Fn>
-  static void ForEachBucket(const std::vector<torch::Tensor>& tensors, Fn fn) {
-    size_t begin = 0;
-    while (begin < tensors.size()) {
-      size_t end = begin;
-      int64_t bytes = 0;
-      while (end < tensors.size() &&
-             tensors[end].scalar_type() == tensors[begin].scalar_type() &&
-             (end == begin || bytes + tensors[end].nbytes() <= kBucketBytes)) {
-        bytes += tensors[end].nbytes();
-        ++end;
-      }
-      std::vector<torch::Tensor> parts;
-      for (size_t i = begin; i < end; ++i) parts.push_back(tensors[i].reshape({-1}));
-      torch::Tensor flat = torch::cat(parts);
-      fn(flat);
-      int64_t offset = 0;
-      for (size_t i = begin; i < end; ++i) {
-        torch::Tensor t = tensors[i];
-        t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-        offset += t.numel();
-      }
-      begin = end;
-    }
-  }
-
-  std::shared_ptr<c10d::ProcessGroup> group_;
-  torch::Device comm_device_;
-};
-
 
 // ---------------------------------------------------------------------------
 // Configuration, data, seeds, validation.
@@ -459,14 +309,21 @@ class ReplicatedEngine : public RankEngine {
     return totals[0] / totals[1];
   }
 
-  std::pair<torch::nn::Module*, torch::optim::Optimizer*> CheckpointImage() override {
-    if (collectives_->rank() != 0) return {nullptr, nullptr};
-    return {model_.get(), optimizer_.get()};
+  bool sharded_checkpoints() const override { return false; }
+
+  absl::StatusOr<ShardContents> CheckpointShard() override {
+    return ReplicatedShardContents(*model_, *optimizer_);
   }
 
   absl::Status Restore(absl::string_view bytes, const CheckpointShape& shape,
                        TrainingState* state) override {
     return RestoreCheckpoint(bytes, shape, *model_, *optimizer_, state);
+  }
+
+  // A layout's sharded checkpoint, whole tensor by whole tensor.
+  absl::Status RestoreFrom(const CheckpointReader& reader, const CheckpointShape& shape,
+                           TrainingState* state) override {
+    return RestoreWholeModel(reader, shape, *model_, *optimizer_, state);
   }
 
   torch::nn::Module& module() override { return *model_; }
@@ -497,7 +354,7 @@ class ReplicatedEngine : public RankEngine {
 
 // Rank 0's choice of where to resume (see TrainerConfig::resume_step).
 struct ResumePlan {
-  std::string checkpoint;   // verified bytes; empty = from scratch
+  std::optional<VerifiedCheckpoint> checkpoint;  // none = from scratch
   // Checkpoints newer than resume_step were passed over: the run is a new
   // branch, of generation >= fork_generation (1 + the highest in the dir).
   bool fork = false;
@@ -528,13 +385,13 @@ absl::StatusOr<ResumePlan> PlanResume(const TrainerConfig& config,
                                    ", after step ", config.resume_step, ")"));
       continue;
     }
-    absl::StatusOr<std::string> bytes = ReadVerifiedCheckpoint(file);
-    if (bytes.ok()) {
-      plan.checkpoint = *std::move(bytes);
+    absl::StatusOr<VerifiedCheckpoint> verified = VerifyCheckpoint(file);
+    if (verified.ok()) {
+      plan.checkpoint = *std::move(verified);
       return plan;
     }
     skipped->push_back(file.path);
-    found.push_back(absl::StrCat(file.path, " (", bytes.status().ToString(), ")"));
+    found.push_back(absl::StrCat(file.path, " (", verified.status().ToString(), ")"));
   }
   if (config.resume_step > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -604,68 +461,19 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   engine->SynchronizeInitialWeights();
   const CheckpointShape shape{ModelFingerprint(config.model), config.global_batch, world_size};
 
-  // Checkpoints. Rank 0 saves through `writer`, one save in flight at most,
-  // and hears of each save's outcome at a later step boundary (Poll), before
-  // the next save (Wait), or at the end. The writer is declared after the
-  // model and optimizer so that it is destroyed first: its destructor waits
-  // for a save in flight, which may still be copying their tensors.
+  // Checkpoints (checkpoint_coordinator.h): rank 0 alone, or every rank of
+  // a layout, saves; outcomes are heard at later step boundaries. Declared
+  // after the engine so that it is destroyed first: its writer waits for a
+  // save in flight, which may still be copying the engine's tensors.
   TrainResult result;
   result.optimizer_implementation = engine->optimizer_implementation();
-  std::unique_ptr<CheckpointWriter> writer;
-  if (rank == 0 && !config.checkpoint_dir.empty()) {
-    CheckpointWriterOptions options;
-    options.dir = config.checkpoint_dir;
-    options.rank = rank;
-    options.shape = shape;
-    options.keep_checkpoints = config.keep_checkpoints;
-    options.retain_distance_steps = config.retain_distance_steps;
-    options.on_stage = callbacks.on_checkpoint_stage;
-    writer = std::make_unique<CheckpointWriter>(std::move(options));
-  }
-  absl::Status checkpoint_failure;  // rank 0: the first failed save
-  int64_t failed_step = -1;
-  int64_t saving_step = -1;         // rank 0: the save in flight
-  // Rank 0: reports a finished save, or keeps its error.
-  auto take = [&](std::optional<absl::StatusOr<CheckpointReport>> outcome) {
-    if (!outcome.has_value()) return;
-    if (outcome->ok()) {
-      result.checkpoints.push_back(**outcome);
-      if (callbacks.on_checkpoint) callbacks.on_checkpoint(**outcome);
-    } else if (checkpoint_failure.ok()) {
-      checkpoint_failure = outcome->status();
-      failed_step = saving_step;
-      if (callbacks.on_checkpoint_failed) callbacks.on_checkpoint_failed(failed_step, checkpoint_failure);
-    }
-  };
-  // Every rank: rank 0 saves `state` once the previous save has finished
-  // (and waits for it too if `wait`); the others help it gather the image
-  // (RankEngine::CheckpointImage). After a failure nothing more is saved.
-  auto save = [&](const TrainingState& state, bool wait) {
-    if (writer) take(writer->Wait());
-    const auto [image_model, image_optimizer] = engine->CheckpointImage();
-    if (!writer || !checkpoint_failure.ok()) return;
-    saving_step = state.step;
-    absl::Status started = writer->Start(*image_model, *image_optimizer, state);
-    if (!started.ok()) {
-      checkpoint_failure = started;
-      failed_step = state.step;
-      if (callbacks.on_checkpoint_failed) callbacks.on_checkpoint_failed(failed_step, started);
-      return;
-    }
-    if (wait) take(writer->Wait());
-  };
-  // Collective: fails every rank if rank 0 failed to save, so that no rank
-  // trains on, or waits in a collective, after rank 0 has given up.
-  auto agree_on_checkpoints = [&]() -> absl::Status {
-    const int64_t failed = collectives.Max({checkpoint_failure.ok() ? 0 : failed_step + 1})[0];
-    if (failed == 0) return absl::OkStatus();
-    if (!checkpoint_failure.ok()) return checkpoint_failure;
-    return absl::AbortedError(
-        absl::StrCat("rank 0 failed to write the checkpoint at step ", failed - 1));
-  };
+  CheckpointCoordinator checkpoints(config, shape, engine.get(), &collectives, callbacks, &result);
 
-  // Resume: rank 0 picks the checkpoint (TrainerConfig::resume_step) and
-  // sends it with its decision; every rank restores the same bytes.
+  // Resume: rank 0 picks and verifies the checkpoint
+  // (TrainerConfig::resume_step) and tells every rank. A replicated
+  // checkpoint resumed by the replicated engine travels as bytes (every rank
+  // restores the same bytes); any other is read by every rank from the
+  // shared directory, piecewise (parallel/sharded_checkpoint.h).
   TrainingState state;
   bool restored = false;
   bool fork = false;
@@ -673,9 +481,17 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   if (!config.checkpoint_dir.empty()) {
     absl::StatusOr<ResumePlan> plan = ResumePlan{};
     if (rank == 0) plan = PlanResume(config, &result.skipped_checkpoints);
+    enum Source : int64_t { kNone = 0, kBytes = 1, kDirectory = 2 };
+    int64_t source = kNone;
+    if (plan.ok() && plan->checkpoint.has_value()) {
+      source = !engine->sharded_checkpoints() &&
+                       plan->checkpoint->manifest.layout != kShardedLayout
+                   ? kBytes
+                   : kDirectory;
+    }
     const std::vector<int64_t> decision = collectives.BroadcastInts(
         {plan.ok() ? 1 : 0, plan.ok() && plan->fork ? 1 : 0,
-         plan.ok() ? plan->fork_generation : 0});
+         plan.ok() ? plan->fork_generation : 0, source});
     if (decision[0] == 0) {
       if (!plan.ok()) return plan.status();
       return absl::FailedPreconditionError(
@@ -683,13 +499,30 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     }
     fork = decision[1] != 0;
     fork_generation = decision[2];
-    const std::string checkpoint = collectives.BroadcastBytes(std::move(plan->checkpoint));
-    if (!checkpoint.empty()) {
+    source = decision[3];
+    if (source != kNone) {
+      // Sent before taking the lock: in-process ranks take it in turn.
+      const std::string sent = collectives.BroadcastBytes(
+          rank != 0                ? std::string()
+          : source == kBytes       ? std::move(plan->checkpoint->bytes)
+                                   : plan->checkpoint->path);
+      absl::Status restoring;
       {
-        // The layout engine builds a whole Gpt to restore through, drawing
-        // from the generator that in-process ranks share.
+        // Restoring sets the global generator, which in-process ranks share.
         std::lock_guard<std::mutex> lock(ModelInitMutex());
-        RETURN_IF_ERROR(engine->Restore(checkpoint, shape, &state));
+        if (source == kBytes) {
+          restoring = engine->Restore(sent, shape, &state);
+        } else {
+          absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(sent, config.model);
+          restoring = reader.ok() ? engine->RestoreFrom(*reader, shape, &state) : reader.status();
+        }
+      }
+      // Every rank goes on only if every rank restored.
+      const int64_t failed = collectives.Max({restoring.ok() ? 0 : rank + 1})[0];
+      if (!restoring.ok()) return restoring;
+      if (failed != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "rank ", failed - 1, " could not restore the checkpoint (its error says why)"));
       }
       result.resumed_from_step = state.step;
       restored = true;
@@ -711,8 +544,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
                                     state.skip_batches != resumed.skip_batches
                               : fork;
   if (stamp) {
-    save(state, /*wait=*/true);
-    RETURN_IF_ERROR(agree_on_checkpoints());
+    checkpoints.Save(state, /*wait=*/true);
+    RETURN_IF_ERROR(checkpoints.Finish());
   }
 
   // Each rank holds global_batch / world_size rows per step and walks them in
@@ -789,21 +622,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     // 0, ends every rank here. A save in flight at a stop is finished and
     // reported first: it is a valid checkpoint.
     const bool stop = callbacks.should_stop && callbacks.should_stop();
-    if (writer) take(writer->Poll());
-    const std::vector<int64_t> flags =
-        collectives.Max({stop ? 1 : 0, checkpoint_failure.ok() ? 0 : failed_step + 1});
-    if (flags[1] != 0) {
-      if (!checkpoint_failure.ok()) return checkpoint_failure;
-      return absl::AbortedError(
-          absl::StrCat("rank 0 failed to write the checkpoint at step ", flags[1] - 1));
-    }
-    if (flags[0] != 0) {
-      if (writer) take(writer->Wait());
-      return absl::CancelledError(absl::StrCat(
-          "stopped before step ", state.step + 1,
-          checkpoint_failure.ok() ? "" : "; the last checkpoint save failed: ",
-          checkpoint_failure.ok() ? "" : checkpoint_failure.message()));
-    }
+    RETURN_IF_ERROR(checkpoints.AtStepBoundary(stop, state.step + 1));
     const auto start = std::chrono::steady_clock::now();
     auto since = [](std::chrono::steady_clock::time_point t) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -856,11 +675,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     // Snapshot fence: a save started after the previous step may still be
     // copying parameters and optimizer state, which the step below
     // overwrites. Everything above only reads them.
-    if (writer) {
-      phase = std::chrono::steady_clock::now();
-      writer->WaitForSnapshot();
-      split.checkpoint_stall += since(phase);
-    }
+    split.checkpoint_stall += checkpoints.WaitForSnapshot();
     phase = std::chrono::steady_clock::now();
     // Clipping (torch.nn.utils.clip_grad_norm_'s factor) inside the fused
     // pass. A step whose gradients hold inf or NaN is skipped: no parameter
@@ -935,14 +750,13 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
         (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0));
     if (checkpoint) {
       const auto save_start = std::chrono::steady_clock::now();
-      save(state, /*wait=*/last || !config.checkpoint_async);
+      checkpoints.Save(state, /*wait=*/last || !config.checkpoint_async);
       pending_stall = since(save_start);
     }
   }
 
   // The final checkpoint has committed (or failed) by now; every rank hears.
-  if (writer) take(writer->Wait());
-  RETURN_IF_ERROR(agree_on_checkpoints());
+  RETURN_IF_ERROR(checkpoints.Finish());
   if (callbacks.on_finish) callbacks.on_finish(engine->module());
   result.steps = state.step;
   result.final_loss = state.loss;

@@ -5,15 +5,12 @@
 #include <string>
 #include <vector>
 
-#include <ATen/core/Generator.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <torch/optim/adamw.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer.h"
-#include "worker/engine/parallel/layout_checkpoint.h"
+#include "worker/engine/parallel/sharded_checkpoint.h"
 #include "worker/engine/parallel/parallel_gpt.h"
 #include "worker/engine/parallel/pipeline.h"
 #include "worker/engine/parallel/sharded_adamw.h"
@@ -25,16 +22,6 @@ namespace {
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// Runs fn without moving the global CPU generator: building a whole Gpt for
-// a checkpoint image draws its (discarded) initialisation from it.
-template <typename Fn>
-void KeepingGenerator(Fn fn) {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  const at::Tensor saved = generator.get_state();
-  fn();
-  generator.set_state(saved);
 }
 
 class LayoutEngine : public RankEngine {
@@ -70,15 +57,6 @@ class LayoutEngine : public RankEngine {
     optimizer_ = std::make_unique<ShardedAdamW>(
         std::move(parameters), config_.optimizer, config_.zero_stage, groups_.data.get(),
         groups_.tensor.get(), groups_.pipeline.get(), ReduceScatterAlgorithm::kAuto, elements);
-    // Built here, under the trainer's initialisation lock, because building
-    // a Gpt draws from the global generator (which KeepingGenerator puts
-    // back), and in-process ranks share it.
-    if (groups_.rank == 0 && !config_.checkpoint_dir.empty()) {
-      KeepingGenerator([&] {
-        image_model_ = Gpt(config_.model);
-        image_optimizer_ = MakeAdamW(*image_model_, config_.optimizer);
-      });
-    }
   }
 
   int data_rank() const override { return groups_.coordinates.dp; }
@@ -193,27 +171,26 @@ class LayoutEngine : public RankEngine {
     return totals[0].item<double>() / totals[1].item<double>();
   }
 
-  std::pair<torch::nn::Module*, torch::optim::Optimizer*> CheckpointImage() override {
-    TORCH_CHECK(groups_.rank != 0 || image_model_, "CheckpointImage without a checkpoint_dir");
-    GatherFullState(*model_, *optimizer_, groups_, image_model_ ? image_model_.get() : nullptr,
-                    image_optimizer_.get());
-    if (groups_.rank != 0) return {nullptr, nullptr};
-    return {image_model_.get(), image_optimizer_.get()};
+  // Every rank writes its own pieces (sharded_checkpoint.h).
+  bool sharded_checkpoints() const override { return true; }
+
+  absl::StatusOr<ShardContents> CheckpointShard() override {
+    return LayoutShardContents(*optimizer_, groups_, config_.optimizer);
   }
 
-  // Call under the trainer's initialisation lock (it builds a Gpt).
-  absl::Status Restore(absl::string_view bytes, const CheckpointShape& shape,
-                       TrainingState* state) override {
-    Gpt whole{nullptr};
-    std::unique_ptr<torch::optim::AdamW> whole_optimizer;
-    KeepingGenerator([&] {
-      whole = Gpt(config_.model);
-      whole_optimizer = MakeAdamW(*whole, config_.optimizer);
-    });
-    // Sets the generator too, as the replicated engine's restore does.
-    RETURN_IF_ERROR(RestoreCheckpoint(bytes, shape, *whole, *whole_optimizer, state));
-    ScatterFullState(*whole, *whole_optimizer, *model_, *optimizer_);
-    return absl::OkStatus();
+  CheckpointManifest CheckpointLayout() const override {
+    return ShardedLayoutOf(groups_, config_.zero_stage);
+  }
+
+  // Layouts read every checkpoint piecewise (RestoreFrom).
+  absl::Status Restore(absl::string_view, const CheckpointShape&, TrainingState*) override {
+    return absl::FailedPreconditionError(
+        "a parallel layout restores from the checkpoint directory, not from bytes");
+  }
+
+  absl::Status RestoreFrom(const CheckpointReader& reader, const CheckpointShape& shape,
+                           TrainingState* state) override {
+    return RestoreLayoutRank(reader, shape, *model_, *optimizer_, state);
   }
 
   torch::nn::Module& module() override { return *model_; }
@@ -229,10 +206,6 @@ class LayoutEngine : public RankEngine {
   GptPartition partition_;
   ParallelGpt model_{nullptr};
   std::unique_ptr<ShardedAdamW> optimizer_;
-  // World rank 0, when checkpointing: the whole model and optimizer that
-  // checkpoints are written from.
-  Gpt image_model_{nullptr};
-  std::unique_ptr<torch::optim::AdamW> image_optimizer_;
 };
 
 }  // namespace

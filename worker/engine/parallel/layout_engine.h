@@ -1,7 +1,7 @@
 // The RankEngine (rank_engine.h) of a rank in a tensor / pipeline / ZeRO
 // layout: its ParallelGpt partition, the 1F1B schedule when the pipeline has
-// more than one stage, ShardedAdamW over the data group, and checkpoints in
-// the single-rank format (layout_checkpoint.h).
+// more than one stage, ShardedAdamW over the data group, and sharded
+// checkpoints (sharded_checkpoint.h).
 #ifndef LOOM_WORKER_ENGINE_PARALLEL_LAYOUT_ENGINE_H_
 #define LOOM_WORKER_ENGINE_PARALLEL_LAYOUT_ENGINE_H_
 

@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <unistd.h>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -17,8 +21,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_inspect.h"
 #include "worker/engine/data.h"
+#include "worker/engine/parallel/parallel_gpt.h"
 #include "worker/engine/parallel/process_groups.h"
+#include "worker/engine/parallel/sharded_checkpoint.h"
 #include "worker/engine/trainer.h"
 
 namespace loom::engine {
@@ -103,7 +111,9 @@ class LayoutTrainerTest : public ::testing::Test {
 
   // Trains `config` under `layout` on data x pipeline x tensor threads.
   // stop_after > 0: every rank asks to stop once that many steps ran.
-  RunOutcome Run(TrainerConfig config, const Layout& layout, int64_t stop_after = 0) {
+  // on_step, if set, also sees rank 0's reports.
+  RunOutcome Run(TrainerConfig config, const Layout& layout, int64_t stop_after = 0,
+                 std::function<void(const StepReport&)> on_step = nullptr) {
     config.tensor_parallel = layout.tensor;
     config.pipeline_parallel = layout.pipeline;
     config.zero_stage = layout.zero_stage;
@@ -134,7 +144,12 @@ class LayoutTrainerTest : public ::testing::Test {
       ParallelGroups* groups = &*kept[rank];
       int64_t polls = 0;
       TrainerCallbacks callbacks;
-      if (rank == 0) callbacks.on_step = [&out](const StepReport& r) { out.steps.push_back(r); };
+      if (rank == 0) {
+        callbacks.on_step = [&out, &on_step](const StepReport& r) {
+          out.steps.push_back(r);
+          if (on_step) on_step(r);
+        };
+      }
       callbacks.should_stop = [&polls, stop_after] {
         return stop_after > 0 && polls++ >= stop_after;
       };
@@ -284,6 +299,106 @@ TEST_F(LayoutTrainerTest, ResumeUnderTheSameLayoutIsBitExact) {
     EXPECT_EQ(got.at(step).grad_norm, want.at(step).grad_norm) << "step " << step;
   }
   EXPECT_EQ(got.at(10).val_loss, want.at(10).val_loss);
+}
+
+// Sharded checkpoints: every rank writes its own shard, and together they
+// hold every weight and moment element exactly once (no rank 0 gather).
+TEST_F(LayoutTrainerTest, EveryRankWritesItsShardAndEachElementOnce) {
+  TrainerConfig config = Config();
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 5;
+  const Layout layout{2, 2, 2, 1};
+  const RunOutcome run = Run(config, layout, /*stop_after=*/5);
+  for (const absl::Status& s : run.statuses) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  }
+  ASSERT_EQ(run.results.size(), 8u);
+  const std::string path = CheckpointPath(config.checkpoint_dir, 5);
+  absl::StatusOr<VerifiedCheckpoint> verified = VerifyCheckpoint({5, path, 0, false});
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  const CheckpointManifest& manifest = verified->manifest;
+  EXPECT_EQ(manifest.layout, "sharded");
+  EXPECT_EQ(manifest.data_parallel, 2);
+  EXPECT_EQ(manifest.pipeline_parallel, 2);
+  EXPECT_EQ(manifest.tensor_parallel, 2);
+  EXPECT_EQ(manifest.zero_stage, 1);
+  ASSERT_EQ(manifest.files.size(), 8u);
+  int64_t elements = 0, rng_pieces = 0;
+  for (const ManifestFile& file : manifest.files) {
+    std::ifstream in(path + "/" + file.name, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(bytes.size(), file.bytes) << file.name;
+    absl::StatusOr<ShardView> shard = ParseShard(bytes);
+    ASSERT_TRUE(shard.ok()) << file.name << ": " << shard.status();
+    for (const ShardTensor& t : shard->header.tensors) {
+      if (t.name == "rng/cpu") {
+        ++rng_pieces;
+        EXPECT_EQ(file.rank, 0);
+        continue;
+      }
+      EXPECT_GE(t.begin, 0) << file.name << " " << t.name;
+      elements += t.shape[0];
+    }
+  }
+  int64_t parameters = 0;
+  for (const auto& [name, shape] : GptParameterShapes(config.model)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    parameters += n;
+  }
+  EXPECT_EQ(rng_pieces, 1);
+  EXPECT_EQ(elements, 3 * parameters) << "weights and two moments, each element once";
+  // And they read back whole.
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(path, config.model);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (const auto& [name, shape] : GptParameterShapes(config.model)) {
+    EXPECT_TRUE(reader->Whole("model/" + name, shape).ok()) << name;
+    EXPECT_TRUE(reader->Whole("optimizer/" + name + "/exp_avg_sq", shape).ok()) << name;
+    EXPECT_EQ(reader->StepOf(name), 5) << name;
+  }
+  // The same weights in the replicated format digest alike: a replicated
+  // run that resumes it under a new generation rewrites step 5 first.
+  absl::StatusOr<ModelDigest> sharded = DigestCheckpointModel(path);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  EXPECT_EQ(sharded->parameters, parameters);
+  TrainerConfig rewrite = config;
+  rewrite.generation = 1;
+  const RunOutcome replicated = Run(rewrite, Layout{1, 1, 1, 0, true}, /*stop_after=*/1);
+  EXPECT_EQ(replicated.statuses[0].code(), absl::StatusCode::kCancelled) << replicated.statuses[0];
+  absl::StatusOr<VerifiedCheckpoint> rewritten = VerifyCheckpoint({5, path, 1, false});
+  ASSERT_TRUE(rewritten.ok()) << rewritten.status();
+  EXPECT_EQ(rewritten->manifest.layout, "replicated");
+  absl::StatusOr<ModelDigest> whole = DigestCheckpointModel(path);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->sha256, sharded->sha256);
+}
+
+// A rank that cannot write its shard: the checkpoint commits for no rank,
+// every rank stops with an error, and the next run starts over (the
+// temporary directory is removed, nothing half-written is read).
+TEST_F(LayoutTrainerTest, AShardThatFailsCommitsNothing) {
+  TrainerConfig config = Config();
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 5;
+  const Layout layout{2, 1, 1};
+  // After step 3, the file rank 1 will write at step 5 is in the way (a
+  // directory with an entry: removing it fails, creating the shard fails).
+  const std::string blocker = CheckpointPath(config.checkpoint_dir, 5) + ".tmp-" +
+                              std::to_string(::getpid()) + "/" + ShardFileName(1);
+  const RunOutcome run = Run(config, layout, 0, [&](const StepReport& r) {
+    if (r.step == 3) fs::create_directories(blocker + "/in-the-way");
+  });
+  EXPECT_EQ(run.statuses[1].code(), absl::StatusCode::kInternal) << run.statuses[1];
+  EXPECT_THAT(std::string(run.statuses[1].message()), ::testing::HasSubstr("checkpoint at step 5"));
+  EXPECT_FALSE(run.statuses[0].ok());
+  EXPECT_FALSE(fs::exists(CheckpointPath(config.checkpoint_dir, 5)));
+  EXPECT_TRUE(ListCheckpoints(config.checkpoint_dir).empty());
+  const RunOutcome again = Run(config, layout);
+  ExpectAllOk(again, "again");
+  ASSERT_TRUE(again.statuses[0].ok());
+  EXPECT_EQ(again.results[0].resumed_from_step, 0);
+  EXPECT_FALSE(fs::exists(blocker));
+  EXPECT_TRUE(fs::exists(CheckpointPath(config.checkpoint_dir, 10)));
 }
 
 TEST_F(LayoutTrainerTest, RefusesWhatALayoutCannotRun) {

@@ -8,7 +8,7 @@ target_sources(loom_engine PRIVATE
   ${LOOM_PARALLEL_DIR}/process_groups.cc ${LOOM_PARALLEL_DIR}/tensor_parallel.cc
   ${LOOM_PARALLEL_DIR}/parallel_gpt.cc ${LOOM_PARALLEL_DIR}/reduce_scatter.cc
   ${LOOM_PARALLEL_DIR}/sharded_adamw.cc ${LOOM_PARALLEL_DIR}/pipeline.cc
-  ${LOOM_PARALLEL_DIR}/layout_checkpoint.cc ${LOOM_PARALLEL_DIR}/layout_engine.cc)
+  ${LOOM_PARALLEL_DIR}/sharded_checkpoint.cc ${LOOM_PARALLEL_DIR}/layout_engine.cc)
 target_link_libraries(loom_engine PUBLIC loom_parallel_layout loom_fused_adamw)
 
 loom_test(loom_reduce_scatter_test SRCS ${LOOM_PARALLEL_DIR}/reduce_scatter_test.cc
@@ -16,7 +16,7 @@ loom_test(loom_reduce_scatter_test SRCS ${LOOM_PARALLEL_DIR}/reduce_scatter_test
 loom_test(loom_parallel_gpt_test SRCS ${LOOM_PARALLEL_DIR}/parallel_gpt_test.cc
           DEPS loom_engine TIMEOUT 600)
 loom_test(loom_layout_trainer_test SRCS ${LOOM_PARALLEL_DIR}/layout_trainer_test.cc
-          DEPS loom_engine TIMEOUT 900)
+          DEPS loom_engine loom_checkpoint_inspect TIMEOUT 900)
 # In-process ranks: deterministic OpenBLAS needs one OpenMP thread
 # process-wide (engine.cmake, loom_trainer_test).
 set_tests_properties(loom_parallel_gpt_test loom_layout_trainer_test loom_reduce_scatter_test
