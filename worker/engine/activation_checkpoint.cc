@@ -14,7 +14,7 @@
 #include <torch/custom_class.h>
 
 #include "worker/engine/autocast.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/config.h"
 
 namespace loom::engine {
 namespace {

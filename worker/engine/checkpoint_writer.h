@@ -37,7 +37,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/engine/checkpoint.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/checkpoint_report.h"
+#include "worker/engine/config.h"
 
 namespace loom::engine {
 

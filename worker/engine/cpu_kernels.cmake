@@ -5,7 +5,7 @@
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(BLAS REQUIRED)
 loom_library(loom_causal_attention SRCS ${CMAKE_CURRENT_LIST_DIR}/causal_attention.cc
-             DEPS loom_fused_adamw ${BLAS_LIBRARIES} ${TORCH_LIBRARIES} ${CMAKE_DL_LIBS})
+             DEPS loom_cpu_features ${BLAS_LIBRARIES} ${TORCH_LIBRARIES} ${CMAKE_DL_LIBS})
 # Propagates inf/NaN: no -ffast-math family.
 target_compile_options(loom_causal_attention PRIVATE -fno-fast-math)
 target_link_libraries(loom_causal_attention PRIVATE OpenMP::OpenMP_CXX)
@@ -15,7 +15,7 @@ loom_test(loom_causal_attention_test
 
 # GELU (tanh approximation) fused for CPU fp32 (gelu.h).
 loom_library(loom_gelu SRCS ${CMAKE_CURRENT_LIST_DIR}/gelu.cc
-             DEPS loom_fused_adamw ${TORCH_LIBRARIES})
+             DEPS loom_cpu_features ${TORCH_LIBRARIES})
 target_compile_options(loom_gelu PRIVATE -fno-fast-math)
 target_link_libraries(loom_gelu PRIVATE OpenMP::OpenMP_CXX)
 loom_test(loom_gelu_test SRCS ${CMAKE_CURRENT_LIST_DIR}/gelu_test.cc DEPS loom_gelu)

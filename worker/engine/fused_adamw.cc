@@ -349,19 +349,6 @@ void RunParallel(int threads, Body&& body) {
 
 }  // namespace
 
-SimdLevel BestSimdLevel() {
-#ifdef LOOM_FUSED_ADAMW_X86
-  static const SimdLevel best = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return SimdLevel::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::kAvx2;
-    return SimdLevel::kScalar;
-  }();
-  return best;
-#else
-  return SimdLevel::kScalar;
-#endif
-}
 
 double GradSquaredNorm(absl::Span<const AdamWGroup> groups, const AdamWKernelOptions& options) {
   int64_t total = 0;

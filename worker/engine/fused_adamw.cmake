@@ -3,8 +3,12 @@
 # standalone check against the CPU kernel.
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 
+# CPU feature detection (cpu_features.h), shared by every run-time-dispatched
+# kernel.
+loom_library(loom_cpu_features SRCS ${CMAKE_CURRENT_LIST_DIR}/cpu_features.cc)
+
 loom_library(loom_fused_adamw SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_adamw.cc
-             DEPS absl::span)
+             DEPS loom_cpu_features absl::span)
 # The kernel detects inf/NaN and promises bit-identical results at every SIMD
 # level, so: no -ffast-math family (the source also #errors on it), and no
 # contraction of mul+add into FMA.
@@ -66,7 +70,7 @@ message(STATUS "Loom: fused AdamW CUDA kernel for CUDA tensors: ${LOOM_HAVE_TORC
 # Fused, chunked LM head + cross-entropy (issue 6, fused_loss.h). Tests for
 # inf/NaN, so no -ffast-math family here either.
 loom_library(loom_fused_loss SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_loss.cc
-             DEPS loom_fused_adamw ${TORCH_LIBRARIES})
+             DEPS loom_cpu_features ${TORCH_LIBRARIES})
 target_compile_options(loom_fused_loss PRIVATE -fno-fast-math)
 target_link_libraries(loom_fused_loss PRIVATE OpenMP::OpenMP_CXX)
 loom_test(loom_fused_loss_test SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_loss_test.cc

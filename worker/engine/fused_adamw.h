@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "worker/engine/cpu_features.h"  // SimdLevel, part of this API
 
 namespace loom::engine {
 
@@ -64,16 +65,6 @@ struct AdamWGroup {
   AdamWHyperparams hyperparams;
   std::vector<AdamWTensor> tensors;
 };
-
-enum class SimdLevel {
-  kAuto,    // the widest level this CPU supports
-  kScalar,  // plain C++
-  kAvx2,    // 8 lanes; needs AVX2 and FMA
-  kAvx512,  // 16 lanes; needs AVX-512F
-};
-
-// The widest level this CPU supports (never kAuto).
-SimdLevel BestSimdLevel();
 
 // How the kernels run; the results of AdamWUpdate do not depend on it.
 struct AdamWKernelOptions {

@@ -12,7 +12,7 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
-#include "worker/engine/fused_adamw.h"  // BestSimdLevel
+#include "worker/engine/cpu_features.h"
 #include "worker/engine/simd_exp.h"
 
 #if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)

@@ -53,7 +53,7 @@
 
 #include <torch/types.h>
 
-#include "worker/engine/fused_adamw.h"  // SimdLevel
+#include "worker/engine/cpu_features.h"
 
 namespace loom::engine {
 

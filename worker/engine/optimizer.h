@@ -12,7 +12,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/types.h>
 
-#include "worker/engine/trainer.h"
+#include "worker/engine/config.h"
 
 namespace loom::engine {
 

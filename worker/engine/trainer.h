@@ -15,6 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/engine/checkpoint_report.h"
+#include "worker/engine/config.h"
 
 // Forward declarations keep this header free of LibTorch, so that code
 // without torch (the worker daemon, the controller) can include it.
@@ -28,72 +30,6 @@ class Module;
 namespace loom::engine {
 
 struct ParallelGroups;  // parallel/process_groups.h
-
-// Arithmetic of the transformer blocks (issue 6, "Mixed precision"). Master
-// weights, gradients and optimizer state are fp32 in every mode, and so is
-// the loss (the LM head and cross-entropy run on fp32 hidden states).
-enum class Precision {
-  kFp32,
-  // bf16 autocast over the blocks' forward (and so their backward): matrix
-  // products in bf16, reductions and the residual stream in fp32.
-  kBf16,
-  // fp16 autocast with dynamic loss scaling (loss_scaler.h). Needs a GPU
-  // (TrainerConfig::device "cuda..."); refused on the CPU
-  // (ValidateGptConfig, GptConfig::on_gpu).
-  kFp16,
-};
-
-// Value of GptConfig::activation_checkpointing that asks for Chen et al.'s
-// placement: segments of ceil(sqrt(n_layer)) blocks.
-inline constexpr int kActivationCheckpointingSqrt = -1;
-
-struct GptConfig {
-  int n_layer = 2;
-  int n_head = 2;
-  int d_model = 64;
-  int seq_len = 64;
-  int vocab_size = 256;
-  double dropout = 0.0;
-  // How the model runs; neither changes its parameters, so a checkpoint
-  // resumes under any setting of them.
-  Precision precision = Precision::kFp32;
-  // Activation checkpointing (activation_checkpoint.h): 0 = off; k >= 1 =
-  // keep the block input only at every k-th block, i.e. run the blocks in
-  // segments of k that store just their input and are recomputed in
-  // backward; kActivationCheckpointingSqrt = segments of ceil(sqrt(n_layer)).
-  int activation_checkpointing = 0;
-  // Whether the model runs on a GPU. The trainer sets it from
-  // TrainerConfig::device; only ValidateGptConfig reads it (fp16 needs a
-  // GPU). The model is built on the CPU either way, and its owner moves it.
-  bool on_gpu = false;
-};
-
-struct OptimizerConfig {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
-  double grad_clip = 1.0;  // 0 disables
-};
-
-struct ScheduleConfig {
-  int64_t total_steps = 100;
-  int64_t warmup_steps = 10;
-  double min_lr_ratio = 0.1;
-};
-
-// A half-open range [begin, end) of data batch indices. Data batch d is the
-// global batch whose samples start at data cursor d * global_batch (see
-// TokenDataset: the cursor is a global sample index in data order).
-struct BatchRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-  bool operator==(const BatchRange& other) const {
-    return begin == other.begin && end == other.end;
-  }
-  bool operator!=(const BatchRange& other) const { return !(*this == other); }
-};
 
 struct TrainerConfig {
   GptConfig model;
@@ -302,34 +238,6 @@ struct StepReport {
   int64_t nonfinite_steps_skipped = 0;
   // fp16 dynamic loss scale used for this step; 1 in fp32 and bf16.
   double loss_scale = 1;
-};
-
-// A committed checkpoint, reported once its directory has its final name
-// (and pruning after it is done).
-struct CheckpointReport {
-  int64_t step = 0;
-  std::string path;        // the checkpoint directory, <dir>/step-<9 digits>
-  uint64_t bytes = 0;      // all its files, manifest included
-  std::string sha256;      // hex SHA-256 of its MANIFEST.json, which holds
-                           // the CRC-32C of every other file
-  int64_t generation = 0;  // lineage generation recorded in it
-  // Background thread: serialising, checksumming, writing, fsync and the
-  // commit rename; not the snapshot copy or pruning.
-  double write_seconds = 0;
-  // Training thread, blocked on this checkpoint: capturing it, waiting for
-  // its snapshot copy before the next optimizer step, and waiting for it to
-  // commit (when the next checkpoint came due first, at the end of training,
-  // or with checkpoint_async = false).
-  double stall_seconds = 0;
-};
-
-// Points of a checkpoint save, for fault injection in tests
-// (TrainerCallbacks::on_checkpoint_stage).
-enum class CheckpointStage {
-  kShardsWritten,    // shards written and fsynced in the temporary
-                     // directory; no manifest yet
-  kManifestWritten,  // manifest written, the directory fsynced; not renamed
-  kCommitted,        // renamed into place, the parent fsynced; not pruned
 };
 
 struct TrainerCallbacks {

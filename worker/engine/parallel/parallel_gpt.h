@@ -28,7 +28,7 @@
 
 #include "common/parallel_layout.h"
 #include "worker/engine/parallel/tensor_parallel.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/config.h"
 
 namespace loom::engine {
 

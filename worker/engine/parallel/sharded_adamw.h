@@ -47,7 +47,7 @@
 #include <torch/types.h>
 
 #include "worker/engine/parallel/reduce_scatter.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/config.h"
 
 namespace loom::engine {
 

@@ -34,7 +34,7 @@
 #include <torch/types.h>
 
 #include "absl/status/status.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/config.h"
 
 namespace loom::engine {
 
