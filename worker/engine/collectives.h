@@ -1,5 +1,5 @@
 // Collectives of one training rank over an optional c10d process group:
-// gradient averaging in buckets, broadcasts and small reductions of
+// broadcasts in buckets and small reductions of
 // loop-control values. Header-only; used by the training loop (trainer.cc)
 // and its checkpoint coordination (checkpoint_coordinator.h).
 #ifndef LOOM_WORKER_ENGINE_COLLECTIVES_H_
@@ -17,7 +17,7 @@
 
 namespace loom::engine {
 
-// Gradient all-reduce bucket size; torch DDP's default bucket_cap_mb is 25.
+// Broadcast bucket size (as torch DDP's default bucket_cap_mb, 25).
 constexpr int64_t kBucketBytes = int64_t{25} << 20;
 
 // ---------------------------------------------------------------------------
@@ -37,30 +37,10 @@ class Collectives {
         comm_device_(group_ && group_->getBackendName() == "nccl" ? device
                                                                    : torch::Device(torch::kCPU)) {}
 
+  // The group (null for a world of one).
+  c10d::ProcessGroup* group() const { return group_.get(); }
   int rank() const { return group_ ? group_->getRank() : 0; }
   int world_size() const { return group_ ? group_->getSize() : 1; }
-
-  // Replaces every parameter's gradient by its mean over ranks. Gradients
-  // are flattened into buckets of at most kBucketBytes (one tensor may
-  // exceed it alone), each all-reduced with SUM and divided by the world
-  // size. A parameter without a gradient contributes zeros, so that all
-  // ranks agree on the bucket layout.
-  void AverageGradients(const std::vector<torch::Tensor>& parameters) {
-    if (!group_) return;
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> grads;
-    grads.reserve(parameters.size());
-    for (const torch::Tensor& p : parameters) {
-      torch::Tensor p_mutable = p;
-      if (!p_mutable.grad().defined()) p_mutable.mutable_grad() = torch::zeros_like(p);
-      grads.push_back(p_mutable.grad());
-    }
-    const double world = world_size();
-    ForEachBucket(grads, [&](torch::Tensor& flat) {
-      AllReduce(flat, c10d::ReduceOp::SUM);
-      flat.div_(world);
-    });
-  }
 
   // Overwrites `tensors` on every rank with rank 0's values.
   void BroadcastFromRank0(const std::vector<torch::Tensor>& tensors) {

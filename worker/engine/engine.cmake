@@ -9,6 +9,7 @@ loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom
 
 # The LibTorch training engine of one rank: model, optimizer, training loop.
 loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc checkpoint_coordinator.cc
+                              replicated_engine.cc gradient_averager.cc
                               activation_checkpoint.cc autocast.cc
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc openmp_wait.cc
              DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_device_memory loom_sha256
@@ -45,6 +46,9 @@ loom_test(loom_activation_checkpoint_test SRCS activation_checkpoint_test.cc DEP
 loom_test(loom_loss_scaler_test SRCS loss_scaler_test.cc DEPS loom_engine)
 loom_test(loom_precision_test SRCS precision_test.cc DEPS loom_engine TIMEOUT 600)
 loom_test(loom_optimizer_test SRCS optimizer_test.cc DEPS loom_engine)
+loom_test(loom_gradient_averager_test SRCS gradient_averager_test.cc DEPS loom_engine)
+# In-process ranks: see loom_trainer_test below.
+set_tests_properties(loom_gradient_averager_test PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 loom_test(loom_trainer_test SRCS trainer_test.cc DEPS loom_engine loom_checkpoint_inspect
           TIMEOUT 600)
 # In-process ranks (threads) call Debian's OpenMP OpenBLAS concurrently,

@@ -1,6 +1,10 @@
-// The training loop reads top to bottom in TrainOrThrow(); everything it
-// calls sits above it: collectives, configuration, validation, resume.
-// Checkpoint formats and writing live in checkpoint.h / checkpoint_writer.h.
+// The training loop reads top to bottom in TrainOrThrow(): load the data,
+// build the engine, resume, then per step TrainStep (data, forward and
+// backward, the gradient reduction, the optimizer step), validation, the
+// report and the checkpoint. Everything it calls sits above it. The engines
+// are replicated_engine.h and parallel/layout_engine.h; checkpoint formats
+// and writing live in checkpoint.h / checkpoint_writer.h, their
+// coordination across ranks in checkpoint_coordinator.h.
 #include "worker/engine/trainer.h"
 
 #include <algorithm>
@@ -22,14 +26,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
-#include "worker/engine/autocast.h"
 #include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_writer.h"
 #include "worker/engine/collectives.h"
 #include "worker/engine/data.h"
 #include "worker/engine/device_memory.h"
-#include "worker/engine/fused_adamw_torch.h"
-#include "worker/engine/gpt.h"
+#include "worker/engine/gpt.h"  // ValidateGptConfig
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/parallel/layout_engine.h"
@@ -37,6 +38,7 @@
 #include "worker/engine/parallel/sharded_checkpoint.h"
 #include "worker/engine/checkpoint_coordinator.h"
 #include "worker/engine/rank_engine.h"
+#include "worker/engine/replicated_engine.h"
 
 namespace loom::engine {
 namespace {
@@ -68,13 +70,6 @@ absl::StatusOr<torch::Device> ParseDevice(const std::string& text) {
   const int64_t visible = static_cast<int64_t>(torch::cuda::device_count());
   if (index >= visible) return invalid("is not visible: ", visible, " GPU(s) are");
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-}
-
-// The model configuration as this rank runs it: on_gpu from the device.
-GptConfig ModelConfigFor(const TrainerConfig& c, const torch::Device& device) {
-  GptConfig model = c.model;
-  model.on_gpu = device.is_cuda();
-  return model;
 }
 
 // `replicas`: data-parallel replicas sharing each global batch (the world
@@ -187,168 +182,6 @@ uint64_t DropoutSeed(uint64_t seed, int rank, int64_t step) {
   return Mix(seed ^ Mix((static_cast<uint64_t>(rank) << 40) ^ static_cast<uint64_t>(step)));
 }
 
-// The model's loss on a micro-batch already on the model's device. fp16
-// (CUDA only): GptImpl::Hidden opens an autocast region for bf16 only, so the
-// fp16 region is opened here, around the whole forward. In effect only the
-// blocks run in fp16 as with bf16: embeddings are no autocast operations,
-// LayerNorm runs in fp32 under autocast, and the fused loss excludes
-// autocast.
-torch::Tensor ModelLoss(GptImpl& model, const torch::Tensor& x, const torch::Tensor& y) {
-  std::optional<AutocastGuard> fp16;
-  if (model.config().precision == Precision::kFp16 && x.is_cuda()) {
-    fp16.emplace(c10::kCUDA, AutocastState{true, torch::kHalf});
-  }
-  return model.Loss(x, y);
-}
-
-// The replicated engine (rank_engine.h): the whole Gpt and the fused AdamW
-// on every rank, on the training device; gradients all-reduced over the
-// world. Checkpoints are written from the live model and optimizer.
-class ReplicatedEngine : public RankEngine {
- public:
-  // Builds the model; call under ModelInitMutex right after seeding.
-  static absl::StatusOr<std::unique_ptr<ReplicatedEngine>> Create(const TrainerConfig& config,
-                                                                  const torch::Device& device,
-                                                                  Collectives* collectives) {
-    std::unique_ptr<ReplicatedEngine> engine(new ReplicatedEngine(config, device, collectives));
-    // Built on the CPU (the same initial weights on every device), then moved.
-    engine->model_ = Gpt(ModelConfigFor(config, device));
-    if (!device.is_cpu()) engine->model_->to(device);
-    engine->model_->train();
-    engine->parameters_ = engine->model_->parameters();
-    // The fused AdamW step (fused_adamw_torch.h): clipping, the non-finite
-    // check and the update in one pass; same groups, state and archive
-    // format as MakeAdamW's torch::optim::AdamW, so checkpoints are
-    // interchangeable.
-    ASSIGN_OR_RETURN(
-        engine->optimizer_,
-        MakeFusedAdamW(*engine->model_,
-                       torch::optim::AdamWOptions(config.optimizer.lr)
-                           .betas(std::make_tuple(config.optimizer.beta1, config.optimizer.beta2))
-                           .eps(config.optimizer.eps)
-                           .weight_decay(config.optimizer.weight_decay)));
-    if (collectives->rank() == 0 && !device.is_cpu() && !FusedAdamW::HasCudaKernel()) {
-      std::cerr << "loom trainer: fused AdamW on " << device.str()
-                << " runs as LibTorch operations: this build has no CUDA AdamW kernel (LibTorch "
-                   "without CUDA, or no nvcc when it was configured)"
-                << std::endl;
-    }
-    return engine;
-  }
-
-  int data_rank() const override { return collectives_->rank(); }
-  int data_ranks() const override { return collectives_->world_size(); }
-
-  void SynchronizeInitialWeights() override { collectives_->BroadcastFromRank0(parameters_); }
-
-  // Each micro-batch loss is a mean over micro_batch * seq_len tokens;
-  // scaling it by 1/micro_steps makes this rank's gradient the mean over its
-  // rows, and averaging over ranks then gives the mean over the global batch.
-  double ForwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets,
-                         int micro_batch, double loss_scale,
-                         ForwardBackwardTimes* times) override {
-    // Gradients are set to none rather than zero-filled: the first
-    // micro-batch's backward writes them, later ones accumulate.
-    for (const torch::Tensor& p : parameters_) {
-      torch::Tensor p_mutable = p;
-      p_mutable.mutable_grad() = torch::Tensor();
-    }
-    const int micro_steps = static_cast<int>(inputs.size(0)) / micro_batch;
-    double loss_sum = 0;
-    for (int m = 0; m < micro_steps; ++m) {
-      const torch::Tensor x = inputs.narrow(0, m * micro_batch, micro_batch);
-      const torch::Tensor y = targets.narrow(0, m * micro_batch, micro_batch);
-      auto micro = std::chrono::steady_clock::now();
-      torch::Tensor loss = ModelLoss(*model_, x, y);
-      // Kernels run asynchronously on a GPU: wait for the forward's before
-      // reading the clock, so that the split is honest (the backward's are
-      // waited for by loss.item below).
-      if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
-      times->forward += Since(micro);
-      micro = std::chrono::steady_clock::now();
-      ((loss_scale != 1.0 ? loss * loss_scale : loss) / micro_steps).backward();
-      loss_sum += loss.item<double>();
-      times->backward += Since(micro);
-    }
-    return loss_sum / micro_steps;
-  }
-
-  double ReduceGradients(double replica_loss) override {
-    collectives_->AverageGradients(parameters_);
-    return collectives_->Mean(replica_loss);
-  }
-
-  absl::StatusOr<AdamWStepResult> Step(double lr, const AdamWStepOptions& options) override {
-    SetLearningRate(*optimizer_, lr);
-    return optimizer_->Step(options);
-  }
-
-  // Split round-robin over ranks. Collective.
-  double Evaluate(const TokenDataset& val, int64_t eval_batches, int micro) override {
-    torch::NoGradGuard no_grad;
-    model_->eval();
-    const int64_t seq_len = config_.model.seq_len;
-    std::vector<int64_t> inputs(micro * seq_len), targets(micro * seq_len);
-    double loss_sum = 0, batches = 0;
-    for (int64_t i = collectives_->rank(); i < eval_batches; i += collectives_->world_size()) {
-      for (int row = 0; row < micro; ++row) {
-        val.CopySample((i * micro + row) % val.num_samples(), &inputs[row * seq_len],
-                       &targets[row * seq_len]);
-      }
-      torch::Tensor x = torch::from_blob(inputs.data(), {micro, seq_len}, torch::kLong);
-      torch::Tensor y = torch::from_blob(targets.data(), {micro, seq_len}, torch::kLong);
-      if (!device_.is_cpu()) {
-        x = x.to(device_);
-        y = y.to(device_);
-      }
-      loss_sum += ModelLoss(*model_, x, y).item<double>();
-      batches += 1;
-    }
-    model_->train();
-    const std::vector<double> totals = collectives_->Sum({loss_sum, batches});
-    return totals[0] / totals[1];
-  }
-
-  bool sharded_checkpoints() const override { return false; }
-
-  absl::StatusOr<ShardContents> CheckpointShard() override {
-    return ReplicatedShardContents(*model_, *optimizer_);
-  }
-
-  absl::Status Restore(absl::string_view bytes, const CheckpointShape& shape,
-                       TrainingState* state) override {
-    return RestoreCheckpoint(bytes, shape, *model_, *optimizer_, state);
-  }
-
-  // A layout's sharded checkpoint, whole tensor by whole tensor.
-  absl::Status RestoreFrom(const CheckpointReader& reader, const CheckpointShape& shape,
-                           TrainingState* state) override {
-    return RestoreWholeModel(reader, shape, *model_, *optimizer_, state);
-  }
-
-  torch::nn::Module& module() override { return *model_; }
-
-  std::string optimizer_implementation() const override {
-    return optimizer_->ImplementationFor(device_);
-  }
-
- private:
-  ReplicatedEngine(const TrainerConfig& config, const torch::Device& device,
-                   Collectives* collectives)
-      : config_(config), device_(device), collectives_(collectives) {}
-
-  static double Since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  }
-
-  const TrainerConfig& config_;
-  torch::Device device_;
-  Collectives* collectives_;
-  Gpt model_{nullptr};
-  std::vector<torch::Tensor> parameters_;
-  std::unique_ptr<FusedAdamW> optimizer_;
-};
-
 // ---------------------------------------------------------------------------
 // Resume.
 
@@ -417,6 +250,361 @@ struct StepSplit {
 };
 
 // ---------------------------------------------------------------------------
+// The run's parts, in the order TrainOrThrow uses them.
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The training text and the optional validation text.
+struct RunData {
+  TokenDataset train;
+  std::optional<TokenDataset> val;
+};
+
+absl::StatusOr<std::unique_ptr<RunData>> LoadRunData(const TrainerConfig& config) {
+  ASSIGN_OR_RETURN(TokenDataset train, LoadDataset(config.train_shards, config.model,
+                                                   "train_shards"));
+  auto data = std::make_unique<RunData>(RunData{std::move(train), std::nullopt});
+  if (!config.val_shards.empty() && config.eval_batches > 0) {
+    ASSIGN_OR_RETURN(TokenDataset val, LoadDataset(config.val_shards, config.model,
+                                                   "val_shards"));
+    data->val.emplace(std::move(val));
+  }
+  return data;
+}
+
+// The model and optimizer (rank_engine.h): identical on every replica by
+// seeding, and made so by broadcast. `layout` null: the replicated engine.
+absl::StatusOr<std::unique_ptr<RankEngine>> BuildEngine(const TrainerConfig& config,
+                                                        const torch::Device& device,
+                                                        const ParallelGroups* layout,
+                                                        Collectives* collectives) {
+  std::unique_ptr<RankEngine> engine;
+  {
+    std::lock_guard<std::mutex> lock(ModelInitMutex());
+    torch::manual_seed(config.seed);
+    if (layout) {
+      engine = MakeLayoutEngine(config, *layout);
+    } else {
+      ASSIGN_OR_RETURN(engine, MakeReplicatedEngine(config, device, collectives));
+    }
+  }
+  engine->SynchronizeInitialWeights();
+  return engine;
+}
+
+// What resuming found.
+struct ResumeOutcome {
+  bool restored = false;  // `state` holds a checkpoint's
+  // The run is a new branch (TrainerConfig, "Forks") of generation >=
+  // fork_generation.
+  bool fork = false;
+  int64_t fork_generation = 0;
+};
+
+// Resume: rank 0 picks and verifies the checkpoint
+// (TrainerConfig::resume_step) and tells every rank. A replicated
+// checkpoint resumed by the replicated engine travels as bytes (every rank
+// restores the same bytes); any other is read by every rank from the
+// shared directory, piecewise (parallel/sharded_checkpoint.h). Collective.
+absl::StatusOr<ResumeOutcome> Resume(const TrainerConfig& config, const CheckpointShape& shape,
+                                     RankEngine& engine, Collectives& collectives,
+                                     TrainingState* state, TrainResult* result) {
+  ResumeOutcome outcome;
+  if (config.checkpoint_dir.empty()) return outcome;
+  const int rank = collectives.rank();
+  absl::StatusOr<ResumePlan> plan = ResumePlan{};
+  if (rank == 0) plan = PlanResume(config, &result->skipped_checkpoints);
+  enum Source : int64_t { kNone = 0, kBytes = 1, kDirectory = 2 };
+  int64_t source = kNone;
+  if (plan.ok() && plan->checkpoint.has_value()) {
+    source = !engine.sharded_checkpoints() && plan->checkpoint->manifest.layout != kShardedLayout
+                 ? kBytes
+                 : kDirectory;
+  }
+  const std::vector<int64_t> decision = collectives.BroadcastInts(
+      {plan.ok() ? 1 : 0, plan.ok() && plan->fork ? 1 : 0, plan.ok() ? plan->fork_generation : 0,
+       source});
+  if (decision[0] == 0) {
+    if (!plan.ok()) return plan.status();
+    return absl::FailedPreconditionError(
+        "rank 0 found no checkpoint to resume from (its error says why)");
+  }
+  outcome.fork = decision[1] != 0;
+  outcome.fork_generation = decision[2];
+  source = decision[3];
+  if (source == kNone) return outcome;
+  // Sent before taking the lock: in-process ranks take it in turn.
+  const std::string sent =
+      collectives.BroadcastBytes(rank != 0          ? std::string()
+                                 : source == kBytes ? std::move(plan->checkpoint->bytes)
+                                                    : plan->checkpoint->path);
+  absl::Status restoring;
+  {
+    // Restoring sets the global generator, which in-process ranks share.
+    std::lock_guard<std::mutex> lock(ModelInitMutex());
+    if (source == kBytes) {
+      restoring = engine.Restore(sent, shape, state);
+    } else {
+      absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(sent, config.model);
+      restoring = reader.ok() ? engine.RestoreFrom(*reader, shape, state) : reader.status();
+    }
+  }
+  // Every rank goes on only if every rank restored.
+  const int64_t failed = collectives.Max({restoring.ok() ? 0 : rank + 1})[0];
+  if (!restoring.ok()) return restoring;
+  if (failed != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", failed - 1, " could not restore the checkpoint (its error says why)"));
+  }
+  result->resumed_from_step = state->step;
+  outcome.restored = true;
+  return outcome;
+}
+
+// The branch this call continues or starts (TrainerConfig, "Forks"):
+// generation, lineage and skip list of `state` after resuming. Returns
+// whether they changed what the newest checkpoint says, so that a
+// checkpoint must record them before training goes on.
+bool BeginBranch(const TrainerConfig& config, const ResumeOutcome& resume, TrainingState* state) {
+  const TrainingState resumed = *state;
+  state->generation = std::max(state->generation, config.generation);
+  if (resume.fork) state->generation = std::max(state->generation, resume.fork_generation);
+  state->skip_batches = UnionOfRanges(state->skip_batches, config.skip_batches);
+  if (!resume.restored) {
+    state->lineage = {{state->generation, 0}};
+  } else if (state->generation != resumed.generation) {
+    state->lineage.emplace_back(state->generation, state->step);
+  }
+  return resume.restored ? state->generation != resumed.generation ||
+                               state->skip_batches != resumed.skip_batches
+                         : resume.fork;
+}
+
+// fp16 dynamic loss scaling (loss_scaler.h): the loss is scaled before
+// backward and the gradients unscaled inside the optimizer step. Only for
+// fp16, which ValidateGptConfig allows on a GPU only. A resumed fp16 run
+// continues with the scale it had (a checkpoint from a bf16/fp32 run, or an
+// older one, has none: start afresh).
+absl::StatusOr<std::optional<DynamicLossScaler>> MakeLossScaler(const TrainerConfig& config,
+                                                                bool restored,
+                                                                const TrainingState& state) {
+  std::optional<DynamicLossScaler> scaler;
+  if (config.model.precision != Precision::kFp16) return scaler;
+  scaler.emplace();
+  if (restored && state.loss_scale > 0) {
+    const absl::Status s = scaler->Restore(state.loss_scale, state.loss_scale_clean_steps,
+                                           state.loss_scale_overflow_steps);
+    if (!s.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint at step ", state.step,
+                                              " holds a bad loss scaler state: ", s.message()));
+    }
+  }
+  return scaler;
+}
+
+// This rank's rows of each step's data batch: global_batch / data replicas
+// rows, in buffers that live for the whole run. On a GPU they are pinned
+// (page-locked), so that the copy to the device is one DMA transfer. With
+// prefetch_depth > 0 a background thread keeps the next batches ready, in
+// the order the skip list gives; from then on it is the only user of
+// `train`.
+class BatchFeed {
+ public:
+  BatchFeed(const TrainerConfig& config, const RankEngine& engine, const TokenDataset* train,
+            const std::vector<BatchRange>& skip_batches, const torch::Device& device)
+      : config_(config), engine_(engine), train_(train), device_(device) {
+    const int rows = config.global_batch / engine.data_ranks();
+    inputs_ = torch::empty({rows, config.model.seq_len}, torch::kLong);
+    targets_ = torch::empty({rows, config.model.seq_len}, torch::kLong);
+    if (device.is_cuda()) {
+      inputs_ = inputs_.pin_memory();
+      targets_ = targets_.pin_memory();
+    }
+    if (config.prefetch_depth > 0) {
+      BatchPrefetcher::Options loader;
+      loader.seed = config.seed;
+      loader.global_batch = config.global_batch;
+      loader.rank = engine.data_rank();
+      loader.world_size = engine.data_ranks();
+      loader.depth = config.prefetch_depth;
+      prefetcher_ = std::make_unique<BatchPrefetcher>(
+          train, loader, [skip = skip_batches](int64_t b) { return SkipForward(skip, b + 1); });
+    }
+  }
+
+  // Data batch `data_batch`'s rows on the training device. The host-to-
+  // device copy is synchronous, so the host buffers may be refilled next
+  // step. Times the wait for data and the copy (0 on the CPU) into `split`.
+  std::pair<torch::Tensor, torch::Tensor> Take(int64_t data_batch, StepSplit* split) {
+    auto phase = std::chrono::steady_clock::now();
+    int64_t* const inputs = inputs_.data_ptr<int64_t>();
+    int64_t* const targets = targets_.data_ptr<int64_t>();
+    if (prefetcher_) {
+      prefetcher_->Take(data_batch, inputs, targets);
+    } else {
+      train_->FillRankBatch(config_.seed, data_batch * config_.global_batch,
+                            config_.global_batch, engine_.data_rank(), engine_.data_ranks(),
+                            inputs, targets);
+    }
+    split->data_wait = SecondsSince(phase);
+    if (device_.is_cpu()) return {inputs_, targets_};
+    phase = std::chrono::steady_clock::now();
+    std::pair<torch::Tensor, torch::Tensor> on_device = {inputs_.to(device_),
+                                                         targets_.to(device_)};
+    split->host_to_device = SecondsSince(phase);
+    return on_device;
+  }
+
+ private:
+  const TrainerConfig& config_;
+  const RankEngine& engine_;
+  const TokenDataset* train_;
+  torch::Device device_;
+  torch::Tensor inputs_, targets_;
+  std::unique_ptr<BatchPrefetcher> prefetcher_;
+};
+
+// One optimizer step, as it went.
+struct StepOutcome {
+  int64_t data_batch = 0;
+  double loss = 0;        // mean over the global batch
+  double lr = 0;
+  double loss_scale = 1;  // the fp16 scale the step ran with
+  AdamWStepResult stepped;
+  StepSplit split;
+  double seconds = 0;     // wall time, the carried checkpoint stall included
+};
+
+// The loop's parts that run every step.
+struct StepParts {
+  const TrainerConfig& config;
+  RankEngine& engine;
+  BatchFeed& batches;
+  CheckpointCoordinator& checkpoints;
+  std::optional<DynamicLossScaler>& scaler;
+  int rank = 0;
+};
+
+// Trains one step on the next data batch outside the skip list: data,
+// forward and backward over this rank's rows (the data-parallel reduction
+// overlapping backward), the rest of the gradient reduction, and the fused
+// optimizer step; advances `state`. `carried_stall`: seconds the capture of
+// the previous step's checkpoint blocked training, charged to this step.
+absl::StatusOr<StepOutcome> TrainStep(const StepParts& parts, double carried_stall,
+                                      TrainingState* state) {
+  const TrainerConfig& config = parts.config;
+  const auto start = std::chrono::steady_clock::now();
+  StepOutcome out;
+  out.split.checkpoint_stall = carried_stall;
+  if (config.model.dropout > 0) {
+    torch::manual_seed(DropoutSeed(config.seed, parts.rank, state->step));
+  }
+  out.data_batch = SkipForward(state->skip_batches, state->next_data_batch);
+  const auto [inputs, targets] = parts.batches.Take(out.data_batch, &out.split);
+
+  out.loss_scale = parts.scaler ? parts.scaler->scale() : 1.0;
+  auto phase = std::chrono::steady_clock::now();
+  ForwardBackwardTimes passes;
+  const double replica_loss =
+      parts.engine.ForwardBackward(inputs, targets, config.micro_batch, out.loss_scale, &passes);
+  out.split.forward = passes.forward;
+  out.split.backward = passes.backward;
+  out.split.pipeline_wait = passes.pipeline_wait;
+  out.split.compute = SecondsSince(phase);
+  phase = std::chrono::steady_clock::now();
+  out.loss = parts.engine.ReduceGradients(replica_loss);
+  out.split.comm = SecondsSince(phase);  // what backward did not hide
+  out.lr = LearningRateAt(config.schedule, config.optimizer.lr, state->step);
+
+  // Snapshot fence: a save started after the previous step may still be
+  // copying parameters and optimizer state, which the step below
+  // overwrites. Everything above only reads them.
+  out.split.checkpoint_stall += parts.checkpoints.WaitForSnapshot();
+  phase = std::chrono::steady_clock::now();
+  // Clipping (torch.nn.utils.clip_grad_norm_'s factor) inside the fused
+  // pass. A step whose gradients hold inf or NaN is skipped: no parameter
+  // or moment changes; the data batch is consumed and the schedule moves
+  // on, and the loss reported for it is whatever non-finite value the
+  // ranks saw, for the controller's detector.
+  AdamWStepOptions step_options;
+  step_options.max_grad_norm = config.optimizer.grad_clip;
+  step_options.inv_scale = 1.0 / out.loss_scale;
+  ASSIGN_OR_RETURN(out.stepped, parts.engine.Step(out.lr, step_options));
+  out.split.optimizer = SecondsSince(phase);
+  if (parts.scaler) {
+    parts.scaler->Update(out.stepped.applied);
+    state->loss_scale = parts.scaler->scale();
+    state->loss_scale_clean_steps = parts.scaler->clean_steps();
+    state->loss_scale_overflow_steps = parts.scaler->overflow_steps();
+  }
+  state->step += 1;
+  state->next_data_batch = out.data_batch + 1;
+  state->loss = out.loss;
+  out.seconds = SecondsSince(start) + carried_stall;
+  return out;
+}
+
+// Rank 0's report of a step (TrainerCallbacks::on_step).
+StepReport MakeStepReport(const TrainerConfig& config, const StepOutcome& step,
+                          const TrainingState& state, bool validated, int64_t nonfinite_skipped,
+                          const torch::Device& device) {
+  const int64_t tokens_per_step = int64_t{config.global_batch} * config.model.seq_len;
+  StepReport report;
+  report.step = state.step;
+  report.loss = step.loss;
+  report.lr = step.lr;
+  report.grad_norm = step.stepped.grad_norm;
+  report.step_time_seconds = step.seconds;
+  report.tokens_per_second = step.seconds > 0 ? tokens_per_step / step.seconds : 0;
+  report.tokens_seen = state.step * tokens_per_step;
+  report.has_val_loss = validated;
+  report.val_loss = validated ? state.val_loss : 0;
+  report.data_batch = step.data_batch;
+  report.batches_skipped_total = state.next_data_batch - state.step;
+  report.data_wait_seconds = step.split.data_wait;
+  report.compute_seconds = step.split.compute;
+  report.host_to_device_seconds = step.split.host_to_device;
+  if (device.is_cuda()) {
+    if (std::optional<DeviceMemory> m = CudaAllocatorMemory(device.index())) {
+      report.device_memory_allocated_bytes = m->allocated_bytes;
+      report.device_memory_reserved_bytes = m->reserved_bytes;
+      report.device_memory_peak_bytes = m->peak_allocated_bytes;
+    }
+  }
+  report.forward_seconds = step.split.forward;
+  report.backward_seconds = step.split.backward;
+  report.pipeline_wait_seconds = step.split.pipeline_wait;
+  report.comm_seconds = step.split.comm;
+  report.optimizer_seconds = step.split.optimizer;
+  report.checkpoint_stall_seconds = step.split.checkpoint_stall;
+  report.step_applied = step.stepped.applied;
+  report.nonfinite_steps_skipped = nonfinite_skipped;
+  report.loss_scale = step.loss_scale;
+  return report;
+}
+
+// A fresh run measures the untrained model on the validation set first, so
+// that "how far did validation loss fall" has a starting point; rank 0
+// reports it as step 0 (loss = that validation loss; no optimizer step).
+void ReportInitialValidation(const TrainerConfig& config, RankEngine& engine,
+                             const TokenDataset& val, const TrainingState& state, int rank,
+                             const TrainerCallbacks& callbacks) {
+  const double initial = engine.Evaluate(val, config.eval_batches, config.micro_batch);
+  if (rank != 0 || !callbacks.on_step) return;
+  StepReport report;
+  report.step = 0;
+  report.loss = initial;
+  report.lr = LearningRateAt(config.schedule, config.optimizer.lr, 0);
+  report.has_val_loss = true;
+  report.val_loss = initial;
+  report.data_batch = -1;
+  report.batches_skipped_total = state.next_data_batch - state.step;
+  callbacks.on_step(report);
+}
+
+// ---------------------------------------------------------------------------
 // The loop. May throw c10::Error; Train() catches.
 // `layout` is null for the replicated engine (process_group is the world);
 // otherwise the layout engine runs over its groups (process_group is
@@ -426,8 +614,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
                                          const ParallelGroups* layout,
                                          const TrainerCallbacks& callbacks) {
   const int world_size = process_group ? process_group->getSize() : 1;
-  RETURN_IF_ERROR(
-      ValidateTrainerConfig(config, layout ? layout->layout.data : world_size));
+  RETURN_IF_ERROR(ValidateTrainerConfig(config, layout ? layout->layout.data : world_size));
   if (layout) RETURN_IF_ERROR(ValidateLayoutConfig(config, layout->layout));
   ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(config.device));
   // On a GPU it is this thread's current device for the whole run (kernel
@@ -436,29 +623,9 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   if (!device.is_cpu()) device_guard.emplace(device);
   Collectives collectives(std::move(process_group), device);
   const int rank = collectives.rank();
-
-  ASSIGN_OR_RETURN(TokenDataset train, LoadDataset(config.train_shards, config.model,
-                                                   "train_shards"));
-  std::optional<TokenDataset> val;
-  if (!config.val_shards.empty() && config.eval_batches > 0) {
-    ASSIGN_OR_RETURN(TokenDataset loaded, LoadDataset(config.val_shards, config.model,
-                                                      "val_shards"));
-    val.emplace(std::move(loaded));
-  }
-
-  // Model and optimizer (rank_engine.h): identical on every replica by
-  // seeding, and made so by broadcast.
-  std::unique_ptr<RankEngine> engine;
-  {
-    std::lock_guard<std::mutex> lock(ModelInitMutex());
-    torch::manual_seed(config.seed);
-    if (layout) {
-      engine = MakeLayoutEngine(config, *layout);
-    } else {
-      ASSIGN_OR_RETURN(engine, ReplicatedEngine::Create(config, device, &collectives));
-    }
-  }
-  engine->SynchronizeInitialWeights();
+  ASSIGN_OR_RETURN(const std::unique_ptr<RunData> data, LoadRunData(config));
+  ASSIGN_OR_RETURN(const std::unique_ptr<RankEngine> engine,
+                   BuildEngine(config, device, layout, &collectives));
   const CheckpointShape shape{ModelFingerprint(config.model), config.global_batch, world_size};
 
   // Checkpoints (checkpoint_coordinator.h): rank 0 alone, or every rank of
@@ -469,289 +636,55 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   result.optimizer_implementation = engine->optimizer_implementation();
   CheckpointCoordinator checkpoints(config, shape, engine.get(), &collectives, callbacks, &result);
 
-  // Resume: rank 0 picks and verifies the checkpoint
-  // (TrainerConfig::resume_step) and tells every rank. A replicated
-  // checkpoint resumed by the replicated engine travels as bytes (every rank
-  // restores the same bytes); any other is read by every rank from the
-  // shared directory, piecewise (parallel/sharded_checkpoint.h).
   TrainingState state;
-  bool restored = false;
-  bool fork = false;
-  int64_t fork_generation = 0;
-  if (!config.checkpoint_dir.empty()) {
-    absl::StatusOr<ResumePlan> plan = ResumePlan{};
-    if (rank == 0) plan = PlanResume(config, &result.skipped_checkpoints);
-    enum Source : int64_t { kNone = 0, kBytes = 1, kDirectory = 2 };
-    int64_t source = kNone;
-    if (plan.ok() && plan->checkpoint.has_value()) {
-      source = !engine->sharded_checkpoints() &&
-                       plan->checkpoint->manifest.layout != kShardedLayout
-                   ? kBytes
-                   : kDirectory;
-    }
-    const std::vector<int64_t> decision = collectives.BroadcastInts(
-        {plan.ok() ? 1 : 0, plan.ok() && plan->fork ? 1 : 0,
-         plan.ok() ? plan->fork_generation : 0, source});
-    if (decision[0] == 0) {
-      if (!plan.ok()) return plan.status();
-      return absl::FailedPreconditionError(
-          "rank 0 found no checkpoint to resume from (its error says why)");
-    }
-    fork = decision[1] != 0;
-    fork_generation = decision[2];
-    source = decision[3];
-    if (source != kNone) {
-      // Sent before taking the lock: in-process ranks take it in turn.
-      const std::string sent = collectives.BroadcastBytes(
-          rank != 0                ? std::string()
-          : source == kBytes       ? std::move(plan->checkpoint->bytes)
-                                   : plan->checkpoint->path);
-      absl::Status restoring;
-      {
-        // Restoring sets the global generator, which in-process ranks share.
-        std::lock_guard<std::mutex> lock(ModelInitMutex());
-        if (source == kBytes) {
-          restoring = engine->Restore(sent, shape, &state);
-        } else {
-          absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(sent, config.model);
-          restoring = reader.ok() ? engine->RestoreFrom(*reader, shape, &state) : reader.status();
-        }
-      }
-      // Every rank goes on only if every rank restored.
-      const int64_t failed = collectives.Max({restoring.ok() ? 0 : rank + 1})[0];
-      if (!restoring.ok()) return restoring;
-      if (failed != 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "rank ", failed - 1, " could not restore the checkpoint (its error says why)"));
-      }
-      result.resumed_from_step = state.step;
-      restored = true;
-    }
-  }
-  // The branch this call continues or starts (TrainerConfig, "Forks").
-  const TrainingState resumed = state;
-  state.generation = std::max(state.generation, config.generation);
-  if (fork) state.generation = std::max(state.generation, fork_generation);
-  state.skip_batches = UnionOfRanges(state.skip_batches, config.skip_batches);
-  if (!restored) {
-    state.lineage = {{state.generation, 0}};
-  } else if (state.generation != resumed.generation) {
-    state.lineage.emplace_back(state.generation, state.step);
-  }
+  ASSIGN_OR_RETURN(const ResumeOutcome resumed,
+                   Resume(config, shape, *engine, collectives, &state, &result));
+  const bool record_branch = BeginBranch(config, resumed, &state);
   result.generation = state.generation;
   result.skip_batches = state.skip_batches;
-  const bool stamp = restored ? state.generation != resumed.generation ||
-                                    state.skip_batches != resumed.skip_batches
-                              : fork;
-  if (stamp) {
+  if (record_branch) {
     checkpoints.Save(state, /*wait=*/true);
     RETURN_IF_ERROR(checkpoints.Finish());
   }
-
-  // Each rank holds global_batch / world_size rows per step and walks them in
-  // micro-batches. Buffers live for the whole run.
-  const int64_t seq_len = config.model.seq_len;
-  const int rows_per_rank = config.global_batch / engine->data_ranks();
-  const int64_t tokens_per_step = int64_t{config.global_batch} * seq_len;
-  // On a GPU they are pinned (page-locked), so that the copy to the device
-  // is one DMA transfer instead of a staged one.
-  torch::Tensor batch_inputs = torch::empty({rows_per_rank, seq_len}, torch::kLong);
-  torch::Tensor batch_targets = torch::empty({rows_per_rank, seq_len}, torch::kLong);
-  if (device.is_cuda()) {
-    batch_inputs = batch_inputs.pin_memory();
-    batch_targets = batch_targets.pin_memory();
+  ASSIGN_OR_RETURN(std::optional<DynamicLossScaler> scaler,
+                   MakeLossScaler(config, resumed.restored, state));
+  BatchFeed batches(config, *engine, &data->train, state.skip_batches, device);
+  if (state.step == 0 && data->val.has_value()) {
+    ReportInitialValidation(config, *engine, *data->val, state, rank, callbacks);
   }
-  int64_t* const inputs = batch_inputs.data_ptr<int64_t>();
-  int64_t* const targets = batch_targets.data_ptr<int64_t>();
+
+  const StepParts parts{config, *engine, batches, checkpoints, scaler, rank};
   const int64_t total_steps = config.schedule.total_steps;
-  double pending_stall = 0;        // seconds; see the loop
-  // The loader: a background thread keeps the next prefetch_depth batches of
-  // this rank ready, in the order the skip list gives. From here on it is
-  // the only user of `train`.
-  std::unique_ptr<BatchPrefetcher> prefetcher;
-  if (config.prefetch_depth > 0) {
-    BatchPrefetcher::Options loader;
-    loader.seed = config.seed;
-    loader.global_batch = config.global_batch;
-    loader.rank = engine->data_rank();
-    loader.world_size = engine->data_ranks();
-    loader.depth = config.prefetch_depth;
-    prefetcher = std::make_unique<BatchPrefetcher>(
-        &train, loader,
-        [skip = state.skip_batches](int64_t b) { return SkipForward(skip, b + 1); });
-  }
-  int64_t nonfinite_skipped = 0;   // optimizer steps skipped for inf/NaN
-  // fp16 dynamic loss scaling (loss_scaler.h): the loss is scaled before
-  // backward and the gradients unscaled inside the optimizer step. Only for
-  // fp16, which ValidateGptConfig allows on a GPU only.
-  std::optional<DynamicLossScaler> scaler;
-  if (config.model.precision == Precision::kFp16) {
-    scaler.emplace();
-    // A resumed fp16 run continues with the scale it had (a checkpoint from
-    // a bf16/fp32 run, or an older one, has none: start afresh).
-    if (restored && state.loss_scale > 0) {
-      const absl::Status s = scaler->Restore(state.loss_scale, state.loss_scale_clean_steps,
-                                             state.loss_scale_overflow_steps);
-      if (!s.ok()) {
-        return absl::DataLossError(absl::StrCat("checkpoint at step ", state.step,
-                                                " holds a bad loss scaler state: ", s.message()));
-      }
-    }
-  }
-
-  // A fresh run measures the untrained model on the validation set first, so
-  // that "how far did validation loss fall" has a starting point. It is
-  // reported as step 0 (loss = that validation loss; no optimizer step yet).
-  if (state.step == 0 && val.has_value()) {
-    const double initial = engine->Evaluate(*val, config.eval_batches, config.micro_batch);
-    if (rank == 0 && callbacks.on_step) {
-      StepReport report;
-      report.step = 0;
-      report.loss = initial;
-      report.lr = LearningRateAt(config.schedule, config.optimizer.lr, 0);
-      report.has_val_loss = true;
-      report.val_loss = initial;
-      report.data_batch = -1;
-      report.batches_skipped_total = state.next_data_batch - state.step;
-      callbacks.on_step(report);
-    }
-  }
-
+  int64_t nonfinite_skipped = 0;  // optimizer steps skipped for inf/NaN
+  double pending_stall = 0;       // seconds the last checkpoint's capture took
   while (state.step < total_steps) {
     // Step boundary: a stop request from any rank, or a failed save on rank
     // 0, ends every rank here. A save in flight at a stop is finished and
     // reported first: it is a valid checkpoint.
     const bool stop = callbacks.should_stop && callbacks.should_stop();
     RETURN_IF_ERROR(checkpoints.AtStepBoundary(stop, state.step + 1));
-    const auto start = std::chrono::steady_clock::now();
-    auto since = [](std::chrono::steady_clock::time_point t) {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-    };
-    // The capture of the checkpoint saved after the previous step blocked
-    // training outside this step's timer; it is charged to this step.
-    StepSplit split;
-    const double carried_stall = pending_stall;
-    split.checkpoint_stall = carried_stall;
+    ASSIGN_OR_RETURN(const StepOutcome step, TrainStep(parts, pending_stall, &state));
     pending_stall = 0;
-    if (config.model.dropout > 0) torch::manual_seed(DropoutSeed(config.seed, rank, state.step));
-
-    // This step trains on the next data batch outside the skip list.
-    const int64_t data_batch = SkipForward(state.skip_batches, state.next_data_batch);
-    // Forward/backward over this rank's share of the global batch. Each
-    // micro-batch loss is a mean over micro_batch * seq_len tokens; scaling
-    // it by 1/micro_steps makes this rank's gradient the mean over its rows,
-    // and averaging over ranks then gives the mean over the global batch.
-    auto phase = std::chrono::steady_clock::now();
-    if (prefetcher) {
-      prefetcher->Take(data_batch, inputs, targets);
-    } else {
-      train.FillRankBatch(config.seed, data_batch * config.global_batch, config.global_batch,
-                          engine->data_rank(), engine->data_ranks(), inputs, targets);
-    }
-    split.data_wait = since(phase);
-    phase = std::chrono::steady_clock::now();
-    // On a GPU the batch is copied there here (host_to_device; 0 on CPU).
-    // The copy is synchronous, so the host buffers may be refilled next
-    // step.
-    torch::Tensor step_inputs = batch_inputs, step_targets = batch_targets;
-    if (!device.is_cpu()) {
-      step_inputs = batch_inputs.to(device);
-      step_targets = batch_targets.to(device);
-      split.host_to_device = since(phase);
-    }
-    phase = std::chrono::steady_clock::now();
-    ForwardBackwardTimes passes;
-    const double replica_loss =
-        engine->ForwardBackward(step_inputs, step_targets, config.micro_batch,
-                                scaler ? scaler->scale() : 1.0, &passes);
-    split.forward = passes.forward;
-    split.backward = passes.backward;
-    split.pipeline_wait = passes.pipeline_wait;
-    split.compute = since(phase);
-    phase = std::chrono::steady_clock::now();
-    const double loss = engine->ReduceGradients(replica_loss);
-    split.comm = since(phase);
-    const double lr = LearningRateAt(config.schedule, config.optimizer.lr, state.step);
-    // Snapshot fence: a save started after the previous step may still be
-    // copying parameters and optimizer state, which the step below
-    // overwrites. Everything above only reads them.
-    split.checkpoint_stall += checkpoints.WaitForSnapshot();
-    phase = std::chrono::steady_clock::now();
-    // Clipping (torch.nn.utils.clip_grad_norm_'s factor) inside the fused
-    // pass. A step whose gradients hold inf or NaN is skipped: no parameter
-    // or moment changes; the data batch is consumed and the schedule moves
-    // on, and the loss reported for it is whatever non-finite value the
-    // ranks saw, for the controller's detector.
-    AdamWStepOptions step_options;
-    step_options.max_grad_norm = config.optimizer.grad_clip;
-    const double loss_scale = scaler ? scaler->scale() : 1.0;
-    step_options.inv_scale = 1.0 / loss_scale;
-    ASSIGN_OR_RETURN(const AdamWStepResult stepped, engine->Step(lr, step_options));
-    split.optimizer = since(phase);
-    if (!stepped.applied) nonfinite_skipped += 1;
-    if (scaler) {
-      scaler->Update(stepped.applied);
-      state.loss_scale = scaler->scale();
-      state.loss_scale_clean_steps = scaler->clean_steps();
-      state.loss_scale_overflow_steps = scaler->overflow_steps();
-    }
-    const double grad_norm = stepped.grad_norm;
-    state.step += 1;
-    state.next_data_batch = data_batch + 1;
-    state.loss = loss;
-    const double step_seconds = since(start) + carried_stall;
+    if (!step.stepped.applied) nonfinite_skipped += 1;
 
     const bool last = state.step == total_steps;
-    const bool validate =
-        val.has_value() &&
-        (last || (config.eval_interval > 0 && state.step % config.eval_interval == 0));
+    const bool validate = data->val.has_value() &&
+                          (last || (config.eval_interval > 0 &&
+                                    state.step % config.eval_interval == 0));
     if (validate) {
-      state.val_loss = engine->Evaluate(*val, config.eval_batches, config.micro_batch);
+      state.val_loss = engine->Evaluate(*data->val, config.eval_batches, config.micro_batch);
       state.has_val_loss = true;
     }
     if (rank == 0 && callbacks.on_step &&
         (last || validate || state.step % config.log_interval == 0)) {
-      StepReport report;
-      report.step = state.step;
-      report.loss = loss;
-      report.lr = lr;
-      report.grad_norm = grad_norm;
-      report.step_time_seconds = step_seconds;
-      report.tokens_per_second = step_seconds > 0 ? tokens_per_step / step_seconds : 0;
-      report.tokens_seen = state.step * tokens_per_step;
-      report.has_val_loss = validate;
-      report.val_loss = validate ? state.val_loss : 0;
-      report.data_batch = data_batch;
-      report.batches_skipped_total = state.next_data_batch - state.step;
-      report.data_wait_seconds = split.data_wait;
-      report.compute_seconds = split.compute;
-      report.host_to_device_seconds = split.host_to_device;
-      if (device.is_cuda()) {
-        if (std::optional<DeviceMemory> m = CudaAllocatorMemory(device.index())) {
-          report.device_memory_allocated_bytes = m->allocated_bytes;
-          report.device_memory_reserved_bytes = m->reserved_bytes;
-          report.device_memory_peak_bytes = m->peak_allocated_bytes;
-        }
-      }
-      report.forward_seconds = split.forward;
-      report.backward_seconds = split.backward;
-      report.pipeline_wait_seconds = split.pipeline_wait;
-      report.comm_seconds = split.comm;
-      report.optimizer_seconds = split.optimizer;
-      report.checkpoint_stall_seconds = split.checkpoint_stall;
-      report.step_applied = stepped.applied;
-      report.nonfinite_steps_skipped = nonfinite_skipped;
-      report.loss_scale = loss_scale;
-      callbacks.on_step(report);
+      callbacks.on_step(
+          MakeStepReport(config, step, state, validate, nonfinite_skipped, device));
     }
-
-    const bool checkpoint =
-        !config.checkpoint_dir.empty() &&
-        (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0));
-    if (checkpoint) {
+    if (!config.checkpoint_dir.empty() &&
+        (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0))) {
       const auto save_start = std::chrono::steady_clock::now();
       checkpoints.Save(state, /*wait=*/last || !config.checkpoint_async);
-      pending_stall = since(save_start);
+      pending_stall = SecondsSince(save_start);
     }
   }
 

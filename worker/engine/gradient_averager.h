@@ -1,0 +1,117 @@
+// Data-parallel gradient averaging overlapped with backward, the way
+// PyTorch's DistributedDataParallel reducer does it (Li et al. 2020,
+// "PyTorch Distributed: Experiences on Accelerating Data Parallel Training",
+// sec. 3.2.3, "Overlap Computation with Communication").
+//
+// The parameters' gradients are views into a few flat bucket buffers (of at
+// most bucket_bytes each; a larger tensor gets a bucket alone), laid out in
+// reverse parameter order, which is roughly the order backward produces
+// them. A post-hook on each parameter's gradient accumulator marks it ready
+// once its gradient of the armed backward has been accumulated; when every
+// parameter of a bucket is ready, the bucket's all-reduce (SUM) is launched
+// asynchronously while backward goes on with the earlier layers. Buckets
+// are launched strictly in index order on every rank (c10d requires every
+// rank to issue collectives in the same order), so a ready bucket waits for
+// the ones before it. Finish() launches what is left (parameters that got
+// no gradient), waits for every bucket and divides by the world size; the
+// time it blocks is the communication that backward did not hide.
+//
+// Gradient accumulation: only the backward after Arm() triggers launches;
+// earlier micro-batches accumulate into the same views (backward adds into
+// a defined gradient in place), so the buffers hold the sum over all
+// micro-batches when the last one's buckets go out.
+//
+// Results equal a blocking all-reduce of the same buckets; the sum per
+// element is the backend's, so they may differ from another bucketing in the
+// last bit for more than two ranks, and are deterministic run to run.
+//
+// Thread safety: the hooks run on the autograd engine's thread (the calling
+// thread on the CPU, a device thread on a GPU); the state they share with
+// the training thread is guarded by a mutex. ZeroGradients, Arm and Finish
+// are called by the training thread, not concurrently with a backward that
+// is not armed. Collective over `group` (Finish and the armed backward).
+#ifndef LOOM_WORKER_ENGINE_GRADIENT_AVERAGER_H_
+#define LOOM_WORKER_ENGINE_GRADIENT_AVERAGER_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/types.h>
+
+namespace loom::engine {
+
+// torch DDP's default bucket_cap_mb is 25.
+constexpr int64_t kGradientBucketBytes = int64_t{25} << 20;
+
+class GradientAverager {
+ public:
+  // `parameters`: leaves that require grad, all of one dtype and device.
+  // `group` may be null (world size 1: nothing is communicated). It must
+  // outlive this object. The parameters' gradients become views into this
+  // object's buffers from the first ZeroGradients() on; callers must not set
+  // them to none or replace them.
+  GradientAverager(std::vector<torch::Tensor> parameters, c10d::ProcessGroup* group,
+                   int64_t bucket_bytes = kGradientBucketBytes);
+  ~GradientAverager();
+  GradientAverager(const GradientAverager&) = delete;
+  GradientAverager& operator=(const GradientAverager&) = delete;
+
+  // Zeroes every gradient and makes each parameter's gradient its view
+  // again. Call before the first micro-batch of a step.
+  void ZeroGradients();
+
+  // The next backward is the step's last: as its gradients become ready,
+  // buckets are launched.
+  void Arm();
+
+  // Launches any bucket not launched yet, waits for all, divides by the
+  // world size, disarms. Returns the seconds it blocked.
+  double Finish();
+
+  int buckets() const { return static_cast<int>(buckets_.size()); }
+  // Buckets the last armed backward launched before it returned (the rest
+  // went out in Finish). For tests and telemetry.
+  int launched_during_backward() const;
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;               // the gradients of its parameters, end to end
+    std::vector<size_t> parameters;   // indices into parameters_
+    int pending = 0;                  // parameters not yet ready (armed backward)
+    c10::intrusive_ptr<c10d::Work> work;  // launched all-reduce, if any
+  };
+
+  // The hook of parameter i's gradient accumulator.
+  void MarkReady(size_t i);
+  // Launches every bucket from next_launch_ on whose parameters are all
+  // ready. Requires mu_.
+  void LaunchReadyLocked();
+  void LaunchLocked(Bucket& bucket);
+
+  std::vector<torch::Tensor> parameters_;
+  c10d::ProcessGroup* group_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;   // parameter -> bucket
+  std::vector<torch::Tensor> views_;  // parameter -> its gradient view
+  // Strong references keep the accumulators (and so the hooks) alive: a
+  // parameter holds only a weak one and would make a fresh accumulator,
+  // without hooks, each backward.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  // What the hooks reach this object through; reset first on destruction,
+  // so that a hook on an accumulator someone else still holds does nothing.
+  std::shared_ptr<GradientAverager*> self_;
+
+  mutable std::mutex mu_;
+  bool armed_ = false;
+  std::vector<bool> ready_;  // parameter -> ready in the armed backward
+  size_t next_launch_ = 0;   // buckets before it are launched
+  int launched_during_backward_ = 0;
+};
+
+}  // namespace loom::engine
+
+#endif  // LOOM_WORKER_ENGINE_GRADIENT_AVERAGER_H_
