@@ -69,3 +69,15 @@ add_executable(loom_plan_accuracy_bench ${CMAKE_CURRENT_LIST_DIR}/plan_accuracy_
 target_link_libraries(loom_plan_accuracy_bench PRIVATE loom_test_util loom_local_cluster
                       loom_grpc loom_file_util absl::strings)
 add_dependencies(loom_plan_accuracy_bench loomctl loom-controller loom-worker loom-rank)
+
+# parallel: the largest GPT that trains under a per-rank memory limit with
+# pure data parallelism and with the planner's layout (issue 11).
+add_executable(loom_parallel_bench ${CMAKE_CURRENT_LIST_DIR}/parallel_bench.cc)
+target_link_libraries(loom_parallel_bench PRIVATE loom_test_util loom_grpc absl::strings
+                      absl::str_format)
+add_dependencies(loom_parallel_bench loomctl loom-controller loom-worker loom-rank)
+
+# overlap: data-parallel gradient averaging overlapped with backward against
+# the same buckets all-reduced after it, 2 in-process Gloo ranks.
+add_executable(loom_overlap_bench ${CMAKE_CURRENT_LIST_DIR}/overlap_bench.cc)
+target_link_libraries(loom_overlap_bench PRIVATE loom_engine ${TORCH_LIBRARIES})

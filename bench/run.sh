@@ -233,6 +233,23 @@ bench_plan-accuracy() {
   "$BUILD_DIR/bin/loom_plan_accuracy_bench" "$BUILD_DIR/bin" "${PLAN_ACCURACY_STEPS:-14}"
 }
 
+# Data-parallel gradient averaging overlapped with backward against the same
+# buckets all-reduced after backward, 2 in-process Gloo ranks (issue 11).
+bench_overlap() {
+  build loom_overlap_bench
+  OMP_NUM_THREADS=1 "$BUILD_DIR/bin/loom_overlap_bench" "${OVERLAP_LAYERS:-8}" \
+    "${OVERLAP_D_MODEL:-512}" "${OVERLAP_STEPS:-8}"
+}
+
+# The largest GPT that trains under a per-rank memory limit (default 2 GiB)
+# on 4 local ranks: pure data parallelism against the planner's layout,
+# measured peak RSS of every rank checked against the limit (issue 11).
+bench_parallel() {
+  build loom_parallel_bench
+  "$BUILD_DIR/bin/loom_parallel_bench" "$BUILD_DIR/bin" "${PARALLEL_LIMIT_GIB:-2}" \
+    "${PARALLEL_STEPS:-3}"
+}
+
 # The GPU benchmark (issue 6, "GPU"): bench/gpu/run.sh builds the engine and
 # bench/gpu/gpu_bench.cc against PyTorch's LibTorch and runs them on a CUDA
 # device (bf16 GPT tokens/s and MFU, fused AdamW against copy bandwidth,
