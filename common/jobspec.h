@@ -111,8 +111,11 @@ void ApplyJobSpecDefaults(loom::v1::JobSpec* spec);
 // found, checked in this order: non-finite floating-point values anywhere,
 // name, model, data, optimizer, schedule, resources, batch, parallelism,
 // checkpoint (all INVALID_ARGUMENT), then the features that a valid spec may
-// ask for but Loom cannot run yet (UNIMPLEMENTED): tensor or pipeline
-// parallelism above 1, and FP16 precision (it needs GPU workers). The
+// ask for but Loom cannot run yet (UNIMPLEMENTED): ZeRO-3, dropout under
+// tensor parallelism, tensor/pipeline/ZeRO layouts on GPU ranks, and FP16
+// precision (it needs GPU workers). Tensor and pipeline parallelism and ZeRO
+// 0-2 execute; a degree the model cannot be split into (tensor not dividing
+// the heads, pipeline above the layers) is INVALID_ARGUMENT. The
 // activation_checkpointing check (>= -1) comes after parallelism. The
 // message starts with the
 // field path, e.g.

@@ -147,7 +147,7 @@ void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions
   options->recompute = {planner::Recompute::kNone};
   // ZeRO-2 runs, but without its gradient-memory saving yet
   // (sharded_adamw.h), so the planner, which counts that saving, may not
-  // pick it.
+  // pick it. ZeRO-3 does not execute at all (ValidateJobSpec refuses it).
   options->zero_stages = {0, 1};
   if (spec.model().gpt().dropout() > 0) options->tp = 1;
   if (spec.resources().gpus_per_rank() > 0) {
@@ -192,9 +192,13 @@ loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& e) {
   p.set_master_weights_bytes(m.master_weights);
   p.set_optimizer_state_bytes(m.optimizer_states);
   p.set_activation_bytes(m.activations);
-  p.set_other_bytes(m.recompute_workspace + m.logits + m.reserve);
+  p.set_other_bytes(m.recompute_workspace + m.logits + m.gathered_parameters + m.reserve);
   p.set_total_bytes(m.total());
   p.set_device_memory_bytes(m.capacity);
+  p.set_summary(planner::LayoutToString(e.layout));
+  // A layout that does not fit has no step time, throughput or MFU: those
+  // fields stay unset (zero).
+  if (!e.fits) return p;
   const auto& t = e.time;
   p.set_step_seconds(e.step.step_seconds);
   p.set_compute_seconds(t.compute);
@@ -208,7 +212,6 @@ loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& e) {
   p.set_tokens_per_second(e.step.tokens_per_second);
   p.set_mfu(e.step.mfu);
   p.set_train_seconds(e.run.train_seconds);
-  p.set_summary(planner::LayoutToString(e.layout));
   return p;
 }
 
@@ -311,9 +314,9 @@ absl::StatusOr<loom::v1::JobPlan> PlanAtSubmit(loom::v1::JobSpec* spec,
           LayoutFieldPath(*spec), ": layout ", planner::LayoutToString(eval->layout),
           " does not fit on ", topology.description, ": ", eval->infeasible_reason,
           state_too_big
-              ? " (the training state alone does not fit: data parallelism replicates it on "
-                "every rank, and sharding it with ZeRO, tensor or pipeline parallelism does not "
-                "execute yet; use workers with more memory per slot)"
+              ? " (the training state alone does not fit: shard it with tensor or pipeline "
+                "parallelism or ZeRO-1/2 over more ranks, let parallelism.auto choose, or use "
+                "workers with more memory per slot)"
               : " (lower batch.micro_batch to shrink the activations)"));
     }
     plan.add_notes(absl::StrCat("does not fit the estimated figures: ", eval->infeasible_reason));
@@ -332,12 +335,16 @@ absl::Status ExplainUnexecutableLayout(const loom::v1::JobSpec& spec,
   return absl::InvalidArgumentError(absl::StrCat(
       LayoutFieldPath(spec), ": layout ", planner::LayoutToString(eval->layout),
       " does not fit on ", topology.description, ": ", eval->infeasible_reason,
-      " (and tensor/pipeline parallelism does not execute yet)"));
+      " (and, as asked, it cannot run yet: ", unimplemented.message(), ")"));
 }
 
 std::string FormatJobPlan(const loom::v1::JobPlan& plan) {
   std::string out;
+  // A layout that does not fit has no step time, throughput or MFU to show.
   auto row = [&](const loom::v1::PlannedLayout& l) {
+    if (!l.fits()) {
+      return absl::StrFormat("%-60s %8.1f GB  DOES NOT FIT", l.summary(), Gb(l.total_bytes()));
+    }
     return absl::StrFormat("%-60s %8.1f GB %10.4f s %12.0f tok/s  MFU %5.1f%%", l.summary(),
                            Gb(l.total_bytes()), l.step_seconds(), l.tokens_per_second(),
                            100 * l.mfu());
@@ -345,7 +352,7 @@ std::string FormatJobPlan(const loom::v1::JobPlan& plan) {
   const auto& l = plan.layout();
   absl::StrAppend(&out, "  ", plan.auto_() ? "chosen (parallelism.auto)" : "evaluated (spec)",
                   " on ", plan.topology(), "\n");
-  absl::StrAppend(&out, "    ", row(l), l.fits() ? "" : "  DOES NOT FIT", "\n");
+  absl::StrAppend(&out, "    ", row(l), "\n");
   if (!l.fits() && !l.infeasible_reason().empty()) {
     absl::StrAppend(&out, "    ", l.infeasible_reason(), "\n");
   }
@@ -357,7 +364,8 @@ std::string FormatJobPlan(const loom::v1::JobPlan& plan) {
                       Gb(l.master_weights_bytes()), Gb(l.optimizer_state_bytes()),
                       Gb(l.activation_bytes()), Gb(l.other_bytes()),
                       Gb(l.device_memory_bytes())));
-  absl::StrAppend(
+  if (l.fits()) {
+    absl::StrAppend(
       &out, absl::StrFormat("    step: compute %.4f s, bubble %.4f s, comm %.4f s (TP %.4f, "
                             "PP %.4f, DP exposed %.4f), optimizer %.4f s\n",
                             l.compute_seconds(), l.pipeline_bubble_seconds(),
@@ -365,6 +373,7 @@ std::string FormatJobPlan(const loom::v1::JobPlan& plan) {
                                 l.data_parallel_exposed_seconds(),
                             l.tensor_parallel_comm_seconds(), l.pipeline_p2p_seconds(),
                             l.data_parallel_exposed_seconds(), l.optimizer_seconds()));
+  }
   for (const auto& a : plan.alternatives()) absl::StrAppend(&out, "    alt ", row(a), "\n");
   for (const auto& n : plan.notes()) absl::StrAppend(&out, "    - ", n, "\n");
   return out;

@@ -56,12 +56,16 @@ absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& 
                                                        const planner::ClusterTopology& topology,
                                                        int top_k, double token_budget = 0);
 
-// Restricts the search to what the engine executes today: tp = pp = 1,
-// ZeRO 0, no recompute, the spec's micro-batch.
+// Restricts the search to what the engine executes today (see
+// job_planning.cc): TP inside a worker without sequence parallelism, plain
+// 1F1B pipelines (uneven stages allowed), ZeRO 0-1, no recompute, the
+// spec's micro-batch; data parallelism only on GPU ranks. ZeRO-3 is never
+// chosen for a job (the engine does not run it); `loomctl plan` without
+// the restriction may show it.
 void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions* options);
 
-// The spec's own layout: parallelism.data/tensor/pipeline and micro-batch,
-// no recompute, ZeRO 0.
+// The spec's own layout: parallelism.data/tensor/pipeline/zero_stage and
+// micro-batch, no recompute.
 planner::Layout SpecLayout(const loom::v1::JobSpec& spec);
 
 loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& evaluation);
@@ -85,10 +89,12 @@ absl::StatusOr<loom::v1::PlanResponse> PlanSpec(const loom::v1::JobSpec& spec,
 absl::StatusOr<loom::v1::JobPlan> PlanAtSubmit(loom::v1::JobSpec* spec,
                                                const LiveTopology& topology);
 
-// For a spec rejected as UNIMPLEMENTED because of tensor/pipeline > 1: when
-// its layout is valid for the planner and does not fit on a measured
-// topology, INVALID_ARGUMENT with the reason (the user must change more than
-// the degree); otherwise `unimplemented` unchanged.
+// For a spec with tensor or pipeline > 1 that ValidateJobSpec rejected as
+// UNIMPLEMENTED (something beside the layout does not execute under it yet:
+// dropout under TP, GPU ranks, ZeRO-3): when its layout is valid for the
+// planner and does not fit on a measured topology, INVALID_ARGUMENT with the
+// reason, followed by `unimplemented`'s message (the user must change more
+// than that one field); otherwise `unimplemented` unchanged.
 absl::Status ExplainUnexecutableLayout(const loom::v1::JobSpec& spec,
                                        const LiveTopology& topology,
                                        const absl::Status& unimplemented);

@@ -12,6 +12,7 @@ namespace loom::controller {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
@@ -175,6 +176,36 @@ TEST(PlanAtSubmitTest, ExplicitLayoutThatDoesNotFitIsRejectedWithTheFieldAndReas
   ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
   EXPECT_THAT(Msg(plan.status()), StartsWith("parallelism.data: layout tp 1 | pp 1 | dp 1"));
   EXPECT_THAT(Msg(plan.status()), HasSubstr("GB per device before activations, device has 8"));
+  // Sharding executes now: the hint says to use it.
+  EXPECT_THAT(Msg(plan.status()),
+              HasSubstr("shard it with tensor or pipeline parallelism or ZeRO-1/2 over more ranks"));
+  EXPECT_THAT(Msg(plan.status()), Not(HasSubstr("does not execute yet")));
+}
+
+// A layout that does not fit has no throughput or MFU: the stored plan
+// leaves them unset and `loomctl status` shows the reason instead.
+TEST(PlanAtSubmitTest, LayoutThatDoesNotFitCarriesNoThroughputOrMfu) {
+  auto spec = BigSpec();
+  auto live = TopologyForSpec(spec, {});  // estimates: the plan is kept, with a note
+  ASSERT_TRUE(live.ok());
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const auto& l = plan->layout();
+  ASSERT_FALSE(l.fits());
+  EXPECT_FALSE(l.infeasible_reason().empty());
+  EXPECT_GT(l.total_bytes(), l.device_memory_bytes());
+  EXPECT_EQ(l.step_seconds(), 0);
+  EXPECT_EQ(l.tokens_per_second(), 0);
+  EXPECT_EQ(l.mfu(), 0);
+  EXPECT_EQ(l.train_seconds(), 0);
+  EXPECT_EQ(l.compute_seconds(), 0);
+  const std::string text = FormatJobPlan(*plan);
+  EXPECT_THAT(text, HasSubstr("DOES NOT FIT"));
+  EXPECT_THAT(text, HasSubstr(l.infeasible_reason()));
+  EXPECT_THAT(text, Not(HasSubstr("tok/s")));
+  EXPECT_THAT(text, Not(HasSubstr("MFU")));
+  EXPECT_THAT(text, Not(HasSubstr("step: compute")));
+  EXPECT_THAT(text, HasSubstr("memory/device: weights"));
 }
 
 TEST(PlanAtSubmitTest, AutoWithNothingThatFitsIsRejected) {
@@ -210,7 +241,9 @@ TEST(ExplainUnexecutableLayoutTest, TensorLayoutThatWouldNotFitSaysWhy) {
   absl::Status s = ExplainUnexecutableLayout(spec, *live, unimplemented);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(Msg(s), StartsWith("parallelism.tensor: layout tp 2 | pp 1 | dp 1"));
-  EXPECT_THAT(Msg(s), HasSubstr("does not execute yet"));
+  // Tensor parallelism executes; what does not is what `unimplemented` says.
+  EXPECT_THAT(Msg(s), HasSubstr("(and, as asked, it cannot run yet: parallelism.tensor: not yet)"));
+  EXPECT_THAT(Msg(s), Not(HasSubstr("tensor/pipeline parallelism does not execute")));
   // A tiny model with tp 2 would fit: the UNIMPLEMENTED answer stands.
   auto tiny = TinySpec(1, 2);
   tiny.mutable_parallelism()->set_tensor(2);

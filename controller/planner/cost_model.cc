@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/parallel_layout.h"
 #include "common/status_macros.h"
 
 namespace loom::planner {
@@ -57,7 +58,24 @@ absl::StatusOr<CostModel> CostModel::Create(const ModelSpec& model,
   cost.state_bytes_ = BytesPerParam(training);
   cost.activation_bytes_ = ActivationBytesPerElement(training.precision);
   cost.model_flops_per_step_ = ModelFlopsPerStep(model, training.global_batch_sequences);
+  // The LM head's forward FLOPs in blocks' worth: 2shV against 24sh^2 +
+  // 4s^2h for a GPT (Narayanan et al. 2021, Sec. 5.1), i.e. V / (12h + 2s),
+  // the engine's LastStageExtraBlocks (worker/engine/parallel/parallel_gpt.h).
+  cost.last_stage_extra_layers_ = cost.forward_.logits / cost.forward_.per_layer;
+  const int n = topology.total_devices();
+  for (int pp = 1; pp <= n && pp <= model.n_layer; ++pp) {
+    if (n % pp == 0) cost.stage_layers_[pp] = cost.StageLayers(pp);
+  }
   return cost;
+}
+
+std::vector<int> CostModel::StageLayers(int pp) const {
+  if (auto it = stage_layers_.find(pp); it != stage_layers_.end()) return it->second;
+  absl::StatusOr<std::vector<int>> split =
+      SplitLayers(static_cast<int>(model_.n_layer), pp, 0.0, last_stage_extra_layers_);
+  // CheckLayout() keeps pp in [1, n_layer]; the extra cost is finite, >= 0.
+  if (!split.ok()) return std::vector<int>(std::max(pp, 1), 0);
+  return *std::move(split);
 }
 
 absl::Status CostModel::CheckLayout(const Layout& l) const {
@@ -92,8 +110,9 @@ absl::Status CostModel::CheckLayout(const Layout& l) const {
     return invalid("tp", absl::StrCat(l.tp, " would split a node's ", per_node,
                                       " devices unevenly"));
   }
-  if (model_.n_layer % l.pp != 0) {
-    return invalid("pp", absl::StrCat(l.pp, " does not divide model.n_layer ", model_.n_layer));
+  if (l.pp > model_.n_layer) {
+    return invalid("pp", absl::StrCat(l.pp, " exceeds model.n_layer ", model_.n_layer,
+                                      ": every stage needs at least one layer"));
   }
   const int64_t batch = training_.global_batch_sequences;
   if (batch % l.dp != 0) {
@@ -106,6 +125,12 @@ absl::Status CostModel::CheckLayout(const Layout& l) const {
   }
   if (l.virtual_stages > 1) {
     if (l.pp == 1) return invalid("virtual_stages", "interleaving needs pp > 1");
+    if (model_.n_layer % l.pp != 0) {
+      // Megatron-LM's interleaved schedule gives every rank v equal chunks.
+      return invalid("virtual_stages",
+                     absl::StrCat("interleaving needs equal stages, but pp ", l.pp,
+                                  " does not divide model.n_layer ", model_.n_layer));
+    }
     const int64_t layers_per_stage = model_.n_layer / l.pp;
     if (layers_per_stage % l.virtual_stages != 0) {
       return invalid("virtual_stages", absl::StrCat(l.virtual_stages, " does not divide the ",
@@ -119,18 +144,15 @@ absl::Status CostModel::CheckLayout(const Layout& l) const {
                                   " micro-batches to be a multiple of pp ", l.pp));
     }
   }
-  if (l.zero_stage >= 2 && l.pp > 1) {
-    // DeepSpeed rejects ZeRO-2/3 with pipeline parallelism; Megatron-LM's
-    // distributed optimizer is ZeRO-1.
-    return invalid("zero_stage",
-                   absl::StrCat("ZeRO-", l.zero_stage,
-                                " shards gradients that pipeline parallelism accumulates over "
-                                "micro-batches; use ZeRO-0 or ZeRO-1 with pp > 1"));
-  }
+  // ZeRO-2/3 with pp > 1 is allowed: gradients are reduce-scattered (and,
+  // for ZeRO-3, parameters gathered) per micro-batch, which Time() charges;
+  // torchtitan runs FSDP with pipeline parallelism this way (Llama 3 405B,
+  // Dubey et al. 2024, Sec. 3.3.2).
   return absl::OkStatus();
 }
 
-void CostModel::StageParameters(const Layout& l, double* first, double* last) const {
+std::vector<double> CostModel::StageParameters(const Layout& l,
+                                               const std::vector<int>& stage_layers) const {
   const double t = l.tp;
   // Megatron-LM splits every weight matrix and bias over the TP group and
   // replicates the norms (Shoeybi et al. 2019, Sec. 3); the word embedding
@@ -148,13 +170,29 @@ void CostModel::StageParameters(const Layout& l, double* first, double* last) co
   } else if (l.pp > 1) {
     last_extra += static_cast<double>(params_.word_embedding) / t;
   }
-  const double layers = static_cast<double>(model_.n_layer / l.pp);
-  if (l.pp == 1) {
-    *first = *last = layers * layer + first_extra + last_extra;
-  } else {
-    *first = layers * layer + first_extra;
-    *last = layers * layer + last_extra;
+  std::vector<double> params(stage_layers.size());
+  for (size_t i = 0; i < stage_layers.size(); ++i) {
+    params[i] = stage_layers[i] * layer;
+    if (i == 0) params[i] += first_extra;
+    if (i + 1 == stage_layers.size()) params[i] += last_extra;
   }
+  return params;
+}
+
+double CostModel::LargestGatheredUnit(const Layout& l, int stage) const {
+  const double t = l.tp;
+  double unit = static_cast<double>(params_.per_layer - params_.per_layer_norm) / t +
+                static_cast<double>(params_.per_layer_norm);
+  const double embedding = static_cast<double>(params_.word_embedding) / t;
+  if (stage == 0) {
+    unit = std::max(unit, embedding + static_cast<double>(params_.position_embedding));
+  }
+  if (stage == l.pp - 1) {
+    const double head = params_.output_head > 0 ? static_cast<double>(params_.output_head) / t
+                                                : embedding;
+    unit = std::max(unit, head);
+  }
+  return unit;
 }
 
 namespace {
@@ -179,9 +217,9 @@ double Sum(const State& s) { return s.weights + s.gradients + s.master + s.optim
 }  // namespace
 
 double CostModel::StateBytes(const Layout& l) const {
-  double first = 0, last = 0;
-  StageParameters(l, &first, &last);
-  return Sum(ShardedState(std::max(first, last), state_bytes_, l.zero_stage, l.dp));
+  const std::vector<double> params = StageParameters(l, StageLayers(l.pp));
+  return Sum(ShardedState(*std::max_element(params.begin(), params.end()), state_bytes_,
+                          l.zero_stage, l.dp));
 }
 
 double CostModel::UsableBytes() const {
@@ -190,8 +228,8 @@ double CostModel::UsableBytes() const {
 }
 
 MemoryBreakdown CostModel::Memory(const Layout& l) const {
-  double first_params = 0, last_params = 0;
-  StageParameters(l, &first_params, &last_params);
+  const std::vector<int> stage_layers = StageLayers(l.pp);
+  const std::vector<double> stage_params = StageParameters(l, stage_layers);
   const int64_t m = training_.global_batch_sequences / l.dp / l.micro_batch;
   const int p = l.pp, v = l.virtual_stages;
   const double t = l.tp;
@@ -199,22 +237,25 @@ MemoryBreakdown CostModel::Memory(const Layout& l) const {
   const double s = static_cast<double>(model_.seq_len);
   const double b = static_cast<double>(l.micro_batch);
   const double h = static_cast<double>(model_.d_model);
-  const double layers = static_cast<double>(model_.n_layer / p);
-  const double per_layer =
-      ActivationBytesPerLayer(model_, l.micro_batch, l.tp, sp, l.recompute, activation_bytes_);
+  const double per_layer = ActivationBytesPerLayer(model_, l.micro_batch, l.tp, sp, l.recompute,
+                                                   activation_bytes_, options_.attention);
 
-  // Micro-batches whose activations a stage holds at its peak. 1F1B: stage i
-  // holds p - i, so the first stage holds min(m, p) (Narayanan et al. 2021,
-  // Sec. 2.2.1; Korthikanti et al. 2022, Sec. 4.2.3: L layers' worth). The
-  // interleaved schedule holds (1 + (p-1)/(p v)) times more on the first
-  // stage (Korthikanti et al. 2022, Sec. 4.2.3), and the last stage warms
-  // up (v-1) p chunk-micro-batches of L/(p v) layers each.
-  double first_layers = layers * static_cast<double>(std::min<int64_t>(m, p));
-  double last_layers = layers;
-  if (v > 1) {
-    first_layers *= 1.0 + static_cast<double>(p - 1) / (static_cast<double>(p) * v);
-    last_layers = layers * static_cast<double>((v - 1) * p + 1) / v;
-  }
+  // Layers' worth of activations stage i holds at its peak. 1F1B: stage i
+  // has p - i micro-batches in flight (at most m), so the first stage holds
+  // min(m, p) (Narayanan et al. 2021, Sec. 2.2.1; Korthikanti et al. 2022,
+  // Sec. 4.2.3: L layers' worth when stages are equal). With uneven stages
+  // each stage's own layer count multiplies its own in-flight count, so the
+  // most loaded stage need not be the first. The interleaved schedule
+  // (equal stages only) warms stage i up with 2(p-i-1) + (v-1)p chunk
+  // micro-batches of L/(p v) layers, plus the one in its first backward
+  // (Megatron-LM's schedule; for stage 0 this is Korthikanti et al.'s
+  // (1 + (p-1)/(p v)) x L, for the last ((v-1)p + 1) L/(p v)).
+  auto stored_layers = [&](int stage) {
+    const double layers = stage_layers[stage];
+    if (v == 1) return layers * static_cast<double>(std::min<int64_t>(m, p - stage));
+    const int64_t chunks = std::min<int64_t>(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1);
+    return layers / v * static_cast<double>(chunks);
+  };
   // Embedding dropout mask, sbh per in-flight micro-batch (Korthikanti et
   // al. 2022, Sec. 4.3); logits for the fp32 cross-entropy, 4sbV/t (ibid.).
   const double embedding_mask =
@@ -224,33 +265,41 @@ MemoryBreakdown CostModel::Memory(const Layout& l) const {
   if (l.recompute != Recompute::kNone) {
     // Recomputing a layer in backward materializes what it did not keep.
     workspace = ActivationBytesPerLayer(model_, l.micro_batch, l.tp, sp, Recompute::kNone,
-                                        activation_bytes_) - per_layer;
+                                        activation_bytes_, options_.attention) -
+                per_layer;
   }
   const double capacity = static_cast<double>(topology_.device.memory_bytes);
   const double reserve = capacity * options_.memory_reserve_fraction + options_.memory_reserve_bytes;
 
-  auto build = [&](int stage, double params, double acts, double logit_bytes) {
+  MemoryBreakdown most;
+  for (int stage = 0; stage < p; ++stage) {
     MemoryBreakdown mem;
     mem.stage = stage;
-    mem.parameters = params;
-    const State state = ShardedState(params, state_bytes_, l.zero_stage, l.dp);
+    mem.layers = stage_layers[stage];
+    mem.parameters = stage_params[stage];
+    const State state = ShardedState(mem.parameters, state_bytes_, l.zero_stage, l.dp);
     mem.weights = state.weights;
     mem.gradients = state.gradients;
     mem.master_weights = state.master;
     mem.optimizer_states = state.optimizer;
-    mem.activations = acts;
+    mem.activations = stored_layers(stage) * per_layer + (stage == 0 ? embedding_mask : 0.0);
     mem.recompute_workspace = workspace;
-    mem.logits = logit_bytes;
+    mem.logits = stage == p - 1 ? logits : 0.0;
+    if (l.zero_stage >= 3 && l.dp > 1) {
+      // ZeRO-3 keeps 1/N_d of the parameters and all-gathers each layer's
+      // in full just before its forward and again before its backward,
+      // releasing it after (Rajbhandari et al. 2020, ZeRO, Sec. 5.3; PyTorch
+      // FSDP, Zhao et al. 2023, with one FSDP unit per block). At the
+      // peak one unit is gathered, in the compute dtype: the largest of this
+      // stage's blocks, embedding and head. Prefetching the next unit
+      // (FSDP's backward prefetch) would hold a second one.
+      mem.gathered_parameters = LargestGatheredUnit(l, stage) * state_bytes_.weights;
+    }
     mem.reserve = reserve;
     mem.capacity = capacity;
-    return mem;
-  };
-  if (p == 1) {
-    return build(0, first_params, first_layers * per_layer + embedding_mask, logits);
+    if (stage == 0 || mem.total() > most.total()) most = mem;
   }
-  MemoryBreakdown first = build(0, first_params, first_layers * per_layer + embedding_mask, 0);
-  MemoryBreakdown last = build(p - 1, last_params, last_layers * per_layer, logits);
-  return last.total() > first.total() ? last : first;
+  return most;
 }
 
 TimeBreakdown CostModel::Time(const Layout& l) const {
@@ -264,13 +313,27 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
   const int64_t m = training_.global_batch_sequences / d / l.micro_batch;
   time.micro_batches = m;
 
-  // Compute of one micro-batch on the slowest stage: the last one, which
-  // also runs the output layer. Forward + backward = 3 x forward; full
-  // recompute adds a forward of every layer, selective only the attention
-  // scores (Korthikanti et al. 2022, Sec. 5; Narayanan et al. 2021, Sec. 5.1, FLOPs
-  // per iteration).
-  const double layers = static_cast<double>(p == 1 ? model_.n_layer : model_.n_layer / p);
-  const double model_flops = b * (3.0 * layers * forward_.per_layer + 3.0 * forward_.logits);
+  // The pipeline runs at the pace of its slowest stage: the one with the
+  // most layers, counting the output layer on the last (with equal stages,
+  // the last). SplitLayers keeps that stage as small as the split allows.
+  const std::vector<int> stage_layers = StageLayers(p);
+  auto stage_cost = [&](int stage) {
+    return stage_layers[stage] + (stage == p - 1 ? last_stage_extra_layers_ : 0.0);
+  };
+  int bottleneck = p - 1;
+  for (int stage = 0; stage < p; ++stage) {
+    if (stage_cost(stage) > stage_cost(bottleneck)) bottleneck = stage;
+  }
+  time.bottleneck_stage = bottleneck;
+  time.bottleneck_layers = stage_layers[bottleneck];
+
+  // Compute of one micro-batch on that stage. Forward + backward = 3 x
+  // forward; full recompute adds a forward of every layer, selective only
+  // the attention scores (Korthikanti et al. 2022, Sec. 5; Narayanan et al.
+  // 2021, Sec. 5.1, FLOPs per iteration).
+  const double layers = static_cast<double>(stage_layers[bottleneck]);
+  const double head_flops = bottleneck == p - 1 ? 3.0 * forward_.logits : 0.0;
+  const double model_flops = b * (3.0 * layers * forward_.per_layer + head_flops);
   double recompute_flops = 0;
   if (l.recompute == Recompute::kFull) recompute_flops = b * layers * forward_.per_layer;
   if (l.recompute == Recompute::kSelective) recompute_flops = b * layers * forward_.attention_scores;
@@ -319,14 +382,16 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
   time.tensor_parallel_comm = md * tp_mb;
   time.pipeline_p2p = md * p2p_mb;
   // Bubble = (p-1)/(m v) of the ideal m x t_mb (Narayanan et al. 2021,
-  // Sec. 2.2).
+  // Sec. 2.2), with t_mb the bottleneck stage's (uneven stages make the
+  // fill and drain no faster than their slowest member).
   time.pipeline_bubble = PipelineBubbleFraction(p, m, v) * md * mb_time;
 
   // Data parallelism over the slowest link the DP ring crosses: ranks of one
   // DP group sit tp x pp apart, so with more than one node they span nodes.
-  double first_params = 0, last_params = 0;
-  StageParameters(l, &first_params, &last_params);
-  const double params = std::max(first_params, last_params);
+  // Every stage reduces its own gradients at once; the stage with the most
+  // parameters finishes last.
+  const std::vector<double> stage_params = StageParameters(l, stage_layers);
+  const double params = *std::max_element(stage_params.begin(), stage_params.end());
   if (d > 1) {
     const bool in_node = topo.nodes == 1;
     const double bw = in_node ? topo.intra_node_bandwidth_bytes_per_second
@@ -351,7 +416,10 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
         overlappable = md * compute_mb;
         break;
       default:  // ZeRO-3: all-gather weights in forward and again in backward,
-                // reduce-scatter grads, per micro-batch: 3 x (d-1)/d (ZeRO Sec. 7.2.2)
+                // reduce-scatter grads, per micro-batch: 3 x (d-1)/d, 1.5x the
+                // 2 x (d-1)/d of ZeRO-2 / plain DP (ZeRO Sec. 7.2.2). The
+                // extra all-gathers repeat for every micro-batch because the
+                // gathered layer is released between them (Memory()).
         comm = md * (2.0 * RingAllGatherSeconds(weights, d, bw, lat) +
                      RingAllGatherSeconds(grads, d, bw, lat));
         overlappable = md * compute_mb;
@@ -402,11 +470,15 @@ std::string CostModel::InfeasibleReason(const MemoryBreakdown& mem) const {
         mem.state() / gb, capacity, mem.reserve / gb);
   }
   if (mem.total() > mem.capacity) {
+    const std::string gathered =
+        mem.gathered_parameters > 0
+            ? absl::StrFormat(" + %.1f GB ZeRO-3 gathered layer", mem.gathered_parameters / gb)
+            : "";
     return absl::StrFormat(
-        "needs %.1f GB per device (%.1f GB state + %.1f GB activations), device has %s GB "
+        "needs %.1f GB per device (%.1f GB state + %.1f GB activations%s), device has %s GB "
         "of which %.1f GB is reserved",
         (mem.total() - mem.reserve) / gb, mem.state() / gb,
-        (mem.activations + mem.recompute_workspace + mem.logits) / gb, capacity,
+        (mem.activations + mem.recompute_workspace + mem.logits) / gb, gathered, capacity,
         mem.reserve / gb);
   }
   return "";
@@ -419,6 +491,8 @@ LayoutEvaluation CostModel::Evaluate(const Layout& layout) const {
   eval.memory = Memory(eval.layout);
   eval.infeasible_reason = InfeasibleReason(eval.memory);
   eval.fits = eval.infeasible_reason.empty();
+  // A layout that cannot run has no step time, throughput or MFU.
+  if (!eval.fits) return eval;
   eval.time = Time(eval.layout);
   eval.step = Estimate(eval.layout, eval.time);
   if (training_.token_budget > 0) {

@@ -7,15 +7,22 @@
 // Create() and safe to share between threads.
 //
 // Scope of the model: 1F1B (optionally interleaved) pipeline schedule,
-// Megatron-style tensor/sequence parallelism, ZeRO over the data-parallel
-// group, one homogeneous device type. Not modelled: GPipe's all-forward
-// schedule, expert parallelism, context parallelism, compute/communication
-// overlap for TP, and the first/last-stage embedding all-reduce.
+// Megatron-style tensor/sequence parallelism, ZeRO 0-3 over the
+// data-parallel group (with or without pipeline parallelism), one
+// homogeneous device type. Pipeline stages hold the layers as the engine
+// splits them (common/parallel_layout.h SplitLayers: uneven when pp does not
+// divide the layers, the LM head's cost counted on the last stage); memory
+// is that of the most loaded stage, time that of the slowest (bottleneck)
+// stage. Not modelled: GPipe's all-forward schedule, expert parallelism,
+// context parallelism, compute/communication overlap for TP, and the
+// first/last-stage embedding all-reduce.
 #ifndef LOOM_CONTROLLER_PLANNER_COST_MODEL_H_
 #define LOOM_CONTROLLER_PLANNER_COST_MODEL_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,11 +60,17 @@ struct CostOptions {
   // with backward compute (bucketed all-reduce, ZeRO-3 prefetch); the hidden
   // part is also capped by the backward time available. 0 = none hidden.
   double dp_overlap_fraction = 0.5;
+  // The attention kernel the engine runs. Loom's engine always runs a fused
+  // one (SDPA / FlashAttention on GPU, a blocked kernel on CPU), which keeps
+  // no s x s score matrix; kUnfused reproduces Korthikanti et al. 2022's
+  // counts for a Megatron-LM-style materialized softmax.
+  AttentionKernel attention = AttentionKernel::kFused;
 };
 
 // Per-device memory on the most loaded pipeline stage, bytes.
 struct MemoryBreakdown {
   int stage = 0;                     // which stage this is (0 = first)
+  int layers = 0;                    // transformer blocks on that stage
   double parameters = 0;             // parameter count held (before ZeRO-3)
   double weights = 0;
   double gradients = 0;
@@ -66,18 +79,26 @@ struct MemoryBreakdown {
   double activations = 0;            // stored for in-flight micro-batches
   double recompute_workspace = 0;    // one layer's recomputed activations
   double logits = 0;                 // output layer, fp32 (last stage only)
+  // ZeRO-3 with dp > 1: the largest layer's parameters (this stage's TP
+  // shard), gathered in full in the compute dtype while it runs.
+  double gathered_parameters = 0;
   double reserve = 0;                // CostOptions reserve
   double capacity = 0;               // device memory
 
   double state() const { return weights + gradients + master_weights + optimizer_states; }
-  double total() const {
-    return state() + activations + recompute_workspace + logits + reserve;
+  // What lives beside the training state for the step: activations and
+  // transient buffers.
+  double working() const {
+    return activations + recompute_workspace + logits + gathered_parameters;
   }
+  double total() const { return state() + working() + reserve; }
 };
 
 // Seconds per optimizer step on the critical path (the slowest stage).
 struct TimeBreakdown {
   int64_t micro_batches = 0;        // m, per replica per step
+  int bottleneck_stage = 0;         // the stage that sets the pipeline's pace
+  int bottleneck_layers = 0;        // transformer blocks on it
   double gemm_efficiency = 0;       // fraction of peak the GEMMs achieve
   double compute = 0;               // m x per-micro-batch compute, incl. recompute
   double recompute = 0;             // the recompute part of `compute`
@@ -104,15 +125,17 @@ struct StepEstimate {
   double hfu = 0;                      // hardware FLOPs / (same)
 };
 
-// Everything known about one layout.
+// Everything known about one layout. A layout that does not fit cannot run,
+// so it has no step time, throughput or MFU: then only `memory` and
+// `infeasible_reason` are set and `time`, `step` and `run` stay zero.
 struct LayoutEvaluation {
   Layout layout;
   bool fits = false;
   std::string infeasible_reason;  // empty when fits
   MemoryBreakdown memory;
-  TimeBreakdown time;
-  StepEstimate step;
-  IronLawEstimate run;            // for TrainingSpec::token_budget tokens
+  TimeBreakdown time;             // zero when !fits
+  StepEstimate step;              // zero when !fits
+  IronLawEstimate run;            // for TrainingSpec::token_budget tokens; zero when !fits
 };
 
 class CostModel {
@@ -124,9 +147,11 @@ class CostModel {
                                           const ClusterTopology& topology,
                                           const CostOptions& options = {});
 
-  // Structural validity: degrees multiply to the cluster size and divide
-  // heads, layers, batch; interleaving and ZeRO constraints. Returns
-  // INVALID_ARGUMENT "layout.<field>: <why>". Does not check memory.
+  // Structural validity: degrees multiply to the cluster size, tp divides
+  // the heads, pp is at most the layers (stages may be uneven), dp and the
+  // micro-batch divide the batch; interleaving needs pp to divide the
+  // layers. Returns INVALID_ARGUMENT "layout.<field>: <why>". Does not check
+  // memory.
   absl::Status CheckLayout(const Layout& layout) const;
 
   // Training state only (weights, gradients, master, optimizer) on the most
@@ -138,8 +163,15 @@ class CostModel {
   // The full breakdowns. `layout` must pass CheckLayout().
   MemoryBreakdown Memory(const Layout& layout) const;
   TimeBreakdown Time(const Layout& layout) const;
-  // Memory, feasibility with the reason, time and estimates.
+  // Memory and feasibility with the reason; time and estimates when it fits.
   LayoutEvaluation Evaluate(const Layout& layout) const;
+
+  // Transformer blocks per pipeline stage for `pp` stages, as the engine
+  // splits them: common/parallel_layout.h SplitLayers with no extra cost on
+  // the first stage (an embedding lookup does no FLOPs) and the LM head's
+  // forward FLOPs, in blocks, on the last (for a GPT V / (12h + 2s), the
+  // engine's LastStageExtraBlocks). Requires 1 <= pp <= model.n_layer.
+  std::vector<int> StageLayers(int pp) const;
 
   // "needs 112.0 GB per device before activations, device has 80 GB", or
   // empty when `memory` fits.
@@ -154,8 +186,12 @@ class CostModel {
 
  private:
   CostModel() = default;
-  // Parameters on the first and last pipeline stage, per device (TP-sharded).
-  void StageParameters(const Layout& layout, double* first, double* last) const;
+  // Parameters held per device (TP-sharded, before ZeRO) on each stage.
+  std::vector<double> StageParameters(const Layout& layout,
+                                      const std::vector<int>& stage_layers) const;
+  // The largest unit ZeRO-3 gathers on `stage`: a block, or the embedding
+  // (first stage) or output head (last stage), parameters per device.
+  double LargestGatheredUnit(const Layout& layout, int stage) const;
   StepEstimate Estimate(const Layout& layout, const TimeBreakdown& time) const;
 
   ModelSpec model_;
@@ -168,6 +204,10 @@ class CostModel {
   double activation_bytes_ = 2;
   double peak_flops_ = 0;
   double model_flops_per_step_ = 0;
+  double last_stage_extra_layers_ = 0;  // the LM head's cost in blocks
+  // StageLayers(pp) for every pp that divides the cluster (the only ones a
+  // valid layout can have), computed once in Create().
+  std::map<int, std::vector<int>> stage_layers_;
 };
 
 }  // namespace loom::planner

@@ -1,5 +1,8 @@
 #include "controller/planner/cost_model.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "controller/planner/test_models.h"
 #include "gtest/gtest.h"
 
@@ -177,10 +180,8 @@ TEST(CheckLayoutTest, ExplainsInvalidLayouts) {
   EXPECT_EQ(cost.CheckLayout(layout).message(),
             "layout: tp x pp x dp = 128, but the cluster has 256 devices");
   layout.pp = 2;
-  layout.zero_stage = 2;
-  EXPECT_EQ(cost.CheckLayout(layout).message(),
-            "layout.zero_stage: ZeRO-2 shards gradients that pipeline parallelism accumulates "
-            "over micro-batches; use ZeRO-0 or ZeRO-1 with pp > 1");
+  layout.zero_stage = 3;  // ZeRO-2/3 with pipeline parallelism is a layout
+  EXPECT_TRUE(cost.CheckLayout(layout).ok());
   layout.zero_stage = 1;
   layout.micro_batch = 3;
   EXPECT_EQ(cost.CheckLayout(layout).message(),
@@ -194,6 +195,160 @@ TEST(CheckLayoutTest, ExplainsInvalidLayouts) {
   layout.tp = 32;
   layout.dp = 4;
   EXPECT_EQ(cost.CheckLayout(layout).message(), "layout.tp: 32 does not divide model.n_head 48");
+  // Stages may be uneven (40 layers on 64), but each needs a layer.
+  layout.tp = 1;
+  layout.pp = 64;
+  layout.dp = 4;
+  layout.virtual_stages = 1;
+  EXPECT_EQ(cost.CheckLayout(layout).message(),
+            "layout.pp: 64 exceeds model.n_layer 40: every stage needs at least one layer");
+  layout.pp = 32;
+  layout.dp = 8;
+  EXPECT_TRUE(cost.CheckLayout(layout).ok());
+  layout.virtual_stages = 2;
+  EXPECT_EQ(cost.CheckLayout(layout).message(),
+            "layout.virtual_stages: interleaving needs equal stages, but pp 32 does not divide "
+            "model.n_layer 40");
+}
+
+// A model whose LM head costs less than a block (V < 12h + 2s): 3 layers on
+// 2 stages split 2 + 1, as the engine splits them, and the pipeline runs at
+// the pace of the 2-layer stage.
+ModelSpec ThreeLayers() {
+  ModelSpec model = MegatronGpt("three", 3, 1024, 16);
+  model.vocab_size = 4096;
+  model.seq_len = 1024;
+  return model;
+}
+
+TEST(UnevenStagesTest, ThreeLayersOnTwoStagesAreCostedByTheTwoLayerStage) {
+  const ModelSpec model = ThreeLayers();
+  const CostModel cost = MakeCost(model, 8, A100s(1, 2));
+  EXPECT_EQ(cost.StageLayers(2), (std::vector<int>{2, 1}));
+  Layout layout;
+  layout.pp = 2;
+  ASSERT_TRUE(cost.CheckLayout(layout).ok());
+  const TimeBreakdown time = cost.Time(layout);
+  EXPECT_EQ(time.bottleneck_stage, 0);
+  EXPECT_EQ(time.bottleneck_layers, 2);
+  // m = 8 micro-batches of one sequence, each 3 x forward of 2 blocks and no
+  // LM head (it is on the other stage).
+  const ForwardFlops forward = ForwardFlopsPerSequence(model);
+  const double rate = cost.peak_flops() * time.gemm_efficiency;
+  EXPECT_NEAR(time.compute, 8 * 3 * 2 * forward.per_layer / rate, 1e-12);
+  // The same stage holds the most memory: 2 layers x 2 micro-batches in flight.
+  const MemoryBreakdown memory = cost.Memory(layout);
+  EXPECT_EQ(memory.stage, 0);
+  EXPECT_EQ(memory.layers, 2);
+  const double per_layer = ActivationBytesPerLayer(model, 1, 1, false, Recompute::kNone, 2.0,
+                                                   AttentionKernel::kFused);
+  EXPECT_NEAR(memory.activations, 2 * 2 * per_layer + 1024.0 * 1024 * 2, 1);
+
+  // Costed like the 2-layer stage of an even 4-layer model, less its head.
+  ModelSpec four = model;
+  four.n_layer = 4;
+  const TimeBreakdown even = MakeCost(four, 8, A100s(1, 2)).Time(layout);
+  EXPECT_EQ(even.bottleneck_stage, 1);  // equal stages: the head decides
+  EXPECT_NEAR(even.compute - time.compute, 8 * 3 * forward.logits / rate, 1e-12);
+}
+
+TEST(UnevenStagesTest, TheHeadMovesLayersOffTheLastStage) {
+  // Bloom-176B's 70 layers on 12 stages, its head worth 1.4 blocks.
+  ModelSpec bloom = MegatronGpt("bloom", 70, 14336, 112);
+  bloom.vocab_size = 250880;
+  bloom.learned_position_embedding = false;
+  const CostModel cost = MakeCost(bloom, 2048, A100s(48, 8));
+  EXPECT_EQ(cost.StageLayers(12), (std::vector<int>{6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 4}));
+  Layout layout;
+  layout.tp = 4;
+  layout.pp = 12;
+  layout.dp = 8;
+  layout.recompute = Recompute::kFull;
+  ASSERT_TRUE(cost.CheckLayout(layout).ok());
+  const TimeBreakdown time = cost.Time(layout);
+  EXPECT_EQ(time.bottleneck_layers, 6);
+  EXPECT_LT(time.bottleneck_stage, 11);
+}
+
+// Megatron-LM's counts (Korthikanti et al. 2022) charge 5as^2b per layer for
+// the attention scores; the engine's fused attention stores none, and the
+// cost model follows the engine unless told otherwise.
+TEST(MemoryTest, FusedAttentionIsTheDefault) {
+  const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
+  CostOptions unfused_options;
+  unfused_options.attention = AttentionKernel::kUnfused;
+  const CostModel fused = MakeCost(model, 1024, A100s(32, 8));
+  const CostModel unfused = MakeCost(model, 1024, A100s(32, 8), unfused_options);
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 4;
+  layout.dp = 8;
+  const double s = 2048, a = 48, t = 8;
+  // 10 layers x 4 micro-batches in flight on the first stage.
+  EXPECT_NEAR(unfused.Memory(layout).activations - fused.Memory(layout).activations,
+              40 * (5 * a * s * s / t - 4 * a * s / t), 1e3);
+}
+
+// ZeRO-3 with pipeline parallelism: parameters sharded over the DP group,
+// one layer gathered at a time, and 1.5x ZeRO-2's communication.
+TEST(ZeroThreeTest, GathersOneLayerAndCostsHalfAgainZeroTwosCommunication) {
+  const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
+  CostOptions options;
+  options.dp_overlap_fraction = 0;
+  // 8 sequences over dp 8: one micro-batch of one sequence per replica.
+  const CostModel cost = MakeCost(model, 8, A100s(32, 8), options);
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 4;
+  layout.dp = 8;
+  layout.recompute = Recompute::kFull;
+  layout.zero_stage = 2;
+  ASSERT_TRUE(cost.CheckLayout(layout).ok());
+  const MemoryBreakdown two = cost.Memory(layout);
+  const TimeBreakdown two_time = cost.Time(layout);
+  EXPECT_EQ(two.gathered_parameters, 0);
+  EXPECT_NEAR(two.weights, 2 * two.parameters, 1);
+  layout.zero_stage = 3;
+  ASSERT_TRUE(cost.CheckLayout(layout).ok());
+  const MemoryBreakdown three = cost.Memory(layout);
+  const TimeBreakdown three_time = cost.Time(layout);
+  EXPECT_NEAR(three.weights, 2 * three.parameters / 8, 1);
+  // The largest unit gathered is a block's TP shard (12 h^2 / 8 + biases:
+  // 56.6M, more than the 51.9M of the embedding shard with positions or
+  // the 39.3M of the head's), in bf16.
+  const ParameterCount params = CountParameters(model);
+  const double block = static_cast<double>(params.per_layer - params.per_layer_norm) / 8 +
+                       static_cast<double>(params.per_layer_norm);
+  EXPECT_GT(block, 51200.0 * 6144 / 8 + 2048.0 * 6144);
+  EXPECT_NEAR(three.gathered_parameters, 2 * block, 1);
+  EXPECT_NEAR(three.total(),
+              three.state() + three.activations + three.recompute_workspace + three.logits +
+                  three.gathered_parameters + three.reserve,
+              1);
+  // ZeRO-3 all-gathers the bf16 weights in forward and backward and
+  // reduce-scatters the bf16 gradients, 3 x (d-1)/d, against ZeRO-2's
+  // 2 x (d-1)/d (Rajbhandari et al. 2020, Sec. 7.2.2).
+  ASSERT_EQ(three_time.micro_batches, 1);
+  EXPECT_NEAR(three_time.data_parallel_comm / two_time.data_parallel_comm, 1.5, 1e-3);
+  // Without data parallelism there is nothing to gather.
+  const CostModel alone = MakeCost(model, 8, A100s(4, 8), options);
+  layout.dp = 1;
+  EXPECT_EQ(alone.Memory(layout).gathered_parameters, 0);
+}
+
+// A layout that does not fit cannot run: the evaluation says why and has no
+// step time, throughput or MFU.
+TEST(FeasibilityTest, InfeasibleLayoutsHaveNoEstimates) {
+  const CostModel cost = MakeCost(Gpt7B(), 8, A100s(1, 1));
+  const LayoutEvaluation eval = cost.Evaluate(Layout{});
+  ASSERT_FALSE(eval.fits);
+  EXPECT_FALSE(eval.infeasible_reason.empty());
+  EXPECT_GT(eval.memory.total(), eval.memory.capacity);
+  EXPECT_EQ(eval.step.step_seconds, 0);
+  EXPECT_EQ(eval.step.tokens_per_second, 0);
+  EXPECT_EQ(eval.step.mfu, 0);
+  EXPECT_EQ(eval.time.step(), 0);
+  EXPECT_EQ(eval.run.train_seconds, 0);
 }
 
 TEST(CostModelTest, RejectsAPrecisionTheDeviceLacks) {

@@ -41,7 +41,7 @@ double PipelineBubbleFraction(int pp, int64_t micro_batches, int virtual_stages)
 
 double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int tp,
                                bool sequence_parallel, Recompute recompute,
-                               double bytes_per_element) {
+                               double bytes_per_element, AttentionKernel attention) {
   const double s = static_cast<double>(model.seq_len);
   const double b = static_cast<double>(micro_batch);
   const double h = static_cast<double>(model.d_model);
@@ -73,13 +73,26 @@ double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int 
                        (model.gated_mlp ? 8.0 : 4.0) * s * b * f;
   // The attention scores: softmax output 2as^2b, dropout mask as^2b,
   // dropout output 2as^2b. Selective recompute drops them (Sec. 5).
-  const double scores = recompute == Recompute::kSelective ? 0.0 : 5.0 * a * s * s * b;
+  // A fused kernel never stores them (Dao et al. 2022, FlashAttention,
+  // Sec. 3.1 and Alg. 1: S and P live in SRAM tiles and are recomputed in
+  // backward; the dropout mask is regenerated from the RNG state). It keeps
+  // the output O (the out-projection input, counted above) and per query row
+  // the softmax statistics, one fp32 log-sum-exp per head and token (the m
+  // and l of Alg. 1, stored as one value by FlashAttention-2): 4asb bytes
+  // whatever the activation precision, split over the heads' t ranks.
+  double scores = 0;
+  double softmax_statistics = 0;
+  if (attention == AttentionKernel::kFused) {
+    softmax_statistics = 4.0 * a * s * b / t;
+  } else if (recompute != Recompute::kSelective) {
+    scores = 5.0 * a * s * s * b;
+  }
   if (sp) {
     // Eq. 3 (sequence parallelism splits the replicated part too):
     // sbh/t (34 + 5as/h); with selective recompute 34 sbh/t (Sec. 5).
-    return scale * (replicated + split + scores) / t;
+    return scale * (replicated + split + scores) / t + softmax_statistics;
   }
-  return scale * (replicated + (split + scores) / t);
+  return scale * (replicated + (split + scores) / t) + softmax_statistics;
 }
 
 }  // namespace loom::planner

@@ -33,12 +33,26 @@ double ComputeFraction(double compute_seconds, double exposed_comm_seconds);
 // Pipeline bubble as a fraction of ideal time: (p-1)/m for GPipe/1F1B,
 // (p-1)/(m v) interleaved (Narayanan et al. 2021, Sec. 2.2.1-2.2.2).
 double PipelineBubbleFraction(int pp, int64_t micro_batches, int virtual_stages);
+// How attention is computed, which decides whether the s x s score matrix
+// is ever stored.
+enum class AttentionKernel {
+  // FlashAttention-style (Dao et al. 2022): scores are formed block by block
+  // in on-chip memory and recomputed in backward; only the output and the
+  // per-row softmax statistics are kept. What Loom's engine always runs
+  // (SDPA / FlashAttention on GPU, a blocked kernel on CPU).
+  kFused,
+  // Softmax and dropout materialized as s x s tensors, as Korthikanti et al.
+  // 2022 count them (Megatron-LM before fused attention).
+  kUnfused,
+};
+
 // Stored activation bytes of one transformer layer for one micro-batch of
-// `micro_batch` sequences (Korthikanti et al. 2022, Sec. 4-5, Eqs. 1-3; see
-// formulas.cc for the generalization to GQA and other MLP widths).
+// `micro_batch` sequences (Korthikanti et al. 2022, Sec. 4-5, Eqs. 1-3; with
+// kFused without the 5as^2b score terms; see formulas.cc for the
+// generalization to GQA and other MLP widths).
 double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int tp,
                                bool sequence_parallel, Recompute recompute,
-                               double bytes_per_element);
+                               double bytes_per_element, AttentionKernel attention);
 
 }  // namespace loom::planner
 

@@ -30,12 +30,13 @@ TEST(PipelineBubbleTest, OneFOneBAndInterleaved) {
 }
 
 // Korthikanti et al. 2022, Eqs. 1-3 and Sec. 5, for a GPT (s 2048, h 6144, a 48).
+// Their counts are for a materialized softmax (kUnfused).
 TEST(ActivationTest, KorthikantiEquations) {
   const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
   const double s = 2048, b = 2, h = 6144, a = 48, t = 8;
   const double sbh = s * b * h;
   auto bytes = [&](int tp, bool sp, Recompute r) {
-    return ActivationBytesPerLayer(model, 2, tp, sp, r, 2.0);
+    return ActivationBytesPerLayer(model, 2, tp, sp, r, 2.0, AttentionKernel::kUnfused);
   };
   EXPECT_NEAR(bytes(1, false, Recompute::kNone), sbh * (34 + 5 * a * s / h), 1);  // Eq. 1
   EXPECT_NEAR(bytes(8, false, Recompute::kNone),
@@ -46,7 +47,38 @@ TEST(ActivationTest, KorthikantiEquations) {
   EXPECT_NEAR(bytes(8, false, Recompute::kFull), 2 * sbh, 1);
   EXPECT_NEAR(bytes(8, true, Recompute::kFull), 2 * sbh / t, 1);
   // fp32 activations take twice the bytes.
-  EXPECT_NEAR(ActivationBytesPerLayer(model, 2, 1, false, Recompute::kFull, 4.0), 4 * sbh, 1);
+  EXPECT_NEAR(ActivationBytesPerLayer(model, 2, 1, false, Recompute::kFull, 4.0,
+                                      AttentionKernel::kUnfused),
+              4 * sbh, 1);
+}
+
+// A fused attention kernel (what the engine runs) stores no s x s scores,
+// only an fp32 log-sum-exp per head and token (Dao et al. 2022, Alg. 1): the
+// 5as/h term of Eqs. 1-3 becomes 4as b bytes, split over the TP group.
+TEST(ActivationTest, FusedAttentionKeepsNoScoreMatrix) {
+  const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
+  const double s = 2048, b = 2, h = 6144, a = 48, t = 8;
+  const double sbh = s * b * h;
+  auto bytes = [&](int tp, bool sp, Recompute r) {
+    return ActivationBytesPerLayer(model, 2, tp, sp, r, 2.0, AttentionKernel::kFused);
+  };
+  const double lse = 4 * a * s * b;
+  EXPECT_NEAR(bytes(1, false, Recompute::kNone), 34 * sbh + lse, 1);
+  EXPECT_NEAR(bytes(8, false, Recompute::kNone), sbh * (10 + 24 / t) + lse / t, 1);
+  EXPECT_NEAR(bytes(8, true, Recompute::kNone), 34 * sbh / t + lse / t, 1);
+  // Selective recompute has nothing left to drop.
+  EXPECT_DOUBLE_EQ(bytes(8, true, Recompute::kSelective), bytes(8, true, Recompute::kNone));
+  // Full recompute keeps only the layer input either way.
+  EXPECT_NEAR(bytes(8, false, Recompute::kFull), 2 * sbh, 1);
+  // The scores were most of it: at s 2048 the unfused layer is 3.4x larger.
+  EXPECT_NEAR(ActivationBytesPerLayer(model, 2, 1, false, Recompute::kNone, 2.0,
+                                      AttentionKernel::kUnfused) /
+                  bytes(1, false, Recompute::kNone),
+              (34 + 5 * a * s / h) / 34, 0.01);
+  // The statistics stay fp32 when activations are fp32.
+  EXPECT_NEAR(ActivationBytesPerLayer(model, 2, 1, false, Recompute::kNone, 4.0,
+                                      AttentionKernel::kFused),
+              2 * 34 * sbh + lse, 1);
 }
 
 TEST(ActivationTest, GqaStoresSmallerKeysAndValues) {
@@ -54,8 +86,10 @@ TEST(ActivationTest, GqaStoresSmallerKeysAndValues) {
   ModelSpec gqa = mha;
   gqa.n_kv_head = 8;
   const double sb = 2048.0;
-  EXPECT_NEAR(ActivationBytesPerLayer(mha, 1, 1, false, Recompute::kSelective, 2) -
-                  ActivationBytesPerLayer(gqa, 1, 1, false, Recompute::kSelective, 2),
+  EXPECT_NEAR(ActivationBytesPerLayer(mha, 1, 1, false, Recompute::kSelective, 2,
+                                      AttentionKernel::kFused) -
+                  ActivationBytesPerLayer(gqa, 1, 1, false, Recompute::kSelective, 2,
+                                          AttentionKernel::kFused),
               4 * sb * (4096 - 1024), 1);
 }
 

@@ -105,7 +105,7 @@ std::vector<WhatIf> WhatIfs(const CostModel& cost, const PlannerOptions& options
     l.micro_batch = *(at + 1);
     variants.emplace_back(absl::StrCat("micro-batch ", l.micro_batch), l);
   }
-  if (best.pp > 1) {
+  if (best.pp > 1 && cost.model().n_layer % best.pp == 0) {  // interleaving needs equal stages
     const std::vector<int64_t> vs = Divisors(cost.model().n_layer / best.pp);
     auto v = std::find(vs.begin(), vs.end(), best.virtual_stages);
     if (best.virtual_stages != 1) {
@@ -172,7 +172,10 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
   for (int64_t tp : Divisors(n)) {
     if (options.tp > 0 && tp != options.tp) continue;
     if (tp > topology.devices_per_node && !options.allow_tp_across_nodes) continue;
+    // Every pp the devices allow, up to one layer per stage: stages need not
+    // be equal (CostModel::StageLayers splits the layers as the engine does).
     for (int64_t pp : Divisors(n / tp)) {
+      if (pp > request.model.n_layer) break;
       if (options.pp > 0 && pp != options.pp) continue;
       const int64_t dp = n / tp / pp;
       if (options.dp > 0 && dp != options.dp) continue;
@@ -194,9 +197,11 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
         if (options.micro_batch > 0 && mb != options.micro_batch) continue;
         mbs.push_back(mb);
       }
+      // Interleaving needs pp > 1 and equal stages of v equal chunks.
+      const bool can_interleave = pp > 1 && request.model.n_layer % pp == 0;
       std::vector<int> vs;
-      for (int64_t v : Divisors(request.model.n_layer / pp)) {
-        if (v > 1 && pp == 1) break;
+      for (int64_t v : can_interleave ? Divisors(request.model.n_layer / pp)
+                                      : std::vector<int64_t>{1}) {
         if (options.max_virtual_stages > 0 && v > options.max_virtual_stages) break;
         if (options.virtual_stages > 0 && v != options.virtual_stages) continue;
         vs.push_back(static_cast<int>(v));
@@ -212,7 +217,6 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
       };
       bool zero_done_for_dp1 = false;
       for (int zero : options.zero_stages) {
-        if (zero >= 2 && pp > 1) continue;  // CheckLayout forbids it
         if (dp == 1) {  // ZeRO shards over DP: with one replica every stage is the same
           if (zero_done_for_dp1) continue;
           zero_done_for_dp1 = true;

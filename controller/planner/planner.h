@@ -8,10 +8,12 @@
 //   std::cout << FormatPlanText(request, plan);       // report.h
 //
 // Search: every tp dividing the devices per node (or, when allowed, whole
-// nodes) and the heads; every pp dividing the layers; dp = N / (tp pp)
+// nodes) and the heads; every pp dividing N / tp up to the layer count
+// (stages may be uneven, split as the engine splits them); dp = N / (tp pp)
 // dividing the global batch; every interleaving v dividing the layers per
-// stage; every micro-batch size dividing the per-replica batch; recompute
-// none/selective/full; ZeRO 0-3 (0-1 with pp > 1). Layouts that do not fit
+// stage (equal stages only); every micro-batch size dividing the
+// per-replica batch; recompute none/selective/full; ZeRO 0-3, with or
+// without pipeline parallelism. Layouts that do not fit
 // are dropped (memory only grows with the micro-batch, so a branch stops at
 // the first micro-batch that does not fit); the rest are ranked by
 // estimated step time.

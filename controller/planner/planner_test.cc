@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "controller/planner/report.h"
 #include "controller/planner/test_models.h"
 #include "gtest/gtest.h"
 
@@ -156,8 +157,10 @@ TEST(PlannerTest, InfeasibleOnAClusterNamesTheClosestLayout) {
 }
 
 TEST(PlannerTest, NoValidLayoutSaysWhy) {
-  // 5 layers, 12 heads, batch 3 on 8 devices: no dp divides the batch.
-  absl::StatusOr<Plan> plan = MakePlan(Request(MegatronGpt("tiny", 5, 768, 12), 3, 1, 8));
+  // 1 layer, 12 heads, batch 3 on 8 devices: no dp above 1 divides the
+  // batch, tp 8 does not divide the heads, and one layer makes one stage.
+  // (With 5 layers, tp 2 x pp 4 is valid now that stages may be uneven.)
+  absl::StatusOr<Plan> plan = MakePlan(Request(MegatronGpt("tiny", 1, 768, 12), 3, 1, 8));
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(plan.status().message(),
             "no valid layout of 8 devices for this model and batch (e.g. tp 1 x pp 1 x dp 8: "
@@ -264,6 +267,88 @@ TEST(PlannerTest, ExplicitLayoutThatDoesNotFitIsRejectedWithTheReason) {
   EXPECT_FALSE(eval->fits);
   EXPECT_NE(eval->infeasible_reason.find("GB activations), device has 80 GB"), std::string::npos)
       << eval->infeasible_reason;
+}
+
+// Issue 11: BLOOM-176B's 70 layers on 384 A100s returned "no valid layout"
+// while pipeline stages had to divide the layers.
+TEST(PlannerTest, Bloom176BOn384A100sGetsALayoutWithUnevenStagesAllowed) {
+  const PlanRequest request = Request(test_models::Bloom176B(), 2048, 48, 8);
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->best.fits);
+  EXPECT_GT(plan->best.step.mfu, 0.3);
+  EXPECT_LT(plan->best.step.mfu, 0.7);
+  // BigScience's published layout: tp 4, pp 12 (70 layers: 11 stages of 6
+  // and one of 4), dp 8, micro-batch 2, ZeRO-1, full recompute.
+  Layout published;
+  published.tp = 4;
+  published.pp = 12;
+  published.dp = 8;
+  published.micro_batch = 2;
+  published.zero_stage = 1;
+  published.recompute = Recompute::kFull;
+  absl::StatusOr<LayoutEvaluation> eval = EvaluateLayout(request, published);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_TRUE(eval->fits) << eval->infeasible_reason;
+  EXPECT_EQ(eval->time.bottleneck_layers, 6);
+  EXPECT_GE(plan->best.step.tokens_per_second, eval->step.tokens_per_second);
+  bool uneven_shape = false;
+  for (const ShapeResult& shape : plan->shapes) {
+    uneven_shape |= request.model.n_layer % shape.best.layout.pp != 0;
+  }
+  EXPECT_TRUE(uneven_shape);
+  std::printf("BLOOM-176B on 384 A100-80GB: published %s -> %.0f tok/s (MFU %.1f%%); chosen %s "
+              "-> %.0f tok/s (MFU %.1f%%), %.1f of %.1f GB per device\n",
+              LayoutToString(published).c_str(), eval->step.tokens_per_second,
+              100 * eval->step.mfu, LayoutToString(plan->best.layout).c_str(),
+              plan->best.step.tokens_per_second, 100 * plan->best.step.mfu,
+              plan->best.memory.total() / 1e9, plan->best.memory.capacity / 1e9);
+}
+
+// Issue 11: a published Llama-3 405B layout, ZeRO-3 with pipeline
+// parallelism, could not be expressed. It now evaluates as fitting, with the
+// gathered layer in its memory breakdown.
+TEST(PlannerTest, Llama3_405BLayoutWithZeroThreeAndPipelineFits) {
+  const PlanRequest request =
+      Request(test_models::Llama3_405B(), 2048, 2048, 8, "H100 SXM5 80GB", 50e9);
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 16;
+  layout.dp = 128;
+  layout.micro_batch = 1;
+  layout.zero_stage = 3;
+  layout.sequence_parallel = true;
+  layout.recompute = Recompute::kFull;
+  absl::StatusOr<LayoutEvaluation> eval = EvaluateLayout(request, layout);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_TRUE(eval->fits) << eval->infeasible_reason;
+  // One block's TP shard, (2 h^2 + 2 h h_kv + 3 h f) / 8 + norms, in bf16.
+  const double h = 16384, h_kv = 1024, f = 53248;
+  const double block = (2 * h * h + 2 * h * h_kv + 3 * h * f) / 8 + 2 * h;
+  EXPECT_NEAR(eval->memory.gathered_parameters, 2 * block, 1);
+  // Fully sharded, every one of the 16 micro-batches gathers its stage's
+  // weights twice over the 400 Gb/s network: a low MFU, which is why Meta
+  // kept them gathered between forward and backward.
+  EXPECT_GT(eval->step.mfu, 0.1);
+  EXPECT_GT(eval->time.data_parallel_exposed, 0.5 * eval->time.compute);
+  EXPECT_EQ(eval->time.micro_batches, 16);
+  const std::string text = FormatEvaluationText(request, *eval);
+  EXPECT_NE(text.find("ZeRO-3 gathered layer"), std::string::npos) << text;
+  std::printf("Llama-3-405B on 16,384 H100: %s -> MFU %.1f%%, %.1f GB per device (%.2f GB "
+              "gathered layer)\n",
+              LayoutToString(layout).c_str(), 100 * eval->step.mfu, eval->memory.total() / 1e9,
+              eval->memory.gathered_parameters / 1e9);
+}
+
+TEST(PlannerTest, ZeroTwoAndThreeAreSearchedWithPipelines) {
+  PlanRequest request = MegatronRequest(kMegatronRows[1]);
+  request.options.zero_stages = {3};
+  request.options.pp = 8;
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->best.layout.zero_stage, 3);
+  EXPECT_EQ(plan->best.layout.pp, 8);
+  EXPECT_GT(plan->best.memory.gathered_parameters, 0);
 }
 
 TEST(PlannerTest, RejectsBadOptions) {

@@ -137,7 +137,14 @@ void AppendHeader(const PlanRequest& r, std::string* out) {
   absl::StrAppend(out, "\n");
 }
 
+// A layout that does not fit cannot run: it gets its reason, and no step
+// time, throughput, MFU or time to train.
 void AppendEstimates(const PlanRequest& r, const LayoutEvaluation& e, std::string* out) {
+  if (!e.fits) {
+    absl::StrAppend(out, "  No estimate: the layout does not fit (", e.infeasible_reason,
+                    "), so it has no step time, throughput or MFU.\n");
+    return;
+  }
   Table table({"Estimate", "value"});
   table.Add({"step time", Seconds(e.step.step_seconds)});
   table.Add({"tokens/s", Thousands(e.step.tokens_per_second)});
@@ -165,7 +172,9 @@ void AppendEstimates(const PlanRequest& r, const LayoutEvaluation& e, std::strin
 
 void AppendMemory(const LayoutEvaluation& e, std::string* out) {
   const MemoryBreakdown& m = e.memory;
-  Table table({absl::StrCat("Memory per device, stage ", m.stage, " of ", e.layout.pp), "GB"});
+  Table table({absl::StrCat("Memory per device, stage ", m.stage, " of ", e.layout.pp, " (",
+                            m.layers, m.layers == 1 ? " layer)" : " layers)"),
+               "GB"});
   table.Add({"weights", Gb(m.weights)});
   table.Add({"gradients", Gb(m.gradients)});
   table.Add({"fp32 master weights", Gb(m.master_weights)});
@@ -173,6 +182,7 @@ void AppendMemory(const LayoutEvaluation& e, std::string* out) {
   table.Add({"activations", Gb(m.activations)});
   table.Add({"recompute workspace", Gb(m.recompute_workspace)});
   table.Add({"logits", Gb(m.logits)});
+  if (e.layout.zero_stage >= 3) table.Add({"ZeRO-3 gathered layer", Gb(m.gathered_parameters)});
   table.Add({"reserve (workspace, fragmentation)", Gb(m.reserve)});
   table.Add({absl::StrCat("total (device has ", absl::StrFormat("%g", m.capacity / kGB), ")"),
              Gb(m.total())});
@@ -242,8 +252,10 @@ std::vector<std::string> ExplainPlan(const PlanRequest& request, const Plan& pla
   why.push_back(absl::StrCat(
       "Fits: ", Gb(m.total()), " of ", absl::StrFormat("%g", m.capacity / kGB),
       " GB per device (", Gb(m.state()), " GB training state, ",
-      Gb(m.activations + m.recompute_workspace + m.logits), " GB activations, ", Gb(m.reserve),
-      " GB reserve)."));
+      Gb(m.activations + m.recompute_workspace + m.logits), " GB activations, ",
+      m.gathered_parameters > 0 ? absl::StrCat(Gb(m.gathered_parameters), " GB ZeRO-3 gathered layer, ")
+                                : "",
+      Gb(m.reserve), " GB reserve)."));
   std::string rank_line = absl::StrCat("Fastest of ", Thousands(static_cast<double>(plan.stats.feasible)),
                                        " layouts that fit (", Thousands(static_cast<double>(plan.stats.candidates)),
                                        " in the search space)");
@@ -353,8 +365,10 @@ std::string FormatEvaluationText(const PlanRequest& request, const LayoutEvaluat
   AppendEstimates(request, eval, &out);
   absl::StrAppend(&out, "\n");
   AppendMemory(eval, &out);
-  absl::StrAppend(&out, "\n");
-  AppendTime(eval, &out);
+  if (eval.fits) {
+    absl::StrAppend(&out, "\n");
+    AppendTime(eval, &out);
+  }
   return out;
 }
 

@@ -31,6 +31,7 @@ void WriteEvaluation(const LayoutEvaluation& e, JsonWriter* w) {
   w->Key("memory_bytes");
   w->BeginObject();
   w->Field("stage", m.stage);
+  w->Field("layers", m.layers);
   w->Field("parameters", m.parameters);
   w->Field("weights", m.weights);
   w->Field("gradients", m.gradients);
@@ -39,12 +40,21 @@ void WriteEvaluation(const LayoutEvaluation& e, JsonWriter* w) {
   w->Field("activations", m.activations);
   w->Field("recompute_workspace", m.recompute_workspace);
   w->Field("logits", m.logits);
+  w->Field("gathered_parameters", m.gathered_parameters);
   w->Field("reserve", m.reserve);
   w->Field("total", m.total());
   w->Field("capacity", m.capacity);
   w->EndObject();
+  // A layout that does not fit has no step time, throughput or MFU: the
+  // time and estimate objects are left out.
+  if (!e.fits) {
+    w->EndObject();
+    return;
+  }
   const TimeBreakdown& t = e.time;
   w->Field("micro_batches", static_cast<double>(t.micro_batches));
+  w->Field("bottleneck_stage", t.bottleneck_stage);
+  w->Field("bottleneck_layers", t.bottleneck_layers);
   w->Field("gemm_efficiency", t.gemm_efficiency);
   w->Key("time_seconds");
   w->BeginObject();

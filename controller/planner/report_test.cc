@@ -87,9 +87,40 @@ TEST(ReportTest, InfeasibleEvaluationSaysWhy) {
   ASSERT_TRUE(eval.ok());
   const std::string text = FormatEvaluationText(request, *eval);
   EXPECT_TRUE(Contains(text, "  does not fit: needs ")) << text;
+  // No throughput or MFU for a layout that cannot run: the reason instead.
+  EXPECT_TRUE(Contains(text, "No estimate: the layout does not fit (" + eval->infeasible_reason +
+                                 "), so it has no step time, throughput or MFU."))
+      << text;
+  EXPECT_FALSE(Contains(text, "tokens/s")) << text;
+  EXPECT_FALSE(Contains(text, "MFU (")) << text;
+  EXPECT_FALSE(Contains(text, "time to train")) << text;
+  EXPECT_FALSE(Contains(text, "Step time")) << text;
+  EXPECT_TRUE(Contains(text, "Memory per device, stage 0 of 64 (2 layers)")) << text;
   YAML::Node root = YAML::Load(FormatEvaluationJson(request, *eval));
   EXPECT_FALSE(root["fits"].as<bool>());
   EXPECT_EQ(root["infeasible_reason"].as<std::string>(), eval->infeasible_reason);
+  EXPECT_FALSE(root["estimate"]) << "no throughput or MFU in JSON either";
+  EXPECT_FALSE(root["time_seconds"]);
+  EXPECT_NEAR(root["memory_bytes"]["total"].as<double>(), eval->memory.total(),
+              1e-9 * eval->memory.total());
+}
+
+TEST(ReportTest, PlanShapesThatDoNotFitShowNoEstimates) {
+  PlanRequest request = MegatronRequest(3);
+  request.options.zero_stages = {0, 1};  // 1T: then pure DP does not fit
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  YAML::Node root = YAML::Load(FormatPlanJson(request, *plan));
+  int infeasible = 0;
+  for (const YAML::Node& shape : root["shapes"]) {
+    if (shape["fits"].as<bool>()) {
+      EXPECT_GT(shape["estimate"]["mfu"].as<double>(), 0);
+    } else {
+      ++infeasible;
+      EXPECT_FALSE(shape["estimate"]);
+    }
+  }
+  EXPECT_GT(infeasible, 0);
 }
 
 TEST(JsonWriterTest, EscapesAndNests) {

@@ -93,6 +93,48 @@ inline ModelSpec Llama2_70B() {
   return model;
 }
 
+// BLOOM-176B (the BLOOM paper, BigScience Workshop 2022): 70 layers, 14,336
+// wide, 112 heads, vocabulary 250,880, sequence 2048, ALiBi positions (no
+// learned table), tied embeddings, GELU 4h MLP. Trained on 384 A100-80GB as
+// tp 4 x pp 12 x dp 8, ZeRO-1, global batch 2048: 70 layers do not divide
+// into 12 stages.
+inline ModelSpec Bloom176B() {
+  ModelSpec model;
+  model.name = "BLOOM-176B";
+  model.n_layer = 70;
+  model.d_model = 14336;
+  model.n_head = 112;
+  model.vocab_size = 250880;
+  model.seq_len = 2048;
+  model.learned_position_embedding = false;
+  return model;
+}
+
+// Llama-3.1-405B (Dubey et al. 2024, Table 3): 126 layers, 16,384 wide, 128
+// heads with 8 KV heads, SwiGLU MLP of 53,248, vocabulary 128,256, RMSNorm,
+// rotary positions, untied embeddings; pre-trained at sequence 8192 on up to
+// 16,384 H100s as tp 8 x pp 16 x dp 128 with FSDP sharding over the
+// data-parallel group (Sec. 3.3.2, Table 4), 126 layers on 16 stages. (Meta
+// kept the parameters gathered between forward and backward; ZeRO-3 is the
+// fully sharded form of that layout.)
+inline ModelSpec Llama3_405B() {
+  ModelSpec model;
+  model.name = "Llama-3-405B";
+  model.n_layer = 126;
+  model.d_model = 16384;
+  model.n_head = 128;
+  model.n_kv_head = 8;
+  model.ffn_hidden = 53248;
+  model.vocab_size = 128256;
+  model.seq_len = 8192;
+  model.gated_mlp = true;
+  model.bias = false;
+  model.rms_norm = true;
+  model.learned_position_embedding = false;
+  model.tied_embeddings = false;
+  return model;
+}
+
 }  // namespace loom::planner::test_models
 
 #endif  // LOOM_CONTROLLER_PLANNER_TEST_MODELS_H_

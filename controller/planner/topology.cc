@@ -109,10 +109,49 @@ const char* Alias(const std::string& folded) {
       {"a10040", "A100-40GB"}, {"a100sxm40gb", "A100-40GB"},
       {"a10080", "A100-80GB"}, {"a100sxm80gb", "A100-80GB"},
       {"h100", "H100-SXM"},  {"h100sxm5", "H100-SXM"}, {"h100sxm80gb", "H100-SXM"},
+      {"h10080gb", "H100-SXM"},
       {"h200sxm", "H200"},   {"h200141gb", "H200"},
   };
   for (const Entry& entry : kAliases) {
     if (folded == entry.alias) return entry.name;
+  }
+  return nullptr;
+}
+
+// The name as people write it with the words that do not pick a catalog
+// entry dropped, then folded: the vendor ("NVIDIA", "Tesla"), the SXM form
+// factor and its generation ("SXM", "SXM4", "SXM5": every catalog entry is
+// the SXM part) and the memory technology ("HBM3"). Words are split at '-',
+// '_' and spaces, so "H100 SXM5 80GB" and "A100-SXM4-80GB" become "h10080gb"
+// and "a10080gb". PCIe parts are not dropped to their SXM figures: their
+// peaks and power differ, so "H100 PCIe" stays unknown.
+std::string Canonical(absl::string_view name) {
+  static const char* const kNoise[] = {"nvidia", "tesla", "sxm",  "sxm2", "sxm3", "sxm4",
+                                       "sxm5",   "hbm2",  "hbm2e", "hbm3", "hbm3e"};
+  std::string canonical;
+  std::string word;
+  auto flush = [&] {
+    bool noise = false;
+    for (const char* n : kNoise) noise |= word == n;
+    if (!noise) canonical += word;
+    word.clear();
+  };
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == ' ') {
+      flush();
+    } else {
+      word.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    }
+  }
+  flush();
+  return canonical;
+}
+
+// The catalog entry whose folded name or alias is `key`, or null.
+const char* CatalogName(const std::vector<DeviceSpec>& catalog, const std::string& key) {
+  if (const char* alias = Alias(key)) return alias;
+  for (const DeviceSpec& device : catalog) {
+    if (Fold(device.name) == key || Canonical(device.name) == key) return device.name.c_str();
   }
   return nullptr;
 }
@@ -137,10 +176,13 @@ std::vector<std::string> CatalogDeviceNames() {
 }
 
 absl::StatusOr<DeviceSpec> LookupDevice(absl::string_view name) {
-  std::string folded = Fold(name);
-  if (const char* alias = Alias(folded)) folded = Fold(alias);
-  for (const DeviceSpec& device : Catalog()) {
-    if (Fold(device.name) == folded) return device;
+  const std::vector<DeviceSpec> catalog = Catalog();
+  const char* found = CatalogName(catalog, Fold(name));
+  if (found == nullptr) found = CatalogName(catalog, Canonical(name));
+  if (found != nullptr) {
+    for (const DeviceSpec& device : catalog) {
+      if (device.name == found) return device;
+    }
   }
   return absl::NotFoundError(absl::StrCat(
       "unknown device \"", name, "\"; known: ", absl::StrJoin(CatalogDeviceNames(), ", "),

@@ -63,7 +63,10 @@ struct DeviceSpec {
 
 // Catalog of known devices: V100 (SXM2 32 GB), A100-40GB, A100-80GB,
 // H100-SXM, H200 (SXM). Names match case-insensitively, ignoring '-', '_'
-// and spaces; short aliases such as "a100-80" and "h100" are accepted.
+// and spaces; short aliases such as "a100-80" and "h100" are accepted, and
+// so are the names as people write them, with vendor, SXM form factor and
+// memory type words ("H100-80GB", "H100 SXM5 80GB", "A100-SXM4-80GB",
+// "NVIDIA A100 80GB"). A PCIe part is not its SXM sibling and stays unknown.
 // Returns NOT_FOUND listing the known names otherwise. "cpu" is not in the
 // catalog: it has no fixed peak, see LocalCpuDevice().
 absl::StatusOr<DeviceSpec> LookupDevice(absl::string_view name);

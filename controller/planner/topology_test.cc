@@ -46,6 +46,35 @@ TEST(CatalogTest, UnknownDeviceListsTheKnownOnes) {
             "\"cpu\" with a measured peak");
 }
 
+// Device names as people write them in a topology file or on the command
+// line (issue 11, planner fidelity) resolve to the catalog.
+TEST(CatalogTest, NamesAsPeopleWriteThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"H100-80GB", "H100-SXM"},       {"H100 SXM5 80GB", "H100-SXM"},
+      {"H100 SXM", "H100-SXM"},        {"h100_sxm5", "H100-SXM"},
+      {"NVIDIA H100 80GB HBM3", "H100-SXM"},
+      {"A100-SXM4-80GB", "A100-80GB"}, {"A100 80GB", "A100-80GB"},
+      {"a100-80", "A100-80GB"},        {"NVIDIA A100-SXM4-40GB", "A100-40GB"},
+      {"A100 40GB", "A100-40GB"},      {"Tesla V100-SXM2-32GB", "V100"},
+      {"V100 SXM2", "V100"},           {"H200 SXM 141GB", "H200"},
+      {"h200", "H200"},
+  };
+  for (const auto& [written, name] : cases) {
+    absl::StatusOr<DeviceSpec> device = LookupDevice(written);
+    ASSERT_TRUE(device.ok()) << written << ": " << device.status();
+    EXPECT_EQ(device->name, name) << written;
+  }
+  // Not guessed: a PCIe part has other peaks, and "A100" alone could be
+  // either memory size.
+  for (const char* unknown : {"H100 PCIe", "A100", "H100 SXM5 94GB"}) {
+    absl::StatusOr<DeviceSpec> device = LookupDevice(unknown);
+    EXPECT_EQ(device.status().code(), absl::StatusCode::kNotFound) << unknown;
+    EXPECT_THAT(std::string(device.status().message()),
+                testing::HasSubstr("known: V100, A100-40GB, A100-80GB, H100-SXM, H200"))
+        << unknown;
+  }
+}
+
 // Product names as NVML reports them map to the catalog (the worker's GPU
 // ranks take their MFU peak from it).
 TEST(CatalogTest, NvidiaProductNamesMapToTheCatalog) {
