@@ -7,3 +7,8 @@ loom_test(loom_grpc_util_test SRCS grpc_util_test.cc DEPS loom_grpc_util)
 loom_library(loom_parallel_layout SRCS parallel_layout.cc
              DEPS loom_common absl::status absl::statusor absl::strings)
 loom_test(loom_parallel_layout_test SRCS parallel_layout_test.cc DEPS loom_parallel_layout)
+# The accelerator catalog (datasheet peaks, memory, bandwidths): the
+# planner plans with it, GPU ranks take their MFU peak from it.
+loom_library(loom_device_catalog SRCS device_catalog.cc
+             DEPS loom_common absl::status absl::statusor absl::strings)
+loom_test(loom_device_catalog_test SRCS device_catalog_test.cc DEPS loom_device_catalog)

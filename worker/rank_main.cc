@@ -24,7 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
-#include "controller/planner/topology.h"
+#include "common/device_catalog.h"
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
@@ -127,28 +127,28 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
 namespace {
 
 // Datasheet peak of GPU `gpu` (NVML index) for `precision`, from the
-// planner's catalog; 0, with a line on stderr saying why, when NVML cannot
+// device catalog (common/device_catalog.h); 0, with a line on stderr saying why, when NVML cannot
 // name the board or the catalog does not know it.
 double GpuPeakFlops(int gpu, loom::engine::Precision precision) {
   absl::StatusOr<std::unique_ptr<loom::telemetry::Nvml>> nvml = loom::telemetry::Nvml::Open();
   absl::StatusOr<std::string> product =
       nvml.ok() ? (*nvml)->DeviceName(gpu) : absl::StatusOr<std::string>(nvml.status());
-  absl::StatusOr<loom::planner::DeviceSpec> device =
-      product.ok() ? loom::planner::LookupDeviceByProductName(*product)
-                   : absl::StatusOr<loom::planner::DeviceSpec>(product.status());
+  absl::StatusOr<loom::DeviceSpec> device =
+      product.ok() ? loom::LookupDeviceByProductName(*product)
+                   : absl::StatusOr<loom::DeviceSpec>(product.status());
   if (!device.ok()) {
     std::cerr << "loom-rank: no peak for GPU " << gpu << ", so no MFU: " << device.status()
               << std::endl;
     return 0;
   }
-  const loom::planner::Precision p = precision == loom::engine::Precision::kBf16
-                                         ? loom::planner::Precision::kBf16
+  const loom::MatmulPrecision p = precision == loom::engine::Precision::kBf16
+                                         ? loom::MatmulPrecision::kBf16
                                      : precision == loom::engine::Precision::kFp16
-                                         ? loom::planner::Precision::kFp16
-                                         : loom::planner::Precision::kFp32;
+                                         ? loom::MatmulPrecision::kFp16
+                                         : loom::MatmulPrecision::kFp32;
   const double peak = device->PeakFlops(p);
   std::cerr << "loom-rank: GPU " << gpu << " is " << *product << " (" << device->name << "), peak "
-            << peak / 1e12 << " TFLOP/s " << loom::planner::PrecisionName(p) << std::endl;
+            << peak / 1e12 << " TFLOP/s " << loom::PrecisionName(p) << std::endl;
   return peak;
 }
 
@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
 
   // Telemetry: this rank's peak (the job's is that times the ranks): on a
   // GPU the datasheet figure of the board NVML names, for the training
-  // precision (controller/planner's device catalog; 0, and no MFU, for a
+  // precision (common/device_catalog.h; 0, and no MFU, for a
   // board it does not know); on CPU a short GEMM calibration. Then model
   // FLOPs, state bytes, power.
   double rank_peak = 0;

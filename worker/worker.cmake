@@ -14,7 +14,7 @@ target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_worker_health l
 # The rank process links LibTorch and protobuf messages, but no gRPC.
 add_executable(loom-rank rank_main.cc)
 target_link_libraries(loom-rank PRIVATE loom_engine loom_blas_info loom_proto loom_file_util
-  loom_telemetry loom_gemm_calibration loom_nvml loom_planner)
+  loom_telemetry loom_gemm_calibration loom_nvml loom_device_catalog)
 
 loom_test(loom_rank_supervisor_test SRCS rank_supervisor_test.cc DEPS loom_worker_agent)
 

@@ -100,17 +100,6 @@ double ModelFlopsPerStep(const ModelSpec& model, int64_t global_batch_sequences)
          (static_cast<double>(model.n_layer) * forward.per_layer + forward.logits);
 }
 
-absl::string_view PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kTf32: return "tf32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-    case Precision::kFp8: return "fp8";
-  }
-  return "?";
-}
-
 absl::string_view OptimizerName(Optimizer optimizer) {
   switch (optimizer) {
     case Optimizer::kAdamW: return "adamw";

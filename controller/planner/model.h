@@ -15,6 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
+#include "common/device_catalog.h"
+
 namespace loom::planner {
 
 // A decoder-only transformer. The defaults describe GPT-2 / Megatron-LM GPT
@@ -83,10 +85,12 @@ ForwardFlops ForwardFlopsPerSequence(const ModelSpec& model);
 // recompute pass, 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Used for MFU.
 double ModelFlopsPerStep(const ModelSpec& model, int64_t global_batch_sequences);
 
-enum class Precision { kFp32, kTf32, kBf16, kFp16, kFp8 };
+// Matmul precision: common/device_catalog.h (the catalog's peaks are per
+// precision).
+using Precision = ::loom::MatmulPrecision;
+using ::loom::PrecisionName;
 enum class Optimizer { kAdamW, kSgdMomentum };
 
-absl::string_view PrecisionName(Precision precision);  // "fp32", "bf16", ...
 absl::string_view OptimizerName(Optimizer optimizer);   // "adamw", ...
 
 // How the model is trained.
