@@ -18,7 +18,6 @@ absl::StatusOr<std::string> RunPlan(const loom::v1::JobSpec& spec,
                                     const PlanCommandOptions& options) {
   auto req = PlanRequestFromSpec(spec, topology, options);
   if (!req.ok()) return req.status();
-  const auto& par = spec.parallelism();
   bool explicit_layout = options.evaluate_spec_layout;
   std::string out;
   auto plan = planner::MakePlan(*req);
@@ -30,12 +29,9 @@ absl::StatusOr<std::string> RunPlan(const loom::v1::JobSpec& spec,
     out = absl::StrCat("no plan: ", plan.status().message(), "\n");
   }
   if (explicit_layout) {
-    planner::Layout layout;
-    layout.dp = par.data() > 0 ? par.data() : 1;
-    layout.tp = par.tensor() > 0 ? par.tensor() : 1;
-    layout.pp = par.pipeline() > 0 ? par.pipeline() : 1;
-    layout.micro_batch = spec.batch().micro_batch() > 0 ? spec.batch().micro_batch() : 1;
-    auto eval = planner::EvaluateLayout(*req, layout);
+    // The same reading of the spec as the controller's at submit (ZeRO
+    // stage and activation checkpointing included).
+    auto eval = planner::EvaluateLayout(*req, controller::SpecLayout(spec));
     if (!eval.ok()) return eval.status();
     if (options.json) {
       // One JSON document: the plan and the spec's own layout side by side.

@@ -23,6 +23,11 @@ std::string LayoutFieldPath(const loom::v1::JobSpec& spec) {
 
 }  // namespace
 
+planner::Recompute SpecRecompute(const loom::v1::JobSpec& spec) {
+  return spec.activation_checkpointing() != 0 ? planner::Recompute::kFull
+                                              : planner::Recompute::kNone;
+}
+
 absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
                                              const std::vector<loom::v1::WorkerInfo>& workers) {
   const auto& res = spec.resources();
@@ -138,13 +143,20 @@ absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& 
 // What the engine executes (worker/engine/parallel/layout_engine.h):
 // tensor parallelism inside a node without sequence parallelism, pipeline
 // parallelism with the plain (not interleaved) 1F1B schedule, ZeRO 0-1, on
-// CPU ranks; GPU ranks and dropout under TP run data parallelism only. The
-// spec's activation checkpointing and micro-batch are kept as they are.
+// CPU ranks; GPU ranks and dropout under TP run data parallelism only.
+// Recompute: the engine checkpoints whole blocks (activation_checkpointing
+// 1 keeps each block's input and reruns the block in backward: the
+// planner's full recompute), so the search may choose none or full; a spec
+// that sets activation_checkpointing keeps it (counted as full). The spec's
+// micro-batch is kept as it is.
 void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions* options) {
   options->allow_tp_across_nodes = false;
   options->sequence_parallel = false;
   options->virtual_stages = 1;
-  options->recompute = {planner::Recompute::kNone};
+  options->recompute = {SpecRecompute(spec)};
+  if (spec.activation_checkpointing() == 0) {
+    options->recompute.push_back(planner::Recompute::kFull);
+  }
   // ZeRO-2 runs, but without its gradient-memory saving yet
   // (sharded_adamw.h), so the planner, which counts that saving, may not
   // pick it. ZeRO-3 does not execute at all (ValidateJobSpec refuses it).
@@ -160,8 +172,8 @@ void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions
 
 constexpr char kExecutableSearchNote[] =
     "layouts Loom executes (tensor parallelism inside a worker, no sequence parallelism; "
-    "pipeline 1F1B, not interleaved; ZeRO 0-1; CPU ranks; no recompute; the spec's "
-    "micro-batch)";
+    "pipeline 1F1B, not interleaved; ZeRO 0-1; CPU ranks; recompute none or full (activation "
+    "checkpointing of every block); the spec's micro-batch)";
 
 planner::Layout SpecLayout(const loom::v1::JobSpec& spec) {
   const auto& par = spec.parallelism();
@@ -171,6 +183,7 @@ planner::Layout SpecLayout(const loom::v1::JobSpec& spec) {
   layout.pp = par.pipeline() > 0 ? par.pipeline() : 1;
   layout.micro_batch = spec.batch().micro_batch() > 0 ? spec.batch().micro_batch() : 1;
   layout.zero_stage = par.zero_stage();
+  layout.recompute = SpecRecompute(spec);
   return layout;
 }
 
@@ -295,6 +308,10 @@ absl::StatusOr<loom::v1::JobPlan> PlanAtSubmit(loom::v1::JobSpec* spec,
     par->set_tensor(made->best.layout.tp);
     par->set_pipeline(made->best.layout.pp);
     par->set_zero_stage(made->best.layout.zero_stage);
+    if (made->best.layout.recompute == planner::Recompute::kFull &&
+        spec->activation_checkpointing() == 0) {
+      spec->set_activation_checkpointing(1);  // every block: full recompute
+    }
     spec->mutable_batch()->set_micro_batch(static_cast<int32_t>(made->best.layout.micro_batch));
     return plan;
   }

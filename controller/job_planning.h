@@ -68,6 +68,13 @@ void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions
 // micro-batch, no recompute.
 planner::Layout SpecLayout(const loom::v1::JobSpec& spec);
 
+// The planner's recompute for the spec's activation_checkpointing: any
+// setting keeps only block inputs and reruns blocks in backward, which the
+// planner models as full recompute. Exact for 1 (every block); for k > 1 or
+// sqrt segments the engine stores fewer inputs than that, but keeps a
+// segment's k blocks of activations alive while it reruns them.
+planner::Recompute SpecRecompute(const loom::v1::JobSpec& spec);
+
 loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& evaluation);
 
 // The Plan RPC's answer for a defaulted, validated spec on `topology`.

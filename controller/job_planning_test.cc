@@ -17,6 +17,10 @@ using ::testing::StartsWith;
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
+// Memory of the one slot in the long-sequence tests (below): enough for the
+// training state and a recomputed pass, not for every activation.
+constexpr double kLongSequenceMemoryBytes = 3.5e9;
+
 loom::v1::JobSpec TinySpec(int workers, int ranks) {
   loom::v1::JobSpec spec;
   spec.set_name("tiny");
@@ -153,6 +157,60 @@ TEST(PlanAtSubmitTest, AutoSplitsTheModelWhenPureDataParallelismDoesNotFit) {
   EXPECT_FALSE(plan->layout().sequence_parallel());
   EXPECT_EQ(plan->layout().virtual_stages(), 1);
   std::printf("auto plan: %s\n", plan->layout().summary().c_str());
+}
+
+// A long-sequence model on one rank: its training state fits, its
+// activations at the spec's micro-batch do not. Nothing but recompute can
+// help (one rank: no tensor, pipeline or ZeRO), so parallelism.auto chooses
+// full recompute and turns on the engine's activation checkpointing of
+// every block; a spec that pins it is evaluated with it.
+loom::v1::JobSpec LongSequenceSpec() {
+  auto spec = TinySpec(1, 1);
+  auto* gpt = spec.mutable_model()->mutable_gpt();
+  gpt->set_n_layer(8);
+  gpt->set_n_head(8);
+  gpt->set_d_model(512);
+  gpt->set_seq_len(2048);
+  gpt->set_vocab_size(256);  // ~25M parameters: 0.4 GB of fp32 AdamW state
+  spec.mutable_batch()->set_global_batch(8);
+  spec.mutable_batch()->set_micro_batch(8);
+  return spec;
+}
+
+TEST(PlanAtSubmitTest, AutoTurnsOnActivationCheckpointingWhenOnlyRecomputeFits) {
+  auto spec = LongSequenceSpec();
+  auto live = TopologyForSpec(spec, {Worker(1, kLongSequenceMemoryBytes)});
+  ASSERT_TRUE(live.ok()) << live.status();
+  // Without recompute the spec's own layout does not fit.
+  auto pinned_off = spec;
+  EXPECT_EQ(PlanAtSubmit(&pinned_off, *live).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  spec.mutable_parallelism()->set_auto_(true);
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->layout().fits()) << plan->layout().summary();
+  EXPECT_EQ(plan->layout().recompute(), "full");
+  EXPECT_EQ(spec.activation_checkpointing(), 1);
+
+  // Pinned: activation_checkpointing set by hand is the layout's recompute.
+  auto pinned_on = LongSequenceSpec();
+  pinned_on.set_activation_checkpointing(1);
+  auto evaluated = PlanAtSubmit(&pinned_on, *live);
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_TRUE(evaluated->layout().fits());
+  EXPECT_EQ(evaluated->layout().recompute(), "full");
+}
+
+TEST(PlanAtSubmitTest, AutoLeavesActivationCheckpointingOffWhenEverythingFits) {
+  auto spec = LongSequenceSpec();
+  spec.mutable_parallelism()->set_auto_(true);
+  auto live = TopologyForSpec(spec, {Worker(1, 64e9)});
+  ASSERT_TRUE(live.ok()) << live.status();
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->layout().recompute(), "none");
+  EXPECT_EQ(spec.activation_checkpointing(), 0);
 }
 
 // A 7B-parameter model (Llama-2-7B shape, GPT-style here) needs ~112 GB of
