@@ -45,16 +45,22 @@ GptConfig TinyConfig() {
   return c;
 }
 
-// eps 1e-5 instead of the default 1e-8: the attention key bias's true
-// gradient is exactly 0 (softmax ignores a shift of the scores), so its
-// computed gradient is fp32 rounding noise (~1e-10), and AdamW with eps 1e-8
-// turns noise into steps of up to lr, different under every summation
-// order: after 10 steps that bias held 1.5e-4 of its magnitude of noise in
-// every layout. With eps 1e-5 those elements move by lr * noise / eps.
+// eps 1e-4 instead of the default 1e-8. AdamW divides each element's step
+// by the RMS of its gradient (+ eps), so an element whose gradient is
+// (nearly) zero turns fp32 rounding, which any change of summation order
+// changes, into a step of up to lr: the attention key bias's true gradient
+// is exactly 0 (softmax ignores a shift of the scores), and a bias summed
+// over 64 tokens nearly cancels. With eps 1e-8 the key bias held 1.5e-4 of
+// its magnitude of noise after 10 steps in every layout, and with eps 1e-5
+// two correct single-rank implementations (Gpt, ParallelGpt on one rank)
+// still differed by 2.1e-5 of a bias's magnitude. With eps 1e-4 such
+// elements move by lr * noise / eps while every gradient above ~1e-4 (most
+// of them) still takes Adam's normalised step, so the comparison below can
+// hold parameters to issue 11's 1e-5.
 OptimizerConfig TestOptimizer() {
   OptimizerConfig o;
   o.lr = 1e-3;
-  o.eps = 1e-5;
+  o.eps = 1e-4;
   o.weight_decay = 0.1;
   o.grad_clip = 0.5;  // low enough that clipping happens (checked below)
   return o;
@@ -315,20 +321,13 @@ std::pair<double, std::string> WorstDifference(const std::map<std::string, torch
   return {worst, worst_name};
 }
 
-// Tolerances (issue 11: 1e-5 for losses and parameters). The first step's
-// gradients, which no optimizer has touched, are held to 1e-5 of each
-// tensor's largest magnitude. Parameters after 10 AdamW steps are held to
-// kParameterTolerance: Adam scales each element's step by 1 / RMS of its
-// gradient, so an element whose gradient nearly cancels over the batch (a
-// bias summed over 64 tokens) turns the fp32 rounding of that sum (any
-// change of summation order makes one) into a relative change of its step.
-// Two correct single-rank implementations, Gpt and ParallelGpt on one rank,
-// differ by 2.1e-5 of a bias's magnitude after 10 steps for that reason
-// (OneRank below prints it), so 1e-5 would fail every layout including the
-// trivial one; 1e-4 is five times that floor.
+// Tolerances (issue 11: 1e-5 for losses and parameters). Losses relative;
+// the first step's gradients, which no optimizer has touched, and the
+// parameters after 10 AdamW steps each relative to their tensor's largest
+// magnitude (TestOptimizer says why its eps makes that bar fair).
 constexpr double kLossTolerance = 1e-5;
 constexpr double kGradientTolerance = 1e-5;
-constexpr double kParameterTolerance = 1e-4;
+constexpr double kParameterTolerance = 1e-5;
 
 void ExpectEquivalent(const RunResult& reference, const RunResult& run, const std::string& what) {
   ASSERT_EQ(run.losses.size(), reference.losses.size()) << what;
