@@ -11,52 +11,82 @@ namespace loom::engine {
 
 GradientAverager::GradientAverager(std::vector<torch::Tensor> parameters,
                                    c10d::ProcessGroup* group, int64_t bucket_bytes)
-    : parameters_(std::move(parameters)), group_(group) {
-  const size_t n = parameters_.size();
+    : group_(group), average_(true) {
+  int64_t total = 0;
+  for (torch::Tensor& p : parameters) {
+    slots_.push_back({p, total, 0, false});
+    total += p.numel();
+  }
+  if (!parameters.empty()) {
+    flat_ = torch::zeros({total}, parameters[0].options().requires_grad(false));
+  }
+  Build(bucket_bytes);
+  ZeroGradients();
+}
+
+GradientAverager::GradientAverager(std::vector<GradientSlot> slots, torch::Tensor flat,
+                                   c10d::ProcessGroup* group, int64_t bucket_bytes, bool average)
+    : slots_(std::move(slots)), flat_(std::move(flat)), group_(group), average_(average) {
+  Build(bucket_bytes);
+}
+
+void GradientAverager::Build(int64_t bucket_bytes) {
+  const size_t n = slots_.size();
   bucket_of_.assign(n, 0);
   views_.resize(n);
   ready_.assign(n, false);
   if (n == 0) return;
-  const torch::TensorOptions options = parameters_[0].options().requires_grad(false);
-  for (const torch::Tensor& p : parameters_) {
+  for (size_t i = 0; i < n; ++i) {
+    const torch::Tensor& p = slots_[i].parameter;
     TORCH_CHECK(p.requires_grad() && p.is_leaf(),
                 "GradientAverager: every parameter must be a leaf that requires grad");
-    TORCH_CHECK(p.scalar_type() == parameters_[0].scalar_type() &&
-                    p.device() == parameters_[0].device(),
-                "GradientAverager: parameters must share one dtype and device");
+    TORCH_CHECK(p.scalar_type() == flat_.scalar_type() && p.device() == flat_.device(),
+                "GradientAverager: parameters must have the buffer's dtype and device");
+    const int64_t expected = i == 0 ? slots_[0].offset
+                                    : slots_[i - 1].offset + slots_[i - 1].parameter.numel();
+    TORCH_CHECK(slots_[i].offset == expected && slots_[i].offset >= 0 &&
+                    slots_[i].offset + p.numel() <= flat_.numel(),
+                "GradientAverager: slot ", i, " at offset ", slots_[i].offset,
+                " does not follow the previous one in the buffer");
+    views_[i] = flat_.narrow(0, slots_[i].offset, p.numel()).view_as(p);
   }
-  // Buckets in reverse parameter order, each at most bucket_bytes (at least
-  // one tensor).
-  size_t end = n;
-  while (end > 0) {
-    Bucket bucket;
-    int64_t bytes = 0;
-    size_t begin = end;
-    while (begin > 0 &&
-           (begin == end || bytes + parameters_[begin - 1].nbytes() <= bucket_bytes)) {
-      bytes += parameters_[begin - 1].nbytes();
-      --begin;
+  // Buckets of consecutive slots of one segment and one kind, cut from the
+  // last slot back: first the ones backward completes, then the deferred.
+  auto cut = [&](bool deferred) {
+    size_t end = n;
+    while (end > 0) {
+      if (slots_[end - 1].deferred != deferred) {
+        --end;
+        continue;
+      }
+      size_t begin = end - 1;
+      int64_t bytes = slots_[begin].parameter.nbytes();
+      while (begin > 0 && slots_[begin - 1].deferred == deferred &&
+             slots_[begin - 1].segment == slots_[end - 1].segment &&
+             bytes + slots_[begin - 1].parameter.nbytes() <= bucket_bytes) {
+        --begin;
+        bytes += slots_[begin].parameter.nbytes();
+      }
+      Bucket bucket;
+      int64_t elements = 0;
+      for (size_t i = end; i-- > begin;) {
+        bucket.slots.push_back(i);
+        bucket_of_[i] = buckets_.size();
+        elements += slots_[i].parameter.numel();
+      }
+      bucket.flat = flat_.narrow(0, slots_[begin].offset, elements);
+      buckets_.push_back(std::move(bucket));
+      end = begin;
     }
-    int64_t elements = 0;
-    for (size_t i = end; i-- > begin;) {
-      bucket.parameters.push_back(i);
-      elements += parameters_[i].numel();
-    }
-    bucket.flat = torch::zeros({elements}, options);
-    int64_t offset = 0;
-    for (size_t i : bucket.parameters) {
-      bucket_of_[i] = buckets_.size();
-      views_[i] = bucket.flat.narrow(0, offset, parameters_[i].numel()).view_as(parameters_[i]);
-      offset += parameters_[i].numel();
-    }
-    buckets_.push_back(std::move(bucket));
-    end = begin;
-  }
+  };
+  cut(/*deferred=*/false);
+  cut(/*deferred=*/true);
   self_ = std::make_shared<GradientAverager*>(this);
   std::weak_ptr<GradientAverager*> weak = self_;
   for (size_t i = 0; i < n; ++i) {
+    if (slots_[i].deferred) continue;
     std::shared_ptr<torch::autograd::Node> accumulator =
-        torch::autograd::impl::grad_accumulator(parameters_[i]);
+        torch::autograd::impl::grad_accumulator(slots_[i].parameter);
     TORCH_CHECK(accumulator != nullptr, "GradientAverager: parameter ", i,
                 " has no gradient accumulator");
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
@@ -67,7 +97,6 @@ GradientAverager::GradientAverager(std::vector<torch::Tensor> parameters,
         }));
     accumulators_.push_back(std::move(accumulator));
   }
-  ZeroGradients();
 }
 
 GradientAverager::~GradientAverager() {
@@ -88,19 +117,21 @@ GradientAverager::~GradientAverager() {
 
 void GradientAverager::ZeroGradients() {
   torch::NoGradGuard no_grad;
-  for (Bucket& bucket : buckets_) bucket.flat.zero_();
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    torch::Tensor p = parameters_[i];
-    if (!p.grad().defined() || !p.grad().is_same(views_[i])) p.mutable_grad() = views_[i];
+  if (flat_.defined()) flat_.zero_();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    torch::Tensor p = slots_[i].parameter;
+    if (!p.grad().defined() || p.grad().data_ptr() != views_[i].data_ptr()) {
+      p.mutable_grad() = views_[i];
+    }
   }
 }
 
 void GradientAverager::Arm() {
   std::lock_guard<std::mutex> lock(mu_);
   armed_ = true;
-  ready_.assign(parameters_.size(), false);
+  ready_.assign(slots_.size(), false);
   for (Bucket& bucket : buckets_) {
-    bucket.pending = static_cast<int>(bucket.parameters.size());
+    bucket.pending = static_cast<int>(bucket.slots.size());
     bucket.work.reset();
   }
   next_launch_ = 0;
@@ -112,7 +143,8 @@ void GradientAverager::MarkReady(size_t i) {
   if (!armed_ || ready_[i]) return;
   // Backward replaced the view (it would only do so for a gradient that was
   // not defined): the reduction would miss it. ZeroGradients prevents this.
-  TORCH_CHECK(parameters_[i].grad().is_same(views_[i]),
+  const torch::Tensor& grad = slots_[i].parameter.grad();
+  TORCH_CHECK(grad.defined() && grad.data_ptr() == views_[i].data_ptr(),
               "GradientAverager: parameter ", i, "'s gradient is no longer its bucket view");
   ready_[i] = true;
   Bucket& bucket = buckets_[bucket_of_[i]];
@@ -156,7 +188,7 @@ double GradientAverager::Finish() {
     }
   }
   for (auto& work : works) work->wait();
-  if (group_ != nullptr && group_->getSize() > 1) {
+  if (average_ && group_ != nullptr && group_->getSize() > 1) {
     torch::NoGradGuard no_grad;
     const double world = group_->getSize();
     for (Bucket& bucket : buckets_) bucket.flat.div_(world);

@@ -1,20 +1,22 @@
-// Data-parallel gradient averaging overlapped with backward, the way
+// Data-parallel gradient reduction overlapped with backward, the way
 // PyTorch's DistributedDataParallel reducer does it (Li et al. 2020,
 // "PyTorch Distributed: Experiences on Accelerating Data Parallel Training",
 // sec. 3.2.3, "Overlap Computation with Communication").
 //
-// The parameters' gradients are views into a few flat bucket buffers (of at
-// most bucket_bytes each; a larger tensor gets a bucket alone), laid out in
-// reverse parameter order, which is roughly the order backward produces
-// them. A post-hook on each parameter's gradient accumulator marks it ready
-// once its gradient of the armed backward has been accumulated; when every
+// The parameters' gradients are views into one flat buffer (this object's,
+// or the caller's), cut into buckets of at most bucket_bytes (a larger
+// tensor gets a bucket alone) of consecutive parameters, formed from the
+// last parameter back, which is roughly the order backward produces them.
+// A post-hook on each parameter's gradient accumulator marks it ready once
+// its gradient of the armed backward has been accumulated; when every
 // parameter of a bucket is ready, the bucket's all-reduce (SUM) is launched
 // asynchronously while backward goes on with the earlier layers. Buckets
 // are launched strictly in index order on every rank (c10d requires every
 // rank to issue collectives in the same order), so a ready bucket waits for
 // the ones before it. Finish() launches what is left (parameters that got
-// no gradient), waits for every bucket and divides by the world size; the
-// time it blocks is the communication that backward did not hide.
+// no gradient, and deferred ones), waits for every bucket and, when asked
+// to average, divides by the world size; the time it blocks is the
+// communication that backward did not hide.
 //
 // Gradient accumulation: only the backward after Arm() triggers launches;
 // earlier micro-batches accumulate into the same views (backward adds into
@@ -47,21 +49,42 @@ namespace loom::engine {
 // torch DDP's default bucket_cap_mb is 25.
 constexpr int64_t kGradientBucketBytes = int64_t{25} << 20;
 
+// One parameter of a caller-owned flat gradient buffer.
+struct GradientSlot {
+  torch::Tensor parameter;  // a leaf that requires grad
+  int64_t offset = 0;       // of its gradient in the flat buffer
+  // Buckets never mix segments. Callers whose ranks hold differently sized
+  // buffers (a tensor group: vocabulary shards differ) put what is the same
+  // everywhere in one segment, so those buckets, and the order in which the
+  // backend sums their elements, are the same on every rank.
+  int segment = 0;
+  // Not marked ready by backward: the caller adds to its gradient after
+  // backward (a tied embedding's other copy), and Finish sends its bucket,
+  // after every other. Deferred parameters get buckets of their own.
+  bool deferred = false;
+};
+
 class GradientAverager {
  public:
-  // `parameters`: leaves that require grad, all of one dtype and device.
+  // Owns the buffer: `parameters` (one dtype and device) get gradient views
+  // into it, laid out in the given order, one segment; Finish averages.
   // `group` may be null (world size 1: nothing is communicated). It must
-  // outlive this object. The parameters' gradients become views into this
-  // object's buffers from the first ZeroGradients() on; callers must not set
-  // them to none or replace them.
+  // outlive this object. Callers must not set the gradients to none or
+  // replace them (ZeroGradients reinstalls a replaced view).
   GradientAverager(std::vector<torch::Tensor> parameters, c10d::ProcessGroup* group,
                    int64_t bucket_bytes = kGradientBucketBytes);
+  // Over the caller's buffer `flat`, whose views the slots' gradients
+  // already are; slots in increasing offset order, each starting where the
+  // previous one ended. average = false leaves the sum over the group in
+  // the buffer (the caller divides). The caller zeroes the buffer.
+  GradientAverager(std::vector<GradientSlot> slots, torch::Tensor flat,
+                   c10d::ProcessGroup* group, int64_t bucket_bytes, bool average);
   ~GradientAverager();
   GradientAverager(const GradientAverager&) = delete;
   GradientAverager& operator=(const GradientAverager&) = delete;
 
-  // Zeroes every gradient and makes each parameter's gradient its view
-  // again. Call before the first micro-batch of a step.
+  // Zeroes the buffer and makes each parameter's gradient its view again.
+  // Call before the first micro-batch of a step.
   void ZeroGradients();
 
   // The next backward is the step's last: as its gradients become ready,
@@ -69,7 +92,7 @@ class GradientAverager {
   void Arm();
 
   // Launches any bucket not launched yet, waits for all, divides by the
-  // world size, disarms. Returns the seconds it blocked.
+  // world size if averaging, disarms. Returns the seconds it blocked.
   double Finish();
 
   int buckets() const { return static_cast<int>(buckets_.size()); }
@@ -79,24 +102,28 @@ class GradientAverager {
 
  private:
   struct Bucket {
-    torch::Tensor flat;               // the gradients of its parameters, end to end
-    std::vector<size_t> parameters;   // indices into parameters_
+    torch::Tensor flat;               // a view of the buffer
+    std::vector<size_t> slots;        // indices into slots_
     int pending = 0;                  // parameters not yet ready (armed backward)
     c10::intrusive_ptr<c10d::Work> work;  // launched all-reduce, if any
   };
 
-  // The hook of parameter i's gradient accumulator.
+  // Cuts the buckets and installs the hooks.
+  void Build(int64_t bucket_bytes);
+  // The hook of slot i's gradient accumulator.
   void MarkReady(size_t i);
   // Launches every bucket from next_launch_ on whose parameters are all
   // ready. Requires mu_.
   void LaunchReadyLocked();
   void LaunchLocked(Bucket& bucket);
 
-  std::vector<torch::Tensor> parameters_;
+  std::vector<GradientSlot> slots_;
+  torch::Tensor flat_;
   c10d::ProcessGroup* group_;
+  bool average_ = true;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;   // parameter -> bucket
-  std::vector<torch::Tensor> views_;  // parameter -> its gradient view
+  std::vector<size_t> bucket_of_;     // slot -> bucket
+  std::vector<torch::Tensor> views_;  // slot -> its gradient view
   // Strong references keep the accumulators (and so the hooks) alive: a
   // parameter holds only a weak one and would make a fresh accumulator,
   // without hooks, each backward.
@@ -107,7 +134,7 @@ class GradientAverager {
 
   mutable std::mutex mu_;
   bool armed_ = false;
-  std::vector<bool> ready_;  // parameter -> ready in the armed backward
+  std::vector<bool> ready_;  // slot -> ready in the armed backward
   size_t next_launch_ = 0;   // buckets before it are launched
   int launched_during_backward_ = 0;
 };

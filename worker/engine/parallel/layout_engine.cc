@@ -37,8 +37,11 @@ class LayoutEngine : public RankEngine {
     // first stage.
     const bool skip_wte = groups_.layout.pipeline > 1 && partition_.head;
     for (const auto& item : model_->named_parameters()) {
+      // Both pipeline ends' wte copies are summed after backward
+      // (SumTiedEmbeddingGradients), so it is reduced after that.
+      const bool tied_wte = groups_.embedding != nullptr && item.key() == "wte.weight";
       parameters.push_back({item.key(), item.value(), item.value().dim() >= 2,
-                            !(skip_wte && item.key() == "wte.weight")});
+                            !(skip_wte && item.key() == "wte.weight"), tied_wte});
     }
     // The largest element count in this rank's tensor group: only the
     // vocabulary rows of wte differ between its ranks.
@@ -90,7 +93,8 @@ class LayoutEngine : public RankEngine {
         ys.push_back(targets.narrow(0, m * micro_batch, micro_batch));
       }
       PipelineTimes pipeline;
-      const double loss = RunOneFOneB(*model_, groups_.pipeline.get(), xs, ys, &pipeline);
+      const double loss = RunOneFOneB(*model_, groups_.pipeline.get(), xs, ys, &pipeline,
+                                      [this] { optimizer_->BeginLastBackward(); });
       SumTiedEmbeddingGradients(*model_, groups_.embedding.get());
       optimizer_->ReduceMicroBatch();  // ZeRO-2: once, after the last backward
       times->forward += pipeline.forward_seconds;
@@ -105,6 +109,8 @@ class LayoutEngine : public RankEngine {
                                         targets.narrow(0, m * micro_batch, micro_batch));
       times->forward += Now() - start;
       start = Now();
+      // ZeRO-0: the last backward all-reduces the gradients as they are ready.
+      if (m == micro_steps - 1) optimizer_->BeginLastBackward();
       (loss / micro_steps).backward();
       loss_sum += loss.item<double>();
       times->backward += Now() - start;
@@ -115,6 +121,8 @@ class LayoutEngine : public RankEngine {
   }
 
   double ReduceGradients(double replica_loss) override {
+    // ZeRO-0: what backward did not hide (and the tied wte, reduced last).
+    optimizer_->FinishGradientReduction();
     torch::Tensor loss = torch::tensor({replica_loss}, torch::kDouble);
     AllReduceInPlace(loss, groups_.data.get());
     return loss.item<double>() / groups_.layout.data;

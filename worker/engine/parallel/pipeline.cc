@@ -86,7 +86,8 @@ std::vector<PipelineOp> OneFOneBSchedule(int stages, int stage, int micro_batche
 
 double RunOneFOneB(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
                    const std::vector<torch::Tensor>& inputs,
-                   const std::vector<torch::Tensor>& targets, PipelineTimes* times) {
+                   const std::vector<torch::Tensor>& targets, PipelineTimes* times,
+                   const std::function<void()>& before_last_backward) {
   const int m = static_cast<int>(inputs.size());
   TORCH_CHECK(m >= 1 && targets.size() == inputs.size(),
               "RunOneFOneB needs as many targets as inputs, and at least one");
@@ -132,6 +133,7 @@ double RunOneFOneB(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
       if (!last) {
         grad = p2p.Recv(activation_shape, device, stage + 1, kGradientTag, &local.wait_seconds);
       }
+      if (i == m - 1 && before_last_backward) before_last_backward();
       const double start = Now();
       if (last) {
         stage_output[i].backward();

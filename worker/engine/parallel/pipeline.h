@@ -12,6 +12,7 @@
 #ifndef LOOM_WORKER_ENGINE_PARALLEL_PIPELINE_H_
 #define LOOM_WORKER_ENGINE_PARALLEL_PIPELINE_H_
 
+#include <functional>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -51,9 +52,13 @@ struct PipelineTimes {
 // group (sent from the last stage). `pipeline_group` has the stages as its
 // ranks (rank = stage) and may be null for a single stage. Collective over
 // the pipeline group, and over the tensor group inside the stages.
+// `before_last_backward`, if set, runs right before the stage's last
+// backward pass (micro-batch m - 1), e.g. to arm a data-parallel reduction
+// that overlaps it.
 double RunOneFOneB(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_group,
                    const std::vector<torch::Tensor>& inputs,
-                   const std::vector<torch::Tensor>& targets, PipelineTimes* times = nullptr);
+                   const std::vector<torch::Tensor>& targets, PipelineTimes* times = nullptr,
+                   const std::function<void()>& before_last_backward = nullptr);
 
 // The mean loss of one micro-batch (inputs, targets [b, T]) through the
 // pipeline without gradients: each stage receives, runs its blocks, sends;

@@ -64,6 +64,33 @@ ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
     p.set_data(view);
     p.mutable_grad() = flat_gradients_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
   }
+  if (zero_stage_ == 0 && data_group_ != nullptr && data_group_->getSize() > 1) {
+    // Replicated parameters in a segment of their own: their buckets, and
+    // so the order of their sums, are the same on every rank of the tensor
+    // group (see the partition above).
+    std::vector<GradientSlot> slots;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const ShardedParameter& p = parameters_[i];
+      const bool replicated =
+          TensorParallelSplitOf(p.name) == TensorParallelSplit::kReplicated;
+      slots.push_back({p.tensor, offsets_[i], replicated ? 0 : 1, p.completed_after_backward});
+    }
+    averager_ = std::make_unique<GradientAverager>(std::move(slots), flat_gradients_, data_group_,
+                                                   kGradientBucketBytes, /*average=*/false);
+  }
+}
+
+void ShardedAdamW::BeginLastBackward() {
+  if (!averager_) return;
+  averager_->Arm();
+  reduction_ = Reduction::kArmed;
+}
+
+double ShardedAdamW::FinishGradientReduction() {
+  if (reduction_ != Reduction::kArmed) return 0;
+  const double seconds = averager_->Finish();
+  reduction_ = Reduction::kDone;
+  return seconds;
 }
 
 int64_t ShardedAdamW::state_bytes() const {
@@ -98,7 +125,9 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
   torch::Tensor grad;  // [S]: the owned shard's gradient, summed over ranks
   const int replicas = data_group_ ? data_group_->getSize() : 1;
   if (zero_stage_ == 0) {
-    AllReduceInPlace(flat_gradients_, data_group_);
+    FinishGradientReduction();  // if the caller did not
+    if (reduction_ != Reduction::kDone) AllReduceInPlace(flat_gradients_, data_group_);
+    reduction_ = Reduction::kNone;
     grad = flat_gradients_;
   } else if (zero_stage_ == 1) {
     ReduceScatterInPlace(flat_gradients_, data_group_, algorithm_, &scratch_);

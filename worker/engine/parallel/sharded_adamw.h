@@ -11,8 +11,11 @@
 // gradient buffer (callers must not set gradients to none). Data-parallel
 // rank r owns elements [r * S, (r + 1) * S) and keeps fp32 AdamW moments
 // for them only (8 / n bytes a parameter instead of 8):
-//   stage 0: the whole state on every replica; Step() all-reduces the
-//            gradients (plain data parallelism with the layout-wide norm);
+//   stage 0: the whole state on every replica; the gradients are
+//            all-reduced while the step's last backward runs
+//            (BeginLastBackward, FinishGradientReduction), or by Step() when
+//            the caller did not ask for that (plain data parallelism with the
+//            layout-wide norm);
 //   stage 1: gradients accumulate whole over the micro-batches; Step()
 //            reduce-scatters them once;
 //   stage 2: after each micro-batch's backward, ReduceMicroBatch()
@@ -46,6 +49,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/types.h>
 
+#include "worker/engine/gradient_averager.h"
 #include "worker/engine/parallel/reduce_scatter.h"
 #include "worker/engine/config.h"
 
@@ -56,6 +60,10 @@ struct ShardedParameter {
   torch::Tensor tensor;  // fp32, contiguous, on the CPU
   bool decay = true;     // AdamW weight decay applies (dim() >= 2)
   bool counted_in_norm = true;  // false: another stage counts it (tied wte copy)
+  // Its gradient is completed after backward (the tied wte of a pipeline's
+  // first and last stages, summed between them): stage 0 reduces it last,
+  // not while backward runs.
+  bool completed_after_backward = false;
 };
 
 struct ShardedStepResult {
@@ -76,6 +84,15 @@ class ShardedAdamW {
                c10d::ProcessGroup* pipeline_group = nullptr,
                ReduceScatterAlgorithm algorithm = ReduceScatterAlgorithm::kAuto,
                int64_t min_total_elements = 0);
+
+  // Stage 0 over a data group of more than one rank: the gradients of the
+  // next backward, the step's last, are all-reduced over the data group as
+  // they become ready (gradient_averager.h). Other stages: no-op.
+  void BeginLastBackward();
+  // Waits for the reduction BeginLastBackward started, launching what is
+  // left (parameters completed after backward); returns the seconds it
+  // blocked. Step does it when the caller did not. 0 when nothing started.
+  double FinishGradientReduction();
 
   // Stage 2: reduce-scatters this micro-batch's gradients into the owned
   // shard's accumulator and zeroes the gradients; call it after the last
@@ -136,6 +153,10 @@ class ShardedAdamW {
   torch::Tensor flat_gradients_;
   torch::Tensor scratch_;               // the ring reduce-scatter's [S]
   bool pending_ = false;                // stage 2: unreduced gradients
+  // Stage 0's reduction overlapped with backward (null for other stages and
+  // a data group of one), and how far this step's has got.
+  std::unique_ptr<GradientAverager> averager_;
+  enum class Reduction { kNone, kArmed, kDone } reduction_ = Reduction::kNone;
   int64_t step_ = 0;
 };
 
