@@ -9,7 +9,7 @@ loom_test(loom_diagnosis_test SRCS diagnosis_test.cc DEPS loom_diagnosis)
 loom_library(loom_recovery_metrics SRCS recovery_metrics.cc DEPS loom_metrics loom_proto)
 loom_library(loom_job_manager SRCS job_manager.cc
   DEPS loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
-       loom_parallel_layout loom_scheduler
+       loom_scheduler
        loom_diagnosis loom_grpc
        loom_common absl::strings absl::str_format absl::synchronization)
 loom_library(loom_controller_service SRCS controller_service.cc

@@ -11,7 +11,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec.h"
-#include "common/parallel_layout.h"
 #include "controller/diagnosis.h"
 #include "controller/planner/topology_yaml.h"
 #include "controller/scheduler.h"
@@ -1131,6 +1130,7 @@ void JobManager::ScheduleLocked() {
       a->set_dp(p.at.dp);
       a->set_pp(p.at.pp);
       a->set_tp(p.at.tp);
+      a->set_rack(RackLabel(w->info));
       if (gpu >= 0) a->set_gpu(gpu);
       w->ranks.push_back({jid, rank, gpu});
       rec.live.insert({w->info.id(), rank});

@@ -742,6 +742,7 @@ TEST_F(JobManagerTest, TensorPipelineJobIsPlacedInRackOrder) {
     EXPECT_EQ(r.pp(), at.pp);
     EXPECT_EQ(r.tp(), at.tp);
     EXPECT_EQ(r.worker_id(), r.pp() == 0 ? b : a) << "rank " << r.rank();
+    EXPECT_EQ(r.rack(), r.pp() == 0 ? "z1/r1" : "z1/r2") << "rank " << r.rank();
   }
   ASSERT_EQ(rb.commands_size(), 2);
   for (const auto& c : rb.commands()) {

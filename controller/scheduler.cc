@@ -17,12 +17,6 @@ std::pair<std::string, std::string> RackKey(const loom::v1::WorkerInfo& w) {
   return {w.zone(), w.rack()};
 }
 
-std::string RackName(const loom::v1::WorkerInfo& w) {
-  if (w.zone().empty()) return w.rack();
-  if (w.rack().empty()) return w.zone();
-  return absl::StrCat(w.zone(), "/", w.rack());
-}
-
 // How a gang's ranks split over its workers: whole tensor groups, the first
 // `big_workers` workers one group more than the rest.
 struct Shares {
@@ -93,6 +87,12 @@ GangRequest GangRequestOf(const loom::v1::JobSpec& spec) {
   gang.layout.data = std::max(1, ranks / (gang.layout.tensor * gang.layout.pipeline));
   gang.gpu_per_rank = res.gpus_per_rank() > 0;
   return gang;
+}
+
+std::string RackLabel(const loom::v1::WorkerInfo& w) {
+  if (w.zone().empty()) return w.rack();
+  if (w.rack().empty()) return w.zone();
+  return absl::StrCat(w.zone(), "/", w.rack());
 }
 
 bool InRackOrder(const loom::v1::WorkerInfo& a, const loom::v1::WorkerInfo& b) {
@@ -274,7 +274,7 @@ std::string DescribePlacement(const GangRequest& gang, const GangPlacement& plac
       if (i > 0 && RackKey(w) == RackKey(placement.workers[i - 1])) {
         racks.insert(racks.size() - 1, absl::StrCat(" ", w.node()));
       } else {
-        const std::string name = RackName(w);
+        const std::string name = RackLabel(w);
         absl::StrAppend(&racks, " [", name.empty() ? "no rack" : name, ": ", w.node(), "]");
       }
     }

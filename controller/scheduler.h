@@ -85,6 +85,9 @@ absl::StatusOr<GangPlacement> PlaceGang(const GangRequest& gang,
 // order with their workers.
 std::string DescribePlacement(const GangRequest& gang, const GangPlacement& placement);
 
+// "zone/rack", or whichever of the two labels is set; empty for neither.
+std::string RackLabel(const loom::v1::WorkerInfo& w);
+
 // Rack order: by zone, then rack, then id (ids start with the node name).
 bool InRackOrder(const loom::v1::WorkerInfo& a, const loom::v1::WorkerInfo& b);
 
