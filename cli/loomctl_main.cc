@@ -450,11 +450,19 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
     std::cout << "layout   data " << par.data() << " x pipeline " << par.pipeline()
               << " x tensor " << par.tensor() << ", ZeRO-" << par.zero_stage()
               << "\nplacement\n";
+    // The scheduler's placement (controller/scheduler.h): each TP group on
+    // one worker, workers in rack order; RACK shows when workers carry labels.
+    bool racks = false;
+    for (const auto& r : job.ranks()) racks = racks || !r.rack().empty();
     std::vector<std::vector<std::string>> placement = {
         {"  RANK", "NODE", "WORKER", "DP", "PP (stage)", "TP"}};
+    if (racks) placement[0].insert(placement[0].begin() + 1, "RACK");
     for (const auto& r : job.ranks()) {
-      placement.push_back({absl::StrCat("  ", r.rank()), r.node(), r.worker_id(),
-                           absl::StrCat(r.dp()), absl::StrCat(r.pp()), absl::StrCat(r.tp())});
+      std::vector<std::string> row = {absl::StrCat("  ", r.rank()), r.node(), r.worker_id(),
+                                      absl::StrCat(r.dp()), absl::StrCat(r.pp()),
+                                      absl::StrCat(r.tp())};
+      if (racks) row.insert(row.begin() + 1, r.rack().empty() ? "-" : r.rack());
+      placement.push_back(std::move(row));
     }
     PrintTable(placement);
   }

@@ -1,12 +1,15 @@
 loom_library(loom_store SRCS store.cc DEPS loom_proto loom_common SQLite::SQLite3 absl::strings)
-loom_library(loom_job_planning SRCS job_planning.cc DEPS loom_planner loom_grpc absl::strings
-  absl::str_format)
+loom_library(loom_job_planning SRCS job_planning.cc DEPS loom_planner loom_scheduler loom_grpc
+  absl::strings absl::str_format)
+loom_library(loom_scheduler SRCS scheduler.cc
+  DEPS loom_planner loom_parallel_layout loom_grpc absl::strings absl::str_format)
+loom_test(loom_scheduler_test SRCS scheduler_test.cc DEPS loom_scheduler)
 loom_library(loom_diagnosis SRCS diagnosis.cc DEPS loom_proto absl::str_format)
 loom_test(loom_diagnosis_test SRCS diagnosis_test.cc DEPS loom_diagnosis)
 loom_library(loom_recovery_metrics SRCS recovery_metrics.cc DEPS loom_metrics loom_proto)
 loom_library(loom_job_manager SRCS job_manager.cc
   DEPS loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
-       loom_parallel_layout
+       loom_scheduler
        loom_diagnosis loom_grpc
        loom_common absl::strings absl::str_format absl::synchronization)
 loom_library(loom_controller_service SRCS controller_service.cc

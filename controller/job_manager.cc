@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec.h"
-#include "common/parallel_layout.h"
 #include "controller/diagnosis.h"
 #include "controller/planner/topology_yaml.h"
+#include "controller/scheduler.h"
 
 namespace loom::controller {
 
@@ -164,6 +164,9 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
   if (!topology.ok()) return topology.status();
   auto plan = PlanAtSubmit(&spec, *topology);
   if (!plan.ok()) return plan.status();
+  // A gang no cluster could place (a tensor group larger than a worker's
+  // share) is refused now rather than left waiting.
+  if (absl::Status shape = CheckGangShape(GangRequestOf(spec)); !shape.ok()) return shape;
   plan->set_time_unix_ms(clock_->NowUnixMillis());
   std::string id = NewJobId(spec.name());
   if (spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
@@ -1079,121 +1082,74 @@ void JobManager::ScheduleLocked() {
                                       " rank(s) of the previous attempt to exit"));
       return;
     }
-    const auto& res = rec.job.spec().resources();
-    int n_workers = std::max(1, res.workers());
-    int n_ranks = std::max(n_workers, res.ranks());
-    const bool gpu_job = res.gpus_per_rank() > 0;
-    struct Candidate {
-      Worker* w;
-      int free;
-      std::vector<int> free_gpus;  // GPU job: GPUs no live rank holds
-    };
-    std::vector<Candidate> cands;
-    int total_free = 0;
-    int alive = 0;
+    // Where the ranks go is the scheduler's (controller/scheduler.h): the
+    // planner's placement over the alive workers' free slots and GPUs.
+    const GangRequest gang = GangRequestOf(rec.job.spec());
+    std::vector<WorkerOffer> offers;
     for (auto& [id, w] : workers_) {
       if (!w.info.alive()) continue;
-      ++alive;
-      int free = w.info.slots() - static_cast<int>(w.ranks.size());
-      std::vector<int> free_gpus;
-      if (gpu_job) {
+      WorkerOffer offer;
+      offer.info = w.info;
+      offer.free_slots = w.info.slots() - static_cast<int>(w.ranks.size());
+      if (gang.gpu_per_rank) {
+        // GPUs no live rank holds.
         std::vector<bool> held(std::max(0, w.info.gpus()), false);
         for (const RankSlot& r : w.ranks) {
           if (r.gpu >= 0 && r.gpu < static_cast<int>(held.size())) held[r.gpu] = true;
         }
         for (int g = 0; g < static_cast<int>(held.size()); ++g) {
-          if (!held[g]) free_gpus.push_back(g);
+          if (!held[g]) offer.free_gpus.push_back(g);
         }
-        free = std::min(free, static_cast<int>(free_gpus.size()));
       }
-      if (free > 0) {
-        cands.push_back({&w, free, std::move(free_gpus)});
-        total_free += free;
-      }
+      offers.push_back(std::move(offer));
     }
-    std::stable_sort(cands.begin(), cands.end(),
-                     [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
-    // The layout (common/parallel_layout.h): tensor-parallel ranks are
-    // consecutive, so ranks are split into contiguous blocks of whole TP
-    // groups, one block per worker: every TP group sits inside one worker
-    // (its all-reduces, two per sublayer, never cross the network), the
-    // stages of a pipeline follow each other across workers, and data-
-    // parallel replicas are outermost.
-    const auto& par = rec.job.spec().parallelism();
-    const int tensor = std::max(1, par.tensor());
-    const int pipeline = std::max(1, par.pipeline());
-    const ParallelLayout layout{std::max(1, n_ranks / (tensor * pipeline)), tensor, pipeline};
-    const int groups = n_ranks / tensor;
-    std::vector<int> share(n_workers, (groups / n_workers) * tensor);
-    for (int i = 0; i < groups % n_workers; ++i) share[i] += tensor;
-    bool fits = static_cast<int>(cands.size()) >= n_workers;
-    for (int i = 0; fits && i < n_workers; ++i) fits = cands[i].free >= share[i];
-    if (!fits) {
-      std::string why =
-          gpu_job ? absl::StrFormat(
-                        "waiting for %d rank slot(s) with a free GPU each on %d worker(s); %d "
-                        "worker(s) alive with %d such slot(s) (workers report their GPUs at "
-                        "registration: loomctl workers)",
-                        n_ranks, n_workers, alive, total_free)
-                  : absl::StrFormat(
-                        "waiting for %d rank slot(s) on %d worker(s); %d worker(s) alive with "
-                        "%d free slot(s)",
-                        n_ranks, n_workers, alive, total_free);
+    auto placement = PlaceGang(gang, offers);
+    if (!placement.ok()) {
+      const std::string why(placement.status().message());
       if (rec.job.reason() != why) rec.job.set_reason(why);
       return;  // strict FIFO: later jobs do not overtake this one
     }
-    Worker* head = cands[0].w;
+    // Rank 0's worker hosts the rendezvous.
+    Worker* head = &workers_.at(placement->workers[placement->ranks[0].worker].id());
     if (head->rendezvous_port == 0) {
       rec.job.set_reason("waiting for a rendezvous port from worker " + head->info.id());
       return;
     }
     int master_port = head->rendezvous_port;
     head->rendezvous_port = 0;  // used; the worker reports a fresh one next heartbeat
+    const int n_ranks = gang.layout.world_size();
     rec.job.clear_ranks();
-    int rank = 0;
-    for (int i = 0; i < n_workers; ++i) {
-      Worker* w = cands[i].w;
-      for (int k = 0; k < share[i]; ++k, ++rank) {
-        const int gpu = gpu_job ? cands[i].free_gpus[k] : -1;
-        auto* a = rec.job.add_ranks();
-        a->set_rank(rank);
-        a->set_worker_id(w->info.id());
-        a->set_node(w->info.node());
-        const RankCoordinates at = CoordinatesOf(layout, rank);
-        a->set_dp(at.dp);
-        a->set_pp(at.pp);
-        a->set_tp(at.tp);
-        if (gpu >= 0) a->set_gpu(gpu);
-        w->ranks.push_back({jid, rank, gpu});
-        rec.live.insert({w->info.id(), rank});
-        loom::v1::WorkerCommand cmd;
-        auto* start = cmd.mutable_start();
-        start->set_job_id(jid);
-        *start->mutable_spec() = rec.job.spec();
-        start->set_rank(rank);
-        start->set_world_size(n_ranks);
-        start->set_master_addr(head->info.address());
-        start->set_master_port(master_port);
-        start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
-        start->set_generation(rec.job.generation());
-        start->set_resume_step(rec.job.resume_step());
-        *start->mutable_skip_batches() = rec.job.skip_batches();
-        if (gpu >= 0) start->set_gpu(gpu);
-        w->pending_commands.push_back(std::move(cmd));
-      }
+    for (const PlacedRank& p : placement->ranks) {
+      Worker* w = &workers_.at(placement->workers[p.worker].id());
+      const int rank = p.rank;
+      const int gpu = p.gpu;
+      auto* a = rec.job.add_ranks();
+      a->set_rank(rank);
+      a->set_worker_id(w->info.id());
+      a->set_node(w->info.node());
+      a->set_dp(p.at.dp);
+      a->set_pp(p.at.pp);
+      a->set_tp(p.at.tp);
+      a->set_rack(RackLabel(w->info));
+      if (gpu >= 0) a->set_gpu(gpu);
+      w->ranks.push_back({jid, rank, gpu});
+      rec.live.insert({w->info.id(), rank});
+      loom::v1::WorkerCommand cmd;
+      auto* start = cmd.mutable_start();
+      start->set_job_id(jid);
+      *start->mutable_spec() = rec.job.spec();
+      start->set_rank(rank);
+      start->set_world_size(n_ranks);
+      start->set_master_addr(head->info.address());
+      start->set_master_port(master_port);
+      start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
+      start->set_generation(rec.job.generation());
+      start->set_resume_step(rec.job.resume_step());
+      *start->mutable_skip_batches() = rec.job.skip_batches();
+      if (gpu >= 0) start->set_gpu(gpu);
+      w->pending_commands.push_back(std::move(cmd));
     }
-    std::vector<std::string> placed;
-    const bool layered = tensor > 1 || pipeline > 1;
-    for (const auto& a : rec.job.ranks()) {
-      placed.push_back(absl::StrCat(
-          a.rank(), "@", a.node(), gpu_job ? absl::StrCat(":gpu", a.gpu()) : "",
-          layered ? absl::StrCat("(dp", a.dp(), ",pp", a.pp(), ",tp", a.tp(), ")") : ""));
-    }
-    Transition(rec, loom::v1::SCHEDULED,
-               absl::StrCat("placed ", n_ranks, " rank(s)",
-                            layered ? absl::StrCat(" as ", LayoutName(layout)) : "", ": ",
-                            absl::StrJoin(placed, " ")))
-        .IgnoreError();
+    Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement)).IgnoreError();
   }
 }
 

@@ -1,6 +1,7 @@
 // The controller's domain logic: job catalog and lifecycle, worker registry
-// and liveness, gang scheduling of ranks onto worker slots, and fan-out of
-// job events to watchers. No gRPC types: the service adapters in
+// and liveness, gang scheduling of ranks onto worker slots (where each rank
+// goes is controller/scheduler.h's PlaceGang), and fan-out of job events to
+// watchers. No gRPC types: the service adapters in
 // controller_service.cc translate requests into these calls.
 //
 // Job lifecycle (every transition is recorded with time and reason):
@@ -204,6 +205,9 @@ class JobManager {
   void StopJobRanks(JobRecord& rec, const std::string& reason,
                     const std::string& except_worker);
   void ReleaseSlots(const std::string& job_id);
+  // Strict FIFO over PENDING jobs: places the first one PlaceGang can hold
+  // on the alive workers' free slots (and GPUs); the first that cannot wait
+  // with the scheduler's reason, and so does every job behind it.
   void ScheduleLocked();
   void CheckLivenessLocked();
   void ResolveFailuresLocked();

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallel_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -690,6 +691,74 @@ TEST_F(JobManagerTest, TensorParallelSpecsRunWhenTheyFit) {
   r = manager_->Submit(big);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
   EXPECT_THAT(Msg(r.status()), StartsWith("parallelism.tensor: layout tp 2 | pp 1 | dp 1"));
+}
+
+// Issue 11, one placement: the scheduler places a TP2 x PP2 job with the
+// planner's placement over the workers in rack order (node-b's rack r1
+// before node-a's r2), each TP group inside one worker; rank 0's worker
+// hosts the rendezvous. A tensor group wider than a worker is refused at
+// submit (by the planner, before the scheduler's own shape check).
+TEST_F(JobManagerTest, TensorPipelineJobIsPlacedInRackOrder) {
+  auto reg = [&](const std::string& node, const std::string& rack) {
+    loom::v1::RegisterWorkerRequest req;
+    req.set_node(node);
+    req.set_address(node + ".local");
+    req.set_slots(2);
+    req.set_cpus(4);
+    req.set_memory_bytes(16000000000ull);
+    req.set_gemm_flops_per_second_per_thread(50e9);
+    req.set_memory_bandwidth_bytes_per_second(10e9);
+    req.set_zone("z1");
+    req.set_rack(rack);
+    auto resp = manager_->RegisterWorker(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->worker_id() : "";
+  };
+  const std::string a = reg("node-a", "r2");
+  const std::string b = reg("node-b", "r1");
+  loom::v1::JobSpec spec = Spec(2);
+  spec.mutable_resources()->set_ranks(4);
+  spec.mutable_parallelism()->set_data(1);
+  spec.mutable_parallelism()->set_tensor(2);
+  spec.mutable_parallelism()->set_pipeline(2);
+  auto job = manager_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  Beat(a, 29500);
+  EXPECT_EQ(StateOf(job->id()), loom::v1::PENDING);
+  EXPECT_THAT(manager_->Get(job->id())->reason(),
+              HasSubstr("rendezvous port from worker " + b));
+  auto rb = Beat(b, 29600);
+  ASSERT_EQ(StateOf(job->id()), loom::v1::SCHEDULED);
+  const loom::v1::Job placed = *manager_->Get(job->id());
+  EXPECT_EQ(placed.reason(),
+            "placed 4 rank(s) as dp1 x pp2 x tp2 on racks [z1/r1: node-b] [z1/r2: node-a]: "
+            "0@node-b(dp0,pp0,tp0) 1@node-b(dp0,pp0,tp1) 2@node-a(dp0,pp1,tp0) "
+            "3@node-a(dp0,pp1,tp1)");
+  const ParallelLayout layout{1, 2, 2};
+  ASSERT_EQ(placed.ranks_size(), 4);
+  for (const auto& r : placed.ranks()) {
+    const RankCoordinates at = CoordinatesOf(layout, r.rank());
+    EXPECT_EQ(r.dp(), at.dp);
+    EXPECT_EQ(r.pp(), at.pp);
+    EXPECT_EQ(r.tp(), at.tp);
+    EXPECT_EQ(r.worker_id(), r.pp() == 0 ? b : a) << "rank " << r.rank();
+    EXPECT_EQ(r.rack(), r.pp() == 0 ? "z1/r1" : "z1/r2") << "rank " << r.rank();
+  }
+  ASSERT_EQ(rb.commands_size(), 2);
+  for (const auto& c : rb.commands()) {
+    EXPECT_EQ(c.start().master_addr(), "node-b.local");
+    EXPECT_EQ(c.start().master_port(), 29600);
+    EXPECT_EQ(c.start().world_size(), 4);
+  }
+
+  // TP4 over 2 workers: one tensor group cannot sit in two workers.
+  loom::v1::JobSpec wide = spec;
+  wide.mutable_model()->mutable_gpt()->set_n_head(4);
+  wide.mutable_parallelism()->set_tensor(4);
+  wide.mutable_parallelism()->set_pipeline(1);
+  auto refused = manager_->Submit(wide);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(Msg(refused.status()), StartsWith("parallelism.tensor: layout.tp: 4 spans 2 nodes"));
 }
 
 TEST_F(JobManagerTest, PlanUsesTheLiveWorkersOrAGivenTopology) {

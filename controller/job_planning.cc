@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "controller/planner/report.h"
+#include "controller/scheduler.h"
 
 namespace loom::controller {
 namespace {
@@ -81,9 +82,10 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
 
   LiveTopology live;
   planner::ClusterTopology& t = live.topology;
-  // The scheduler puts contiguous blocks of ranks on each worker; when the
-  // blocks are uneven the planner's homogeneous model cannot express it, so
-  // every rank counts as its own node (all traffic over the network).
+  // The scheduler (scheduler.h) gives every worker the same number of whole
+  // tensor groups when the ranks split evenly; when they do not, the
+  // planner's homogeneous model cannot express it, so every rank counts as
+  // its own node (all traffic over the network).
   if (n_ranks % n_workers == 0) {
     t.nodes = n_workers;
     t.devices_per_node = n_ranks / n_workers;
@@ -91,14 +93,42 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
     t.nodes = n_ranks;
     t.devices_per_node = 1;
   }
+  // Racks: those of the workers the scheduler would choose for the gang on
+  // an idle cluster (in rack order, whole replicas per rack first), when
+  // their labels split them evenly.
+  std::string racks;
+  if (t.nodes == n_workers) {
+    std::vector<loom::v1::WorkerInfo> able;
+    for (const auto& w : workers) {
+      if (w.alive() && w.slots() >= t.devices_per_node) able.push_back(w);
+    }
+    std::stable_sort(able.begin(), able.end(), InRackOrder);
+    const auto& par = spec.parallelism();
+    const int replica_ranks =
+        par.auto_() ? 1 : std::max(1, par.tensor()) * std::max(1, par.pipeline());
+    const int per_replica =
+        std::max(1, (replica_ranks + t.devices_per_node - 1) / t.devices_per_node);
+    std::vector<loom::v1::WorkerInfo> gang;
+    for (int i : ChooseInRackOrder(able, n_workers, per_replica)) gang.push_back(able[i]);
+    if (static_cast<int>(gang.size()) == n_workers) t.nodes_per_rack = NodesPerRack(gang);
+    if (t.nodes_per_rack > 0 && t.nodes_per_rack < t.nodes) {
+      racks = absl::StrFormat(", %d racks of %d worker(s)", t.nodes / t.nodes_per_rack,
+                              t.nodes_per_rack);
+    }
+  }
   t.device = *device;
   t.intra_node_bandwidth_bytes_per_second = device->intra_node_bandwidth_bytes_per_second;
+  // No worker measures its network (worker/cpu_probe.h times GEMM and
+  // memory copies only), so the network is the documented assumption, and
+  // the description says so.
   t.inter_node_bandwidth_bytes_per_second =
       kEstimatedNodeNetworkBytesPerSecond / t.devices_per_node;
   live.measured = measured;
   t.name = absl::StrFormat("%d x %d cpu", t.nodes, t.devices_per_node);
   live.description = absl::StrFormat(
-      "%s, %.1f GFLOP/s and %.1f GB per slot (%s)", t.name, gemm / 1e9, Gb(memory),
+      "%s%s, %.1f GFLOP/s and %.1f GB per slot, network assumed %.0f Gb/s per worker, not "
+      "measured (%s)",
+      t.name, racks, gemm / 1e9, Gb(memory), kEstimatedNodeNetworkBytesPerSecond * 8 / 1e9,
       alive == 0 ? "no live workers: estimated figures"
                  : absl::StrCat(alive, " live worker(s), ",
                                 measured ? "measured GEMM" : "partly estimated figures"));

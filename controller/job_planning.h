@@ -31,18 +31,26 @@ inline constexpr double kEstimatedMemoryBandwidthBytesPerSecond = 10e9;
 //   Memory per slot when a worker reported none, bytes.
 inline constexpr double kEstimatedMemoryPerSlotBytes = 4e9;
 //   Ranks on different workers talk through Gloo over TCP; we assume a
-//   10 Gb/s NIC per node, shared by the node's slots.
+//   10 Gb/s NIC per node, shared by the node's slots. Always an assumption:
+//   no worker measures its network yet (worker/cpu_probe.h times GEMM and
+//   memory copies only), and LiveTopology::description says so.
 inline constexpr double kEstimatedNodeNetworkBytesPerSecond = 10e9 / 8;
 
 // The cluster a job's gang runs on, as the planner sees it.
 struct LiveTopology {
   planner::ClusterTopology topology;
-  bool measured = false;       // every figure came from registered workers
-  std::string description;     // e.g. "2 x 1 cpu (2 live worker(s), measured GEMM)"
+  bool measured = false;  // every device figure came from registered workers (never the network)
+  // e.g. "4 x 1 cpu, 2 racks of 2 worker(s), 50.0 GFLOP/s and 8.0 GB per
+  // slot, network assumed 10 Gb/s per worker, not measured (4 live
+  // worker(s), measured GEMM)"
+  std::string description;
 };
 
 // Topology for `spec`'s gang (resources.workers nodes x ranks/workers slots;
-// ranks nodes x 1 when workers does not divide ranks) with per-slot device
+// ranks nodes x 1 when workers does not divide ranks). Its nodes_per_rack
+// comes from the zone/rack labels of the workers the scheduler would choose
+// for the gang on an idle cluster (scheduler.h: rack order, whole replicas
+// per rack first), when they split evenly into racks; else 0. Per-slot device
 // figures from the alive `workers` (the smallest over them, so a plan fits
 // on any of them): peak = GEMM rate per thread x the threads a rank gets
 // (threads_per_rank, at most cpus/slots), memory = RAM / slots. With no

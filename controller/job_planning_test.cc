@@ -94,6 +94,72 @@ TEST(TopologyForSpecTest, UnevenGangsCountEveryRankAsANode) {
   EXPECT_EQ(live->topology.devices_per_node, 1);
 }
 
+loom::v1::WorkerInfo InRack(loom::v1::WorkerInfo w, const std::string& id,
+                            const std::string& rack) {
+  w.set_id(id);
+  w.set_node(id);
+  w.set_zone("z1");
+  w.set_rack(rack);
+  return w;
+}
+
+// Live topology (issue 11): the workers' rack labels give the planner its
+// racks, as the scheduler would choose the gang's workers.
+TEST(TopologyForSpecTest, RackLabelsOfTheGangsWorkersGiveTheRacks) {
+  auto spec = TinySpec(4, 4);
+  std::vector<loom::v1::WorkerInfo> workers = {
+      InRack(Worker(1, 8e9), "d", "r2"), InRack(Worker(1, 8e9), "a", "r1"),
+      InRack(Worker(1, 8e9), "c", "r1"), InRack(Worker(1, 8e9), "b", "r2")};
+  auto live = TopologyForSpec(spec, workers);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(live->topology.nodes, 4);
+  EXPECT_EQ(live->topology.nodes_per_rack, 2);
+  EXPECT_EQ(live->topology.racks(), 2);
+  EXPECT_THAT(live->description, StartsWith("4 x 1 cpu, 2 racks of 2 worker(s), "));
+
+  // A two-worker gang: rack r1 holds it whole, so the planner sees one rack.
+  auto two = TopologyForSpec(TinySpec(2, 2), workers);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->topology.nodes_per_rack, 2);
+  EXPECT_EQ(two->topology.racks(), 1);
+  EXPECT_THAT(two->description, Not(HasSubstr("racks of")));
+
+  // Racks of unequal size, or no labels at all: no rack structure.
+  workers.push_back(InRack(Worker(1, 8e9), "e", "r3"));
+  auto three = TopologyForSpec(TinySpec(3, 3), {workers[1], workers[2], workers[4]});
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->topology.nodes_per_rack, 0);
+  auto unlabelled = TopologyForSpec(spec, {Worker(1, 8e9), Worker(1, 8e9), Worker(1, 8e9),
+                                           Worker(1, 8e9)});
+  ASSERT_TRUE(unlabelled.ok()) << unlabelled.status();
+  EXPECT_EQ(unlabelled->topology.nodes_per_rack, 0);
+  // A dead worker's rack does not count, and a PP2 x DP2 gang takes whole
+  // replicas per rack: a, c in r1 and e, f in r3, not b, alone in r2 now.
+  workers[0].set_alive(false);
+  workers.push_back(InRack(Worker(1, 8e9), "f", "r3"));
+  auto pipelined = spec;
+  pipelined.mutable_parallelism()->set_data(2);
+  pipelined.mutable_parallelism()->set_pipeline(2);
+  auto after = TopologyForSpec(pipelined, workers);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->topology.nodes_per_rack, 2);
+  // Pure data parallelism takes the first four in rack order (a, c, b, e).
+  auto flat = TopologyForSpec(spec, workers);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(flat->topology.nodes_per_rack, 0);
+}
+
+// No worker measures its network: the figure is the documented assumption
+// and the description says so, even when every device figure is measured.
+TEST(TopologyForSpecTest, TheNetworkIsAnAssumptionAndSaysSo) {
+  auto live = TopologyForSpec(TinySpec(2, 4), {Worker(2, 16e9), Worker(2, 16e9)});
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_TRUE(live->measured);
+  EXPECT_DOUBLE_EQ(live->topology.inter_node_bandwidth_bytes_per_second,
+                   kEstimatedNodeNetworkBytesPerSecond / 2);
+  EXPECT_THAT(live->description, HasSubstr("network assumed 10 Gb/s per worker, not measured"));
+}
+
 TEST(PlanAtSubmitTest, AutoChoosesAnExecutableLayoutAndRecordsTheDegrees) {
   auto spec = TinySpec(2, 2);
   spec.mutable_parallelism()->set_auto_(true);
