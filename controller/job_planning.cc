@@ -119,6 +119,13 @@ absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& 
   req.model.n_head = g.n_head();
   req.model.vocab_size = g.vocab_size();
   req.model.seq_len = g.seq_len();
+  // Model family (issue 11). The job spec has no fields for biases or
+  // position embeddings, so those keep the GPT-2 defaults.
+  req.model.n_kv_head = g.n_kv_head();
+  req.model.gated_mlp = g.mlp().gated();
+  if (g.mlp().has_hidden()) req.model.ffn_hidden = g.mlp().hidden();
+  req.model.rms_norm = g.norm() == loom::v1::GptModel::RMSNORM;
+  req.model.tied_embeddings = !g.untied_embeddings();
   req.training.global_batch_sequences = spec.batch().global_batch();
   switch (spec.precision()) {
     case loom::v1::BF16:
@@ -184,6 +191,8 @@ planner::Layout SpecLayout(const loom::v1::JobSpec& spec) {
   layout.micro_batch = spec.batch().micro_batch() > 0 ? spec.batch().micro_batch() : 1;
   layout.zero_stage = par.zero_stage();
   layout.recompute = SpecRecompute(spec);
+  layout.virtual_stages = par.virtual_stages() > 1 ? par.virtual_stages() : 1;
+  layout.sequence_parallel = par.sequence_parallel();
   return layout;
 }
 

@@ -50,8 +50,10 @@ struct LiveTopology {
 absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
                                              const std::vector<loom::v1::WorkerInfo>& workers);
 
-// Planner input for a defaulted spec. INVALID_ARGUMENT "model.gpt: required"
-// without a GPT model. token_budget 0 = total_steps x global_batch x seq_len.
+// Planner input for a defaulted spec: the GPT shape with its family fields
+// (n_kv_head, mlp.gated/hidden, norm, untied_embeddings) in the planner's
+// ModelSpec. INVALID_ARGUMENT "model.gpt: required" without a GPT model.
+// token_budget 0 = total_steps x global_batch x seq_len.
 absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& spec,
                                                        const planner::ClusterTopology& topology,
                                                        int top_k, double token_budget = 0);
@@ -64,8 +66,9 @@ absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& 
 // the restriction may show it.
 void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions* options);
 
-// The spec's own layout: parallelism.data/tensor/pipeline/zero_stage and
-// micro-batch, no recompute.
+// The spec's own layout: parallelism.data/tensor/pipeline/zero_stage/
+// virtual_stages/sequence_parallel, the micro-batch, and recompute from
+// activation_checkpointing (SpecRecompute).
 planner::Layout SpecLayout(const loom::v1::JobSpec& spec);
 
 // The planner's recompute for the spec's activation_checkpointing: any
