@@ -80,7 +80,13 @@ planner::Recompute SpecRecompute(const loom::v1::JobSpec& spec);
 
 loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& evaluation);
 
-// The Plan RPC's answer for a defaulted, validated spec on `topology`.
+// The device-count sweep (planner/device_sweep.h) into the Plan RPC's
+// answer: device_counts, recommended_devices and the rule. Nothing when the
+// sweep is empty.
+void AddDeviceSweep(const planner::DeviceSweep& sweep, loom::v1::PlanResponse* resp);
+
+// The Plan RPC's answer for a defaulted, validated spec on `topology`, with
+// the device-count sweep.
 // FAILED_PRECONDITION (the planner's reason) when nothing fits and the spec
 // has no explicit layout to report on; INVALID_ARGUMENT for bad input.
 absl::StatusOr<loom::v1::PlanResponse> PlanSpec(const loom::v1::JobSpec& spec,

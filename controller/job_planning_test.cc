@@ -323,6 +323,16 @@ TEST(PlanSpecTest, FullSearchReturnsAlternativesWithBreakdownsAndAReport) {
   EXPECT_EQ(resp->chosen().tensor() * resp->chosen().pipeline() * resp->chosen().data(), 4);
   EXPECT_THAT(resp->report(), HasSubstr("Cluster: 1 x 4 cpu"));
   EXPECT_FALSE(resp->has_spec_layout());
+  // How many of the 4 slots pay: 1, 2 and 4 are planned, one is recommended.
+  ASSERT_EQ(resp->device_counts_size(), 3);
+  EXPECT_EQ(resp->device_counts(0).devices(), 1);
+  EXPECT_EQ(resp->device_counts(2).devices(), 4);
+  EXPECT_EQ(resp->device_counts(2).best().summary(), resp->chosen().summary());
+  EXPECT_GT(resp->device_counts(2).device_hours(), 0);
+  EXPECT_TRUE(resp->recommended_devices() == 1 || resp->recommended_devices() == 2 ||
+              resp->recommended_devices() == 4);
+  EXPECT_THAT(resp->device_count_rule(), HasSubstr("device-hours are at most 2x"));
+  EXPECT_THAT(resp->report(), HasSubstr("Device counts (the same request on fewer devices)"));
   for (const auto& a : resp->alternatives()) {
     EXPECT_GT(a.step_seconds(), 0);
     EXPECT_GT(a.total_bytes(), 0);
