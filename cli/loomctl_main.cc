@@ -664,6 +664,14 @@ int CmdPlan(const Globals& g, const std::vector<std::string>& args) {
   o.evaluate_spec_layout =
       !par.auto_() && (par.data() > 0 || par.tensor() > 0 || par.pipeline() > 0);
   ApplyJobSpecDefaults(&*spec);
+  // As the Plan RPC does: malformed values are errors with their field path,
+  // but planning what the engine cannot run yet (UNIMPLEMENTED at submit:
+  // ZeRO-3, sequence parallelism, interleaving, Llama-style models) is the
+  // point of planning.
+  if (absl::Status valid = ValidateJobSpec(*spec);
+      !valid.ok() && valid.code() != absl::StatusCode::kUnimplemented) {
+    return Fail(valid);
+  }
   auto topology = planner::LoadTopologyFile(topology_path);
   if (!topology.ok()) {
     return Fail(absl::Status(topology.status().code(),

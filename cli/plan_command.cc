@@ -18,6 +18,7 @@ absl::StatusOr<std::string> RunPlan(const loom::v1::JobSpec& spec,
                                     const PlanCommandOptions& options) {
   auto req = PlanRequestFromSpec(spec, topology, options);
   if (!req.ok()) return req.status();
+  req->options.sweep_devices = true;  // how many of the devices pay
   bool explicit_layout = options.evaluate_spec_layout;
   std::string out;
   auto plan = planner::MakePlan(*req);

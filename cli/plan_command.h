@@ -27,7 +27,8 @@ absl::StatusOr<planner::PlanRequest> PlanRequestFromSpec(const loom::v1::JobSpec
                                                          const planner::ClusterTopology& topology,
                                                          const PlanCommandOptions& options);
 
-// The report: the plan, and with evaluate_spec_layout that layout's
+// The report: the plan with its device-count sweep (which devices pay,
+// planner/device_sweep.h), and with evaluate_spec_layout that layout's
 // evaluation too. FAILED_PRECONDITION (with the planner's reason) when no
 // layout fits and there is no spec layout to report on.
 absl::StatusOr<std::string> RunPlan(const loom::v1::JobSpec& spec,

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/parallel_layout.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
@@ -624,7 +625,23 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
   // a vocabulary can use.
   RETURN_IF_ERROR(
       CheckInRange("model.gpt.vocab_size", gpt.vocab_size(), 1, 65536));
-  return CheckUnitOpen("model.gpt.dropout", gpt.dropout());
+  RETURN_IF_ERROR(CheckUnitOpen("model.gpt.dropout", gpt.dropout()));
+  // Model family (issue 11): shape rules here; that the engine runs only
+  // the GPT-2 shape is ValidateSupported()'s business.
+  RETURN_IF_ERROR(CheckAtLeast("model.gpt.n_kv_head", gpt.n_kv_head(), 0));
+  if (gpt.n_kv_head() > 0 && gpt.n_head() % gpt.n_kv_head() != 0) {
+    return FieldError(
+        "model.gpt.n_kv_head",
+        absl::StrCat(gpt.n_kv_head(), " does not divide model.gpt.n_head ", gpt.n_head(),
+                     ": each key/value head serves a whole group of query heads"));
+  }
+  if (gpt.mlp().has_hidden()) {
+    RETURN_IF_ERROR(CheckAtLeast("model.gpt.mlp.hidden", gpt.mlp().hidden(), 1));
+  }
+  if (!v1::GptModel::Norm_IsValid(gpt.norm())) {
+    return FieldError("model.gpt.norm", absl::StrCat("unknown value ", gpt.norm()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateData(const v1::DataSpec& data) {
@@ -734,13 +751,36 @@ absl::Status ValidateBatch(const v1::BatchSpec& batch, int32_t ranks,
   return absl::OkStatus();
 }
 
-// Checks the degrees; UNIMPLEMENTED ones are left to ValidateSupported().
-absl::Status ValidateParallelism(const v1::ParallelismSpec& parallelism,
-                                 int32_t ranks) {
+// Checks the degrees and the layout knobs; UNIMPLEMENTED ones are left to
+// ValidateSupported().
+absl::Status ValidateParallelism(const JobSpec& spec) {
+  const v1::ParallelismSpec& parallelism = spec.parallelism();
+  const int32_t ranks = spec.resources().ranks();
   RETURN_IF_ERROR(CheckAtLeast("parallelism.data", parallelism.data(), 0));
   RETURN_IF_ERROR(CheckAtLeast("parallelism.tensor", parallelism.tensor(), 0));
   RETURN_IF_ERROR(
       CheckAtLeast("parallelism.pipeline", parallelism.pipeline(), 0));
+  RETURN_IF_ERROR(
+      CheckAtLeast("parallelism.virtual_stages", parallelism.virtual_stages(), 0));
+  if (!parallelism.auto_()) {
+    if (parallelism.sequence_parallel() && parallelism.tensor() <= 1) {
+      return FieldError("parallelism.sequence_parallel",
+                        absl::StrCat("needs parallelism.tensor > 1 (it splits activations "
+                                     "across the tensor group), got tensor ",
+                                     parallelism.tensor()));
+    }
+    // The planner's rule (common/parallel_layout.h), so plan and submit agree.
+    const int64_t replicas_x_micro =
+        int64_t{parallelism.data()} * spec.batch().micro_batch();
+    const int64_t micro_batches =
+        replicas_x_micro > 0 ? spec.batch().global_batch() / replicas_x_micro : 0;
+    if (absl::Status v = CheckInterleaving(spec.model().gpt().n_layer(),
+                                           parallelism.pipeline(),
+                                           parallelism.virtual_stages(), micro_batches);
+        !v.ok()) {
+      return FieldError("parallelism.virtual_stages", v.message());
+    }
+  }
   if (parallelism.auto_() || parallelism.data() == 0) return absl::OkStatus();
   const int64_t tensor = std::max(parallelism.tensor(), 1);
   const int64_t pipeline = std::max(parallelism.pipeline(), 1);
@@ -775,6 +815,17 @@ absl::Status ValidateSupported(const JobSpec& spec) {
         "yet; stages 0, 1 (optimizer state sharded over the data-parallel group) and 2 "
         "(gradients too) run");
   }
+  if (parallelism.sequence_parallel()) {
+    return absl::UnimplementedError(
+        "parallelism.sequence_parallel: sequence parallelism is planned but not executable "
+        "yet (tensor parallelism runs without it); `loomctl plan` evaluates it");
+  }
+  if (parallelism.virtual_stages() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "parallelism.virtual_stages: interleaved 1F1B (", parallelism.virtual_stages(),
+        " chunks per pipeline rank) is planned but not executable yet; pipelines run plain "
+        "1F1B (virtual_stages 0 or 1); `loomctl plan` evaluates it"));
+  }
   if (parallelism.tensor() > 1) {
     if (gpt.n_head() % parallelism.tensor() != 0) {
       return FieldError("parallelism.tensor",
@@ -805,6 +856,31 @@ absl::Status ValidateSupported(const JobSpec& spec) {
     return absl::UnimplementedError(
         "resources.gpus_per_rank: tensor, pipeline and ZeRO layouts run on CPU ranks in this "
         "version; GPU ranks run data parallelism");
+  }
+  // The engine builds the GPT-2 block only (worker/engine/gpt.cc); other
+  // members of the family reach the planner but do not train yet.
+  constexpr char kPlanOnly[] = " is planned but not executable yet: the engine runs the GPT-2 "
+                               "shape only; `loomctl plan` plans with it";
+  if (gpt.n_kv_head() != 0 && gpt.n_kv_head() != gpt.n_head()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model.gpt.n_kv_head: grouped-query attention (", gpt.n_kv_head(), " key/value heads for ",
+        gpt.n_head(), " query heads)", kPlanOnly, "; use 0 (= n_head)"));
+  }
+  if (gpt.mlp().gated()) {
+    return absl::UnimplementedError(
+        absl::StrCat("model.gpt.mlp.gated: a gated (SwiGLU) MLP", kPlanOnly));
+  }
+  if (gpt.mlp().has_hidden() && int64_t{gpt.mlp().hidden()} != 4 * int64_t{gpt.d_model()}) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model.gpt.mlp.hidden: an MLP width of ", gpt.mlp().hidden(), " (not 4 x d_model = ",
+        4 * int64_t{gpt.d_model()}, ")", kPlanOnly));
+  }
+  if (gpt.norm() == v1::GptModel::RMSNORM) {
+    return absl::UnimplementedError(absl::StrCat("model.gpt.norm: RMSNorm", kPlanOnly));
+  }
+  if (gpt.untied_embeddings()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model.gpt.untied_embeddings: a separate output matrix", kPlanOnly));
   }
   // BF16 runs on the CPU workers (autocast, fp32 master weights); FP16
   // needs dynamic loss scaling and GPU workers, which Loom has not yet.
@@ -943,8 +1019,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateResources(spec.resources()));
   RETURN_IF_ERROR(
       ValidateBatch(spec.batch(), spec.resources().ranks(), spec.parallelism()));
-  RETURN_IF_ERROR(
-      ValidateParallelism(spec.parallelism(), spec.resources().ranks()));
+  RETURN_IF_ERROR(ValidateParallelism(spec));
   if (!v1::Precision_IsValid(spec.precision())) {
     return FieldError("precision",
                       absl::StrCat("unknown value ", spec.precision()));

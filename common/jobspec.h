@@ -111,9 +111,16 @@ void ApplyJobSpecDefaults(loom::v1::JobSpec* spec);
 // found, checked in this order: non-finite floating-point values anywhere,
 // name, model, data, optimizer, schedule, resources, batch, parallelism,
 // checkpoint (all INVALID_ARGUMENT), then the features that a valid spec may
-// ask for but Loom cannot run yet (UNIMPLEMENTED): ZeRO-3, dropout under
-// tensor parallelism, tensor/pipeline/ZeRO layouts on GPU ranks, and FP16
-// precision (it needs GPU workers). Tensor and pipeline parallelism and ZeRO
+// ask for but Loom cannot run yet (UNIMPLEMENTED): ZeRO-3, sequence
+// parallelism, interleaved pipelines (virtual_stages > 1), dropout under
+// tensor parallelism, tensor/pipeline/ZeRO layouts on GPU ranks, models
+// other than the GPT-2 shape (grouped-query attention, a gated or resized
+// MLP, RMSNorm, untied embeddings), and FP16 precision (it needs GPU
+// workers). The planner accepts all of these (`loomctl plan`, the Plan RPC
+// let UNIMPLEMENTED through); their malformed values (n_kv_head not
+// dividing n_head, mlp.hidden < 1, sequence_parallel without tensor > 1,
+// an interleaving the layers or micro-batches do not allow) are
+// INVALID_ARGUMENT. Tensor and pipeline parallelism and ZeRO
 // 0-2 execute; a degree the model cannot be split into (tensor not dividing
 // the heads, pipeline above the layers) is INVALID_ARGUMENT. The
 // activation_checkpointing check (>= -1) comes after parallelism. The

@@ -574,6 +574,62 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        [](JobSpec* s) { s->set_activation_checkpointing(-2); }, kInvalid,
        "activation_checkpointing: must be 0 (off), k >= 1 (every k-th block) "
        "or -1"},
+      // Model family (issue 11): malformed values are INVALID_ARGUMENT,
+      // well-formed ones the engine does not build are UNIMPLEMENTED.
+      {"negative n_kv_head",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(-1); }, kInvalid,
+       "model.gpt.n_kv_head: must be >= 0, got -1"},
+      {"n_kv_head not dividing n_head",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(3); }, kInvalid,
+       "model.gpt.n_kv_head: 3 does not divide model.gpt.n_head 4"},
+      {"grouped-query attention",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(2); }, kUnimplemented,
+       "model.gpt.n_kv_head: grouped-query attention (2 key/value heads for 4 query heads) is "
+       "planned but not executable yet"},
+      {"MLP hidden 0",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(0); },
+       kInvalid, "model.gpt.mlp.hidden: must be >= 1, got 0"},
+      {"MLP hidden not 4 x d_model",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(384); },
+       kUnimplemented, "model.gpt.mlp.hidden: an MLP width of 384 (not 4 x d_model = 512)"},
+      {"gated MLP",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_gated(true); },
+       kUnimplemented, "model.gpt.mlp.gated: a gated (SwiGLU) MLP is planned"},
+      {"RMSNorm",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_norm(v1::GptModel::RMSNORM); },
+       kUnimplemented, "model.gpt.norm: RMSNorm is planned but not executable yet"},
+      {"unknown norm",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_norm(static_cast<v1::GptModel::Norm>(7));
+       },
+       kInvalid, "model.gpt.norm: unknown value 7"},
+      {"untied embeddings",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_untied_embeddings(true); },
+       kUnimplemented, "model.gpt.untied_embeddings: a separate output matrix is planned"},
+      {"malformed family value beats unimplemented family value",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_norm(v1::GptModel::RMSNORM);
+         s->mutable_model()->mutable_gpt()->set_n_kv_head(3);
+       },
+       kInvalid, "model.gpt.n_kv_head: 3 does not divide"},
+      // Layout knobs the planner evaluates and the engine does not run.
+      {"negative virtual stages",
+       [](JobSpec* s) { s->mutable_parallelism()->set_virtual_stages(-1); }, kInvalid,
+       "parallelism.virtual_stages: must be >= 0, got -1"},
+      {"interleaving without a pipeline",
+       [](JobSpec* s) { s->mutable_parallelism()->set_virtual_stages(2); }, kInvalid,
+       "parallelism.virtual_stages: interleaving needs more than one pipeline stage"},
+      {"sequence parallelism without tensor parallelism",
+       [](JobSpec* s) { s->mutable_parallelism()->set_sequence_parallel(true); }, kInvalid,
+       "parallelism.sequence_parallel: needs parallelism.tensor > 1"},
+      {"sequence parallelism",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_data(2);
+         s->mutable_parallelism()->set_tensor(2);
+         s->mutable_parallelism()->set_sequence_parallel(true);
+       },
+       kUnimplemented, "parallelism.sequence_parallel: sequence parallelism is planned but not "
+                       "executable yet"},
   };
   ASSERT_GE(cases.size(), 20u);
 
@@ -603,6 +659,82 @@ TEST(ValidateJobSpecTest, TensorPipelineAndZeroLayoutsAreAccepted) {
   EXPECT_EQ(spec.parallelism().data(), 2);
   EXPECT_EQ(spec.batch().micro_batch(), 16);  // 32 rows over 2 replicas
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+// Interleaving: the planner's rule (common/parallel_layout.h
+// CheckInterleaving) on the spec's fields, each failure naming
+// parallelism.virtual_stages; a valid interleaving is UNIMPLEMENTED.
+TEST(ValidateJobSpecTest, InterleavingFollowsThePlannersRule) {
+  JobSpec base = MustParse(kGoodYaml);
+  auto* gpt = base.mutable_model()->mutable_gpt();
+  gpt->set_n_layer(8);
+  gpt->set_dropout(0);
+  base.mutable_parallelism()->set_data(2);
+  base.mutable_parallelism()->set_pipeline(2);  // 4 ranks; 32 / (2 x 4) = 4 micro-batches
+  struct Case {
+    int n_layer, virtual_stages, micro_batch;
+    absl::StatusCode code;
+    const char* message_prefix;
+  } cases[] = {
+      {8, 0, 4, absl::StatusCode::kOk, ""},
+      {8, 1, 4, absl::StatusCode::kOk, ""},
+      {8, 2, 4, absl::StatusCode::kUnimplemented,
+       "parallelism.virtual_stages: interleaved 1F1B (2 chunks per pipeline rank) is planned"},
+      {8, 4, 4, absl::StatusCode::kUnimplemented, "parallelism.virtual_stages: interleaved"},
+      {8, 3, 4, absl::StatusCode::kInvalidArgument,
+       "parallelism.virtual_stages: 3 does not divide the 4 layers per stage"},
+      {7, 2, 4, absl::StatusCode::kInvalidArgument,
+       "parallelism.virtual_stages: interleaving needs equal stages, but 2 pipeline stages do "
+       "not divide the 7 layers"},
+      {8, 2, 16, absl::StatusCode::kInvalidArgument,
+       "parallelism.virtual_stages: the interleaved schedule needs the 1 micro-batches per "
+       "replica to be a multiple of the 2 pipeline stages"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.n_layer, " layers, v ", c.virtual_stages, ", mb ", c.micro_batch));
+    JobSpec spec = base;
+    spec.mutable_model()->mutable_gpt()->set_n_layer(c.n_layer);
+    spec.mutable_parallelism()->set_virtual_stages(c.virtual_stages);
+    spec.mutable_batch()->set_micro_batch(c.micro_batch);
+    ApplyJobSpecDefaults(&spec);
+    const absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_THAT(std::string(status.message()), StartsWith(c.message_prefix));
+  }
+}
+
+// The family fields parse from YAML, and GPT-2's own values (n_kv_head =
+// n_head, hidden = 4 x d_model, LayerNorm, tied) are what the engine runs.
+TEST(ValidateJobSpecTest, ModelFamilyFieldsParseAndGpt2ValuesAreAccepted) {
+  JobSpec plain = MustParse(absl::StrCat(kGoodYaml, R"yaml(parallelism:
+  sequence_parallel: false
+  virtual_stages: 1
+)yaml"));
+  ApplyJobSpecDefaults(&plain);
+  EXPECT_TRUE(ValidateJobSpec(plain).ok()) << ValidateJobSpec(plain);
+
+  std::string yaml = kGoodYaml;
+  const std::string at = "    dropout: 0.1\n";
+  yaml.replace(yaml.find("    dropout: 0.1\n"), at.size(),
+               "    dropout: 0.1\n    n_kv_head: 2\n    mlp: {gated: true, hidden: 344}\n"
+               "    norm: RMSNORM\n    untied_embeddings: true\n");
+  JobSpec spec = MustParse(yaml);
+  const v1::GptModel& gpt = spec.model().gpt();
+  EXPECT_EQ(gpt.n_kv_head(), 2);
+  EXPECT_TRUE(gpt.mlp().gated());
+  EXPECT_EQ(gpt.mlp().hidden(), 344);
+  EXPECT_EQ(gpt.norm(), v1::GptModel::RMSNORM);
+  EXPECT_TRUE(gpt.untied_embeddings());
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(ValidateJobSpec(spec).code(), absl::StatusCode::kUnimplemented);
+
+  JobSpec gpt2 = MustParse(kGoodYaml);
+  auto* g = gpt2.mutable_model()->mutable_gpt();
+  g->set_n_kv_head(4);  // = n_head: multi-head attention
+  g->mutable_mlp()->set_hidden(512);  // = 4 x d_model
+  g->set_norm(v1::GptModel::LAYERNORM);
+  ApplyJobSpecDefaults(&gpt2);
+  EXPECT_TRUE(ValidateJobSpec(gpt2).ok()) << ValidateJobSpec(gpt2);
 }
 
 // BF16 and activation checkpointing execute (on CPU workers).

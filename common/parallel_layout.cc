@@ -165,4 +165,31 @@ int FirstBlockOfStage(const std::vector<int>& blocks_per_stage, int stage) {
   return first;
 }
 
+absl::Status CheckInterleaving(int64_t n_layer, int64_t pipeline, int64_t virtual_stages,
+                               int64_t micro_batches) {
+  if (virtual_stages <= 1) return absl::OkStatus();
+  if (pipeline <= 1) {
+    return absl::InvalidArgumentError("interleaving needs more than one pipeline stage");
+  }
+  if (n_layer % pipeline != 0) {
+    // Every rank holds v equal chunks, so the stages must be equal too.
+    return absl::InvalidArgumentError(
+        absl::StrCat("interleaving needs equal stages, but ", pipeline,
+                     " pipeline stages do not divide the ", n_layer, " layers"));
+  }
+  const int64_t layers_per_stage = n_layer / pipeline;
+  if (layers_per_stage % virtual_stages != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(virtual_stages, " does not divide the ",
+                                                   layers_per_stage, " layers per stage"));
+  }
+  if (micro_batches > 0 && micro_batches % pipeline != 0) {
+    // The interleaved schedule runs micro-batches in groups of p.
+    return absl::InvalidArgumentError(
+        absl::StrCat("the interleaved schedule needs the ", micro_batches,
+                     " micro-batches per replica to be a multiple of the ", pipeline,
+                     " pipeline stages"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace loom

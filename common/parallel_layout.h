@@ -89,6 +89,20 @@ absl::StatusOr<std::vector<int>> SplitLayers(int n_layer, int stages,
 // Index of the first block of stage `stage` under `blocks_per_stage`.
 int FirstBlockOfStage(const std::vector<int>& blocks_per_stage, int stage);
 
+// Whether Megatron-LM's interleaved 1F1B schedule (Narayanan et al. 2021,
+// Sec. 2.2.2) can run `virtual_stages` model chunks per pipeline rank: it
+// needs more than one stage, equal stages (`pipeline` divides `n_layer`),
+// equal chunks (`virtual_stages` divides the layers per stage) and the
+// micro-batches in groups of `pipeline` (`micro_batches` per replica per step
+// a multiple of it; pass 0 when not known yet to skip that rule). OK when
+// virtual_stages <= 1 (not interleaved). Otherwise INVALID_ARGUMENT whose
+// message is the reason alone, e.g. "3 does not divide the 20 layers per
+// stage": the planner prefixes "layout.virtual_stages: ", the job spec
+// "parallelism.virtual_stages: ". One rule for both, so `loomctl plan` and
+// submit agree.
+absl::Status CheckInterleaving(int64_t n_layer, int64_t pipeline, int64_t virtual_stages,
+                               int64_t micro_batches);
+
 }  // namespace loom
 
 #endif  // LOOM_COMMON_PARALLEL_LAYOUT_H_

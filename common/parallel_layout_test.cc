@@ -123,5 +123,21 @@ TEST(SplitLayersTest, FirstBlockOfStage) {
   EXPECT_EQ(FirstBlockOfStage(split, 2), 5);
 }
 
+TEST(CheckInterleavingTest, NamesTheRuleThatFails) {
+  EXPECT_TRUE(CheckInterleaving(40, 1, 1, 7).ok());  // not interleaved: nothing to check
+  EXPECT_TRUE(CheckInterleaving(40, 4, 0, 0).ok());
+  EXPECT_TRUE(CheckInterleaving(40, 4, 5, 8).ok());  // 10 layers per stage, 2 chunks of 5
+  EXPECT_TRUE(CheckInterleaving(40, 4, 5, 0).ok());  // micro-batches not known yet
+  EXPECT_EQ(CheckInterleaving(40, 1, 2, 4).message(),
+            "interleaving needs more than one pipeline stage");
+  EXPECT_EQ(CheckInterleaving(70, 12, 2, 24).message(),
+            "interleaving needs equal stages, but 12 pipeline stages do not divide the 70 layers");
+  EXPECT_EQ(CheckInterleaving(40, 4, 3, 8).message(), "3 does not divide the 10 layers per stage");
+  EXPECT_EQ(CheckInterleaving(40, 4, 2, 6).message(),
+            "the interleaved schedule needs the 6 micro-batches per replica to be a multiple of "
+            "the 4 pipeline stages");
+  EXPECT_EQ(CheckInterleaving(40, 4, 2, 6).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace loom

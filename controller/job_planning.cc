@@ -149,6 +149,13 @@ absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& 
   req.model.n_head = g.n_head();
   req.model.vocab_size = g.vocab_size();
   req.model.seq_len = g.seq_len();
+  // Model family (issue 11). The job spec has no fields for biases or
+  // position embeddings, so those keep the GPT-2 defaults.
+  req.model.n_kv_head = g.n_kv_head();
+  req.model.gated_mlp = g.mlp().gated();
+  if (g.mlp().has_hidden()) req.model.ffn_hidden = g.mlp().hidden();
+  req.model.rms_norm = g.norm() == loom::v1::GptModel::RMSNORM;
+  req.model.tied_embeddings = !g.untied_embeddings();
   req.training.global_batch_sequences = spec.batch().global_batch();
   switch (spec.precision()) {
     case loom::v1::BF16:
@@ -214,6 +221,8 @@ planner::Layout SpecLayout(const loom::v1::JobSpec& spec) {
   layout.micro_batch = spec.batch().micro_batch() > 0 ? spec.batch().micro_batch() : 1;
   layout.zero_stage = par.zero_stage();
   layout.recompute = SpecRecompute(spec);
+  layout.virtual_stages = par.virtual_stages() > 1 ? par.virtual_stages() : 1;
+  layout.sequence_parallel = par.sequence_parallel();
   return layout;
 }
 
@@ -258,12 +267,30 @@ loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& e) {
   return p;
 }
 
+void AddDeviceSweep(const planner::DeviceSweep& sweep, loom::v1::PlanResponse* resp) {
+  if (sweep.counts.empty()) return;
+  for (const auto& c : sweep.counts) {
+    auto* row = resp->add_device_counts();
+    row->set_devices(c.devices);
+    row->set_fits(c.fits);
+    row->set_reason(c.reason);
+    if (!c.fits) continue;
+    *row->mutable_best() = ToProto(c.best);
+    row->set_device_hours(c.best.run.device_hours);
+    row->set_cost_usd(c.best.run.cost_usd);
+  }
+  resp->set_recommended_devices(sweep.counts[sweep.recommended].devices);
+  resp->set_device_count_rule(sweep.rule);
+  resp->set_device_count_summary(sweep.summary);
+}
+
 absl::StatusOr<loom::v1::PlanResponse> PlanSpec(const loom::v1::JobSpec& spec,
                                                 const LiveTopology& topology, int top_k,
                                                 bool executable_only) {
   auto req = SpecToPlanRequest(spec, topology.topology, top_k);
   if (!req.ok()) return req.status();
   if (executable_only) RestrictToExecutable(spec, &req->options);
+  req->options.sweep_devices = true;  // how many of the devices pay
   loom::v1::PlanResponse resp;
   resp.set_topology(topology.description);
   resp.set_topology_measured(topology.measured);
@@ -281,6 +308,7 @@ absl::StatusOr<loom::v1::PlanResponse> PlanSpec(const loom::v1::JobSpec& spec,
   if (plan.ok()) {
     *resp.mutable_chosen() = ToProto(plan->best);
     for (const auto& e : plan->top) *resp.add_alternatives() = ToProto(e);
+    AddDeviceSweep(plan->device_sweep, &resp);
     resp.set_report(absl::StrCat(header, planner::FormatPlanText(*req, *plan)));
   } else if (!has_spec_layout) {
     return plan.status();

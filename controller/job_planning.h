@@ -58,8 +58,10 @@ struct LiveTopology {
 absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
                                              const std::vector<loom::v1::WorkerInfo>& workers);
 
-// Planner input for a defaulted spec. INVALID_ARGUMENT "model.gpt: required"
-// without a GPT model. token_budget 0 = total_steps x global_batch x seq_len.
+// Planner input for a defaulted spec: the GPT shape with its family fields
+// (n_kv_head, mlp.gated/hidden, norm, untied_embeddings) in the planner's
+// ModelSpec. INVALID_ARGUMENT "model.gpt: required" without a GPT model.
+// token_budget 0 = total_steps x global_batch x seq_len.
 absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& spec,
                                                        const planner::ClusterTopology& topology,
                                                        int top_k, double token_budget = 0);
@@ -72,8 +74,9 @@ absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& 
 // the restriction may show it.
 void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions* options);
 
-// The spec's own layout: parallelism.data/tensor/pipeline/zero_stage and
-// micro-batch, no recompute.
+// The spec's own layout: parallelism.data/tensor/pipeline/zero_stage/
+// virtual_stages/sequence_parallel, the micro-batch, and recompute from
+// activation_checkpointing (SpecRecompute).
 planner::Layout SpecLayout(const loom::v1::JobSpec& spec);
 
 // The planner's recompute for the spec's activation_checkpointing: any
@@ -85,7 +88,13 @@ planner::Recompute SpecRecompute(const loom::v1::JobSpec& spec);
 
 loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& evaluation);
 
-// The Plan RPC's answer for a defaulted, validated spec on `topology`.
+// The device-count sweep (planner/device_sweep.h) into the Plan RPC's
+// answer: device_counts, recommended_devices and the rule. Nothing when the
+// sweep is empty.
+void AddDeviceSweep(const planner::DeviceSweep& sweep, loom::v1::PlanResponse* resp);
+
+// The Plan RPC's answer for a defaulted, validated spec on `topology`, with
+// the device-count sweep.
 // FAILED_PRECONDITION (the planner's reason) when nothing fits and the spec
 // has no explicit layout to report on; INVALID_ARGUMENT for bad input.
 absl::StatusOr<loom::v1::PlanResponse> PlanSpec(const loom::v1::JobSpec& spec,

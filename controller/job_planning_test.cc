@@ -389,6 +389,16 @@ TEST(PlanSpecTest, FullSearchReturnsAlternativesWithBreakdownsAndAReport) {
   EXPECT_EQ(resp->chosen().tensor() * resp->chosen().pipeline() * resp->chosen().data(), 4);
   EXPECT_THAT(resp->report(), HasSubstr("Cluster: 1 x 4 cpu"));
   EXPECT_FALSE(resp->has_spec_layout());
+  // How many of the 4 slots pay: 1, 2 and 4 are planned, one is recommended.
+  ASSERT_EQ(resp->device_counts_size(), 3);
+  EXPECT_EQ(resp->device_counts(0).devices(), 1);
+  EXPECT_EQ(resp->device_counts(2).devices(), 4);
+  EXPECT_EQ(resp->device_counts(2).best().summary(), resp->chosen().summary());
+  EXPECT_GT(resp->device_counts(2).device_hours(), 0);
+  EXPECT_TRUE(resp->recommended_devices() == 1 || resp->recommended_devices() == 2 ||
+              resp->recommended_devices() == 4);
+  EXPECT_THAT(resp->device_count_rule(), HasSubstr("device-hours are at most 2x"));
+  EXPECT_THAT(resp->report(), HasSubstr("Device counts (the same request on fewer devices)"));
   for (const auto& a : resp->alternatives()) {
     EXPECT_GT(a.step_seconds(), 0);
     EXPECT_GT(a.total_bytes(), 0);
@@ -411,6 +421,93 @@ TEST(PlanSpecTest, ExplicitSpecLayoutIsEvaluatedToo) {
   EXPECT_TRUE(resp->spec_layout().fits());
   EXPECT_THAT(resp->report(), HasSubstr("Search restricted to layouts Loom executes (tensor parallelism inside a worker"));
   EXPECT_THAT(resp->report(), HasSubstr("The spec's own layout"));
+}
+
+// Issue 11, model families: the job spec's GptModel fields reach the
+// planner's ModelSpec; the GPT-2 defaults stay the planner's defaults.
+TEST(SpecToPlanRequestTest, CopiesTheModelFamilyIntoThePlannersModelSpec) {
+  auto spec = TinySpec(1, 1);
+  auto live = TopologyForSpec(spec, {Worker(1, 32e9)});
+  ASSERT_TRUE(live.ok());
+  auto gpt2 = SpecToPlanRequest(spec, live->topology, 1);
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  EXPECT_EQ(gpt2->model.n_kv_head, 0);
+  EXPECT_EQ(gpt2->model.ffn_hidden, 0);
+  EXPECT_FALSE(gpt2->model.gated_mlp);
+  EXPECT_FALSE(gpt2->model.rms_norm);
+  EXPECT_TRUE(gpt2->model.tied_embeddings);
+
+  auto* g = spec.mutable_model()->mutable_gpt();
+  g->set_n_kv_head(1);
+  g->mutable_mlp()->set_gated(true);
+  g->mutable_mlp()->set_hidden(88);
+  g->set_norm(loom::v1::GptModel::RMSNORM);
+  g->set_untied_embeddings(true);
+  // Submit refuses this model; planning takes it.
+  EXPECT_EQ(ValidateJobSpec(spec).code(), absl::StatusCode::kUnimplemented);
+  auto llama = SpecToPlanRequest(spec, live->topology, 1);
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_EQ(llama->model.n_kv_head, 1);
+  EXPECT_EQ(llama->model.ffn_hidden, 88);
+  EXPECT_TRUE(llama->model.gated_mlp);
+  EXPECT_TRUE(llama->model.rms_norm);
+  EXPECT_FALSE(llama->model.tied_embeddings);
+  // The planner counts what the fields say, per layer with h = 32, one KV
+  // head of 16: Q, O 2h^2; K, V 2 h 16; three h x 88 gated matrices.
+  const planner::ParameterCount p = planner::CountParameters(llama->model);
+  EXPECT_EQ(p.per_layer_matmul, 2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 88);
+  EXPECT_EQ(p.output_head, 256 * 32);
+  EXPECT_EQ(p.per_layer_norm, 2 * 32);  // two RMSNorm scales
+  auto resp = PlanSpec(spec, *live, 1, /*executable_only=*/false);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_THAT(resp->report(), HasSubstr("(1 KV), MLP 88"));
+}
+
+// Issue 11, a pinned layout may fix every knob: the spec's interleaving and
+// sequence parallelism are evaluated (submit refuses them), while the
+// executable search still never chooses them.
+TEST(SpecLayoutTest, CarriesInterleavingAndSequenceParallelism) {
+  auto spec = TinySpec(1, 4);
+  spec.mutable_model()->mutable_gpt()->set_n_layer(4);
+  auto* par = spec.mutable_parallelism();
+  par->set_data(1);
+  par->set_tensor(2);
+  par->set_pipeline(2);
+  spec.mutable_batch()->set_micro_batch(2);  // 4 micro-batches, a multiple of 2 stages
+  planner::Layout plain = SpecLayout(spec);
+  EXPECT_EQ(plain.virtual_stages, 1);
+  EXPECT_FALSE(plain.sequence_parallel);
+  par->set_virtual_stages(2);
+  par->set_sequence_parallel(true);
+  const absl::Status valid = ValidateJobSpec(spec);
+  EXPECT_EQ(valid.code(), absl::StatusCode::kUnimplemented) << valid;
+  EXPECT_THAT(Msg(valid), StartsWith("parallelism.sequence_parallel: "));
+  const planner::Layout pinned = SpecLayout(spec);
+  EXPECT_EQ(pinned.virtual_stages, 2);
+  EXPECT_TRUE(pinned.sequence_parallel);
+
+  auto live = TopologyForSpec(spec, {Worker(4, 32e9)});
+  ASSERT_TRUE(live.ok());
+  auto resp = PlanSpec(spec, *live, 3, /*executable_only=*/false);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_TRUE(resp->has_spec_layout());
+  EXPECT_EQ(resp->spec_layout().virtual_stages(), 2);
+  EXPECT_TRUE(resp->spec_layout().sequence_parallel());
+  EXPECT_THAT(resp->spec_layout().summary(), HasSubstr("v 2"));
+  EXPECT_THAT(resp->spec_layout().summary(), HasSubstr("SP"));
+  // Interleaving halves the bubble, (p - 1) / v x a micro-batch's time
+  // (Narayanan et al. 2021, Sec. 2.2.2).
+  auto req = SpecToPlanRequest(spec, live->topology, 1);
+  ASSERT_TRUE(req.ok());
+  auto interleaved = planner::EvaluateLayout(*req, pinned);
+  auto not_interleaved = planner::EvaluateLayout(*req, plain);
+  ASSERT_TRUE(interleaved.ok() && not_interleaved.ok());
+  EXPECT_LT(interleaved->time.pipeline_bubble, not_interleaved->time.pipeline_bubble);
+
+  planner::PlannerOptions options;
+  RestrictToExecutable(spec, &options);
+  EXPECT_EQ(options.virtual_stages, 1);
+  EXPECT_FALSE(options.sequence_parallel);
 }
 
 }  // namespace

@@ -74,6 +74,77 @@ TEST(PlanCommandTest, BadTopologyNamesTheFieldAndFile) {
   EXPECT_THAT(r.err, HasSubstr("nodes"));
 }
 
+// Issue 11, devices that don't pay: the 1T GPT with a batch of 3,072 on
+// 131,072 A100s runs at 9.4% MFU on all of them; loomctl plan shows which
+// device counts pay and recommends one.
+TEST(PlanCommandTest, ShowsWhichDeviceCountsPayForTheOneTrillionModel) {
+  auto r = RunCommand(Loomctl(absl::StrCat("plan ", kSrc, "/examples/gpt3-1t.yaml --topology ",
+                                           kSrc, "/examples/topology-a100-80g-131072.yaml")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Device counts (the same request on fewer devices)"));
+  EXPECT_THAT(r.out, HasSubstr("Recommended: 16,384 of 131,072 devices: "));
+  EXPECT_THAT(r.out, HasSubstr("instead of 9.4%"));
+  r = RunCommand(Loomctl(absl::StrCat("-o json plan ", kSrc, "/examples/gpt3-1t.yaml --topology ",
+                                      kSrc, "/examples/topology-a100-80g-131072.yaml")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  google::protobuf::Struct doc;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &doc).ok());
+  const auto& sweep = doc.fields().at("device_sweep").struct_value();
+  EXPECT_EQ(sweep.fields().at("recommended_devices").number_value(), 16384);
+}
+
+// Issue 11: knobs and model families the engine does not run yet are
+// planned (loomctl plan) but refused at submit (loomctl validate runs the
+// same check), each naming its field; malformed values are errors for both.
+TEST(PlanCommandTest, PlansLlamaStyleModelsAndPinnedKnobsThatSubmitRefuses) {
+  std::string dir = loom::testing::MakeTempDir("loom_plan_family_test");
+  const std::string spec = R"(name: llama-ish
+model:
+  gpt:
+    n_layer: 32
+    n_head: 32
+    n_kv_head: 8
+    d_model: 4096
+    seq_len: 2048
+    vocab_size: 32000
+    mlp: {gated: true, hidden: 11008}
+    norm: RMSNORM
+    untied_embeddings: true
+data: {train: ["x.bin"]}
+optimizer: {adamw: {lr: 0.0003}}
+schedule: {total_steps: 1000}
+batch: {global_batch: 64, micro_batch: 1}
+precision: BF16
+resources: {workers: 32, ranks: 256}
+parallelism:
+  data: 16
+  tensor: 8
+  pipeline: 2
+  virtual_stages: 2
+  sequence_parallel: true
+)";
+  std::ofstream(dir + "/llama.yaml") << spec;
+  auto r = RunCommand(Loomctl(absl::StrCat("plan ", dir, "/llama.yaml --topology ", kSrc,
+                                           "/examples/topology-a100-80g-256.yaml")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("32 heads (8 KV), MLP 11008"));
+  EXPECT_THAT(r.out, HasSubstr("The spec's own layout"));
+  EXPECT_THAT(r.out, HasSubstr("tp 8 | pp 2 | dp 16 | mb 1 | v 2 | recompute none | ZeRO-0 | SP"));
+  auto v = RunCommand(Loomctl(absl::StrCat("validate ", dir, "/llama.yaml")));
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_THAT(v.err, HasSubstr("UNIMPLEMENTED"));
+  EXPECT_THAT(v.err, HasSubstr("parallelism.sequence_parallel"));
+
+  std::string bad = spec;
+  bad.replace(bad.find("n_kv_head: 8"), 12, "n_kv_head: 5");
+  std::ofstream(dir + "/bad.yaml") << bad;
+  r = RunCommand(Loomctl(absl::StrCat("plan ", dir, "/bad.yaml --topology ", kSrc,
+                                      "/examples/topology-a100-80g-256.yaml")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(r.err, HasSubstr("model.gpt.n_kv_head: 5 does not divide model.gpt.n_head 32"));
+}
+
 TEST(ValidateCommandTest, MistypedFieldIsAnErrorWithItsPath) {
   std::string dir = loom::testing::MakeTempDir("loom_validate_test");
   std::ofstream(dir + "/typo.yaml") << R"(name: typo

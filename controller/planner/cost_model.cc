@@ -123,26 +123,11 @@ absl::Status CostModel::CheckLayout(const Layout& l) const {
     return invalid("micro_batch", absl::StrCat(l.micro_batch, " does not divide the ",
                                                batch / l.dp, " sequences per replica"));
   }
-  if (l.virtual_stages > 1) {
-    if (l.pp == 1) return invalid("virtual_stages", "interleaving needs pp > 1");
-    if (model_.n_layer % l.pp != 0) {
-      // Megatron-LM's interleaved schedule gives every rank v equal chunks.
-      return invalid("virtual_stages",
-                     absl::StrCat("interleaving needs equal stages, but pp ", l.pp,
-                                  " does not divide model.n_layer ", model_.n_layer));
-    }
-    const int64_t layers_per_stage = model_.n_layer / l.pp;
-    if (layers_per_stage % l.virtual_stages != 0) {
-      return invalid("virtual_stages", absl::StrCat(l.virtual_stages, " does not divide the ",
-                                                    layers_per_stage, " layers per stage"));
-    }
-    const int64_t m = batch / l.dp / l.micro_batch;
-    if (m % l.pp != 0) {
-      // Megatron-LM's interleaved schedule runs micro-batches in groups of p.
-      return invalid("virtual_stages",
-                     absl::StrCat("the interleaved schedule needs the ", m,
-                                  " micro-batches to be a multiple of pp ", l.pp));
-    }
+  // Interleaving: the same rule the job spec is checked against.
+  if (absl::Status v = CheckInterleaving(model_.n_layer, l.pp, l.virtual_stages,
+                                         batch / l.dp / l.micro_batch);
+      !v.ok()) {
+    return invalid("virtual_stages", std::string(v.message()));
   }
   // ZeRO-2/3 with pp > 1 is allowed: gradients are reduce-scattered (and,
   // for ZeRO-3, parameters gathered) per micro-batch, which Time() charges;

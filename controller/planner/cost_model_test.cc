@@ -206,9 +206,9 @@ TEST(CheckLayoutTest, ExplainsInvalidLayouts) {
   layout.dp = 8;
   EXPECT_TRUE(cost.CheckLayout(layout).ok());
   layout.virtual_stages = 2;
-  EXPECT_EQ(cost.CheckLayout(layout).message(),
-            "layout.virtual_stages: interleaving needs equal stages, but pp 32 does not divide "
-            "model.n_layer 40");
+  EXPECT_EQ(std::string(cost.CheckLayout(layout).message()),
+            "layout.virtual_stages: interleaving needs equal stages, but 32 pipeline stages do "
+            "not divide the 40 layers");
 }
 
 // A model whose LM head costs less than a block (V < 12h + 2s): 3 layers on

@@ -299,6 +299,10 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
   plan.best = plan.top.front();
   ASSIGN_OR_RETURN(plan.placement, PlaceRanks(plan.best.layout, topology));
   plan.what_if = WhatIfs(cost, options, plan.best.layout);
+  if (options.sweep_devices && options.dp == 0) {
+    // Nothing fitting on fewer devices is no error here: the full count fits.
+    ASSIGN_OR_RETURN(plan.device_sweep, SweepDevices(request, options.sweep));
+  }
   return plan;
 }
 

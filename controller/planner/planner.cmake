@@ -11,6 +11,7 @@ loom_library(loom_planner
     ${LOOM_PLANNER_DIR}/cost_model.cc
     ${LOOM_PLANNER_DIR}/placement.cc
     ${LOOM_PLANNER_DIR}/planner.cc
+    ${LOOM_PLANNER_DIR}/device_sweep.cc
     ${LOOM_PLANNER_DIR}/report.cc
     ${LOOM_PLANNER_DIR}/report_json.cc
   DEPS loom_common loom_device_catalog loom_parallel_layout loom_file_util yaml-cpp absl::status absl::statusor
@@ -25,6 +26,7 @@ loom_test(loom_planner_test
     ${LOOM_PLANNER_DIR}/cost_model_test.cc
     ${LOOM_PLANNER_DIR}/placement_test.cc
     ${LOOM_PLANNER_DIR}/planner_test.cc
+    ${LOOM_PLANNER_DIR}/device_sweep_test.cc
     ${LOOM_PLANNER_DIR}/report_test.cc
   DEPS loom_planner)
 # The topology tests read the example files under examples/.

@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "controller/planner/cost_model.h"
+#include "controller/planner/device_sweep.h"
 #include "controller/planner/model.h"
 #include "controller/planner/placement.h"
 #include "controller/planner/topology.h"
@@ -53,6 +54,11 @@ struct PlannerOptions {
   // false = evaluate every candidate fully (the benchmark's baseline);
   // the result is the same.
   bool prune = true;
+  // Also plan on fewer devices and recommend a count (device_sweep.h):
+  // Plan::device_sweep. Off by default (it plans once per count); `loomctl
+  // plan` and the Plan RPC turn it on. Ignored when dp is pinned.
+  bool sweep_devices = false;
+  DeviceSweepOptions sweep;
   CostOptions cost;
 };
 
@@ -92,6 +98,10 @@ struct Plan {
   std::vector<WhatIf> what_if;         // one-knob changes of `best`
   Placement placement;                 // of `best`
   SearchStats stats;
+  // options.sweep_devices: the best layout per device count and the count
+  // recommended; `counts` is empty otherwise. `best` above always uses
+  // every device.
+  DeviceSweep device_sweep;
 };
 
 // Plans. Returns:

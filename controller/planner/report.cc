@@ -243,6 +243,47 @@ void AppendPlacement(const Plan& plan, bool racks, const ReportOptions& options,
   }
 }
 
+// Devices that don't pay (device_sweep.h): one row per device count.
+void AppendDeviceSweep(const PlanRequest& r, const DeviceSweep& sweep, std::string* out) {
+  const bool budget = r.training.token_budget > 0;
+  const bool price = budget && r.topology.price_per_device_hour_usd > 0;
+  absl::StrAppend(out, "\nDevice counts (the same request on fewer devices)\n");
+  std::vector<std::string> header = {"devices", "layout", "step s", "tokens/s", "MFU"};
+  if (budget) {
+    header.push_back(absl::StrCat("time to train ", ParamsShort(r.training.token_budget), " tok"));
+    header.push_back("device-hours");
+  }
+  if (price) header.push_back("cost");
+  header.push_back("");
+  Table table(std::move(header));
+  for (int i = 0; i < static_cast<int>(sweep.counts.size()); ++i) {
+    const DeviceCountResult& c = sweep.counts[i];
+    std::vector<std::string> row = {Thousands(c.devices)};
+    if (!c.fits) {
+      row.push_back(absl::StrCat("nothing fits: ", c.reason));
+      table.Add(std::move(row));
+      continue;
+    }
+    const LayoutEvaluation& e = c.best;
+    row.push_back(LayoutToString(e.layout));
+    row.push_back(absl::StrFormat("%.3f", e.step.step_seconds));
+    row.push_back(Thousands(e.step.tokens_per_second));
+    row.push_back(Percent(e.step.mfu));
+    if (budget) {
+      row.push_back(Seconds(e.run.train_seconds));
+      row.push_back(Thousands(e.run.device_hours));
+    }
+    if (price) row.push_back(absl::StrCat("$", Thousands(e.run.cost_usd)));
+    std::string mark = i == sweep.recommended ? "<- recommended" : "";
+    if (i == sweep.fastest && i != sweep.recommended) mark = "fastest";
+    if (i == sweep.cheapest && i != sweep.recommended) mark = "fewest device-hours";
+    row.push_back(mark);
+    table.Add(std::move(row));
+  }
+  absl::StrAppend(out, table.Render());
+  absl::StrAppend(out, "  Recommended: ", sweep.summary, ".\n  Rule: ", sweep.rule, ".\n");
+}
+
 }  // namespace
 
 std::vector<std::string> ExplainPlan(const PlanRequest& request, const Plan& plan) {
@@ -322,6 +363,7 @@ std::string FormatPlanText(const PlanRequest& request, const Plan& plan,
     top.Add(std::move(row));
   }
   absl::StrAppend(&out, top.Render());
+  if (!plan.device_sweep.counts.empty()) AppendDeviceSweep(request, plan.device_sweep, &out);
 
   absl::StrAppend(&out, "\nBest layout per shape\n");
   Table shapes({"tp x pp x dp", "fits", "step s", "MFU", "layout or reason"});

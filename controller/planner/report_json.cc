@@ -129,6 +129,34 @@ std::string FormatPlanJson(const PlanRequest& request, const Plan& plan,
     w.EndObject();
   }
   w.EndArray();
+  const DeviceSweep& sweep = plan.device_sweep;
+  if (!sweep.counts.empty()) {
+    // Devices that don't pay (device_sweep.h): the best layout per count.
+    w.Key("device_sweep");
+    w.BeginObject();
+    w.Field("rule", sweep.rule);
+    w.Field("summary", sweep.summary);
+    w.Field("recommended_devices", sweep.counts[sweep.recommended].devices);
+    w.Field("fastest_devices", sweep.counts[sweep.fastest].devices);
+    w.Field("cheapest_devices", sweep.counts[sweep.cheapest].devices);
+    w.Key("counts");
+    w.BeginArray();
+    for (const DeviceCountResult& c : sweep.counts) {
+      w.BeginObject();
+      w.Field("devices", c.devices);
+      w.Field("nodes", c.nodes);
+      w.Field("devices_per_node", c.devices_per_node);
+      w.Field("fits", c.fits);
+      if (!c.fits) w.Field("reason", c.reason);
+      if (c.fits) {
+        w.Key("best");
+        WriteEvaluation(c.best, &w);
+      }
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
   w.Key("search");
   w.BeginObject();
   w.Field("candidates", static_cast<double>(plan.stats.candidates));

@@ -1,5 +1,6 @@
 #include "controller/planner/report.h"
 
+#include <cstdio>
 #include <string>
 
 #include "controller/planner/json_writer.h"
@@ -140,6 +141,53 @@ TEST(JsonWriterTest, EscapesAndNests) {
   EXPECT_EQ(w.Finish(),
             "{\n  \"s\": \"a\\\"b\\\\c\\n\",\n  \"list\": [\n    1,\n    2.5\n  ],\n"
             "  \"empty\": {},\n  \"nan\": null\n}\n");
+}
+
+// Issue 11, devices that don't pay: the 1T GPT with a batch of 3,072 on
+// 131,072 A100s, swept, in text and JSON.
+TEST(ReportTest, DeviceSweepIsATableWithTheRecommendation) {
+  PlanRequest request = MegatronRequest(3);
+  request.topology.nodes = 131072 / 8;
+  request.options.sweep_devices = true;
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string text = FormatPlanText(request, *plan);
+  const size_t at = text.find("\nDevice counts (the same request on fewer devices)\n");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string table = text.substr(at, text.find("\nBest layout per shape", at) - at);
+  std::printf("%s", table.c_str());
+  EXPECT_TRUE(Contains(table, "time to train 450.0B tok")) << table;
+  EXPECT_TRUE(Contains(table, "cost")) << table;
+  const int pick = plan->device_sweep.counts[plan->device_sweep.recommended].devices;
+  EXPECT_EQ(pick, 16384);
+  // The recommended row is marked, and the full cluster is the fastest.
+  const size_t row = table.find("\n   16,384  ");
+  ASSERT_NE(row, std::string::npos) << table;
+  EXPECT_TRUE(Contains(table.substr(row, table.find('\n', row + 1) - row), "<- recommended"));
+  const size_t last = table.find("\n  131,072  ");
+  ASSERT_NE(last, std::string::npos) << table;
+  EXPECT_TRUE(Contains(table.substr(last, table.find('\n', last + 1) - last), "fastest"));
+  EXPECT_TRUE(Contains(table, "Recommended: 16,384 of 131,072 devices: ")) << table;
+  EXPECT_TRUE(Contains(table, "Rule: the fastest device count whose device-hours are at most 2x"));
+
+  const YAML::Node json = YAML::Load(FormatPlanJson(request, *plan));
+  const YAML::Node sweep = json["device_sweep"];
+  ASSERT_TRUE(sweep.IsMap());
+  EXPECT_EQ(sweep["recommended_devices"].as<int>(), 16384);
+  EXPECT_EQ(sweep["fastest_devices"].as<int>(), 131072);
+  ASSERT_TRUE(sweep["counts"].IsSequence());
+  EXPECT_EQ(sweep["counts"].size(), plan->device_sweep.counts.size());
+  const YAML::Node full = sweep["counts"][sweep["counts"].size() - 1];
+  EXPECT_EQ(full["devices"].as<int>(), 131072);
+  EXPECT_NEAR(full["best"]["estimate"]["mfu"].as<double>(), plan->best.step.mfu, 1e-9);
+
+  // Without the option there is no sweep and no section.
+  request.options.sweep_devices = false;
+  plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->device_sweep.counts.empty());
+  EXPECT_FALSE(Contains(FormatPlanText(request, *plan), "Device counts"));
+  EXPECT_FALSE(YAML::Load(FormatPlanJson(request, *plan))["device_sweep"].IsDefined());
 }
 
 }  // namespace
