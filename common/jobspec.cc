@@ -621,10 +621,9 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
                      gpt.d_model()));
   }
   RETURN_IF_ERROR(CheckInRange("model.gpt.seq_len", gpt.seq_len(), 1, 65536));
-  // Token shards store ids as uint16 (llm.c's format), so 65536 is the most
-  // a vocabulary can use.
-  RETURN_IF_ERROR(
-      CheckInRange("model.gpt.vocab_size", gpt.vocab_size(), 1, 65536));
+  // Larger than the token shards hold is UNIMPLEMENTED (ValidateSupported),
+  // so that `loomctl plan` can still plan a 128K-token vocabulary.
+  RETURN_IF_ERROR(CheckAtLeast("model.gpt.vocab_size", gpt.vocab_size(), 1));
   RETURN_IF_ERROR(CheckUnitOpen("model.gpt.dropout", gpt.dropout()));
   // Model family (issue 11): shape rules here; that the engine runs only
   // the GPT-2 shape is ValidateSupported()'s business.
@@ -805,6 +804,13 @@ absl::Status ValidateParallelism(const JobSpec& spec) {
 absl::Status ValidateSupported(const JobSpec& spec) {
   const v1::ParallelismSpec& parallelism = spec.parallelism();
   const v1::GptModel& gpt = spec.model().gpt();
+  // Token shards store ids as uint16 (llm.c's format).
+  if (gpt.vocab_size() > 65536) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model.gpt.vocab_size: ", gpt.vocab_size(),
+        " tokens do not fit the token shards' 16-bit ids, so jobs train vocabularies of at most "
+        "65536; `loomctl plan` plans larger ones"));
+  }
   if (parallelism.zero_stage() < 0 || parallelism.zero_stage() > 3) {
     return FieldError("parallelism.zero_stage",
                       absl::StrCat(parallelism.zero_stage(), " is not 0, 1, 2 or 3"));

@@ -369,7 +369,7 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        [](JobSpec* s) {
          s->mutable_model()->mutable_gpt()->set_vocab_size(65537);
        },
-       kInvalid, "model.gpt.vocab_size: must be in [1, 65536], got 65537"},
+       absl::StatusCode::kUnimplemented, "model.gpt.vocab_size: 65537 tokens do not fit"},
       {"dropout of 1",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_dropout(1.0); },
        kInvalid, "model.gpt.dropout: must be in [0, 1), got 1"},
