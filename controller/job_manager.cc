@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/rank_exit.h"
 #include "common/jobspec.h"
 #include "controller/diagnosis.h"
 #include "controller/planner/topology_yaml.h"
@@ -710,6 +711,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
       }
       if (m.step() > 0) {
         rec.attempt_last_step = m.step();
+        rec.rendezvous_retries = 0;  // this attempt's ranks did join
         rec.step_batches.erase(rec.step_batches.lower_bound(m.step()), rec.step_batches.end());
         rec.step_batches[m.step()] = m.data_batch();
         while (rec.step_batches.size() > 4096) rec.step_batches.erase(rec.step_batches.begin());
@@ -822,7 +824,12 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
       if (!rec.pending_failure) {
         // The other ranks cannot go on without this one: stop them now, and
         // decide the job's reason once the failure has settled.
-        rec.pending_failure = PendingFailure{clock_->Now(), why};
+        // A rank that could not join its groups before any step: nothing
+        // was computed (see JobManagerOptions::max_rendezvous_retries).
+        const bool rendezvous = req.signal() == 0 &&
+                                req.exit_code() == kRankExitRendezvousFailed &&
+                                rec.attempt_last_step < 0;
+        rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous};
         StopJobRanks(rec, why, "");
       }
     }
@@ -862,6 +869,16 @@ void JobManager::ResolveFailuresLocked() {
     }
     std::string why = cause.empty() ? rec.pending_failure->reason
                                     : absl::StrCat(cause, "then ", rec.pending_failure->reason);
+    if (cause.empty() && rec.pending_failure->rendezvous &&
+        rec.rendezvous_retries < options_.max_rendezvous_retries) {
+      rec.rendezvous_retries += 1;
+      RequeueLocked(rec, absl::StrCat(why, "; no step had run, so the attempt is placed again "
+                                           "(rendezvous retry ",
+                                      rec.rendezvous_retries, "/",
+                                      options_.max_rendezvous_retries,
+                                      ", no restart counted)"));
+      continue;
+    }
     FailOrRestartLocked(rec, why, cause.empty() ? kCauseRankFailure : kCauseWorkerLost);
   }
 }

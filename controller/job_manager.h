@@ -49,6 +49,11 @@ struct JobManagerOptions {
   // so that a worker that died (and took the rank's peers with it) can be
   // named as the cause instead of the peer's "connection closed" error.
   absl::Duration failure_settle_time = absl::Seconds(1);
+  // An attempt whose rank could not join the job's process groups before any
+  // step (exit code kRankExitRendezvousFailed, common/rank_exit.h) lost no
+  // work: it is placed again this many times in a row without counting a
+  // restart, then the failure takes the usual restart-or-fail path.
+  int max_rendezvous_retries = 3;
 };
 
 // A bounded queue of events for one watcher. Thread-safe.
@@ -164,10 +169,12 @@ class JobManager {
   struct PendingFailure {
     absl::Time at;
     std::string reason;
+    bool rendezvous = false;  // a rank failed to join before any step
   };
   struct JobRecord {
     loom::v1::Job job;
     std::optional<PendingFailure> pending_failure;  // first rank failure, unresolved
+    int rendezvous_retries = 0;  // consecutive attempts placed again after one
     std::set<int> exited_ok;  // ranks that finished with exit code 0
     std::set<int> running_seen;
     // (worker id, rank) of rank processes started and not yet known to have

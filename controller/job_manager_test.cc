@@ -1,5 +1,7 @@
 #include "controller/job_manager.h"
 
+#include "common/rank_exit.h"
+
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -10,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/parallel_layout.h"
+#include "common/rank_exit.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -505,6 +508,79 @@ TEST_F(JobManagerTest, RankFailureRestartsFromNewestCheckpointUntilRestartsRunOu
   EXPECT_EQ(j.state(), loom::v1::FAILED);
   EXPECT_THAT(j.reason(), HasSubstr("after 1 restart(s)"));
   EXPECT_EQ(j.events(j.events_size() - 1).kind(), loom::v1::RecoveryEvent::GAVE_UP);
+}
+
+// A rank that cannot join its job's process groups before any step lost no
+// work: the attempt is placed again without counting a restart, up to
+// max_rendezvous_retries times in a row; then the usual policy applies
+// (here max_restarts 0: the job fails with the rank's reason).
+TEST_F(JobManagerTest, RendezvousFailureBeforeAnyStepIsPlacedAgainWithoutARestart) {
+  std::string w1 = Register("node-a");
+  std::string w2 = Register("node-b");
+  Beat(w1, 29500);
+  Beat(w2, 29500);
+  auto job = *manager_->Submit(Spec(2, /*max_restarts=*/0));
+  int port = 29501;
+  for (int retry = 1; retry <= opts_.max_rendezvous_retries + 1; ++retry) {
+    auto r1 = Beat(w1, port);
+    auto r2 = Beat(w2, port);
+    ++port;
+    int starts = 0;
+    for (auto* r : {&r1, &r2}) {
+      for (const auto& c : r->commands()) starts += c.has_start() ? 1 : 0;
+    }
+    ASSERT_EQ(starts, 2) << "retry " << retry;
+    ASSERT_TRUE(Exit(w1, job.id(), 0, kRankExitRendezvousFailed,
+                     "joining the process group at 127.0.0.1:29501 failed: Connection closed "
+                     "by peer")
+                    .ok());
+    ASSERT_TRUE(Exit(w2, job.id(), 1, 143, "stopped on request").ok());
+    clock_.Advance(absl::Milliseconds(1100));
+    Beat(w1, port);
+    Beat(w2, port);
+    ++port;
+    manager_->Tick();
+    auto j = *manager_->Get(job.id());
+    EXPECT_EQ(j.restarts(), 0);
+    if (retry <= opts_.max_rendezvous_retries) {
+      // Back to PENDING, and placed again at once (both workers are free).
+      ASSERT_EQ(j.state(), loom::v1::SCHEDULED) << "retry " << retry;
+      ASSERT_GE(j.history_size(), 2);
+      const auto& requeued = j.history(j.history_size() - 2);
+      EXPECT_EQ(requeued.to(), loom::v1::PENDING);
+      EXPECT_THAT(requeued.reason(),
+                  HasSubstr(absl::StrCat("rendezvous retry ", retry, "/",
+                                         opts_.max_rendezvous_retries, ", no restart counted")));
+      EXPECT_EQ(j.events_size(), 0);
+    } else {
+      EXPECT_EQ(j.state(), loom::v1::FAILED);
+      EXPECT_THAT(j.reason(), HasSubstr("Connection closed by peer"));
+    }
+  }
+}
+
+// A rank that fails with the rendezvous code after the attempt has trained
+// is an ordinary failure: it takes the restart-or-fail path at once.
+TEST_F(JobManagerTest, RendezvousCodeAfterTrainingIsAnOrdinaryFailure) {
+  std::string w1 = Register("node-a");
+  std::string w2 = Register("node-b");
+  Beat(w1, 29500);
+  Beat(w2, 29500);
+  auto job = *manager_->Submit(Spec(2, /*max_restarts=*/0));
+  Beat(w1, 29501, {{job.id(), 0}});
+  Beat(w2, 29501, {{job.id(), 1}});
+  loom::v1::ReportStepMetricsRequest report;
+  report.set_worker_id(w1);
+  report.set_job_id(job.id());
+  report.set_generation(generation_[job.id()]);
+  report.add_events()->mutable_step()->set_step(1);
+  ASSERT_TRUE(manager_->ReportEvents(report).ok());
+  ASSERT_TRUE(Exit(w1, job.id(), 0, kRankExitRendezvousFailed, "lost the store").ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  Beat(w1, 29502);
+  Beat(w2, 29502);
+  manager_->Tick();
+  EXPECT_EQ(StateOf(job.id()), loom::v1::FAILED);
 }
 
 TEST_F(JobManagerTest, LossSpikeRollsBackAndSkipsData) {

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/device_catalog.h"
+#include "common/rank_exit.h"
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
@@ -213,15 +214,19 @@ int main(int argc, char** argv) {
 
   std::shared_ptr<c10d::ProcessGroup> pg;
   std::optional<loom::engine::ParallelGroups> layout_groups;
+  loom::engine::GlooGroupOptions g;
+  g.master_addr = a.master_addr();
+  g.master_port = a.master_port();
+  g.rank = a.rank();
+  g.world_size = a.world_size();
+  g.local_addr = a.local_addr();
+  // This attempt's keys only: a rank of another job (or of an older attempt)
+  // that was handed the same port cannot be mistaken for a peer.
+  g.store_namespace =
+      absl::StrCat("loom/job/", a.job_id(), "/g", a.generation(), "/p", a.master_port());
   if (loom::engine::UsesParallelLayout(config)) {
     // One store, then this rank's tensor, pipeline, data (and embedding)
     // groups; the world group is layout_groups->world.
-    loom::engine::GlooGroupOptions g;
-    g.master_addr = a.master_addr();
-    g.master_port = a.master_port();
-    g.rank = a.rank();
-    g.world_size = a.world_size();
-    g.local_addr = a.local_addr();
     const int model_ranks = config.tensor_parallel * config.pipeline_parallel;
     const loom::ParallelLayout layout{a.world_size() / std::max(1, model_ranks),
                                               config.tensor_parallel, config.pipeline_parallel};
@@ -229,7 +234,8 @@ int main(int argc, char** argv) {
     if (!groups.ok()) {
       Die(absl::StrCat("joining the ", loom::LayoutName(layout), " groups at ",
                        a.master_addr(), ":", a.master_port(), " failed: ",
-                       groups.status().message()));
+                       groups.status().message()),
+          loom::kRankExitRendezvousFailed);
     }
     layout_groups.emplace(*std::move(groups));
     const loom::RankCoordinates& c = layout_groups->coordinates;
@@ -237,17 +243,12 @@ int main(int argc, char** argv) {
               << ", ZeRO-" << config.zero_stage << "; this rank is dp " << c.dp << ", pp " << c.pp
               << ", tp " << c.tp << std::endl;
   } else if (a.world_size() > 1) {
-    loom::engine::GlooGroupOptions g;
-    g.master_addr = a.master_addr();
-    g.master_port = a.master_port();
-    g.rank = a.rank();
-    g.world_size = a.world_size();
-    g.local_addr = a.local_addr();
     // Gloo for CPU ranks; NCCL for a CUDA device.
     auto group = loom::engine::CreateProcessGroup(g, config.device);
     if (!group.ok()) {
       Die(absl::StrCat("joining the process group at ", a.master_addr(), ":", a.master_port(),
-                       " failed: ", group.status().message()));
+                       " failed: ", group.status().message()),
+          loom::kRankExitRendezvousFailed);
     }
     pg = *group;
   }

@@ -339,6 +339,11 @@ struct GlooGroupOptions {
   std::string local_addr;
   // Store rendezvous and every collective fail after this long.
   double timeout_seconds = 300;
+  // Non-empty: every key goes under this prefix of the TCP store. Ports are
+  // picked free ahead of use, so a rank of another job handed the same port
+  // could reach this job's store; with a namespace per job attempt its keys
+  // never meet this job's.
+  std::string store_namespace;
 };
 // Blocks until all world_size ranks have joined. INVALID_ARGUMENT for a bad
 // rank/world size/port; INTERNAL if the store or Gloo cannot be set up.

@@ -144,6 +144,9 @@ absl::StatusOr<ParallelGroups> CreateParallelGroups(const GlooGroupOptions& rend
                                             rendezvous.master_addr, ":", rendezvous.master_port,
                                             ": ", e.what()));
   }
+  if (!rendezvous.store_namespace.empty()) {
+    store = c10::make_intrusive<c10d::PrefixStore>(rendezvous.store_namespace, store);
+  }
   return CreateParallelGroups(store, rendezvous.rank, layout, options);
 }
 

@@ -1,0 +1,17 @@
+// Exit codes of a training rank (loom-rank) that the controller acts on.
+// Header-only; shared by the rank and the controller's recovery policy.
+#ifndef LOOM_COMMON_RANK_EXIT_H_
+#define LOOM_COMMON_RANK_EXIT_H_
+
+namespace loom {
+
+// The rank could not join its job's process groups (the TCP store or a
+// Gloo/NCCL connection failed) before any training. Nothing was computed,
+// so the controller places the attempt again without counting a restart
+// (a bounded number of times; JobManagerOptions::max_rendezvous_retries).
+// 75 is sysexits.h's EX_TEMPFAIL.
+inline constexpr int kRankExitRendezvousFailed = 75;
+
+}  // namespace loom
+
+#endif  // LOOM_COMMON_RANK_EXIT_H_
