@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,19 +43,55 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   double memory = std::numeric_limits<double>::infinity();
   int alive = 0;
   bool measured = true;
+  // Workers that report one host id share that machine's cores and memory
+  // (several local workers, pods of one Kubernetes node). This job puts
+  // about ceil(ranks / workers) ranks on each of its workers, so it puts
+  // that many per co-hosted worker on a host, at most the host's slots.
+  struct Host {
+    int workers = 0;
+    int slots = 0;
+    int cpus = 0;
+    uint64_t memory_bytes = 0;
+  };
+  std::map<std::string, Host> hosts;
+  // A worker without a host id has its machine to itself.
+  auto host_key = [&workers](const loom::v1::WorkerInfo& w) {
+    return w.host_id().empty() ? absl::StrCat("worker ", &w - workers.data())
+                               : absl::StrCat("host ", w.host_id());
+  };
+  for (const auto& w : workers) {
+    if (!w.alive()) continue;
+    Host& h = hosts[host_key(w)];
+    h.workers += 1;
+    h.slots += std::max(1, w.slots());
+    h.cpus = std::max(h.cpus, w.cpus());
+    h.memory_bytes = std::max<uint64_t>(h.memory_bytes, w.host_memory_bytes());
+  }
+  const int ranks_per_worker = (n_ranks + n_workers - 1) / n_workers;
+  int most_sharing = 1;  // ranks per core on the most loaded host (for the description)
   for (const auto& w : workers) {
     if (!w.alive()) continue;
     ++alive;
     int slots = std::max(1, w.slots());
-    // A rank gets threads_per_rank threads, but no more than its share of cores.
+    const Host& host = hosts[host_key(w)];
+    const int host_ranks =
+        std::max(1, std::min(host.slots, ranks_per_worker * std::min(host.workers, n_workers)));
+    // A rank gets threads_per_rank threads, but no more than a slot's share
+    // of the host's cores (any slot may be busy); when this job alone puts
+    // more ranks than cores on the host, they time-share them.
     int rank_threads = threads;
-    if (w.cpus() > 0) rank_threads = std::min(threads, std::max(1, w.cpus() / slots));
+    double core_share = 1.0;
+    if (host.cpus > 0) {
+      rank_threads = std::min(threads, std::max(1, host.cpus / host.slots));
+      core_share = std::min(1.0, static_cast<double>(host.cpus) / (host_ranks * rank_threads));
+      most_sharing = std::max(most_sharing, (host_ranks + host.cpus - 1) / host.cpus);
+    }
     double per_thread = w.gemm_flops_per_second_per_thread();
     if (!(per_thread > 0)) {
       per_thread = kEstimatedGemmFlopsPerThread;
       measured = false;
     }
-    gemm = std::min(gemm, per_thread * rank_threads);
+    gemm = std::min(gemm, per_thread * rank_threads * core_share);
     double bw = w.memory_bandwidth_bytes_per_second();
     if (!(bw > 0)) {
       bw = kEstimatedMemoryBandwidthBytesPerSecond;
@@ -64,6 +102,11 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
     if (w.memory_bytes() == 0) {
       mem = kEstimatedMemoryPerSlotBytes;
       measured = false;
+    }
+    // What each worker lends is capped by the host's RAM over all its
+    // slots (a shortfall of memory fails a rank, so any slot counts).
+    if (host.memory_bytes > 0) {
+      mem = std::min(mem, static_cast<double>(host.memory_bytes) / host.slots);
     }
     memory = std::min(memory, mem);
   }
@@ -131,7 +174,11 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
       t.name, racks, gemm / 1e9, Gb(memory), kEstimatedNodeNetworkBytesPerSecond * 8 / 1e9,
       alive == 0 ? "no live workers: estimated figures"
                  : absl::StrCat(alive, " live worker(s), ",
-                                measured ? "measured GEMM" : "partly estimated figures"));
+                                measured ? "measured GEMM" : "partly estimated figures",
+                                most_sharing > 1
+                                    ? absl::StrCat(", up to ", most_sharing,
+                                                   " ranks per core on a shared host")
+                                    : ""));
   absl::Status valid = planner::ValidateTopology(t);
   if (!valid.ok()) return valid;
   return live;

@@ -74,6 +74,40 @@ TEST(TopologyForSpecTest, ThreadsAreCappedByTheCoresPerSlot) {
   EXPECT_DOUBLE_EQ(live->topology.device.peak_flops_fp32, 40e9);  // 4 cores per slot
 }
 
+// Workers on one machine (same host id) share its cores and RAM: two local
+// workers of 2 slots each on a 2-core, 16 GB host. A 4-rank job puts 2
+// ranks per core, so each rank gets half a core's GEMM rate; every slot
+// gets a quarter of the host's RAM although each worker reported all of it.
+TEST(TopologyForSpecTest, WorkersOfOneHostShareItsCoresAndMemory) {
+  auto co_hosted = [](const std::string& id, const std::string& host) {
+    loom::v1::WorkerInfo w = Worker(2, 16e9, 50e9, 12e9, /*cpus=*/2);
+    w.set_id(id);
+    w.set_host_id(host);
+    w.set_host_memory_bytes(16000000000);
+    return w;
+  };
+  auto four_ranks = TinySpec(2, 4);
+  auto shared = TopologyForSpec(four_ranks, {co_hosted("a", "h1"), co_hosted("b", "h1")});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_DOUBLE_EQ(shared->topology.device.peak_flops_fp32, 25e9);
+  EXPECT_EQ(shared->topology.device.memory_bytes, 4000000000);
+  EXPECT_THAT(shared->description, HasSubstr("up to 2 ranks per core on a shared host"));
+
+  // Two ranks on the same two cores: no time-sharing, memory still per slot.
+  auto two_ranks = TinySpec(2, 2);
+  auto fits = TopologyForSpec(two_ranks, {co_hosted("a", "h1"), co_hosted("b", "h1")});
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_DOUBLE_EQ(fits->topology.device.peak_flops_fp32, 50e9);
+  EXPECT_EQ(fits->topology.device.memory_bytes, 4000000000);
+  EXPECT_THAT(fits->description, Not(HasSubstr("shared host")));
+
+  // On two machines nothing is shared.
+  auto apart = TopologyForSpec(four_ranks, {co_hosted("a", "h1"), co_hosted("b", "h2")});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_DOUBLE_EQ(apart->topology.device.peak_flops_fp32, 50e9);
+  EXPECT_EQ(apart->topology.device.memory_bytes, 8000000000);
+}
+
 TEST(TopologyForSpecTest, WithoutWorkersUsesTheDocumentedEstimates) {
   auto live = TopologyForSpec(TinySpec(2, 2), {});
   ASSERT_TRUE(live.ok());

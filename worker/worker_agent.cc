@@ -7,14 +7,26 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace loom::worker {
+
+// The running kernel's boot id: the same for every process on one machine
+// (containers included), different across machines and reboots; empty when
+// unreadable.
+std::string BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return std::string(absl::StripAsciiWhitespace(id));
+}
 
 int PickFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -200,6 +212,8 @@ absl::Status WorkerAgent::Register() {
   } else if (sysinfo(&si) == 0) {
     req.set_memory_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
   }
+  if (sysinfo(&si) == 0) req.set_host_memory_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
+  req.set_host_id(options_.host_id.empty() ? BootId() : options_.host_id);
   req.set_metrics_address(options_.metrics_address);
   req.set_gemm_flops_per_second_per_thread(options_.gemm_flops_per_second_per_thread);
   req.set_memory_bandwidth_bytes_per_second(options_.memory_bandwidth_bytes_per_second);

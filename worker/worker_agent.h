@@ -31,6 +31,9 @@ struct WorkerOptions {
   std::string address = "127.0.0.1";  // how other ranks reach this node
   std::string zone;              // failure domains, reported at registration;
   std::string rack;              // empty = not known
+  // The machine this worker shares with any other worker that reports the
+  // same id (RegisterWorkerRequest.host_id); empty = the kernel's boot id.
+  std::string host_id;
   int slots = 1;
   // Memory lent to ranks, reported at registration for the planner (which
   // divides it over the slots); 0 = the host's RAM.

@@ -40,6 +40,9 @@ ABSL_FLAG(std::string, zone, "",
           "failure zone this worker runs in, reported at registration (default: $LOOM_ZONE)");
 ABSL_FLAG(std::string, rack, "",
           "rack this worker runs in, reported at registration (default: $LOOM_RACK)");
+ABSL_FLAG(std::string, host_id, "",
+          "machine this worker shares with other workers reporting the same id (their slots "
+          "share its cores and memory); empty = the kernel's boot id (or $LOOM_HOST_ID)");
 ABSL_FLAG(int, slots, 1, "ranks this worker runs at once");
 ABSL_FLAG(uint64_t, memory_bytes, 0,
           "memory this worker lends its ranks, reported to the controller, whose planner "
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
   opts.address = absl::GetFlag(FLAGS_address);
   opts.zone = FlagOrEnv(absl::GetFlag(FLAGS_zone), "LOOM_ZONE");
   opts.rack = FlagOrEnv(absl::GetFlag(FLAGS_rack), "LOOM_RACK");
+  opts.host_id = FlagOrEnv(absl::GetFlag(FLAGS_host_id), "LOOM_HOST_ID");
   opts.grid_intensity_g_per_kwh = absl::GetFlag(FLAGS_grid_intensity_g_per_kwh);
   if (!(opts.grid_intensity_g_per_kwh >= 0)) {
     std::cerr << "loom-worker: --grid_intensity_g_per_kwh must be >= 0" << std::endl;
