@@ -16,6 +16,9 @@ struct CpuProbe {
   double gemm_flops_per_second_per_thread = 0;  // 0 = not measured
   double memory_bandwidth_bytes_per_second = 0; // one thread's memcpy rate
   std::string gemm_source;  // e.g. "sgemm 384^3, 1 thread, openblas"; or why not measured
+  // Threads the BLAS ran the measured GEMM on, as its OpenMP runtime (or
+  // OpenBLAS) reported them during the measurement; 0 = unknown.
+  int gemm_threads = 0;
   double seconds = 0;       // how long the probe took
 };
 

@@ -1,5 +1,7 @@
 #include "worker/cpu_probe.h"
 
+#include <dlfcn.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -15,6 +17,23 @@ TEST(CpuProbeTest, MeasuresGemmAndBandwidthWithinTheBudget) {
   EXPECT_GT(p.memory_bandwidth_bytes_per_second, 1e8);
   EXPECT_THAT(p.gemm_source, ::testing::StartsWith("sgemm 384^3"));
   EXPECT_LT(p.seconds, 1.5) << "registration must not wait long";
+}
+
+// The figure is per thread: OpenBLAS's OpenMP build runs on the calling
+// thread's OpenMP thread count, which the probe lowers to one for the
+// measurement (it reported the whole machine's rate as one thread's before)
+// and gives back afterwards.
+TEST(CpuProbeTest, MeasuresOnOneThreadAndRestoresTheThreadCount) {
+  void* blas = dlopen("libblas.so.3", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(blas, nullptr) << "libblas.so.3 is a dependency of Loom";
+  auto omp_set = reinterpret_cast<void (*)(int)>(dlsym(blas, "omp_set_num_threads"));
+  auto omp_get = reinterpret_cast<int (*)()>(dlsym(blas, "omp_get_max_threads"));
+  if (omp_set != nullptr) omp_set(3);
+  CpuProbe p = ProbeCpu(0.2);
+  EXPECT_EQ(p.gemm_threads, 1) << p.gemm_source;
+  EXPECT_THAT(p.gemm_source, ::testing::HasSubstr(", 1 thread(s), "));
+  if (omp_get != nullptr) EXPECT_EQ(omp_get(), 3);
+  dlclose(blas);
 }
 
 }  // namespace
