@@ -60,6 +60,14 @@ struct DeviceSpec {
   // device per direction, used when the topology does not override it.
   double intra_node_bandwidth_bytes_per_second = 0;
   double power_watts = 0;  // board power (TDP) used for energy estimates
+  // What one transformer layer's forward + backward on one micro-batch
+  // costs beyond its FLOPs at the GEMM rate: fixed seconds (dispatch,
+  // autograd, launches) and seconds per element of its [tokens, d_model]
+  // activation (normalisation, activation functions, softmax, residuals).
+  // Measured for CPU ranks (worker/engine/block_probe.h); 0 for the
+  // catalog's GPUs, where GemmEfficiency stands for all of it.
+  double layer_fixed_seconds = 0;
+  double layer_seconds_per_activation = 0;
   GemmEfficiency efficiency;
 
   // Peak for `precision`, or 0 when the device lacks it.

@@ -43,6 +43,7 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   double memory = std::numeric_limits<double>::infinity();
   int alive = 0;
   bool measured = true;
+  double layer_fixed = 0, layer_per_activation = 0;  // 0: no worker measured them
   // Workers that report one host id share that machine's cores and memory
   // (several local workers, pods of one Kubernetes node). This job puts
   // about ceil(ranks / workers) ranks on each of its workers, so it puts
@@ -92,6 +93,13 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
       measured = false;
     }
     gemm = std::min(gemm, per_thread * rank_threads * core_share);
+    // Per-layer costs beyond the FLOPs, measured on one thread alone: the
+    // slowest worker's, stretched as its cores are shared.
+    if (w.block_fixed_seconds() > 0 || w.block_seconds_per_activation() > 0) {
+      layer_fixed = std::max(layer_fixed, w.block_fixed_seconds() / core_share);
+      layer_per_activation =
+          std::max(layer_per_activation, w.block_seconds_per_activation() / core_share);
+    }
     double bw = w.memory_bandwidth_bytes_per_second();
     if (!(bw > 0)) {
       bw = kEstimatedMemoryBandwidthBytesPerSecond;
@@ -120,6 +128,8 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   m.peak_flops_fp32 = gemm;
   m.memory_bytes = static_cast<int64_t>(memory);
   m.memory_bandwidth_bytes_per_second = bandwidth;
+  m.layer_fixed_seconds = layer_fixed;
+  m.layer_seconds_per_activation = layer_per_activation;
   auto device = planner::LocalCpuDevice(m);
   if (!device.ok()) return device.status();
 
@@ -178,6 +188,12 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
                                 most_sharing > 1
                                     ? absl::StrCat(", up to ", most_sharing,
                                                    " ranks per core on a shared host")
+                                    : "",
+                                layer_fixed > 0 || layer_per_activation > 0
+                                    ? absl::StrFormat(", blocks %.2f ms + %.0f ns per "
+                                                      "activation element beyond FLOPs",
+                                                      layer_fixed * 1e3,
+                                                      layer_per_activation * 1e9)
                                     : ""));
   absl::Status valid = planner::ValidateTopology(t);
   if (!valid.ok()) return valid;

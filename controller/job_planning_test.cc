@@ -108,6 +108,32 @@ TEST(TopologyForSpecTest, WorkersOfOneHostShareItsCoresAndMemory) {
   EXPECT_EQ(apart->topology.device.memory_bytes, 8000000000);
 }
 
+// What workers measured a block to cost beyond its FLOPs reaches the
+// planner's device: the slowest worker's, stretched where ranks share cores.
+TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
+  auto worker = [](const std::string& id, const std::string& host, double fixed) {
+    loom::v1::WorkerInfo w = Worker(2, 16e9, 50e9, 12e9, /*cpus=*/2);
+    w.set_id(id);
+    w.set_host_id(host);
+    w.set_block_fixed_seconds(fixed);
+    w.set_block_seconds_per_activation(2e-7);
+    return w;
+  };
+  auto apart = TopologyForSpec(TinySpec(2, 4), {worker("a", "h1", 2e-4), worker("b", "h2", 3e-4)});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_DOUBLE_EQ(apart->topology.device.layer_fixed_seconds, 3e-4);
+  EXPECT_DOUBLE_EQ(apart->topology.device.layer_seconds_per_activation, 2e-7);
+  // Four ranks on one 2-core host: each runs at half speed.
+  auto shared = TopologyForSpec(TinySpec(2, 4), {worker("a", "h1", 2e-4), worker("b", "h1", 3e-4)});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_DOUBLE_EQ(shared->topology.device.layer_fixed_seconds, 6e-4);
+  EXPECT_DOUBLE_EQ(shared->topology.device.layer_seconds_per_activation, 4e-7);
+  // Not measured: FLOPs only.
+  auto unmeasured = TopologyForSpec(TinySpec(1, 1), {Worker(1, 8e9)});
+  ASSERT_TRUE(unmeasured.ok());
+  EXPECT_EQ(unmeasured->topology.device.layer_fixed_seconds, 0);
+}
+
 TEST(TopologyForSpecTest, WithoutWorkersUsesTheDocumentedEstimates) {
   auto live = TopologyForSpec(TinySpec(2, 2), {});
   ASSERT_TRUE(live.ok());

@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstddef>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "worker/blas_info.h"
 
 namespace loom::worker {
@@ -110,6 +114,36 @@ CpuProbe ProbeCpu(double budget_seconds) {
                              : std::string("BLAS default threads"),
       ", ", info.vendor);
   probe.seconds = Since(start);
+  return probe;
+}
+
+absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary) {
+  const std::string command = absl::StrCat("OMP_NUM_THREADS=1 '", rank_binary, "' --probe");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::InternalError(absl::StrCat("cannot run ", command));
+  std::string out;
+  char buffer[512];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+  const int status = pclose(pipe);
+  BlockProbe probe;
+  probe.line = std::string(absl::StripAsciiWhitespace(out));
+  bool have_fixed = false, have_activation = false;
+  for (absl::string_view field : absl::StrSplit(probe.line, ' ', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+    double value = 0;
+    if (!absl::SimpleAtod(kv.second, &value) || !(value >= 0)) continue;
+    if (kv.first == "block_fixed_seconds") {
+      probe.fixed_seconds = value;
+      have_fixed = true;
+    } else if (kv.first == "block_seconds_per_activation") {
+      probe.seconds_per_activation = value;
+      have_activation = true;
+    }
+  }
+  if (status != 0 || !have_fixed || !have_activation) {
+    return absl::InternalError(absl::StrCat(command, " exited with status ", status,
+                                            " and printed \"", probe.line, "\""));
+  }
   return probe;
 }
 

@@ -10,6 +10,8 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+
 namespace loom::worker {
 
 struct CpuProbe {
@@ -25,6 +27,17 @@ struct CpuProbe {
 // Best of a few n x n x n sgemms (2 n^3 FLOPs each) after one warm-up,
 // stopping after about `budget_seconds`.
 CpuProbe ProbeCpu(double budget_seconds = 0.5);
+
+// What a transformer block costs a one-thread rank beyond its FLOPs, as
+// `<rank_binary> --probe` measures it (worker/engine/block_probe.h): run
+// once at start-up, with OMP_NUM_THREADS=1 as a threads_per_rank-1 rank.
+struct BlockProbe {
+  double fixed_seconds = 0;           // per block, forward + backward, one micro-batch
+  double seconds_per_activation = 0;  // per element of [tokens, d_model]
+  std::string line;                   // what the probe printed
+};
+// INTERNAL when the binary cannot run or prints something else.
+absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary);
 
 }  // namespace loom::worker
 

@@ -36,5 +36,24 @@ TEST(CpuProbeTest, MeasuresOnOneThreadAndRestoresTheThreadCount) {
   dlclose(blas);
 }
 
+// The rank binary measures a block's cost beyond its FLOPs; the worker
+// reads its one line. Sanity bounds only (no timing is asserted): a block's
+// fixed cost is positive and well under a tenth of a second.
+TEST(BlockProbeTest, ReadsWhatTheRankBinaryMeasures) {
+  absl::StatusOr<BlockProbe> probe = ProbeBlocks(LOOM_RANK_BINARY);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_GT(probe->fixed_seconds, 0) << probe->line;
+  EXPECT_LT(probe->fixed_seconds, 0.1) << probe->line;
+  EXPECT_GE(probe->seconds_per_activation, 0) << probe->line;
+  EXPECT_THAT(probe->line, ::testing::StartsWith("block_fixed_seconds="));
+}
+
+TEST(BlockProbeTest, ABinaryThatPrintsSomethingElseIsAnError) {
+  absl::StatusOr<BlockProbe> echo = ProbeBlocks("/bin/echo");  // prints "--probe"
+  EXPECT_EQ(echo.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(echo.status().message()), ::testing::HasSubstr("--probe"));
+  EXPECT_EQ(ProbeBlocks("/nonexistent/loom-rank").status().code(), absl::StatusCode::kInternal);
+}
+
 }  // namespace
 }  // namespace loom::worker

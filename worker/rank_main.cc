@@ -26,6 +26,7 @@
 #include "common/file_util.h"
 #include "common/device_catalog.h"
 #include "common/rank_exit.h"
+#include "worker/engine/block_probe.h"
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
@@ -162,10 +163,17 @@ int main(int argc, char** argv) {
   // (same pid) unless the environment chose a policy.
   const absl::Status openmp_wait = loom::engine::ReexecWithShortOpenMpSpin(argv);
   std::string assignment_path;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--assignment") assignment_path = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    // The worker's start-up measurement of what a block costs beyond its
+    // FLOPs (block_probe.h), for the controller's planner: one line on
+    // stdout.
+    if (std::string(argv[i]) == "--probe") {
+      std::cout << loom::engine::FormatBlockCost(loom::engine::ProbeBlockCost()) << std::endl;
+      return 0;
+    }
+    if (std::string(argv[i]) == "--assignment" && i + 1 < argc) assignment_path = argv[i + 1];
   }
-  if (assignment_path.empty()) Die("usage: loom-rank --assignment FILE");
+  if (assignment_path.empty()) Die("usage: loom-rank --assignment FILE | --probe");
   struct sigaction sa {};
   sa.sa_handler = OnTerm;
   sa.sa_flags = SA_RESTART;  // a stop request must not fail an interrupted read or write

@@ -1,5 +1,5 @@
 loom_library(loom_blas_info SRCS blas_info.cc DEPS ${CMAKE_DL_LIBS})
-loom_library(loom_cpu_probe SRCS cpu_probe.cc DEPS loom_blas_info absl::strings ${CMAKE_DL_LIBS})
+loom_library(loom_cpu_probe SRCS cpu_probe.cc DEPS loom_blas_info absl::strings absl::status absl::statusor ${CMAKE_DL_LIBS})
 loom_test(loom_cpu_probe_test SRCS cpu_probe_test.cc DEPS loom_cpu_probe ${CMAKE_DL_LIBS})
 loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc
   DEPS loom_grpc loom_grpc_util loom_file_util loom_metrics loom_common absl::strings Threads::Threads)
@@ -20,3 +20,7 @@ loom_test(loom_rank_supervisor_test SRCS rank_supervisor_test.cc DEPS loom_worke
 
 add_executable(loom-ckpt ckpt_main.cc)
 target_link_libraries(loom-ckpt PRIVATE loom_checkpoint_inspect)
+
+# `loom-rank --probe` through the worker's ProbeBlocks (cpu_probe.h).
+add_dependencies(loom_cpu_probe_test loom-rank)
+target_compile_definitions(loom_cpu_probe_test PRIVATE LOOM_RANK_BINARY="$<TARGET_FILE:loom-rank>")

@@ -218,6 +218,8 @@ absl::Status WorkerAgent::Register() {
   req.set_gemm_flops_per_second_per_thread(options_.gemm_flops_per_second_per_thread);
   req.set_memory_bandwidth_bytes_per_second(options_.memory_bandwidth_bytes_per_second);
   req.set_gemm_source(options_.gemm_source);
+  req.set_block_fixed_seconds(options_.block_fixed_seconds);
+  req.set_block_seconds_per_activation(options_.block_seconds_per_activation);
   loom::v1::RegisterWorkerResponse resp;
   auto ctx = NewContext();
   absl::Status s = FromGrpcStatus(stub_->RegisterWorker(ctx.get(), req, &resp));

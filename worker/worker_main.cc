@@ -163,6 +163,21 @@ int main(int argc, char** argv) {
                    cpu.gemm_flops_per_second_per_thread / 1e9, cpu.gemm_source,
                    cpu.memory_bandwidth_bytes_per_second / 1e9, cpu.seconds)
             << std::endl;
+  // What a block costs a rank beyond its FLOPs, for the planner: measured
+  // by the rank binary itself (the worker does not link LibTorch).
+  if (absl::StatusOr<worker::BlockProbe> blocks = worker::ProbeBlocks(opts.rank_binary);
+      blocks.ok()) {
+    opts.block_fixed_seconds = blocks->fixed_seconds;
+    opts.block_seconds_per_activation = blocks->seconds_per_activation;
+    std::cerr << absl::StrFormat(
+                     "loom-worker: block probe: %.3f ms fixed + %.1f ns per activation element "
+                     "per block forward + backward",
+                     blocks->fixed_seconds * 1e3, blocks->seconds_per_activation * 1e9)
+              << std::endl;
+  } else {
+    std::cerr << "loom-worker: block probe failed, the planner counts FLOPs only: "
+              << blocks.status().message() << std::endl;
+  }
   auto registry = std::make_shared<metrics::Registry>();
   worker::BlasInfo blas = worker::DetectBlas();
   metrics::BuildGauge()

@@ -324,8 +324,18 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
   if (l.recompute == Recompute::kSelective) recompute_flops = b * layers * forward_.attention_scores;
   time.gemm_efficiency = topo.device.efficiency.At(h / t, b * s);
   const double rate = peak_flops_ * time.gemm_efficiency;
-  const double compute_mb = (model_flops + recompute_flops) / t / rate;
-  const double recompute_mb = recompute_flops / t / rate;
+  // Beyond the FLOPs (DeviceSpec::layer_*, measured for CPU ranks): per
+  // layer, a fixed cost plus one per element of the [b s, h] activation,
+  // counted whole under tensor parallelism (without sequence parallelism
+  // the LayerNorms and residuals, most of it, run on every rank); full
+  // recompute reruns the forward, a third of forward + backward.
+  const double layer_extra = topo.device.layer_fixed_seconds +
+                             topo.device.layer_seconds_per_activation * b * s * h;
+  const double recompute_extra =
+      l.recompute == Recompute::kFull ? layers * layer_extra / 3.0 : 0.0;
+  const double compute_mb =
+      (model_flops + recompute_flops) / t / rate + layers * layer_extra + recompute_extra;
+  const double recompute_mb = recompute_flops / t / rate + recompute_extra;
 
   // Tensor parallelism: 2 all-reduces in forward and 2 in backward per layer,
   // each of b s h elements (Shoeybi et al. 2019, Sec. 3, Fig. 4; Narayanan et

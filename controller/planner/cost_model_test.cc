@@ -136,6 +136,31 @@ TEST(TimeTest, RecomputeCostsTimeButNotMfu) {
   EXPECT_GT(full.time.recompute, 0);
 }
 
+// A device that measured what a layer costs beyond its FLOPs (CPU ranks:
+// worker/engine/block_probe.h) pays it per layer and micro-batch: the fixed
+// part plus the per-element part times the [b s, h] activation, with full
+// recompute a third more of it.
+TEST(TimeTest, MeasuredLayerCostsAddToComputePerLayerAndMicroBatch) {
+  const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
+  ClusterTopology topo = A100s(32, 8);
+  const CostModel flops_only = MakeCost(model, 1024, topo);
+  topo.device.layer_fixed_seconds = 1e-3;
+  topo.device.layer_seconds_per_activation = 1e-9;
+  const CostModel measured = MakeCost(model, 1024, topo);
+  Layout layout;
+  layout.tp = 8;
+  layout.dp = 32;
+  // m = 1024 / 32 = 32 micro-batches of 1 x 2048 tokens, 40 layers.
+  const double per_layer = 1e-3 + 1e-9 * 2048 * 6144;
+  EXPECT_NEAR(measured.Time(layout).compute - flops_only.Time(layout).compute,
+              32 * 40 * per_layer, 1e-9);
+  layout.recompute = Recompute::kFull;
+  const TimeBreakdown full = measured.Time(layout);
+  const TimeBreakdown full_flops = flops_only.Time(layout);
+  EXPECT_NEAR(full.compute - full_flops.compute, 32 * 40 * per_layer * 4 / 3, 1e-9);
+  EXPECT_NEAR(full.recompute - full_flops.recompute, 32 * 40 * per_layer / 3, 1e-9);
+}
+
 TEST(TimeTest, PipelineBubbleShrinksWithInterleaving) {
   const ModelSpec model = MegatronGpt("gpt", 80, 12288, 96);
   const CostModel cost = MakeCost(model, 2304, A100s(192, 8));

@@ -32,6 +32,11 @@ absl::StatusOr<DeviceSpec> LocalCpuDevice(const LocalCpuMeasurement& measured) {
   cpu.intra_node_bandwidth_bytes_per_second = measured.memory_bandwidth_bytes_per_second;
   cpu.power_watts = measured.power_watts;
   cpu.efficiency = GemmEfficiency{1.0, 0, 0};
+  if (!(measured.layer_fixed_seconds >= 0) || !(measured.layer_seconds_per_activation >= 0)) {
+    return absl::InvalidArgumentError("cpu: measured per-layer costs must be >= 0");
+  }
+  cpu.layer_fixed_seconds = measured.layer_fixed_seconds;
+  cpu.layer_seconds_per_activation = measured.layer_seconds_per_activation;
   return cpu;
 }
 

@@ -42,6 +42,10 @@ struct LocalCpuMeasurement {
   int64_t memory_bytes = 0;              // usable RAM, > 0
   double memory_bandwidth_bytes_per_second = 0;  // measured, > 0
   double power_watts = 0;                // package power; 0 = unknown
+  // DeviceSpec::layer_fixed_seconds / layer_seconds_per_activation, as
+  // measured; 0 = not measured.
+  double layer_fixed_seconds = 0;
+  double layer_seconds_per_activation = 0;
 };
 absl::StatusOr<DeviceSpec> LocalCpuDevice(const LocalCpuMeasurement& measured);
 

@@ -9,7 +9,7 @@ loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom
 
 # The LibTorch training engine of one rank: model, optimizer, training loop.
 loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc checkpoint_coordinator.cc
-                              replicated_engine.cc gradient_averager.cc
+                              replicated_engine.cc gradient_averager.cc block_probe.cc
                               activation_checkpoint.cc autocast.cc
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc openmp_wait.cc
              DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_device_memory loom_sha256

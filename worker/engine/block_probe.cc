@@ -1,0 +1,100 @@
+#include "worker/engine/block_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/strings/str_format.h"
+#include "worker/engine/gpt.h"
+
+namespace loom::engine {
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Median seconds of `fn` over `runs` calls after two warm-up calls.
+template <typename Fn>
+double Median(int runs, Fn fn) {
+  fn();
+  fn();
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    times.push_back(Since(start));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Forward + backward of a GPT of `layers` blocks on one micro-batch.
+double PassSeconds(int layers, int d_model, int tokens, int runs) {
+  GptConfig c;
+  c.n_layer = layers;
+  c.d_model = d_model;
+  c.n_head = std::max(1, d_model / 64);
+  c.seq_len = tokens;
+  c.vocab_size = 256;
+  torch::manual_seed(0);
+  Gpt model(c);
+  model->train();
+  torch::Tensor x = torch::randint(0, c.vocab_size, {1, tokens}, torch::kLong);
+  torch::Tensor y = x.roll(-1, 1);
+  return Median(runs, [&] {
+    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    model->Loss(x, y).backward();
+  });
+}
+
+// One block's forward + backward: the difference of 3 and 1 blocks, halved.
+double BlockSeconds(int d_model, int tokens, int runs) {
+  return std::max(0.0, (PassSeconds(3, d_model, tokens, runs) -
+                        PassSeconds(1, d_model, tokens, runs)) / 2);
+}
+
+// Forward FLOPs of one block: 24 s h^2 for the four matrix products and
+// 4 s^2 h for attention (Narayanan et al. 2021, Sec. 5.1, b = 1).
+double BlockForwardFlops(double d, double s) { return 24 * s * d * d + 4 * s * s * d; }
+
+}  // namespace
+
+BlockCost ProbeBlockCost() {
+  torch::NoGradGuard no_grad_for_setup;  // re-enabled for the passes below
+  const int previous_threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  BlockCost cost;
+  {
+    torch::Tensor a = torch::rand({384, 384});
+    torch::Tensor b = torch::rand({384, 384});
+    const double mm = Median(7, [&] { torch::mm(a, b); });
+    cost.matmul_flops_per_second = mm > 0 ? 2.0 * 384 * 384 * 384 / mm : 0;
+  }
+  torch::AutoGradMode grad(true);
+  constexpr int kTinyD = 64, kTinyT = 16, kRefD = 256, kRefT = 128;
+  const double tiny = BlockSeconds(kTinyD, kTinyT, 9);
+  const double reference = BlockSeconds(kRefD, kRefT, 7);
+  const double rate = cost.matmul_flops_per_second;
+  // The tiny block's arithmetic, at the matmul rate, is not fixed cost.
+  const double tiny_flops = 3 * BlockForwardFlops(kTinyD, kTinyT);
+  cost.fixed_seconds = std::max(0.0, tiny - (rate > 0 ? tiny_flops / rate : 0));
+  cost.reference_block_seconds = reference;
+  const double ref_flops = 3 * BlockForwardFlops(kRefD, kRefT);
+  const double beyond = reference - cost.fixed_seconds - (rate > 0 ? ref_flops / rate : 0);
+  cost.seconds_per_activation = std::max(0.0, beyond) / (double{kRefD} * kRefT);
+  torch::set_num_threads(previous_threads);
+  return cost;
+}
+
+std::string FormatBlockCost(const BlockCost& cost) {
+  return absl::StrFormat(
+      "block_fixed_seconds=%.9g block_seconds_per_activation=%.9g "
+      "matmul_flops_per_second=%.6g reference_block_seconds=%.9g",
+      cost.fixed_seconds, cost.seconds_per_activation, cost.matmul_flops_per_second,
+      cost.reference_block_seconds);
+}
+
+}  // namespace loom::engine

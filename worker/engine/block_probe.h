@@ -1,0 +1,42 @@
+// What one transformer block costs this process beyond its matrix products:
+// the planner's compute model for CPU ranks (controller/job_planning.h,
+// TopologyForSpec) is FLOPs / GEMM rate, which for the small tensors of a
+// CPU rank leaves out most of the time (LibTorch dispatch and autograd per
+// operation, LayerNorm, GELU, softmax, residual adds). The probe times a
+// block's forward + backward at two shapes on one thread, as the difference
+// between a 3-block and a 1-block GPT (so embeddings and the loss cancel):
+//   * a tiny one (d 64, 16 tokens), whose FLOPs are negligible: the fixed
+//     seconds per block and micro-batch;
+//   * a reference one (d 256, 128 tokens): its time beyond the fixed part
+//     and beyond its FLOPs at the same process's matmul rate is the work
+//     that grows with the activations (normalisation, activation functions,
+//     softmax, residuals, their backward), per element of the block's
+//     [tokens, d] activation.
+// The planner then models a block's forward + backward on one micro-batch
+// as fixed + FLOPs / GEMM rate + seconds_per_activation x tokens x d.
+// Takes about a second. Not thread-safe (sets LibTorch's thread count to 1
+// and seeds the global generator).
+#ifndef LOOM_WORKER_ENGINE_BLOCK_PROBE_H_
+#define LOOM_WORKER_ENGINE_BLOCK_PROBE_H_
+
+#include <string>
+
+namespace loom::engine {
+
+struct BlockCost {
+  double fixed_seconds = 0;           // per block, forward + backward, one micro-batch
+  double seconds_per_activation = 0;  // per element of [tokens, d], forward + backward
+  double matmul_flops_per_second = 0;  // one thread's fp32 384^3 matmul, for reference
+  double reference_block_seconds = 0;  // the reference shape's block, measured
+};
+
+BlockCost ProbeBlockCost();
+
+// "block_fixed_seconds=<x> block_seconds_per_activation=<y>
+// matmul_flops_per_second=<z> reference_block_seconds=<w>": one line, what
+// `loom-rank --probe` prints.
+std::string FormatBlockCost(const BlockCost& cost);
+
+}  // namespace loom::engine
+
+#endif  // LOOM_WORKER_ENGINE_BLOCK_PROBE_H_
