@@ -538,6 +538,8 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   w.info.set_host_memory_bytes(req.host_memory_bytes());
   w.info.set_block_fixed_seconds(req.block_fixed_seconds());
   w.info.set_block_seconds_per_activation(req.block_seconds_per_activation());
+  w.info.set_allreduce_latency_seconds(req.allreduce_latency_seconds());
+  w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
   w.info.set_alive(true);
   w.last_heartbeat = now;
   store_->PutWorker({id, req.node(), req.address(), req.zone(), req.rack(), absl::ToUnixMillis(now)})

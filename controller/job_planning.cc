@@ -44,6 +44,8 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   int alive = 0;
   bool measured = true;
   double layer_fixed = 0, layer_per_activation = 0;  // 0: no worker measured them
+  double collective_latency = 0;                      // 0: no worker measured it
+  double collective_bandwidth = std::numeric_limits<double>::infinity();
   // Workers that report one host id share that machine's cores and memory
   // (several local workers, pods of one Kubernetes node). This job puts
   // about ceil(ranks / workers) ranks on each of its workers, so it puts
@@ -99,6 +101,12 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
       layer_fixed = std::max(layer_fixed, w.block_fixed_seconds() / core_share);
       layer_per_activation =
           std::max(layer_per_activation, w.block_seconds_per_activation() / core_share);
+    }
+    // Collectives between ranks of one worker, as measured between two.
+    if (w.allreduce_latency_seconds() > 0 && w.allreduce_bytes_per_second() > 0) {
+      collective_latency = std::max(collective_latency, w.allreduce_latency_seconds() / core_share);
+      collective_bandwidth =
+          std::min(collective_bandwidth, w.allreduce_bytes_per_second() * core_share);
     }
     double bw = w.memory_bandwidth_bytes_per_second();
     if (!(bw > 0)) {
@@ -171,6 +179,12 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   }
   t.device = *device;
   t.intra_node_bandwidth_bytes_per_second = device->intra_node_bandwidth_bytes_per_second;
+  // Ranks of one worker talk through Gloo on loopback, far slower than a
+  // memory copy: the workers' measured all-reduce, where they measured it.
+  if (collective_latency > 0 && std::isfinite(collective_bandwidth)) {
+    t.intra_node_latency_seconds = collective_latency;
+    t.intra_node_bandwidth_bytes_per_second = collective_bandwidth;
+  }
   // No worker measures its network (worker/cpu_probe.h times GEMM and
   // memory copies only), so the network is the documented assumption, and
   // the description says so.

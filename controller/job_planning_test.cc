@@ -108,8 +108,9 @@ TEST(TopologyForSpecTest, WorkersOfOneHostShareItsCoresAndMemory) {
   EXPECT_EQ(apart->topology.device.memory_bytes, 8000000000);
 }
 
-// What workers measured a block to cost beyond its FLOPs reaches the
-// planner's device: the slowest worker's, stretched where ranks share cores.
+// What workers measured a block to cost beyond its FLOPs, and an all-reduce
+// between two of their ranks, reach the planner: the slowest worker's,
+// stretched where ranks share cores.
 TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
   auto worker = [](const std::string& id, const std::string& host, double fixed) {
     loom::v1::WorkerInfo w = Worker(2, 16e9, 50e9, 12e9, /*cpus=*/2);
@@ -117,17 +118,24 @@ TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
     w.set_host_id(host);
     w.set_block_fixed_seconds(fixed);
     w.set_block_seconds_per_activation(2e-7);
+    w.set_allreduce_latency_seconds(1.5e-4);
+    w.set_allreduce_bytes_per_second(6e8);
     return w;
   };
   auto apart = TopologyForSpec(TinySpec(2, 4), {worker("a", "h1", 2e-4), worker("b", "h2", 3e-4)});
   ASSERT_TRUE(apart.ok()) << apart.status();
   EXPECT_DOUBLE_EQ(apart->topology.device.layer_fixed_seconds, 3e-4);
+  // The measured loopback all-reduce is the link between ranks of a worker.
+  EXPECT_DOUBLE_EQ(apart->topology.intra_node_latency_seconds, 1.5e-4);
+  EXPECT_DOUBLE_EQ(apart->topology.intra_node_bandwidth_bytes_per_second, 6e8);
   EXPECT_DOUBLE_EQ(apart->topology.device.layer_seconds_per_activation, 2e-7);
   // Four ranks on one 2-core host: each runs at half speed.
   auto shared = TopologyForSpec(TinySpec(2, 4), {worker("a", "h1", 2e-4), worker("b", "h1", 3e-4)});
   ASSERT_TRUE(shared.ok()) << shared.status();
   EXPECT_DOUBLE_EQ(shared->topology.device.layer_fixed_seconds, 6e-4);
   EXPECT_DOUBLE_EQ(shared->topology.device.layer_seconds_per_activation, 4e-7);
+  EXPECT_DOUBLE_EQ(shared->topology.intra_node_latency_seconds, 3e-4);
+  EXPECT_DOUBLE_EQ(shared->topology.intra_node_bandwidth_bytes_per_second, 3e8);
   // Not measured: FLOPs only.
   auto unmeasured = TopologyForSpec(TinySpec(1, 1), {Worker(1, 8e9)});
   ASSERT_TRUE(unmeasured.ok());

@@ -138,6 +138,10 @@ absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary) {
     } else if (kv.first == "block_seconds_per_activation") {
       probe.seconds_per_activation = value;
       have_activation = true;
+    } else if (kv.first == "allreduce_latency_seconds") {
+      probe.allreduce_latency_seconds = value;
+    } else if (kv.first == "allreduce_bytes_per_second") {
+      probe.allreduce_bytes_per_second = value;
     }
   }
   if (status != 0 || !have_fixed || !have_activation) {

@@ -34,6 +34,10 @@ CpuProbe ProbeCpu(double budget_seconds = 0.5);
 struct BlockProbe {
   double fixed_seconds = 0;           // per block, forward + backward, one micro-batch
   double seconds_per_activation = 0;  // per element of [tokens, d_model]
+  // A 2-rank loopback Gloo all-reduce: latency per ring step and bandwidth;
+  // 0 = not measured.
+  double allreduce_latency_seconds = 0;
+  double allreduce_bytes_per_second = 0;
   std::string line;                   // what the probe printed
 };
 // INTERNAL when the binary cannot run or prints something else.

@@ -220,6 +220,8 @@ absl::Status WorkerAgent::Register() {
   req.set_gemm_source(options_.gemm_source);
   req.set_block_fixed_seconds(options_.block_fixed_seconds);
   req.set_block_seconds_per_activation(options_.block_seconds_per_activation);
+  req.set_allreduce_latency_seconds(options_.allreduce_latency_seconds);
+  req.set_allreduce_bytes_per_second(options_.allreduce_bytes_per_second);
   loom::v1::RegisterWorkerResponse resp;
   auto ctx = NewContext();
   absl::Status s = FromGrpcStatus(stub_->RegisterWorker(ctx.get(), req, &resp));

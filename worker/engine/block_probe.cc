@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <torch/torch.h>
 
 #include "absl/strings/str_format.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/parallel/process_groups.h"
 
 namespace loom::engine {
 namespace {
@@ -60,6 +64,28 @@ double BlockSeconds(int d_model, int tokens, int runs) {
 // 4 s^2 h for attention (Narayanan et al. 2021, Sec. 5.1, b = 1).
 double BlockForwardFlops(double d, double s) { return 24 * s * d * d + 4 * s * s * d; }
 
+// Median seconds of an all-reduce of `floats` fp32 values between two
+// in-process Gloo ranks, or 0 when the group cannot be set up.
+double AllReduceSeconds(int64_t floats, int runs) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<double> medians(2, 0);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      ParallelGroupOptions options;
+      options.local_addr = "127.0.0.1";
+      options.timeout_seconds = 30;
+      absl::StatusOr<ParallelGroups> groups =
+          CreateParallelGroups(store, rank, ParallelLayout{2, 1, 1}, options);
+      if (!groups.ok()) return;
+      std::vector<torch::Tensor> tensors = {torch::ones({floats})};
+      medians[rank] = Median(runs, [&] { groups->world->allreduce(tensors)->wait(); });
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  return std::max(medians[0], medians[1]);
+}
+
 }  // namespace
 
 BlockCost ProbeBlockCost() {
@@ -85,6 +111,15 @@ BlockCost ProbeBlockCost() {
   const double ref_flops = 3 * BlockForwardFlops(kRefD, kRefT);
   const double beyond = reference - cost.fixed_seconds - (rate > 0 ? ref_flops / rate : 0);
   cost.seconds_per_activation = std::max(0.0, beyond) / (double{kRefD} * kRefT);
+  // Two sizes: mostly latency, mostly bandwidth.
+  constexpr int64_t kSmall = 1024, kLarge = 262144;  // 4 KiB, 1 MiB of fp32
+  const double small = AllReduceSeconds(kSmall, 15);
+  const double large = AllReduceSeconds(kLarge, 9);
+  if (small > 0 && large > small) {
+    const double bytes_per_second = 4.0 * (kLarge - kSmall) / (large - small);
+    cost.allreduce_bytes_per_second = bytes_per_second;
+    cost.allreduce_latency_seconds = std::max(0.0, (small - 4.0 * kSmall / bytes_per_second) / 2);
+  }
   torch::set_num_threads(previous_threads);
   return cost;
 }
@@ -92,9 +127,11 @@ BlockCost ProbeBlockCost() {
 std::string FormatBlockCost(const BlockCost& cost) {
   return absl::StrFormat(
       "block_fixed_seconds=%.9g block_seconds_per_activation=%.9g "
-      "matmul_flops_per_second=%.6g reference_block_seconds=%.9g",
+      "matmul_flops_per_second=%.6g reference_block_seconds=%.9g "
+      "allreduce_latency_seconds=%.9g allreduce_bytes_per_second=%.6g",
       cost.fixed_seconds, cost.seconds_per_activation, cost.matmul_flops_per_second,
-      cost.reference_block_seconds);
+      cost.reference_block_seconds, cost.allreduce_latency_seconds,
+      cost.allreduce_bytes_per_second);
 }
 
 }  // namespace loom::engine

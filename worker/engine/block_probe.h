@@ -23,18 +23,26 @@
 
 namespace loom::engine {
 
+// And what an all-reduce between two ranks of this machine costs (the
+// tensor-parallel collectives of CPU ranks in one worker): two in-process
+// Gloo ranks on loopback time all-reduces of 4 KiB and 1 MiB, and
+//   t(bytes) = 2 x latency + bytes / bandwidth
+// (RingAllReduceSeconds for two ranks) is solved for the two.
 struct BlockCost {
   double fixed_seconds = 0;           // per block, forward + backward, one micro-batch
   double seconds_per_activation = 0;  // per element of [tokens, d], forward + backward
   double matmul_flops_per_second = 0;  // one thread's fp32 384^3 matmul, for reference
   double reference_block_seconds = 0;  // the reference shape's block, measured
+  double allreduce_latency_seconds = 0;      // per ring step; 0 = not measured
+  double allreduce_bytes_per_second = 0;     // the ring's bandwidth; 0 = not measured
 };
 
 BlockCost ProbeBlockCost();
 
 // "block_fixed_seconds=<x> block_seconds_per_activation=<y>
-// matmul_flops_per_second=<z> reference_block_seconds=<w>": one line, what
-// `loom-rank --probe` prints.
+// matmul_flops_per_second=<z> reference_block_seconds=<w>
+// allreduce_latency_seconds=<a> allreduce_bytes_per_second=<b>": one line,
+// what `loom-rank --probe` prints.
 std::string FormatBlockCost(const BlockCost& cost);
 
 }  // namespace loom::engine
