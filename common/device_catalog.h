@@ -68,6 +68,9 @@ struct DeviceSpec {
   // catalog's GPUs, where GemmEfficiency stands for all of it.
   double layer_fixed_seconds = 0;
   double layer_seconds_per_activation = 0;
+  // The rank's host buffers live in the same memory as its model (a CPU
+  // "device"): the planner counts them against memory_bytes.
+  bool host_memory_is_device_memory = false;
   GemmEfficiency efficiency;
 
   // Peak for `precision`, or 0 when the device lacks it.

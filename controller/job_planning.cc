@@ -321,7 +321,8 @@ loom::v1::PlannedLayout ToProto(const planner::LayoutEvaluation& e) {
   p.set_master_weights_bytes(m.master_weights);
   p.set_optimizer_state_bytes(m.optimizer_states);
   p.set_activation_bytes(m.activations);
-  p.set_other_bytes(m.recompute_workspace + m.logits + m.gathered_parameters + m.reserve);
+  p.set_other_bytes(m.recompute_workspace + m.logits + m.gathered_parameters +
+                    m.checkpoint_staging + m.reserve);
   p.set_total_bytes(m.total());
   p.set_device_memory_bytes(m.capacity);
   p.set_summary(planner::LayoutToString(e.layout));

@@ -269,7 +269,7 @@ TEST(PlanAtSubmitTest, AutoSplitsTheModelWhenPureDataParallelismDoesNotFit) {
   spec.mutable_parallelism()->set_auto_(true);
   spec.mutable_parallelism()->clear_data();
   spec.mutable_batch()->set_micro_batch(1);
-  auto live = TopologyForSpec(spec, {Worker(2, 2 * 2.0e9), Worker(2, 2 * 2.0e9)});
+  auto live = TopologyForSpec(spec, {Worker(2, 2 * 3.0e9), Worker(2, 2 * 3.0e9)});
   ASSERT_TRUE(live.ok()) << live.status();
   // Pure data parallelism, evaluated as the spec's own layout, does not fit.
   auto dp_only = spec;

@@ -798,7 +798,8 @@ resources: {workers: 2, ranks: 2}
 // 1 GB + 5% reserve per rank, leaving ~100 MB per rank. The 12.6M-parameter
 // model's fp32 AdamW state is 16 bytes a parameter, 201 MB replicated, so
 // pure data parallelism is refused; parallelism.auto picks the fastest
-// layout that fits (tensor x pipeline here, 50 MB a rank, ahead of ZeRO),
+// layout that fits (tensor x pipeline here, 50 MB a rank and 38 MB of
+// checkpoint staging, ahead of ZeRO),
 // places every tensor-parallel group inside one worker, and trains it.
 TEST_F(ClusterTest, AutoSplitsAModelThatDataParallelismCannotHoldAndTrainsIt) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2, 10, "--slots 2 --memory 2.16"));

@@ -280,6 +280,14 @@ MemoryBreakdown CostModel::Memory(const Layout& l) const {
       // (FSDP's backward prefetch) would hold a second one.
       mem.gathered_parameters = LargestGatheredUnit(l, stage) * state_bytes_.weights;
     }
+    if (topology_.device.host_memory_is_device_memory) {
+      // The rank of data replica 0 writes its stage's TP slice of the fp32
+      // parameters and its ZeRO shard of the moments (ZeRO-0: all of them);
+      // the writer's staging buffer is the shard file's image.
+      const double moments_share = l.zero_stage >= 1 ? static_cast<double>(l.dp) : 1.0;
+      mem.checkpoint_staging =
+          mem.parameters * (4.0 + state_bytes_.optimizer_states / moments_share);
+    }
     mem.reserve = reserve;
     mem.capacity = capacity;
     if (stage == 0 || mem.total() > most.total()) most = mem;

@@ -82,6 +82,11 @@ struct MemoryBreakdown {
   // ZeRO-3 with dp > 1: the largest layer's parameters (this stage's TP
   // shard), gathered in full in the compute dtype while it runs.
   double gathered_parameters = 0;
+  // Where host memory is the device's (CPU ranks,
+  // DeviceSpec::host_memory_is_device_memory): the asynchronous checkpoint
+  // writer's staging buffer, the rank's fp32 parameters and its shard of the
+  // optimizer state, kept between saves (worker/engine/checkpoint_writer.h).
+  double checkpoint_staging = 0;
   double reserve = 0;                // CostOptions reserve
   double capacity = 0;               // device memory
 
@@ -91,7 +96,7 @@ struct MemoryBreakdown {
   double working() const {
     return activations + recompute_workspace + logits + gathered_parameters;
   }
-  double total() const { return state() + working() + reserve; }
+  double total() const { return state() + working() + checkpoint_staging + reserve; }
 };
 
 // Seconds per optimizer step on the critical path (the slowest stage).

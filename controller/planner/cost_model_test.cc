@@ -161,6 +161,38 @@ TEST(TimeTest, MeasuredLayerCostsAddToComputePerLayerAndMicroBatch) {
   EXPECT_NEAR(full.recompute - full_flops.recompute, 32 * 40 * per_layer / 3, 1e-9);
 }
 
+// On a CPU rank the checkpoint writer's staging buffer (fp32 parameters and
+// the rank's shard of the AdamW moments, kept between saves) is in the
+// same memory as the model; on a GPU it is host memory and not counted.
+TEST(MemoryTest, CpuRanksCountTheCheckpointStagingBuffer) {
+  const ModelSpec model = MegatronGpt("gpt", 8, 1024, 16);
+  LocalCpuMeasurement measured;
+  measured.peak_flops_fp32 = 1e11;
+  measured.memory_bytes = 64000000000;
+  measured.memory_bandwidth_bytes_per_second = 1e10;
+  ClusterTopology cpus;
+  cpus.nodes = 1;
+  cpus.devices_per_node = 4;
+  cpus.device = *LocalCpuDevice(measured);
+  cpus.intra_node_bandwidth_bytes_per_second = 1e10;
+  TrainingSpec training;
+  training.global_batch_sequences = 8;
+  training.precision = Precision::kFp32;
+  absl::StatusOr<CostModel> cost = CostModel::Create(model, training, cpus, CostOptions{});
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  Layout layout;
+  layout.dp = 4;
+  const MemoryBreakdown zero0 = cost->Memory(layout);
+  EXPECT_DOUBLE_EQ(zero0.checkpoint_staging, zero0.parameters * (4 + 8));
+  layout.zero_stage = 1;
+  const MemoryBreakdown zero1 = cost->Memory(layout);
+  EXPECT_DOUBLE_EQ(zero1.checkpoint_staging, zero1.parameters * (4 + 8.0 / 4));
+  EXPECT_GT(zero0.total(), zero0.state() + zero0.working() + zero0.reserve);
+  // A GPU's host buffers are not its memory.
+  const CostModel gpus = MakeCost(model, 8, A100s(1, 4));
+  EXPECT_EQ(gpus.Memory(layout).checkpoint_staging, 0);
+}
+
 TEST(TimeTest, PipelineBubbleShrinksWithInterleaving) {
   const ModelSpec model = MegatronGpt("gpt", 80, 12288, 96);
   const CostModel cost = MakeCost(model, 2304, A100s(192, 8));

@@ -183,6 +183,7 @@ void AppendMemory(const LayoutEvaluation& e, std::string* out) {
   table.Add({"recompute workspace", Gb(m.recompute_workspace)});
   table.Add({"logits", Gb(m.logits)});
   if (e.layout.zero_stage >= 3) table.Add({"ZeRO-3 gathered layer", Gb(m.gathered_parameters)});
+  if (m.checkpoint_staging > 0) table.Add({"checkpoint staging (host)", Gb(m.checkpoint_staging)});
   table.Add({"reserve (workspace, fragmentation)", Gb(m.reserve)});
   table.Add({absl::StrCat("total (device has ", absl::StrFormat("%g", m.capacity / kGB), ")"),
              Gb(m.total())});

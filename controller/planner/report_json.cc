@@ -41,6 +41,7 @@ void WriteEvaluation(const LayoutEvaluation& e, JsonWriter* w) {
   w->Field("recompute_workspace", m.recompute_workspace);
   w->Field("logits", m.logits);
   w->Field("gathered_parameters", m.gathered_parameters);
+  w->Field("checkpoint_staging", m.checkpoint_staging);
   w->Field("reserve", m.reserve);
   w->Field("total", m.total());
   w->Field("capacity", m.capacity);

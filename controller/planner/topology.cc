@@ -37,6 +37,7 @@ absl::StatusOr<DeviceSpec> LocalCpuDevice(const LocalCpuMeasurement& measured) {
   }
   cpu.layer_fixed_seconds = measured.layer_fixed_seconds;
   cpu.layer_seconds_per_activation = measured.layer_seconds_per_activation;
+  cpu.host_memory_is_device_memory = true;
   return cpu;
 }
 
