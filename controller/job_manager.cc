@@ -480,17 +480,25 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     return absl::InvalidArgumentError(
         absl::StrCat("gpus: must be in [0, 1024], got ", req.gpus()));
   }
-  if (!(req.gemm_flops_per_second_per_thread() >= 0) ||
-      !std::isfinite(req.gemm_flops_per_second_per_thread())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm_flops_per_second_per_thread: must be a finite number >= 0, got ",
-                     req.gemm_flops_per_second_per_thread()));
+  // Measured figures the planner divides and multiplies by: finite, >= 0
+  // (0 = not measured).
+  const std::pair<const char*, double> measured[] = {
+      {"gemm_flops_per_second_per_thread", req.gemm_flops_per_second_per_thread()},
+      {"memory_bandwidth_bytes_per_second", req.memory_bandwidth_bytes_per_second()},
+      {"block_fixed_seconds", req.block_fixed_seconds()},
+      {"block_seconds_per_activation", req.block_seconds_per_activation()},
+      {"allreduce_latency_seconds", req.allreduce_latency_seconds()},
+      {"allreduce_bytes_per_second", req.allreduce_bytes_per_second()},
+  };
+  for (const auto& [field, value] : measured) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be a finite number >= 0, got ", value));
+    }
   }
-  if (!(req.memory_bandwidth_bytes_per_second() >= 0) ||
-      !std::isfinite(req.memory_bandwidth_bytes_per_second())) {
+  if (req.host_id().size() > 256) {
     return absl::InvalidArgumentError(
-        absl::StrCat("memory_bandwidth_bytes_per_second: must be a finite number >= 0, got ",
-                     req.memory_bandwidth_bytes_per_second()));
+        absl::StrCat("host_id: at most 256 characters, got ", req.host_id().size()));
   }
   std::lock_guard<std::mutex> lock(mu_);
   absl::Time now = clock_->Now();

@@ -514,6 +514,41 @@ TEST_F(JobManagerTest, RankFailureRestartsFromNewestCheckpointUntilRestartsRunOu
 // work: the attempt is placed again without counting a restart, up to
 // max_rendezvous_retries times in a row; then the usual policy applies
 // (here max_restarts 0: the job fails with the rank's reason).
+// The workers' measured figures feed the planner's arithmetic: anything
+// not finite and >= 0 is refused with the field's name.
+TEST_F(JobManagerTest, RegisterRefusesMeasuredFiguresThatAreNotFiniteOrNegative) {
+  using Setter = void (loom::v1::RegisterWorkerRequest::*)(double);
+  const std::pair<const char*, Setter> fields[] = {
+      {"block_fixed_seconds", &loom::v1::RegisterWorkerRequest::set_block_fixed_seconds},
+      {"block_seconds_per_activation",
+       &loom::v1::RegisterWorkerRequest::set_block_seconds_per_activation},
+      {"allreduce_latency_seconds",
+       &loom::v1::RegisterWorkerRequest::set_allreduce_latency_seconds},
+      {"allreduce_bytes_per_second",
+       &loom::v1::RegisterWorkerRequest::set_allreduce_bytes_per_second},
+  };
+  for (const auto& [name, set] : fields) {
+    for (double bad : {-1.0, std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::quiet_NaN()}) {
+      loom::v1::RegisterWorkerRequest req;
+      req.set_node("node-a");
+      req.set_address("127.0.0.1");
+      req.set_slots(1);
+      (req.*set)(bad);
+      auto r = manager_->RegisterWorker(req);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << name << " " << bad;
+      EXPECT_THAT(std::string(r.status().message()), HasSubstr(name));
+    }
+  }
+  loom::v1::RegisterWorkerRequest long_host;
+  long_host.set_node("node-a");
+  long_host.set_address("127.0.0.1");
+  long_host.set_slots(1);
+  long_host.set_host_id(std::string(1000, 'x'));
+  EXPECT_EQ(manager_->RegisterWorker(long_host).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(JobManagerTest, RendezvousFailureBeforeAnyStepIsPlacedAgainWithoutARestart) {
   std::string w1 = Register("node-a");
   std::string w2 = Register("node-b");

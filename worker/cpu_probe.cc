@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstddef>
 #include <cstring>
@@ -131,7 +132,7 @@ absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary) {
   for (absl::string_view field : absl::StrSplit(probe.line, ' ', absl::SkipEmpty())) {
     const std::pair<std::string, std::string> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
     double value = 0;
-    if (!absl::SimpleAtod(kv.second, &value) || !(value >= 0)) continue;
+    if (!absl::SimpleAtod(kv.second, &value) || !(value >= 0) || !std::isfinite(value)) continue;
     if (kv.first == "block_fixed_seconds") {
       probe.fixed_seconds = value;
       have_fixed = true;

@@ -1,6 +1,10 @@
 #include "worker/cpu_probe.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,13 +41,12 @@ TEST(CpuProbeTest, MeasuresOnOneThreadAndRestoresTheThreadCount) {
 }
 
 // The rank binary measures a block's cost beyond its FLOPs; the worker
-// reads its one line. Sanity bounds only (no timing is asserted): a block's
-// fixed cost is positive and well under a tenth of a second.
+// reads its one line. No timing is asserted, only that the figures are
+// there and positive.
 TEST(BlockProbeTest, ReadsWhatTheRankBinaryMeasures) {
   absl::StatusOr<BlockProbe> probe = ProbeBlocks(LOOM_RANK_BINARY);
   ASSERT_TRUE(probe.ok()) << probe.status();
   EXPECT_GT(probe->fixed_seconds, 0) << probe->line;
-  EXPECT_LT(probe->fixed_seconds, 0.1) << probe->line;
   EXPECT_GE(probe->seconds_per_activation, 0) << probe->line;
   EXPECT_THAT(probe->line, ::testing::StartsWith("block_fixed_seconds="));
 }
@@ -53,6 +56,27 @@ TEST(BlockProbeTest, ABinaryThatPrintsSomethingElseIsAnError) {
   EXPECT_EQ(echo.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(echo.status().message()), ::testing::HasSubstr("--probe"));
   EXPECT_EQ(ProbeBlocks("/nonexistent/loom-rank").status().code(), absl::StatusCode::kInternal);
+}
+
+// Hostile probe output: negative, infinite, non-numeric or missing figures
+// are not taken (the worker then registers none and the planner counts
+// FLOPs only).
+TEST(BlockProbeTest, RefusesFiguresThatAreNotFiniteAndNonNegative) {
+  const std::string dir = ::testing::TempDir();
+  for (const char* line :
+       {"block_fixed_seconds=-1 block_seconds_per_activation=1e-7",
+        "block_fixed_seconds=inf block_seconds_per_activation=1e-7",
+        "block_fixed_seconds=nan block_seconds_per_activation=1e-7",
+        "block_fixed_seconds=abc block_seconds_per_activation=1e-7",
+        "block_fixed_seconds=1e-4", "block_fixed_seconds block_seconds_per_activation=="}) {
+    const std::string script = dir + "/fake-rank.sh";
+    {
+      std::ofstream out(script);
+      out << "#!/bin/sh\necho '" << line << "'\n";
+    }
+    ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+    EXPECT_EQ(ProbeBlocks(script).status().code(), absl::StatusCode::kInternal) << line;
+  }
 }
 
 }  // namespace
