@@ -271,10 +271,8 @@ void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions
   if (spec.activation_checkpointing() == 0) {
     options->recompute.push_back(planner::Recompute::kFull);
   }
-  // ZeRO-2 runs, but without its gradient-memory saving yet
-  // (sharded_adamw.h), so the planner, which counts that saving, may not
-  // pick it. ZeRO-3 does not execute at all (ValidateJobSpec refuses it).
-  options->zero_stages = {0, 1};
+  // ZeRO-3 does not execute (ValidateJobSpec refuses it).
+  options->zero_stages = {0, 1, 2};
   if (spec.model().gpt().dropout() > 0) options->tp = 1;
   if (spec.resources().gpus_per_rank() > 0) {
     options->tp = 1;
@@ -286,7 +284,7 @@ void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions
 
 constexpr char kExecutableSearchNote[] =
     "layouts Loom executes (tensor parallelism inside a worker, no sequence parallelism; "
-    "pipeline 1F1B, not interleaved; ZeRO 0-1; CPU ranks; recompute none or full (activation "
+    "pipeline 1F1B, not interleaved; ZeRO 0-2; CPU ranks; recompute none or full (activation "
     "checkpointing of every block); the spec's micro-batch)";
 
 planner::Layout SpecLayout(const loom::v1::JobSpec& spec) {

@@ -241,7 +241,7 @@ TEST(PlanAtSubmitTest, AutoChoosesAnExecutableLayoutAndRecordsTheDegrees) {
   EXPECT_EQ(plan->layout().tensor(), 1);
   EXPECT_EQ(plan->layout().pipeline(), 1);
   EXPECT_EQ(plan->layout().data(), 2);
-  EXPECT_LE(plan->layout().zero_stage(), 1);  // ZeRO-2's saving is not executed yet
+  EXPECT_LE(plan->layout().zero_stage(), 2);  // ZeRO-3 is not executed
   EXPECT_EQ(spec.parallelism().zero_stage(), plan->layout().zero_stage());
   EXPECT_EQ(plan->layout().recompute(), "none");
   EXPECT_EQ(plan->layout().micro_batch(), 4);  // the spec's (8 / 2 ranks)

@@ -280,16 +280,16 @@ int main(int argc, char** argv) {
   const double flops_per_token = loom::telemetry::ModelFlopsPerToken(shape);
   // Training state of this rank: the whole model's under data parallelism;
   // under a layout about 1 / (tensor x pipeline) of it (the stages' split is
-  // close to even), with the optimizer state (ZeRO >= 1) further divided
-  // over the data replicas (ZeRO-2 keeps whole gradients yet:
-  // parallel/sharded_adamw.h).
+  // close to even), with the optimizer state (ZeRO >= 1) and the gradients
+  // (ZeRO-2, which holds its shard and a few buckets in flight:
+  // parallel/gradient_partitioner.h) further divided over the data replicas.
   loom::telemetry::StateBytes state_bytes =
       loom::telemetry::Fp32AdamWStateBytes(loom::engine::GptParameterCount(config.model));
   if (loom::engine::UsesParallelLayout(config)) {
     const uint64_t model_ranks = config.tensor_parallel * config.pipeline_parallel;
     const uint64_t replicas = std::max<uint64_t>(1, a.world_size() / model_ranks);
     state_bytes.parameters /= model_ranks;
-    state_bytes.gradients /= model_ranks;
+    state_bytes.gradients /= model_ranks * (config.zero_stage >= 2 ? replicas : 1);
     state_bytes.optimizer /= model_ranks * (config.zero_stage >= 1 ? replicas : 1);
   }
   auto power = std::make_shared<loom::telemetry::PowerMeter>(

@@ -186,6 +186,9 @@ namespace {
 // replicas (Rajbhandari et al. 2020, ZeRO, Sec. 5.1 and Fig. 1: P_os divides
 // optimizer states (here: master weights and moments), P_os+g also
 // gradients, P_os+g+p also parameters, each by N_d).
+// ZeRO-2's gradient bucket (torch DDP's and the worker's 25 MiB).
+constexpr double kZero2BucketBytes = 25.0 * (1 << 20);
+
 struct State { double weights, gradients, master, optimizer; };
 State ShardedState(double params, const StateBytesPerParam& bytes, int zero, int dp) {
   const double d = dp;
@@ -265,6 +268,14 @@ MemoryBreakdown CostModel::Memory(const Layout& l) const {
     const State state = ShardedState(mem.parameters, state_bytes_, l.zero_stage, l.dp);
     mem.weights = state.weights;
     mem.gradients = state.gradients;
+    if (l.zero_stage == 2 && l.dp > 1) {
+      // ZeRO-2 sends gradients to their owners in buckets as backward makes
+      // them (the worker's gradient_partitioner.h): about one bucket being
+      // filled and two in flight, 25 MiB each, beyond the owned shard, and
+      // never more than the rest of the stage's gradients.
+      const double unowned = mem.parameters * state_bytes_.gradients - state.gradients;
+      mem.gradients += std::min(unowned, 3.0 * kZero2BucketBytes);
+    }
     mem.master_weights = state.master;
     mem.optimizer_states = state.optimizer;
     mem.activations = stored_layers(stage) * per_layer + (stage == 0 ? embedding_mask : 0.0);

@@ -393,6 +393,34 @@ TEST(ZeroThreeTest, GathersOneLayerAndCostsHalfAgainZeroTwosCommunication) {
   EXPECT_EQ(alone.Memory(layout).gathered_parameters, 0);
 }
 
+// ZeRO-2 holds its gradient shard plus the buckets in flight to their
+// owners (three of 25 MiB), never more than the unsharded gradients; ZeRO-1
+// holds them all.
+TEST(ZeroTwoTest, GradientsAreTheShardPlusBucketsInFlight) {
+  const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
+  const CostModel cost = MakeCost(model, 8, A100s(32, 8));
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 4;
+  layout.dp = 8;
+  layout.recompute = Recompute::kFull;
+  layout.zero_stage = 1;
+  ASSERT_TRUE(cost.CheckLayout(layout).ok());
+  const MemoryBreakdown one = cost.Memory(layout);
+  layout.zero_stage = 2;
+  const MemoryBreakdown two = cost.Memory(layout);
+  ASSERT_GT(one.gradients, 0);
+  EXPECT_NEAR(two.gradients, one.gradients / 8 + 3 * 25.0 * (1 << 20), 1);
+  // A tiny model: the buckets would be larger than its gradients.
+  const CostModel tiny = MakeCost(MegatronGpt("tiny", 2, 64, 2), 8, A100s(1, 8));
+  Layout small;
+  small.dp = 8;
+  small.zero_stage = 1;
+  const double whole = tiny.Memory(small).gradients;
+  small.zero_stage = 2;
+  EXPECT_NEAR(tiny.Memory(small).gradients, whole, 1e-6 * whole);
+}
+
 // A layout that does not fit cannot run: the evaluation says why and has no
 // step time, throughput or MFU.
 TEST(FeasibilityTest, InfeasibleLayoutsHaveNoEstimates) {

@@ -96,7 +96,6 @@ class LayoutEngine : public RankEngine {
       const double loss = RunOneFOneB(*model_, groups_.pipeline.get(), xs, ys, &pipeline,
                                       [this] { optimizer_->BeginLastBackward(); });
       SumTiedEmbeddingGradients(*model_, groups_.embedding.get());
-      optimizer_->ReduceMicroBatch();  // ZeRO-2: once, after the last backward
       times->forward += pipeline.forward_seconds;
       times->backward += pipeline.backward_seconds;
       times->pipeline_wait += pipeline.wait_seconds;
@@ -114,14 +113,13 @@ class LayoutEngine : public RankEngine {
       (loss / micro_steps).backward();
       loss_sum += loss.item<double>();
       times->backward += Now() - start;
-      // ZeRO-2: this micro-batch's gradients go to their owners now.
-      optimizer_->ReduceMicroBatch();
     }
     return loss_sum / micro_steps;
   }
 
   double ReduceGradients(double replica_loss) override {
-    // ZeRO-0: what backward did not hide (and the tied wte, reduced last).
+    // ZeRO-0 and 2: what backward did not hide (and the tied wte, reduced
+    // last).
     optimizer_->FinishGradientReduction();
     torch::Tensor loss = torch::tensor({replica_loss}, torch::kDouble);
     AllReduceInPlace(loss, groups_.data.get());

@@ -175,7 +175,10 @@ RunResult TrainLayout(const GptConfig& config, const LayoutRun& run_options,
         std::vector<ShardedParameter> parameters;
         for (const auto& item : model->named_parameters()) {
           const bool counted = !(skip_wte && item.key() == "wte.weight");
-          parameters.push_back({item.key(), item.value(), item.value().dim() >= 2, counted});
+          // Both pipeline ends' copies are summed after backward.
+          const bool tied = groups->embedding != nullptr && item.key() == "wte.weight";
+          parameters.push_back(
+              {item.key(), item.value(), item.value().dim() >= 2, counted, tied});
         }
         sharded = std::make_unique<ShardedAdamW>(std::move(parameters), TestOptimizer(),
                                                  run_options.zero_stage, groups->data.get(),
@@ -195,7 +198,6 @@ RunResult TrainLayout(const GptConfig& config, const LayoutRun& run_options,
                 accumulation;
             micro_loss.backward();
             loss = loss + micro_loss.detach();
-            if (sharded) sharded->ReduceMicroBatch();
           }
         } else {
           std::vector<torch::Tensor> xs, ys;
@@ -523,6 +525,16 @@ TEST_F(ParallelEquivalenceTest, Zero2DataParallel2) {
 TEST_F(ParallelEquivalenceTest, Zero1DataParallel2TimesTensorParallel2) {
   ExpectEquivalent(*reference_, TrainLayout(*config_, {{2, 2, 1}, 1, 1}, *batches_),
                    "ZeRO-1 DP2xTP2");
+}
+
+TEST_F(ParallelEquivalenceTest, Zero2DataParallel2TimesTensorParallel2) {
+  ExpectEquivalent(*reference_, TrainLayout(*config_, {{2, 2, 1}, 2, 1}, *batches_),
+                   "ZeRO-2 DP2xTP2");
+}
+
+TEST_F(ParallelEquivalenceTest, Zero2DataParallel2TimesPipelineParallel2) {
+  ExpectEquivalent(*reference_, TrainLayout(*config_, {{2, 1, 2}, 2, 1}, *batches_),
+                   "ZeRO-2 DP2xPP2");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "worker/engine/fused_adamw.h"
+#include "worker/engine/parallel/gradient_partitioner.h"
 #include "worker/engine/parallel/tensor_parallel.h"
 
 namespace loom::engine {
@@ -48,37 +49,45 @@ ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
   shard_ = (padded_total + ranks_ - 1) / ranks_;
   exp_avg_ = torch::zeros({shard_});
   exp_avg_sq_ = torch::zeros({shard_});
-  if (zero_stage_ == 2) grad_shard_ = torch::zeros({shard_});
-  // The parameters and their gradients become views into two flat buffers,
-  // so the collectives run in place on memory that lives all run long (see
-  // ReduceScatterInPlace on why that matters on Gloo) and nothing is copied
-  // to or from a staging buffer. Backward accumulates into the gradient
-  // views in place (autograd adds into a defined .grad).
+  // The parameters (and, for stages 0 and 1, their gradients) become views
+  // into flat buffers, so the collectives run in place on memory that lives
+  // all run long (see ReduceScatterInPlace on why that matters on Gloo) and
+  // nothing is copied to or from a staging buffer. Backward accumulates into
+  // the gradient views in place (autograd adds into a defined .grad).
   torch::NoGradGuard no_grad;
   flat_parameters_ = torch::zeros({shard_ * ranks_});
-  flat_gradients_ = torch::zeros({shard_ * ranks_});
+  if (zero_stage_ != 2) flat_gradients_ = torch::zeros({shard_ * ranks_});
   for (size_t i = 0; i < parameters_.size(); ++i) {
     torch::Tensor p = parameters_[i].tensor;
     torch::Tensor view = flat_parameters_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
     view.copy_(p);
     p.set_data(view);
-    p.mutable_grad() = flat_gradients_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+    if (zero_stage_ != 2) {
+      p.mutable_grad() = flat_gradients_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+    } else {
+      p.mutable_grad() = torch::Tensor();  // the partitioner takes each as it is made
+    }
+  }
+  // Replicated parameters in a segment of their own: their buckets, and so
+  // the order of their sums, are the same on every rank of the tensor group
+  // (see the partition above).
+  std::vector<GradientSlot> slots;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const ShardedParameter& p = parameters_[i];
+    const bool replicated = TensorParallelSplitOf(p.name) == TensorParallelSplit::kReplicated;
+    slots.push_back({p.tensor, offsets_[i], replicated ? 0 : 1, p.completed_after_backward});
   }
   if (zero_stage_ == 0 && data_group_ != nullptr && data_group_->getSize() > 1) {
-    // Replicated parameters in a segment of their own: their buckets, and
-    // so the order of their sums, are the same on every rank of the tensor
-    // group (see the partition above).
-    std::vector<GradientSlot> slots;
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      const ShardedParameter& p = parameters_[i];
-      const bool replicated =
-          TensorParallelSplitOf(p.name) == TensorParallelSplit::kReplicated;
-      slots.push_back({p.tensor, offsets_[i], replicated ? 0 : 1, p.completed_after_backward});
-    }
     averager_ = std::make_unique<GradientAverager>(std::move(slots), flat_gradients_, data_group_,
                                                    kGradientBucketBytes, /*average=*/false);
+  } else if (zero_stage_ == 2) {
+    grad_shard_ = torch::zeros({shard_});
+    partitioner_ = std::make_unique<GradientPartitioner>(
+        std::move(slots), shard_, grad_shard_, ranks_ > 1 ? data_group_ : nullptr);
   }
 }
+
+ShardedAdamW::~ShardedAdamW() = default;
 
 void ShardedAdamW::BeginLastBackward() {
   if (!averager_) return;
@@ -87,6 +96,11 @@ void ShardedAdamW::BeginLastBackward() {
 }
 
 double ShardedAdamW::FinishGradientReduction() {
+  if (partitioner_) {
+    if (reduction_ == Reduction::kDone) return 0;
+    reduction_ = Reduction::kDone;
+    return partitioner_->Finish();
+  }
   if (reduction_ != Reduction::kArmed) return 0;
   const double seconds = averager_->Finish();
   reduction_ = Reduction::kDone;
@@ -97,10 +111,13 @@ int64_t ShardedAdamW::state_bytes() const {
   int64_t bytes = exp_avg_.nbytes() + exp_avg_sq_.nbytes();
   if (grad_shard_.defined()) bytes += grad_shard_.nbytes();
   if (scratch_.defined()) bytes += scratch_.nbytes();
-  return bytes + flat_gradients_.nbytes();
+  if (flat_gradients_.defined()) bytes += flat_gradients_.nbytes();
+  if (partitioner_) bytes += partitioner_->peak_staging_bytes();
+  return bytes;
 }
 
 void ShardedAdamW::CheckGradientViews() const {
+  if (!flat_gradients_.defined()) return;  // stage 2: no views
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const torch::Tensor& g = parameters_[i].tensor.grad();
     TORCH_CHECK(g.defined() && g.data_ptr() == flat_gradients_.data_ptr<float>() + offsets_[i],
@@ -108,15 +125,6 @@ void ShardedAdamW::CheckGradientViews() const {
                 " was replaced; gradients must stay views of the optimizer's buffer (do not set "
                 "them to none)");
   }
-}
-
-void ShardedAdamW::ReduceMicroBatch() {
-  if (zero_stage_ != 2) return;
-  torch::NoGradGuard no_grad;
-  CheckGradientViews();
-  ReduceScatterInPlace(flat_gradients_, data_group_, algorithm_, &scratch_);
-  grad_shard_.add_(flat_gradients_.narrow(0, shard_begin(), shard_));
-  flat_gradients_.zero_();
 }
 
 ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
@@ -133,7 +141,8 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
     ReduceScatterInPlace(flat_gradients_, data_group_, algorithm_, &scratch_);
     grad = flat_gradients_.narrow(0, shard_begin(), shard_);
   } else {
-    // The caller has reduced every micro-batch (ReduceMicroBatch).
+    FinishGradientReduction();  // if the caller did not
+    reduction_ = Reduction::kNone;
     grad = grad_shard_;
   }
   grad.div_(replicas);
@@ -142,7 +151,7 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
   struct ZeroOnExit {
     ShardedAdamW* self;
     ~ZeroOnExit() {
-      self->flat_gradients_.zero_();
+      if (self->flat_gradients_.defined()) self->flat_gradients_.zero_();
       if (self->grad_shard_.defined()) self->grad_shard_.zero_();
     }
   } zero_on_exit{this};

@@ -18,13 +18,11 @@
 //            layout-wide norm);
 //   stage 1: gradients accumulate whole over the micro-batches; Step()
 //            reduce-scatters them once;
-//   stage 2: after each micro-batch's backward, ReduceMicroBatch()
-//            reduce-scatters the gradients into the owned shard's fp32
-//            accumulator and zeroes them. Not yet its memory saving: the
-//            whole-model gradient buffer stays allocated, so a stage-2 rank
-//            holds stage 1's memory plus 4 / n bytes a parameter; releasing
-//            it needs reduction in buckets during backward. The planner's
-//            automatic choice is limited to stages 0 and 1 until then.
+//   stage 2: no whole-model gradient buffer; during every backward each
+//            gradient goes, in buckets, to the rank that owns its slice and
+//            is freed (gradient_partitioner.h), so a rank holds its [S]
+//            accumulator and a few buckets in flight: 4 / n bytes a
+//            parameter plus O(bucket) instead of 4.
 // Then Step() averages the gradient shard over the group, takes the global
 // gradient norm (over the data group's shards and, as
 // ClipGradNormAcrossGroups does, over the tensor and pipeline groups),
@@ -36,8 +34,9 @@
 // trainer's fused step, so training under ZeRO equals plain data
 // parallelism up to the order of the gradient sums.
 //
-// Thread-compatible. Collective: every rank of the data group calls
-// ReduceMicroBatch / Step the same number of times, in the same order.
+// Thread-compatible. Collective: every rank of the data group runs the same
+// backwards and calls FinishGradientReduction / Step the same number of
+// times, in the same order.
 #ifndef LOOM_WORKER_ENGINE_PARALLEL_SHARDED_ADAMW_H_
 #define LOOM_WORKER_ENGINE_PARALLEL_SHARDED_ADAMW_H_
 
@@ -54,6 +53,8 @@
 #include "worker/engine/config.h"
 
 namespace loom::engine {
+
+class GradientPartitioner;
 
 struct ShardedParameter {
   std::string name;      // full-model name (TensorParallelSplitOf reads it)
@@ -84,20 +85,20 @@ class ShardedAdamW {
                c10d::ProcessGroup* pipeline_group = nullptr,
                ReduceScatterAlgorithm algorithm = ReduceScatterAlgorithm::kAuto,
                int64_t min_total_elements = 0);
+  ~ShardedAdamW();
 
   // Stage 0 over a data group of more than one rank: the gradients of the
   // next backward, the step's last, are all-reduced over the data group as
   // they become ready (gradient_averager.h). Other stages: no-op.
   void BeginLastBackward();
-  // Waits for the reduction BeginLastBackward started, launching what is
-  // left (parameters completed after backward); returns the seconds it
-  // blocked. Step does it when the caller did not. 0 when nothing started.
+  // Stage 0: waits for the reduction BeginLastBackward started, launching
+  // what is left (parameters completed after backward). Stage 2: sends what
+  // the backwards left (the parameters completed after backward among it)
+  // and waits for every bucket, including the waits backward made. Returns
+  // the seconds it blocked, 0 when nothing started (stage 1). Step does it
+  // when the caller did not; call it after the step's last backward and
+  // after any gradient the caller completes (the tied wte).
   double FinishGradientReduction();
-
-  // Stage 2: reduce-scatters this micro-batch's gradients into the owned
-  // shard's accumulator and zeroes the gradients; call it after the last
-  // backward before Step (every rank alike). Stages 0, 1: no-op.
-  void ReduceMicroBatch();
 
   // The optimizer step at learning rate `lr` (see the class comment).
   // Gradients are reset afterwards. max_grad_norm <= 0: no clipping.
@@ -112,9 +113,9 @@ class ShardedAdamW {
   int64_t shard_begin() const { return shard_ * rank_; }
   const torch::Tensor& exp_avg() const { return exp_avg_; }
   const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
-  // Bytes of optimizer state and gradient buffers this rank holds now
-  // (moments, the gradient buffer, stage 2's accumulator, the ring's
-  // scratch).
+  // Bytes of optimizer state and gradient buffers this rank holds (moments,
+  // the gradient buffer of stages 0 and 1, stage 2's accumulator and the
+  // most its staging buckets held at once, the ring's scratch).
   int64_t state_bytes() const;
 
   // Checkpoints. The whole flat index space's moments, [total_elements()]
@@ -148,11 +149,12 @@ class ShardedAdamW {
   std::vector<int64_t> offsets_;  // of each parameter in the flat space
   torch::Tensor exp_avg_, exp_avg_sq_;  // [S]
   torch::Tensor grad_shard_;            // stage 2: [S] accumulator
-  // [n * S] each: every parameter and its gradient is a view into these.
+  std::unique_ptr<GradientPartitioner> partitioner_;  // stage 2
+  // [n * S] each: every parameter (and, but for stage 2, its gradient) is a
+  // view into these.
   torch::Tensor flat_parameters_;
   torch::Tensor flat_gradients_;
   torch::Tensor scratch_;               // the ring reduce-scatter's [S]
-  bool pending_ = false;                // stage 2: unreduced gradients
   // Stage 0's reduction overlapped with backward (null for other stages and
   // a data group of one), and how far this step's has got.
   std::unique_ptr<GradientAverager> averager_;
