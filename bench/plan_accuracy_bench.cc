@@ -122,15 +122,22 @@ seed: 3
     loom::v1::GetStepMetricsResponse metrics;
     const grpc::Status got = stub->GetStepMetrics(&ctx, req, &metrics);
     if (!got.ok()) return Die(c.name + ": step metrics: " + got.error_message());
-    std::vector<double> seconds, waits;
+    std::vector<double> seconds, waits, compute, comm, optimizer;
     for (const auto& m : metrics.steps()) {
       if (m.step() <= 2) continue;
       seconds.push_back(m.step_time_seconds());
       waits.push_back(m.pipeline_wait_seconds() / m.step_time_seconds());
+      compute.push_back(m.compute_seconds());
+      comm.push_back(m.comm_seconds());
+      optimizer.push_back(m.optimizer_seconds());
     }
     if (seconds.empty()) return Die(c.name + ": no step times");
     std::sort(seconds.begin(), seconds.end());
     std::sort(waits.begin(), waits.end());
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
     const double measured = seconds[seconds.size() / 2];
     const double measured_bubble = waits[waits.size() / 2];
     const double ratio = p.step_seconds() / measured;
@@ -141,6 +148,10 @@ seed: 3
                 p.tensor_parallel_comm_seconds(), p.pipeline_p2p_seconds(),
                 p.pipeline_bubble_seconds(), p.data_parallel_exposed_seconds(),
                 p.optimizer_seconds(), c.ranks > 2 ? " (4 ranks on 2 cores)" : "");
+    // What rank 0 reported (compute includes TP all-reduces and pipeline
+    // waits; comm is the exposed data-parallel part).
+    std::printf("%-12s measured split (s): compute %.4f, DP exposed %.4f, optimizer %.4f\n", "",
+                median(compute), median(comm), median(optimizer));
     if (c.pipeline > 1) {
       const int m = kGlobalBatch / (c.data * kMicroBatch);
       const double formula = (c.pipeline - 1.0) / (m + c.pipeline - 1.0);

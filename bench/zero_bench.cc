@@ -40,7 +40,8 @@ double Now() {
 }
 
 struct Timings {
-  double all_reduce = 1e30, ring_rs = 1e30, ring_ag = 1e30, fallback_rs = 1e30;
+  double all_reduce = 1e30, ring_rs = 1e30, ring_ag = 1e30, fallback_rs = 1e30,
+         owner_reduce = 1e30;
 };
 
 }  // namespace
@@ -98,6 +99,23 @@ int main(int argc, char** argv) {
           ReduceScatterInPlace(buffer, group, ReduceScatterAlgorithm::kAllReduce);
           t.fallback_rs = std::min(t.fallback_rs, Now() - start);
           buffer.uniform_();  // keep the sums finite
+          // ZeRO-2's exchange (gradient_partitioner.h): each shard's range
+          // reduced to its owner, all launched at once.
+          sync();
+          start = Now();
+          {
+            std::vector<c10::intrusive_ptr<c10d::Work>> works;
+            const int64_t shard = padded / ranks;
+            for (int owner = 0; owner < ranks; ++owner) {
+              std::vector<torch::Tensor> part = {buffer.narrow(0, owner * shard, shard)};
+              c10d::ReduceOptions reduce;
+              reduce.rootRank = owner;
+              works.push_back(group->reduce(part, reduce));
+            }
+            for (auto& w : works) w->wait();
+          }
+          t.owner_reduce = std::min(t.owner_reduce, Now() - start);
+          buffer.uniform_();
         }
       } catch (const std::exception& e) {
         errors[rank] = e.what();
@@ -112,12 +130,13 @@ int main(int argc, char** argv) {
     }
   }
   // The slowest rank sets the pace of a collective.
-  Timings worst{0, 0, 0, 0};
+  Timings worst{0, 0, 0, 0, 0};
   for (const Timings& t : timings) {
     worst.all_reduce = std::max(worst.all_reduce, t.all_reduce);
     worst.ring_rs = std::max(worst.ring_rs, t.ring_rs);
     worst.ring_ag = std::max(worst.ring_ag, t.ring_ag);
     worst.fallback_rs = std::max(worst.fallback_rs, t.fallback_rs);
+    worst.owner_reduce = std::max(worst.owner_reduce, t.owner_reduce);
   }
   const double mb = padded * 4.0 / 1e6;
   std::printf("buffer %.1f MB fp32 over %d Gloo ranks (loopback), best of %d rounds\n", mb, ranks,
@@ -128,6 +147,7 @@ int main(int argc, char** argv) {
               worst.ring_rs * 1e3, 1.0 * (ranks - 1) / ranks * mb / 1e3 / worst.ring_rs);
   std::printf("ring all-gather (send/recv)             %8.1f ms\n", worst.ring_ag * 1e3);
   std::printf("fallback reduce-scatter (all-reduce)   %8.1f ms\n", worst.fallback_rs * 1e3);
+  std::printf("reduce to each shard's owner (ZeRO-2) %8.1f ms\n", worst.owner_reduce * 1e3);
   std::printf("ring reduce-scatter / fallback: %.2f\n", worst.ring_rs / worst.fallback_rs);
   const double zero = worst.ring_rs + worst.ring_ag;
   std::printf("zero: ring reduce-scatter + all-gather %.1f ms vs all-reduce %.1f ms ratio=%.3f\n",

@@ -71,6 +71,17 @@ struct DeviceSpec {
   // The rank's host buffers live in the same memory as its model (a CPU
   // "device"): the planner counts them against memory_bytes.
   bool host_memory_is_device_memory = false;
+  // Collectives run on the cores the rank computes on (Gloo's threads on a
+  // CPU rank), so overlapping them with backward hides nothing: on this
+  // project's 2-core machine bench/overlap_bench.cc measured exposed
+  // communication fall from 123 to 54 ms with overlap and the step not get
+  // faster (ratio 0.98). The planner then credits no overlap.
+  bool collectives_share_compute_cores = false;
+  // Rank threads per core on the rank's host, >= 1: above 1 the ranks
+  // time-share the cores (CPU ranks of several workers on one machine), and
+  // a step takes at least this many ranks' compute and optimizer work per
+  // core. The other rates above are those of a core to itself.
+  double ranks_per_core = 1;
   GemmEfficiency efficiency;
 
   // Peak for `precision`, or 0 when the device lacks it.

@@ -72,6 +72,7 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   }
   const int ranks_per_worker = (n_ranks + n_workers - 1) / n_workers;
   int most_sharing = 1;  // ranks per core on the most loaded host (for the description)
+  double ranks_per_core = 1;  // the same, exactly (DeviceSpec::ranks_per_core)
   for (const auto& w : workers) {
     if (!w.alive()) continue;
     ++alive;
@@ -81,32 +82,33 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
         std::max(1, std::min(host.slots, ranks_per_worker * std::min(host.workers, n_workers)));
     // A rank gets threads_per_rank threads, but no more than a slot's share
     // of the host's cores (any slot may be busy); when this job alone puts
-    // more ranks than cores on the host, they time-share them.
+    // more ranks than cores on the host, they time-share them: the rates
+    // stay a core's own, and the cost model counts the sharing
+    // (DeviceSpec::ranks_per_core).
     int rank_threads = threads;
     double core_share = 1.0;
     if (host.cpus > 0) {
       rank_threads = std::min(threads, std::max(1, host.cpus / host.slots));
       core_share = std::min(1.0, static_cast<double>(host.cpus) / (host_ranks * rank_threads));
       most_sharing = std::max(most_sharing, (host_ranks + host.cpus - 1) / host.cpus);
+      ranks_per_core = std::max(ranks_per_core, 1.0 / core_share);
     }
     double per_thread = w.gemm_flops_per_second_per_thread();
     if (!(per_thread > 0)) {
       per_thread = kEstimatedGemmFlopsPerThread;
       measured = false;
     }
-    gemm = std::min(gemm, per_thread * rank_threads * core_share);
+    gemm = std::min(gemm, per_thread * rank_threads);
     // Per-layer costs beyond the FLOPs, measured on one thread alone: the
-    // slowest worker's, stretched as its cores are shared.
+    // slowest worker's.
     if (w.block_fixed_seconds() > 0 || w.block_seconds_per_activation() > 0) {
-      layer_fixed = std::max(layer_fixed, w.block_fixed_seconds() / core_share);
-      layer_per_activation =
-          std::max(layer_per_activation, w.block_seconds_per_activation() / core_share);
+      layer_fixed = std::max(layer_fixed, w.block_fixed_seconds());
+      layer_per_activation = std::max(layer_per_activation, w.block_seconds_per_activation());
     }
     // Collectives between ranks of one worker, as measured between two.
     if (w.allreduce_latency_seconds() > 0 && w.allreduce_bytes_per_second() > 0) {
-      collective_latency = std::max(collective_latency, w.allreduce_latency_seconds() / core_share);
-      collective_bandwidth =
-          std::min(collective_bandwidth, w.allreduce_bytes_per_second() * core_share);
+      collective_latency = std::max(collective_latency, w.allreduce_latency_seconds());
+      collective_bandwidth = std::min(collective_bandwidth, w.allreduce_bytes_per_second());
     }
     double bw = w.memory_bandwidth_bytes_per_second();
     if (!(bw > 0)) {
@@ -138,6 +140,7 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   m.memory_bandwidth_bytes_per_second = bandwidth;
   m.layer_fixed_seconds = layer_fixed;
   m.layer_seconds_per_activation = layer_per_activation;
+  m.ranks_per_core = ranks_per_core;
   auto device = planner::LocalCpuDevice(m);
   if (!device.ok()) return device.status();
 

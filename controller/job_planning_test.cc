@@ -76,8 +76,9 @@ TEST(TopologyForSpecTest, ThreadsAreCappedByTheCoresPerSlot) {
 
 // Workers on one machine (same host id) share its cores and RAM: two local
 // workers of 2 slots each on a 2-core, 16 GB host. A 4-rank job puts 2
-// ranks per core, so each rank gets half a core's GEMM rate; every slot
-// gets a quarter of the host's RAM although each worker reported all of it.
+// ranks per core, which time-share them (the rates stay a core's own; the
+// cost model counts the sharing); every slot gets a quarter of the host's
+// RAM although each worker reported all of it.
 TEST(TopologyForSpecTest, WorkersOfOneHostShareItsCoresAndMemory) {
   auto co_hosted = [](const std::string& id, const std::string& host) {
     loom::v1::WorkerInfo w = Worker(2, 16e9, 50e9, 12e9, /*cpus=*/2);
@@ -89,7 +90,8 @@ TEST(TopologyForSpecTest, WorkersOfOneHostShareItsCoresAndMemory) {
   auto four_ranks = TinySpec(2, 4);
   auto shared = TopologyForSpec(four_ranks, {co_hosted("a", "h1"), co_hosted("b", "h1")});
   ASSERT_TRUE(shared.ok()) << shared.status();
-  EXPECT_DOUBLE_EQ(shared->topology.device.peak_flops_fp32, 25e9);
+  EXPECT_DOUBLE_EQ(shared->topology.device.peak_flops_fp32, 50e9);
+  EXPECT_DOUBLE_EQ(shared->topology.device.ranks_per_core, 2);
   EXPECT_EQ(shared->topology.device.memory_bytes, 4000000000);
   EXPECT_THAT(shared->description, HasSubstr("up to 2 ranks per core on a shared host"));
 
@@ -98,6 +100,7 @@ TEST(TopologyForSpecTest, WorkersOfOneHostShareItsCoresAndMemory) {
   auto fits = TopologyForSpec(two_ranks, {co_hosted("a", "h1"), co_hosted("b", "h1")});
   ASSERT_TRUE(fits.ok()) << fits.status();
   EXPECT_DOUBLE_EQ(fits->topology.device.peak_flops_fp32, 50e9);
+  EXPECT_DOUBLE_EQ(fits->topology.device.ranks_per_core, 1);
   EXPECT_EQ(fits->topology.device.memory_bytes, 4000000000);
   EXPECT_THAT(fits->description, Not(HasSubstr("shared host")));
 
@@ -129,13 +132,15 @@ TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
   EXPECT_DOUBLE_EQ(apart->topology.intra_node_latency_seconds, 1.5e-4);
   EXPECT_DOUBLE_EQ(apart->topology.intra_node_bandwidth_bytes_per_second, 6e8);
   EXPECT_DOUBLE_EQ(apart->topology.device.layer_seconds_per_activation, 2e-7);
-  // Four ranks on one 2-core host: each runs at half speed.
+  // Four ranks on one 2-core host: the figures stay a core's own, and the
+  // device says 2 ranks share each core (the cost model counts it).
   auto shared = TopologyForSpec(TinySpec(2, 4), {worker("a", "h1", 2e-4), worker("b", "h1", 3e-4)});
   ASSERT_TRUE(shared.ok()) << shared.status();
-  EXPECT_DOUBLE_EQ(shared->topology.device.layer_fixed_seconds, 6e-4);
-  EXPECT_DOUBLE_EQ(shared->topology.device.layer_seconds_per_activation, 4e-7);
-  EXPECT_DOUBLE_EQ(shared->topology.intra_node_latency_seconds, 3e-4);
-  EXPECT_DOUBLE_EQ(shared->topology.intra_node_bandwidth_bytes_per_second, 3e8);
+  EXPECT_DOUBLE_EQ(shared->topology.device.layer_fixed_seconds, 3e-4);
+  EXPECT_DOUBLE_EQ(shared->topology.device.layer_seconds_per_activation, 2e-7);
+  EXPECT_DOUBLE_EQ(shared->topology.intra_node_latency_seconds, 1.5e-4);
+  EXPECT_DOUBLE_EQ(shared->topology.intra_node_bandwidth_bytes_per_second, 6e8);
+  EXPECT_DOUBLE_EQ(shared->topology.device.ranks_per_core, 2);
   // Not measured: FLOPs only.
   auto unmeasured = TopologyForSpec(TinySpec(1, 1), {Worker(1, 8e9)});
   ASSERT_TRUE(unmeasured.ok());

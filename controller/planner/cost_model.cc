@@ -425,8 +425,18 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
         comm = RingAllGatherSeconds(grads, d, bw, lat) + RingAllGatherSeconds(weights, d, bw, lat);
         overlappable = 2.0 / 3.0 * compute_mb;
         break;
-      case 2:  // reduce-scatter after every micro-batch's backward (ZeRO Sec. 7.2.1)
-        comm = md * RingAllGatherSeconds(grads, d, bw, lat) + RingAllGatherSeconds(weights, d, bw, lat);
+      case 2:
+        // After every micro-batch's backward, each bucket is reduced to the
+        // rank that owns it, as the worker (gradient_partitioner.h) and
+        // DeepSpeed do: d reductions of 1/d of the gradients each, one after
+        // another, about the whole gradient's bytes over the link (twice a
+        // ring reduce-scatter's for d = 2; bench/zero_bench.cc measures
+        // both); then the updated weights are all-gathered. Each gradient
+        // is also added into its bucket's staging buffer (read the
+        // gradient, read and write the bucket).
+        comm = md * (grads / bw + d * (d - 1) * lat +
+                     3.0 * grads / topo.device.hbm_bandwidth_bytes_per_second) +
+               RingAllGatherSeconds(weights, d, bw, lat);
         overlappable = md * compute_mb;
         break;
       default:  // ZeRO-3: all-gather weights in forward and again in backward,
@@ -440,6 +450,7 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
         break;
     }
     time.data_parallel_comm = comm;
+    if (topo.device.collectives_share_compute_cores) overlappable = 0;
     time.data_parallel_exposed = comm - std::min(options_.dp_overlap_fraction * comm, overlappable);
   }
 
@@ -448,6 +459,17 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
   const double updated = params / (l.zero_stage >= 1 ? d : 1);
   time.optimizer = updated * OptimizerStepBytesPerParam(training_) /
                    topo.device.hbm_bandwidth_bytes_per_second;
+
+  // Time-shared cores: while one rank waits (on a collective, a neighbour
+  // stage, the bubble) another computes on its core, so the step is the
+  // longer of one rank's own path and the host's CPU work over its cores.
+  // The excess counts as compute (waiting for a core).
+  const double k = topo.device.ranks_per_core;
+  if (k > 1) {
+    const double host_work = k * (time.compute + time.optimizer);
+    const double own = time.step();
+    if (host_work > own) time.compute += host_work - own;
+  }
   return time;
 }
 

@@ -193,6 +193,61 @@ TEST(MemoryTest, CpuRanksCountTheCheckpointStagingBuffer) {
   EXPECT_EQ(gpus.Memory(layout).checkpoint_staging, 0);
 }
 
+// CPU ranks: 4 on one node, fp32, measured-looking figures.
+absl::StatusOr<CostModel> CpuCost(double ranks_per_core) {
+  LocalCpuMeasurement measured;
+  measured.peak_flops_fp32 = 1e11;
+  measured.memory_bytes = 64000000000;
+  measured.memory_bandwidth_bytes_per_second = 1e10;
+  measured.ranks_per_core = ranks_per_core;
+  absl::StatusOr<DeviceSpec> device = LocalCpuDevice(measured);
+  if (!device.ok()) return device.status();
+  ClusterTopology cpus;
+  cpus.nodes = 1;
+  cpus.devices_per_node = 4;
+  cpus.device = *device;
+  cpus.intra_node_bandwidth_bytes_per_second = 5e8;  // Gloo on loopback
+  cpus.intra_node_latency_seconds = 2e-4;
+  TrainingSpec training;
+  training.global_batch_sequences = 8;
+  training.precision = Precision::kFp32;
+  return CostModel::Create(MegatronGpt("gpt", 4, 256, 4), training, cpus, CostOptions{});
+}
+
+// Gloo's threads compute on the ranks' cores: the planner credits no
+// overlap of the data-parallel all-reduce with backward on CPU ranks.
+TEST(CpuTimeTest, CollectivesOnComputeCoresHideNothing) {
+  absl::StatusOr<CostModel> cpu = CpuCost(1);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  Layout layout;
+  layout.dp = 4;
+  const TimeBreakdown t = cpu->Time(layout);
+  ASSERT_GT(t.data_parallel_comm, 0);
+  EXPECT_DOUBLE_EQ(t.data_parallel_exposed, t.data_parallel_comm);
+  // A GPU overlaps (dp_overlap_fraction 0.5 of it, as far as backward lasts).
+  const CostModel gpus = MakeCost(MegatronGpt("gpt", 4, 256, 4), 8, A100s(1, 4));
+  const TimeBreakdown g = gpus.Time(layout);
+  EXPECT_LT(g.data_parallel_exposed, g.data_parallel_comm);
+}
+
+// Ranks time-sharing cores: while one waits another computes, so the step
+// is the longer of one rank's own path and the host's work per core.
+TEST(CpuTimeTest, TimeSharedCoresCostTheHostsWorkPerCore) {
+  absl::StatusOr<CostModel> own = CpuCost(1), shared = CpuCost(2);
+  ASSERT_TRUE(own.ok() && shared.ok());
+  Layout layout;
+  layout.tp = 2;
+  layout.pp = 2;
+  const TimeBreakdown alone = own->Time(layout);
+  const TimeBreakdown halved = shared->Time(layout);
+  const double work = 2 * (alone.compute + alone.optimizer);
+  EXPECT_DOUBLE_EQ(halved.step(), std::max(alone.step(), work));
+  EXPECT_GT(halved.step(), alone.step());
+  // Not twice the whole step: the waits are filled by the other ranks.
+  EXPECT_LT(halved.step(), 2 * alone.step());
+  EXPECT_FALSE(CpuCost(0.5).ok());
+}
+
 TEST(TimeTest, PipelineBubbleShrinksWithInterleaving) {
   const ModelSpec model = MegatronGpt("gpt", 80, 12288, 96);
   const CostModel cost = MakeCost(model, 2304, A100s(192, 8));
@@ -348,7 +403,7 @@ TEST(MemoryTest, FusedAttentionIsTheDefault) {
 
 // ZeRO-3 with pipeline parallelism: parameters sharded over the DP group,
 // one layer gathered at a time, and 1.5x ZeRO-2's communication.
-TEST(ZeroThreeTest, GathersOneLayerAndCostsHalfAgainZeroTwosCommunication) {
+TEST(ZeroThreeTest, GathersOneLayerAndCostsHalfAgainAReduceScatterAndAllGather) {
   const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
   CostOptions options;
   options.dp_overlap_fraction = 0;
@@ -362,7 +417,9 @@ TEST(ZeroThreeTest, GathersOneLayerAndCostsHalfAgainZeroTwosCommunication) {
   layout.zero_stage = 2;
   ASSERT_TRUE(cost.CheckLayout(layout).ok());
   const MemoryBreakdown two = cost.Memory(layout);
-  const TimeBreakdown two_time = cost.Time(layout);
+  layout.zero_stage = 1;
+  const TimeBreakdown one_time = cost.Time(layout);
+  layout.zero_stage = 2;
   EXPECT_EQ(two.gathered_parameters, 0);
   EXPECT_NEAR(two.weights, 2 * two.parameters, 1);
   layout.zero_stage = 3;
@@ -383,10 +440,11 @@ TEST(ZeroThreeTest, GathersOneLayerAndCostsHalfAgainZeroTwosCommunication) {
                   three.gathered_parameters + three.reserve,
               1);
   // ZeRO-3 all-gathers the bf16 weights in forward and backward and
-  // reduce-scatters the bf16 gradients, 3 x (d-1)/d, against ZeRO-2's
-  // 2 x (d-1)/d (Rajbhandari et al. 2020, Sec. 7.2.2).
+  // reduce-scatters the bf16 gradients, 3 x (d-1)/d, against the
+  // 2 x (d-1)/d of a reduce-scatter and an all-gather (Rajbhandari et al.
+  // 2020, Sec. 7.2.2; ZeRO-1 here, as ZeRO-2 reduces to owners instead).
   ASSERT_EQ(three_time.micro_batches, 1);
-  EXPECT_NEAR(three_time.data_parallel_comm / two_time.data_parallel_comm, 1.5, 1e-3);
+  EXPECT_NEAR(three_time.data_parallel_comm / one_time.data_parallel_comm, 1.5, 1e-3);
   // Without data parallelism there is nothing to gather.
   const CostModel alone = MakeCost(model, 8, A100s(4, 8), options);
   layout.dp = 1;

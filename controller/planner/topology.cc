@@ -38,6 +38,11 @@ absl::StatusOr<DeviceSpec> LocalCpuDevice(const LocalCpuMeasurement& measured) {
   cpu.layer_fixed_seconds = measured.layer_fixed_seconds;
   cpu.layer_seconds_per_activation = measured.layer_seconds_per_activation;
   cpu.host_memory_is_device_memory = true;
+  cpu.collectives_share_compute_cores = true;
+  if (!(measured.ranks_per_core >= 1) || !std::isfinite(measured.ranks_per_core)) {
+    return absl::InvalidArgumentError("cpu: ranks_per_core must be >= 1");
+  }
+  cpu.ranks_per_core = measured.ranks_per_core;
   return cpu;
 }
 

@@ -46,6 +46,7 @@ struct LocalCpuMeasurement {
   // measured; 0 = not measured.
   double layer_fixed_seconds = 0;
   double layer_seconds_per_activation = 0;
+  double ranks_per_core = 1;  // DeviceSpec::ranks_per_core, >= 1
 };
 absl::StatusOr<DeviceSpec> LocalCpuDevice(const LocalCpuMeasurement& measured);
 
