@@ -15,6 +15,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "google/protobuf/struct.pb.h"
@@ -120,6 +122,58 @@ absl::StatusOr<DaemonInfo> WaitReady(const std::string& path, int pid, const std
 
 }  // namespace
 
+static absl::Status WriteArgs(const std::string& home, const std::string& name,
+                       const std::vector<std::string>& args) {
+  return WritePrivateFile(absl::StrCat(home, "/run/", name, ".args"),
+                          absl::StrCat(absl::StrJoin(args, "\n"), "\n"));
+}
+
+absl::StatusOr<DaemonInfo> LocalRestart(const std::string& home, const std::string& name,
+                                        bool kill_first, absl::Duration grace,
+                                        absl::Duration start_timeout) {
+  const std::string args_path = absl::StrCat(home, "/run/", name, ".args");
+  auto text = ReadFile(args_path);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no daemon \"", name, "\" in the local cluster under ", home,
+        " (expected controller or worker-<i>; is it up?)"));
+  }
+  std::vector<std::string> args = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  if (args.empty()) return absl::DataLossError(absl::StrCat(args_path, ": empty"));
+  const std::string ready = absl::StrCat(home, "/run/", name, ".json");
+  DaemonInfo old;
+  if (auto info = ReadReadyFile(ready); info.ok()) old = *info;
+  if (old.pid > 0 && Alive(old.pid)) {
+    kill(old.pid, kill_first ? SIGKILL : SIGTERM);
+    const absl::Time deadline = absl::Now() + grace;
+    while (Alive(old.pid) && absl::Now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (Alive(old.pid)) kill(old.pid, SIGKILL);
+    // Gone before its successor starts (the store's lock, the port).
+    const absl::Time killed = absl::Now() + absl::Seconds(5);
+    while (Alive(old.pid) && absl::Now() < killed) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  unlink(ready.c_str());  // the new daemon writes its own
+  DaemonInfo d;
+  d.name = name;
+  d.log_path = absl::StrCat(home, "/logs/", name, ".log");
+  auto pid = Spawn(args, d.log_path);
+  if (!pid.ok()) return pid.status();
+  auto info = WaitReady(ready, *pid, d.log_path, absl::Now() + start_timeout);
+  if (!info.ok()) {
+    kill(*pid, SIGKILL);
+    return absl::Status(info.status().code(), absl::StrCat(name, ": ", info.status().message()));
+  }
+  d.pid = info->pid;
+  d.alive = true;
+  d.grpc_address = info->grpc_address;
+  d.metrics_address = info->metrics_address;
+  return d;
+}
+
 absl::StatusOr<DaemonInfo> ReadReadyFile(const std::string& path) {
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
@@ -151,7 +205,9 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   // Old run files describe dead daemons.
   if (DIR* d = opendir((o.home + "/run").c_str())) {
     while (dirent* e = readdir(d)) {
-      if (absl::EndsWith(e->d_name, ".json")) unlink((o.home + "/run/" + e->d_name).c_str());
+      if (absl::EndsWith(e->d_name, ".json") || absl::EndsWith(e->d_name, ".args")) {
+        unlink((o.home + "/run/" + e->d_name).c_str());
+      }
     }
     closedir(d);
   }
@@ -169,11 +225,12 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   ctl.name = "controller";
   ctl.log_path = o.home + "/logs/controller.log";
   std::string ready = o.home + "/run/controller.json";
-  auto pid = Spawn({o.bin_dir + "/loom-controller", "--listen=127.0.0.1:0",
-                    "--data_dir=" + o.home + "/controller", "--token_file=" + token_path,
-                    "--ready_file=" + ready, "--metrics_listen=127.0.0.1:0",
-                    absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)},
-                   ctl.log_path);
+  std::vector<std::string> ctl_args = {
+      o.bin_dir + "/loom-controller", "--listen=127.0.0.1:0",
+      "--data_dir=" + o.home + "/controller", "--token_file=" + token_path,
+      "--ready_file=" + ready, "--metrics_listen=127.0.0.1:0",
+      absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)};
+  auto pid = Spawn(ctl_args, ctl.log_path);
   if (!pid.ok()) return pid.status();
   auto ready_info = WaitReady(ready, *pid, ctl.log_path, deadline);
   if (!ready_info.ok()) {
@@ -184,6 +241,13 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   ctl.pid = ready_info->pid;
   ctl.alive = true;
   ctl.grpc_address = ready_info->grpc_address;
+  // A restarted controller listens where this one does, so the workers
+  // (given this address) find it again.
+  ctl_args[1] = "--listen=" + ctl.grpc_address;
+  if (absl::Status s = WriteArgs(o.home, "controller", ctl_args); !s.ok()) {
+    kill(*pid, SIGKILL);
+    return s;
+  }
   ctl.metrics_address = ready_info->metrics_address;
   out.push_back(ctl);
 
@@ -194,14 +258,19 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     std::string wready = absl::StrCat(o.home, "/run/", w.name, ".json");
     std::string work = absl::StrCat(o.home, "/workers/", i);
     MakeDirs(work).IgnoreError();
-    auto wpid = Spawn({o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address,
-                       "--token_file=" + token_path, absl::StrCat("--node=local-", i),
-                       "--address=127.0.0.1", absl::StrCat("--slots=", o.slots_per_worker),
-                       absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
-                       "--gpus=" + o.gpus_per_worker,
-                       "--work_dir=" + work, "--ready_file=" + wready,
-                       "--metrics_listen=127.0.0.1:0"},
-                      w.log_path);
+    const std::vector<std::string> worker_args = {
+        o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address,
+        "--token_file=" + token_path, absl::StrCat("--node=local-", i),
+        "--address=127.0.0.1", absl::StrCat("--slots=", o.slots_per_worker),
+        absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
+        "--gpus=" + o.gpus_per_worker,
+        "--work_dir=" + work, "--ready_file=" + wready,
+        "--metrics_listen=127.0.0.1:0"};
+    if (absl::Status s = WriteArgs(o.home, w.name, worker_args); !s.ok()) {
+      LocalDown(o.home).IgnoreError();
+      return s;
+    }
+    auto wpid = Spawn(worker_args, w.log_path);
     if (!wpid.ok()) {
       LocalDown(o.home).IgnoreError();
       return wpid.status();

@@ -4,6 +4,9 @@
 //   token                cluster token, mode 0600
 //   run/controller.json  {grpc_address, metrics_address, pid} (ready file)
 //   run/worker-<i>.json  {metrics_address, pid}
+//   run/<daemon>.args    its command line, one argument a line (for restart;
+//                        the controller's with the gRPC address it got, so
+//                        a restarted controller keeps it and workers find it)
 //   logs/*.log           daemon logs
 //   controller/          the controller's data dir (job store, checkpoints)
 //   workers/<i>/         each worker's work dir (rank logs)
@@ -45,6 +48,14 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& optio
 
 // SIGTERM to every daemon, SIGKILL after `grace`. OK if nothing was up.
 absl::Status LocalDown(const std::string& home, absl::Duration grace = absl::Seconds(10));
+
+// Restarts one daemon of the cluster ("controller" or "worker-<i>") with
+// its original command line: a live one gets SIGTERM (SIGKILL with `kill`
+// or after `grace`), a dead one (crashed, kill -9) is just started again.
+// Waits until it is ready. NOT_FOUND for a daemon the cluster never had.
+absl::StatusOr<DaemonInfo> LocalRestart(const std::string& home, const std::string& name,
+                                        bool kill_first, absl::Duration grace = absl::Seconds(10),
+                                        absl::Duration start_timeout = absl::Seconds(30));
 
 // What the run files say, with liveness checked.
 std::vector<DaemonInfo> LocalStatus(const std::string& home);

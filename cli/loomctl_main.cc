@@ -48,6 +48,9 @@ Commands:
   local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto]
                                       start a controller and N workers on this machine
   local down                           stop them
+  local restart controller|worker-N [--kill]
+                                       restart one daemon (SIGTERM, or SIGKILL with
+                                       --kill; a dead one is just started), same address
   local status                         show the local daemons
   submit FILE [--follow]               submit a job spec (YAML or JSON)
   list [--state STATE]                 list jobs, newest first
@@ -806,7 +809,7 @@ int CmdDataPrepare(const Globals& g, const std::vector<std::string>& args) {
 }
 
 int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
-  if (args.empty()) return Usage("local: expected up, down or status");
+  if (args.empty()) return Usage("local: expected up, down, restart or status");
   const std::string& sub = args[0];
   if (sub == "up") {
     LocalClusterOptions o;
@@ -866,6 +869,25 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
     }
     std::cout << "local cluster up: state in " << g.home << ", token in " << g.home << "/token"
               << std::endl;
+    return 0;
+  }
+  if (sub == "restart") {
+    // loomctl local restart controller|worker-<i> [--kill]
+    if (args.size() < 2) return Usage("local restart: expected controller or worker-<i>");
+    bool kill_first = false;
+    for (size_t i = 2; i < args.size(); ++i) {
+      if (args[i] == "--kill") {
+        kill_first = true;
+      } else {
+        return Usage("local restart: unexpected " + args[i]);
+      }
+    }
+    auto d = LocalRestart(g.home, args[1], kill_first);
+    if (!d.ok()) return Fail(d.status());
+    std::cout << absl::StrFormat("%-12s pid %-7d %s%s\n", d->name, d->pid,
+                                 d->grpc_address.empty() ? "" : "grpc " + d->grpc_address + "  ",
+                                 "metrics http://" + d->metrics_address + "/metrics");
+    std::cout << "restarted " << d->name << std::endl;
     return 0;
   }
   if (sub == "down") {

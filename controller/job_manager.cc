@@ -7,6 +7,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -94,10 +95,13 @@ absl::Status JobManager::Recover() {
     JobState s = rec.job.state();
     if (s == loom::v1::SCHEDULED || s == loom::v1::RUNNING) {
       rec.attempt_last_step = rec.job.summary().last_step();
-      // Its ranks are stopped by their workers, which re-register with this
-      // controller; the job resumes from its newest checkpoint.
-      FailOrRestartLocked(rec, "the controller restarted while the job was running",
-                          kCauseControllerRestart);
+      // Its ranks keep training while their workers' leases run; the workers
+      // re-register with them and they are re-adopted (AdoptRanksLocked), or
+      // the deadline passes (CheckAdoptionsLocked).
+      // Every worker whose lease outlived the controller has re-registered
+      // well within G + M (see the lease comment in the header).
+      rec.adopt_deadline = clock_->Now() + options_.worker_timeout + options_.lease_margin;
+      rec.adopted.clear();
     }
   }
   return absl::OkStatus();
@@ -550,12 +554,92 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
   w.info.set_alive(true);
   w.last_heartbeat = now;
-  store_->PutWorker({id, req.node(), req.address(), req.zone(), req.rack(), absl::ToUnixMillis(now)})
-      .IgnoreError();
+  absl::Status put = store_->PutWorker(
+      {id, req.node(), req.address(), req.zone(), req.rack(), absl::ToUnixMillis(now)});
+  if (!put.ok()) {
+    // The registry is history only (workers re-register after a restart);
+    // the worker is served either way, and the failure is said.
+    std::cerr << "loom-controller: could not record worker " << id << ": " << put << std::endl;
+  }
+  AdoptRanksLocked(w, req);
   loom::v1::RegisterWorkerResponse resp;
   resp.set_worker_id(id);
   resp.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  resp.set_lease_grace_ms(absl::ToInt64Milliseconds(options_.worker_timeout));
   return resp;
+}
+
+void JobManager::AdoptRanksLocked(Worker& w, const loom::v1::RegisterWorkerRequest& req) {
+  for (const loom::v1::RunningRank& r : req.running()) {
+    auto jit = jobs_.find(r.job_id());
+    // Anything else is stopped by the next heartbeat (Heartbeat()).
+    if (jit == jobs_.end() || r.generation() != jit->second.job.generation()) continue;
+    if (AdoptRankLocked(jit->second, w, r.rank())) {
+      jit->second.live.insert({w.info.id(), r.rank()});
+      jit->second.running_seen.insert(r.rank());
+      const int gpu =
+          jit->second.job.spec().resources().gpus_per_rank() > 0
+              ? [&] {
+                  for (const auto& a : jit->second.job.ranks()) {
+                    if (a.rank() == r.rank()) return a.gpu();
+                  }
+                  return -1;
+                }()
+              : -1;
+      w.ranks.push_back({r.job_id(), r.rank(), gpu});
+    }
+  }
+}
+
+bool JobManager::AdoptRankLocked(JobRecord& rec, Worker& w, int rank) {
+  if (!IsAttemptRunning(rec.job.state()) || rec.adopt_deadline == absl::InfinitePast() ||
+      rec.adopted.count(rank)) {
+    return false;
+  }
+  loom::v1::RankAssignment* placed = nullptr;
+  for (auto& a : *rec.job.mutable_ranks()) {
+    if (a.rank() == rank) placed = &a;
+  }
+  if (placed == nullptr || placed->node() != w.info.node()) return false;
+  placed->set_worker_id(w.info.id());
+  rec.adopted.insert(rank);
+  if (static_cast<int>(rec.adopted.size()) < rec.job.ranks_size()) return true;
+  rec.adopt_deadline = absl::InfinitePast();
+  loom::v1::RecoveryEvent ev;
+  ev.set_kind(loom::v1::RecoveryEvent::READOPTED);
+  ev.set_cause(kCauseControllerRestart);
+  ev.set_generation(rec.job.generation());
+  ev.set_step(rec.attempt_last_step);
+  ev.set_message(absl::StrCat("re-adopted all ", rec.job.ranks_size(), " rank(s) of attempt ",
+                              rec.job.generation(),
+                              " after the controller restarted; no restart, nothing lost"));
+  AddEvent(rec, ev);
+  absl::Status s = Persist(rec, 0);
+  if (!s.ok()) {
+    std::cerr << "loom-controller: could not record the re-adoption of " << rec.job.id() << ": "
+              << s << std::endl;
+  }
+  return true;
+}
+
+void JobManager::CheckAdoptionsLocked() {
+  const absl::Time now = clock_->Now();
+  for (const std::string& jid : order_) {
+    JobRecord& rec = jobs_[jid];
+    if (rec.adopt_deadline == absl::InfinitePast() || now < rec.adopt_deadline) continue;
+    rec.adopt_deadline = absl::InfinitePast();
+    if (!IsAttemptRunning(rec.job.state())) continue;
+    // Every worker whose lease outlived the restart has re-registered by
+    // now, and the others have killed their ranks; those re-adopted are
+    // stopped with the attempt. The next attempt waits out the margin.
+    rec.not_before = now + options_.lease_margin;
+    const std::string why = absl::StrFormat(
+        "the controller restarted and only %d of %d rank(s) were re-adopted within %.1fs",
+        static_cast<int>(rec.adopted.size()), rec.job.ranks_size(),
+        absl::ToDoubleSeconds(options_.worker_timeout + options_.lease_margin));
+    rec.adopted.clear();
+    FailOrRestartLocked(rec, why, kCauseControllerRestart);
+  }
 }
 
 absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
@@ -592,7 +676,33 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
       continue;
     }
     JobRecord& rec = jit->second;
-    if (r.generation() != rec.job.generation()) continue;  // an older attempt, being stopped
+    bool placed_here = false;
+    for (const auto& a : rec.job.ranks()) {
+      placed_here |= a.rank() == r.rank() && a.worker_id() == w.info.id();
+    }
+    if (r.generation() != rec.job.generation() || !placed_here) {
+      // An older attempt's rank (or one this worker was never given, or not
+      // re-adopted): fenced off. Stop that attempt's ranks here, once.
+      bool queued = std::any_of(w.pending_commands.begin(), w.pending_commands.end(),
+                                [&](const auto& c) {
+                                  return c.has_stop() && c.stop().job_id() == r.job_id() &&
+                                         c.stop().generation() == r.generation();
+                                });
+      if (!queued && r.generation() < rec.job.generation()) {
+        auto* stop = resp.add_commands()->mutable_stop();
+        stop->set_job_id(r.job_id());
+        stop->set_generation(r.generation());
+        stop->set_reason(absl::StrCat("attempt ", r.generation(), " is stale (the job runs attempt ",
+                                      rec.job.generation(), ")"));
+      } else if (!queued && !placed_here && rec.adopt_deadline == absl::InfinitePast()) {
+        auto* stop = resp.add_commands()->mutable_stop();
+        stop->set_job_id(r.job_id());
+        stop->set_generation(r.generation());
+        stop->set_reason(absl::StrCat("rank ", r.rank(), " of attempt ", r.generation(),
+                                      " is not placed on worker ", w.info.id()));
+      }
+      continue;
+    }
     rec.running_seen.insert(r.rank());
     if (rec.job.state() == loom::v1::SCHEDULED) {
       Transition(rec, loom::v1::RUNNING,
@@ -656,8 +766,30 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
   }
   JobRecord& rec = it->second;
   loom::v1::ReportStepMetricsResponse resp;
+  if (req.generation() < rec.job.generation()) {
+    // A fenced attempt's report: refused, and its ranks are stopped. Its
+    // checkpoints were committed while it was current (a new attempt starts
+    // only once the old one's ranks are gone or fenced) and are on disk,
+    // where the next attempt resumes from, so the catalog records them.
+    for (const auto& ev : req.events()) {
+      if (!ev.has_checkpoint() || ev.checkpoint().status() == "failed") continue;
+      loom::v1::CheckpointInfo info = ev.checkpoint();
+      info.set_generation(req.generation());
+      info.set_time_unix_ms(clock_->NowUnixMillis());
+      info.set_status("committed");
+      absl::Status cs = store_->PutCheckpoint(rec.job.id(), info);
+      if (!cs.ok()) {
+        return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
+      }
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stale attempt: the report is from attempt ", req.generation(), " of ", req.job_id(),
+        ", which now runs attempt ", rec.job.generation(), "; its ranks must stop"));
+  }
   if (req.generation() != rec.job.generation()) {
-    return resp;  // a stopped attempt's last words: dropped
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generation: ", req.generation(), " is newer than job ", req.job_id(),
+        "'s current attempt ", rec.job.generation()));
   }
   if (rec.job.state() != loom::v1::SCHEDULED && rec.job.state() != loom::v1::RUNNING) {
     // Ended, or between attempts: these are the last words of stopped ranks.
@@ -676,6 +808,11 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
   for (const auto& ev : req.events()) {
     JobEvent out;
     out.set_time_unix_ms(clock_->NowUnixMillis());
+    // A retried report (its answer was lost, or the controller restarted
+    // after applying it): the attempt's steps only go forward.
+    if (ev.has_step() && ev.step().step() > 0 && ev.step().step() <= rec.attempt_last_step) {
+      continue;
+    }
     if (ev.has_step()) {
       loom::v1::StepMetrics m = ev.step();
       if (m.time_unix_ms() == 0) m.set_time_unix_ms(out.time_unix_ms());
@@ -775,8 +912,8 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
     }
     Publish(rec.job.id(), std::move(out));
   }
-  absl::Status s = store_->AppendStepMetrics(rec.job.id(), steps);
-  if (s.ok()) s = Persist(rec, 0);
+  rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
+  absl::Status s = store_->PutJobAndSteps(rec.job, 0, steps);
   if (!s.ok()) return absl::UnavailableError(absl::StrCat("could not record metrics: ", s.message()));
   return resp;
 }
@@ -808,7 +945,18 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
                 w.ranks.end());
   JobRecord& rec = it->second;
   rec.live.erase({req.worker_id(), req.rank()});
+  if (req.generation() < rec.job.generation()) {
+    // Its slot is free (above), and the attempt can end nothing.
+    ScheduleLocked();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stale attempt: rank ", req.rank(), " exited from attempt ", req.generation(), " of ",
+        req.job_id(), ", which now runs attempt ", rec.job.generation()));
+  }
   bool current = IsAttemptRunning(rec.job.state()) && req.generation() == rec.job.generation();
+  // After a controller restart, a rank that ended while the controller was
+  // away is reported by its worker under its new id: accounted for, like a
+  // running rank re-adopted.
+  if (current) AdoptRankLocked(rec, w, req.rank());
   if (current) {
     // Only a rank this worker was given can end the attempt.
     bool placed = false;
@@ -843,8 +991,20 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         const bool rendezvous = req.signal() == 0 &&
                                 req.exit_code() == kRankExitRendezvousFailed &&
                                 rec.attempt_last_step < 0;
-        rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous};
+        rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous, ""};
         StopJobRanks(rec, why, "");
+      }
+      if (req.lease_expired() && rec.pending_failure->cause_kind.empty()) {
+        // Its worker lost the controller (a peer that failed first lost
+        // this rank): during a re-adoption after a controller restart that
+        // is the restart's doing.
+        rec.pending_failure->cause_kind = rec.adopt_deadline != absl::InfinitePast()
+                                              ? kCauseControllerRestart
+                                              : kCauseWorkerLost;
+        if (!absl::StrContains(rec.pending_failure->reason, "lease")) {
+          absl::StrAppend(&rec.pending_failure->reason, "; rank ", req.rank(), " on ",
+                          w.info.node(), " was killed when its worker's lease ran out");
+        }
       }
     }
   }
@@ -856,6 +1016,7 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
 
 void JobManager::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
+  CheckAdoptionsLocked();
   CheckLivenessLocked();
   ResolveFailuresLocked();
   ScheduleLocked();
@@ -881,6 +1042,14 @@ void JobManager::ResolveFailuresLocked() {
         break;
       }
     }
+    // Still awaiting re-adoption after a controller restart: the restart
+    // (the workers' leases ran out, and a rank's peers lost it) is the
+    // likelier root cause too.
+    if (cause.empty() && rec.pending_failure->cause_kind.empty() &&
+        rec.adopt_deadline != absl::InfinitePast()) {
+      cause = "the controller restarted while the attempt ran; ";
+      rec.pending_failure->cause_kind = kCauseControllerRestart;
+    }
     std::string why = cause.empty() ? rec.pending_failure->reason
                                     : absl::StrCat(cause, "then ", rec.pending_failure->reason);
     if (cause.empty() && rec.pending_failure->rendezvous &&
@@ -893,7 +1062,10 @@ void JobManager::ResolveFailuresLocked() {
                                       ", no restart counted)"));
       continue;
     }
-    FailOrRestartLocked(rec, why, cause.empty() ? kCauseRankFailure : kCauseWorkerLost);
+    const std::string kind = !rec.pending_failure->cause_kind.empty()
+                                 ? rec.pending_failure->cause_kind
+                                 : cause.empty() ? kCauseRankFailure : kCauseWorkerLost;
+    FailOrRestartLocked(rec, why, kind);
   }
 }
 
@@ -935,6 +1107,8 @@ void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason) {
   rec.exited_ok.clear();
   rec.running_seen.clear();
   rec.attempt_last_step = -1;
+  rec.adopt_deadline = absl::InfinitePast();
+  rec.adopted.clear();
   rec.job.clear_ranks();
   rec.job.set_generation(rec.job.generation() + 1);
   Transition(rec, loom::v1::PENDING, reason).IgnoreError();
@@ -1089,6 +1263,9 @@ void JobManager::CheckLivenessLocked() {
     w.ranks.clear();
     for (auto& [jid, ranks] : lost) {
       JobRecord& rec = jobs_[jid];
+      // Its ranks may run until the worker's lease runs out.
+      rec.not_before = std::max(rec.not_before,
+                                w.last_heartbeat + options_.worker_timeout + options_.lease_margin);
       // Only the current attempt can fail; a requeued job merely stops
       // waiting for ranks that died with the worker.
       if (!IsAttemptRunning(rec.job.state())) continue;
@@ -1111,6 +1288,13 @@ void JobManager::ScheduleLocked() {
     if (!rec.live.empty()) {
       rec.job.set_reason(absl::StrCat("waiting for ", rec.live.size(),
                                       " rank(s) of the previous attempt to exit"));
+      return;
+    }
+    if (clock_->Now() < rec.not_before) {
+      rec.job.set_reason(absl::StrFormat(
+          "waiting %.1fs more for the previous attempt's ranks to be fenced (a lost worker's "
+          "lease)",
+          absl::ToDoubleSeconds(rec.not_before - clock_->Now())));
       return;
     }
     // Where the ranks go is the scheduler's (controller/scheduler.h): the

@@ -38,9 +38,28 @@
 
 namespace loom::controller {
 
+// Leases, and why their times are ordered so (issue 12). With G =
+// worker_timeout and M = lease_margin:
+//   * a worker kills its ranks itself when it has had no heartbeat answered
+//     for G, counted from when it sent the last answered one (so its
+//     deadline is never later than G after the controller last heard it);
+//   * the controller declares a worker dead after G of silence, failing the
+//     attempts that had ranks there, and places those jobs again no sooner
+//     than G + M after it last heard the worker. M covers the cut-off
+//     worker's SIGKILL and reaping of its ranks and the two clocks' rates,
+//     so the old attempt's ranks are dead before a new attempt starts;
+//   * after a controller restart, workers whose lease is still running
+//     re-register with their running ranks and the controller re-adopts
+//     the current attempts' ranks (no restart counted). A job not wholly
+//     re-adopted within G of the restart (every surviving worker has
+//     re-registered or killed its ranks by then) restarts once, again no
+//     sooner than G + M after the restart.
 struct JobManagerOptions {
-  // A worker whose last heartbeat is older than this is declared dead.
+  // A worker whose last heartbeat is older than this is declared dead; it
+  // is also the lease grace workers are told (RegisterWorkerResponse).
   absl::Duration worker_timeout = absl::Seconds(10);
+  // See above: what a dead worker's jobs wait beyond worker_timeout.
+  absl::Duration lease_margin = absl::Seconds(2);
   // What workers are told to use as their heartbeat period.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // Root for default checkpoint directories: <dir>/<job id>.
@@ -82,8 +101,12 @@ class JobManager {
              RecoveryMetrics* metrics = nullptr);
 
   // Reloads jobs from the store. Jobs that were SCHEDULED or RUNNING when the
-  // controller stopped cannot be reattached (their workers re-register under
-  // new ids) and are marked FAILED with that reason; PENDING jobs stay.
+  // controller stopped keep their state and wait, for worker_timeout, for
+  // their workers to re-register with the ranks still running there
+  // (RegisterWorkerRequest.running): those are re-adopted, and the job goes
+  // on without a restart. Past that time a job not wholly re-adopted
+  // restarts once from its newest checkpoint (see the lease comment above).
+  // PENDING jobs stay.
   absl::Status Recover();
 
   // --- client API
@@ -131,8 +154,15 @@ class JobManager {
   // NOT_FOUND for an unknown or dead worker (it must register again).
   absl::StatusOr<loom::v1::HeartbeatResponse> Heartbeat(
       const loom::v1::HeartbeatRequest& request);
+  // Rank-originated reports carry the attempt's generation (its epoch):
+  // FAILED_PRECONDITION for one older than the job's current attempt (the
+  // worker then stops those ranks). Step reports are idempotent: a step the
+  // current attempt already reported (a retry) is not applied again.
+  // NOT_FOUND for an unknown worker (it retries after registering again).
   absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEvents(
       const loom::v1::ReportStepMetricsRequest& request);
+  // A stale attempt's exit still frees its slot, then answers
+  // FAILED_PRECONDITION.
   absl::Status ReportRankExit(const loom::v1::ReportRankExitRequest& request);
 
   // Declares timed-out workers dead (failing their jobs) and starts pending
@@ -170,6 +200,9 @@ class JobManager {
     absl::Time at;
     std::string reason;
     bool rendezvous = false;  // a rank failed to join before any step
+    // Set when the cause is known better than "a rank failed" (a rank its
+    // worker killed when its lease ran out): the kCause* value.
+    std::string cause_kind;
   };
   struct JobRecord {
     loom::v1::Job job;
@@ -191,6 +224,13 @@ class JobManager {
     // The newest steps with a time split, for the bottleneck verdict
     // (diagnosis.h); bounded by DiagnosisOptions::window.
     std::deque<loom::v1::StepMetrics> recent_steps;
+    // After a controller restart: the attempt waits until this time for its
+    // ranks to be re-adopted (absl::InfinitePast(): not waiting).
+    absl::Time adopt_deadline = absl::InfinitePast();
+    std::set<int> adopted;  // ranks re-adopted so far
+    // Not placed again before this time: ranks of the previous attempt may
+    // still run on a worker whose lease has not run out.
+    absl::Time not_before = absl::InfinitePast();
   };
 
   // Effective recovery settings of a spec (defaults applied).
@@ -217,6 +257,15 @@ class JobManager {
   // with the scheduler's reason, and so does every job behind it.
   void ScheduleLocked();
   void CheckLivenessLocked();
+  // Re-adopts the ranks a registering worker reports, where they are the
+  // current attempt's and were placed on its node.
+  void AdoptRanksLocked(Worker& w, const loom::v1::RegisterWorkerRequest& req);
+  // Moves `rank` of an attempt awaiting re-adoption to worker `w` when it
+  // was placed on w's node (recording READOPTED once every rank is
+  // accounted for); false when the attempt is not waiting for it.
+  bool AdoptRankLocked(JobRecord& rec, Worker& w, int rank);
+  // Restarts attempts whose re-adoption deadline passed.
+  void CheckAdoptionsLocked();
   void ResolveFailuresLocked();
   // A failure ends the attempt: restart from the newest checkpoint while
   // restarts are left, else FAILED.

@@ -416,14 +416,31 @@ TEST_F(JobManagerTest, SilentWorkerFailsItsJobWithReason) {
   EXPECT_TRUE(cmds.commands(0).has_stop());
 }
 
-TEST_F(JobManagerTest, ReloadKeepsJobsAndFailsOrphanedRunningOnes) {
+// A controller restart is invisible to training: the job stays RUNNING, its
+// worker registers again with the rank still running, the rank is re-adopted
+// (no restart, even with max_restarts 0), a retried step report is applied
+// once, and the job finishes. PENDING jobs stay; ids never repeat.
+TEST_F(JobManagerTest, ControllerRestartReadoptsRunningRanksWithoutARestart) {
   std::string w1 = Register("node-a");
   Beat(w1, 29500);
-  auto running = *manager_->Submit(Spec(1));
+  auto running = *manager_->Submit(Spec(1, /*max_restarts=*/0));
   Beat(w1, 29501, {{running.id(), 0}});
   auto pending = *manager_->Submit(Spec(1));
   ASSERT_EQ(StateOf(running.id()), loom::v1::RUNNING);
   ASSERT_EQ(StateOf(pending.id()), loom::v1::PENDING);
+  auto report = [&](const std::string& worker, int from, int to) {
+    loom::v1::ReportStepMetricsRequest req;
+    req.set_worker_id(worker);
+    req.set_job_id(running.id());
+    req.set_generation(0);
+    for (int t = from; t <= to; ++t) {
+      auto* m = req.add_events()->mutable_step();
+      m->set_step(t);
+      m->set_loss(3.0);
+    }
+    return manager_->ReportEvents(req);
+  };
+  ASSERT_TRUE(report(w1, 1, 5).ok());
   manager_.reset();
   store_.reset();
 
@@ -431,15 +448,59 @@ TEST_F(JobManagerTest, ReloadKeepsJobsAndFailsOrphanedRunningOnes) {
   manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_);
   ASSERT_TRUE(manager_->Recover().ok());
   EXPECT_EQ(manager_->List({}, 0).size(), 2u);
-  auto r = *manager_->Get(running.id());
-  EXPECT_EQ(r.state(), loom::v1::FAILED);
-  EXPECT_THAT(r.reason(), HasSubstr("controller restarted"));
+  EXPECT_EQ(StateOf(running.id()), loom::v1::RUNNING);
   EXPECT_EQ(StateOf(pending.id()), loom::v1::PENDING);
+  // A report sent while the worker is not yet known again: it retries.
+  EXPECT_EQ(report(w1, 6, 6).status().code(), absl::StatusCode::kNotFound);
+
+  loom::v1::RegisterWorkerRequest again;
+  again.set_node("node-a");
+  again.set_address("127.0.0.1");
+  again.set_slots(1);
+  auto* r = again.add_running();
+  r->set_job_id(running.id());
+  r->set_rank(0);
+  r->set_generation(0);
+  auto registered = manager_->RegisterWorker(again);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_EQ(registered->lease_grace_ms(), 5000);
+  const std::string w2 = registered->worker_id();
+  auto j = *manager_->Get(running.id());
+  EXPECT_EQ(j.state(), loom::v1::RUNNING);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_EQ(j.generation(), 0);
+  ASSERT_EQ(j.ranks_size(), 1);
+  EXPECT_EQ(j.ranks(0).worker_id(), w2);
+  ASSERT_EQ(j.events_size(), 1);
+  EXPECT_EQ(j.events(0).kind(), loom::v1::RecoveryEvent::READOPTED);
+  EXPECT_EQ(j.events(0).cause(), "controller_restart");
+
+  // Step 5 again (its answer was lost) and step 6: applied once each.
+  ASSERT_TRUE(report(w2, 5, 6).ok());
+  EXPECT_EQ(manager_->Get(running.id())->summary().last_step(), 6);
+  auto steps = manager_->StepMetrics(running.id(), 0);
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(steps->size(), 6u);
+  // Past the re-adoption deadline nothing happens to an adopted job, and the
+  // pending one is not placed on the adopted rank's slot.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(2));
+    Beat(w2, 29600 + i, {{running.id(), 0}});
+    manager_->Tick();
+  }
+  EXPECT_EQ(StateOf(running.id()), loom::v1::RUNNING);
+  EXPECT_EQ(StateOf(pending.id()), loom::v1::PENDING);
+  ASSERT_TRUE(Exit(w2, running.id(), 0, 0).ok());
+  EXPECT_EQ(StateOf(running.id()), loom::v1::SUCCEEDED);
+  EXPECT_EQ(manager_->Get(running.id())->restarts(), 0);
   auto next = *manager_->Submit(Spec(1));
   EXPECT_EQ(next.id(), "tiny-3");  // ids never repeat across restarts
 }
 
-TEST_F(JobManagerTest, ControllerRestartRequeuesRunningJobsWithRestartsLeft) {
+// Past the grace, a job whose ranks were not re-adopted restarts exactly
+// once, is placed again only after the lease margin, and a late rank of the
+// old attempt is told to stop.
+TEST_F(JobManagerTest, ControllerRestartPastTheGraceRestartsOnce) {
   std::string w1 = Register("node-a");
   Beat(w1, 29500);
   auto job = *manager_->Submit(Spec(1, /*max_restarts=*/2));
@@ -450,18 +511,93 @@ TEST_F(JobManagerTest, ControllerRestartRequeuesRunningJobsWithRestartsLeft) {
   store_ = *Store::Open(dir_);
   manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_);
   ASSERT_TRUE(manager_->Recover().ok());
+  clock_.Advance(absl::Seconds(6));
+  manager_->Tick();
+  // Still within the grace plus the margin (5 + 2 s).
+  EXPECT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  manager_->Tick();
+  manager_->Tick();
   auto j = *manager_->Get(job.id());
   EXPECT_EQ(j.state(), loom::v1::PENDING);
   EXPECT_EQ(j.restarts(), 1);
   EXPECT_EQ(j.generation(), 1);
   ASSERT_EQ(j.events_size(), 1);
   EXPECT_EQ(j.events(0).kind(), loom::v1::RecoveryEvent::RESTART);
-  // A worker registers with the new controller and the job runs again.
-  std::string w2 = Register("node-a");
-  auto cmds = Beat(w2, 29600);
+  EXPECT_EQ(j.events(0).cause(), "controller_restart");
+  EXPECT_THAT(j.events(0).message(), HasSubstr("only 0 of 1 rank(s) were re-adopted within 7.0s"));
+  // A worker registers with the old attempt's rank still running: it is
+  // not adopted, and the next heartbeat stops that attempt.
+  loom::v1::RegisterWorkerRequest late;
+  late.set_node("node-a");
+  late.set_address("127.0.0.1");
+  late.set_slots(1);
+  auto* r = late.add_running();
+  r->set_job_id(job.id());
+  r->set_rank(0);
+  r->set_generation(0);
+  const std::string w2 = manager_->RegisterWorker(late)->worker_id();
+  auto first = Beat(w2, 29600, {{job.id(), 0}});
+  int stops = 0, starts = 0;
+  for (const auto& c : first.commands()) {
+    stops += c.has_stop() && c.stop().generation() == 0;
+    starts += c.has_start();
+  }
+  EXPECT_EQ(stops, 1);
+  EXPECT_EQ(starts, 0);  // the lease margin has not passed
+  EXPECT_THAT(manager_->Get(job.id())->reason(), HasSubstr("fenced"));
+  // Its queued reports arrive late: refused as stale, but the checkpoint it
+  // committed while it was current enters the catalog (it is on disk, where
+  // the next attempt resumes from).
+  loom::v1::ReportStepMetricsRequest backlog;
+  backlog.set_worker_id(w2);
+  backlog.set_job_id(job.id());
+  backlog.set_generation(0);
+  backlog.add_events()->mutable_step()->set_step(21);
+  auto* ckpt = backlog.add_events()->mutable_checkpoint();
+  ckpt->set_step(20);
+  ckpt->set_path(dir_ + "/ckpt/step-20");
+  EXPECT_EQ(manager_->ReportEvents(backlog).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto catalog = manager_->Checkpoints(job.id());
+  ASSERT_TRUE(catalog.ok());
+  ASSERT_EQ(catalog->size(), 1u);
+  EXPECT_EQ((*catalog)[0].step(), 20);
+  EXPECT_EQ((*catalog)[0].generation(), 0);
+  EXPECT_EQ(manager_->Get(job.id())->summary().last_step(), 0);  // the step is not applied
+  generation_[job.id()] = 0;
+  EXPECT_EQ(Exit(w2, job.id(), 0, 137).code(), absl::StatusCode::kFailedPrecondition);
+  clock_.Advance(absl::Seconds(3));
+  auto cmds = Beat(w2, 29601);
   ASSERT_EQ(cmds.commands_size(), 1);
   EXPECT_EQ(cmds.commands(0).start().generation(), 1);
   EXPECT_EQ(cmds.commands(0).start().resume_step(), -1);
+  EXPECT_EQ(manager_->Get(job.id())->restarts(), 1);
+}
+
+// A worker declared dead may run its ranks until its lease runs out: its
+// job is placed again only worker_timeout + lease_margin after the
+// controller last heard it.
+TEST_F(JobManagerTest, LostWorkersJobWaitsOutItsLeaseBeforeItIsPlacedAgain) {
+  std::string w1 = Register("node-a");
+  std::string w2 = Register("node-b");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1, /*max_restarts=*/1));
+  Beat(w1, 29501, {{job.id(), 0}});
+  ASSERT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+  for (int i = 0; i < 6; ++i) {  // w1 falls silent; w2 beats
+    clock_.Advance(absl::Seconds(1));
+    Beat(w2, 29600 + i);
+    manager_->Tick();
+  }
+  EXPECT_EQ(StateOf(job.id()), loom::v1::PENDING);  // 6 s > 5 s: dead, restart 1
+  EXPECT_THAT(manager_->Get(job.id())->reason(), HasSubstr("fenced"));
+  clock_.Advance(absl::Milliseconds(500));  // 6.5 s < 5 + 2 s since w1 was heard
+  EXPECT_EQ(Beat(w2, 29610).commands_size(), 0);
+  clock_.Advance(absl::Seconds(1));  // 7.5 s
+  auto cmds = Beat(w2, 29611);
+  ASSERT_EQ(cmds.commands_size(), 1);
+  EXPECT_TRUE(cmds.commands(0).has_start());
 }
 
 TEST_F(JobManagerTest, RankFailureRestartsFromNewestCheckpointUntilRestartsRunOut) {
@@ -487,8 +623,10 @@ TEST_F(JobManagerTest, RankFailureRestartsFromNewestCheckpointUntilRestartsRunOu
   // Rank 0 of the old attempt still runs: the job waits for it.
   manager_->Tick();
   EXPECT_THAT(manager_->Get(job.id())->reason(), HasSubstr("previous attempt to exit"));
-  // Its exit is no failure of the new attempt, and frees the job to be placed.
-  ASSERT_TRUE(Exit(w1, job.id(), 0, 143, "stopped on request").ok());
+  // Its exit is no failure of the new attempt (refused as stale), and frees
+  // the job to be placed.
+  EXPECT_EQ(Exit(w1, job.id(), 0, 143, "stopped on request").code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(manager_->Get(job.id())->restarts(), 1);
   auto r1 = Beat(w1, 29503);
   auto r2 = Beat(w2, 29503);
@@ -635,12 +773,12 @@ TEST_F(JobManagerTest, LossSpikeRollsBackAndSkipsData) {
     m->set_loss(loss);
     m->set_grad_norm(1.0);
     m->set_data_batch(step - 1 + 7);  // pretend 7 batches were skipped earlier
-    return *manager_->ReportEvents(req);
+    return manager_->ReportEvents(req);
   };
   for (int t = 1; t < 300; ++t) {
-    ASSERT_FALSE(report(t, 3.0 + 0.01 * ((t * 37) % 11)).stop()) << t;
+    ASSERT_FALSE(report(t, 3.0 + 0.01 * ((t * 37) % 11))->stop()) << t;
   }
-  EXPECT_TRUE(report(300, 9.0).stop());  // 3x: spike
+  EXPECT_TRUE(report(300, 9.0)->stop());  // 3x: spike
   auto j = *manager_->Get(job.id());
   EXPECT_EQ(j.state(), loom::v1::PENDING);
   EXPECT_EQ(j.rollbacks(), 1);
@@ -656,12 +794,14 @@ TEST_F(JobManagerTest, LossSpikeRollsBackAndSkipsData) {
   EXPECT_DOUBLE_EQ(j.events(0).value(), 9.0);
   EXPECT_GT(j.events(0).score(), 6.0);
   EXPECT_EQ(j.events(1).kind(), loom::v1::RecoveryEvent::ROLLBACK);
-  // Late reports of the stopped attempt change nothing.
-  report(301, 3.0);
+  // Late reports of the stopped attempt are refused as stale and change
+  // nothing.
+  EXPECT_EQ(report(301, 3.0).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(manager_->Get(job.id())->summary().last_step(), 300);
   // Once the old rank is gone, the job restarts at the checkpoint with the skip list.
   auto stop = Beat(w1, 29502, {{job.id(), 0}});
-  ASSERT_TRUE(Exit(w1, job.id(), 0, 143).ok());
+  // The old attempt's exit frees its slot, and is refused as stale.
+  EXPECT_EQ(Exit(w1, job.id(), 0, 143).code(), absl::StatusCode::kFailedPrecondition);
   auto start = Beat(w1, 29503);
   ASSERT_EQ(start.commands_size(), 1);
   ASSERT_TRUE(start.commands(0).has_start());
@@ -670,8 +810,8 @@ TEST_F(JobManagerTest, LossSpikeRollsBackAndSkipsData) {
   ASSERT_EQ(start.commands(0).start().skip_batches_size(), 1);
   // Replayed steps from 201 are normal; a second spike exceeds max_rollbacks.
   Beat(w1, 29504, {{job.id(), 0}});
-  for (int t = 201; t < 260; ++t) ASSERT_FALSE(report(t, 3.0 + 0.01 * ((t * 37) % 11)).stop());
-  EXPECT_TRUE(report(260, std::numeric_limits<double>::quiet_NaN()).stop());
+  for (int t = 201; t < 260; ++t) ASSERT_FALSE(report(t, 3.0 + 0.01 * ((t * 37) % 11))->stop());
+  EXPECT_TRUE(report(260, std::numeric_limits<double>::quiet_NaN())->stop());
   j = *manager_->Get(job.id());
   EXPECT_EQ(j.state(), loom::v1::FAILED);
   EXPECT_THAT(j.reason(), HasSubstr("not cured after 1 rollback"));
@@ -1005,7 +1145,7 @@ TEST_F(JobManagerTest, OperatorRollbackResumesFromACheckpointAndSkipsData) {
 
   // The next attempt starts from the newest checkpoint <= 25 with the skip.
   Beat(w1, 29502, {{job.id(), 0}});
-  ASSERT_TRUE(Exit(w1, job.id(), 0, 143).ok());
+  EXPECT_EQ(Exit(w1, job.id(), 0, 143).code(), absl::StatusCode::kFailedPrecondition);  // stale
   auto start = Beat(w1, 29503);
   ASSERT_EQ(start.commands_size(), 1);
   ASSERT_TRUE(start.commands(0).has_start());

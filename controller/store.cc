@@ -1,6 +1,12 @@
 #include "controller/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <utility>
 
@@ -116,7 +122,45 @@ int64_t JobSequence(const std::string& id) {
 
 }  // namespace
 
+namespace {
+
+// Takes `<dir>/LOCK` exclusively; returns its descriptor. flock locks belong
+// to the open file description, so a second open in the same process
+// conflicts too.
+absl::StatusOr<int> LockDirectory(const std::string& dir) {
+  const std::string path = dir + "/LOCK";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[32] = {0};
+    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "state directory ", dir, " is in use by another loom-controller",
+          pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
+          "; stop it first, or give this one its own --data_dir"));
+    }
+    return absl::UnavailableError(absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+  }
+  const std::string me = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) < 0) {
+    // The lock holds either way; the pid is only for the message above.
+  }
+  return fd;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
+  absl::StatusOr<int> lock_fd = LockDirectory(dir);
+  if (!lock_fd.ok()) return lock_fd.status();
   std::string path = dir + "/loom.db";
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
@@ -125,10 +169,11 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
+    close(*lock_fd);
     return absl::UnavailableError(absl::StrCat("cannot open store ", path, ": ", msg));
   }
   sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<Store> store(new Store(db));
+  std::unique_ptr<Store> store(new Store(db, *lock_fd));
   // WAL: readers never block the writer; synchronous=FULL so a committed
   // transition survives power loss, not only a process crash.
   for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
@@ -160,7 +205,10 @@ absl::Status Store::Migrate() {
   return absl::OkStatus();
 }
 
-Store::~Store() { sqlite3_close(db_); }
+Store::~Store() {
+  sqlite3_close(db_);
+  close(lock_fd_);  // releases the directory
+}
 
 absl::Status Store::Exec(const char* sql) {
   char* err = nullptr;
@@ -181,6 +229,11 @@ absl::Status Store::Commit() {
 }
 
 absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
+  return PutJobAndSteps(job, new_transitions, {});
+}
+
+absl::Status Store::PutJobAndSteps(const loom::v1::Job& job, int new_transitions,
+                                   const std::vector<loom::v1::StepMetrics>& steps) {
   std::lock_guard<std::mutex> lock(mu_);
   absl::Status s = Exec("BEGIN IMMEDIATE;");
   if (!s.ok()) return s;
@@ -215,6 +268,13 @@ absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
     st.BindInt(5, t.time_unix_ms());
     st.BindText(6, t.reason());
     if (st.Step() != SQLITE_DONE) return fail("write transition");
+  }
+  for (const auto& m : steps) {
+    Stmt st(db_, "INSERT INTO step_metrics (job_id, step, metrics) VALUES (?, ?, ?);");
+    if (!st.ok() || (st.BindText(1, job.id()), st.BindInt(2, m.step()),
+                     st.BindBlob(3, m.SerializeAsString()), st.Step()) != SQLITE_DONE) {
+      return fail("write step metrics");
+    }
   }
   return Commit();
 }

@@ -22,7 +22,12 @@ namespace loom::controller {
 
 class Store {
  public:
-  // Opens (creating if needed) `<dir>/loom.db`. `dir` must exist.
+  // Opens (creating if needed) `<dir>/loom.db`. `dir` must exist. One
+  // controller per directory: the store holds an exclusive lock on
+  // `<dir>/LOCK` (flock, released when the store closes or the process
+  // dies, kill -9 included) and a second Open of the same directory, from
+  // this process or another, fails with FAILED_PRECONDITION naming the
+  // directory and the pid written in the lock file.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir);
   ~Store();
   Store(const Store&) = delete;
@@ -31,6 +36,12 @@ class Store {
   // Inserts or replaces the job row, and appends `new_transitions` (the tail
   // of job.history not yet stored) to the transitions table.
   absl::Status PutJob(const loom::v1::Job& job, int new_transitions);
+  // PutJob and AppendStepMetrics in one transaction: the job's summary
+  // (its last step) and the step rows it counts are durable together, so a
+  // restart never finds steps the summary does not know (a retried report
+  // would store them twice).
+  absl::Status PutJobAndSteps(const loom::v1::Job& job, int new_transitions,
+                              const std::vector<loom::v1::StepMetrics>& steps);
 
   // All jobs, oldest first.
   absl::StatusOr<std::vector<loom::v1::Job>> LoadJobs();
@@ -72,7 +83,7 @@ class Store {
   absl::StatusOr<int64_t> MaxJobSequence();
 
  private:
-  explicit Store(sqlite3* db) : db_(db) {}
+  Store(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}
   absl::Status Exec(const char* sql);
   // Brings tables of a database made by an older Loom up to kSchema.
   absl::Status Migrate();
@@ -80,6 +91,7 @@ class Store {
 
   std::mutex mu_;
   sqlite3* db_;  // owned; guarded by mu_
+  int lock_fd_;  // owned: holds the directory's flock
 };
 
 }  // namespace loom::controller

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <string>
 
+#include <unistd.h>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace loom::controller {
@@ -27,6 +30,24 @@ loom::v1::Job MakeJob(const std::string& id, loom::v1::JobState state, int64_t c
   t->set_time_unix_ms(created);
   t->set_reason("submitted");
   return job;
+}
+
+// One controller per state directory: a second store on the same
+// directory fails while the first is open, naming the holder; closing the
+// first frees it.
+TEST(StoreTest, SecondOpenOfOneDirectoryIsRefused) {
+  const std::string dir = TempDir();
+  auto first = Store::Open(dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = Store::Open(dir);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()),
+              ::testing::HasSubstr("in use by another loom-controller (pid " +
+                                   std::to_string(getpid()) + ")"));
+  first->reset();
+  auto third = Store::Open(dir);
+  EXPECT_TRUE(third.ok()) << third.status();
 }
 
 TEST(StoreTest, JobsSurviveReopen) {

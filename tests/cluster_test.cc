@@ -537,6 +537,113 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
   EXPECT_THAT(events.out, HasSubstr("RESTART"));
 }
 
+// Issue 12: kill -9 of the controller mid-job, restarted within the
+// workers' lease (`loomctl local restart controller`, same address): the
+// ranks keep training, the workers register again with them, the controller
+// re-adopts them, and the job finishes with no restart (max_restarts 0:
+// any restart would fail it), every step reported once and every checkpoint
+// in the catalog, including those made while the controller was down.
+TEST_F(ClusterTest, ControllerKilledMidJobAndRestartedWithinTheGraceLosesNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, /*worker_timeout_s=*/10));
+  constexpr int kSteps = 1200;  // ~10 s here: still running when the controller is back
+  std::string job = Submit(WriteSpec(
+      "steady", kSteps, 2,
+      "recovery: {disable_spike_detection: true, max_restarts: 0}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 10; }, 90))
+      << Status(job).DebugString();
+  ASSERT_LT(Status(job).summary().last_step(), kSteps) << "the kill must land mid-run";
+  int controller_pid = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == "controller") controller_pid = d.pid;
+  }
+  ASSERT_GT(controller_pid, 0);
+  ASSERT_EQ(kill(controller_pid, SIGKILL), 0);
+  // Down for 3 s of the 10 s lease: steps (and maybe a checkpoint) are made
+  // and their reports wait in the workers.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_EQ(CountRankProcesses(job), 2) << "the ranks train on without the controller";
+  auto restarted = Ctl("local restart controller");
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;
+  EXPECT_THAT(restarted.out, HasSubstr("grpc " + controller_));  // the same address
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))
+      << Status(job).DebugString();
+  loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.generation(), 0);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
+  bool readopted = false;
+  for (const auto& e : done.events()) {
+    EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
+    readopted |= e.kind() == loom::v1::RecoveryEvent::READOPTED;
+  }
+  EXPECT_TRUE(readopted) << done.DebugString();
+  // Every step exactly once, in order.
+  loom::v1::GetStepMetricsResponse steps;
+  ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &steps));
+  std::vector<int64_t> trained;
+  for (const auto& m : steps.steps()) {
+    if (m.step() > 0) trained.push_back(m.step());
+  }
+  ASSERT_EQ(trained.size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) ASSERT_EQ(trained[i], i + 1);
+  // Every checkpoint (interval 20) in the catalog.
+  auto listed = Ctl("-o json checkpoints " + job);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  loom::v1::ListCheckpointsResponse catalog;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &catalog).ok());
+  std::set<int64_t> at;
+  for (const auto& c : catalog.checkpoints()) at.insert(c.step());
+  for (int step = 20; step <= kSteps; step += 20) EXPECT_TRUE(at.count(step)) << step;
+}
+
+// Past the grace: the controller stays down longer than the workers' lease,
+// so they kill their ranks; once it is back the job restarts exactly once,
+// from its newest checkpoint, and succeeds.
+TEST_F(ClusterTest, ControllerDownPastTheGraceRestartsTheJobOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, /*worker_timeout_s=*/3));
+  constexpr int kSteps = 400;
+  std::string job = Submit(WriteSpec(
+      "patient", kSteps, 2, "recovery: {disable_spike_detection: true, max_restarts: 1}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().checkpoints_written() >= 1; }, 90))
+      << Status(job).DebugString();
+  int controller_pid = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == "controller") controller_pid = d.pid;
+  }
+  ASSERT_GT(controller_pid, 0);
+  ASSERT_EQ(kill(controller_pid, SIGKILL), 0);
+  // The workers' lease (3 s) runs out: their ranks are killed.
+  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses(job) == 0; }, 30));
+  auto restarted = Ctl("local restart controller");
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))
+      << Status(job).DebugString();
+  loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 1);
+  // One more attempt per rendezvous retry, which counts no restart.
+  EXPECT_GE(done.generation(), 1);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
+  int restarts = 0;
+  for (const auto& e : done.events()) {
+    if (e.kind() != loom::v1::RecoveryEvent::RESTART) continue;
+    ++restarts;
+    EXPECT_EQ(e.cause(), "controller_restart");
+    EXPECT_GE(e.checkpoint_step(), 20) << "resumed from a checkpoint, not from scratch";
+  }
+  EXPECT_EQ(restarts, 1);
+  // At least one worker killed its rank when its lease ran out (the other
+  // rank may have failed first, on its lost peer).
+  std::string logs;
+  for (const char* w : {"worker-0", "worker-1"}) {
+    auto log = ReadFile(absl::StrCat(home_, "/logs/", w, ".log"));
+    ASSERT_TRUE(log.ok());
+    logs += *log;
+  }
+  EXPECT_THAT(logs, HasSubstr("lease expired"));
+}
+
 // Issue 11: a TP2 x PP2 job survives kill -9 of a worker holding one of
 // its stages: it restarts from its newest checkpoint on the remaining
 // workers and replays the lost steps bit for bit (every step reported by

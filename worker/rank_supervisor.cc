@@ -204,17 +204,22 @@ void RankSupervisor::Reap(const std::string& job_id, int rank, int64_t generatio
     std::lock_guard<std::mutex> lock(mu_);
     auto it = children_.find({job_id, rank});
     if (it != children_.end() && it->second->pid == pid) {
+      exit.fenced = it->second->fenced;
       finished_readers_.push_back(std::move(it->second->reader));
       children_.erase(it);
     }
   }
+  if (exit.fenced) {
+    exit.reason = "killed by its worker: the worker's lease with the controller ran out";
+  }
   if (options_.on_exit) options_.on_exit(exit);
 }
 
-void RankSupervisor::Stop(const std::string& job_id) {
+void RankSupervisor::Stop(const std::string& job_id, int64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, child] : children_) {
     if (key.first != job_id || child->stopping) continue;
+    if (generation > 0 && child->generation > generation) continue;
     child->stopping = true;
     child->stop_deadline = absl::Now() + options_.stop_grace;
     kill(-child->pid, SIGTERM);  // the rank leads its own process group
@@ -228,6 +233,16 @@ void RankSupervisor::StopAll() {
     for (auto& [key, child] : children_) jobs.push_back(key.first);
   }
   for (const auto& j : jobs) Stop(j);
+}
+
+void RankSupervisor::KillAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, child] : children_) {
+    child->stopping = true;
+    child->fenced = true;
+    child->stop_deadline = absl::InfiniteFuture();
+    kill(-child->pid, SIGKILL);
+  }
 }
 
 std::vector<RankSupervisor::RunningRank> RankSupervisor::Running() {

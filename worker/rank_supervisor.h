@@ -36,6 +36,7 @@ struct RankExit {
   int signal = 0;
   std::string reason;  // last non-empty line of the rank's log
   std::string log_path;
+  bool fenced = false;  // killed by KillAll (the worker's lease ran out)
 };
 
 struct RankSupervisorOptions {
@@ -60,10 +61,13 @@ class RankSupervisor {
   absl::Status Start(const std::string& job_id, int rank, int64_t generation,
                      const std::string& assignment_json);
 
-  // SIGTERM to every rank of the job, SIGKILL after stop_grace. Returns at
-  // once; exits arrive through on_exit.
-  void Stop(const std::string& job_id);
+  // SIGTERM to every rank of the job (generation > 0: only ranks of that
+  // attempt or older), SIGKILL after stop_grace. Returns at once; exits
+  // arrive through on_exit.
+  void Stop(const std::string& job_id, int64_t generation = 0);
   void StopAll();
+  // SIGKILL to every rank now (a fence: no grace to write anything more).
+  void KillAll();
 
   struct RunningRank {
     std::string job_id;
@@ -79,6 +83,7 @@ class RankSupervisor {
     std::string log_path;
     std::thread reader;
     bool stopping = false;
+    bool fenced = false;  // KillAll
     absl::Time stop_deadline;
   };
   void ReadLoop(const std::string& job_id, int rank, int64_t generation, int fd, pid_t pid,

@@ -6,6 +6,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -17,6 +18,15 @@
 #include "google/protobuf/util/json_util.h"
 
 namespace loom::worker {
+namespace {
+
+// "HH:MM:SS.mmm " (UTC), so that a worker's log lines order against the
+// controller's and the ranks'.
+std::string LogTime() {
+  return absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::UTCTimeZone());
+}
+
+}  // namespace
 
 // The running kernel's boot id: the same for every process on one machine
 // (containers included), different across machines and reboots; empty when
@@ -164,7 +174,13 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
                              .Name("loom_worker_heartbeat_failures_total")
                              .Help("Heartbeats that did not reach the controller.")
                              .Register(*registry_)
-                             .Add({})) {
+                             .Add({})),
+      lease_kills_(metrics::BuildCounter()
+                       .Name("loom_worker_lease_kills_total")
+                       .Help("Ranks this worker killed because its lease with the controller "
+                             "ran out.")
+                       .Register(*registry_)
+                       .Add({})) {
   grid_intensity_.Set(options_.grid_intensity_g_per_kwh);
   RankSupervisorOptions sup;
   sup.rank_binary = options_.rank_binary;
@@ -222,7 +238,16 @@ absl::Status WorkerAgent::Register() {
   req.set_block_seconds_per_activation(options_.block_seconds_per_activation);
   req.set_allreduce_latency_seconds(options_.allreduce_latency_seconds);
   req.set_allreduce_bytes_per_second(options_.allreduce_bytes_per_second);
+  // Ranks still running from before (the controller restarted, or forgot
+  // this worker): it re-adopts those of current attempts.
+  for (const auto& running_rank : supervisor_->Running()) {
+    auto* r = req.add_running();
+    r->set_job_id(running_rank.job_id);
+    r->set_rank(running_rank.rank);
+    r->set_generation(running_rank.generation);
+  }
   loom::v1::RegisterWorkerResponse resp;
+  const absl::Time sent = absl::Now();
   auto ctx = NewContext();
   absl::Status s = FromGrpcStatus(stub_->RegisterWorker(ctx.get(), req, &resp));
   if (!s.ok()) return s;
@@ -231,7 +256,12 @@ absl::Status WorkerAgent::Register() {
   if (resp.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
   }
-  std::cerr << "loom-worker: registered as " << worker_id_ << std::endl;
+  if (resp.lease_grace_ms() > 0) lease_grace_ = absl::Milliseconds(resp.lease_grace_ms());
+  lease_renewed_ = sent;
+  std::cerr << LogTime() << "loom-worker: registered as " << worker_id_ << " (" << req.running_size()
+            << " rank(s) still running, lease " << absl::FormatDuration(lease_grace_) << ")"
+            << std::endl;
+  cv_.notify_all();  // reports waiting for a registration go out now
   return absl::OkStatus();
 }
 
@@ -251,9 +281,14 @@ absl::Status WorkerAgent::HeartbeatOnce() {
   }
   req.set_rendezvous_port(PickFreePort());
   loom::v1::HeartbeatResponse resp;
+  const absl::Time sent = absl::Now();
   auto ctx = NewContext();
   absl::Status s = FromGrpcStatus(stub_->Heartbeat(ctx.get(), req, &resp));
   if (!s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_renewed_ = sent;
+  }
   for (const auto& cmd : resp.commands()) HandleCommand(cmd);
   return absl::OkStatus();
 }
@@ -276,13 +311,13 @@ void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
       exit.reason = absl::StrCat("worker could not start the rank: ", s.message());
       OnExit(exit);
     } else if (s.ok()) {
-      std::cerr << "loom-worker: started rank " << start.rank() << "/" << start.world_size()
+      std::cerr << LogTime() << "loom-worker: started rank " << start.rank() << "/" << start.world_size()
                 << " of " << start.job_id() << std::endl;
     }
   } else if (cmd.has_stop()) {
-    std::cerr << "loom-worker: stopping ranks of " << cmd.stop().job_id() << ": "
+    std::cerr << LogTime() << "loom-worker: stopping ranks of " << cmd.stop().job_id() << ": "
               << cmd.stop().reason() << std::endl;
-    supervisor_->Stop(cmd.stop().job_id());
+    supervisor_->Stop(cmd.stop().job_id(), cmd.stop().generation());
   }
 }
 
@@ -367,10 +402,19 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
   }
   if (e.has_checkpoint() && e.checkpoint().status() == "failed") {
     checkpoint_failures_.Add({{"job_id", job_id}}).Increment();
-    std::cerr << "loom-worker: checkpoint of " << job_id << " at step " << e.checkpoint().step()
+    std::cerr << LogTime() << "loom-worker: checkpoint of " << job_id << " at step " << e.checkpoint().step()
               << " failed: " << e.checkpoint().error() << std::endl;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  // While the controller is away the queue grows by a step report per
+  // step; past the bound the oldest step reports go (checkpoint reports and
+  // exits are kept).
+  if (outgoing_.size() >= kMaxOutgoing) {
+    auto oldest = std::find_if(outgoing_.begin(), outgoing_.end(), [](const Outgoing& o) {
+      return !o.is_exit && o.event.has_step();
+    });
+    if (oldest != outgoing_.end()) outgoing_.erase(oldest);
+  }
   Outgoing out;
   out.job_id = job_id;
   out.generation = generation;
@@ -380,7 +424,7 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
 }
 
 void WorkerAgent::OnExit(const RankExit& exit) {
-  std::cerr << "loom-worker: rank " << exit.rank << " of " << exit.job_id << " exited (code "
+  std::cerr << LogTime() << "loom-worker: rank " << exit.rank << " of " << exit.job_id << " exited (code "
             << exit.exit_code << ", signal " << exit.signal << ")"
             << (exit.reason.empty() ? "" : ": " + exit.reason) << std::endl;
   rank_exits_.Add({{"outcome", exit.exit_code == 0 && exit.signal == 0 ? "success" : "failure"}})
@@ -400,7 +444,6 @@ void WorkerAgent::OnExit(const RankExit& exit) {
 void WorkerAgent::SenderLoop() {
   while (true) {
     std::deque<Outgoing> batch;
-    std::string worker_id;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(200),
@@ -408,39 +451,31 @@ void WorkerAgent::SenderLoop() {
       if (stop_.load()) return;
       if (worker_id_.empty()) continue;
       batch.swap(outgoing_);
-      worker_id = worker_id_;
     }
     // Events of a job go out in one report; an exit is sent after the events
     // that precede it, so the controller sees the last step before the end.
-    while (!batch.empty()) {
+    while (!batch.empty() && !stop_.load()) {
       if (batch.front().is_exit) {
         const RankExit& e = batch.front().exit;
         loom::v1::ReportRankExitRequest req;
-        req.set_worker_id(worker_id);
         req.set_job_id(e.job_id);
         req.set_rank(e.rank);
         req.set_exit_code(e.exit_code);
         req.set_signal(e.signal);
         req.set_reason(e.reason);
         req.set_generation(e.generation);
-        loom::v1::ReportRankExitResponse resp;
-        grpc::Status s;
-        // An exit decides a job's fate: retry transient failures until it
-        // lands or the worker stops (backoff up to 5 s).
-        for (int attempt = 0; !stop_.load(); ++attempt) {
+        req.set_lease_expired(e.fenced);
+        // An exit decides a job's fate: it is delivered unless refused.
+        Deliver([&](const std::string& id) {
+          req.set_worker_id(id);
+          loom::v1::ReportRankExitResponse resp;
           auto ctx = NewContext();
-          s = stub_->ReportRankExit(ctx.get(), req, &resp);
-          if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-              s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-            break;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5000, 250 << std::min(attempt, 5))));
-        }
+          return stub_->ReportRankExit(ctx.get(), req, &resp);
+        });
         batch.pop_front();
         continue;
       }
       loom::v1::ReportStepMetricsRequest req;
-      req.set_worker_id(worker_id);
       req.set_job_id(batch.front().job_id);
       req.set_generation(batch.front().generation);
       while (!batch.empty() && !batch.front().is_exit && batch.front().job_id == req.job_id() &&
@@ -449,11 +484,45 @@ void WorkerAgent::SenderLoop() {
         batch.pop_front();
       }
       loom::v1::ReportStepMetricsResponse resp;
-      auto ctx = NewContext();
-      grpc::Status s = stub_->ReportStepMetrics(ctx.get(), req, &resp);
-      if (s.ok() && resp.stop()) supervisor_->Stop(req.job_id());
+      // Kept and sent again while the controller is away (the controller
+      // drops steps it already has), so no step or checkpoint report is lost.
+      const grpc::Status s = Deliver([&](const std::string& id) {
+        req.set_worker_id(id);
+        auto ctx = NewContext();
+        return stub_->ReportStepMetrics(ctx.get(), req, &resp);
+      });
+      if ((s.ok() && resp.stop()) || s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        // Stopped by the controller, or fenced: this attempt is stale.
+        if (!s.ok()) std::cerr << LogTime() << "loom-worker: " << s.error_message() << std::endl;
+        supervisor_->Stop(req.job_id(), req.generation());
+      }
     }
   }
+}
+
+grpc::Status WorkerAgent::Deliver(const std::function<grpc::Status(const std::string&)>& call) {
+  grpc::Status s;
+  for (int attempt = 0; !stop_.load(); ++attempt) {
+    std::string id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = worker_id_;
+    }
+    s = call(id);
+    const bool unreachable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    // The controller does not know this worker (it restarted): wait for the
+    // heartbeat loop to register again, then send under the new id.
+    const bool unknown_worker = s.error_code() == grpc::StatusCode::NOT_FOUND &&
+                                s.error_message().rfind("worker \"", 0) == 0;
+    if (!unreachable && !unknown_worker) return s;
+    // Backoff up to 1 s; a new registration (the controller is back) ends
+    // the wait at once.
+    const auto backoff = std::chrono::milliseconds(std::min(1000, 100 << std::min(attempt, 4)));
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, backoff, [&] { return stop_.load() || worker_id_ != id; });
+  }
+  return s;
 }
 
 void WorkerAgent::RemoveEndedSeries(absl::Time now) {
@@ -510,6 +579,27 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
   }
 }
 
+void WorkerAgent::EnforceLease() {
+  absl::Time renewed;
+  absl::Duration grace;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    renewed = lease_renewed_;
+    grace = lease_grace_;
+  }
+  if (renewed == absl::InfinitePast()) return;  // never registered: no ranks
+  const absl::Duration silent = absl::Now() - renewed;
+  if (silent <= grace) return;
+  std::vector<RankSupervisor::RunningRank> running = supervisor_->Running();
+  if (running.empty()) return;
+  std::cerr << LogTime() << "loom-worker: lease expired (no answer from the controller for "
+            << absl::FormatDuration(silent) << ", grace " << absl::FormatDuration(grace)
+            << "): killing " << running.size()
+            << " rank(s) so that no other attempt races them" << std::endl;
+  lease_kills_.Increment(static_cast<double>(running.size()));
+  supervisor_->KillAll();
+}
+
 void WorkerAgent::Run() {
   bool registered = false;
   auto report = [&](bool now) {
@@ -522,9 +612,9 @@ void WorkerAgent::Run() {
       registered = s.ok();
       if (registered) report(true);
       if (!s.ok()) {
-        std::cerr << "loom-worker: register failed: " << s << std::endl;
+        std::cerr << LogTime() << "loom-worker: register failed: " << s << std::endl;
         if (absl::IsUnauthenticated(s) || absl::IsInvalidArgument(s)) {
-          std::cerr << "loom-worker: giving up: this will not fix itself" << std::endl;
+          std::cerr << LogTime() << "loom-worker: giving up: this will not fix itself" << std::endl;
           return;
         }
       }
@@ -532,16 +622,19 @@ void WorkerAgent::Run() {
       s = HeartbeatOnce();
       RemoveEndedSeries(absl::Now());
       if (absl::IsNotFound(s)) {
-        // The controller restarted or declared us dead: whatever runs here
-        // is orphaned. Stop it and start over.
-        std::cerr << "loom-worker: " << s.message() << "; stopping local ranks" << std::endl;
-        supervisor_->StopAll();
+        // The controller restarted or declared us dead: register again,
+        // with the ranks running here; it re-adopts those of current
+        // attempts and has the rest stopped. The lease still runs.
+        std::cerr << LogTime() << "loom-worker: " << s.message() << "; registering again" << std::endl;
         registered = false;
         report(false);
+        EnforceLease();
+        continue;  // at once: the lease runs
       } else if (!s.ok()) {
         heartbeats_failed_.Increment();
       }
     }
+    EnforceLease();
     absl::Duration wait;
     {
       std::lock_guard<std::mutex> lock(mu_);

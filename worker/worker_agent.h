@@ -3,6 +3,14 @@
 // start/stop commands), starts and stops ranks through RankSupervisor, and
 // forwards rank events and exits to the controller.
 //
+// Faults (issue 12): the worker holds a lease renewed by every answered
+// heartbeat; past its grace it kills its ranks (EnforceLease). When the
+// controller forgets it (a restart), it registers again with the ranks
+// still running, which the controller re-adopts. Reports are kept and
+// retried, in order, while the controller is unreachable or the worker is
+// re-registering; a report the controller refuses as from a stale attempt
+// stops that attempt's ranks here.
+//
 // Thread model: Run() owns the heartbeat loop on the caller's thread; one
 // sender thread drains the outgoing queue of events/exits. Rank callbacks
 // only enqueue. Stop() ends both and is safe from any thread.
@@ -85,8 +93,18 @@ class WorkerAgent {
   };
   absl::Status Register();
   absl::Status HeartbeatOnce();
+  // Kills every rank when no heartbeat or registration has been answered
+  // for the lease grace (counted from when it was sent); see
+  // controller/job_manager.h on why the controller's times are ordered
+  // after it.
+  void EnforceLease();
   void HandleCommand(const loom::v1::WorkerCommand& cmd);
   void SenderLoop();
+  // Calls `call` with the current worker id until it is neither
+  // unreachable (UNAVAILABLE, DEADLINE_EXCEEDED, with backoff up to 1 s) nor
+  // answered "unknown worker" (then it waits for the next registration),
+  // or the agent stops. Returns the last status.
+  grpc::Status Deliver(const std::function<grpc::Status(const std::string& worker_id)>& call);
   void OnEvent(const std::string& job_id, int rank, int64_t generation,
                const loom::v1::RankEvent& event);
   void OnExit(const RankExit& exit);
@@ -98,9 +116,14 @@ class WorkerAgent {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Outgoing> outgoing_;   // guarded by mu_
+  static constexpr size_t kMaxOutgoing = 100000;
+  std::deque<Outgoing> outgoing_;   // guarded by mu_; at most kMaxOutgoing
   std::string worker_id_;           // guarded by mu_
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
+  // The lease: when the last answered heartbeat or registration was sent
+  // (InfinitePast: never), and the grace the controller gave.
+  absl::Time lease_renewed_ = absl::InfinitePast();   // guarded by mu_
+  absl::Duration lease_grace_ = absl::Seconds(10);    // guarded by mu_
   std::atomic<bool> stop_{false};
 
   metrics::Family<metrics::Gauge>& step_time_;
@@ -128,6 +151,7 @@ class WorkerAgent {
   metrics::Family<metrics::Counter>& rank_exits_;
   metrics::Gauge& ranks_running_;
   metrics::Counter& heartbeats_failed_;
+  metrics::Counter& lease_kills_;
 
   // Per-job series of ranks that ended, with when: removed after
   // kSeriesGracePeriod so the last values get scraped but finished jobs do

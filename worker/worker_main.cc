@@ -209,7 +209,15 @@ int main(int argc, char** argv) {
 
   auto creds = MakeChannelCredentials(absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_tls_ca));
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_controller), *creds);
+  // Reconnect within a second of the controller coming back (gRPC's default
+  // backoff grows past 10 s, longer than the lease: a restarted controller
+  // would find the ranks already killed).
+  grpc::ChannelArguments channel_args;
+  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel =
+      grpc::CreateCustomChannel(absl::GetFlag(FLAGS_controller), *creds, channel_args);
   std::shared_ptr<loom::v1::WorkerService::StubInterface> stub =
       loom::v1::WorkerService::NewStub(channel);
 
