@@ -102,6 +102,7 @@ absl::Status JobManager::Recover() {
       // well within G + M (see the lease comment in the header).
       rec.adopt_deadline = clock_->Now() + options_.worker_timeout + options_.lease_margin;
       rec.adopted.clear();
+      rec.across_controller_restart = true;
     }
   }
   return absl::OkStatus();
@@ -605,6 +606,9 @@ bool JobManager::AdoptRankLocked(JobRecord& rec, Worker& w, int rank) {
   rec.adopted.insert(rank);
   if (static_cast<int>(rec.adopted.size()) < rec.job.ranks_size()) return true;
   rec.adopt_deadline = absl::InfinitePast();
+  // A rank failed meanwhile: the failure decides (ResolveFailuresLocked).
+  if (rec.pending_failure) return true;
+  rec.across_controller_restart = false;  // later failures are the attempt's own
   loom::v1::RecoveryEvent ev;
   ev.set_kind(loom::v1::RecoveryEvent::READOPTED);
   ev.set_cause(kCauseControllerRestart);
@@ -998,9 +1002,8 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         // Its worker lost the controller (a peer that failed first lost
         // this rank): during a re-adoption after a controller restart that
         // is the restart's doing.
-        rec.pending_failure->cause_kind = rec.adopt_deadline != absl::InfinitePast()
-                                              ? kCauseControllerRestart
-                                              : kCauseWorkerLost;
+        rec.pending_failure->cause_kind =
+            rec.across_controller_restart ? kCauseControllerRestart : kCauseWorkerLost;
         if (!absl::StrContains(rec.pending_failure->reason, "lease")) {
           absl::StrAppend(&rec.pending_failure->reason, "; rank ", req.rank(), " on ",
                           w.info.node(), " was killed when its worker's lease ran out");
@@ -1027,6 +1030,14 @@ void JobManager::ResolveFailuresLocked() {
   for (auto& [jid, rec] : jobs_) {
     if (!rec.pending_failure || IsTerminal(rec.job.state())) continue;
     if (now - rec.pending_failure->at < options_.failure_settle_time) continue;
+    // Re-adopting after a controller restart: the other workers' backlogs
+    // (the checkpoints their ranks committed while the controller was
+    // away, their exits) are still coming; decide once every rank is
+    // accounted for, or at the deadline (CheckAdoptionsLocked).
+    if (rec.adopt_deadline != absl::InfinitePast() &&
+        static_cast<int>(rec.adopted.size()) < rec.job.ranks_size()) {
+      continue;
+    }
     // A worker of this job that went silent is the likelier root cause than
     // a rank that lost its peer.
     std::string cause;
@@ -1046,7 +1057,7 @@ void JobManager::ResolveFailuresLocked() {
     // (the workers' leases ran out, and a rank's peers lost it) is the
     // likelier root cause too.
     if (cause.empty() && rec.pending_failure->cause_kind.empty() &&
-        rec.adopt_deadline != absl::InfinitePast()) {
+        rec.across_controller_restart) {
       cause = "the controller restarted while the attempt ran; ";
       rec.pending_failure->cause_kind = kCauseControllerRestart;
     }
@@ -1109,6 +1120,7 @@ void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason) {
   rec.attempt_last_step = -1;
   rec.adopt_deadline = absl::InfinitePast();
   rec.adopted.clear();
+  rec.across_controller_restart = false;
   rec.job.clear_ranks();
   rec.job.set_generation(rec.job.generation() + 1);
   Transition(rec, loom::v1::PENDING, reason).IgnoreError();

@@ -227,7 +227,10 @@ class JobManager {
     // After a controller restart: the attempt waits until this time for its
     // ranks to be re-adopted (absl::InfinitePast(): not waiting).
     absl::Time adopt_deadline = absl::InfinitePast();
-    std::set<int> adopted;  // ranks re-adopted so far
+    std::set<int> adopted;  // ranks re-adopted (or accounted by their exit) so far
+    // The attempt was running when the controller restarted: a failure of
+    // it is attributed to the restart (kCauseControllerRestart).
+    bool across_controller_restart = false;
     // Not placed again before this time: ranks of the previous attempt may
     // still run on a worker whose lease has not run out.
     absl::Time not_before = absl::InfinitePast();
