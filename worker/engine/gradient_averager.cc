@@ -83,20 +83,32 @@ void GradientAverager::Build(int64_t bucket_bytes) {
   cut(/*deferred=*/true);
   self_ = std::make_shared<GradientAverager*>(this);
   std::weak_ptr<GradientAverager*> weak = self_;
-  for (size_t i = 0; i < n; ++i) {
-    if (slots_[i].deferred) continue;
+  accumulators_ = HookGradientAccumulators(
+      slots_,
+      [weak](size_t i) {
+        if (std::shared_ptr<GradientAverager*> self = weak.lock()) (*self)->MarkReady(i);
+      },
+      "GradientAverager");
+}
+
+std::vector<std::shared_ptr<torch::autograd::Node>> HookGradientAccumulators(
+    const std::vector<GradientSlot>& slots, std::function<void(size_t)> ready, const char* who) {
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  auto shared_ready = std::make_shared<std::function<void(size_t)>>(std::move(ready));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].deferred) continue;
     std::shared_ptr<torch::autograd::Node> accumulator =
-        torch::autograd::impl::grad_accumulator(slots_[i].parameter);
-    TORCH_CHECK(accumulator != nullptr, "GradientAverager: parameter ", i,
-                " has no gradient accumulator");
+        torch::autograd::impl::grad_accumulator(slots[i].parameter);
+    TORCH_CHECK(accumulator != nullptr, who, ": parameter ", i, " has no gradient accumulator");
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [weak, i](const torch::autograd::variable_list& outputs,
-                  const torch::autograd::variable_list&) {
-          if (std::shared_ptr<GradientAverager*> self = weak.lock()) (*self)->MarkReady(i);
+        [shared_ready, i](const torch::autograd::variable_list& outputs,
+                          const torch::autograd::variable_list&) {
+          (*shared_ready)(i);
           return outputs;
         }));
-    accumulators_.push_back(std::move(accumulator));
+    accumulators.push_back(std::move(accumulator));
   }
+  return accumulators;
 }
 
 GradientAverager::~GradientAverager() {

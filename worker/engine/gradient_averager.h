@@ -36,6 +36,7 @@
 #define LOOM_WORKER_ENGINE_GRADIENT_AVERAGER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -63,6 +64,17 @@ struct GradientSlot {
   // after every other. Deferred parameters get buckets of their own.
   bool deferred = false;
 };
+
+// Adds a post-hook to the gradient accumulator of every slot not deferred:
+// once the slot's gradient of a backward has been accumulated, it calls
+// `ready(i)` (on the autograd engine's thread). Returns the accumulators,
+// which the caller keeps (a parameter holds only a weak reference and would
+// make a fresh accumulator, without hooks, each backward). `ready` must
+// stay safe to call while they live: callers capture a weak reference to
+// themselves and do nothing once it is gone. `who` names the caller in
+// errors.
+std::vector<std::shared_ptr<torch::autograd::Node>> HookGradientAccumulators(
+    const std::vector<GradientSlot>& slots, std::function<void(size_t)> ready, const char* who);
 
 class GradientAverager {
  public:

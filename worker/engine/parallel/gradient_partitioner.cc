@@ -4,8 +4,6 @@
 #include <chrono>
 #include <utility>
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 namespace loom::engine {
@@ -104,20 +102,12 @@ void GradientPartitioner::Build(int64_t bucket_bytes) {
 
   self_ = std::make_shared<GradientPartitioner*>(this);
   std::weak_ptr<GradientPartitioner*> weak = self_;
-  for (size_t i = 0; i < n; ++i) {
-    if (slots_[i].deferred) continue;
-    std::shared_ptr<torch::autograd::Node> accumulator =
-        torch::autograd::impl::grad_accumulator(slots_[i].parameter);
-    TORCH_CHECK(accumulator != nullptr, "GradientPartitioner: parameter ", i,
-                " has no gradient accumulator");
-    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [weak, i](const torch::autograd::variable_list& outputs,
-                  const torch::autograd::variable_list&) {
-          if (std::shared_ptr<GradientPartitioner*> self = weak.lock()) (*self)->MarkReady(i);
-          return outputs;
-        }));
-    accumulators_.push_back(std::move(accumulator));
-  }
+  accumulators_ = HookGradientAccumulators(
+      slots_,
+      [weak](size_t i) {
+        if (std::shared_ptr<GradientPartitioner*> self = weak.lock()) (*self)->MarkReady(i);
+      },
+      "GradientPartitioner");
 }
 
 GradientPartitioner::~GradientPartitioner() {

@@ -17,28 +17,14 @@
 #include <torch/torch.h>
 
 #include "worker/engine/gpt.h"
+#include "worker/engine/gradient_test_model.h"
 #include "worker/engine/parallel/process_groups.h"
 
 namespace loom::engine {
 namespace {
 
-GptConfig SmallGpt() {
-  GptConfig c;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.d_model = 32;
-  c.seq_len = 16;
-  c.vocab_size = 64;
-  return c;
-}
-
-std::pair<torch::Tensor, torch::Tensor> Batch(int rank, int micro, const GptConfig& c) {
-  torch::Tensor x = torch::arange(2 * c.seq_len, torch::kLong)
-                        .reshape({2, c.seq_len})
-                        .mul(7 * rank + 3 * micro + 1)
-                        .remainder(c.vocab_size);
-  return {x, x.roll(-1, 1)};
-}
+using testing::Batch;
+using testing::SmallGpt;
 
 Gpt MakeModel() {
   static std::mutex init;  // the global generator is shared between threads
