@@ -397,9 +397,16 @@ int CmdList(const Globals& g, const std::vector<std::string>& args) {
   }
   auto client = Client::Connect(g);
   if (!client.ok()) return Fail(client.status());
+  // Page by page (summaries), so a long history never meets gRPC's 4 MiB.
   loom::v1::ListJobsResponse resp;
-  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListJobs, req, &resp);
-  if (!s.ok()) return Fail(s);
+  req.set_page_size(500);
+  do {
+    loom::v1::ListJobsResponse page;
+    absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListJobs, req, &page);
+    if (!s.ok()) return Fail(s);
+    for (auto& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
   if (g.json) {
     std::cout << ToJson(resp) << std::endl;
     return 0;

@@ -1,8 +1,10 @@
 #include "controller/controller_service.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -112,7 +114,26 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
     }
     states.insert(static_cast<loom::v1::JobState>(s));
   }
-  for (auto& job : manager_->List(states, req->limit())) *resp->add_jobs() = std::move(job);
+  if (req->page_size() < 0 || req->page_size() > 1000) {
+    return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
+                                  "page_size: must be in [0, 1000] (0 = 100), got ",
+                                  req->page_size())));
+  }
+  int64_t before = 0;
+  if (!req->page_token().empty() &&
+      (!absl::SimpleAtoi(req->page_token(), &before) || before <= 0)) {
+    return Finish("ListJobs", absl::InvalidArgumentError(
+                                  "page_token: not a token this controller gave (pass "
+                                  "next_page_token from the previous page, or nothing)"));
+  }
+  int page = req->page_size() > 0 ? req->page_size() : 100;
+  if (req->limit() > 0) page = std::min(page, req->limit());
+  int64_t next = 0;
+  for (auto& job : manager_->ListPage(states, page, before, req->full(), &next)) {
+    *resp->add_jobs() = std::move(job);
+  }
+  // `limit` caps the pages together: the caller counts what it has read.
+  if (next > 0) resp->set_next_page_token(absl::StrCat(next));
   return Finish("ListJobs", absl::OkStatus());
 }
 

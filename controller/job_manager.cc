@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +19,18 @@
 #include "controller/scheduler.h"
 
 namespace loom::controller {
+namespace {
+
+// The sequence number in a job id "<name>-<seq>" (ids never repeat).
+int64_t JobSequenceOf(const std::string& id) {
+  const size_t dash = id.rfind('-');
+  int64_t seq = 0;
+  if (dash == std::string::npos || !absl::SimpleAtoi(id.substr(dash + 1), &seq)) return 0;
+  return seq;
+}
+
+}  // namespace
+
 
 using loom::v1::Job;
 using loom::v1::JobEvent;
@@ -337,6 +350,48 @@ absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req
   std::string reason = rb.message();
   RollBackLocked(rec, req.to_step(), checkpoint, skips, std::move(rb), reason);
   return rec.job;
+}
+
+std::vector<Job> JobManager::ListPage(const std::set<JobState>& states, int page_size,
+                                     int64_t before_seq, bool full, int64_t* next_before_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Job> out;
+  *next_before_seq = 0;
+  // order_ is in submission order, so sequences increase along it.
+  auto it = order_.rbegin();
+  if (before_seq > 0) {
+    it = std::find_if(order_.rbegin(), order_.rend(),
+                      [&](const std::string& id) { return JobSequenceOf(id) < before_seq; });
+  }
+  for (; it != order_.rend(); ++it) {
+    const Job& job = jobs_[*it].job;
+    if (!states.empty() && !states.count(job.state())) continue;
+    if (static_cast<int>(out.size()) >= page_size) {
+      *next_before_seq = JobSequenceOf(out.back().id());
+      break;
+    }
+    if (full) {
+      out.push_back(job);
+      continue;
+    }
+    Job brief;
+    brief.set_id(job.id());
+    brief.mutable_spec()->set_name(job.spec().name());
+    *brief.mutable_spec()->mutable_schedule() = job.spec().schedule();
+    *brief.mutable_spec()->mutable_resources() = job.spec().resources();
+    brief.set_state(job.state());
+    brief.set_reason(job.reason());
+    brief.set_created_unix_ms(job.created_unix_ms());
+    brief.set_updated_unix_ms(job.updated_unix_ms());
+    *brief.mutable_summary() = job.summary();
+    brief.set_restarts(job.restarts());
+    brief.set_rollbacks(job.rollbacks());
+    brief.set_operator_rollbacks(job.operator_rollbacks());
+    brief.set_generation(job.generation());
+    *brief.mutable_ranks() = job.ranks();
+    out.push_back(std::move(brief));
+  }
+  return out;
 }
 
 std::vector<Job> JobManager::List(const std::set<JobState>& states, int limit) {

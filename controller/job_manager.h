@@ -131,6 +131,12 @@ class JobManager {
   absl::StatusOr<loom::v1::Job> Rollback(const loom::v1::RollbackJobRequest& request);
   absl::StatusOr<loom::v1::Job> Get(const std::string& job_id);
   std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit);
+  // One page of jobs, newest first, submitted before job sequence
+  // `before_seq` (0 = from the newest); summaries unless `full` (see
+  // ListJobsRequest). `*next_before_seq` is where the next page starts, 0
+  // when there is none.
+  std::vector<loom::v1::Job> ListPage(const std::set<loom::v1::JobState>& states, int page_size,
+                                      int64_t before_seq, bool full, int64_t* next_before_seq);
   // CANCELLED; tells workers to stop its ranks. FAILED_PRECONDITION if the
   // job already ended.
   absl::StatusOr<loom::v1::Job> Cancel(const std::string& job_id, const std::string& reason);

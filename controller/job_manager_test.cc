@@ -817,6 +817,42 @@ TEST_F(JobManagerTest, LossSpikeRollsBackAndSkipsData) {
   EXPECT_THAT(j.reason(), HasSubstr("not cured after 1 rollback"));
 }
 
+// ListJobs pages newest first by job sequence, and gives summaries without
+// the history unless asked for whole jobs.
+TEST_F(JobManagerTest, ListPagesNewestFirstWithSummaries) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(manager_->Submit(Spec(1)).ok());
+  std::vector<std::string> seen;
+  int64_t before = 0;
+  int pages = 0;
+  do {
+    int64_t next = 0;
+    auto page = manager_->ListPage({}, 3, before, /*full=*/false, &next);
+    ++pages;
+    for (const auto& j : page) {
+      seen.push_back(j.id());
+      EXPECT_EQ(j.history_size(), 0);
+      EXPECT_EQ(j.spec().name(), "tiny");
+      EXPECT_EQ(j.spec().schedule().total_steps(), 10);
+      EXPECT_NE(j.state(), loom::v1::JOB_STATE_UNSPECIFIED);
+    }
+    before = next;
+  } while (before > 0 && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_THAT(seen, ::testing::ElementsAre("tiny-7", "tiny-6", "tiny-5", "tiny-4", "tiny-3",
+                                           "tiny-2", "tiny-1"));
+  int64_t next = 0;
+  auto full = manager_->ListPage({}, 100, 0, /*full=*/true, &next);
+  ASSERT_EQ(full.size(), 7u);
+  EXPECT_EQ(next, 0);
+  EXPECT_GT(full[0].history_size(), 0);
+  // A state filter pages over the matching jobs only: one SCHEDULED, six
+  // PENDING behind it on the single slot.
+  auto pending = manager_->ListPage({loom::v1::PENDING}, 100, 0, false, &next);
+  EXPECT_EQ(pending.size(), 6u);
+}
+
 TEST_F(JobManagerTest, WatchDeliversTransitionsAndClosesAtTheEnd) {
   std::string w1 = Register("node-a");
   Beat(w1, 29500);

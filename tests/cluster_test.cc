@@ -15,6 +15,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <tuple>
 #include <string>
 #include <thread>
 
@@ -361,6 +362,20 @@ TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
     loom::v1::RegisterWorkerResponse resp;
     EXPECT_EQ(wstub->RegisterWorker(&ctx, req, &resp).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
+  }
+  for (const auto& [page_size, token, field] :
+       std::vector<std::tuple<int, std::string, std::string>>{
+           {1001, "", "page_size"}, {-1, "", "page_size"}, {0, "abc", "page_token"},
+           {0, "-5", "page_token"}}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token_);
+    loom::v1::ListJobsRequest req;
+    req.set_page_size(page_size);
+    req.set_page_token(token);
+    loom::v1::ListJobsResponse resp;
+    auto s = stub->ListJobs(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_THAT(s.error_message(), HasSubstr(field + ":"));
   }
   {
     // The right token works, and a spec that fails validation names the field.
