@@ -361,8 +361,9 @@ absl::StatusOr<CheckpointReport> CommitTemporary(const CheckpointWriterOptions& 
   std::error_code ec;
   CheckpointEntry legacy{step, LegacyCheckpointPath(options.dir, step), -1, true};
   if (fs::exists(legacy.path, ec)) DeleteCheckpoint(legacy);
-  PruneCheckpoints(options.dir, options.keep_checkpoints, options.retain_distance_steps,
-                   manifest.state.lineage, step);
+  report->pruned_paths = PruneCheckpoints(options.dir, options.keep_checkpoints,
+                                          options.retain_distance_steps, manifest.state.lineage,
+                                          step);
   return report;
 }
 
