@@ -12,6 +12,13 @@ namespace loom {
 // 75 is sysexits.h's EX_TEMPFAIL.
 inline constexpr int kRankExitRendezvousFailed = 75;
 
+// The job's checkpoint directory holds checkpoints and none verifies
+// (worker/engine/checkpoint_choice.h, IsNoGoodCheckpoint), and the job does
+// not allow starting from scratch. Restarting cannot help: the controller
+// fails the job with the rank's reason, without spending a restart.
+// 65 is sysexits.h's EX_DATAERR.
+inline constexpr int kRankExitNoGoodCheckpoint = 65;
+
 }  // namespace loom
 
 #endif  // LOOM_COMMON_RANK_EXIT_H_

@@ -27,6 +27,7 @@
 #include "common/device_catalog.h"
 #include "common/rank_exit.h"
 #include "worker/engine/block_probe.h"
+#include "worker/engine/checkpoint_choice.h"
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
@@ -109,6 +110,7 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   // batches to skip. Retention keeps a rollback target this far back.
   c.generation = a.generation();
   c.resume_step = a.resume_step();
+  c.allow_start_from_scratch = spec.recovery().allow_start_from_scratch();
   for (const auto& r : a.skip_batches()) c.skip_batches.push_back({r.begin(), r.end()});
   const auto& rec = spec.recovery();
   // Twice the rollback distance: ranks run on for a few steps after a spike
@@ -380,6 +382,19 @@ int main(int argc, char** argv) {
     c->set_generation(r.generation);
     c->set_write_seconds(r.write_seconds);
     c->set_stall_seconds(r.stall_seconds);
+    for (const std::string& pruned : r.pruned_paths) c->add_pruned_paths(pruned);
+    Emit(e);
+  };
+  cb.on_checkpoint_corrupt = [](const loom::engine::CorruptCheckpoint& corrupt) {
+    loom::v1::RankEvent e;
+    auto* c = e.mutable_checkpoint();
+    c->set_step(corrupt.step);
+    c->set_path(corrupt.path);
+    c->set_generation(corrupt.generation);
+    c->set_status("corrupt");
+    c->set_error(corrupt.message);
+    c->set_corrupt_file(corrupt.file);
+    c->set_failed_check(corrupt.check);
     Emit(e);
   };
   cb.should_stop = [] { return g_stop.load(); };
@@ -388,6 +403,10 @@ int main(int argc, char** argv) {
                               : loom::engine::Train(config, pg, cb);
   if (!result.ok()) {
     if (absl::IsCancelled(result.status())) Die("stopped on request", 143);
+    if (loom::engine::IsNoGoodCheckpoint(result.status())) {
+      Die(absl::StrCat("training failed: ", result.status().message()),
+          loom::kRankExitNoGoodCheckpoint);
+    }
     Die(absl::StrCat("training failed: ", result.status().ToString()));
   }
   std::cerr << "loom-rank " << rank << ": finished " << result->steps << " steps, final loss "

@@ -29,6 +29,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_choice.h"
 #include "worker/engine/checkpoint_inspect.h"
 #include "worker/engine/data.h"
 #include "worker/engine/gpt.h"
@@ -150,6 +151,7 @@ struct RankOutcome {
   absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
   std::vector<torch::Tensor> parameters;
   std::vector<StepReport> steps;
+  std::vector<CorruptCheckpoint> corrupt;  // as on_checkpoint_corrupt reported them
 };
 
 class TrainerTest : public ::testing::Test {
@@ -204,6 +206,9 @@ class TrainerTest : public ::testing::Test {
         return limit > 0 && steps_run >= limit;
       };
       callbacks.on_finish = [&out](const torch::nn::Module& m) { out.parameters = Snapshot(m); };
+      callbacks.on_checkpoint_corrupt = [&out](const CorruptCheckpoint& c) {
+        out.corrupt.push_back(c);
+      };
       out.result = Train(config, std::move(group), callbacks);
     };
     if (world_size == 1) {
@@ -430,6 +435,47 @@ TEST_F(TrainerTest, ResumesFromCheckpointAndMatchesUninterruptedRun) {
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, third[0].parameters), 0.0);
 }
 
+// Issue 12: when checkpoints exist and none verifies, a resume does not
+// quietly train from step 0. Rank 0 reports each corrupt one and fails with
+// DATA_LOSS (IsNoGoodCheckpoint), the other ranks with FAILED_PRECONDITION;
+// allow_start_from_scratch trains from scratch instead, as a run without
+// checkpoints would, bit for bit.
+TEST_F(TrainerTest, NoGoodCheckpointFailsUnlessStartingFromScratchIsAllowed) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 4;
+  std::vector<RankOutcome> straight = RunRanks(config, 2);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  ASSERT_TRUE(RunRanks(config, 2)[0].result.ok());
+  FlipMiddleByte(ShardOf(config.checkpoint_dir, 2));
+  FlipMiddleByte(ShardOf(config.checkpoint_dir, 4));
+
+  std::vector<RankOutcome> failed = RunRanks(config, 2);
+  EXPECT_EQ(failed[0].result.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(IsNoGoodCheckpoint(failed[0].result.status()));
+  EXPECT_THAT(std::string(failed[0].result.status().message()),
+              ::testing::HasSubstr("allow_start_from_scratch"));
+  EXPECT_EQ(failed[1].result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(failed[0].steps.empty());
+  ASSERT_EQ(failed[0].corrupt.size(), 2u);
+  EXPECT_EQ(failed[0].corrupt[0].file, ShardOf(config.checkpoint_dir, 4));
+  EXPECT_EQ(failed[0].corrupt[0].check, kCheckCrc32c);
+  EXPECT_EQ(failed[0].corrupt[1].file, ShardOf(config.checkpoint_dir, 2));
+  EXPECT_TRUE(failed[1].corrupt.empty());  // rank 0 reports
+
+  config.allow_start_from_scratch = true;
+  std::vector<RankOutcome> scratch = RunRanks(config, 2);
+  ASSERT_TRUE(scratch[0].result.ok()) << scratch[0].result.status();
+  EXPECT_EQ(scratch[0].result->resumed_from_step, 0);
+  EXPECT_EQ(scratch[0].corrupt.size(), 2u);
+  // Every step from 1 (and the step-0 validation) reported, as in the run
+  // without checkpoints.
+  EXPECT_EQ(scratch[0].steps.size(), straight[0].steps.size());
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, scratch[0].parameters), 0.0);
+}
+
 TEST_F(TrainerTest, SkipsCorruptNewestCheckpoint) {
   TrainerConfig config = SmallConfig();
   config.schedule.total_steps = 4;
@@ -453,7 +499,12 @@ TEST_F(TrainerTest, SkipsCorruptNewestCheckpoint) {
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
   EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
-  EXPECT_EQ(resumed[0].result->skipped_checkpoints, std::vector<std::string>{newest});
+  ASSERT_EQ(resumed[0].result->corrupt_checkpoints.size(), 1u);
+  const CorruptCheckpoint& corrupt = resumed[0].result->corrupt_checkpoints[0];
+  EXPECT_EQ(corrupt.path, newest);
+  EXPECT_EQ(corrupt.step, 4);
+  EXPECT_EQ(corrupt.file, ShardOf(config.checkpoint_dir, 4));
+  EXPECT_EQ(corrupt.check, kCheckCrc32c);
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
   // The rewritten step-4 checkpoint verifies again.
   EXPECT_TRUE(ReadVerifiedCheckpoint(entry).ok());
@@ -468,10 +519,14 @@ TEST_F(TrainerTest, CheckpointWithoutManifestIsSkipped) {
   ASSERT_TRUE(fs::remove(StepDir(config.checkpoint_dir, 2) + "/MANIFEST.json"));
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
-  // Without a readable manifest its generation is unknown, so it sorts last
-  // and is never tried.
+  // Without a readable manifest its generation is unknown, so it sorts last;
+  // it is still checked and reported (issue 12), not passed over in silence.
   EXPECT_EQ(resumed[0].result->resumed_from_step, 1);
   EXPECT_EQ(resumed[0].steps.size(), 1u);
+  ASSERT_EQ(resumed[0].corrupt.size(), 1u);
+  EXPECT_EQ(resumed[0].corrupt[0].step, 2);
+  EXPECT_EQ(resumed[0].corrupt[0].file, StepDir(config.checkpoint_dir, 2) + "/MANIFEST.json");
+  EXPECT_EQ(resumed[0].corrupt[0].check, kCheckMissing);
 }
 
 TEST_F(TrainerTest, KeepsOnlyNewestCheckpoints) {
@@ -827,7 +882,7 @@ TEST_F(TrainerTest, ResumeStepPicksNewestValidCheckpointAtOrBeforeIt) {
   absl::StatusOr<TrainResult> failed = Train(rollback, nullptr, {});
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string message(failed.status().message());
-  EXPECT_THAT(message, ::testing::HasSubstr(StepDir(dir, 1) + " (DATA_LOSS: " + ShardOf(dir, 1) +
+  EXPECT_THAT(message, ::testing::HasSubstr(StepDir(dir, 1) + " (crc32c: " + ShardOf(dir, 1) +
                                             ": crc32c "));
   EXPECT_THAT(message, ::testing::HasSubstr(StepDir(dir, 4) + " (generation 1, after step 1)"));
 
@@ -1016,7 +1071,7 @@ TEST_F(TrainerTest, ResumesBitExactAfterKill9) {
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
   EXPECT_EQ(resumed[0].result->resumed_from_step, 3);
-  EXPECT_TRUE(resumed[0].result->skipped_checkpoints.empty());
+  EXPECT_TRUE(resumed[0].result->corrupt_checkpoints.empty());
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
   EXPECT_EQ(resumed[0].result->final_loss, straight[0].result->final_loss);
   EXPECT_EQ(resumed[0].result->final_val_loss, straight[0].result->final_val_loss);
@@ -1054,7 +1109,7 @@ void CheckCrashDuringSave(const TrainerConfig& base, const std::vector<RankOutco
   std::vector<RankOutcome> resumed = run(config);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
   EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
-  EXPECT_TRUE(resumed[0].result->skipped_checkpoints.empty());
+  EXPECT_TRUE(resumed[0].result->corrupt_checkpoints.empty());
   EXPECT_TRUE(TemporaryNames(config.checkpoint_dir).empty());
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
   EXPECT_EQ(resumed[0].result->final_loss, straight[0].result->final_loss);
