@@ -855,10 +855,19 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous};
         StopJobRanks(rec, why, "");
       }
+      // Rank 0's reason says which checkpoints failed which check, or which
+      // save found the volume full; the other ranks' (often first) only that
+      // rank 0 failed.
       if (req.signal() == 0 && req.exit_code() == kRankExitNoGoodCheckpoint) {
-        // Rank 0's reason says which checkpoints failed which check; the
-        // other ranks' (often first) only that rank 0 failed.
-        rec.pending_failure->no_good_checkpoint = true;
+        rec.pending_failure->no_restart_because =
+            "no checkpoint verifies and the spec does not allow starting from scratch "
+            "(recovery.allow_start_from_scratch)";
+        rec.pending_failure->reason = why;
+      } else if (req.signal() == 0 && req.exit_code() == kRankExitCheckpointVolumeFull) {
+        rec.pending_failure->no_restart_because =
+            "the checkpoint volume is full and a restart begins with a save "
+            "(checkpoint.on_save_failure: CONTINUE trains on through failed saves); the "
+            "committed checkpoints are intact";
         rec.pending_failure->reason = why;
       }
     }
@@ -908,8 +917,8 @@ void JobManager::ResolveFailuresLocked() {
                                       ", no restart counted)"));
       continue;
     }
-    if (cause.empty() && rec.pending_failure->no_good_checkpoint) {
-      FailWithoutRestartLocked(rec, why);
+    if (cause.empty() && !rec.pending_failure->no_restart_because.empty()) {
+      FailWithoutRestartLocked(rec, why, rec.pending_failure->no_restart_because);
       continue;
     }
     FailOrRestartLocked(rec, why, cause.empty() ? kCauseRankFailure : kCauseWorkerLost);
@@ -1003,13 +1012,12 @@ absl::Status JobManager::RecordCorruptCheckpointLocked(JobRecord& rec,
   return absl::OkStatus();
 }
 
-void JobManager::FailWithoutRestartLocked(JobRecord& rec, const std::string& cause) {
+void JobManager::FailWithoutRestartLocked(JobRecord& rec, const std::string& cause,
+                                          const std::string& because) {
   loom::v1::RecoveryEvent gave_up;
   gave_up.set_kind(loom::v1::RecoveryEvent::GAVE_UP);
-  gave_up.set_message(absl::StrCat("no checkpoint verifies and the spec does not allow starting "
-                                   "from scratch (recovery.allow_start_from_scratch), so a "
-                                   "restart cannot help: ",
-                                   cause));
+  gave_up.set_message(
+      absl::StrCat(because, ", so a restart cannot help (no restart spent): ", cause));
   AddEvent(rec, gave_up);
   StopJobRanks(rec, cause, "");
   absl::Status s = Transition(rec, loom::v1::FAILED, cause);

@@ -182,9 +182,10 @@ class JobManager {
     absl::Time at;
     std::string reason;
     bool rendezvous = false;  // a rank failed to join before any step
-    // A rank found checkpoints and none that verifies
-    // (kRankExitNoGoodCheckpoint): restarting cannot help, the job fails.
-    bool no_good_checkpoint = false;
+    // Why restarting cannot help, when a rank's exit code says so
+    // (kRankExitNoGoodCheckpoint, kRankExitCheckpointVolumeFull): the job
+    // fails without spending a restart. Empty: the usual policy.
+    std::string no_restart_because;
   };
   struct JobRecord {
     loom::v1::Job job;
@@ -238,9 +239,10 @@ class JobManager {
   // `cause_kind` is one of the kCause* values of recovery_metrics.h.
   void FailOrRestartLocked(JobRecord& rec, const std::string& cause,
                            const std::string& cause_kind);
-  // A job whose ranks found no checkpoint that verifies: FAILED with
-  // `cause` and a GAVE_UP event, no restart spent (it would fail the same way).
-  void FailWithoutRestartLocked(JobRecord& rec, const std::string& cause);
+  // A job whose attempt a restart would not help (`because`): FAILED with
+  // `cause` and a GAVE_UP event saying both, no restart spent.
+  void FailWithoutRestartLocked(JobRecord& rec, const std::string& cause,
+                                const std::string& because);
   // INVALID_ARGUMENT naming the field for a checkpoint event whose status a
   // rank cannot send, or a corrupt one without path, step or failed_check.
   static absl::Status ValidateCheckpointEvents(const loom::v1::ReportStepMetricsRequest& req);

@@ -1165,5 +1165,30 @@ TEST_F(JobManagerTest, NoGoodCheckpointFailsTheJobWithoutSpendingRestarts) {
   EXPECT_THAT(j.events(j.events_size() - 1).message(), HasSubstr("allow_start_from_scratch"));
 }
 
+// A save that found the checkpoint volume full (kRankExitCheckpointVolumeFull)
+// would fail again at the restart's first save: the job fails at once with
+// the reason, its restarts unspent, instead of burning them in seconds.
+TEST_F(JobManagerTest, FullCheckpointVolumeFailsTheJobWithoutSpendingRestarts) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1, /*max_restarts=*/3));
+  Beat(w1, 29501, {{job.id(), 0}});
+  ASSERT_TRUE(Exit(w1, job.id(), 0, kRankExitCheckpointVolumeFull,
+                   "training failed: the checkpoint volume is full: checkpoint at step 40: "
+                   "write /c/step-000000040.tmp-7/shard-00000.bin: No space left on device")
+                  .ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  Beat(w1, 29502);
+  manager_->Tick();
+  loom::v1::Job j = *manager_->Get(job.id());
+  EXPECT_EQ(j.state(), loom::v1::FAILED);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_THAT(j.reason(), HasSubstr("No space left on device"));
+  ASSERT_GE(j.events_size(), 1);
+  EXPECT_EQ(j.events(j.events_size() - 1).kind(), loom::v1::RecoveryEvent::GAVE_UP);
+  EXPECT_THAT(j.events(j.events_size() - 1).message(), HasSubstr("on_save_failure: CONTINUE"));
+  // Any other exit code still restarts (RankFailureRestartsFromNewestCheckpoint...).
+}
+
 }  // namespace
 }  // namespace loom::controller

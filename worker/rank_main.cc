@@ -28,6 +28,7 @@
 #include "common/rank_exit.h"
 #include "worker/engine/block_probe.h"
 #include "worker/engine/checkpoint_choice.h"
+#include "worker/engine/checkpoint_writer.h"  // IsCheckpointVolumeFull
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
@@ -106,6 +107,8 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.checkpoint_dir = a.checkpoint_dir().empty() ? spec.checkpoint().dir() : a.checkpoint_dir();
   c.checkpoint_interval = spec.checkpoint().interval_steps();
   c.keep_checkpoints = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : 3;
+  c.continue_after_failed_save =
+      spec.checkpoint().on_save_failure() == loom::v1::CheckpointSpec::CONTINUE;
   // Recovery: which checkpoint to resume from, the attempt, and the data
   // batches to skip. Retention keeps a rollback target this far back.
   c.generation = a.generation();
@@ -364,7 +367,11 @@ int main(int argc, char** argv) {
             std::chrono::system_clock::now().time_since_epoch()).count());
     Emit(e);
   };
+  // The newest failed save (rank 0, the training thread), to tell a run that
+  // stopped for it from one that stopped for something else.
+  static absl::Status last_save_failure;
   cb.on_checkpoint_failed = [](int64_t step, const absl::Status& error) {
+    last_save_failure = error;
     loom::v1::RankEvent e;
     auto* c = e.mutable_checkpoint();
     c->set_step(step);
@@ -406,6 +413,12 @@ int main(int argc, char** argv) {
     if (loom::engine::IsNoGoodCheckpoint(result.status())) {
       Die(absl::StrCat("training failed: ", result.status().message()),
           loom::kRankExitNoGoodCheckpoint);
+    }
+    if (loom::engine::IsCheckpointVolumeFull(result.status()) &&
+        result.status() == last_save_failure) {
+      Die(absl::StrCat("training failed: the checkpoint volume is full: ",
+                       result.status().message()),
+          loom::kRankExitCheckpointVolumeFull);
     }
     Die(absl::StrCat("training failed: ", result.status().ToString()));
   }

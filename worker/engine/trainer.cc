@@ -600,8 +600,10 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   result.generation = state.generation;
   result.skip_batches = state.skip_batches;
   if (record_branch) {
+    // Under continue_after_failed_save a failed rewrite is reported and the
+    // run goes on from the checkpoint it resumed (TrainerConfig).
     checkpoints.Save(state, /*wait=*/true);
-    RETURN_IF_ERROR(checkpoints.Finish());
+    RETURN_IF_ERROR(checkpoints.Finish(/*final=*/false));
   }
   ASSIGN_OR_RETURN(std::optional<DynamicLossScaler> scaler,
                    MakeLossScaler(config, resumed.restored, state));

@@ -132,6 +132,15 @@ struct TrainerConfig {
   // plus AdamW moments: 12 bytes per fp32 parameter) from its first
   // checkpoint on.
   bool checkpoint_async = true;
+  // What a failed save does (a full volume: RESOURCE_EXHAUSTED, or another
+  // I/O error). Either way it is reported (on_checkpoint_failed), leaves no
+  // partial checkpoint and the committed ones intact. false: training stops
+  // on every rank with the error at the next step boundary. true: training
+  // goes on and later saves are tried as usual; the resume-point rewrite
+  // may fail too (a crash before the next checkpoint then resumes from the
+  // checkpoint this call resumed, as the controller's restart would); only
+  // a failed final checkpoint fails the run.
+  bool continue_after_failed_save = false;
   // Pruning after every checkpoint write (rank 0), over the checkpoints on
   // the current branch (the ancestors of the one just written): keep the
   // newest keep_checkpoints; <= 0 = keep every checkpoint. Checkpoints of
