@@ -59,7 +59,8 @@ Commands:
   cancel JOB [--reason TEXT]           cancel a job
   workers                              list workers
   events JOB                           recovery events: spikes, rollbacks, restarts
-  checkpoints JOB                      the job's checkpoint catalog
+  checkpoints JOB [--verify]           the job's checkpoint catalog (committed, pruned,
+                                       corrupt, missing); --verify re-reads every checksum
   diagnose JOB                         what limits the job's step: data, memory,
                                        communication or compute, with the evidence
   data prepare --input FILE... --out DIR [--val-fraction F]
@@ -586,18 +587,37 @@ int CmdDiagnose(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+// `loomctl checkpoints JOB [--verify]`. Exit 0; with --verify, 1 when a
+// checkpoint on disk failed its checks (so scripts can act on it).
 int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
-  if (args.size() != 1) return Usage("checkpoints: expected JOB");
+  std::vector<std::string> positional;
+  bool verify = false;
+  for (const std::string& a : args) {
+    if (a == "--verify") {
+      verify = true;
+    } else if (a.rfind("--", 0) == 0) {
+      return Usage("checkpoints: unknown flag " + a);
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.size() != 1) return Usage("checkpoints: expected JOB [--verify]");
   auto client = Client::Connect(g);
   if (!client.ok()) return Fail(client.status());
   loom::v1::ListCheckpointsRequest req;
-  req.set_job_id(args[0]);
+  req.set_job_id(positional[0]);
+  req.set_verify(verify);
   loom::v1::ListCheckpointsResponse resp;
-  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListCheckpoints, req, &resp);
+  // Verifying reads every byte of every checkpoint: allow it time.
+  auto ctx = (*client)->Context(verify ? absl::Minutes(30) : absl::Seconds(10));
+  absl::Status s = (*client)->Check((*client)->stub->ListCheckpoints(ctx.get(), req, &resp));
   if (!s.ok()) return Fail(s);
+  int corrupt = 0;
+  for (const auto& c : resp.checkpoints()) corrupt += c.status() == "corrupt" ? 1 : 0;
+  const int rc = verify && corrupt > 0 ? 1 : 0;
   if (g.json) {
     std::cout << ToJson(resp) << std::endl;
-    return 0;
+    return rc;
   }
   std::vector<std::vector<std::string>> rows = {
       {"STEP", "ATTEMPT", "TIME", "SIZE", "WRITE S", "STALL S", "STATUS", "PATH"}};
@@ -611,7 +631,16 @@ int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
                     c.status(), c.path()});
   }
   PrintTable(rows);
-  return 0;
+  for (const auto& c : resp.checkpoints()) {
+    if (c.status() != "corrupt") continue;
+    std::cout << "step " << c.step() << ": " << c.corrupt_file() << " failed its "
+              << c.failed_check() << " check: " << c.error() << "\n";
+  }
+  if (verify) {
+    std::cout << "verified: " << corrupt << " of " << resp.checkpoints_size()
+              << " catalogued checkpoint(s) corrupt" << std::endl;
+  }
+  return rc;
 }
 
 // `loomctl plan SPEC` without --topology: the controller plans on the live

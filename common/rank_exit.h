@@ -12,6 +12,19 @@ namespace loom {
 // 75 is sysexits.h's EX_TEMPFAIL.
 inline constexpr int kRankExitRendezvousFailed = 75;
 
+// The job's checkpoint directory holds checkpoints and none verifies
+// (worker/engine/checkpoint_choice.h, IsNoGoodCheckpoint), and the job does
+// not allow starting from scratch. Restarting cannot help: the controller
+// fails the job with the rank's reason, without spending a restart.
+// 65 is sysexits.h's EX_DATAERR.
+inline constexpr int kRankExitNoGoodCheckpoint = 65;
+
+// Training stopped because a checkpoint save found the volume full or over
+// quota (RESOURCE_EXHAUSTED from the writer). A restart resumes with a save
+// that would fail the same way, so the controller fails the job with the
+// rank's reason, without spending a restart. 74 is sysexits.h's EX_IOERR.
+inline constexpr int kRankExitCheckpointVolumeFull = 74;
+
 }  // namespace loom
 
 #endif  // LOOM_COMMON_RANK_EXIT_H_

@@ -1,6 +1,7 @@
 // loom-controller: flags and wiring only; the logic lives in JobManager.
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -22,6 +23,7 @@
 #include "common/grpc_util.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
+#include "controller/checkpoint_verifier.h"
 #include "controller/controller_service.h"
 #include "controller/job_manager.h"
 #include "controller/store.h"
@@ -38,6 +40,9 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for TLS on the gRPC port")
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for TLS on the gRPC port");
 ABSL_FLAG(std::string, ready_file, "",
           "once serving, write {grpc_address, metrics_address} JSON here");
+ABSL_FLAG(std::string, checkpoint_tool, "",
+          "the loom-ckpt executable, which `loomctl checkpoints JOB --verify` runs to re-read "
+          "checksums (default: loom-ckpt next to this executable)");
 ABSL_FLAG(double, worker_timeout_s, 10.0, "declare a worker dead after this many silent seconds");
 ABSL_FLAG(double, heartbeat_interval_s, 0.5, "heartbeat period workers are told to use");
 
@@ -46,6 +51,15 @@ namespace {
 int Fail(const std::string& msg) {
   std::cerr << "loom-controller: " << msg << std::endl;
   return 1;
+}
+
+// The directory holding this executable ("" if /proc/self/exe is unreadable).
+std::string SelfDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
 }
 
 }  // namespace
@@ -88,7 +102,11 @@ int main(int argc, char** argv) {
   }
   auto registry = std::make_shared<metrics::Registry>();
   controller::RecoveryMetrics recovery_metrics(*registry);
-  controller::JobManager manager(store->get(), RealClock::Get(), opts, &recovery_metrics);
+  std::string checkpoint_tool = absl::GetFlag(FLAGS_checkpoint_tool);
+  if (checkpoint_tool.empty()) checkpoint_tool = SelfDir() + "/loom-ckpt";
+  controller::ToolCheckpointVerifier checkpoint_verifier(checkpoint_tool);
+  controller::JobManager manager(store->get(), RealClock::Get(), opts, &recovery_metrics,
+                                 &checkpoint_verifier);
   absl::Status recovered = manager.Recover();
   if (!recovered.ok()) return Fail(absl::StrCat("recovering jobs: ", recovered.message()));
 

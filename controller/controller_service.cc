@@ -198,7 +198,7 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
   LOOM_AUTH("ListCheckpoints");
   absl::Status s = RequireId(req->job_id(), "job_id");
   if (!s.ok()) return Finish("ListCheckpoints", s);
-  auto list = manager_->Checkpoints(req->job_id());
+  auto list = manager_->Checkpoints(req->job_id(), req->verify());
   if (list.ok()) {
     for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
   }

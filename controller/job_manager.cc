@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <utility>
 
@@ -79,8 +80,12 @@ bool EventQueue::closed_and_empty() {
 // ----------------------------------------------------------------- JobManager
 
 JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions options,
-                       RecoveryMetrics* metrics)
-    : store_(store), clock_(clock), options_(std::move(options)), metrics_(metrics) {
+                       RecoveryMetrics* metrics, CheckpointVerifier* checkpoint_verifier)
+    : store_(store),
+      clock_(clock),
+      options_(std::move(options)),
+      metrics_(metrics),
+      catalog_(store, checkpoint_verifier) {
   std::random_device rd;
   worker_nonce_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
@@ -469,19 +474,14 @@ absl::StatusOr<std::vector<loom::v1::StepMetrics>> JobManager::StepMetrics(
 }
 
 absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> JobManager::Checkpoints(
-    const std::string& job_id) {
+    const std::string& job_id, bool verify) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!jobs_.count(job_id)) {
       return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
     }
   }
-  auto list = store_->LoadCheckpoints(job_id);
-  if (!list.ok()) return list.status();
-  for (auto& info : *list) {
-    if (access(info.path().c_str(), F_OK) != 0) info.set_status("missing");
-  }
-  return list;
+  return verify ? catalog_.Verify(job_id) : catalog_.List(job_id);
 }
 
 absl::StatusOr<std::shared_ptr<EventQueue>> JobManager::Watch(const std::string& job_id,
@@ -824,6 +824,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
     return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
   }
   JobRecord& rec = it->second;
+  if (absl::Status valid = ValidateCheckpointEvents(req); !valid.ok()) return valid;
   loom::v1::ReportStepMetricsResponse resp;
   if (req.generation() < rec.job.generation()) {
     // A fenced attempt's report: refused, and its ranks are stopped. Its
@@ -832,11 +833,11 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
     // where the next attempt resumes from, so the catalog records them.
     for (const auto& ev : req.events()) {
       if (!ev.has_checkpoint() || ev.checkpoint().status() == "failed") continue;
+      if (ev.checkpoint().status() == kCheckpointCorrupt) continue;  // its load was stale too
       loom::v1::CheckpointInfo info = ev.checkpoint();
       info.set_generation(req.generation());
       info.set_time_unix_ms(clock_->NowUnixMillis());
-      info.set_status("committed");
-      absl::Status cs = store_->PutCheckpoint(rec.job.id(), info);
+      absl::Status cs = catalog_.RecordCommitted(rec.job.id(), info);
       if (!cs.ok()) {
         return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
       }
@@ -859,7 +860,11 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
   if (!rec.detector && recovery.detect_spikes) {
     rec.detector = std::make_unique<recovery::SpikeDetector>(recovery.detector);
   }
-  if (rec.job.state() == loom::v1::SCHEDULED) {
+  // (A rank's reports from before its first step, such as corrupt
+  // checkpoints found while choosing where to resume, do not make it RUNNING.)
+  const bool has_step = std::any_of(req.events().begin(), req.events().end(),
+                                    [](const loom::v1::RankEvent& e) { return e.has_step(); });
+  if (rec.job.state() == loom::v1::SCHEDULED && has_step) {
     Transition(rec, loom::v1::RUNNING, "first step reported").IgnoreError();
   }
   std::vector<loom::v1::StepMetrics> steps;
@@ -953,12 +958,16 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
       AddEvent(rec, failed);
       if (metrics_ != nullptr) metrics_->RecordCheckpointFailure(rec.job.id());
       continue;
+    } else if (ev.has_checkpoint() && ev.checkpoint().status() == kCheckpointCorrupt) {
+      absl::Status cs = RecordCorruptCheckpointLocked(rec, ev.checkpoint());
+      if (!cs.ok()) return cs;
+      continue;
     } else if (ev.has_checkpoint()) {
       loom::v1::CheckpointInfo info = ev.checkpoint();
       info.set_generation(rec.job.generation());
       info.set_time_unix_ms(out.time_unix_ms());
-      info.set_status("committed");
-      absl::Status cs = store_->PutCheckpoint(rec.job.id(), info);
+      absl::Status cs = catalog_.RecordCommitted(rec.job.id(), info);
+      info.set_status(kCheckpointCommitted);
       if (!cs.ok()) {
         return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
       }
@@ -1053,6 +1062,21 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous, ""};
         StopJobRanks(rec, why, "");
       }
+      // Rank 0's reason says which checkpoints failed which check, or which
+      // save found the volume full; the other ranks' (often first) only that
+      // rank 0 failed.
+      if (req.signal() == 0 && req.exit_code() == kRankExitNoGoodCheckpoint) {
+        rec.pending_failure->no_restart_because =
+            "no checkpoint verifies and the spec does not allow starting from scratch "
+            "(recovery.allow_start_from_scratch)";
+        rec.pending_failure->reason = why;
+      } else if (req.signal() == 0 && req.exit_code() == kRankExitCheckpointVolumeFull) {
+        rec.pending_failure->no_restart_because =
+            "the checkpoint volume is full and a restart begins with a save "
+            "(checkpoint.on_save_failure: CONTINUE trains on through failed saves); the "
+            "committed checkpoints are intact";
+        rec.pending_failure->reason = why;
+      }
       if (req.lease_expired() && rec.pending_failure->cause_kind.empty()) {
         // Its worker lost the controller (a peer that failed first lost
         // this rank): during a re-adoption after a controller restart that
@@ -1128,6 +1152,10 @@ void JobManager::ResolveFailuresLocked() {
                                       ", no restart counted)"));
       continue;
     }
+    if (cause.empty() && !rec.pending_failure->no_restart_because.empty()) {
+      FailWithoutRestartLocked(rec, why, rec.pending_failure->no_restart_because);
+      continue;
+    }
     const std::string kind = !rec.pending_failure->cause_kind.empty()
                                  ? rec.pending_failure->cause_kind
                                  : cause.empty() ? kCauseRankFailure : kCauseWorkerLost;
@@ -1182,15 +1210,62 @@ void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason) {
 }
 
 int64_t JobManager::NewestCheckpointLocked(const JobRecord& rec, int64_t max_step) {
-  int64_t newest = 0;
-  auto catalog = store_->LoadCheckpoints(rec.job.id());
-  if (!catalog.ok()) return 0;
-  for (const auto& c : *catalog) {
-    if (max_step >= 0 && c.step() > max_step) continue;
-    if (access(c.path().c_str(), F_OK) != 0) continue;
-    newest = std::max(newest, c.step());
+  absl::StatusOr<int64_t> newest = catalog_.NewestGood(rec.job.id(), max_step);
+  return newest.ok() ? *newest : 0;
+}
+
+absl::Status JobManager::ValidateCheckpointEvents(const loom::v1::ReportStepMetricsRequest& req) {
+  for (int i = 0; i < req.events_size(); ++i) {
+    if (!req.events(i).has_checkpoint()) continue;
+    const loom::v1::CheckpointInfo& c = req.events(i).checkpoint();
+    const std::string field = absl::StrCat("events[", i, "].checkpoint");
+    if (c.status() != "" && c.status() != kCheckpointCommitted && c.status() != "failed" &&
+        c.status() != kCheckpointCorrupt) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".status: \"", c.status(), "\" is not committed, failed or corrupt"));
+    }
+    if (c.status() == kCheckpointCorrupt &&
+        (c.path().empty() || c.step() < 0 || c.failed_check().empty())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": a corrupt checkpoint needs its path, a step >= 0 and its "
+                              "failed_check"));
+    }
   }
-  return newest;
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::RecordCorruptCheckpointLocked(JobRecord& rec,
+                                                       const loom::v1::CheckpointInfo& report) {
+  loom::v1::CheckpointInfo info = report;
+  info.set_time_unix_ms(clock_->NowUnixMillis());
+  absl::Status s = catalog_.MarkCorrupt(rec.job.id(), info);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", s.message()));
+  }
+  loom::v1::RecoveryEvent corrupt;
+  corrupt.set_kind(loom::v1::RecoveryEvent::CHECKPOINT_CORRUPT);
+  corrupt.set_step(report.step());
+  corrupt.set_generation(rec.job.generation());
+  corrupt.set_message(absl::StrCat("checkpoint at step ", report.step(), " is corrupt: ",
+                                   report.corrupt_file(), " failed its ", report.failed_check(),
+                                   " check (", report.error(), ")"));
+  AddEvent(rec, std::move(corrupt));
+  return absl::OkStatus();
+}
+
+void JobManager::FailWithoutRestartLocked(JobRecord& rec, const std::string& cause,
+                                          const std::string& because) {
+  loom::v1::RecoveryEvent gave_up;
+  gave_up.set_kind(loom::v1::RecoveryEvent::GAVE_UP);
+  gave_up.set_message(
+      absl::StrCat(because, ", so a restart cannot help (no restart spent): ", cause));
+  AddEvent(rec, gave_up);
+  StopJobRanks(rec, cause, "");
+  absl::Status s = Transition(rec, loom::v1::FAILED, cause);
+  if (!s.ok()) {
+    std::cerr << "loom-controller: could not record job " << rec.job.id() << " FAILED: " << s
+              << std::endl;
+  }
 }
 
 void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,

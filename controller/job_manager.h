@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "controller/checkpoint_catalog.h"
 #include "controller/job_planning.h"
 #include "controller/recovery/spike_detector.h"
 #include "controller/recovery_metrics.h"
@@ -95,10 +96,12 @@ class EventQueue {
 
 class JobManager {
  public:
-  // `store`, `clock` and `metrics` (may be null: no recovery metrics) must
-  // outlive the manager.
+  // `store`, `clock`, `metrics` (may be null: no recovery metrics) and
+  // `checkpoint_verifier` (may be null: Checkpoints(..., verify = true) is
+  // FAILED_PRECONDITION) must outlive the manager.
   JobManager(Store* store, const Clock* clock, JobManagerOptions options,
-             RecoveryMetrics* metrics = nullptr);
+             RecoveryMetrics* metrics = nullptr,
+             CheckpointVerifier* checkpoint_verifier = nullptr);
 
   // Reloads jobs from the store. Jobs that were SCHEDULED or RUNNING when the
   // controller stopped keep their state and wait, for worker_timeout, for
@@ -144,9 +147,13 @@ class JobManager {
   absl::StatusOr<std::vector<loom::v1::StepMetrics>> StepMetrics(const std::string& job_id,
                                                                  int limit);
 
-  // The job's checkpoint catalog; each entry's status says whether its file
-  // is still there ("committed") or not ("missing": pruned by retention or lost).
-  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Checkpoints(const std::string& job_id);
+  // The job's checkpoint catalog, each entry with its status: committed,
+  // pruned, corrupt or missing (checkpoint_catalog.h). With `verify`, every
+  // checkpoint still on disk is re-read and checked against its manifest
+  // first (slow; not under the manager's lock), and one that fails is
+  // marked corrupt. NOT_FOUND for an unknown job.
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Checkpoints(const std::string& job_id,
+                                                                    bool verify = false);
 
   // Opens a watch. When `include_history`, the queue starts with the job's
   // past transitions and recent step metrics. The queue is closed after the
@@ -160,6 +167,11 @@ class JobManager {
   // NOT_FOUND for an unknown or dead worker (it must register again).
   absl::StatusOr<loom::v1::HeartbeatResponse> Heartbeat(
       const loom::v1::HeartbeatRequest& request);
+  // A rank's events: steps, committed and failed saves, and checkpoints
+  // found corrupt at load (marked in the catalog, an event).
+  // INVALID_ARGUMENT, before anything is recorded, for a checkpoint event
+  // with a status other than committed / failed / corrupt, or a corrupt one
+  // without path, step or failed_check.
   // Rank-originated reports carry the attempt's generation (its epoch):
   // FAILED_PRECONDITION for one older than the job's current attempt (the
   // worker then stops those ranks). Step reports are idempotent: a step the
@@ -206,6 +218,10 @@ class JobManager {
     absl::Time at;
     std::string reason;
     bool rendezvous = false;  // a rank failed to join before any step
+    // Why restarting cannot help, when a rank's exit code says so
+    // (kRankExitNoGoodCheckpoint, kRankExitCheckpointVolumeFull): the job
+    // fails without spending a restart. Empty: the usual policy.
+    std::string no_restart_because;
     // Set when the cause is known better than "a rank failed" (a rank its
     // worker killed when its lease ran out): the kCause* value.
     std::string cause_kind;
@@ -281,6 +297,18 @@ class JobManager {
   // `cause_kind` is one of the kCause* values of recovery_metrics.h.
   void FailOrRestartLocked(JobRecord& rec, const std::string& cause,
                            const std::string& cause_kind);
+  // A job whose attempt a restart would not help (`because`): FAILED with
+  // `cause` and a GAVE_UP event saying both, no restart spent.
+  void FailWithoutRestartLocked(JobRecord& rec, const std::string& cause,
+                                const std::string& because);
+  // INVALID_ARGUMENT naming the field for a checkpoint event whose status a
+  // rank cannot send, or a corrupt one without path, step or failed_check.
+  static absl::Status ValidateCheckpointEvents(const loom::v1::ReportStepMetricsRequest& req);
+  // A rank's report that a checkpoint failed verification at load (valid):
+  // marks it corrupt in the catalog and records a CHECKPOINT_CORRUPT event.
+  // UNAVAILABLE if the store failed.
+  absl::Status RecordCorruptCheckpointLocked(JobRecord& rec,
+                                             const loom::v1::CheckpointInfo& report);
   void HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict& verdict,
                          int64_t data_batch);
   // The shared tail of spike and operator rollbacks: sets the resume step,
@@ -289,8 +317,8 @@ class JobManager {
   void RollBackLocked(JobRecord& rec, int64_t resume_step, int64_t checkpoint_step,
                       const std::vector<loom::v1::SkipRange>& skips,
                       loom::v1::RecoveryEvent event, const std::string& reason);
-  // Step of the newest checkpoint of the job still on disk at or before
-  // `max_step` (-1 = any); 0 when there is none.
+  // Step of the newest checkpoint of the job still on disk and not known to
+  // be corrupt at or before `max_step` (-1 = any); 0 when there is none.
   int64_t NewestCheckpointLocked(const JobRecord& rec, int64_t max_step);
   // The live cluster as the planner sees it, for `spec`'s gang.
   absl::StatusOr<LiveTopology> LiveTopologyLocked(const loom::v1::JobSpec& spec);
@@ -307,6 +335,7 @@ class JobManager {
   const Clock* const clock_;
   const JobManagerOptions options_;
   RecoveryMetrics* const metrics_;  // may be null
+  CheckpointCatalog catalog_;        // over store_
 
   std::mutex mu_;
   std::map<std::string, JobRecord> jobs_;          // by id

@@ -3,6 +3,7 @@
 #include "common/rank_exit.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <limits>
@@ -1229,6 +1230,140 @@ TEST_F(JobManagerTest, RestartsCountStepsLostByCause) {
   EXPECT_THAT(MetricsText(),
               HasSubstr("loom_controller_steps_lost_total{cause=\"rank_failure\",job_id=\"" +
                         job.id() + "\"} 7"));
+}
+
+}  // namespace
+}  // namespace loom::controller
+
+namespace loom::controller {
+namespace {
+
+// Issue 12, honest checkpoints: a rank's report of a checkpoint that failed
+// verification at load marks it corrupt in the catalog and is an event that
+// names the file and the check; a restart then resumes from the newest
+// checkpoint that is not corrupt; retention's deletions are "pruned".
+TEST_F(JobManagerTest, CorruptCheckpointIsMarkedAndRestartsSkipIt) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1, /*max_restarts=*/2));
+  Beat(w1, 29501, {{job.id(), 0}});
+  const std::string dir = job.spec().checkpoint().dir();
+  for (int step : {4, 6}) std::filesystem::create_directories(absl::StrCat(dir, "/step-", step));
+  // step-2 is not there: retention deleted it, as the step-6 report says.
+  loom::v1::ReportStepMetricsRequest report;
+  report.set_worker_id(w1);
+  report.set_job_id(job.id());
+  report.set_generation(generation_[job.id()]);
+  for (int step : {2, 4, 6}) {
+    auto* c = report.add_events()->mutable_checkpoint();
+    c->set_step(step);
+    c->set_path(absl::StrCat(dir, "/step-", step));
+    if (step == 6) c->add_pruned_paths(absl::StrCat(dir, "/step-2"));
+  }
+  auto* s = report.add_events()->mutable_step();
+  s->set_step(7);
+  s->set_loss(3);
+  ASSERT_TRUE(manager_->ReportEvents(report).ok());
+
+  // Rank 0 of a later load found step 6 corrupt.
+  loom::v1::ReportStepMetricsRequest corrupt = report;
+  corrupt.clear_events();
+  auto* c = corrupt.add_events()->mutable_checkpoint();
+  c->set_step(6);
+  c->set_path(absl::StrCat(dir, "/step-6"));
+  c->set_status("corrupt");
+  c->set_corrupt_file(absl::StrCat(dir, "/step-6/shard-00000.bin"));
+  c->set_failed_check("crc32c");
+  c->set_error("crc32c 0badf00d does not match the manifest's 12345678");
+  ASSERT_TRUE(manager_->ReportEvents(corrupt).ok());
+
+  std::map<int64_t, std::string> status;
+  auto catalog = manager_->Checkpoints(job.id());
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  for (const auto& info : *catalog) status[info.step()] = info.status();
+  EXPECT_EQ(status, (std::map<int64_t, std::string>{
+                        {2, "pruned"}, {4, "committed"}, {6, "corrupt"}}));
+  loom::v1::Job j = *manager_->Get(job.id());
+  ASSERT_GE(j.events_size(), 1);
+  const auto& event = j.events(j.events_size() - 1);
+  EXPECT_EQ(event.kind(), loom::v1::RecoveryEvent::CHECKPOINT_CORRUPT);
+  EXPECT_EQ(event.step(), 6);
+  EXPECT_THAT(event.message(), HasSubstr(absl::StrCat(dir, "/step-6/shard-00000.bin")));
+  EXPECT_THAT(event.message(), HasSubstr("crc32c check"));
+
+  // A report without the file's check is refused.
+  c->clear_failed_check();
+  EXPECT_EQ(manager_->ReportEvents(corrupt).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // The rank fails: the restart resumes from step 4, not the corrupt 6.
+  ASSERT_TRUE(Exit(w1, job.id(), 0, 1, "segfault").ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  Beat(w1, 29502);
+  manager_->Tick();
+  j = *manager_->Get(job.id());
+  ASSERT_EQ(j.events(j.events_size() - 1).kind(), loom::v1::RecoveryEvent::RESTART);
+  EXPECT_EQ(j.events(j.events_size() - 1).checkpoint_step(), 4);
+  EXPECT_EQ(j.events(j.events_size() - 1).steps_lost(), 3);
+  std::filesystem::remove_all(dir);
+
+  // Without a verifier, --verify is refused rather than faked.
+  EXPECT_EQ(manager_->Checkpoints(job.id(), /*verify=*/true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(manager_->Checkpoints("nope", false).status().code(), absl::StatusCode::kNotFound);
+}
+
+// When every checkpoint fails verification the rank exits with
+// kRankExitNoGoodCheckpoint: the job fails with its reason at once, with
+// restarts left unspent (each would fail the same way).
+TEST_F(JobManagerTest, NoGoodCheckpointFailsTheJobWithoutSpendingRestarts) {
+  std::string w1 = Register("node-a");
+  std::string w2 = Register("node-b");
+  Beat(w1, 29500);
+  Beat(w2, 29500);
+  auto job = *manager_->Submit(Spec(2, /*max_restarts=*/3));
+  Beat(w1, 29501, {{job.id(), 0}});
+  Beat(w2, 29501, {{job.id(), 1}});
+  // Rank 1 often exits first, knowing only that rank 0 failed.
+  ASSERT_TRUE(Exit(w2, job.id(), 1, 1, "rank 0 found no checkpoint to resume from").ok());
+  ASSERT_TRUE(Exit(w1, job.id(), 0, kRankExitNoGoodCheckpoint,
+                   "training failed: no checkpoint in /c verifies, so training cannot resume")
+                  .ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  Beat(w1, 29502);
+  Beat(w2, 29502);
+  manager_->Tick();
+  loom::v1::Job j = *manager_->Get(job.id());
+  EXPECT_EQ(j.state(), loom::v1::FAILED);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_THAT(j.reason(), HasSubstr("no checkpoint in /c verifies"));
+  ASSERT_GE(j.events_size(), 1);
+  EXPECT_EQ(j.events(j.events_size() - 1).kind(), loom::v1::RecoveryEvent::GAVE_UP);
+  EXPECT_THAT(j.events(j.events_size() - 1).message(), HasSubstr("allow_start_from_scratch"));
+}
+
+// A save that found the checkpoint volume full (kRankExitCheckpointVolumeFull)
+// would fail again at the restart's first save: the job fails at once with
+// the reason, its restarts unspent, instead of burning them in seconds.
+TEST_F(JobManagerTest, FullCheckpointVolumeFailsTheJobWithoutSpendingRestarts) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1, /*max_restarts=*/3));
+  Beat(w1, 29501, {{job.id(), 0}});
+  ASSERT_TRUE(Exit(w1, job.id(), 0, kRankExitCheckpointVolumeFull,
+                   "training failed: the checkpoint volume is full: checkpoint at step 40: "
+                   "write /c/step-000000040.tmp-7/shard-00000.bin: No space left on device")
+                  .ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  Beat(w1, 29502);
+  manager_->Tick();
+  loom::v1::Job j = *manager_->Get(job.id());
+  EXPECT_EQ(j.state(), loom::v1::FAILED);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_THAT(j.reason(), HasSubstr("No space left on device"));
+  ASSERT_GE(j.events_size(), 1);
+  EXPECT_EQ(j.events(j.events_size() - 1).kind(), loom::v1::RecoveryEvent::GAVE_UP);
+  EXPECT_THAT(j.events(j.events_size() - 1).message(), HasSubstr("on_save_failure: CONTINUE"));
+  // Any other exit code still restarts (RankFailureRestartsFromNewestCheckpoint...).
 }
 
 }  // namespace

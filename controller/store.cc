@@ -374,6 +374,33 @@ absl::Status Store::PutCheckpoint(const std::string& job_id,
   return absl::OkStatus();
 }
 
+absl::Status Store::PutCheckpoints(const std::string& job_id,
+                                   const std::vector<loom::v1::CheckpointInfo>& infos) {
+  if (infos.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = Exec("BEGIN IMMEDIATE;");
+  if (!s.ok()) return s;
+  for (const loom::v1::CheckpointInfo& info : infos) {
+    Stmt st(db_,
+            "INSERT OR REPLACE INTO checkpoints (job_id, step, generation, info) "
+            "VALUES (?, ?, ?, ?);");
+    bool written = st.ok();
+    if (written) {
+      st.BindText(1, job_id);
+      st.BindInt(2, info.step());
+      st.BindInt(3, info.generation());
+      st.BindBlob(4, info.SerializeAsString());
+      written = st.Step() == SQLITE_DONE;
+    }
+    if (!written) {
+      absl::Status err = SqlError(db_, "write checkpoints");
+      Exec("ROLLBACK;").IgnoreError();
+      return err;
+    }
+  }
+  return Commit();
+}
+
 absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Store::LoadCheckpoints(
     const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);

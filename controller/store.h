@@ -61,6 +61,9 @@ class Store {
   // Adds a committed checkpoint to the job's catalog (idempotent per
   // job/step/generation).
   absl::Status PutCheckpoint(const std::string& job_id, const loom::v1::CheckpointInfo& info);
+  // PutCheckpoint of each, in one transaction (all or none).
+  absl::Status PutCheckpoints(const std::string& job_id,
+                              const std::vector<loom::v1::CheckpointInfo>& infos);
   // The catalog of a job, oldest step first.
   absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> LoadCheckpoints(const std::string& job_id);
 

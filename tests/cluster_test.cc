@@ -126,9 +126,9 @@ schedule:
   eval_batches: 4
 batch: {global_batch: 8, micro_batch: 4}
 resources: {workers: )" << workers << ", ranks: " << workers << R"(}
-checkpoint: {interval_steps: 20, keep: 2}
 seed: 7
-)" << extra;
+)" << (extra.find("checkpoint:") == std::string::npos ? "checkpoint: {interval_steps: 20, keep: 2}\n" : "")
+        << extra;
     return path;
   }
 
@@ -550,6 +550,93 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
   auto events = Ctl("events " + job);
   EXPECT_EQ(events.exit_code, 0) << events.err;
   EXPECT_THAT(events.out, HasSubstr("RESTART"));
+}
+
+// Issue 12, honest checkpoints, through the real binaries: the catalog
+// tells pruned from committed; `loomctl checkpoints --verify` finds a flipped
+// byte (which file, which check); a job resuming from that directory reports
+// the corrupt checkpoint, falls back to the next good one and succeeds; and
+// a job whose every checkpoint is corrupt fails with that reason, its
+// restarts unspent.
+TEST_F(ClusterTest, CorruptCheckpointIsReportedVerifiedAndSkipped) {
+  StartCluster(1);
+  const std::string dir = home_ + "/shared-ckpt";
+  auto extra = [](const std::string& checkpoint_dir) {
+    return absl::StrCat("recovery: {disable_spike_detection: true, max_restarts: 3}\n",
+                        "checkpoint: {dir: \"", checkpoint_dir, "\", interval_steps: 20, keep: 2}\n");
+  };
+  std::string spec = WriteSpec("honest", 60, 1, extra(dir));
+  auto r = Ctl("submit --follow " + spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_THAT(r.out, HasSubstr("SUCCEEDED"));
+
+  auto listed = Ctl("-o json checkpoints honest-1");
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  loom::v1::ListCheckpointsResponse catalog;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &catalog).ok()) << listed.out;
+  std::map<int64_t, std::string> status;
+  for (const auto& c : catalog.checkpoints()) status[c.step()] = c.status();
+  EXPECT_EQ(status, (std::map<int64_t, std::string>{
+                        {20, "pruned"}, {40, "committed"}, {60, "committed"}}));
+
+  // One byte of the newest shard flipped: --verify says which file failed
+  // which check, and exits 1.
+  const std::string shard = dir + "/step-000000060/shard-00000.bin";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(5000);
+    char c;
+    f.get(c);
+    f.seekp(5000);
+    f.put(static_cast<char>(c ^ 0x08));
+  }
+  auto verified = Ctl("checkpoints honest-1 --verify");
+  EXPECT_EQ(verified.exit_code, 1) << verified.out << verified.err;
+  EXPECT_THAT(verified.out, HasSubstr("step 60: " + shard + " failed its crc32c check"));
+  EXPECT_THAT(verified.out, HasSubstr("verified: 1 of 3 catalogued checkpoint(s) corrupt"));
+  EXPECT_EQ(Ctl("checkpoints honest-1 --bogus").exit_code, 2);
+
+  // A longer job over the same directory resumes: it reports step 60
+  // corrupt, resumes from step 40, and finishes.
+  std::string longer = WriteSpec("longer", 80, 1, extra(dir));
+  r = Ctl("submit --follow " + longer);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("SUCCEEDED"));
+  loom::v1::Job job = Status("longer-2");
+  ASSERT_GE(job.events_size(), 1) << job.DebugString();
+  EXPECT_EQ(job.events(0).kind(), loom::v1::RecoveryEvent::CHECKPOINT_CORRUPT);
+  EXPECT_THAT(job.events(0).message(), HasSubstr(shard));
+  EXPECT_THAT(job.events(0).message(), HasSubstr("crc32c"));
+  loom::v1::GetStepMetricsResponse steps;
+  ASSERT_NO_FATAL_FAILURE(GetStepMetrics("longer-2", &steps));
+  ASSERT_GT(steps.steps_size(), 0);
+  int64_t first = 0;
+  for (const auto& m : steps.steps()) {
+    if (m.step() > 0) {
+      first = m.step();
+      break;
+    }
+  }
+  EXPECT_EQ(first, 41) << "resumed from the step-40 checkpoint";
+
+  // Only corrupt checkpoints: the job fails at once with the reason, and
+  // no restart is spent on it.
+  const std::string bad_dir = home_ + "/bad-ckpt";
+  std::filesystem::create_directories(bad_dir);
+  std::filesystem::copy(dir + "/step-000000080", bad_dir + "/step-000000080",
+                        std::filesystem::copy_options::recursive);
+  std::filesystem::resize_file(bad_dir + "/step-000000080/MANIFEST.json", 100);
+  std::string doomed = WriteSpec("doomed", 100, 1, extra(bad_dir));
+  r = Ctl("submit --follow " + doomed);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  job = Status("doomed-3");
+  EXPECT_EQ(job.state(), loom::v1::FAILED);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_THAT(job.reason(), HasSubstr("verifies"));
+  EXPECT_THAT(job.reason(), HasSubstr("manifest_crc32c"));
+  auto doomed_catalog = Ctl("checkpoints doomed-3");
+  EXPECT_EQ(doomed_catalog.exit_code, 0);
+  EXPECT_THAT(doomed_catalog.out, HasSubstr("MANIFEST.json failed its manifest_crc32c check"));
 }
 
 // Issue 12: kill -9 of the controller mid-job, restarted within the

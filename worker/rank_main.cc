@@ -27,6 +27,8 @@
 #include "common/device_catalog.h"
 #include "common/rank_exit.h"
 #include "worker/engine/block_probe.h"
+#include "worker/engine/checkpoint_choice.h"
+#include "worker/engine/checkpoint_writer.h"  // IsCheckpointVolumeFull
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
@@ -105,10 +107,13 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.checkpoint_dir = a.checkpoint_dir().empty() ? spec.checkpoint().dir() : a.checkpoint_dir();
   c.checkpoint_interval = spec.checkpoint().interval_steps();
   c.keep_checkpoints = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : 3;
+  c.continue_after_failed_save =
+      spec.checkpoint().on_save_failure() == loom::v1::CheckpointSpec::CONTINUE;
   // Recovery: which checkpoint to resume from, the attempt, and the data
   // batches to skip. Retention keeps a rollback target this far back.
   c.generation = a.generation();
   c.resume_step = a.resume_step();
+  c.allow_start_from_scratch = spec.recovery().allow_start_from_scratch();
   for (const auto& r : a.skip_batches()) c.skip_batches.push_back({r.begin(), r.end()});
   const auto& rec = spec.recovery();
   // Twice the rollback distance: ranks run on for a few steps after a spike
@@ -362,7 +367,11 @@ int main(int argc, char** argv) {
             std::chrono::system_clock::now().time_since_epoch()).count());
     Emit(e);
   };
+  // The newest failed save (rank 0, the training thread), to tell a run that
+  // stopped for it from one that stopped for something else.
+  static absl::Status last_save_failure;
   cb.on_checkpoint_failed = [](int64_t step, const absl::Status& error) {
+    last_save_failure = error;
     loom::v1::RankEvent e;
     auto* c = e.mutable_checkpoint();
     c->set_step(step);
@@ -380,6 +389,19 @@ int main(int argc, char** argv) {
     c->set_generation(r.generation);
     c->set_write_seconds(r.write_seconds);
     c->set_stall_seconds(r.stall_seconds);
+    for (const std::string& pruned : r.pruned_paths) c->add_pruned_paths(pruned);
+    Emit(e);
+  };
+  cb.on_checkpoint_corrupt = [](const loom::engine::CorruptCheckpoint& corrupt) {
+    loom::v1::RankEvent e;
+    auto* c = e.mutable_checkpoint();
+    c->set_step(corrupt.step);
+    c->set_path(corrupt.path);
+    c->set_generation(corrupt.generation);
+    c->set_status("corrupt");
+    c->set_error(corrupt.message);
+    c->set_corrupt_file(corrupt.file);
+    c->set_failed_check(corrupt.check);
     Emit(e);
   };
   cb.should_stop = [] { return g_stop.load(); };
@@ -388,6 +410,16 @@ int main(int argc, char** argv) {
                               : loom::engine::Train(config, pg, cb);
   if (!result.ok()) {
     if (absl::IsCancelled(result.status())) Die("stopped on request", 143);
+    if (loom::engine::IsNoGoodCheckpoint(result.status())) {
+      Die(absl::StrCat("training failed: ", result.status().message()),
+          loom::kRankExitNoGoodCheckpoint);
+    }
+    if (loom::engine::IsCheckpointVolumeFull(result.status()) &&
+        result.status() == last_save_failure) {
+      Die(absl::StrCat("training failed: the checkpoint volume is full: ",
+                       result.status().message()),
+          loom::kRankExitCheckpointVolumeFull);
+    }
     Die(absl::StrCat("training failed: ", result.status().ToString()));
   }
   std::cerr << "loom-rank " << rank << ": finished " << result->steps << " steps, final loss "

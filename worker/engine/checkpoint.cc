@@ -111,18 +111,31 @@ int64_t ManifestGeneration(const std::string& checkpoint_path) {
 
 // Verifies every file of a checkpoint directory; keeps rank 0's shard bytes
 // for a replicated layout (a sharded one's files are read piecewise later).
-absl::StatusOr<VerifiedCheckpoint> VerifyDirectory(const CheckpointEntry& entry) {
+// On failure fills `failure` (not null).
+absl::StatusOr<VerifiedCheckpoint> VerifyDirectory(const CheckpointEntry& entry,
+                                                   VerificationFailure* failure) {
+  auto fail = [failure](const std::string& file, const char* check, absl::Status status) {
+    *failure = {file, check};
+    return status;
+  };
   const std::string manifest_path = (fs::path(entry.path) / kManifestFileName).string();
   absl::StatusOr<std::string> manifest_bytes = ReadFileWithCrc(manifest_path, nullptr);
   if (!manifest_bytes.ok()) {
     return absl::IsNotFound(manifest_bytes.status())
-               ? DataLoss(manifest_path, "missing")
-               : absl::DataLossError(manifest_bytes.status().message());
+               ? fail(manifest_path, kCheckMissing, DataLoss(manifest_path, "missing"))
+               : fail(manifest_path, kCheckUnreadable,
+                      absl::DataLossError(manifest_bytes.status().message()));
   }
-  ASSIGN_OR_RETURN(CheckpointManifest manifest, ParseManifest(*manifest_bytes, manifest_path));
+  if (absl::Status s = CheckManifestChecksum(*manifest_bytes, manifest_path); !s.ok()) {
+    return fail(manifest_path, kCheckManifestChecksum, s);
+  }
+  absl::StatusOr<CheckpointManifest> parsed = ParseManifest(*manifest_bytes, manifest_path);
+  if (!parsed.ok()) return fail(manifest_path, kCheckManifestContent, parsed.status());
+  CheckpointManifest manifest = *std::move(parsed);
   if (manifest.state.step != entry.step) {
-    return DataLoss(manifest_path, absl::StrCat("says step ", manifest.state.step,
-                                                ", the directory step ", entry.step));
+    return fail(manifest_path, kCheckManifestContent,
+                DataLoss(manifest_path, absl::StrCat("says step ", manifest.state.step,
+                                                     ", the directory step ", entry.step)));
   }
   const bool sharded = manifest.layout == kShardedLayout;
   VerifiedCheckpoint verified;
@@ -133,29 +146,39 @@ absl::StatusOr<VerifiedCheckpoint> VerifyDirectory(const CheckpointEntry& entry)
     std::error_code ec;
     const uintmax_t size = fs::file_size(path, ec);  // before reading it all
     if (ec) {
-      return DataLoss(path, ec == std::errc::no_such_file_or_directory
-                                ? "missing (listed in the manifest)"
-                                : ec.message());
+      const bool missing = ec == std::errc::no_such_file_or_directory;
+      return fail(path, missing ? kCheckMissing : kCheckUnreadable,
+                  DataLoss(path, missing ? "missing (listed in the manifest)" : ec.message()));
     }
     if (size != file.bytes) {
-      return DataLoss(path, absl::StrCat(size, " bytes, the manifest says ", file.bytes));
+      return fail(path, kCheckSize,
+                  DataLoss(path, absl::StrCat(size, " bytes, the manifest says ", file.bytes)));
     }
     uint32_t crc = 0;
     absl::StatusOr<std::string> bytes = ReadFileWithCrc(path, &crc);
-    if (!bytes.ok()) return absl::DataLossError(bytes.status().message());
+    if (!bytes.ok()) {
+      return fail(path, kCheckUnreadable, absl::DataLossError(bytes.status().message()));
+    }
     if (bytes->size() != file.bytes) {
-      return DataLoss(path, absl::StrCat(bytes->size(), " bytes, the manifest says ", file.bytes));
+      return fail(path, kCheckSize,
+                  DataLoss(path, absl::StrCat(bytes->size(), " bytes, the manifest says ",
+                                              file.bytes)));
     }
     if (crc != file.crc32c) {
-      return DataLoss(path, absl::StrCat("crc32c ", Crc32cHex(crc), " does not match the manifest's ",
-                                         Crc32cHex(file.crc32c)));
+      return fail(path, kCheckCrc32c,
+                  DataLoss(path, absl::StrCat("crc32c ", Crc32cHex(crc),
+                                              " does not match the manifest's ",
+                                              Crc32cHex(file.crc32c))));
     }
     if (file.rank == 0 && !have_shard) {
       if (!sharded) verified.bytes = *std::move(bytes);
       have_shard = true;
     }
   }
-  if (!have_shard) return DataLoss(manifest_path, "lists no shard of rank 0");
+  if (!have_shard) {
+    return fail(manifest_path, kCheckManifestContent,
+                DataLoss(manifest_path, "lists no shard of rank 0"));
+  }
   verified.manifest = std::move(manifest);
   return verified;
 }
@@ -367,9 +390,11 @@ void DeleteCheckpoint(const CheckpointEntry& entry) {
   fs::remove_all(ec ? fs::path(entry.path) : fs::path(doomed), ec);
 }
 
-void PruneCheckpoints(const std::string& dir, int keep, int64_t retain_distance_steps,
-                      const Lineage& lineage, int64_t tip_step) {
-  if (keep <= 0) return;
+std::vector<std::string> PruneCheckpoints(const std::string& dir, int keep,
+                                          int64_t retain_distance_steps, const Lineage& lineage,
+                                          int64_t tip_step) {
+  std::vector<std::string> deleted;
+  if (keep <= 0) return deleted;
   // On the branch, lineage order is step order, newest first.
   std::vector<CheckpointEntry> branch, doomed;
   for (CheckpointEntry& entry : ListCheckpoints(dir)) {
@@ -390,15 +415,37 @@ void PruneCheckpoints(const std::string& dir, int keep, int64_t retain_distance_
     kept = std::max(kept, std::min(reserve + 1, branch.size()));
   }
   doomed.insert(doomed.end(), branch.begin() + kept, branch.end());
-  for (const CheckpointEntry& entry : doomed) DeleteCheckpoint(entry);
+  for (const CheckpointEntry& entry : doomed) {
+    DeleteCheckpoint(entry);
+    std::error_code ec;
+    if (!fs::exists(entry.path, ec) && !ec) deleted.push_back(entry.path);
+  }
+  return deleted;
 }
 
-absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const CheckpointEntry& entry) {
-  if (!entry.legacy) return VerifyDirectory(entry);
+absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const CheckpointEntry& entry,
+                                                    VerificationFailure* failure) {
+  VerificationFailure ignored;
+  if (failure == nullptr) failure = &ignored;
+  if (!entry.legacy) return VerifyDirectory(entry, failure);
   VerifiedCheckpoint verified;
   verified.path = entry.path;
   verified.legacy = true;
-  ASSIGN_OR_RETURN(verified.bytes, legacy_checkpoint::ReadVerified(entry.path));
+  absl::StatusOr<std::string> bytes = legacy_checkpoint::ReadVerified(entry.path);
+  if (!bytes.ok()) {
+    // ReadVerified reads the sidecar, then the file, then compares.
+    std::error_code ec;
+    const std::string sidecar = legacy_checkpoint::SidecarPath(entry.path);
+    if (!fs::exists(sidecar, ec)) {
+      *failure = {sidecar, kCheckMissing};
+    } else if (!fs::exists(entry.path, ec)) {
+      *failure = {entry.path, kCheckMissing};
+    } else {
+      *failure = {entry.path, kCheckSha256};
+    }
+    return bytes.status();
+  }
+  verified.bytes = *std::move(bytes);
   return verified;
 }
 

@@ -142,8 +142,9 @@ void DeleteCheckpoint(const CheckpointEntry& entry);
 // not keep, relative to the branch whose newest checkpoint was just written
 // at `tip_step` with `lineage`: of that branch the newest `keep` and the
 // rollback reserve; of other branches, checkpoints at steps <= tip_step.
-// keep <= 0 keeps everything. Best effort, like DeleteCheckpoint.
-void PruneCheckpoints(const std::string& dir, int keep, int64_t retain_distance_steps,
+// keep <= 0 keeps everything. Best effort, like DeleteCheckpoint. Returns
+// the paths of the checkpoints it deleted (gone from `dir` afterwards).
+std::vector<std::string> PruneCheckpoints(const std::string& dir, int keep, int64_t retain_distance_steps,
                       const Lineage& lineage, int64_t tip_step);
 
 // ---------------------------------------------------------------------------
@@ -184,6 +185,11 @@ std::string SerializeManifest(const CheckpointManifest& manifest);
 // missing; FAILED_PRECONDITION for another format version.
 absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view bytes,
                                                  const std::string& path);
+// ParseManifest's first check alone: `bytes` end with the manifest_crc32c
+// line, written exactly as SerializeManifest writes it (eight lowercase hex
+// digits), and it holds the CRC-32C of every byte before it. So any change
+// to any byte of a manifest fails here. DATA_LOSS naming `path` otherwise.
+absl::Status CheckManifestChecksum(absl::string_view bytes, const std::string& path);
 
 // ---------------------------------------------------------------------------
 // Shards.
@@ -251,6 +257,25 @@ absl::StatusOr<ShardHeader> ParseShardHeader(absl::string_view prefix, uint64_t 
 // ---------------------------------------------------------------------------
 // Verification and restore.
 
+// Which check of a checkpoint failed (VerificationFailure::check).
+inline constexpr char kCheckMissing[] = "missing";        // a file is absent (the
+                                                          // manifest, a listed file,
+                                                          // a legacy sidecar)
+inline constexpr char kCheckUnreadable[] = "unreadable";  // an I/O error reading it
+inline constexpr char kCheckManifestChecksum[] = "manifest_crc32c";  // CheckManifestChecksum
+inline constexpr char kCheckManifestContent[] = "manifest_content";  // its checksum holds but
+                                          // it is malformed, of another version or layout,
+                                          // says another step, or lists no rank-0 shard
+inline constexpr char kCheckSize[] = "size";      // a listed file's size is not the manifest's
+inline constexpr char kCheckCrc32c[] = "crc32c";  // a listed file's CRC-32C is not the manifest's
+inline constexpr char kCheckSha256[] = "sha256";  // a legacy file does not match its sidecar
+
+// Why a checkpoint did not verify: the file that failed and which check.
+struct VerificationFailure {
+  std::string file;   // its path
+  std::string check;  // one of the kCheck* names above
+};
+
 // The verified bytes to restore from: rank 0's shard of a directory whose
 // manifest's checksum holds and whose every listed file has the listed size
 // and CRC-32C, or a legacy file that matches its sidecar. DATA_LOSS naming
@@ -267,7 +292,11 @@ struct VerifiedCheckpoint {
   // pieces they need from the files: parallel/sharded_checkpoint.h).
   std::string bytes;
 };
-absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const CheckpointEntry& entry);
+// On failure, `failure` (if not null) says which file and which check; the
+// status is DATA_LOSS naming the file (FAILED_PRECONDITION for a manifest of
+// another format version or layout).
+absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const CheckpointEntry& entry,
+                                                    VerificationFailure* failure = nullptr);
 
 // Restores weights, optimizer state, torch's default CPU generator and
 // `state` from bytes that ReadVerifiedCheckpoint returned (a shard, or a

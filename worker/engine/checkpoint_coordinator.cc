@@ -55,8 +55,14 @@ CheckpointCoordinator::~CheckpointCoordinator() = default;
 
 void CheckpointCoordinator::Fail(int64_t step, const absl::Status& error) {
   if (!failure_.ok()) return;
-  failure_ = error;
-  failed_step_ = step;
+  if (config_.continue_after_failed_save) {
+    // Reported, and training goes on; Finish(final) decides about the last.
+    latest_failure_ = error;
+    latest_failed_step_ = step;
+  } else {
+    failure_ = error;
+    failed_step_ = step;
+  }
   if (collectives_->rank() == 0 && callbacks_.on_checkpoint_failed) {
     callbacks_.on_checkpoint_failed(step, error);
   }
@@ -68,6 +74,8 @@ void CheckpointCoordinator::Take(std::optional<absl::StatusOr<CheckpointReport>>
     Fail(saving_step_, outcome->status());
     return;
   }
+  latest_failure_ = absl::OkStatus();
+  latest_failed_step_ = -1;
   result_->checkpoints.push_back(**outcome);
   if (callbacks_.on_checkpoint) callbacks_.on_checkpoint(**outcome);
 }
@@ -97,7 +105,7 @@ void CheckpointCoordinator::CompleteSharded() {
   if (!ok) Fail(saving_step_, mine.has_value() ? mine->status()
                                                : absl::InternalError("no save was in flight"));
   if (!failed_ranks.empty()) {
-    any_failed_ = true;
+    any_failed_ = !config_.continue_after_failed_save;
     if (rank == 0 && ok) {
       Fail(saving_step_, absl::AbortedError(absl::StrCat(
                              "checkpoint at step ", saving_step_, ": rank(s) ",
@@ -203,11 +211,15 @@ absl::Status CheckpointCoordinator::Agree() {
                                          " failed to write the checkpoint at step ", failed - 1));
 }
 
-absl::Status CheckpointCoordinator::Finish() {
+absl::Status CheckpointCoordinator::Finish(bool final) {
   if (sharded_) {
     CompleteSharded();
   } else if (writer_) {
     Take(writer_->Wait());
+  }
+  if (final && !latest_failure_.ok() && failure_.ok()) {
+    failure_ = latest_failure_;
+    failed_step_ = latest_failed_step_;
   }
   return Agree();
 }

@@ -42,7 +42,10 @@ class CheckpointCoordinator {
   ~CheckpointCoordinator();
 
   // Saves `state` once the save in flight (if any) has finished; waits for
-  // this one too if `wait`. After a failed save nothing more is saved.
+  // this one too if `wait`. After a failed save nothing more is saved,
+  // unless config.continue_after_failed_save: then every failure is
+  // reported (on_checkpoint_failed) and training goes on; the next save is
+  // tried as usual (space may have been freed).
   void Save(const TrainingState& state, bool wait);
 
   // Step boundary: hears of finished saves, and tells every rank whether
@@ -57,8 +60,10 @@ class CheckpointCoordinator {
   double WaitForSnapshot();
 
   // Waits for the save in flight and fails every rank if any save failed
-  // (as AtStepBoundary does).
-  absl::Status Finish();
+  // (as AtStepBoundary does). With continue_after_failed_save, only if the
+  // save just waited for failed and `final` (the run's last checkpoint:
+  // there is nothing to continue to); the resume-point rewrite passes false.
+  absl::Status Finish(bool final = true);
 
  private:
   bool sharded() const { return sharded_; }
@@ -79,8 +84,12 @@ class CheckpointCoordinator {
   bool sharded_ = false;
   CheckpointWriterOptions options_;
   std::unique_ptr<CheckpointWriter> writer_;  // null: this rank writes nothing
-  absl::Status failure_;       // the first failed save this rank saw
+  absl::Status failure_;       // the first failed save this rank saw (that
+                               // stops training)
   int64_t failed_step_ = -1;
+  // continue_after_failed_save: the newest save's failure, if it failed.
+  absl::Status latest_failure_;
+  int64_t latest_failed_step_ = -1;
   bool any_failed_ = false;    // sharded: known to every rank alike
   int64_t saving_step_ = -1;   // the save in flight
   bool in_flight_ = false;     // sharded: the same on every rank

@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -250,22 +251,29 @@ std::string SerializeManifest(const CheckpointManifest& m) {
   return out;
 }
 
-absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view bytes,
-                                                 const std::string& path) {
+absl::Status CheckManifestChecksum(absl::string_view bytes, const std::string& path) {
   // The checksum line: kManifestCrcKey, 8 hex digits, "\"\n}\n", at the end.
   const size_t at = bytes.rfind(absl::StrCat("\n", kManifestCrcKey));
   const size_t tail = at == absl::string_view::npos ? 0 : at + 1 + kManifestCrcKey.size();
-  uint32_t recorded = 0;
   if (at == absl::string_view::npos || bytes.size() != tail + 8 + 4 ||
-      bytes.substr(tail + 8) != "\"\n}\n" ||
-      !absl::SimpleHexAtoi(bytes.substr(tail, 8), &recorded)) {
+      bytes.substr(tail + 8) != "\"\n}\n") {
     return DataLoss(path, "no manifest_crc32c line at its end (torn or not a manifest)");
   }
-  const uint32_t actual = Crc32c(bytes.substr(0, at + 1));
-  if (actual != recorded) {
-    return DataLoss(path, absl::StrCat("crc32c ", Crc32cHex(actual), " does not match its own ",
-                                       Crc32cHex(recorded)));
+  // Compared as text, not as a number: "0A" and "0a" are the same number,
+  // and a byte of the manifest changed from one to the other would go
+  // unnoticed (CheckpointTest.ManifestChecksumIsComparedAsWritten).
+  const std::string actual = Crc32cHex(Crc32c(bytes.substr(0, at + 1)));
+  const absl::string_view recorded = bytes.substr(tail, 8);
+  if (recorded != actual) {
+    return DataLoss(path, absl::StrCat("crc32c ", actual, " does not match its own ",
+                                       absl::CHexEscape(recorded)));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view bytes,
+                                                 const std::string& path) {
+  RETURN_IF_ERROR(CheckManifestChecksum(bytes, path));
   ASSIGN_OR_RETURN(YAML::Node root, ParseJson(bytes, path));
   JsonFields f(root);
   if (f.String("format") != kManifestFormat) return DataLoss(path, "not a loom manifest");

@@ -1,11 +1,12 @@
 // What the trainer tells its caller about checkpoints: a committed
-// checkpoint's report and the points of a save that tests can inject faults
+// checkpoint's report, a corrupt one found at load, and the points of a save that tests can inject faults
 // at. No LibTorch.
 #ifndef LOOM_WORKER_ENGINE_CHECKPOINT_REPORT_H_
 #define LOOM_WORKER_ENGINE_CHECKPOINT_REPORT_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom::engine {
 
@@ -26,6 +27,20 @@ struct CheckpointReport {
   // commit (when the next checkpoint came due first, at the end of training,
   // or with checkpoint_async = false).
   double stall_seconds = 0;
+  // Checkpoints that pruning after this commit deleted (their directories),
+  // so that the controller's catalog can tell pruned from lost.
+  std::vector<std::string> pruned_paths;
+};
+
+// A checkpoint that failed verification when a run chose where to resume
+// (checkpoint_choice.h).
+struct CorruptCheckpoint {
+  int64_t step = 0;
+  int64_t generation = -1;  // as its manifest says; -1: the manifest is unreadable
+  std::string path;         // the checkpoint directory (or legacy file)
+  std::string file;         // the file that failed (VerificationFailure::file)
+  std::string check;        // which check failed (kCheck* of checkpoint.h)
+  std::string message;      // the verification error, naming the file
 };
 
 // Points of a checkpoint save, for fault injection in tests

@@ -263,6 +263,32 @@ TEST_F(CheckpointTest, ManifestRoundTripsNonFiniteLossAndRejectsDamage) {
 
 // Every kind of damage fails the load with DATA_LOSS whose message starts
 // with the damaged (or missing) file's path.
+// Every byte of a manifest counts, the checksum's own digits included: one
+// of them changed from lowercase to uppercase is the same number, but not
+// the manifest that was written, and must not verify.
+TEST_F(CheckpointTest, ManifestChecksumIsComparedAsWritten) {
+  CheckpointManifest manifest;
+  manifest.shape = Shape();
+  manifest.files.push_back({ShardFileName(0), 0, 4096, 0x1234abcd});
+  std::string bytes;
+  size_t letter = std::string::npos;
+  // A manifest whose checksum has a hex letter (most have; the step varies).
+  for (int64_t step = 1; letter == std::string::npos && step < 100; ++step) {
+    manifest.state = StateAt(step);
+    bytes = SerializeManifest(manifest);
+    const size_t digits = bytes.size() - 4 - 8;  // before "\"\n}\n"
+    for (size_t i = digits; i < digits + 8; ++i) {
+      if (bytes[i] >= 'a' && bytes[i] <= 'f') letter = i;
+    }
+  }
+  ASSERT_NE(letter, std::string::npos);
+  ASSERT_TRUE(ParseManifest(bytes, "m").ok());
+  ASSERT_TRUE(CheckManifestChecksum(bytes, "m").ok());
+  bytes[letter] = static_cast<char>(bytes[letter] - 'a' + 'A');
+  EXPECT_EQ(CheckManifestChecksum(bytes, "m").code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseManifest(bytes, "m").status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST_F(CheckpointTest, DamagedCheckpointFailsWithDataLossNamingTheFile) {
   Replica replica(1);
   CheckpointWriter writer(Options());

@@ -20,6 +20,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
 #include "common/sha256.h"
@@ -45,8 +46,25 @@ uint64_t RoundUp(uint64_t n, uint64_t alignment) {
   return (n + alignment - 1) / alignment * alignment;
 }
 
+constexpr char kVolumeFullPayload[] = "type.loom.dev/loom.engine.CheckpointVolumeFull";
+
+// RESOURCE_EXHAUSTED marked IsCheckpointVolumeFull for a full or over-quota
+// volume (a save cannot succeed until space is freed), INTERNAL otherwise.
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+  const int error = errno;
+  std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(error));
+  if (error != ENOSPC && error != EDQUOT) return absl::InternalError(message);
+  absl::Status full = absl::ResourceExhaustedError(message);
+  full.SetPayload(kVolumeFullPayload, absl::Cord("1"));
+  return full;
+}
+
+// `status` with `prefix` before its message, payloads kept.
+absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
+  absl::Status out(status.code(), absl::StrCat(prefix, status.message()));
+  status.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 absl::Status FsyncDirectory(const std::string& path) {
@@ -353,16 +371,16 @@ absl::StatusOr<CheckpointReport> CommitTemporary(const CheckpointWriterOptions& 
   if (!report.ok()) {
     std::error_code ec;
     fs::remove_all(temp, ec);
-    return absl::Status(report.status().code(),
-                        absl::StrCat("checkpoint at step ", step, ": ", report.status().message()));
+    return Prefixed(report.status(), absl::StrCat("checkpoint at step ", step, ": "));
   }
   stage(CheckpointStage::kCommitted);
   // A version 1/2 file of this step is superseded (as a rewrite replaced it).
   std::error_code ec;
   CheckpointEntry legacy{step, LegacyCheckpointPath(options.dir, step), -1, true};
   if (fs::exists(legacy.path, ec)) DeleteCheckpoint(legacy);
-  PruneCheckpoints(options.dir, options.keep_checkpoints, options.retain_distance_steps,
-                   manifest.state.lineage, step);
+  report->pruned_paths = PruneCheckpoints(options.dir, options.keep_checkpoints,
+                                          options.retain_distance_steps, manifest.state.lineage,
+                                          step);
   return report;
 }
 
@@ -411,8 +429,7 @@ absl::StatusOr<CheckpointReport> CheckpointWriter::WriteAndCommit(Job& job) {
   absl::StatusOr<uint32_t> crc = WriteNewFileDurably(shard_path, job.image, job.file_bytes);
   if (!crc.ok()) {
     if (!sharded) fs::remove_all(temp, ec);
-    return absl::Status(crc.status().code(), absl::StrCat("checkpoint at step ", step, ": ",
-                                                          crc.status().message()));
+    return Prefixed(crc.status(), absl::StrCat("checkpoint at step ", step, ": "));
   }
   job.shard.crc32c = *crc;
   if (sharded) {
@@ -468,6 +485,10 @@ std::optional<absl::StatusOr<CheckpointReport>> CheckpointWriter::Finish() {
   written_shard_ = job_->shard;
   job_.reset();
   return outcome;
+}
+
+bool IsCheckpointVolumeFull(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) && status.GetPayload(kVolumeFullPayload).has_value();
 }
 
 }  // namespace loom::engine

@@ -94,6 +94,11 @@ absl::StatusOr<CheckpointReport> CommitShardedCheckpoint(const CheckpointWriterO
 // Thread-compatible: one training thread calls every method; the background
 // thread is internal. The destructor waits for a save in flight to finish
 // (its outcome is dropped) and joins the thread.
+// True for a save's error that says the checkpoint volume is full or over
+// quota (RESOURCE_EXHAUSTED, marked by the writer; a failed allocation of
+// staging memory is RESOURCE_EXHAUSTED too, but not this).
+bool IsCheckpointVolumeFull(const absl::Status& status);
+
 class CheckpointWriter {
  public:
   explicit CheckpointWriter(CheckpointWriterOptions options);
@@ -124,7 +129,10 @@ class CheckpointWriter {
 
   // The outcome of the save in flight if it has finished (committed and
   // pruned, or failed); nullopt if it is still running or none is in flight.
-  // A failed save leaves no checkpoint (its temporary directory is removed).
+  // A failed save leaves no checkpoint (its temporary directory is removed)
+  // and the committed ones as they were. IsCheckpointVolumeFull: the volume
+  // is full or over quota (ENOSPC, EDQUOT; RESOURCE_EXHAUSTED), so a retry
+  // fails the same way until space is freed; other I/O errors are INTERNAL.
   std::optional<absl::StatusOr<CheckpointReport>> Poll();
 
   // Blocks until the save in flight finishes; its outcome, or nullopt if

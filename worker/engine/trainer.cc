@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_choice.h"
 #include "worker/engine/collectives.h"
 #include "worker/engine/data.h"
 #include "worker/engine/device_memory.h"
@@ -182,60 +183,6 @@ uint64_t DropoutSeed(uint64_t seed, int rank, int64_t step) {
   return Mix(seed ^ Mix((static_cast<uint64_t>(rank) << 40) ^ static_cast<uint64_t>(step)));
 }
 
-// ---------------------------------------------------------------------------
-// Resume.
-
-// Rank 0's choice of where to resume (see TrainerConfig::resume_step).
-struct ResumePlan {
-  std::optional<VerifiedCheckpoint> checkpoint;  // none = from scratch
-  // Checkpoints newer than resume_step were passed over: the run is a new
-  // branch, of generation >= fork_generation (1 + the highest in the dir).
-  bool fork = false;
-  int64_t fork_generation = 0;
-};
-
-// Rank 0 only. Removes what interrupted saves left, reads the manifest of
-// every checkpoint, and verifies checkpoints in lineage order until one
-// qualifies and verifies; the others it tried go to `skipped`.
-// FAILED_PRECONDITION if resume_step > 0 and none qualifies.
-absl::StatusOr<ResumePlan> PlanResume(const TrainerConfig& config,
-                                      std::vector<std::string>* skipped) {
-  RemoveTemporaries(config.checkpoint_dir);
-  const std::vector<CheckpointEntry> files = ListCheckpoints(config.checkpoint_dir);
-  ResumePlan plan;
-  for (const CheckpointEntry& file : files) {
-    plan.fork_generation = std::max(plan.fork_generation, file.generation + 1);
-  }
-  if (config.resume_step == 0) {
-    plan.fork = !files.empty();
-    return plan;
-  }
-  std::vector<std::string> found;  // for the error message
-  for (const CheckpointEntry& file : files) {
-    if (config.resume_step > 0 && file.step > config.resume_step) {
-      plan.fork = true;
-      found.push_back(absl::StrCat(file.path, " (generation ", file.generation,
-                                   ", after step ", config.resume_step, ")"));
-      continue;
-    }
-    absl::StatusOr<VerifiedCheckpoint> verified = VerifyCheckpoint(file);
-    if (verified.ok()) {
-      plan.checkpoint = *std::move(verified);
-      return plan;
-    }
-    skipped->push_back(file.path);
-    found.push_back(absl::StrCat(file.path, " (", verified.status().ToString(), ")"));
-  }
-  if (config.resume_step > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "resume_step ", config.resume_step, ": no checkpoint at or before that step verifies in ",
-        config.checkpoint_dir, "; found ",
-        found.empty() ? std::string("none") : absl::StrJoin(found, ", ")));
-  }
-  plan.fork = false;  // resume_step -1 over only bad checkpoints: as before
-  return plan;
-}
-
 // Where one optimizer step's time went, in seconds (StepReport).
 struct StepSplit {
   double data_wait = 0;
@@ -310,12 +257,22 @@ struct ResumeOutcome {
 // shared directory, piecewise (parallel/sharded_checkpoint.h). Collective.
 absl::StatusOr<ResumeOutcome> Resume(const TrainerConfig& config, const CheckpointShape& shape,
                                      RankEngine& engine, Collectives& collectives,
-                                     TrainingState* state, TrainResult* result) {
+                                     const TrainerCallbacks& callbacks, TrainingState* state,
+                                     TrainResult* result) {
   ResumeOutcome outcome;
   if (config.checkpoint_dir.empty()) return outcome;
   const int rank = collectives.rank();
-  absl::StatusOr<ResumePlan> plan = ResumePlan{};
-  if (rank == 0) plan = PlanResume(config, &result->skipped_checkpoints);
+  absl::StatusOr<ResumeChoice> plan = ResumeChoice{};
+  if (rank == 0) {
+    plan = ChooseResumeCheckpoint(
+        {config.checkpoint_dir, config.resume_step, config.allow_start_from_scratch},
+        &result->corrupt_checkpoints);
+    if (callbacks.on_checkpoint_corrupt) {
+      for (const CorruptCheckpoint& c : result->corrupt_checkpoints) {
+        callbacks.on_checkpoint_corrupt(c);
+      }
+    }
+  }
   enum Source : int64_t { kNone = 0, kBytes = 1, kDirectory = 2 };
   int64_t source = kNone;
   if (plan.ok() && plan->checkpoint.has_value()) {
@@ -638,13 +595,15 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
 
   TrainingState state;
   ASSIGN_OR_RETURN(const ResumeOutcome resumed,
-                   Resume(config, shape, *engine, collectives, &state, &result));
+                   Resume(config, shape, *engine, collectives, callbacks, &state, &result));
   const bool record_branch = BeginBranch(config, resumed, &state);
   result.generation = state.generation;
   result.skip_batches = state.skip_batches;
   if (record_branch) {
+    // Under continue_after_failed_save a failed rewrite is reported and the
+    // run goes on from the checkpoint it resumed (TrainerConfig).
     checkpoints.Save(state, /*wait=*/true);
-    RETURN_IF_ERROR(checkpoints.Finish());
+    RETURN_IF_ERROR(checkpoints.Finish(/*final=*/false));
   }
   ASSIGN_OR_RETURN(std::optional<DynamicLossScaler> scaler,
                    MakeLossScaler(config, resumed.restored, state));

@@ -132,6 +132,15 @@ struct TrainerConfig {
   // plus AdamW moments: 12 bytes per fp32 parameter) from its first
   // checkpoint on.
   bool checkpoint_async = true;
+  // What a failed save does (a full volume: RESOURCE_EXHAUSTED, or another
+  // I/O error). Either way it is reported (on_checkpoint_failed), leaves no
+  // partial checkpoint and the committed ones intact. false: training stops
+  // on every rank with the error at the next step boundary. true: training
+  // goes on and later saves are tried as usual; the resume-point rewrite
+  // may fail too (a crash before the next checkpoint then resumes from the
+  // checkpoint this call resumed, as the controller's restart would); only
+  // a failed final checkpoint fails the run.
+  bool continue_after_failed_save = false;
   // Pruning after every checkpoint write (rank 0), over the checkpoints on
   // the current branch (the ancestors of the one just written): keep the
   // newest keep_checkpoints; <= 0 = keep every checkpoint. Checkpoints of
@@ -146,13 +155,18 @@ struct TrainerConfig {
   // checkpoint_interval + 1 checkpoints besides the newest keep_checkpoints.
   int64_t retain_distance_steps = 0;
   // Which checkpoint to resume from (needs checkpoint_dir):
-  //   -1: the newest (in lineage order) that verifies; none verifies, or
-  //       none exists: from scratch.
+  //   -1: the newest (in lineage order) that verifies; none exists: from
+  //       scratch; some exist and none verifies: DATA_LOSS
+  //       (IsNoGoodCheckpoint), or from scratch with allow_start_from_scratch.
   //    0: none: from scratch, even if checkpoints exist (a fork if any do).
   //    N > 0: the newest (in lineage order) at step <= N that verifies;
   //       FAILED_PRECONDITION if none does (the message lists every
   //       checkpoint found and why it was not used).
   int64_t resume_step = -1;
+  // resume_step -1: when every checkpoint in checkpoint_dir fails
+  // verification, train from step 0 instead of failing (the corrupt ones
+  // are reported either way: TrainerCallbacks::on_checkpoint_corrupt).
+  bool allow_start_from_scratch = false;
   // Lineage generation of the checkpoints this call writes (>= 0). The
   // controller bumps it for every rollback; see "Forks" above for how the
   // effective generation is derived from it (TrainResult::generation).
@@ -256,6 +270,11 @@ struct TrainerCallbacks {
   // left waiting in a collective). Steps and checkpoints already finished
   // stay valid; a checkpoint save in flight is finished (and reported) first.
   std::function<bool()> should_stop;
+  // Rank 0 only, on the training thread, while choosing where to resume
+  // (before the first step, and before Train returns an error about it):
+  // once for each checkpoint that failed verification (checkpoint_choice.h),
+  // so that the controller learns which file failed which check.
+  std::function<void(const CorruptCheckpoint&)> on_checkpoint_corrupt;
   // Every rank, once, after the last step and the final checkpoint, with the
   // trained model (a GptImpl, see gpt.h). For tests and export; runs on the
   // training thread, and the module must not be kept past the call.
@@ -276,8 +295,8 @@ struct TrainResult {
   int64_t resumed_from_step = 0;  // 0 = started from scratch
   // Checkpoints passed over on resume because they did not verify
   // (missing or damaged manifest or file) or could not be read (rank 0
-  // only).
-  std::vector<std::string> skipped_checkpoints;
+  // only), as on_checkpoint_corrupt reported them.
+  std::vector<CorruptCheckpoint> corrupt_checkpoints;
   // Effective lineage generation of this call (see TrainerConfig, "Forks").
   int64_t generation = 0;
   // Skip list in force (union of the resumed checkpoint's and the config's),
@@ -308,7 +327,10 @@ struct TrainResult {
 // tokens outside the vocabulary; FAILED_PRECONDITION if the checkpoint to
 // resume from was written for a different model shape or global_batch, or
 // if resume_step > 0 and no checkpoint at or before it verifies (on ranks
-// != 0 the message only says that rank 0 failed); CANCELLED via
+// != 0 the message only says that rank 0 failed); DATA_LOSS
+// (IsNoGoodCheckpoint, checkpoint_choice.h; rank 0) if resume_step is -1 and
+// every checkpoint fails verification, without allow_start_from_scratch
+// (other ranks: FAILED_PRECONDITION); CANCELLED via
 // should_stop; ABORTED on ranks != 0 when rank 0 failed to write a
 // checkpoint (found at the next step boundary, when saves are asynchronous);
 // errors of TokenDataset::Load; INTERNAL for LibTorch errors (c10::Error,

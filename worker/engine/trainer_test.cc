@@ -3,12 +3,15 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -29,7 +32,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_choice.h"
 #include "worker/engine/checkpoint_inspect.h"
+#include "worker/engine/checkpoint_writer.h"
 #include "worker/engine/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/process_group_handle.h"
@@ -150,6 +155,7 @@ struct RankOutcome {
   absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
   std::vector<torch::Tensor> parameters;
   std::vector<StepReport> steps;
+  std::vector<CorruptCheckpoint> corrupt;  // as on_checkpoint_corrupt reported them
 };
 
 class TrainerTest : public ::testing::Test {
@@ -204,6 +210,9 @@ class TrainerTest : public ::testing::Test {
         return limit > 0 && steps_run >= limit;
       };
       callbacks.on_finish = [&out](const torch::nn::Module& m) { out.parameters = Snapshot(m); };
+      callbacks.on_checkpoint_corrupt = [&out](const CorruptCheckpoint& c) {
+        out.corrupt.push_back(c);
+      };
       out.result = Train(config, std::move(group), callbacks);
     };
     if (world_size == 1) {
@@ -324,6 +333,122 @@ TEST_F(TrainerTest, FailedCheckpointSaveIsReportedAndStopsTraining) {
   EXPECT_FALSE(failures[0].second.empty());
 }
 
+// A small tmpfs the test mounts (tests run as root), unmounted and removed
+// on every path out of the test.
+class ScopedTmpfs {
+ public:
+  ScopedTmpfs(const std::string& path, uint64_t bytes) : path_(path) {
+    fs::create_directories(path);
+    const std::string options = absl::StrCat("size=", bytes);
+    mounted_ = ::mount("tmpfs", path.c_str(), "tmpfs", 0, options.c_str()) == 0;
+    if (!mounted_) error_ = std::strerror(errno);
+  }
+  ~ScopedTmpfs() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+// Issue 12, disk full: the checkpoint volume fills up during a save (a
+// filler file written once the first checkpoint commits). The save fails
+// with RESOURCE_EXHAUSTED and is reported; the previous checkpoint stays
+// intact and is what a resume would load; no partial checkpoint is left.
+// STOP (the default) ends training with that error; CONTINUE trains on, and
+// once space is freed (the failure callback deletes the filler) the next
+// save commits, with the parameters of an uninterrupted run.
+TEST_F(TrainerTest, DiskFullSaveFailsKeepsThePreviousCheckpointAndFollowsThePolicy) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 6;
+  config.checkpoint_interval = 2;
+  config.checkpoint_async = false;  // the filler lands between saves
+  std::vector<RankOutcome> straight = RunRanks(config, 1);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+  // One checkpoint's size, from a save on ordinary disk.
+  config.checkpoint_dir = dir_ + "/sizing";
+  absl::StatusOr<TrainResult> sizing = Train(config, nullptr, {});
+  ASSERT_TRUE(sizing.ok()) << sizing.status();
+  const uint64_t checkpoint_bytes = sizing->checkpoints.at(0).bytes;
+
+  for (const bool keep_training : {false, true}) {
+    SCOPED_TRACE(keep_training ? "CONTINUE" : "STOP");
+    // Room for three checkpoints and a half; the filler leaves half of one.
+    ScopedTmpfs volume(dir_ + "/volume", checkpoint_bytes * 7 / 2);
+    ASSERT_TRUE(volume.mounted()) << "mount tmpfs: " << volume.error();
+    config.checkpoint_dir = dir_ + "/volume/ckpt";
+    config.keep_checkpoints = 3;
+    config.continue_after_failed_save = keep_training;
+    const std::string filler = dir_ + "/volume/filler";
+    std::vector<int64_t> committed, failed;
+    std::vector<absl::Status> errors;
+    std::vector<torch::Tensor> parameters;
+    TrainerCallbacks callbacks;
+    callbacks.on_checkpoint = [&](const CheckpointReport& r) {
+      committed.push_back(r.step);
+      if (r.step == 2) {
+        // Fill the volume up to half a checkpoint of free space.
+        struct statvfs st;
+        ASSERT_EQ(::statvfs(config.checkpoint_dir.c_str(), &st), 0);
+        const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+        ASSERT_GT(free_bytes, checkpoint_bytes);  // the next save would fit
+        std::ofstream out(filler, std::ios::binary);
+        const std::string block(4096, 'x');
+        for (uint64_t n = 0; n + block.size() <= free_bytes - checkpoint_bytes / 2;
+             n += block.size()) {
+          out << block;
+        }
+        out.close();
+        ASSERT_TRUE(out.good());
+      }
+    };
+    callbacks.on_checkpoint_failed = [&](int64_t step, const absl::Status& error) {
+      failed.push_back(step);
+      errors.push_back(error);
+      fs::remove(filler);  // space freed (a CONTINUE run's next save can commit)
+    };
+    callbacks.on_finish = [&](const torch::nn::Module& m) { parameters = Snapshot(m); };
+    absl::StatusOr<TrainResult> result = Train(config, nullptr, callbacks);
+
+    ASSERT_EQ(failed, std::vector<int64_t>{4});
+    EXPECT_EQ(errors[0].code(), absl::StatusCode::kResourceExhausted) << errors[0];
+    EXPECT_TRUE(IsCheckpointVolumeFull(errors[0])) << errors[0];
+    EXPECT_THAT(std::string(errors[0].message()), ::testing::HasSubstr("checkpoint at step 4"));
+    // No partial checkpoint, and the previous one is what a resume loads.
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(config.checkpoint_dir)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    std::vector<CorruptCheckpoint> corrupt;
+    absl::StatusOr<ResumeChoice> choice =
+        ChooseResumeCheckpoint({config.checkpoint_dir, -1, false}, &corrupt);
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    ASSERT_TRUE(choice->checkpoint.has_value());
+    EXPECT_TRUE(corrupt.empty());
+    if (!keep_training) {
+      EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_TRUE(IsCheckpointVolumeFull(result.status()));  // what loom-rank's exit code says
+      EXPECT_EQ(committed, std::vector<int64_t>{2});
+      EXPECT_EQ(names, std::vector<std::string>{"step-000000002"});
+      EXPECT_EQ(choice->checkpoint->manifest.state.step, 2);
+    } else {
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_EQ(result->steps, 6);
+      EXPECT_EQ(committed, (std::vector<int64_t>{2, 6}));
+      EXPECT_EQ(names, (std::vector<std::string>{"step-000000002", "step-000000006"}));
+      EXPECT_EQ(choice->checkpoint->manifest.state.step, 6);
+      EXPECT_EQ(MaxAbsDiff(straight[0].parameters, parameters), 0.0);
+    }
+  }
+}
+
 // A step whose gradients are not finite is skipped by the fused optimizer:
 // reported, counted, and never applied. An absurd learning rate blows the
 // weights up after the first step, so that every later forward overflows.
@@ -430,6 +555,47 @@ TEST_F(TrainerTest, ResumesFromCheckpointAndMatchesUninterruptedRun) {
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, third[0].parameters), 0.0);
 }
 
+// Issue 12: when checkpoints exist and none verifies, a resume does not
+// quietly train from step 0. Rank 0 reports each corrupt one and fails with
+// DATA_LOSS (IsNoGoodCheckpoint), the other ranks with FAILED_PRECONDITION;
+// allow_start_from_scratch trains from scratch instead, as a run without
+// checkpoints would, bit for bit.
+TEST_F(TrainerTest, NoGoodCheckpointFailsUnlessStartingFromScratchIsAllowed) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 4;
+  std::vector<RankOutcome> straight = RunRanks(config, 2);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  ASSERT_TRUE(RunRanks(config, 2)[0].result.ok());
+  FlipMiddleByte(ShardOf(config.checkpoint_dir, 2));
+  FlipMiddleByte(ShardOf(config.checkpoint_dir, 4));
+
+  std::vector<RankOutcome> failed = RunRanks(config, 2);
+  EXPECT_EQ(failed[0].result.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(IsNoGoodCheckpoint(failed[0].result.status()));
+  EXPECT_THAT(std::string(failed[0].result.status().message()),
+              ::testing::HasSubstr("allow_start_from_scratch"));
+  EXPECT_EQ(failed[1].result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(failed[0].steps.empty());
+  ASSERT_EQ(failed[0].corrupt.size(), 2u);
+  EXPECT_EQ(failed[0].corrupt[0].file, ShardOf(config.checkpoint_dir, 4));
+  EXPECT_EQ(failed[0].corrupt[0].check, kCheckCrc32c);
+  EXPECT_EQ(failed[0].corrupt[1].file, ShardOf(config.checkpoint_dir, 2));
+  EXPECT_TRUE(failed[1].corrupt.empty());  // rank 0 reports
+
+  config.allow_start_from_scratch = true;
+  std::vector<RankOutcome> scratch = RunRanks(config, 2);
+  ASSERT_TRUE(scratch[0].result.ok()) << scratch[0].result.status();
+  EXPECT_EQ(scratch[0].result->resumed_from_step, 0);
+  EXPECT_EQ(scratch[0].corrupt.size(), 2u);
+  // Every step from 1 (and the step-0 validation) reported, as in the run
+  // without checkpoints.
+  EXPECT_EQ(scratch[0].steps.size(), straight[0].steps.size());
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, scratch[0].parameters), 0.0);
+}
+
 TEST_F(TrainerTest, SkipsCorruptNewestCheckpoint) {
   TrainerConfig config = SmallConfig();
   config.schedule.total_steps = 4;
@@ -453,7 +619,12 @@ TEST_F(TrainerTest, SkipsCorruptNewestCheckpoint) {
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
   EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
-  EXPECT_EQ(resumed[0].result->skipped_checkpoints, std::vector<std::string>{newest});
+  ASSERT_EQ(resumed[0].result->corrupt_checkpoints.size(), 1u);
+  const CorruptCheckpoint& corrupt = resumed[0].result->corrupt_checkpoints[0];
+  EXPECT_EQ(corrupt.path, newest);
+  EXPECT_EQ(corrupt.step, 4);
+  EXPECT_EQ(corrupt.file, ShardOf(config.checkpoint_dir, 4));
+  EXPECT_EQ(corrupt.check, kCheckCrc32c);
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
   // The rewritten step-4 checkpoint verifies again.
   EXPECT_TRUE(ReadVerifiedCheckpoint(entry).ok());
@@ -468,10 +639,14 @@ TEST_F(TrainerTest, CheckpointWithoutManifestIsSkipped) {
   ASSERT_TRUE(fs::remove(StepDir(config.checkpoint_dir, 2) + "/MANIFEST.json"));
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
-  // Without a readable manifest its generation is unknown, so it sorts last
-  // and is never tried.
+  // Without a readable manifest its generation is unknown, so it sorts last;
+  // it is still checked and reported (issue 12), not passed over in silence.
   EXPECT_EQ(resumed[0].result->resumed_from_step, 1);
   EXPECT_EQ(resumed[0].steps.size(), 1u);
+  ASSERT_EQ(resumed[0].corrupt.size(), 1u);
+  EXPECT_EQ(resumed[0].corrupt[0].step, 2);
+  EXPECT_EQ(resumed[0].corrupt[0].file, StepDir(config.checkpoint_dir, 2) + "/MANIFEST.json");
+  EXPECT_EQ(resumed[0].corrupt[0].check, kCheckMissing);
 }
 
 TEST_F(TrainerTest, KeepsOnlyNewestCheckpoints) {
@@ -827,7 +1002,7 @@ TEST_F(TrainerTest, ResumeStepPicksNewestValidCheckpointAtOrBeforeIt) {
   absl::StatusOr<TrainResult> failed = Train(rollback, nullptr, {});
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string message(failed.status().message());
-  EXPECT_THAT(message, ::testing::HasSubstr(StepDir(dir, 1) + " (DATA_LOSS: " + ShardOf(dir, 1) +
+  EXPECT_THAT(message, ::testing::HasSubstr(StepDir(dir, 1) + " (crc32c: " + ShardOf(dir, 1) +
                                             ": crc32c "));
   EXPECT_THAT(message, ::testing::HasSubstr(StepDir(dir, 4) + " (generation 1, after step 1)"));
 
@@ -1016,7 +1191,7 @@ TEST_F(TrainerTest, ResumesBitExactAfterKill9) {
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
   EXPECT_EQ(resumed[0].result->resumed_from_step, 3);
-  EXPECT_TRUE(resumed[0].result->skipped_checkpoints.empty());
+  EXPECT_TRUE(resumed[0].result->corrupt_checkpoints.empty());
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
   EXPECT_EQ(resumed[0].result->final_loss, straight[0].result->final_loss);
   EXPECT_EQ(resumed[0].result->final_val_loss, straight[0].result->final_val_loss);
@@ -1054,7 +1229,7 @@ void CheckCrashDuringSave(const TrainerConfig& base, const std::vector<RankOutco
   std::vector<RankOutcome> resumed = run(config);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
   EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
-  EXPECT_TRUE(resumed[0].result->skipped_checkpoints.empty());
+  EXPECT_TRUE(resumed[0].result->corrupt_checkpoints.empty());
   EXPECT_TRUE(TemporaryNames(config.checkpoint_dir).empty());
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
   EXPECT_EQ(resumed[0].result->final_loss, straight[0].result->final_loss);
