@@ -91,6 +91,15 @@ void GradientAverager::Build(int64_t bucket_bytes) {
       "GradientAverager");
 }
 
+void WaitIgnoringFailure(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (!work) return;
+  try {
+    work->wait();
+  } catch (...) {
+    // The group failed; the buffers die with their owner either way.
+  }
+}
+
 std::vector<std::shared_ptr<torch::autograd::Node>> HookGradientAccumulators(
     const std::vector<GradientSlot>& slots, std::function<void(size_t)> ready, const char* who) {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
@@ -117,14 +126,7 @@ GradientAverager::~GradientAverager() {
   std::lock_guard<std::mutex> lock(mu_);
   // A bucket in flight (an exception between Arm and Finish) is waited for:
   // its backend still writes into the buffer.
-  for (Bucket& bucket : buckets_) {
-    if (!bucket.work) continue;
-    try {
-      bucket.work->wait();
-    } catch (...) {
-      // The group failed; the buffers die with us either way.
-    }
-  }
+  for (Bucket& bucket : buckets_) WaitIgnoringFailure(bucket.work);
 }
 
 void GradientAverager::ZeroGradients() {

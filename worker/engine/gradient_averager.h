@@ -76,6 +76,11 @@ struct GradientSlot {
 std::vector<std::shared_ptr<torch::autograd::Node>> HookGradientAccumulators(
     const std::vector<GradientSlot>& slots, std::function<void(size_t)> ready, const char* who);
 
+// Waits for `work` (if any) and swallows its failure: for destructors,
+// whose buffers a collective still in flight writes into, while the group
+// may already have failed.
+void WaitIgnoringFailure(const c10::intrusive_ptr<c10d::Work>& work);
+
 class GradientAverager {
  public:
   // Owns the buffer: `parameters` (one dtype and device) get gradient views

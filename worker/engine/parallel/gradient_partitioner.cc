@@ -115,14 +115,7 @@ GradientPartitioner::~GradientPartitioner() {
   std::lock_guard<std::mutex> lock(mu_);
   // Reductions in flight (an exception between backward and Finish) still
   // read their staging buffers.
-  for (InFlight& f : in_flight_) {
-    if (!f.work) continue;
-    try {
-      f.work->wait();
-    } catch (...) {
-      // The group failed; the buffers die with us either way.
-    }
-  }
+  for (InFlight& f : in_flight_) WaitIgnoringFailure(f.work);
 }
 
 void GradientPartitioner::MarkReady(size_t slot) {
