@@ -25,6 +25,15 @@ inline constexpr int kRankExitNoGoodCheckpoint = 65;
 // rank's reason, without spending a restart. 74 is sysexits.h's EX_IOERR.
 inline constexpr int kRankExitCheckpointVolumeFull = 74;
 
+// The job's checkpoint directory is fenced to another attempt
+// (worker/engine/checkpoint_fence.h): a newer attempt of this job, or
+// another job, claimed it, so this rank committed and deleted nothing more
+// and stopped. For a stale attempt the exit is only accounted; for the
+// current attempt the controller fails the job with the rank's reason,
+// without spending a restart (a restart would take the directory back from
+// whoever holds it). 77 is sysexits.h's EX_NOPERM.
+inline constexpr int kRankExitCheckpointFenced = 77;
+
 }  // namespace loom
 
 #endif  // LOOM_COMMON_RANK_EXIT_H_

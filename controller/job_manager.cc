@@ -1076,6 +1076,11 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
             "(checkpoint.on_save_failure: CONTINUE trains on through failed saves); the "
             "committed checkpoints are intact";
         rec.pending_failure->reason = why;
+      } else if (req.signal() == 0 && req.exit_code() == kRankExitCheckpointFenced) {
+        rec.pending_failure->no_restart_because =
+            "its checkpoint directory is claimed by another job or attempt "
+            "(checkpoint.dir must not be shared); a restart would take it back";
+        rec.pending_failure->reason = why;
       }
       if (req.lease_expired() && rec.pending_failure->cause_kind.empty()) {
         // Its worker lost the controller (a peer that failed first lost

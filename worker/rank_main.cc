@@ -112,6 +112,7 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   // Recovery: which checkpoint to resume from, the attempt, and the data
   // batches to skip. Retention keeps a rollback target this far back.
   c.generation = a.generation();
+  c.job_id = a.job_id();
   c.resume_step = a.resume_step();
   c.allow_start_from_scratch = spec.recovery().allow_start_from_scratch();
   for (const auto& r : a.skip_batches()) c.skip_batches.push_back({r.begin(), r.end()});
@@ -413,6 +414,10 @@ int main(int argc, char** argv) {
     if (loom::engine::IsNoGoodCheckpoint(result.status())) {
       Die(absl::StrCat("training failed: ", result.status().message()),
           loom::kRankExitNoGoodCheckpoint);
+    }
+    if (loom::engine::IsCheckpointFenced(result.status())) {
+      Die(absl::StrCat("training stopped: ", result.status().message()),
+          loom::kRankExitCheckpointFenced);
     }
     if (loom::engine::IsCheckpointVolumeFull(result.status()) &&
         result.status() == last_save_failure) {

@@ -6,6 +6,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace loom::engine {
 namespace {
@@ -33,7 +34,12 @@ absl::StatusOr<VerifiedCheckpoint> VerifyOrReport(const CheckpointEntry& entry,
 
 absl::StatusOr<ResumeChoice> ChooseResumeCheckpoint(const ResumeRequest& request,
                                                     std::vector<CorruptCheckpoint>* corrupt) {
-  RemoveTemporaries(request.dir);
+  if (request.fence.has_value()) {
+    RETURN_IF_ERROR(ClaimCheckpointDir(request.dir, *request.fence,
+                                       [&] { RemoveTemporaries(request.dir); }));
+  } else {
+    RemoveTemporaries(request.dir);
+  }
   const std::vector<CheckpointEntry> entries = ListCheckpoints(request.dir);
   ResumeChoice choice;
   for (const CheckpointEntry& entry : entries) {

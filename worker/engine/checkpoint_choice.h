@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_fence.h"
 #include "worker/engine/checkpoint_report.h"  // CorruptCheckpoint
 
 namespace loom::engine {
@@ -29,6 +30,10 @@ struct ResumeRequest {
   // resume_step -1 only: when checkpoints exist and none verifies, start
   // from scratch (reporting them) instead of failing.
   bool allow_start_from_scratch = false;
+  // Set: the directory is claimed for this attempt first (checkpoint_fence.h),
+  // and the clean-up runs under the claim; a newer attempt's claim fails the
+  // choice with IsCheckpointFenced before anything is read or removed.
+  std::optional<FenceToken> fence;
 };
 
 struct ResumeChoice {
@@ -39,7 +44,8 @@ struct ResumeChoice {
   int64_t fork_generation = 0;
 };
 
-// Removes what interrupted saves left in `request.dir` (RemoveTemporaries),
+// Claims `request.dir` if request.fence is set, removes what interrupted
+// saves left there (RemoveTemporaries),
 // lists its checkpoints and verifies them in lineage order until one
 // qualifies (step <= resume_step when resume_step > 0) and verifies.
 // Appends to `corrupt` (not null) every checkpoint it rejected for failing

@@ -39,6 +39,7 @@ CheckpointCoordinator::CheckpointCoordinator(const TrainerConfig& config,
   options_.keep_checkpoints = config.keep_checkpoints;
   options_.retain_distance_steps = config.retain_distance_steps;
   options_.on_stage = callbacks.on_checkpoint_stage;
+  if (!config.job_id.empty()) options_.fence = FenceToken{config.job_id, config.generation};
   if (sharded_) {
     // One temporary directory per save, named after world rank 0's pid, so
     // that a crashed attempt's leftovers (removed at the next start) are
@@ -55,7 +56,9 @@ CheckpointCoordinator::~CheckpointCoordinator() = default;
 
 void CheckpointCoordinator::Fail(int64_t step, const absl::Status& error) {
   if (!failure_.ok()) return;
-  if (config_.continue_after_failed_save) {
+  // A fenced save says a newer attempt owns the directory: this one is over,
+  // whatever the policy for failed saves.
+  if (config_.continue_after_failed_save && !IsCheckpointFenced(error)) {
     // Reported, and training goes on; Finish(final) decides about the last.
     latest_failure_ = error;
     latest_failed_step_ = step;

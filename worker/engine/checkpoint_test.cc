@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/checkpoint_writer.h"
@@ -492,6 +493,53 @@ TEST_F(CheckpointTest, FailedSaveReportsTheErrorAndLeavesNoTemporary) {
   report = blocked.Wait();
   ASSERT_TRUE(report.has_value());
   EXPECT_EQ(report->status().code(), absl::StatusCode::kInternal);
+}
+
+// A writer fenced by a newer attempt's claim (checkpoint_fence.h) commits
+// nothing and deletes nothing: the newer attempt's checkpoint and the older
+// ones it may roll back to stay as they were.
+TEST_F(CheckpointTest, AFencedWriterCommitsAndPrunesNothing) {
+  Replica replica(1);
+  CheckpointWriterOptions options = Options();
+  options.keep_checkpoints = 1;
+  options.fence = FenceToken{"job-1", 3};
+  ASSERT_TRUE(ClaimCheckpointDir(options.dir, *options.fence).ok());
+  CheckpointWriter old_attempt(options);
+  ASSERT_TRUE(Save(old_attempt, replica, StateAt(1)).ok());
+  ASSERT_TRUE(Save(old_attempt, replica, StateAt(2)).ok());  // prunes step 1
+
+  // Attempt 4 claims the directory and commits step 2 again, as its own.
+  CheckpointWriterOptions newer = options;
+  newer.fence = FenceToken{"job-1", 4};
+  newer.keep_checkpoints = 0;
+  ASSERT_TRUE(ClaimCheckpointDir(newer.dir, *newer.fence).ok());
+  Replica other(2);
+  CheckpointWriter new_attempt(newer);
+  absl::StatusOr<CheckpointReport> committed = Save(new_attempt, other, StateAt(2));
+  ASSERT_TRUE(committed.ok()) << committed.status();
+
+  // Attempt 3, still running, tries a step it would commit and prune after.
+  replica.Step();
+  absl::StatusOr<CheckpointReport> stale = Save(old_attempt, replica, StateAt(3));
+  EXPECT_TRUE(IsCheckpointFenced(stale.status())) << stale.status();
+  absl::StatusOr<CheckpointReport> rewrite = Save(old_attempt, replica, StateAt(2));
+  EXPECT_TRUE(IsCheckpointFenced(rewrite.status())) << rewrite.status();
+  std::vector<CheckpointEntry> listed = ListCheckpoints(options.dir);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].step, 2);
+  absl::StatusOr<std::string> bytes = ReadVerifiedCheckpoint(listed[0]);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(Sha256Hex(*bytes), Sha256Hex(*ReadVerifiedCheckpoint(
+                                   {2, committed->path, 0, false})));
+  Replica restored(3, 0);
+  TrainingState loaded;
+  ASSERT_TRUE(
+      RestoreCheckpoint(*bytes, Shape(), *restored.model, *restored.optimizer, &loaded).ok());
+  EXPECT_TRUE(BitwiseEqual(restored.Tensors(), other.Tensors()));
+  for (const auto& entry : fs::directory_iterator(options.dir)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos)
+        << entry.path();
+  }
 }
 
 TEST_F(CheckpointTest, StartRejectsAnOptimizerOtherThanAdamW) {

@@ -46,17 +46,9 @@ uint64_t RoundUp(uint64_t n, uint64_t alignment) {
   return (n + alignment - 1) / alignment * alignment;
 }
 
-constexpr char kVolumeFullPayload[] = "type.loom.dev/loom.engine.CheckpointVolumeFull";
-
-// RESOURCE_EXHAUSTED marked IsCheckpointVolumeFull for a full or over-quota
-// volume (a save cannot succeed until space is freed), INTERNAL otherwise.
+// CheckpointErrnoError (checkpoint_fence.h) for the errno just set.
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  const int error = errno;
-  std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(error));
-  if (error != ENOSPC && error != EDQUOT) return absl::InternalError(message);
-  absl::Status full = absl::ResourceExhaustedError(message);
-  full.SetPayload(kVolumeFullPayload, absl::Cord("1"));
-  return full;
+  return CheckpointErrnoError(what, path);
 }
 
 // `status` with `prefix` before its message, payloads kept.
@@ -355,8 +347,15 @@ absl::StatusOr<CheckpointReport> CommitTemporary(const CheckpointWriterOptions& 
                         .status());
     RETURN_IF_ERROR(FsyncDirectory(temp));
     stage(CheckpointStage::kManifestWritten);
-    RETURN_IF_ERROR(CommitDirectory(temp, final));
-    RETURN_IF_ERROR(FsyncDirectory(options.dir));
+    auto rename_into_place = [&]() -> absl::Status {
+      RETURN_IF_ERROR(CommitDirectory(temp, final));
+      return FsyncDirectory(options.dir);
+    };
+    if (options.fence.has_value()) {
+      RETURN_IF_ERROR(WhileFenceHeld(options.dir, *options.fence, rename_into_place));
+    } else {
+      RETURN_IF_ERROR(rename_into_place());
+    }
     CheckpointReport report;
     report.step = step;
     report.path = final;
@@ -374,13 +373,24 @@ absl::StatusOr<CheckpointReport> CommitTemporary(const CheckpointWriterOptions& 
     return Prefixed(report.status(), absl::StrCat("checkpoint at step ", step, ": "));
   }
   stage(CheckpointStage::kCommitted);
-  // A version 1/2 file of this step is superseded (as a rewrite replaced it).
-  std::error_code ec;
-  CheckpointEntry legacy{step, LegacyCheckpointPath(options.dir, step), -1, true};
-  if (fs::exists(legacy.path, ec)) DeleteCheckpoint(legacy);
-  report->pruned_paths = PruneCheckpoints(options.dir, options.keep_checkpoints,
-                                          options.retain_distance_steps, manifest.state.lineage,
-                                          step);
+  auto prune = [&]() -> absl::Status {
+    // A version 1/2 file of this step is superseded (as a rewrite replaced it).
+    std::error_code ec;
+    CheckpointEntry legacy{step, LegacyCheckpointPath(options.dir, step), -1, true};
+    if (fs::exists(legacy.path, ec)) DeleteCheckpoint(legacy);
+    report->pruned_paths = PruneCheckpoints(options.dir, options.keep_checkpoints,
+                                            options.retain_distance_steps,
+                                            manifest.state.lineage, step);
+    return absl::OkStatus();
+  };
+  if (!options.fence.has_value()) {
+    prune().IgnoreError();  // cannot fail
+    return report;
+  }
+  // Fenced between the commit and here: this checkpoint is committed (the
+  // newer attempt may resume from it), but this attempt deletes nothing
+  // more and must stop.
+  RETURN_IF_ERROR(WhileFenceHeld(options.dir, *options.fence, prune));
   return report;
 }
 
@@ -487,8 +497,5 @@ std::optional<absl::StatusOr<CheckpointReport>> CheckpointWriter::Finish() {
   return outcome;
 }
 
-bool IsCheckpointVolumeFull(const absl::Status& status) {
-  return absl::IsResourceExhausted(status) && status.GetPayload(kVolumeFullPayload).has_value();
-}
 
 }  // namespace loom::engine

@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_fence.h"
 #include "worker/engine/checkpoint_report.h"
 #include "worker/engine/config.h"
 
@@ -56,6 +57,11 @@ struct CheckpointWriterOptions {
   CheckpointShape shape;              // recorded in manifest and shard
   int keep_checkpoints = 3;           // see TrainerConfig
   int64_t retain_distance_steps = 0;  // see TrainerConfig
+  // Set: every commit, prune and clean-up of `dir` runs only while this
+  // token holds the directory's claim (checkpoint_fence.h); a fenced save
+  // fails IsCheckpointFenced and touches nothing. The claim itself is made
+  // at start (ClaimCheckpointDir). Unset: no fencing (tools, tests).
+  std::optional<FenceToken> fence;
   // Fault injection for tests; see TrainerCallbacks::on_checkpoint_stage.
   // Called on the background thread.
   std::function<void(CheckpointStage stage, int64_t step)> on_stage;
@@ -94,10 +100,9 @@ absl::StatusOr<CheckpointReport> CommitShardedCheckpoint(const CheckpointWriterO
 // Thread-compatible: one training thread calls every method; the background
 // thread is internal. The destructor waits for a save in flight to finish
 // (its outcome is dropped) and joins the thread.
-// True for a save's error that says the checkpoint volume is full or over
-// quota (RESOURCE_EXHAUSTED, marked by the writer; a failed allocation of
-// staging memory is RESOURCE_EXHAUSTED too, but not this).
-bool IsCheckpointVolumeFull(const absl::Status& status);
+// A save's error that says the checkpoint volume is full or over quota is
+// IsCheckpointVolumeFull (checkpoint_fence.h); one that says a newer
+// attempt holds the directory is IsCheckpointFenced.
 
 class CheckpointWriter {
  public:

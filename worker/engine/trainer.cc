@@ -264,9 +264,10 @@ absl::StatusOr<ResumeOutcome> Resume(const TrainerConfig& config, const Checkpoi
   const int rank = collectives.rank();
   absl::StatusOr<ResumeChoice> plan = ResumeChoice{};
   if (rank == 0) {
-    plan = ChooseResumeCheckpoint(
-        {config.checkpoint_dir, config.resume_step, config.allow_start_from_scratch},
-        &result->corrupt_checkpoints);
+    ResumeRequest request{config.checkpoint_dir, config.resume_step,
+                          config.allow_start_from_scratch};
+    if (!config.job_id.empty()) request.fence = FenceToken{config.job_id, config.generation};
+    plan = ChooseResumeCheckpoint(request, &result->corrupt_checkpoints);
     if (callbacks.on_checkpoint_corrupt) {
       for (const CorruptCheckpoint& c : result->corrupt_checkpoints) {
         callbacks.on_checkpoint_corrupt(c);

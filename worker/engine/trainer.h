@@ -120,6 +120,13 @@ struct TrainerConfig {
   // skip list in force differs from the checkpoint's, the resume point is
   // rewritten the same way (one extra checkpoint write, reported).
   std::string checkpoint_dir;
+  // Set (by the worker, to the job's id): the checkpoint directory is fenced
+  // to this attempt, (job_id, generation) (checkpoint_fence.h). Rank 0
+  // claims it before choosing where to resume; every commit and prune then
+  // checks the claim, and a fenced save stops training with
+  // IsCheckpointFenced whatever continue_after_failed_save says. Empty: no
+  // fencing (tests and tools that own their directory).
+  std::string job_id;
   int64_t checkpoint_interval = 0; // 0 = final only
   // Periodic checkpoints are saved asynchronously (see CheckpointReport and
   // checkpoint_writer.h): the step is blocked only to capture the snapshot
