@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -68,7 +69,7 @@ absl::StatusOr<int> Spawn(const std::vector<std::string>& args, const std::strin
     dup2(logfd, STDERR_FILENO);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());  // a prefix such as "ip netns exec" is found on PATH
     const char msg[] = "loomctl: exec failed\n";
     (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
     _exit(127);
@@ -225,11 +226,15 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   ctl.name = "controller";
   ctl.log_path = o.home + "/logs/controller.log";
   std::string ready = o.home + "/run/controller.json";
-  std::vector<std::string> ctl_args = {
-      o.bin_dir + "/loom-controller", "--listen=127.0.0.1:0",
+  std::vector<std::string> ctl_args = o.controller_prefix;
+  const size_t listen_arg = ctl_args.size() + 1;
+  for (std::string arg : std::vector<std::string>{
+      o.bin_dir + "/loom-controller", "--listen=" + o.controller_host + ":0",
       "--data_dir=" + o.home + "/controller", "--token_file=" + token_path,
       "--ready_file=" + ready, "--metrics_listen=127.0.0.1:0",
-      absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)};
+      absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)}) {
+    ctl_args.push_back(std::move(arg));
+  }
   auto pid = Spawn(ctl_args, ctl.log_path);
   if (!pid.ok()) return pid.status();
   auto ready_info = WaitReady(ready, *pid, ctl.log_path, deadline);
@@ -243,7 +248,7 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   ctl.grpc_address = ready_info->grpc_address;
   // A restarted controller listens where this one does, so the workers
   // (given this address) find it again.
-  ctl_args[1] = "--listen=" + ctl.grpc_address;
+  ctl_args[listen_arg] = "--listen=" + ctl.grpc_address;
   if (absl::Status s = WriteArgs(o.home, "controller", ctl_args); !s.ok()) {
     kill(*pid, SIGKILL);
     return s;
@@ -258,14 +263,21 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     std::string wready = absl::StrCat(o.home, "/run/", w.name, ".json");
     std::string work = absl::StrCat(o.home, "/workers/", i);
     MakeDirs(work).IgnoreError();
-    const std::vector<std::string> worker_args = {
+    std::vector<std::string> worker_args;
+    if (static_cast<size_t>(i) < o.worker_prefix.size()) worker_args = o.worker_prefix[i];
+    const std::string address = static_cast<size_t>(i) < o.worker_address.size()
+                                    ? o.worker_address[i]
+                                    : std::string("127.0.0.1");
+    for (std::string arg : std::vector<std::string>{
         o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address,
         "--token_file=" + token_path, absl::StrCat("--node=local-", i),
-        "--address=127.0.0.1", absl::StrCat("--slots=", o.slots_per_worker),
+        "--address=" + address, absl::StrCat("--slots=", o.slots_per_worker),
         absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
         "--gpus=" + o.gpus_per_worker,
         "--work_dir=" + work, "--ready_file=" + wready,
-        "--metrics_listen=127.0.0.1:0"};
+        "--metrics_listen=127.0.0.1:0"}) {
+      worker_args.push_back(std::move(arg));
+    }
     if (absl::Status s = WriteArgs(o.home, w.name, worker_args); !s.ok()) {
       LocalDown(o.home).IgnoreError();
       return s;

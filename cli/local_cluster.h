@@ -31,6 +31,16 @@ struct LocalClusterOptions {
   std::string gpus_per_worker = "auto";  // loom-worker --gpus: a count or auto (NVML)
   absl::Duration start_timeout = absl::Seconds(30);
   double worker_timeout_s = 10;  // passed to the controller
+  // Where each daemon runs, for fault tests that give every daemon its own
+  // network namespace (tests/netns_lab.h): a command line prefix that the
+  // daemon's command is appended to (e.g. {"ip", "netns", "exec", "ns1"};
+  // kept in its run/<daemon>.args, so `local restart` starts it in the same
+  // place), the host the controller listens on, and the address each
+  // worker gives its ranks' peers. Empty: this host's loopback.
+  std::vector<std::string> controller_prefix;
+  std::string controller_host = "127.0.0.1";
+  std::vector<std::vector<std::string>> worker_prefix;  // by worker index
+  std::vector<std::string> worker_address;              // by worker index
 };
 
 struct DaemonInfo {

@@ -16,6 +16,7 @@ PKGS=(
   libopenblas0-openmp libopenblas-dev
   fortunes fortunes-min
   curl openssl
+  iproute2 iptables
   "$@"
 )
 
