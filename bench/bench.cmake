@@ -81,3 +81,10 @@ add_dependencies(loom_parallel_bench loomctl loom-controller loom-worker loom-ra
 # the same buckets all-reduced after it, 2 in-process Gloo ranks.
 add_executable(loom_overlap_bench ${CMAKE_CURRENT_LIST_DIR}/overlap_bench.cc)
 target_link_libraries(loom_overlap_bench PRIVATE loom_engine ${TORCH_LIBRARIES})
+
+# chaos: kill -9 / partition / disk-full trials on a real local cluster in
+# network namespaces; every job must finish bit-exact (issue 12). Root only.
+add_executable(loom_chaos_bench ${CMAKE_CURRENT_LIST_DIR}/chaos_bench.cc)
+target_link_libraries(loom_chaos_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
+                      loom_file_util absl::strings absl::str_format)
+add_dependencies(loom_chaos_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)

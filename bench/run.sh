@@ -44,6 +44,14 @@ bench_recovery() {
   "$BUILD_DIR/bin/loom_recovery_bench" "$BUILD_DIR/bin"
 }
 
+# Fault trials on a real local cluster, each daemon in its own network
+# namespace: kill -9 of workers, ranks and the controller, a partition, a
+# full checkpoint volume; every job must end bit-exact (issue 12). Root.
+bench_chaos() {
+  build loom_chaos_bench
+  "$BUILD_DIR/bin/loom_chaos_bench" "$BUILD_DIR/bin" "${CHAOS_TRIALS:-24}" "${CHAOS_SEED:-1}"
+}
+
 # Checkpoint write throughput against the disk's own write+fsync, and the
 # stall per asynchronous checkpoint as a fraction of a step, for a
 # ~124M-parameter GPT (issue 4). Checkpoints go to CHECKPOINT_BENCH_DIR

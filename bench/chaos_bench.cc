@@ -1,0 +1,365 @@
+// chaos: Jepsen-style fault trials on a real local cluster (issue 12).
+//
+// One controller and three workers, each in a network namespace of its own
+// (tests/netns_lab.h), train the same small GPT job again and again. Each
+// trial submits it and, at a random step, does one of: kill -9 a worker
+// daemon that hosts a rank (then starts it again, as a rebooted node
+// would), kill -9 one rank process, kill -9 the controller and start it
+// again within the workers' lease, kill -9 it and keep it down past the
+// lease, cut a worker off from the controller with iptables and heal it
+// once the job has moved, or fill the checkpoint volume (a small tmpfs)
+// during saves and free it again. Every trial must end SUCCEEDED with final
+// parameters bitwise equal (SHA-256 over every parameter, loom-ckpt digest)
+// to an uninterrupted run's, and no checkpoint the catalog lists may be
+// missing or fail verification (loomctl checkpoints --verify).
+//
+// Needs root (namespaces, iptables, mount). Usage:
+//   loom_chaos_bench BIN_DIR [TRIALS (24)] [SEED (1)]
+// Last line: chaos: <n>/<n> trials bit-exact, <k> checkpoints lost ratio=<passed/n>
+#include <signal.h>
+#include <sys/mount.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cli/local_cluster.h"
+#include "common/file_util.h"
+#include "google/protobuf/util/json_util.h"
+#include "loom/v1/service.grpc.pb.h"
+#include "tests/netns_lab.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using loom::testing::RunCommand;
+using loom::testing::ShellQuote;
+
+constexpr int kSteps = 600;
+constexpr int kWorkers = 3;
+
+int Die(const std::string& msg) {
+  std::cerr << "chaos bench: " << msg << std::endl;
+  return 1;
+}
+
+bool WaitFor(const std::function<bool()>& pred, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return pred();
+}
+
+std::set<int> RankPids(const std::string& job) {
+  std::set<int> pids;
+  DIR* d = opendir("/proc");
+  while (dirent* e = readdir(d)) {
+    const int pid = atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find("loom-rank") != std::string::npos && cmd.find(job) != std::string::npos &&
+        loom::testing::ProcessAlive(pid)) {
+      pids.insert(pid);
+    }
+  }
+  closedir(d);
+  return pids;
+}
+
+class Cluster {
+ public:
+  Cluster(std::string bin, std::string home, loom::testing::NetnsLab* lab)
+      : bin_(std::move(bin)), home_(std::move(home)), lab_(lab) {}
+
+  loom::testing::CommandResult Ctl(const std::string& args) const {
+    return RunCommand(absl::StrCat(lab_->shell_prefix(0), bin_, "/loomctl --home ",
+                                   ShellQuote(home_), " ", args));
+  }
+
+  bool Status(const std::string& job, loom::v1::Job* out) const {
+    auto r = Ctl("-o json status " + job);
+    return r.exit_code == 0 && google::protobuf::util::JsonStringToMessage(r.out, out).ok();
+  }
+
+  std::string Submit(const std::string& spec) const {
+    auto r = Ctl("submit " + spec);
+    std::string out(absl::StripAsciiWhitespace(r.out));
+    if (r.exit_code != 0 || out.rfind("submitted ", 0) != 0) return "";
+    return out.substr(std::string("submitted ").size());
+  }
+
+  bool Catalog(const std::string& job, bool verify, loom::v1::ListCheckpointsResponse* out) const {
+    auto r = Ctl(absl::StrCat("-o json checkpoints ", verify ? "--verify " : "", job));
+    return google::protobuf::util::JsonStringToMessage(r.out, out).ok();
+  }
+
+  std::string Digest(const std::string& path) const {
+    auto r = RunCommand(absl::StrCat(bin_, "/loom-ckpt digest ", ShellQuote(path)));
+    if (r.exit_code != 0) return "";
+    return r.out.substr(0, r.out.find(' '));
+  }
+
+  int DaemonPid(const std::string& name) const {
+    for (const auto& d : loom::cli::LocalStatus(home_)) {
+      if (d.name == name && d.alive) return d.pid;
+    }
+    return 0;
+  }
+
+  bool Restart(const std::string& name) const {
+    auto r = loom::cli::LocalRestart(home_, name, /*kill_first=*/false);
+    if (!r.ok()) std::cerr << "restart " << name << ": " << r.status() << std::endl;
+    return r.ok();
+  }
+
+  const std::string& home() const { return home_; }
+  loom::testing::NetnsLab& lab() const { return *lab_; }
+
+ private:
+  std::string bin_;
+  std::string home_;
+  loom::testing::NetnsLab* lab_;
+};
+
+std::string WriteSpec(const std::string& home, const std::string& name,
+                      const std::string& checkpoint) {
+  const std::string path = absl::StrCat(home, "/", name, ".yaml");
+  std::ofstream out(path);
+  out << "name: " << name << R"(
+model:
+  gpt: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 32, vocab_size: 256}
+data:
+  train: [")" << home << R"(/data/train_*.bin"]
+optimizer:
+  adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: )" << kSteps << R"(, warmup_steps: 5}
+batch: {global_batch: 8, micro_batch: 4}
+resources: {workers: 2, ranks: 2}
+recovery: {disable_spike_detection: true, max_restarts: 4}
+seed: 7
+)" << checkpoint;
+  return path;
+}
+
+struct Outcome {
+  bool succeeded = false;
+  bool bit_exact = false;
+  int lost = 0;
+  std::string note;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return Die("usage: loom_chaos_bench BIN_DIR [TRIALS] [SEED]");
+  if (geteuid() != 0) return Die("needs root (network namespaces, iptables, a tmpfs mount)");
+  const std::string bin = argv[1];
+  const int trials = argc > 2 ? std::max(6, atoi(argv[2])) : 24;
+  const uint64_t seed = argc > 3 ? strtoull(argv[3], nullptr, 10) : 1;
+  std::mt19937_64 rng(seed);
+
+  auto lab = loom::testing::NetnsLab::Create(kWorkers + 1, "ch");
+  if (!lab.ok()) return Die(lab.status().ToString());
+  const std::string home = loom::testing::MakeTempDir("loom_chaos_bench");
+  loom::cli::LocalClusterOptions o;
+  o.home = home;
+  o.bin_dir = bin;
+  o.workers = kWorkers;
+  o.slots_per_worker = 1;
+  o.worker_timeout_s = 2;
+  o.controller_prefix = (*lab)->prefix(0);
+  o.controller_host = (*lab)->address(0);
+  for (int i = 0; i < kWorkers; ++i) {
+    o.worker_prefix.push_back((*lab)->prefix(i + 1));
+    o.worker_address.push_back((*lab)->address(i + 1));
+  }
+  auto up = loom::cli::LocalUp(o);
+  if (!up.ok()) return Die(up.status().ToString());
+  const loom::testing::RunOnExit down(
+      absl::StrCat(bin, "/loomctl --home ", ShellQuote(home), " local down"));
+  Cluster cluster(bin, home, lab->get());
+  auto prep = RunCommand(absl::StrCat(
+      bin, "/loomctl data prepare --input /usr/share/games/fortunes/fortunes "
+           "/usr/share/games/fortunes/literature /usr/share/games/fortunes/riddles --out ",
+      home, "/data"));
+  if (prep.exit_code != 0) return Die(prep.err);
+
+  // The disk-full trial's volume: 3 MiB, a few checkpoints of this model.
+  const std::string full_dir = home + "/fullvol";
+  if (!loom::MakeDirs(full_dir).ok() ||
+      ::mount("tmpfs", full_dir.c_str(), "tmpfs", 0, "size=3m") != 0) {
+    return Die(absl::StrCat("mount tmpfs on ", full_dir, ": ", std::strerror(errno)));
+  }
+  const loom::testing::RunOnExit unmount("umount -l " + ShellQuote(full_dir));
+
+  const std::string regular = "checkpoint: {interval_steps: 25, keep: 3}\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string reference = cluster.Submit(WriteSpec(home, "uncut", regular));
+  loom::v1::Job ref;
+  if (reference.empty() ||
+      !WaitFor([&] { return cluster.Status(reference, &ref) && ref.state() == loom::v1::SUCCEEDED; },
+               300)) {
+    return Die("the uninterrupted reference run did not succeed: " + ref.DebugString());
+  }
+  const double reference_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  loom::v1::ListCheckpointsResponse ref_catalog;
+  std::string want;
+  if (cluster.Catalog(reference, false, &ref_catalog)) {
+    for (const auto& c : ref_catalog.checkpoints()) {
+      if (c.step() == kSteps) want = cluster.Digest(c.path());
+    }
+  }
+  if (want.empty()) return Die("no digest of the reference run's final checkpoint");
+  std::cout << absl::StrFormat("reference: %d steps in %.1f s, final parameters sha256 %s\n",
+                               kSteps, reference_s, want.substr(0, 16));
+
+  // The trial mix: at least one of each rare kind, the rest kills.
+  std::vector<std::string> kinds = {"controller-kill", "controller-kill", "controller-down",
+                                    "partition", "disk-full"};
+  while (static_cast<int>(kinds.size()) < trials) {
+    kinds.push_back(kinds.size() % 2 == 0 ? "worker-kill" : "rank-kill");
+  }
+  std::shuffle(kinds.begin(), kinds.end(), rng);
+
+  int passed = 0, lost_total = 0;
+  for (int t = 0; t < trials; ++t) {
+    const std::string& kind = kinds[t];
+    const auto start = std::chrono::steady_clock::now();
+    const int at = std::uniform_int_distribution<int>(30, kSteps * 3 / 4)(rng);
+    const bool full = kind == "disk-full";
+    const std::string name = absl::StrCat("trial", t);
+    const std::string checkpoint =
+        full ? absl::StrCat("checkpoint: {interval_steps: 25, keep: 2, dir: ", full_dir, "/", name,
+                            ", on_save_failure: CONTINUE}\n")
+             : regular;
+    Outcome out;
+    const std::string job = cluster.Submit(WriteSpec(home, name, checkpoint));
+    loom::v1::Job j;
+    auto step = [&] { return cluster.Status(job, &j) ? j.summary().last_step() : -1; };
+    if (job.empty() || !WaitFor([&] { return step() >= at || j.state() == loom::v1::SUCCEEDED; },
+                                120)) {
+      out.note = "never reached the fault's step";
+    } else if (j.state() == loom::v1::SUCCEEDED) {
+      out.note = "finished before the fault";
+    } else {
+      const int64_t generation = j.generation();
+      std::vector<int> hosts;  // worker indices of the job's ranks
+      for (const auto& r : j.ranks()) {
+        hosts.push_back(std::stoi(r.node().substr(r.node().rfind('-') + 1)));
+      }
+      auto moved = [&] {
+        return WaitFor([&] { return step() >= 0 && j.generation() > generation; }, 60);
+      };
+      if (kind == "worker-kill" && !hosts.empty()) {
+        const int w = hosts[std::uniform_int_distribution<size_t>(0, hosts.size() - 1)(rng)];
+        const std::string daemon = absl::StrCat("worker-", w);
+        ::kill(cluster.DaemonPid(daemon), SIGKILL);
+        out.note = absl::StrCat("kill -9 ", daemon, " at step ", j.summary().last_step());
+        if (!moved()) out.note += "; the job did not restart";
+        cluster.Restart(daemon);  // the node comes back
+      } else if (kind == "rank-kill") {
+        std::set<int> pids = RankPids(job);
+        if (!pids.empty()) {
+          auto it = pids.begin();
+          std::advance(it, std::uniform_int_distribution<size_t>(0, pids.size() - 1)(rng));
+          ::kill(*it, SIGKILL);
+        }
+        out.note = absl::StrCat("kill -9 a rank at step ", j.summary().last_step());
+      } else if (kind == "controller-kill" || kind == "controller-down") {
+        ::kill(cluster.DaemonPid("controller"), SIGKILL);
+        out.note = absl::StrCat("kill -9 the controller at step ", j.summary().last_step());
+        if (kind == "controller-down") {
+          // Past the lease: the workers stop the ranks themselves.
+          WaitFor([&] { return RankPids(job).empty(); }, 30);
+          out.note += ", down past the lease";
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        }
+        cluster.Restart("controller");
+      } else if (kind == "partition" && !hosts.empty()) {
+        const int w = hosts[0];
+        const std::set<int> old = RankPids(job);
+        (void)cluster.lab().Cut(w + 1, 0);
+        out.note = absl::StrCat("cut worker-", w, " off at step ", j.summary().last_step());
+        WaitFor(
+            [&] {
+              for (int pid : old) {
+                if (loom::testing::ProcessAlive(pid)) return false;
+              }
+              return true;
+            },
+            60);
+        if (!moved()) out.note += "; the job did not move";
+        (void)cluster.lab().Heal(w + 1, 0);
+      } else if (full) {
+        // Fill the volume until a save fails, then free it.
+        const std::string filler = full_dir + "/filler";
+        RunCommand("dd if=/dev/zero of=" + filler + " bs=64k 2>/dev/null");
+        const bool failed = WaitFor(
+            [&] {
+              if (!cluster.Status(job, &j)) return false;
+              for (const auto& e : j.events()) {
+                if (e.kind() == loom::v1::RecoveryEvent::CHECKPOINT_FAILED) return true;
+              }
+              return j.state() == loom::v1::SUCCEEDED;
+            },
+            60);
+        ::unlink(filler.c_str());
+        out.note = absl::StrCat("filled the checkpoint volume at step ", at,
+                                failed ? ", a save failed" : ", no save failed");
+      }
+    }
+    loom::v1::Job done;
+    WaitFor([&] {
+      return cluster.Status(job, &done) &&
+             (done.state() == loom::v1::SUCCEEDED || done.state() == loom::v1::FAILED ||
+              done.state() == loom::v1::CANCELLED);
+    }, 300);
+    out.succeeded = done.state() == loom::v1::SUCCEEDED;
+    loom::v1::ListCheckpointsResponse catalog;
+    if (!cluster.Catalog(job, /*verify=*/true, &catalog)) {
+      out.note += "; the catalog could not be read";
+    }
+    std::string final_path;
+    for (const auto& c : catalog.checkpoints()) {
+      if (c.status() == "missing" || c.status() == "corrupt") ++out.lost;
+      if (c.step() == kSteps && c.status() == "committed") final_path = c.path();
+    }
+    out.bit_exact = out.succeeded && !final_path.empty() && cluster.Digest(final_path) == want;
+    lost_total += out.lost;
+    passed += out.bit_exact && out.lost == 0;
+    std::cout << absl::StrFormat(
+                     "trial %2d %-16s %-9s restarts=%d %s lost=%d  %5.1f s  (%s)\n", t, kind,
+                     loom::v1::JobState_Name(done.state()), done.restarts(),
+                     out.bit_exact ? "bit-exact" : "DIFFERENT", out.lost,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                         .count(),
+                     out.note)
+              << std::flush;
+    if (full) RunCommand(absl::StrCat("rm -rf ", ShellQuote(full_dir + "/" + name)));
+  }
+  std::cout << absl::StrFormat("chaos: %d/%d trials bit-exact, %d checkpoints lost ratio=%.3f\n",
+                               passed, trials, lost_total,
+                               static_cast<double>(passed) / trials);
+  return 0;
+}
