@@ -23,6 +23,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/local_cluster.h"
@@ -939,6 +940,100 @@ TEST_F(ClusterTest, PartitionedWorkerStopsItsRanksAndTheJobResumesElsewhereBitEx
   auto events = Ctl("events " + job);
   EXPECT_EQ(events.exit_code, 0) << events.err;
   std::cout << "partition trial, loomctl events " << job << ":\n" << events.out << std::endl;
+}
+
+// Issue 12's split brain, with the lease out of the way: a worker and its
+// ranks freeze (SIGSTOP, as a long GC pause or a hung host would), so the
+// worker cannot kill them when its lease runs out. The controller restarts
+// the job on the other worker; once that attempt has claimed the checkpoint
+// directory, the old ranks thaw (the worker stays frozen) and train on
+// toward their next checkpoint. The directory's fence refuses that commit:
+// the old rank 0 stops with exit 77, having committed, pruned and removed
+// nothing, and the job finishes with one restart and a catalog whose every
+// checkpoint verifies.
+TEST_F(ClusterTest, FrozenAttemptThawedAfterARestartIsFencedOffTheCheckpointDirectory) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, /*worker_timeout_s=*/2, "--slots 2"));
+  constexpr int kSteps = 600;
+  std::string path = WriteSpec("frozen", kSteps, 1,
+                               "recovery: {disable_spike_detection: true, max_restarts: 2}\n"
+                               "checkpoint: {interval_steps: 10, keep: 100}\n");
+  std::string text = *ReadFile(path);
+  const std::string one = "resources: {workers: 1, ranks: 1}\n";
+  text.replace(text.find(one), one.size(), "resources: {workers: 1, ranks: 2}\n");
+  ASSERT_TRUE(WriteFileAtomically(path, text).ok());
+  const std::string job = Submit(path);
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().checkpoints_written() >= 2; }, 120))
+      << Status(job).DebugString();
+  const loom::v1::Job running = Status(job);
+  ASSERT_EQ(running.ranks_size(), 2);
+  ASSERT_LT(running.summary().last_step(), kSteps / 2);
+  const std::string node = running.ranks(0).node();
+  const std::string worker = "worker-" + node.substr(node.rfind('-') + 1);
+  int worker_pid = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == worker) worker_pid = d.pid;
+  }
+  ASSERT_GT(worker_pid, 0);
+  const std::set<int> old_ranks = RankPids(job);
+  ASSERT_EQ(old_ranks.size(), 2u);
+  ASSERT_EQ(kill(worker_pid, SIGSTOP), 0);
+  for (int pid : old_ranks) ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  // Thaw the workers in every case, so that local down can stop them.
+  struct Thaw {
+    std::vector<int> pids;
+    ~Thaw() {
+      for (int pid : pids) kill(pid, SIGCONT);
+    }
+  } thaw{{worker_pid}};
+
+  // The new attempt runs elsewhere and has claimed the directory.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        loom::v1::Job j = Status(job);
+        if (j.generation() < 1 || j.state() != loom::v1::RUNNING) return false;
+        auto fence = ReadFile(running.spec().checkpoint().dir() + "/FENCE");
+        return fence.ok() && absl::EndsWith(*fence, absl::StrCat("\n", j.generation(), "\n"));
+      },
+      60))
+      << Status(job).DebugString();
+  for (int pid : old_ranks) ASSERT_EQ(kill(pid, SIGCONT), 0);
+  // The old rank 0 reaches its next save and is refused (it exits; a
+  // zombie until its frozen worker reaps it).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int pid : old_ranks) {
+          if (loom::testing::ProcessAlive(pid)) return false;
+        }
+        return true;
+      },
+      60));
+  ASSERT_EQ(kill(worker_pid, SIGCONT), 0);
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
+  EXPECT_GE(done.restarts(), 1);
+  auto rank_log = ReadFile(absl::StrCat(home_, "/workers/", node.substr(node.rfind('-') + 1),
+                                        "/", job, "/rank-0.log"));
+  ASSERT_TRUE(rank_log.ok());
+  EXPECT_THAT(*rank_log, HasSubstr("is fenced: attempt 0 of job '" + job + "'"));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto log = ReadFile(absl::StrCat(home_, "/logs/", worker, ".log"));
+        return log.ok() && absl::StrContains(*log, "(code 77");
+      },
+      30));
+  // Every checkpoint in the catalog is there and verifies; none of the new
+  // attempt's was replaced by the old one's.
+  auto verified = Ctl("checkpoints --verify " + job);
+  EXPECT_EQ(verified.exit_code, 0) << verified.out << verified.err;
+  auto listed = Ctl("-o json checkpoints " + job);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  loom::v1::ListCheckpointsResponse catalog;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &catalog).ok());
+  for (const auto& c : catalog.checkpoints()) {
+    EXPECT_TRUE(c.status() == "committed" || c.status() == "pruned") << c.DebugString();
+  }
 }
 
 // Issue 11: a TP2 x PP2 job survives kill -9 of a worker holding one of
