@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -235,6 +236,17 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
       absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)}) {
     ctl_args.push_back(std::move(arg));
   }
+  std::error_code ec;
+  const std::string home = std::filesystem::absolute(o.home, ec).string();
+  std::vector<std::string> data_roots = o.data_roots;
+  if (data_roots.empty()) {
+    data_roots.push_back(home);
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd)) != nullptr) data_roots.push_back(cwd);
+  }
+  ctl_args.push_back("--data_root=" + absl::StrJoin(data_roots, ","));
+  ctl_args.push_back(absl::StrCat("--checkpoint_root=", home, "/controller/checkpoints,", home,
+                                  "/checkpoints"));
   auto pid = Spawn(ctl_args, ctl.log_path);
   if (!pid.ok()) return pid.status();
   auto ready_info = WaitReady(ready, *pid, ctl.log_path, deadline);

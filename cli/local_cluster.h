@@ -41,6 +41,11 @@ struct LocalClusterOptions {
   std::string controller_host = "127.0.0.1";
   std::vector<std::vector<std::string>> worker_prefix;  // by worker index
   std::vector<std::string> worker_address;              // by worker index
+  // The controller's --data_root: where job data may be read. Empty: the
+  // home directory and the directory `local up` ran in. Checkpoint
+  // directories may be named under <home>/checkpoints (and jobs that name
+  // none get <home>/controller/checkpoints/<job id>).
+  std::vector<std::string> data_roots;
 };
 
 struct DaemonInfo {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -45,8 +46,11 @@ namespace {
 constexpr const char* kUsage = R"(usage: loomctl [global flags] COMMAND [args]
 
 Commands:
-  local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto]
-                                      start a controller and N workers on this machine
+  local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto] [--data-root DIR]...
+                                      start a controller and N workers on this machine;
+                                      jobs read data under the --data-root dirs (default:
+                                      the home and this directory) and name checkpoint
+                                      dirs under <home>/checkpoints
   local down                           stop them
   local restart controller|worker-N [--kill]
                                        restart one daemon (SIGTERM, or SIGKILL with
@@ -873,6 +877,9 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
         if (!absl::SimpleAtod(args[++i], &o.worker_timeout_s)) {
           return Usage("--worker-timeout: not a number");
         }
+      } else if (args[i] == "--data-root" && i + 1 < args.size()) {
+        std::error_code ec;
+        o.data_roots.push_back(std::filesystem::absolute(args[++i], ec).string());
       } else {
         return Usage("local up: unexpected " + args[i]);
       }

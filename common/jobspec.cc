@@ -587,6 +587,17 @@ bool IsValidJobName(absl::string_view name) {
 }
 
 // "<path>: must be in [lo, hi], got v". Values print with %g.
+// Upper bounds of the spec's sizes (README, "Job spec ranges"): far beyond
+// any model trained today, and small enough that every product the planner,
+// the engine and the recovery arithmetic form of them stays inside int64.
+constexpr int32_t kMaxLayers = 1024;
+constexpr int32_t kMaxHeads = 1024;
+constexpr int32_t kMaxWidth = 65536;
+constexpr int32_t kMaxVocab = 1 << 22;
+constexpr int32_t kMaxBatch = 1 << 24;
+constexpr int64_t kMaxSteps = 1000000000;         // schedule, intervals, distances
+constexpr int64_t kMaxDataBatch = int64_t{1} << 50;  // a data batch index
+
 template <typename T>
 absl::Status CheckInRange(absl::string_view path, T value, T lo, T hi) {
   if (value >= lo && value <= hi) return absl::OkStatus();
@@ -606,14 +617,65 @@ absl::Status CheckUnitOpen(absl::string_view path, double value) {
   return FieldError(path, absl::StrCat("must be in [0, 1), got ", value));
 }
 
+// 0 means "the default"; anything else must be in [lo, hi].
+template <typename T>
+absl::Status CheckDefaultOrInRange(absl::string_view path, T value, T lo, T hi) {
+  if (value == 0) return absl::OkStatus();
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return FieldError(path, absl::StrCat("must be 0 (the default) or in [", lo, ", ", hi,
+                                       "], got ", value));
+}
+
+absl::Status ValidateRecovery(const v1::RecoverySpec& r) {
+  if (r.has_max_restarts()) {
+    RETURN_IF_ERROR(CheckInRange("recovery.max_restarts", r.max_restarts(), 0, 10000));
+  }
+  if (r.has_max_rollbacks()) {
+    RETURN_IF_ERROR(CheckInRange("recovery.max_rollbacks", r.max_rollbacks(), 0, 10000));
+  }
+  RETURN_IF_ERROR(CheckDefaultOrInRange("recovery.window", r.window(), 8, 100000));
+  const int32_t window = r.window() > 0 ? r.window() : 128;
+  RETURN_IF_ERROR(CheckDefaultOrInRange("recovery.min_history", r.min_history(), 1, window));
+  RETURN_IF_ERROR(CheckDefaultOrInRange("recovery.confirm_steps", r.confirm_steps(), 1, window));
+  RETURN_IF_ERROR(CheckDefaultOrInRange("recovery.threshold", r.threshold(), 1.0, 1e6));
+  RETURN_IF_ERROR(
+      CheckDefaultOrInRange<int64_t>("recovery.rollback_distance", r.rollback_distance(), 1,
+                                     kMaxSteps));
+  RETURN_IF_ERROR(
+      CheckDefaultOrInRange<int64_t>("recovery.skip_before", r.skip_before(), 1, kMaxSteps));
+  return CheckDefaultOrInRange<int64_t>("recovery.skip_after", r.skip_after(), 1, kMaxSteps);
+}
+
+}  // namespace
+
+absl::Status ValidateSkipBatches(
+    const google::protobuf::RepeatedPtrField<v1::SkipRange>& ranges, absl::string_view path) {
+  if (ranges.size() > 10000) {
+    return FieldError(path, absl::StrCat(ranges.size(), " ranges; at most 10000"));
+  }
+  for (int i = 0; i < ranges.size(); ++i) {
+    const v1::SkipRange& r = ranges[i];
+    const std::string at = absl::StrCat(path, "[", i, "]");
+    RETURN_IF_ERROR(CheckInRange<int64_t>(at + ".begin", r.begin(), 0, kMaxDataBatch));
+    RETURN_IF_ERROR(CheckInRange<int64_t>(at + ".end", r.end(), 0, kMaxDataBatch));
+    if (r.end() <= r.begin()) {
+      return FieldError(at, absl::StrCat("[", r.begin(), ", ", r.end(),
+                                         ") is empty or reversed: end must be > begin"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
 absl::Status ValidateModel(const v1::ModelSpec& model) {
   if (!model.has_gpt()) {
     return FieldError("model.gpt", "required (the only architecture so far)");
   }
   const v1::GptModel& gpt = model.gpt();
-  RETURN_IF_ERROR(CheckAtLeast("model.gpt.n_layer", gpt.n_layer(), 1));
-  RETURN_IF_ERROR(CheckAtLeast("model.gpt.n_head", gpt.n_head(), 1));
-  RETURN_IF_ERROR(CheckAtLeast("model.gpt.d_model", gpt.d_model(), 1));
+  RETURN_IF_ERROR(CheckInRange("model.gpt.n_layer", gpt.n_layer(), 1, kMaxLayers));
+  RETURN_IF_ERROR(CheckInRange("model.gpt.n_head", gpt.n_head(), 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckInRange("model.gpt.d_model", gpt.d_model(), 1, kMaxWidth));
   if (gpt.d_model() % gpt.n_head() != 0) {
     return FieldError(
         "model.gpt.n_head",
@@ -623,11 +685,11 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
   RETURN_IF_ERROR(CheckInRange("model.gpt.seq_len", gpt.seq_len(), 1, 65536));
   // Larger than the token shards hold is UNIMPLEMENTED (ValidateSupported),
   // so that `loomctl plan` can still plan a 128K-token vocabulary.
-  RETURN_IF_ERROR(CheckAtLeast("model.gpt.vocab_size", gpt.vocab_size(), 1));
+  RETURN_IF_ERROR(CheckInRange("model.gpt.vocab_size", gpt.vocab_size(), 1, kMaxVocab));
   RETURN_IF_ERROR(CheckUnitOpen("model.gpt.dropout", gpt.dropout()));
   // Model family (issue 11): shape rules here; that the engine runs only
   // the GPT-2 shape is ValidateSupported()'s business.
-  RETURN_IF_ERROR(CheckAtLeast("model.gpt.n_kv_head", gpt.n_kv_head(), 0));
+  RETURN_IF_ERROR(CheckInRange("model.gpt.n_kv_head", gpt.n_kv_head(), 0, gpt.n_head()));
   if (gpt.n_kv_head() > 0 && gpt.n_head() % gpt.n_kv_head() != 0) {
     return FieldError(
         "model.gpt.n_kv_head",
@@ -635,7 +697,7 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
                      ": each key/value head serves a whole group of query heads"));
   }
   if (gpt.mlp().has_hidden()) {
-    RETURN_IF_ERROR(CheckAtLeast("model.gpt.mlp.hidden", gpt.mlp().hidden(), 1));
+    RETURN_IF_ERROR(CheckInRange("model.gpt.mlp.hidden", gpt.mlp().hidden(), 1, 16 * kMaxWidth));
   }
   if (!v1::GptModel::Norm_IsValid(gpt.norm())) {
     return FieldError("model.gpt.norm", absl::StrCat("unknown value ", gpt.norm()));
@@ -686,7 +748,7 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& optimizer) {
 
 absl::Status ValidateSchedule(const v1::ScheduleSpec& schedule) {
   RETURN_IF_ERROR(CheckInRange<int64_t>("schedule.total_steps",
-                                        schedule.total_steps(), 1, 1000000000));
+                                        schedule.total_steps(), 1, kMaxSteps));
   if (schedule.warmup_steps() < 0 ||
       schedule.warmup_steps() >= schedule.total_steps()) {
     return FieldError("schedule.warmup_steps",
@@ -696,12 +758,11 @@ absl::Status ValidateSchedule(const v1::ScheduleSpec& schedule) {
   }
   RETURN_IF_ERROR(
       CheckInRange("schedule.min_lr_ratio", schedule.min_lr_ratio(), 0.0, 1.0));
-  RETURN_IF_ERROR(CheckAtLeast<int64_t>("schedule.eval_interval",
-                                        schedule.eval_interval(), 0));
-  RETURN_IF_ERROR(CheckAtLeast<int64_t>("schedule.eval_batches",
-                                        schedule.eval_batches(), 1));
-  return CheckAtLeast<int64_t>("schedule.log_interval", schedule.log_interval(),
-                               1);
+  RETURN_IF_ERROR(CheckInRange<int64_t>("schedule.eval_interval",
+                                        schedule.eval_interval(), 0, kMaxSteps));
+  RETURN_IF_ERROR(CheckInRange<int64_t>("schedule.eval_batches",
+                                        schedule.eval_batches(), 1, 1000000));
+  return CheckInRange<int64_t>("schedule.log_interval", schedule.log_interval(), 1, kMaxSteps);
 }
 
 absl::Status ValidateResources(const v1::ResourceSpec& resources) {
@@ -730,8 +791,9 @@ absl::Status ValidateResources(const v1::ResourceSpec& resources) {
 // replica's rows (tensor and pipeline ranks share them).
 absl::Status ValidateBatch(const v1::BatchSpec& batch, int32_t ranks,
                            const v1::ParallelismSpec& parallelism) {
-  RETURN_IF_ERROR(CheckAtLeast("batch.global_batch", batch.global_batch(), 1));
-  RETURN_IF_ERROR(CheckAtLeast("batch.micro_batch", batch.micro_batch(), 1));
+  RETURN_IF_ERROR(CheckInRange("batch.global_batch", batch.global_batch(), 1, kMaxBatch));
+  RETURN_IF_ERROR(
+      CheckInRange("batch.micro_batch", batch.micro_batch(), 1, batch.global_batch()));
   const bool layout = !parallelism.auto_() && parallelism.data() > 0 &&
                       (parallelism.tensor() > 1 || parallelism.pipeline() > 1);
   const int64_t replicas = layout ? parallelism.data() : ranks;
@@ -1037,9 +1099,17 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                      "(every ceil(sqrt(n_layer))-th block), got ",
                      spec.activation_checkpointing()));
   }
-  RETURN_IF_ERROR(CheckAtLeast<int64_t>("checkpoint.interval_steps",
-                                        spec.checkpoint().interval_steps(), 0));
-  RETURN_IF_ERROR(CheckAtLeast("checkpoint.keep", spec.checkpoint().keep(), 1));
+  if (spec.activation_checkpointing() > spec.model().gpt().n_layer()) {
+    return FieldError("activation_checkpointing",
+                      absl::StrCat("every k-th block with k = ", spec.activation_checkpointing(),
+                                   " > model.gpt.n_layer (", spec.model().gpt().n_layer(),
+                                   ") checkpoints nothing; use 0 for off"));
+  }
+  RETURN_IF_ERROR(CheckInRange<int64_t>("checkpoint.interval_steps",
+                                        spec.checkpoint().interval_steps(), 0, kMaxSteps));
+  RETURN_IF_ERROR(CheckInRange("checkpoint.keep", spec.checkpoint().keep(), 1, 100000));
+  RETURN_IF_ERROR(ValidateRecovery(spec.recovery()));
+  RETURN_IF_ERROR(ValidateSkipBatches(spec.skip_batches(), "skip_batches"));
   return ValidateSupported(spec);
 }
 

@@ -123,13 +123,30 @@ void ApplyJobSpecDefaults(loom::v1::JobSpec* spec);
 // INVALID_ARGUMENT. Tensor and pipeline parallelism and ZeRO
 // 0-2 execute; a degree the model cannot be split into (tensor not dividing
 // the heads, pipeline above the layers) is INVALID_ARGUMENT. The
-// activation_checkpointing check (>= -1) comes after parallelism. The
-// message starts with the
-// field path, e.g.
+// activation_checkpointing check comes after parallelism. Ranges (README,
+// "Job spec ranges"): model.gpt.n_layer and n_head in [1, 1024], d_model
+// and seq_len in [1, 65536], vocab_size in [1, 2^22], n_kv_head in
+// [0, n_head], mlp.hidden in [1, 2^20]; schedule.total_steps in [1, 1e9],
+// eval_interval and log_interval up to 1e9, eval_batches in [1, 1e6];
+// batch.global_batch in [1, 2^24], micro_batch in [1, global_batch];
+// activation_checkpointing in [-1, n_layer]; checkpoint.interval_steps in
+// [0, 1e9], keep in [1, 1e5]; recovery.max_restarts and max_rollbacks in
+// [0, 1e4], and (0 = the default) window in [8, 1e5], min_history and
+// confirm_steps in [1, window], threshold in [1, 1e6], rollback_distance,
+// skip_before and skip_after in [1, 1e9]; skip_batches as
+// ValidateSkipBatches. So no arithmetic on a valid spec overflows. The
+// message starts with the field path, e.g.
 //   model.gpt.n_head: 5 does not divide model.gpt.d_model 768
 // Does not touch the filesystem: whether data paths exist is checked when the
 // job is planned.
 absl::Status ValidateJobSpec(const loom::v1::JobSpec& spec);
+
+// Data batch ranges [begin, end) to skip, as in JobSpec.skip_batches and
+// RollbackJob: each non-empty, 0 <= begin < end <= 2^50, at most 10000.
+// INVALID_ARGUMENT naming `path`[i] otherwise.
+absl::Status ValidateSkipBatches(
+    const google::protobuf::RepeatedPtrField<loom::v1::SkipRange>& ranges,
+    absl::string_view path);
 
 // Pretty-printed JSON for display (loomctl): proto field names, enums by name,
 // scalar fields printed even when zero (after ApplyJobSpecDefaults() a zero

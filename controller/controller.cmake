@@ -15,7 +15,7 @@ loom_test(loom_checkpoint_catalog_test SRCS checkpoint_catalog_test.cc
 add_dependencies(loom_checkpoint_catalog_test loom-ckpt)
 target_compile_definitions(loom_checkpoint_catalog_test PRIVATE
   LOOM_CKPT_TOOL="$<TARGET_FILE:loom-ckpt>")
-loom_library(loom_job_manager SRCS job_manager.cc
+loom_library(loom_job_manager SRCS job_manager.cc path_policy.cc
   DEPS loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
        loom_scheduler
        loom_diagnosis loom_grpc
@@ -29,6 +29,7 @@ target_link_libraries(loom-controller PRIVATE loom_controller_service
 
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
 loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_metrics)
+loom_test(loom_path_policy_test SRCS path_policy_test.cc DEPS loom_job_manager)
 loom_test(loom_job_planning_test SRCS job_planning_test.cc DEPS loom_job_planning loom_jobspec)
 include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake)

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -26,6 +27,7 @@
 #include "controller/checkpoint_verifier.h"
 #include "controller/controller_service.h"
 #include "controller/job_manager.h"
+#include "controller/path_policy.h"
 #include "controller/store.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address (port 0 = pick one)");
@@ -33,9 +35,13 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address")
 ABSL_FLAG(std::string, data_dir, "", "directory for the job store (required)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the cluster token (required; mode 0600, or 0640/0440 with a group)");
+ABSL_FLAG(std::string, data_root, "",
+          "comma-separated directories that job data paths must lie under (after resolving "
+          ".. and symlinks); empty: unconfined, with a warning");
 ABSL_FLAG(std::string, checkpoint_root, "",
-          "absolute path under which jobs without checkpoint.dir checkpoint, one directory per "
-          "job; workers must see it at the same path (default: <data_dir>/checkpoints)");
+          "comma-separated absolute paths that a job's checkpoint.dir must lie beneath; jobs "
+          "without one checkpoint under the first, one directory per job; workers must see "
+          "them at the same paths (default: <data_dir>/checkpoints)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for TLS on the gRPC port");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for TLS on the gRPC port");
 ABSL_FLAG(std::string, ready_file, "",
@@ -88,11 +94,27 @@ int main(int argc, char** argv) {
   controller::JobManagerOptions opts;
   opts.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout_s));
   opts.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
-  opts.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
-  if (opts.checkpoint_root.empty()) {
-    opts.checkpoint_root = data_dir + "/checkpoints";
-  } else if (opts.checkpoint_root[0] != '/') {
-    return Fail("--checkpoint_root must be an absolute path (workers write under it)");
+  std::vector<std::string> checkpoint_roots =
+      controller::SplitRoots(absl::GetFlag(FLAGS_checkpoint_root));
+  if (checkpoint_roots.empty()) checkpoint_roots.push_back(data_dir + "/checkpoints");
+  for (const std::string& root : checkpoint_roots) {
+    if (root[0] != '/') {
+      return Fail(absl::StrCat("--checkpoint_root: \"", root,
+                               "\" must be an absolute path (workers write under it)"));
+    }
+  }
+  opts.checkpoint_root = checkpoint_roots[0];
+  opts.extra_checkpoint_roots.assign(checkpoint_roots.begin() + 1, checkpoint_roots.end());
+  opts.data_roots = controller::SplitRoots(absl::GetFlag(FLAGS_data_root));
+  for (const std::string& root : opts.data_roots) {
+    if (root[0] != '/') {
+      return Fail(absl::StrCat("--data_root: \"", root, "\" must be an absolute path"));
+    }
+  }
+  if (opts.data_roots.empty()) {
+    std::cerr << "loom-controller: warning: no --data_root: jobs may read data from any path "
+                 "the workers can read; give the directories that hold training data"
+              << std::endl;
   }
   // Workers write the checkpoints; the controller only names the directory,
   // so a root it cannot create (not mounted here) is worth a warning only.

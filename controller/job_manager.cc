@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "common/rank_exit.h"
 #include "common/jobspec.h"
+#include "common/status_macros.h"
+#include "controller/path_policy.h"
 #include "controller/diagnosis.h"
 #include "controller/planner/topology_yaml.h"
 #include "controller/scheduler.h"
@@ -184,6 +186,14 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
     }
     return valid;
   }
+  PathRoots roots;
+  roots.data = options_.data_roots;
+  if (!options_.checkpoint_root.empty()) roots.checkpoint.push_back(options_.checkpoint_root);
+  for (const std::string& r : options_.extra_checkpoint_roots) roots.checkpoint.push_back(r);
+  RETURN_IF_ERROR(ConfineJobPaths(roots, &spec));
+  if (!spec.checkpoint().dir().empty()) {
+    RETURN_IF_ERROR(CheckCheckpointDirFreeLocked(spec.checkpoint().dir()));
+  }
   auto topology = LiveTopologyLocked(spec);
   if (!topology.ok()) return topology.status();
   auto plan = PlanAtSubmit(&spec, *topology);
@@ -195,6 +205,8 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
   std::string id = NewJobId(spec.name());
   if (spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
     spec.mutable_checkpoint()->set_dir(absl::StrCat(options_.checkpoint_root, "/", id));
+    // (Taken only if a job named <root>/<this id> as its own.)
+    RETURN_IF_ERROR(CheckCheckpointDirFreeLocked(spec.checkpoint().dir()));
   }
   JobRecord& rec = jobs_[id];
   rec.job.set_id(id);
@@ -214,6 +226,20 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
   }
   ScheduleLocked();
   return jobs_[id].job;
+}
+
+absl::Status JobManager::CheckCheckpointDirFreeLocked(const std::string& dir) const {
+  for (const auto& [id, rec] : jobs_) {
+    if (IsTerminal(rec.job.state())) continue;
+    const std::string& theirs = rec.job.spec().checkpoint().dir();
+    if (theirs.empty() || !(PathIsUnder(dir, theirs) || PathIsUnder(theirs, dir))) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.dir: ", dir, " is in use by job ", id, " (",
+        loom::v1::JobState_Name(rec.job.state()), ", checkpoint.dir ", theirs,
+        "); two unfinished jobs would prune each other's checkpoints: choose another "
+        "directory, or leave checkpoint.dir out for one of the job's own"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Job> JobManager::Get(const std::string& job_id) {
@@ -268,18 +294,12 @@ absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req
     return absl::InvalidArgumentError(
         absl::StrCat("to_step: must be >= 0 (0 = from scratch), got ", req.to_step()));
   }
-  for (int i = 0; i < req.skip_size(); ++i) {
-    const auto& r = req.skip(i);
-    if (r.begin() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("skip[", i, "].begin: must be >= 0, got ", r.begin()));
-    }
-    if (r.end() <= r.begin()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "skip[", i, "]: [", r.begin(), ", ", r.end(),
-          ") is empty; a range is half-open [begin, end) with begin < end"));
-    }
+  if (req.to_step() > 1000000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("to_step: must be <= 1000000000 (the most steps a job has), got ",
+                     req.to_step()));
   }
+  if (absl::Status bad = ValidateSkipBatches(req.skip(), "skip"); !bad.ok()) return bad;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(req.job_id());
   if (it == jobs_.end()) {

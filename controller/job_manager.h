@@ -63,8 +63,14 @@ struct JobManagerOptions {
   absl::Duration lease_margin = absl::Seconds(2);
   // What workers are told to use as their heartbeat period.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
-  // Root for default checkpoint directories: <dir>/<job id>.
+  // Root for default checkpoint directories: <dir>/<job id>. A spec's own
+  // checkpoint.dir must lie beneath it or one of extra_checkpoint_roots,
+  // and data paths under data_roots (controller/path_policy.h); empty
+  // data_roots leave data unconfined. No two unfinished jobs share a
+  // checkpoint directory (nor one inside another's).
   std::string checkpoint_root;
+  std::vector<std::string> extra_checkpoint_roots;
+  std::vector<std::string> data_roots;
   // When a rank fails, the job waits this long before it is marked FAILED,
   // so that a worker that died (and took the rank's peers with it) can be
   // named as the cause instead of the peer's "connection closed" error.
@@ -322,6 +328,9 @@ class JobManager {
   int64_t NewestCheckpointLocked(const JobRecord& rec, int64_t max_step);
   // The live cluster as the planner sees it, for `spec`'s gang.
   absl::StatusOr<LiveTopology> LiveTopologyLocked(const loom::v1::JobSpec& spec);
+  // FAILED_PRECONDITION naming checkpoint.dir if an unfinished job's
+  // checkpoint directory is `dir`, or holds it, or lies inside it.
+  absl::Status CheckCheckpointDirFreeLocked(const std::string& dir) const;
   // Ends the current attempt: stops its ranks, resets per-attempt state,
   // bumps the generation, and puts the job back to PENDING.
   void RequeueLocked(JobRecord& rec, const std::string& reason);

@@ -492,9 +492,37 @@ TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
   r = Ctl("submit " + spec);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("batch_size"));
+  // Issue 13: what a reviewer tried. Paths outside the controller's roots
+  // and out-of-range numbers are refused at submit, naming the field.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"checkpoint: {dir: /etc}\n", "checkpoint.dir: /etc is outside"},
+      // loomctl resolves it against the spec file's directory first.
+      {"checkpoint: {dir: ../../../../../../../../etc}\n", "checkpoint.dir: /etc is outside"},
+      {"recovery: {window: 2147483647}\n", "recovery.window: must be 0 (the default) or in"},
+      {"recovery: {rollback_distance: 9223372036854775807}\n", "recovery.rollback_distance: "},
+      {"skip_batches: [{begin: 200, end: 100}]\n", "skip_batches[0]: [200, 100) is empty or reversed"},
+  };
+  for (const auto& [extra, want] : refused) {
+    std::string bad = WriteSpec("stranger", 10, 1, extra);
+    r = Ctl("submit " + bad);
+    EXPECT_EQ(r.exit_code, 1) << extra;
+    EXPECT_THAT(r.err, HasSubstr(want)) << extra;
+  }
+  {
+    std::string shadow = WriteSpec("shadow", 10, 1);
+    std::string text = *ReadFile(shadow);
+    text.replace(text.find("[\"data/train_*.bin\"]"), std::string("[\"data/train_*.bin\"]").size(),
+                 "[\"/etc/shadow\"]");
+    ASSERT_TRUE(WriteFileAtomically(shadow, text).ok());
+    r = Ctl("submit " + shadow);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT: data.train[0]: /etc/shadow is outside"));
+  }
   auto list = Ctl("-o json list");
   EXPECT_EQ(list.exit_code, 0);
   EXPECT_THAT(list.out, ::testing::Not(HasSubstr("typo")));
+  EXPECT_THAT(list.out, ::testing::Not(HasSubstr("stranger")));
+  EXPECT_THAT(list.out, ::testing::Not(HasSubstr("shadow")));
 }
 
 TEST_F(ClusterTest, CancelledJobEndsCancelledAndItsRanksExit) {
@@ -635,7 +663,7 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
 // restarts unspent.
 TEST_F(ClusterTest, CorruptCheckpointIsReportedVerifiedAndSkipped) {
   StartCluster(1);
-  const std::string dir = home_ + "/shared-ckpt";
+  const std::string dir = home_ + "/checkpoints/shared-ckpt";
   auto extra = [](const std::string& checkpoint_dir) {
     return absl::StrCat("recovery: {disable_spike_detection: true, max_restarts: 3}\n",
                         "checkpoint: {dir: \"", checkpoint_dir, "\", interval_steps: 20, keep: 2}\n");
@@ -696,7 +724,7 @@ TEST_F(ClusterTest, CorruptCheckpointIsReportedVerifiedAndSkipped) {
 
   // Only corrupt checkpoints: the job fails at once with the reason, and
   // no restart is spent on it.
-  const std::string bad_dir = home_ + "/bad-ckpt";
+  const std::string bad_dir = home_ + "/checkpoints/bad-ckpt";
   std::filesystem::create_directories(bad_dir);
   std::filesystem::copy(dir + "/step-000000080", bad_dir + "/step-000000080",
                         std::filesystem::copy_options::recursive);
