@@ -50,7 +50,7 @@ namespace {
 using loom::testing::RunCommand;
 using loom::testing::ShellQuote;
 
-constexpr int kSteps = 600;
+constexpr int kSteps = 1000;
 constexpr int kWorkers = 3;
 
 int Die(const std::string& msg) {
@@ -185,13 +185,25 @@ int main(int argc, char** argv) {
   o.bin_dir = bin;
   o.workers = kWorkers;
   o.slots_per_worker = 1;
-  o.worker_timeout_s = 2;
+  // The lease: long enough that a killed controller is back (start-up and
+  // the workers' reconnection) well within it.
+  o.worker_timeout_s = 4;
   o.controller_prefix = (*lab)->prefix(0);
   o.controller_host = (*lab)->address(0);
   for (int i = 0; i < kWorkers; ++i) {
     o.worker_prefix.push_back((*lab)->prefix(i + 1));
     o.worker_address.push_back((*lab)->address(i + 1));
   }
+  // The disk-full trial's volume: 3 MiB, a few checkpoints of this model.
+  // Mounted before the daemons start: `ip netns exec` gives each a copy of
+  // the mount table as it is then.
+  const std::string full_dir = home + "/checkpoints/fullvol";
+  if (!loom::MakeDirs(full_dir).ok() ||
+      ::mount("tmpfs", full_dir.c_str(), "tmpfs", 0, "size=3m") != 0) {
+    return Die(absl::StrCat("mount tmpfs on ", full_dir, ": ", std::strerror(errno)));
+  }
+  const loom::testing::RunOnExit unmount("umount -l " + ShellQuote(full_dir));
+
   auto up = loom::cli::LocalUp(o);
   if (!up.ok()) return Die(up.status().ToString());
   const loom::testing::RunOnExit down(
@@ -202,14 +214,6 @@ int main(int argc, char** argv) {
            "/usr/share/games/fortunes/literature /usr/share/games/fortunes/riddles --out ",
       home, "/data"));
   if (prep.exit_code != 0) return Die(prep.err);
-
-  // The disk-full trial's volume: 3 MiB, a few checkpoints of this model.
-  const std::string full_dir = home + "/fullvol";
-  if (!loom::MakeDirs(full_dir).ok() ||
-      ::mount("tmpfs", full_dir.c_str(), "tmpfs", 0, "size=3m") != 0) {
-    return Die(absl::StrCat("mount tmpfs on ", full_dir, ": ", std::strerror(errno)));
-  }
-  const loom::testing::RunOnExit unmount("umount -l " + ShellQuote(full_dir));
 
   const std::string regular = "checkpoint: {interval_steps: 25, keep: 3}\n";
   const auto t0 = std::chrono::steady_clock::now();
@@ -245,7 +249,7 @@ int main(int argc, char** argv) {
   for (int t = 0; t < trials; ++t) {
     const std::string& kind = kinds[t];
     const auto start = std::chrono::steady_clock::now();
-    const int at = std::uniform_int_distribution<int>(30, kSteps * 3 / 4)(rng);
+    const int at = std::uniform_int_distribution<int>(30, kSteps / 2)(rng);
     const bool full = kind == "disk-full";
     const std::string name = absl::StrCat("trial", t);
     const std::string checkpoint =
@@ -315,13 +319,14 @@ int main(int argc, char** argv) {
         // Fill the volume until a save fails, then free it.
         const std::string filler = full_dir + "/filler";
         RunCommand("dd if=/dev/zero of=" + filler + " bs=64k 2>/dev/null");
-        const bool failed = WaitFor(
+        bool failed = false;
+        WaitFor(
             [&] {
               if (!cluster.Status(job, &j)) return false;
               for (const auto& e : j.events()) {
-                if (e.kind() == loom::v1::RecoveryEvent::CHECKPOINT_FAILED) return true;
+                failed |= e.kind() == loom::v1::RecoveryEvent::CHECKPOINT_FAILED;
               }
-              return j.state() == loom::v1::SUCCEEDED;
+              return failed || j.state() == loom::v1::SUCCEEDED;
             },
             60);
         ::unlink(filler.c_str());
