@@ -28,7 +28,8 @@ target_link_libraries(loom-controller PRIVATE loom_controller_service
   absl::flags absl::flags_parse absl::flags_usage)
 
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
-loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_metrics)
+loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_metrics
+          SQLite::SQLite3)
 loom_test(loom_path_policy_test SRCS path_policy_test.cc DEPS loom_job_manager)
 loom_test(loom_job_planning_test SRCS job_planning_test.cc DEPS loom_job_planning loom_jobspec)
 include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake)

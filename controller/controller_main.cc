@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/flags/flag.h"
@@ -51,6 +52,15 @@ ABSL_FLAG(std::string, checkpoint_tool, "",
           "checksums (default: loom-ckpt next to this executable)");
 ABSL_FLAG(double, worker_timeout_s, 10.0, "declare a worker dead after this many silent seconds");
 ABSL_FLAG(double, heartbeat_interval_s, 0.5, "heartbeat period workers are told to use");
+// Threads for RPCs other than watch streams (see the ResourceQuota below).
+constexpr int kShortRpcThreads = 64;
+
+ABSL_FLAG(int32_t, max_watchers, 256,
+          "most WatchJob streams served at once (loomctl watch / status -f); one more is "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, finished_steps_kept, 20000,
+          "a finished job's step series is thinned to this many evenly spaced steps (first and "
+          "last kept); 0 keeps every step");
 
 namespace {
 
@@ -94,6 +104,12 @@ int main(int argc, char** argv) {
   controller::JobManagerOptions opts;
   opts.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout_s));
   opts.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
+  opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
+  if (opts.max_watchers < 1) return Fail("--max_watchers must be >= 1");
+  opts.finished_steps_kept = absl::GetFlag(FLAGS_finished_steps_kept);
+  if (opts.finished_steps_kept < 0 || opts.finished_steps_kept == 1) {
+    return Fail("--finished_steps_kept must be 0 (keep all) or >= 2");
+  }
   std::vector<std::string> checkpoint_roots =
       controller::SplitRoots(absl::GetFlag(FLAGS_checkpoint_root));
   if (checkpoint_roots.empty()) checkpoint_roots.push_back(data_dir + "/checkpoints");
@@ -157,6 +173,12 @@ int main(int argc, char** argv) {
                            .Help("Loss spikes declared by the detector.")
                            .Register(*registry)
                            .Add({});
+  auto& store_write_failures_total =
+      metrics::BuildCounter()
+          .Name("loom_controller_store_write_failures_total")
+          .Help("Durable writes of job records that failed; each is retried until it lands.")
+          .Register(*registry)
+          .Add({});
   auto exposer = metrics::Exposer::Start(absl::GetFlag(FLAGS_metrics_listen));
   if (!exposer.ok()) return Fail(absl::StrCat("metrics: ", exposer.status().message()));
   (*exposer)->RegisterCollectable(registry);
@@ -172,6 +194,15 @@ int main(int argc, char** argv) {
   int port = 0;
   std::string listen = absl::GetFlag(FLAGS_listen);
   builder.AddListeningPort(listen, *creds, &port);
+  // gRPC's synchronous server takes a thread for every RPC in progress
+  // and, unbounded, grows one per waiting client: 10,000 heartbeating
+  // workers once took it to ~8,000 threads and the host out of pids. A
+  // watch stream holds its thread for as long as it lasts, so the bound is
+  // the watchers plus room for the short RPCs; past it an RPC is answered
+  // RESOURCE_EXHAUSTED (workers retry heartbeats and reports).
+  grpc::ResourceQuota quota("loom-controller");
+  quota.SetMaxThreads(opts.max_watchers + kShortRpcThreads);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(&job_service);
   builder.RegisterService(&worker_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -211,6 +242,7 @@ int main(int argc, char** argv) {
       bump(restarts_total, totals.restarts);
       bump(rollbacks_total, totals.rollbacks);
       bump(spikes_total, totals.spikes);
+      bump(store_write_failures_total, manager.StoreWriteFailures());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });

@@ -4,8 +4,11 @@
 #define LOOM_CONTROLLER_CONTROLLER_SERVICE_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "common/metrics.h"
 #include "controller/job_manager.h"
@@ -27,6 +30,9 @@ class RpcMetrics {
  private:
   metrics::Family<metrics::Counter>& rpcs_;
   metrics::Family<metrics::Histogram>& duration_;
+  std::mutex mu_;
+  std::map<std::pair<std::string, int>, metrics::Counter*> counters_;  // guarded by mu_
+  std::map<std::string, metrics::Histogram*> histograms_;             // guarded by mu_
 };
 
 class JobServiceImpl final : public loom::v1::JobService::Service {

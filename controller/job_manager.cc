@@ -111,8 +111,10 @@ absl::Status JobManager::Recover() {
     std::string id = job.id();
     JobRecord& rec = jobs_[id];
     rec.job = std::move(job);
+    order_index_[id] = order_.size();
     order_.push_back(id);
     JobState s = rec.job.state();
+    IndexStateLocked(id, loom::v1::JOB_STATE_UNSPECIFIED, s);
     if (s == loom::v1::SCHEDULED || s == loom::v1::RUNNING) {
       rec.attempt_last_step = rec.job.summary().last_step();
       // Its ranks keep training while their workers' leases run; the workers
@@ -132,34 +134,107 @@ std::string JobManager::NewJobId(const std::string& name) {
   return absl::StrCat(name, "-", next_job_seq_++);
 }
 
-absl::Status JobManager::Persist(JobRecord& rec, int new_transitions) {
+void JobManager::PersistLocked(JobRecord& rec, int new_transitions) {
+  rec.unstored_transitions += new_transitions;
   rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
-  return store_->PutJob(rec.job, new_transitions);
+  absl::Status s = store_->PutJob(rec.job, rec.unstored_transitions);
+  if (s.ok()) {
+    rec.unstored_transitions = 0;
+    if (unpersisted_.erase(rec.job.id()) > 0) {
+      std::cerr << "loom-controller: job " << rec.job.id() << " is recorded durably again"
+                << std::endl;
+    }
+    return;
+  }
+  store_write_failures_ += 1;
+  if (unpersisted_.insert(rec.job.id()).second) {
+    std::cerr << "loom-controller: could not record job " << rec.job.id()
+              << " durably (kept in memory, written again every tick until the store takes "
+                 "it): "
+              << s << std::endl;
+  }
 }
 
-absl::Status JobManager::Transition(JobRecord& rec, JobState to, const std::string& reason) {
+void JobManager::RetryUnpersistedLocked() {
+  const std::vector<std::string> ids(unpersisted_.begin(), unpersisted_.end());
+  for (const std::string& id : ids) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) {
+      unpersisted_.erase(id);
+      continue;
+    }
+    PersistLocked(it->second, 0);
+  }
+}
+
+int64_t JobManager::StoreWriteFailures() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_write_failures_;
+}
+
+const loom::v1::StateTransition& JobManager::RecordTransitionLocked(JobRecord& rec, JobState to,
+                                                                  const std::string& reason) {
   Job& job = rec.job;
   loom::v1::StateTransition* t = job.add_history();
   t->set_from(job.state());
   t->set_to(to);
   t->set_time_unix_ms(clock_->NowUnixMillis());
   t->set_reason(reason);
+  const JobState from = job.state();
   job.set_state(to);
   job.set_reason(reason);
-  absl::Status s = Persist(rec, 1);
+  IndexStateLocked(job.id(), from, to);
+  return *t;
+}
+
+void JobManager::Transition(JobRecord& rec, JobState to, const std::string& reason) {
+  const loom::v1::StateTransition& t = RecordTransitionLocked(rec, to, reason);
   JobEvent e;
-  e.set_time_unix_ms(t->time_unix_ms());
-  *e.mutable_transition() = *t;
-  Publish(job.id(), std::move(e));
-  return s;
+  e.set_time_unix_ms(t.time_unix_ms());
+  *e.mutable_transition() = t;
+  PersistLocked(rec, 1);
+  Publish(rec.job.id(), std::move(e));
+}
+
+void JobManager::IndexStateLocked(const std::string& job_id, JobState from, JobState to) {
+  if (from == to) return;
+  if (from != loom::v1::JOB_STATE_UNSPECIFIED) state_counts_[from] -= 1;
+  if (to != loom::v1::JOB_STATE_UNSPECIFIED) state_counts_[to] += 1;
+  auto at = order_index_.find(job_id);
+  const size_t position = at == order_index_.end() ? order_.size() : at->second;
+  if (from == loom::v1::PENDING) pending_.erase({position, job_id});
+  if (to == loom::v1::PENDING) {
+    pending_.insert({position, job_id});
+    schedule_needed_ = true;
+  }
+  if (to == loom::v1::JOB_STATE_UNSPECIFIED) {
+    unfinished_.erase(job_id);
+  } else if (IsTerminal(to)) {
+    if (unfinished_.erase(job_id) > 0 || from == loom::v1::JOB_STATE_UNSPECIFIED) {
+      // Its recovery counts stop changing: add them to the finished part.
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end()) {
+        finished_totals_.restarts += it->second.job.restarts();
+        finished_totals_.rollbacks += it->second.job.rollbacks();
+        for (const auto& e : it->second.job.events()) {
+          finished_totals_.spikes += e.kind() == loom::v1::RecoveryEvent::SPIKE ? 1 : 0;
+        }
+      }
+      // (Jobs found finished at Recover were thinned when they ended.)
+      if (from != loom::v1::JOB_STATE_UNSPECIFIED) to_thin_.push_back(job_id);
+    }
+  } else {
+    unfinished_.insert(job_id);
+  }
 }
 
 void JobManager::Publish(const std::string& job_id, JobEvent event) {
+  auto range = watchers_.equal_range(job_id);
+  if (range.first == range.second) return;  // nobody watches: no copy of the job
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   *event.mutable_job() = it->second.job;
   bool terminal = IsTerminal(it->second.job.state());
-  auto range = watchers_.equal_range(job_id);
   for (auto w = range.first; w != range.second;) {
     if (auto q = w->second.lock()) {
       q->Push(event);
@@ -216,10 +291,17 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
   rec.job.set_created_unix_ms(clock_->NowUnixMillis());
   rec.job.set_resume_step(-1);
   *rec.job.mutable_skip_batches() = rec.job.spec().skip_batches();
+  order_index_[id] = order_.size();
   order_.push_back(id);
-  absl::Status s = Transition(rec, loom::v1::PENDING, "submitted");
+  // A submission is answered OK only once it is on disk (nobody watches it
+  // yet, so nothing is published).
+  RecordTransitionLocked(rec, loom::v1::PENDING, "submitted");
+  rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
+  absl::Status s = store_->PutJob(rec.job, 1);
   if (!s.ok()) {
+    IndexStateLocked(id, loom::v1::PENDING, loom::v1::JOB_STATE_UNSPECIFIED);
     jobs_.erase(id);
+    order_index_.erase(id);
     order_.pop_back();
     return absl::UnavailableError(
         absl::StrCat("could not record the job durably, nothing was submitted: ", s.message()));
@@ -465,8 +547,7 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::str
   }
   std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
   StopJobRanks(rec, why, "");
-  absl::Status s = Transition(rec, loom::v1::CANCELLED, why);
-  if (!s.ok()) return s;
+  Transition(rec, loom::v1::CANCELLED, why);
   return rec.job;
 }
 
@@ -510,6 +591,17 @@ absl::StatusOr<std::shared_ptr<EventQueue>> JobManager::Watch(const std::string&
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   const Job& job = it->second.job;
+  if (!IsTerminal(job.state())) {
+    // Streams that ended leave expired entries behind; count live ones.
+    for (auto w = watchers_.begin(); w != watchers_.end();) {
+      w = w->second.expired() ? watchers_.erase(w) : std::next(w);
+    }
+    if (static_cast<int>(watchers_.size()) >= options_.max_watchers) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the controller already serves ", watchers_.size(),
+          " watch streams (its limit, --max_watchers); end one, or poll with loomctl status"));
+    }
+  }
   auto q = std::make_shared<EventQueue>();
   if (include_history) {
     for (const auto& t : job.history()) {
@@ -580,68 +672,75 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     return absl::InvalidArgumentError(
         absl::StrCat("host_id: at most 256 characters, got ", req.host_id().size()));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  absl::Time now = clock_->Now();
-  // A node registering again means its previous daemon is gone: whatever
-  // ran there is lost.
-  for (auto it = workers_.begin(); it != workers_.end();) {
-    Worker& old = it->second;
-    if (old.info.node() != req.node()) {
-      ++it;
-      continue;
-    }
-    if (old.info.alive()) {
-      std::set<std::string> job_ids;
-      for (const auto& r : old.ranks) job_ids.insert(r.job_id);
-      for (const auto& jid : job_ids) {
-        JobRecord& rec = jobs_[jid];
-        if (!IsAttemptRunning(rec.job.state())) continue;
-        std::string why = absl::StrCat("worker ", old.info.id(), " on node ", req.node(),
-                                       " restarted; the ranks it ran are lost");
-        ForgetWorkerRanks(old.info.id());
-        FailOrRestartLocked(rec, why, kCauseWorkerLost);
-      }
-    }
-    ForgetWorkerRanks(old.info.id());
-    it = workers_.erase(it);
-  }
-  std::string id = absl::StrFormat("%s-%06x", req.node(),
-                                   (worker_nonce_ + static_cast<uint64_t>(absl::ToUnixNanos(now))) &
-                                       0xffffff);
-  Worker& w = workers_[id];
-  w.info.set_id(id);
-  w.info.set_node(req.node());
-  w.info.set_address(req.address());
-  w.info.set_slots(req.slots());
-  w.info.set_cpus(req.cpus());
-  w.info.set_gpus(req.gpus());
-  w.info.set_memory_bytes(req.memory_bytes());
-  w.info.set_metrics_address(req.metrics_address());
-  w.info.set_gemm_flops_per_second_per_thread(req.gemm_flops_per_second_per_thread());
-  w.info.set_memory_bandwidth_bytes_per_second(req.memory_bandwidth_bytes_per_second());
-  w.info.set_gemm_source(req.gemm_source());
-  w.info.set_zone(req.zone());
-  w.info.set_rack(req.rack());
-  w.info.set_host_id(req.host_id());
-  w.info.set_host_memory_bytes(req.host_memory_bytes());
-  w.info.set_block_fixed_seconds(req.block_fixed_seconds());
-  w.info.set_block_seconds_per_activation(req.block_seconds_per_activation());
-  w.info.set_allreduce_latency_seconds(req.allreduce_latency_seconds());
-  w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
-  w.info.set_alive(true);
-  w.last_heartbeat = now;
-  absl::Status put = store_->PutWorker(
-      {id, req.node(), req.address(), req.zone(), req.rack(), absl::ToUnixMillis(now)});
-  if (!put.ok()) {
-    // The registry is history only (workers re-register after a restart);
-    // the worker is served either way, and the failure is said.
-    std::cerr << "loom-controller: could not record worker " << id << ": " << put << std::endl;
-  }
-  AdoptRanksLocked(w, req);
+  Store::WorkerRow row;
   loom::v1::RegisterWorkerResponse resp;
-  resp.set_worker_id(id);
-  resp.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
-  resp.set_lease_grace_ms(absl::ToInt64Milliseconds(options_.worker_timeout));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::Time now = clock_->Now();
+    // A node registering again means its previous daemon is gone: whatever
+    // ran there is lost.
+    auto previous = worker_by_node_.find(req.node());
+    if (previous != worker_by_node_.end() && workers_.count(previous->second)) {
+      auto it = workers_.find(previous->second);
+      Worker& old = it->second;
+      if (old.info.alive()) {
+        std::set<std::string> job_ids;
+        for (const auto& r : old.ranks) job_ids.insert(r.job_id);
+        for (const auto& jid : job_ids) {
+          JobRecord& rec = jobs_[jid];
+          if (!IsAttemptRunning(rec.job.state())) continue;
+          std::string why = absl::StrCat("worker ", old.info.id(), " on node ", req.node(),
+                                         " restarted; the ranks it ran are lost");
+          ForgetWorkerRanks(old.info.id());
+          FailOrRestartLocked(rec, why, kCauseWorkerLost);
+        }
+      }
+      ForgetWorkerRanks(old.info.id());
+      if (old.info.alive()) alive_workers_ -= 1;
+      workers_.erase(it);
+    }
+    std::string id = absl::StrFormat("%s-%06x", req.node(),
+                                     (worker_nonce_ + static_cast<uint64_t>(absl::ToUnixNanos(now))) &
+                                         0xffffff);
+    Worker& w = workers_[id];
+    w.info.set_id(id);
+    w.info.set_node(req.node());
+    w.info.set_address(req.address());
+    w.info.set_slots(req.slots());
+    w.info.set_cpus(req.cpus());
+    w.info.set_gpus(req.gpus());
+    w.info.set_memory_bytes(req.memory_bytes());
+    w.info.set_metrics_address(req.metrics_address());
+    w.info.set_gemm_flops_per_second_per_thread(req.gemm_flops_per_second_per_thread());
+    w.info.set_memory_bandwidth_bytes_per_second(req.memory_bandwidth_bytes_per_second());
+    w.info.set_gemm_source(req.gemm_source());
+    w.info.set_zone(req.zone());
+    w.info.set_rack(req.rack());
+    w.info.set_host_id(req.host_id());
+    w.info.set_host_memory_bytes(req.host_memory_bytes());
+    w.info.set_block_fixed_seconds(req.block_fixed_seconds());
+    w.info.set_block_seconds_per_activation(req.block_seconds_per_activation());
+    w.info.set_allreduce_latency_seconds(req.allreduce_latency_seconds());
+    w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
+    w.info.set_alive(true);
+    alive_workers_ += 1;
+    worker_by_node_[req.node()] = id;
+    w.last_heartbeat = now;
+    row = {id, req.node(), req.address(), req.zone(), req.rack(), absl::ToUnixMillis(now)};
+    AdoptRanksLocked(w, req);
+    schedule_needed_ = true;  // capacity came
+    resp.set_worker_id(id);
+    resp.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+    resp.set_lease_grace_ms(absl::ToInt64Milliseconds(options_.worker_timeout));
+  }
+  // The registry table is history only (workers re-register after a
+  // restart), so it is written outside the lock; the worker is served
+  // either way, and a failure is said.
+  absl::Status put = store_->PutWorker(row);
+  if (!put.ok()) {
+    std::cerr << "loom-controller: could not record worker " << row.id << ": " << put
+              << std::endl;
+  }
   return resp;
 }
 
@@ -693,17 +792,15 @@ bool JobManager::AdoptRankLocked(JobRecord& rec, Worker& w, int rank) {
                               rec.job.generation(),
                               " after the controller restarted; no restart, nothing lost"));
   AddEvent(rec, ev);
-  absl::Status s = Persist(rec, 0);
-  if (!s.ok()) {
-    std::cerr << "loom-controller: could not record the re-adoption of " << rec.job.id() << ": "
-              << s << std::endl;
-  }
+  PersistLocked(rec, 0);
   return true;
 }
 
 void JobManager::CheckAdoptionsLocked() {
   const absl::Time now = clock_->Now();
-  for (const std::string& jid : order_) {
+  // (A copy: a restart below may move the job between the sets.)
+  const std::vector<std::string> unfinished(unfinished_.begin(), unfinished_.end());
+  for (const std::string& jid : unfinished) {
     JobRecord& rec = jobs_[jid];
     if (rec.adopt_deadline == absl::InfinitePast() || now < rec.adopt_deadline) continue;
     rec.adopt_deadline = absl::InfinitePast();
@@ -732,6 +829,9 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   }
   Worker& w = it->second;
   w.last_heartbeat = clock_->Now();
+  // A worker whose fresh rendezvous port was used gives the next one here:
+  // that may let a job waiting for it be placed.
+  const bool port_now_free = w.rendezvous_port == 0 && req.rendezvous_port() > 0;
   if (req.rendezvous_port() > 0 && req.rendezvous_port() < 65536) {
     w.rendezvous_port = req.rendezvous_port();
   }
@@ -785,8 +885,7 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
     rec.running_seen.insert(r.rank());
     if (rec.job.state() == loom::v1::SCHEDULED) {
       Transition(rec, loom::v1::RUNNING,
-                 absl::StrCat("rank ", r.rank(), " started on ", w.info.node()))
-          .IgnoreError();
+                 absl::StrCat("rank ", r.rank(), " started on ", w.info.node()));
     }
   }
   // Slots held by ranks of ended jobs that are no longer running here are free.
@@ -805,7 +904,8 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
                                }),
                 w.ranks.end());
   // Schedule first, so a start placed on this worker goes out right away.
-  if (freed || w.rendezvous_port > 0) ScheduleLocked();
+  if (freed || (port_now_free && w.rendezvous_port > 0)) schedule_needed_ = true;
+  if (schedule_needed_ || clock_->Now() >= schedule_at_) ScheduleLocked();
   // Confirmed starts; starts of attempts that ended are forgotten; the
   // rest are sent again after three heartbeat periods without a sign.
   absl::Time now = clock_->Now();
@@ -835,7 +935,44 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
 
 absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
     const loom::v1::ReportStepMetricsRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // The report is applied under the lock and its durable write queued
+  // there, in order; it is answered only once that write is on disk, but
+  // the wait is outside the lock, so that the reports of many ranks share
+  // one transaction (Store's group commit) instead of one fsync each.
+  Store::Ticket write;
+  absl::StatusOr<loom::v1::ReportStepMetricsResponse> resp;
+  int64_t last_step_before = -1, last_step_after = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(req.job_id());
+    if (it != jobs_.end()) last_step_before = it->second.attempt_last_step;
+    resp = ReportEventsLocked(req, &write);
+    if (it != jobs_.end()) last_step_after = it->second.attempt_last_step;
+  }
+  if (write == nullptr) return resp;
+  absl::Status s = store_->Wait(write);
+  if (s.ok()) return resp;
+  {
+    // The report's steps are not on disk. The worker retries an
+    // UNAVAILABLE report: unless a later report moved on, let that retry
+    // apply its steps again (instead of skipping them as already seen), and
+    // have the job row written again.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(req.job_id());
+    if (it != jobs_.end()) {
+      JobRecord& rec = it->second;
+      if (rec.job.generation() == req.generation() && rec.attempt_last_step == last_step_after) {
+        rec.attempt_last_step = last_step_before;
+      }
+      store_write_failures_ += 1;
+      unpersisted_.insert(rec.job.id());
+    }
+  }
+  return absl::UnavailableError(absl::StrCat("could not record metrics: ", s.message()));
+}
+
+absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLocked(
+    const loom::v1::ReportStepMetricsRequest& req, Store::Ticket* write) {
   if (!workers_.count(req.worker_id())) {
     return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
   }
@@ -885,7 +1022,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
   const bool has_step = std::any_of(req.events().begin(), req.events().end(),
                                     [](const loom::v1::RankEvent& e) { return e.has_step(); });
   if (rec.job.state() == loom::v1::SCHEDULED && has_step) {
-    Transition(rec, loom::v1::RUNNING, "first step reported").IgnoreError();
+    Transition(rec, loom::v1::RUNNING, "first step reported");
   }
   std::vector<loom::v1::StepMetrics> steps;
   loom::v1::JobSummary* sum = rec.job.mutable_summary();
@@ -956,7 +1093,8 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
         if (verdict.spike) {
           *out.mutable_step() = m;
           Publish(rec.job.id(), std::move(out));
-          store_->AppendStepMetrics(rec.job.id(), steps).IgnoreError();
+          // The steps up to the spike, then the rollback's own writes.
+          *write = store_->Enqueue(nullptr, 0, steps, rec.job.id());
           HandleSpikeLocked(rec, verdict, m.data_batch());
           resp.set_stop(true);
           return resp;
@@ -1001,8 +1139,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
     Publish(rec.job.id(), std::move(out));
   }
   rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
-  absl::Status s = store_->PutJobAndSteps(rec.job, 0, steps);
-  if (!s.ok()) return absl::UnavailableError(absl::StrCat("could not record metrics: ", s.message()));
+  *write = store_->Enqueue(&rec.job, 0, steps, rec.job.id());
   return resp;
 }
 
@@ -1060,10 +1197,8 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
     if (req.exit_code() == 0 && req.signal() == 0) {
       rec.exited_ok.insert(req.rank());
       if (static_cast<int>(rec.exited_ok.size()) == rec.job.ranks_size()) {
-        absl::Status s = Transition(rec, loom::v1::SUCCEEDED,
-                                    absl::StrCat("all ", rec.job.ranks_size(),
-                                                 " ranks finished training"));
-        if (!s.ok()) return s;
+        Transition(rec, loom::v1::SUCCEEDED,
+                   absl::StrCat("all ", rec.job.ranks_size(), " ranks finished training"));
       }
     } else {
       std::string how = req.signal() != 0
@@ -1122,16 +1257,41 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
 // --------------------------------------------------------------- scheduling
 
 void JobManager::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
-  CheckAdoptionsLocked();
-  CheckLivenessLocked();
-  ResolveFailuresLocked();
-  ScheduleLocked();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RetryUnpersistedLocked();
+    CheckAdoptionsLocked();
+    CheckLivenessLocked();
+    ResolveFailuresLocked();
+    ScheduleLocked();
+  }
+  ThinFinishedStepSeries();
+}
+
+void JobManager::ThinFinishedStepSeries() {
+  std::vector<std::string> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs.swap(to_thin_);
+  }
+  if (options_.finished_steps_kept <= 0) return;
+  for (const std::string& id : jobs) {
+    absl::StatusOr<int64_t> deleted =
+        store_->ThinStepMetrics(id, std::max<int64_t>(2, options_.finished_steps_kept));
+    if (!deleted.ok()) {
+      // Only space is at stake; the rows stay and the next controller start
+      // does not retry (the job ended before it).
+      std::cerr << "loom-controller: could not thin the step series of " << id << ": "
+                << deleted.status() << std::endl;
+    }
+  }
 }
 
 void JobManager::ResolveFailuresLocked() {
   absl::Time now = clock_->Now();
-  for (auto& [jid, rec] : jobs_) {
+  const std::vector<std::string> unfinished(unfinished_.begin(), unfinished_.end());
+  for (const std::string& jid : unfinished) {
+    JobRecord& rec = jobs_.at(jid);
     if (!rec.pending_failure || IsTerminal(rec.job.state())) continue;
     if (now - rec.pending_failure->at < options_.failure_settle_time) continue;
     // Re-adopting after a controller restart: the other workers' backlogs
@@ -1231,7 +1391,7 @@ void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason) {
   rec.across_controller_restart = false;
   rec.job.clear_ranks();
   rec.job.set_generation(rec.job.generation() + 1);
-  Transition(rec, loom::v1::PENDING, reason).IgnoreError();
+  Transition(rec, loom::v1::PENDING, reason);
 }
 
 int64_t JobManager::NewestCheckpointLocked(const JobRecord& rec, int64_t max_step) {
@@ -1286,11 +1446,7 @@ void JobManager::FailWithoutRestartLocked(JobRecord& rec, const std::string& cau
       absl::StrCat(because, ", so a restart cannot help (no restart spent): ", cause));
   AddEvent(rec, gave_up);
   StopJobRanks(rec, cause, "");
-  absl::Status s = Transition(rec, loom::v1::FAILED, cause);
-  if (!s.ok()) {
-    std::cerr << "loom-controller: could not record job " << rec.job.id() << " FAILED: " << s
-              << std::endl;
-  }
+  Transition(rec, loom::v1::FAILED, cause);
 }
 
 void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,
@@ -1309,7 +1465,7 @@ void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,
     std::string why = o.max_restarts > 0
                           ? absl::StrCat(cause, " (after ", rec.job.restarts(), " restart(s))")
                           : cause;
-    Transition(rec, loom::v1::FAILED, why).IgnoreError();
+    Transition(rec, loom::v1::FAILED, why);
     return;
   }
   rec.job.set_restarts(rec.job.restarts() + 1);
@@ -1352,7 +1508,7 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
     gave_up.set_message(why);
     AddEvent(rec, gave_up);
     StopJobRanks(rec, why, "");
-    Transition(rec, loom::v1::FAILED, why).IgnoreError();
+    Transition(rec, loom::v1::FAILED, why);
     return;
   }
   int64_t before = o.skip_before, after = o.skip_after;
@@ -1424,6 +1580,7 @@ void JobManager::CheckLivenessLocked() {
     absl::Duration silent = now - w.last_heartbeat;
     if (silent <= options_.worker_timeout) continue;
     w.info.set_alive(false);
+    alive_workers_ -= 1;
     w.pending_commands.clear();
     std::map<std::string, std::vector<int>> lost;
     for (const auto& r : w.ranks) lost[r.job_id].push_back(r.rank);
@@ -1449,7 +1606,13 @@ void JobManager::CheckLivenessLocked() {
 }
 
 void JobManager::ScheduleLocked() {
-  for (const std::string& jid : order_) {
+  schedule_needed_ = false;
+  schedule_at_ = absl::InfiniteFuture();
+  if (pending_.empty()) return;
+  // (A copy: placing a job takes it out of pending_.)
+  std::vector<std::string> queue;
+  for (const auto& [position, jid] : pending_) queue.push_back(jid);
+  for (const std::string& jid : queue) {
     JobRecord& rec = jobs_[jid];
     if (rec.job.state() != loom::v1::PENDING) continue;
     if (!rec.live.empty()) {
@@ -1458,6 +1621,7 @@ void JobManager::ScheduleLocked() {
       return;
     }
     if (clock_->Now() < rec.not_before) {
+      schedule_at_ = rec.not_before;
       rec.job.set_reason(absl::StrFormat(
           "waiting %.1fs more for the previous attempt's ranks to be fenced (a lost worker's "
           "lease)",
@@ -1531,21 +1695,20 @@ void JobManager::ScheduleLocked() {
       if (gpu >= 0) start->set_gpu(gpu);
       w->pending_commands.push_back(std::move(cmd));
     }
-    Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement)).IgnoreError();
+    Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
   }
 }
 
 std::map<JobState, int> JobManager::JobCountsByState() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::map<JobState, int> counts;
-  for (auto& [id, rec] : jobs_) counts[rec.job.state()]++;
-  return counts;
+  return state_counts_;
 }
 
 JobManager::RecoveryTotals JobManager::RecoveryCounts() {
   std::lock_guard<std::mutex> lock(mu_);
-  RecoveryTotals t;
-  for (auto& [id, rec] : jobs_) {
+  RecoveryTotals t = finished_totals_;
+  for (const std::string& id : unfinished_) {
+    const JobRecord& rec = jobs_.at(id);
     t.restarts += rec.job.restarts();
     t.rollbacks += rec.job.rollbacks();
     for (const auto& e : rec.job.events()) {
@@ -1557,9 +1720,7 @@ JobManager::RecoveryTotals JobManager::RecoveryCounts() {
 
 int JobManager::AliveWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
-  int n = 0;
-  for (auto& [id, w] : workers_) n += w.info.alive() ? 1 : 0;
-  return n;
+  return alive_workers_;
 }
 
 }  // namespace loom::controller

@@ -56,6 +56,14 @@ namespace loom::controller {
 //     re-registered or killed its ranks by then) restarts once, again no
 //     sooner than G + M after the restart.
 struct JobManagerOptions {
+  // At most this many WatchJob streams at once (all jobs together); one
+  // more is RESOURCE_EXHAUSTED. Each holds a queue of up to 10,000 events.
+  int max_watchers = 256;
+  // A finished job's step series is thinned to at most this many rows
+  // (evenly spaced, the first and last kept) once it ends, so charts of old
+  // jobs stay whole while the store does not grow with every step ever
+  // trained; 0 keeps every step.
+  int64_t finished_steps_kept = 20000;
   // A worker whose last heartbeat is older than this is declared dead; it
   // is also the lease grace workers are told (RegisterWorkerResponse).
   absl::Duration worker_timeout = absl::Seconds(10);
@@ -194,10 +202,13 @@ class JobManager {
   // after events that free or add capacity.
   void Tick();
 
-  // Counts for /metrics.
+  // Counts for /metrics. Kept as jobs change state: no scan of all jobs.
   std::map<loom::v1::JobState, int> JobCountsByState();
   int AliveWorkers();
+  // Durable writes of job records that failed (each retried until it lands).
+  int64_t StoreWriteFailures();
   // Sums over all jobs, for /metrics (monotonic: jobs are never deleted).
+  // Finished jobs' part is kept as they end; only unfinished jobs are read.
   struct RecoveryTotals {
     int64_t restarts = 0, rollbacks = 0, spikes = 0;
   };
@@ -243,6 +254,7 @@ class JobManager {
     // two attempts never write the same checkpoint directory at once.
     std::set<std::pair<std::string, int>> live;
     std::unique_ptr<recovery::SpikeDetector> detector;  // created on first step
+    int unstored_transitions = 0;  // history entries a failed write left off the disk
     int64_t last_spike_step = -1;
     // step -> data batch index it trained on, for the recent steps of the
     // current attempt (bounded); used to keep skip ranges replayable.
@@ -277,16 +289,37 @@ class JobManager {
   static RecoveryOptions EffectiveRecovery(const loom::v1::RecoverySpec& spec);
 
   // All private helpers require mu_ held.
-  absl::Status Transition(JobRecord& rec, loom::v1::JobState to, const std::string& reason);
-  absl::Status Persist(JobRecord& rec, int new_transitions);
+  // A durable write that fails is handled here, not by callers: the change
+  // stands in memory, the job is marked (unpersisted_), logged once and
+  // counted (StoreWriteFailures), and every Tick writes it again, with every
+  // transition not yet stored, until the store takes it.
+  // Transition applies and publishes a state change and writes it so.
+  void Transition(JobRecord& rec, loom::v1::JobState to, const std::string& reason);
+  // The in-memory part of Transition (history, state, indexes).
+  const loom::v1::StateTransition& RecordTransitionLocked(JobRecord& rec, loom::v1::JobState to,
+                                                          const std::string& reason);
+  void PersistLocked(JobRecord& rec, int new_transitions);
+  void RetryUnpersistedLocked();
   void Publish(const std::string& job_id, loom::v1::JobEvent event);
   void StopJobRanks(JobRecord& rec, const std::string& reason,
                     const std::string& except_worker);
   void ReleaseSlots(const std::string& job_id);
   // Strict FIFO over PENDING jobs: places the first one PlaceGang can hold
   // on the alive workers' free slots (and GPUs); the first that cannot wait
-  // with the scheduler's reason, and so does every job behind it.
+  // with the scheduler's reason, and so does every job behind it. Reads the
+  // pending jobs only (pending_), and nothing when there are none.
   void ScheduleLocked();
+  // Keeps pending_, unfinished_, state_counts_ and finished_totals_ in step
+  // with a job moving from `from` to `to` (JOB_STATE_UNSPECIFIED: new, or
+  // forgotten).
+  void IndexStateLocked(const std::string& job_id, loom::v1::JobState from,
+                        loom::v1::JobState to);
+  // A ReportEvents under mu_; the durable write it queued (if any) goes to
+  // `write`, which the caller waits for after releasing mu_.
+  absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEventsLocked(
+      const loom::v1::ReportStepMetricsRequest& request, Store::Ticket* write);
+  // Thins finished jobs' step series (finished_steps_kept), outside mu_.
+  void ThinFinishedStepSeries();
   void CheckLivenessLocked();
   // Re-adopts the ranks a registering worker reports, where they are the
   // current attempt's and were placed on its node.
@@ -349,7 +382,24 @@ class JobManager {
   std::mutex mu_;
   std::map<std::string, JobRecord> jobs_;          // by id
   std::vector<std::string> order_;                 // job ids in submission order
+  std::map<std::string, size_t> order_index_;      // job id -> position in order_
+  // The PENDING jobs by position in order_ (the scheduler's queue), and
+  // every job not yet finished: what the periodic checks read.
+  std::set<std::pair<size_t, std::string>> pending_;
+  std::set<std::string> unfinished_;
+  // What lets a heartbeat skip the scheduler: nothing changed since it last
+  // ran (no job queued, no worker or slot or rendezvous port came) and no
+  // waiting job's time (not_before) has come.
+  bool schedule_needed_ = true;
+  absl::Time schedule_at_ = absl::InfiniteFuture();
+  std::map<loom::v1::JobState, int> state_counts_;
+  RecoveryTotals finished_totals_;             // of jobs that have ended
+  std::vector<std::string> to_thin_;           // ended jobs whose series to thin
+  std::set<std::string> unpersisted_;          // jobs whose newest state is not on disk
+  int64_t store_write_failures_ = 0;
   std::map<std::string, Worker> workers_;          // by id
+  std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
+  int alive_workers_ = 0;
   std::multimap<std::string, std::weak_ptr<EventQueue>> watchers_;  // by job id
   int64_t next_job_seq_ = 1;
   uint64_t worker_nonce_;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
@@ -1364,6 +1365,138 @@ TEST_F(JobManagerTest, FullCheckpointVolumeFailsTheJobWithoutSpendingRestarts) {
   EXPECT_EQ(j.events(j.events_size() - 1).kind(), loom::v1::RecoveryEvent::GAVE_UP);
   EXPECT_THAT(j.events(j.events_size() - 1).message(), HasSubstr("on_save_failure: CONTINUE"));
   // Any other exit code still restarts (RankFailureRestartsFromNewestCheckpoint...).
+}
+
+// Issue 13, confined paths: a spec's checkpoint directory must lie beneath
+// a checkpoint root, its data under the data roots (after resolving ".."),
+// and no two unfinished jobs may share a checkpoint directory (nor nest
+// one in the other); a finished job's directory may be taken over.
+TEST_F(JobManagerTest, SubmitConfinesPathsAndRefusesASharedCheckpointDirectory) {
+  opts_.data_roots = {"/data"};
+  manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_, metrics_.get());
+  const std::string w = Register("node-a", 4);
+
+  loom::v1::JobSpec etc = Spec(1);
+  etc.mutable_checkpoint()->set_dir("/etc");
+  auto refused = manager_->Submit(etc);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), StartsWith("checkpoint.dir: /etc is outside"));
+  etc.mutable_checkpoint()->set_dir(dir_ + "/ckpt/../../../../etc");
+  refused = manager_->Submit(etc);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("(/etc) is outside"));
+  loom::v1::JobSpec shadow = Spec(1);
+  shadow.mutable_data()->set_train(0, "/etc/shadow");
+  refused = manager_->Submit(shadow);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), StartsWith("data.train[0]: /etc/shadow"));
+  loom::v1::JobSpec climb = Spec(1);
+  climb.mutable_data()->set_train(0, "/data/../etc/shadow");
+  EXPECT_EQ(manager_->Submit(climb).status().code(), absl::StatusCode::kInvalidArgument);
+
+  loom::v1::JobSpec first = Spec(1);
+  first.mutable_checkpoint()->set_dir(dir_ + "/ckpt/shared");
+  auto a = manager_->Submit(first);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->spec().checkpoint().dir(), dir_ + "/ckpt/shared");
+  for (const std::string& clash : {dir_ + "/ckpt/shared", dir_ + "/ckpt/shared/sub",
+                                   dir_ + "/ckpt/./shared/"}) {
+    loom::v1::JobSpec second = Spec(1);
+    second.mutable_checkpoint()->set_dir(clash);
+    auto b = manager_->Submit(second);
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << clash;
+    EXPECT_THAT(std::string(b.status().message()),
+                StartsWith("checkpoint.dir: " + dir_ + "/ckpt/shared"));
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("in use by job " + a->id()));
+  }
+  // A job without a directory of its own gets <root>/<id>: no clash.
+  EXPECT_TRUE(manager_->Submit(Spec(1)).ok());
+  // Once the first job has ended, its directory may be reused.
+  ASSERT_TRUE(manager_->Cancel(a->id(), "done with it").ok());
+  ASSERT_EQ(StateOf(a->id()), loom::v1::CANCELLED);
+  loom::v1::JobSpec again = Spec(1);
+  again.mutable_checkpoint()->set_dir(dir_ + "/ckpt/shared");
+  EXPECT_TRUE(manager_->Submit(again).ok());
+  (void)w;
+}
+
+// Load (issue 12): watch streams are bounded; the counts /metrics reads are
+// kept as jobs move, not counted over every job; a finished job's step
+// series is thinned to the configured size.
+TEST_F(JobManagerTest, WatchersAreBoundedAndCountsFollowTheJobs) {
+  opts_.max_watchers = 2;
+  opts_.finished_steps_kept = 5;
+  manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_, metrics_.get());
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto a = *manager_->Submit(Spec(1));
+  auto b = *manager_->Submit(Spec(1));
+  auto counts = manager_->JobCountsByState();
+  EXPECT_EQ(counts[loom::v1::SCHEDULED], 1);
+  EXPECT_EQ(counts[loom::v1::PENDING], 1);
+  auto q1 = manager_->Watch(a.id(), false);
+  auto q2 = manager_->Watch(b.id(), false);
+  ASSERT_TRUE(q1.ok() && q2.ok());
+  auto q3 = manager_->Watch(a.id(), false);
+  ASSERT_EQ(q3.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(q3.status().message()), HasSubstr("--max_watchers"));
+  q2->reset();  // a stream that ended frees its place
+  EXPECT_TRUE(manager_->Watch(a.id(), false).ok());
+
+  // Job a runs 40 steps and succeeds; its series is thinned to 5.
+  Beat(w1, 29501, {});
+  for (int step = 1; step <= 40; ++step) {
+    loom::v1::ReportStepMetricsRequest req;
+    req.set_worker_id(w1);
+    req.set_job_id(a.id());
+    req.set_generation(generation_[a.id()]);
+    auto* m = req.add_events()->mutable_step();
+    m->set_step(step);
+    m->set_loss(3.0);
+    ASSERT_TRUE(manager_->ReportEvents(req).ok());
+  }
+  EXPECT_EQ(manager_->StepMetrics(a.id(), 0)->size(), 40u);
+  ASSERT_TRUE(Exit(w1, a.id(), 0, 0).ok());
+  EXPECT_EQ(StateOf(a.id()), loom::v1::SUCCEEDED);
+  manager_->Tick();
+  std::vector<int64_t> kept;
+  for (const auto& m : *manager_->StepMetrics(a.id(), 0)) kept.push_back(m.step());
+  EXPECT_THAT(kept, ::testing::ElementsAre(1, 10, 20, 30, 40));
+  counts = manager_->JobCountsByState();
+  EXPECT_EQ(counts[loom::v1::SUCCEEDED], 1);
+  EXPECT_EQ(counts[loom::v1::SCHEDULED] + counts[loom::v1::RUNNING], 1);
+  EXPECT_EQ(counts[loom::v1::PENDING], 0);
+}
+
+// A durable write that fails (here: another connection holds the
+// database's write lock past the store's busy timeout) is not ignored: the
+// change stands in memory, is counted, and the next Tick writes it, so a
+// restarted controller finds it.
+TEST_F(JobManagerTest, FailedDurableWriteIsRetriedUntilItLands) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1));
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/loom.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto cancelled = manager_->Cancel(job.id(), "while the disk is busy");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), loom::v1::CANCELLED);
+  EXPECT_EQ(manager_->StoreWriteFailures(), 1);
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  manager_->Tick();
+  EXPECT_EQ(manager_->StoreWriteFailures(), 1);  // the retry landed
+  // A new controller on the same store sees the cancel and its history.
+  manager_.reset();
+  JobManager again(store_.get(), &clock_, opts_, metrics_.get());
+  ASSERT_TRUE(again.Recover().ok());
+  auto reloaded = again.Get(job.id());
+  ASSERT_TRUE(reloaded.ok());
+  EXPECT_EQ(reloaded->state(), loom::v1::CANCELLED);
+  auto history = store_->LoadTransitions(job.id());
+  ASSERT_TRUE(history.ok());
+  ASSERT_GE(history->size(), 2u);
+  EXPECT_EQ(history->back().to(), loom::v1::CANCELLED);
 }
 
 }  // namespace

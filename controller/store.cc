@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include <utility>
 
@@ -34,6 +35,11 @@ class Stmt {
   }
   void BindInt(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   int Step() { return sqlite3_step(stmt_); }
+  // Ready to run again with new bindings.
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
   std::string ColumnBlob(int i) {
     const void* p = sqlite3_column_blob(stmt_, i);
     int n = sqlite3_column_bytes(stmt_, i);
@@ -228,12 +234,86 @@ absl::Status Store::Commit() {
   return s;
 }
 
-absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
-  return PutJobAndSteps(job, new_transitions, {});
+struct Store::PendingWrite {
+  std::string job_id;
+  bool has_job = false;
+  int64_t seq = 0;
+  int state = 0;
+  int64_t created_unix_ms = 0;
+  std::string job_blob;
+  std::vector<std::pair<int, loom::v1::StateTransition>> transitions;  // (index, transition)
+  std::vector<std::pair<int64_t, std::string>> steps;                 // (step, metrics)
+  bool done = false;     // guarded by queue_mu_
+  absl::Status status;   // set when done
+};
+
+Store::Ticket Store::Enqueue(const loom::v1::Job* job, int new_transitions,
+                             const std::vector<loom::v1::StepMetrics>& steps,
+                             const std::string& job_id) {
+  auto w = std::make_shared<PendingWrite>();
+  w->job_id = job_id;
+  if (job != nullptr) {
+    w->has_job = true;
+    w->seq = JobSequence(job->id());
+    w->state = job->state();
+    w->created_unix_ms = job->created_unix_ms();
+    w->job_blob = job->SerializeAsString();
+    const int n = job->history_size();
+    for (int i = std::max(0, n - new_transitions); i < n; ++i) {
+      w->transitions.emplace_back(i, job->history(i));
+    }
+  }
+  w->steps.reserve(steps.size());
+  for (const auto& m : steps) w->steps.emplace_back(m.step(), m.SerializeAsString());
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  queue_.push_back(w);
+  return w;
 }
 
-absl::Status Store::PutJobAndSteps(const loom::v1::Job& job, int new_transitions,
-                                   const std::vector<loom::v1::StepMetrics>& steps) {
+absl::Status Store::Wait(const Ticket& ticket) {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  while (!ticket->done) {
+    if (committing_) {
+      queue_cv_.wait(lock);
+      continue;
+    }
+    // Not done and nobody writing: it is in the line; write the whole line.
+    committing_ = true;
+    std::vector<Ticket> batch;
+    batch.swap(queue_);
+    lock.unlock();
+    absl::Status s = WriteBatch(batch);
+    lock.lock();
+    for (const Ticket& w : batch) {
+      w->status = s;
+      w->done = true;
+    }
+    if (s.ok()) {
+      writes_committed_ += static_cast<int64_t>(batch.size());
+      batches_committed_ += 1;
+    }
+    committing_ = false;
+    queue_cv_.notify_all();
+  }
+  return ticket->status;
+}
+
+int64_t Store::writes_committed() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return writes_committed_;
+}
+
+int64_t Store::batches_committed() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return batches_committed_;
+}
+
+absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
+  // The last write of each job in the batch carries its newest row.
+  std::map<std::string, size_t> last_row;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i]->has_job) last_row[batch[i]->job_id] = i;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   absl::Status s = Exec("BEGIN IMMEDIATE;");
   if (!s.ok()) return s;
@@ -242,41 +322,53 @@ absl::Status Store::PutJobAndSteps(const loom::v1::Job& job, int new_transitions
     Exec("ROLLBACK;").IgnoreError();
     return err;
   };
-  {
-    Stmt st(db_,
-            "INSERT OR REPLACE INTO jobs (id, seq, state, created_unix_ms, job) "
-            "VALUES (?, ?, ?, ?, ?);");
-    if (!st.ok()) return fail("prepare job");
-    st.BindText(1, job.id());
-    st.BindInt(2, JobSequence(job.id()));
-    st.BindInt(3, job.state());
-    st.BindInt(4, job.created_unix_ms());
-    st.BindBlob(5, job.SerializeAsString());
-    if (st.Step() != SQLITE_DONE) return fail("write job");
-  }
-  int n = job.history_size();
-  for (int i = std::max(0, n - new_transitions); i < n; ++i) {
-    const auto& t = job.history(i);
-    Stmt st(db_,
-            "INSERT OR REPLACE INTO transitions (job_id, idx, from_state, to_state, "
-            "time_unix_ms, reason) VALUES (?, ?, ?, ?, ?, ?);");
-    if (!st.ok()) return fail("prepare transition");
-    st.BindText(1, job.id());
-    st.BindInt(2, i);
-    st.BindInt(3, t.from());
-    st.BindInt(4, t.to());
-    st.BindInt(5, t.time_unix_ms());
-    st.BindText(6, t.reason());
-    if (st.Step() != SQLITE_DONE) return fail("write transition");
-  }
-  for (const auto& m : steps) {
-    Stmt st(db_, "INSERT INTO step_metrics (job_id, step, metrics) VALUES (?, ?, ?);");
-    if (!st.ok() || (st.BindText(1, job.id()), st.BindInt(2, m.step()),
-                     st.BindBlob(3, m.SerializeAsString()), st.Step()) != SQLITE_DONE) {
-      return fail("write step metrics");
+  Stmt job_st(db_,
+              "INSERT OR REPLACE INTO jobs (id, seq, state, created_unix_ms, job) "
+              "VALUES (?, ?, ?, ?, ?);");
+  Stmt transition_st(db_,
+                     "INSERT OR REPLACE INTO transitions (job_id, idx, from_state, to_state, "
+                     "time_unix_ms, reason) VALUES (?, ?, ?, ?, ?, ?);");
+  Stmt step_st(db_, "INSERT INTO step_metrics (job_id, step, metrics) VALUES (?, ?, ?);");
+  if (!job_st.ok() || !transition_st.ok() || !step_st.ok()) return fail("prepare batch");
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PendingWrite& w = *batch[i];
+    if (w.has_job && last_row[w.job_id] == i) {
+      job_st.Reset();
+      job_st.BindText(1, w.job_id);
+      job_st.BindInt(2, w.seq);
+      job_st.BindInt(3, w.state);
+      job_st.BindInt(4, w.created_unix_ms);
+      job_st.BindBlob(5, w.job_blob);
+      if (job_st.Step() != SQLITE_DONE) return fail("write job");
+    }
+    for (const auto& [idx, t] : w.transitions) {
+      transition_st.Reset();
+      transition_st.BindText(1, w.job_id);
+      transition_st.BindInt(2, idx);
+      transition_st.BindInt(3, t.from());
+      transition_st.BindInt(4, t.to());
+      transition_st.BindInt(5, t.time_unix_ms());
+      transition_st.BindText(6, t.reason());
+      if (transition_st.Step() != SQLITE_DONE) return fail("write transition");
+    }
+    for (const auto& [step, blob] : w.steps) {
+      step_st.Reset();
+      step_st.BindText(1, w.job_id);
+      step_st.BindInt(2, step);
+      step_st.BindBlob(3, blob);
+      if (step_st.Step() != SQLITE_DONE) return fail("write step metrics");
     }
   }
   return Commit();
+}
+
+absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
+  return PutJobAndSteps(job, new_transitions, {});
+}
+
+absl::Status Store::PutJobAndSteps(const loom::v1::Job& job, int new_transitions,
+                                   const std::vector<loom::v1::StepMetrics>& steps) {
+  return Wait(Enqueue(&job, new_transitions, steps, job.id()));
 }
 
 absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobs() {
@@ -321,19 +413,50 @@ absl::StatusOr<std::vector<loom::v1::StateTransition>> Store::LoadTransitions(
 absl::Status Store::AppendStepMetrics(const std::string& job_id,
                                       const std::vector<loom::v1::StepMetrics>& steps) {
   if (steps.empty()) return absl::OkStatus();
+  return Wait(Enqueue(nullptr, 0, steps, job_id));
+}
+
+absl::StatusOr<int64_t> Store::ThinStepMetrics(const std::string& job_id, int64_t keep) {
+  if (keep < 2) return absl::InvalidArgumentError("keep: must be >= 2");
   std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int64_t> rowids;
+  {
+    Stmt st(db_, "SELECT rowid FROM step_metrics WHERE job_id = ? ORDER BY step, rowid;");
+    if (!st.ok()) return SqlError(db_, "prepare thin step metrics");
+    st.BindText(1, job_id);
+    int rc;
+    while ((rc = st.Step()) == SQLITE_ROW) rowids.push_back(st.ColumnInt(0));
+    if (rc != SQLITE_DONE) return SqlError(db_, "read step metrics to thin");
+  }
+  const int64_t n = static_cast<int64_t>(rowids.size());
+  if (n <= keep) return 0;
+  // Row i is kept when it is the nearest to one of keep evenly spaced
+  // positions 0, (n-1)/(keep-1), ..., n-1.
+  std::vector<bool> kept(n, false);
+  for (int64_t k = 0; k < keep; ++k) kept[k * (n - 1) / (keep - 1)] = true;
   absl::Status s = Exec("BEGIN IMMEDIATE;");
   if (!s.ok()) return s;
-  for (const auto& m : steps) {
-    Stmt st(db_, "INSERT INTO step_metrics (job_id, step, metrics) VALUES (?, ?, ?);");
-    if (!st.ok() || (st.BindText(1, job_id), st.BindInt(2, m.step()),
-                     st.BindBlob(3, m.SerializeAsString()), st.Step()) != SQLITE_DONE) {
-      absl::Status err = SqlError(db_, "write step metrics");
+  Stmt del(db_, "DELETE FROM step_metrics WHERE rowid = ?;");
+  if (!del.ok()) {
+    absl::Status err = SqlError(db_, "prepare delete step metrics");
+    Exec("ROLLBACK;").IgnoreError();
+    return err;
+  }
+  int64_t deleted = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (kept[i]) continue;
+    del.Reset();
+    del.BindInt(1, rowids[i]);
+    if (del.Step() != SQLITE_DONE) {
+      absl::Status err = SqlError(db_, "delete step metrics");
       Exec("ROLLBACK;").IgnoreError();
       return err;
     }
+    ++deleted;
   }
-  return Commit();
+  s = Commit();
+  if (!s.ok()) return s;
+  return deleted;
 }
 
 absl::StatusOr<std::vector<loom::v1::StepMetrics>> Store::LoadStepMetrics(

@@ -7,6 +7,7 @@
 #ifndef LOOM_CONTROLLER_STORE_H_
 #define LOOM_CONTROLLER_STORE_H_
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +34,28 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
+  // Every job and step write goes through one line (group commit): writes
+  // are applied in the order they were put in line, in batches that are one
+  // transaction each, so that many reports arriving together share one
+  // fsync. A batch commits or fails as a whole. Because every job write
+  // takes the same line, an older snapshot of a job never overwrites a
+  // newer one. A caller that must not wait under its own lock puts the
+  // write in line there (Enqueue, which keeps its order) and waits for it
+  // after releasing the lock (Wait).
+  struct PendingWrite;
+  using Ticket = std::shared_ptr<PendingWrite>;
+  // Puts PutJobAndSteps(job, new_transitions, steps) in line and returns at
+  // once; `job` may be null for steps only. Serialises its arguments now.
+  Ticket Enqueue(const loom::v1::Job* job, int new_transitions,
+                 const std::vector<loom::v1::StepMetrics>& steps, const std::string& job_id);
+  // Blocks until the write is durable (OK) or its batch failed. Whoever
+  // waits first while no batch is being written writes everything in line.
+  absl::Status Wait(const Ticket& ticket);
+  // Writes handed to SQLite so far and the transactions that carried them
+  // (for the load benchmark and tests: writes / batches is the grouping).
+  int64_t writes_committed();
+  int64_t batches_committed();
+
   // Inserts or replaces the job row, and appends `new_transitions` (the tail
   // of job.history not yet stored) to the transitions table.
   absl::Status PutJob(const loom::v1::Job& job, int new_transitions);
@@ -57,6 +80,11 @@ class Store {
   // The newest `limit` (0 = all) step metrics of a job, oldest first.
   absl::StatusOr<std::vector<loom::v1::StepMetrics>> LoadStepMetrics(
       const std::string& job_id, int limit);
+
+  // Keeps at most `keep` (>= 2) of a job's step rows, evenly spaced by
+  // position with the first and the last among them, and deletes the rest
+  // in one transaction. Returns how many rows were deleted.
+  absl::StatusOr<int64_t> ThinStepMetrics(const std::string& job_id, int64_t keep);
 
   // Adds a committed checkpoint to the job's catalog (idempotent per
   // job/step/generation).
@@ -91,6 +119,16 @@ class Store {
   // Brings tables of a database made by an older Loom up to kSchema.
   absl::Status Migrate();
   absl::Status Commit();
+  // One transaction with all of `batch`, in order (the job row only from
+  // the last write of each job in the batch).
+  absl::Status WriteBatch(const std::vector<Ticket>& batch);
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::vector<Ticket> queue_;   // guarded by queue_mu_
+  bool committing_ = false;     // a waiter is writing a batch; guarded by queue_mu_
+  int64_t writes_committed_ = 0;   // guarded by queue_mu_
+  int64_t batches_committed_ = 0;  // guarded by queue_mu_
 
   std::mutex mu_;
   sqlite3* db_;  // owned; guarded by mu_

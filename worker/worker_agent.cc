@@ -509,8 +509,10 @@ grpc::Status WorkerAgent::Deliver(const std::function<grpc::Status(const std::st
       id = worker_id_;
     }
     s = call(id);
+    // (RESOURCE_EXHAUSTED: the controller is at its RPC thread bound.)
     const bool unreachable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+                             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                             s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
     // The controller does not know this worker (it restarted): wait for the
     // heartbeat loop to register again, then send under the new id.
     const bool unknown_worker = s.error_code() == grpc::StatusCode::NOT_FOUND &&
