@@ -344,10 +344,10 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        "model.gpt: required"},
       {"no layers",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_layer(0); },
-       kInvalid, "model.gpt.n_layer: must be >= 1, got 0"},
+       kInvalid, "model.gpt.n_layer: must be in [1, 1024], got 0"},
       {"negative heads",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_head(-2); },
-       kInvalid, "model.gpt.n_head: must be >= 1, got -2"},
+       kInvalid, "model.gpt.n_head: must be in [1, 1024], got -2"},
       {"no width",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_d_model(0); },
        kInvalid, "model.gpt.d_model: "},
@@ -447,10 +447,10 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        kInvalid, "schedule.min_lr_ratio: must be in [0, 1], got 1.5"},
       {"negative eval interval",
        [](JobSpec* s) { s->mutable_schedule()->set_eval_interval(-1); },
-       kInvalid, "schedule.eval_interval: must be >= 0, got -1"},
+       kInvalid, "schedule.eval_interval: must be in [0, 1000000000], got -1"},
       {"negative eval batches",
        [](JobSpec* s) { s->mutable_schedule()->set_eval_batches(-3); },
-       kInvalid, "schedule.eval_batches: must be >= 1, got -3"},
+       kInvalid, "schedule.eval_batches: must be in [1, 1000000], got -3"},
       {"negative log interval",
        [](JobSpec* s) { s->mutable_schedule()->set_log_interval(-1); },
        kInvalid, "schedule.log_interval: "},
@@ -475,10 +475,10 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        kInvalid, "resources.threads_per_rank: must be in [1, 256], got 300"},
       {"negative global batch",
        [](JobSpec* s) { s->mutable_batch()->set_global_batch(-32); }, kInvalid,
-       "batch.global_batch: must be >= 1, got -32"},
+       "batch.global_batch: must be in [1, 16777216], got -32"},
       {"negative micro batch",
        [](JobSpec* s) { s->mutable_batch()->set_micro_batch(-4); }, kInvalid,
-       "batch.micro_batch: must be >= 1, got -4"},
+       "batch.micro_batch: must be in [1, 32], got -4"},
       {"batch does not split over ranks",
        [](JobSpec* s) {
          s->mutable_batch()->set_global_batch(10);
@@ -514,10 +514,10 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        kInvalid, "precision: unknown value 7"},
       {"negative checkpoint interval",
        [](JobSpec* s) { s->mutable_checkpoint()->set_interval_steps(-5); },
-       kInvalid, "checkpoint.interval_steps: must be >= 0, got -5"},
+       kInvalid, "checkpoint.interval_steps: must be in [0, 1000000000], got -5"},
       {"negative keep",
        [](JobSpec* s) { s->mutable_checkpoint()->set_keep(-1); }, kInvalid,
-       "checkpoint.keep: must be >= 1, got -1"},
+       "checkpoint.keep: must be in [1, 100000], got -1"},
       {"invalid beats unimplemented",
        [](JobSpec* s) {
          s->set_precision(v1::FP16);
@@ -578,7 +578,7 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
       // well-formed ones the engine does not build are UNIMPLEMENTED.
       {"negative n_kv_head",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(-1); }, kInvalid,
-       "model.gpt.n_kv_head: must be >= 0, got -1"},
+       "model.gpt.n_kv_head: must be in [0, 4], got -1"},
       {"n_kv_head not dividing n_head",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(3); }, kInvalid,
        "model.gpt.n_kv_head: 3 does not divide model.gpt.n_head 4"},
@@ -588,7 +588,7 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        "planned but not executable yet"},
       {"MLP hidden 0",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(0); },
-       kInvalid, "model.gpt.mlp.hidden: must be >= 1, got 0"},
+       kInvalid, "model.gpt.mlp.hidden: must be in [1, 1048576], got 0"},
       {"MLP hidden not 4 x d_model",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(384); },
        kUnimplemented, "model.gpt.mlp.hidden: an MLP width of 384 (not 4 x d_model = 512)"},
@@ -643,6 +643,137 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
     EXPECT_EQ(status.code(), c.code) << status;
     EXPECT_THAT(std::string(status.message()), StartsWith(c.message_prefix));
   }
+}
+
+// Issue 13, "Bad input": every numeric field has a range checked at
+// submit, with its path, so that no later arithmetic overflows. The values
+// a reviewer tried (a window of 2^31 - 1, a rollback distance of 2^63 - 1, a
+// reversed skip range) and the bounds on either side.
+TEST(ValidateJobSpecTest, NumbersOutsideTheirRangeNameTheField) {
+  const absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+  const int64_t kMax64 = std::numeric_limits<int64_t>::max();
+  const int32_t kMax32 = std::numeric_limits<int32_t>::max();
+  const std::vector<BadSpecCase> cases = {
+      {"window 2^31-1", [&](JobSpec* s) { s->mutable_recovery()->set_window(kMax32); }, kInvalid,
+       "recovery.window: must be 0 (the default) or in [8, 100000], got 2147483647"},
+      {"window 7", [](JobSpec* s) { s->mutable_recovery()->set_window(7); }, kInvalid,
+       "recovery.window: "},
+      {"negative window", [](JobSpec* s) { s->mutable_recovery()->set_window(-1); }, kInvalid,
+       "recovery.window: "},
+      {"rollback distance 2^63-1",
+       [&](JobSpec* s) { s->mutable_recovery()->set_rollback_distance(kMax64); }, kInvalid,
+       "recovery.rollback_distance: must be 0 (the default) or in [1, 1000000000]"},
+      {"negative rollback distance",
+       [](JobSpec* s) { s->mutable_recovery()->set_rollback_distance(-5); }, kInvalid,
+       "recovery.rollback_distance: "},
+      {"skip_before 2^63-1", [&](JobSpec* s) { s->mutable_recovery()->set_skip_before(kMax64); },
+       kInvalid, "recovery.skip_before: "},
+      {"skip_after negative", [](JobSpec* s) { s->mutable_recovery()->set_skip_after(-1); },
+       kInvalid, "recovery.skip_after: "},
+      {"min_history above the window",
+       [](JobSpec* s) {
+         s->mutable_recovery()->set_window(16);
+         s->mutable_recovery()->set_min_history(17);
+       },
+       kInvalid, "recovery.min_history: must be 0 (the default) or in [1, 16]"},
+      {"confirm_steps above the default window",
+       [](JobSpec* s) { s->mutable_recovery()->set_confirm_steps(129); }, kInvalid,
+       "recovery.confirm_steps: "},
+      {"threshold below 1", [](JobSpec* s) { s->mutable_recovery()->set_threshold(0.5); },
+       kInvalid, "recovery.threshold: "},
+      {"negative max_restarts", [](JobSpec* s) { s->mutable_recovery()->set_max_restarts(-1); },
+       kInvalid, "recovery.max_restarts: must be in [0, 10000]"},
+      {"huge max_rollbacks", [&](JobSpec* s) { s->mutable_recovery()->set_max_rollbacks(kMax32); },
+       kInvalid, "recovery.max_rollbacks: "},
+      {"reversed skip range",
+       [](JobSpec* s) {
+         auto* r = s->add_skip_batches();
+         r->set_begin(200);
+         r->set_end(100);
+       },
+       kInvalid, "skip_batches[0]: [200, 100) is empty or reversed"},
+      {"empty skip range",
+       [](JobSpec* s) {
+         auto* r = s->add_skip_batches();
+         r->set_begin(5);
+         r->set_end(5);
+       },
+       kInvalid, "skip_batches[0]: [5, 5) is empty"},
+      {"negative skip begin",
+       [](JobSpec* s) {
+         auto* ok = s->add_skip_batches();
+         ok->set_begin(1);
+         ok->set_end(2);
+         auto* r = s->add_skip_batches();
+         r->set_begin(-3);
+         r->set_end(2);
+       },
+       kInvalid, "skip_batches[1].begin: must be in [0, "},
+      {"skip end past 2^50",
+       [&](JobSpec* s) {
+         auto* r = s->add_skip_batches();
+         r->set_begin(0);
+         r->set_end(kMax64);
+       },
+       kInvalid, "skip_batches[0].end: "},
+      {"2^31-1 layers",
+       [&](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_layer(kMax32); }, kInvalid,
+       "model.gpt.n_layer: must be in [1, 1024]"},
+      {"d_model 2^17",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_d_model(1 << 17);
+         s->mutable_model()->mutable_gpt()->set_n_head(1);
+       },
+       kInvalid, "model.gpt.d_model: must be in [1, 65536]"},
+      {"vocabulary of 2^30",
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_vocab_size(1 << 30); }, kInvalid,
+       "model.gpt.vocab_size: must be in [1, 4194304]"},
+      {"more kv heads than heads",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_n_kv_head(s->model().gpt().n_head() * 2);
+       },
+       kInvalid, "model.gpt.n_kv_head: must be in [0, "},
+      {"global batch 2^31-1", [&](JobSpec* s) { s->mutable_batch()->set_global_batch(kMax32); },
+       kInvalid, "batch.global_batch: must be in [1, 16777216]"},
+      {"micro batch above the global batch",
+       [](JobSpec* s) { s->mutable_batch()->set_micro_batch(s->batch().global_batch() + 1); },
+       kInvalid, "batch.micro_batch: must be in [1, "},
+      {"eval_interval 2^63-1", [&](JobSpec* s) { s->mutable_schedule()->set_eval_interval(kMax64); },
+       kInvalid, "schedule.eval_interval: must be in [0, 1000000000]"},
+      {"log_interval 2^63-1", [&](JobSpec* s) { s->mutable_schedule()->set_log_interval(kMax64); },
+       kInvalid, "schedule.log_interval: "},
+      {"checkpoint interval 2^63-1",
+       [&](JobSpec* s) { s->mutable_checkpoint()->set_interval_steps(kMax64); }, kInvalid,
+       "checkpoint.interval_steps: must be in [0, 1000000000]"},
+      {"keep 2^31-1", [&](JobSpec* s) { s->mutable_checkpoint()->set_keep(kMax32); }, kInvalid,
+       "checkpoint.keep: must be in [1, 100000]"},
+      {"activation checkpointing past the layers",
+       [](JobSpec* s) { s->set_activation_checkpointing(s->model().gpt().n_layer() + 1); },
+       kInvalid, "activation_checkpointing: every k-th block with k = "},
+  };
+  const JobSpec good = MustParse(kGoodYaml);
+  for (const BadSpecCase& c : cases) {
+    SCOPED_TRACE(c.description);
+    JobSpec spec = good;
+    c.mutate(&spec);
+    ApplyJobSpecDefaults(&spec);
+    const absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_THAT(std::string(status.message()), StartsWith(c.message_prefix));
+  }
+  // The bounds themselves are accepted.
+  JobSpec edge = good;
+  edge.mutable_recovery()->set_window(100000);
+  edge.mutable_recovery()->set_min_history(100000);
+  edge.mutable_recovery()->set_rollback_distance(1000000000);
+  edge.mutable_recovery()->set_skip_before(1000000000);
+  edge.mutable_recovery()->set_skip_after(1000000000);
+  edge.mutable_recovery()->set_max_restarts(0);
+  auto* r = edge.add_skip_batches();
+  r->set_begin(0);
+  r->set_end(int64_t{1} << 50);
+  ApplyJobSpecDefaults(&edge);
+  EXPECT_TRUE(ValidateJobSpec(edge).ok()) << ValidateJobSpec(edge);
 }
 
 // Tensor, pipeline and ZeRO layouts execute (issue 11); the batch is
