@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <random>
 #include <thread>
@@ -103,7 +104,9 @@ void RpcStats::Merge(const RpcStats& other) {
 void FleetStats::Merge(const FleetStats& other) {
   heartbeat.Merge(other.heartbeat);
   step.Merge(other.step);
-  heartbeats_late += other.heartbeats_late;
+  steps_sent += other.steps_sent;
+  steps_dropped += other.steps_dropped;
+  waited_for_slot += other.waited_for_slot;
   watch_events += other.watch_events;
   watch_delay_ms.insert(watch_delay_ms.end(), other.watch_delay_ms.begin(),
                         other.watch_delay_ms.end());
@@ -116,17 +119,43 @@ void FleetStats::Merge(const FleetStats& other) {
   for (const auto& [key, message] : other.first_errors) first_errors.insert({key, message});
 }
 
-// A completion queue, the one thread that drains it, and what the workers,
-// ranks and watchers on it record (only that thread writes `stats` and uses
-// `rng`; Finish reads them after the join).
+// A completion queue, the one thread that drains it, what the workers,
+// ranks and watchers on it record, and its share of the cap on RPCs in
+// flight. Only that thread touches anything here but `cq` (Finish reads
+// `stats` after the join).
 struct Fleet::Queue {
   grpc::CompletionQueue cq;
   std::thread thread;
   FleetStats stats;
   std::mt19937_64 rng;
+  int free_slots = 0;                         // of this queue's share of the cap
+  std::deque<std::function<void()>> waiting;  // sends waiting for a slot, oldest first
 
-  // Counts a completed RPC of `kind`, and its latency when `measured`.
-  void Record(RpcStats& kind, const char* method, bool measured, Clock::time_point sent,
+  // Runs `send` now, taking a slot, if one is free; else when one is
+  // released. `send` must end in ReleaseSlot() (when its RPC completes, or
+  // at once if it sends nothing).
+  void WhenSlotFree(std::function<void()> send) {
+    if (free_slots > 0) {
+      --free_slots;
+      send();
+      return;
+    }
+    waiting.push_back(std::move(send));
+  }
+  // The slot goes to the oldest waiting send, if any.
+  void ReleaseSlot() {
+    if (waiting.empty()) {
+      ++free_slots;
+      return;
+    }
+    std::function<void()> next = std::move(waiting.front());
+    waiting.pop_front();
+    next();
+  }
+
+  // Counts a completed RPC of `kind`, and its latency from `due` (when it
+  // was due to go, before any wait for a slot) when `measured`.
+  void Record(RpcStats& kind, const char* method, bool measured, Clock::time_point due,
               const grpc::Status& status) {
     if (!status.ok()) {
       const int code = status.error_code();
@@ -135,7 +164,7 @@ struct Fleet::Queue {
            status.error_message()});
     }
     if (!measured) return;
-    kind.latency_ms.push_back(MillisSince(sent));
+    kind.latency_ms.push_back(MillisSince(due));
     kind.codes[status.error_code()]++;
   }
   double Uniform(double lo, double hi) { return std::uniform_real_distribution<>(lo, hi)(rng); }
@@ -143,11 +172,16 @@ struct Fleet::Queue {
 
 // ------------------------------------------------------------------ SimRank
 
-// A rank the controller started on a simulated worker: reports a step every
-// step period while active. Lives as long as the fleet (an ended rank may be
-// started again); touched only by its worker's queue thread.
+// A rank the controller started on a simulated worker: finishes a step every
+// step period from its start and reports them. Lives as long as the fleet
+// (an ended rank may be started again); touched only by its worker's queue
+// thread.
 class Fleet::SimRank {
  public:
+  // Steps one report carries at most; older ones are dropped (the real
+  // worker's queue is bounded too, kMaxOutgoing in worker_agent.h).
+  static constexpr int64_t kMaxStepsPerReport = 100;
+
   SimRank(Fleet* fleet, Queue* queue, loom::v1::WorkerService::Stub* stub,
           const std::string* worker_id, std::string job_id, int rank, int64_t total_steps)
       : fleet_(fleet),
@@ -165,21 +199,18 @@ class Fleet::SimRank {
   void Start(int64_t generation) {
     if (active_ && generation == generation_) return;
     generation_ = generation;
-    step_ = 0;
+    reported_ = 0;
+    started_ = Clock::now();
     if (!active_) {
       active_ = true;
       fleet_->ranks_running_.fetch_add(1);
     }
     // Busy: the alarm or report in flight carries on with the new attempt.
-    if (!busy_) {
-      const auto period = fleet_->options_.step_period;
-      ReportAt(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                  period * queue_->Uniform(0, 1)));
-    }
+    if (!busy_) SendOrWait();
   }
 
-  // Stops reporting (a report in flight completes). The worker stops
-  // listing it as running.
+  // Stops training and reporting (a report in flight completes). The
+  // worker stops listing it as running.
   void End() {
     if (!active_) return;
     active_ = false;
@@ -192,28 +223,60 @@ class Fleet::SimRank {
   int64_t generation() const { return generation_; }
 
  private:
-  void ReportAt(Clock::time_point due) {
-    due_ = due;
+  // Steps of the current attempt finished by `t`.
+  int64_t StepsDoneAt(Clock::time_point t) const {
+    return (t - started_) / fleet_->options_.step_period;
+  }
+
+  // Reports the steps finished and not yet reported, or waits for the next.
+  void SendOrWait() {
+    if (!active_ || fleet_->stopping_.load()) return;
     busy_ = true;
+    if (StepsDoneAt(Clock::now()) > reported_) {
+      due_ = Clock::now();
+      measured_ = fleet_->measuring_.load();
+      queue_->WhenSlotFree([this] { Send(); });
+      return;
+    }
     fleet_->in_flight_.fetch_add(1);
-    alarm_.Set(&queue_->cq, WallTimeOf(due), &alarm_tag_);
+    alarm_.Set(&queue_->cq, WallTimeOf(started_ + fleet_->options_.step_period * (reported_ + 1)),
+               &alarm_tag_);
   }
 
   void OnAlarm() {
     busy_ = false;
-    if (!active_ || fleet_->stopping_.load()) return;
+    SendOrWait();
+  }
+
+  // Holds a slot: sends every step finished by now (more may have finished
+  // while it waited for the slot).
+  void Send() {
+    if (!active_ || fleet_->stopping_.load()) {
+      busy_ = false;
+      queue_->ReleaseSlot();
+      return;
+    }
+    if (Clock::now() - due_ > std::chrono::milliseconds(1) && measured_) {
+      queue_->stats.waited_for_slot++;
+    }
+    const int64_t done = StepsDoneAt(Clock::now());
+    const int64_t first = std::max(reported_ + 1, done - kMaxStepsPerReport + 1);
+    queue_->stats.steps_dropped += first - (reported_ + 1);
     request_.Clear();
     request_.set_worker_id(*worker_id_);
     request_.set_job_id(job_id_);
     request_.set_generation(generation_);
-    FillStep(++step_, rank_, total_steps_, request_.add_events()->mutable_step());
+    for (int64_t step = first; step <= done; ++step) {
+      FillStep(step, rank_, total_steps_, request_.add_events()->mutable_step());
+    }
+    reported_ = done;
     context_ = std::make_unique<grpc::ClientContext>();
     AttachToken(context_.get(), fleet_->options_.token);
     context_->set_deadline(std::chrono::system_clock::now() + fleet_->options_.rpc_deadline);
-    measured_ = fleet_->measuring_.load();
-    if (measured_) queue_->stats.step.sent++;
-    sent_ = Clock::now();
-    busy_ = true;
+    if (measured_) {
+      queue_->stats.step.sent++;
+      queue_->stats.steps_sent += done - first + 1;
+    }
     fleet_->in_flight_.fetch_add(1);
     call_ = stub_->PrepareAsyncReportStepMetrics(context_.get(), request_, &queue_->cq);
     call_->StartCall();
@@ -222,7 +285,8 @@ class Fleet::SimRank {
 
   void OnReport() {
     busy_ = false;
-    queue_->Record(queue_->stats.step, "ReportStepMetrics", measured_, sent_, status_);
+    queue_->ReleaseSlot();
+    queue_->Record(queue_->stats.step, "ReportStepMetrics", measured_, due_, status_);
     // Stopped, or fenced as a stale attempt: the worker stops the rank.
     if ((status_.ok() && response_.stop()) ||
         status_.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
@@ -230,10 +294,9 @@ class Fleet::SimRank {
       End();
       return;
     }
-    if (!active_ || fleet_->stopping_.load()) return;
-    // One report at a time, each a period after the last was due; no
-    // catching up after a slow answer.
-    ReportAt(std::max(due_ + fleet_->options_.step_period, Clock::now()));
+    // (A failed report's steps are not sent again: the bench counts
+    // failures, it does not need every step delivered.)
+    SendOrWait();
   }
 
   Fleet* const fleet_;
@@ -244,10 +307,10 @@ class Fleet::SimRank {
   const int rank_;
   const int64_t total_steps_;
   bool active_ = false;
-  bool busy_ = false;  // an alarm or a report in flight
+  bool busy_ = false;  // an alarm, a report, or a wait for a slot
   int64_t generation_ = 0;
-  int64_t step_ = 0;  // last step reported
-  Clock::time_point due_;
+  Clock::time_point started_;  // of the current attempt; step k is done at + k periods
+  int64_t reported_ = 0;       // last step sent
   grpc::Alarm alarm_;
   Tag alarm_tag_;
   Tag report_tag_;
@@ -255,16 +318,16 @@ class Fleet::SimRank {
   loom::v1::ReportStepMetricsRequest request_;
   loom::v1::ReportStepMetricsResponse response_;
   grpc::Status status_;
-  bool measured_ = false;
-  Clock::time_point sent_;
+  bool measured_ = false;   // due in the window
+  Clock::time_point due_;   // when the report in flight was due
   std::unique_ptr<grpc::ClientAsyncResponseReader<loom::v1::ReportStepMetricsResponse>> call_;
 };
 
 // ---------------------------------------------------------------- SimWorker
 
 // One simulated worker daemon. At most one of its own operations (a
-// registration, a heartbeat, or the timer before either) is in flight at a
-// time; its ranks have their own.
+// registration, a heartbeat, the timer before either, or a wait for a
+// slot) is in flight at a time; its ranks have their own.
 class Fleet::SimWorker {
  public:
   SimWorker(Fleet* fleet, Queue* queue, loom::v1::WorkerService::Stub* stub, int index)
@@ -276,9 +339,23 @@ class Fleet::SimWorker {
         register_tag_([this](bool) { OnRegistered(); }),
         heartbeat_tag_([this](bool) { OnHeartbeat(); }) {}
 
-  // Sends RegisterWorker. The first time from any thread (nothing of this
-  // worker is in flight yet), later from its queue's thread.
+  // Registers for the first time; from any thread, before anything of this
+  // worker is in flight (the timer fires on its queue's thread).
+  void BeginRegistration() { At(Clock::now(), Waiting::kRegistration); }
+
+ private:
+  enum class Waiting { kRegistration, kHeartbeat };
+
   void Register() {
+    queue_->WhenSlotFree([this] { SendRegistration(); });
+  }
+
+  // Holds a slot.
+  void SendRegistration() {
+    if (fleet_->stopping_.load()) {
+      queue_->ReleaseSlot();
+      return;
+    }
     loom::v1::RegisterWorkerRequest& req = register_request_;
     req.Clear();
     req.set_node(absl::StrCat("sim-", index_));
@@ -308,9 +385,6 @@ class Fleet::SimWorker {
     register_call_->Finish(&register_response_, &status_, &register_tag_);
   }
 
- private:
-  enum class Waiting { kRegistration, kHeartbeat };
-
   void NewContext() {
     context_ = std::make_unique<grpc::ClientContext>();
     AttachToken(context_.get(), fleet_->options_.token);
@@ -339,11 +413,14 @@ class Fleet::SimWorker {
     if (waiting_for_ == Waiting::kRegistration) {
       Register();
     } else {
-      SendHeartbeat();
+      due_ = Clock::now();
+      measured_ = fleet_->measuring_.load();
+      queue_->WhenSlotFree([this] { SendHeartbeat(); });
     }
   }
 
   void OnRegistered() {
+    queue_->ReleaseSlot();
     queue_->Record(queue_->stats.heartbeat, "RegisterWorker", false, Clock::now(), status_);
     if (!status_.ok()) {
       queue_->stats.register_errors++;
@@ -360,23 +437,25 @@ class Fleet::SimWorker {
                                                            queue_->Uniform(0, 1));
       fleet_->Registered();
     }
-    due_ = first;
-    if (!fleet_->stopping_.load()) At(due_, Waiting::kHeartbeat);
+    if (!fleet_->stopping_.load()) At(first, Waiting::kHeartbeat);
   }
 
+  // Holds a slot.
   void SendHeartbeat() {
+    if (fleet_->stopping_.load()) {
+      queue_->ReleaseSlot();
+      return;
+    }
+    if (Clock::now() - due_ > std::chrono::milliseconds(1) && measured_) {
+      queue_->stats.waited_for_slot++;
+    }
     heartbeat_request_.Clear();
     heartbeat_request_.set_worker_id(id_);
     AddRunning(heartbeat_request_.mutable_running());
     // worker_agent.cc sends a port free for rank 0's rendezvous each time.
     heartbeat_request_.set_rendezvous_port(20000 + index_ % 40000);
     NewContext();
-    sent_ = Clock::now();
-    measured_ = fleet_->measuring_.load();
-    if (measured_) {
-      queue_->stats.heartbeat.sent++;
-      if (sent_ - due_ > std::chrono::milliseconds(100)) queue_->stats.heartbeats_late++;
-    }
+    if (measured_) queue_->stats.heartbeat.sent++;
     fleet_->in_flight_.fetch_add(1);
     heartbeat_call_ = stub_->PrepareAsyncHeartbeat(context_.get(), heartbeat_request_, &queue_->cq);
     heartbeat_call_->StartCall();
@@ -384,7 +463,8 @@ class Fleet::SimWorker {
   }
 
   void OnHeartbeat() {
-    queue_->Record(queue_->stats.heartbeat, "Heartbeat", measured_, sent_, status_);
+    queue_->ReleaseSlot();
+    queue_->Record(queue_->stats.heartbeat, "Heartbeat", measured_, due_, status_);
     if (fleet_->stopping_.load()) return;
     if (status_.error_code() == grpc::StatusCode::NOT_FOUND) {
       // Declared dead or forgotten: register again, with the running ranks.
@@ -395,13 +475,13 @@ class Fleet::SimWorker {
     if (status_.ok()) {
       for (const auto& command : heartbeat_response_.commands()) Apply(command);
     }
+    // A period after the answer, as WorkerAgent::Run waits: a slow
+    // controller gets fewer heartbeats.
     const double jitter = fleet_->options_.heartbeat_jitter;
-    due_ += std::chrono::duration_cast<Clock::duration>(fleet_->options_.heartbeat_period *
-                                                        queue_->Uniform(1 - jitter, 1 + jitter));
-    // One heartbeat at a time; after a slow answer the next goes at once,
-    // without catching up on the ones missed.
-    due_ = std::max(due_, Clock::now());
-    At(due_, Waiting::kHeartbeat);
+    At(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                          fleet_->options_.heartbeat_period *
+                          queue_->Uniform(1 - jitter, 1 + jitter)),
+       Waiting::kHeartbeat);
   }
 
   void Apply(const loom::v1::WorkerCommand& command) {
@@ -451,9 +531,8 @@ class Fleet::SimWorker {
   loom::v1::HeartbeatRequest heartbeat_request_;
   loom::v1::HeartbeatResponse heartbeat_response_;
   std::unique_ptr<grpc::ClientAsyncResponseReader<loom::v1::HeartbeatResponse>> heartbeat_call_;
-  Clock::time_point due_;   // when the next heartbeat is due
-  Clock::time_point sent_;  // when the heartbeat in flight was sent
-  bool measured_ = false;
+  Clock::time_point due_;  // when the heartbeat in flight was due
+  bool measured_ = false;  // due in the window
   std::vector<std::unique_ptr<SimRank>> ranks_;  // every rank ever started here
 };
 
@@ -538,9 +617,11 @@ Fleet::Fleet(FleetOptions options) : options_(std::move(options)) {
     worker_stubs_.push_back(loom::v1::WorkerService::NewStub(channels_.back()));
     job_stubs_.push_back(loom::v1::JobService::NewStub(channels_.back()));
   }
-  for (int i = 0; i < std::max(1, options_.queues); ++i) {
+  const int queues = std::max(1, options_.queues);
+  for (int i = 0; i < queues; ++i) {
     queues_.push_back(std::make_unique<Queue>());
     queues_.back()->rng.seed(options_.seed * 1000003 + static_cast<uint64_t>(i));
+    queues_.back()->free_slots = std::max(1, options_.max_rpcs_in_flight / queues);
   }
   for (int i = 0; i < options_.workers; ++i) {
     workers_.push_back(std::make_unique<SimWorker>(
@@ -578,7 +659,7 @@ void Fleet::Start() {
 void Fleet::RegisterNext() {
   if (stopping_.load()) return;
   const int i = next_to_register_.fetch_add(1);
-  if (i < static_cast<int>(workers_.size())) workers_[i]->Register();
+  if (i < static_cast<int>(workers_.size())) workers_[i]->BeginRegistration();
 }
 
 void Fleet::Registered() {

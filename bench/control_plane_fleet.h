@@ -2,19 +2,21 @@
 // benchmark (issue 12, bench/control_plane_bench.cc). Over real gRPC, each
 // simulated worker does what worker/worker_agent.cc does, minus the ranks:
 //   * registers (RegisterWorkerRequest with valid measured figures, a
-//     host id of its own), and again, with the ranks it runs, whenever a
-//     heartbeat answers NOT_FOUND;
-//   * heartbeats every period (jittered; the first one at a random phase)
-//     with the ranks it runs and a rendezvous port, one at a time: the next
-//     goes out when it is due or when the previous one is answered,
-//     whichever is later;
+//     host id of its own), again a second after a failure, and again at
+//     once, with the ranks it runs, when a heartbeat answers NOT_FOUND;
+//   * heartbeats with the ranks it runs and a rendezvous port, one at a
+//     time, a period (jittered) after the previous one was answered (the
+//     first at a random phase), as WorkerAgent::Run does;
 //   * takes StartRank / StopRank commands from the answers: a started rank
 //     is listed as running (with its generation) from the next heartbeat
-//     on, and reports one training step per step period through
-//     ReportStepMetrics, filled as worker/rank_main.cc fills it (steps from
-//     1, a falling loss), again one report at a time. A report answered
-//     `stop` or FAILED_PRECONDITION (a stale attempt) ends the rank, as the
-//     worker's supervisor would.
+//     on, and "trains": it finishes a step every step period from its
+//     start, whatever the controller does. Its steps go to the controller
+//     through ReportStepMetrics, filled as worker/rank_main.cc fills them,
+//     one report at a time, each carrying every step finished since the
+//     last (as WorkerAgent::SenderLoop batches a job's events; at most
+//     kMaxStepsPerReport, the oldest dropped as the worker's bounded queue
+//     drops them). A report answered `stop` or FAILED_PRECONDITION (a
+//     stale attempt) ends the rank, as the worker's supervisor would.
 // Watchers stream WatchJob on given jobs and time each step event from the
 // step's time_unix_ms to its arrival.
 //
@@ -48,18 +50,28 @@ struct FleetOptions {
   // Connections to the controller, shared round-robin by the workers; each
   // channel has distinct arguments so that each is its own TCP connection.
   int channels = 16;
-  int queues = 4;  // completion queues, one thread each
+  int queues = 4;  // completion queues, one thread each (the bench: min(4, cores))
   std::chrono::milliseconds heartbeat_period{1000};
   double heartbeat_jitter = 0.05;  // each period uniform in period x [1 - j, 1 + j]
-  std::chrono::milliseconds step_period{100};  // per running rank
+  std::chrono::milliseconds step_period{100};  // a running rank's step time
   // Every RPC's deadline: worker_agent.h's rpc_timeout.
   std::chrono::milliseconds rpc_deadline{5000};
   int registrations_in_flight = 64;  // at start-up, at most this many at once
+  // Unary RPCs in flight at once, all kinds together (split evenly over the
+  // queues); a send due beyond it waits, and its latency counts from when
+  // it was due. The controller's synchronous gRPC server runs each RPC it
+  // handles on a thread of its own with no cap (controller_main.cc): 10,000
+  // workers' heartbeats stuck behind its lock grew it past the machine's
+  // pid_max, failing every fork on the machine. The cap bounds that; a
+  // healthy controller (11,000 RPCs/s answered within 50 ms: ~550 in
+  // flight) stays under it.
+  int max_rpcs_in_flight = 1024;
   uint64_t seed = 1;
 };
 
-// Counts and client-side latencies (from the call's start to its
-// completion, whatever its status) of the RPCs of one kind that were sent
+// Counts and client-side latencies (from when the call was due, so any wait
+// for a slot under FleetOptions::max_rpcs_in_flight included, to its
+// completion, whatever its status) of the RPCs of one kind that were due
 // while the window was open.
 struct RpcStats {
   std::vector<double> latency_ms;
@@ -71,9 +83,12 @@ struct RpcStats {
 struct FleetStats {
   RpcStats heartbeat;
   RpcStats step;
-  // Heartbeats sent more than 100 ms after they were due (the previous one
-  // was still unanswered), in the window.
-  int64_t heartbeats_late = 0;
+  // Steps the reports sent in the window carried, and steps dropped
+  // unreported because too many piled up (whole run).
+  int64_t steps_sent = 0;
+  int64_t steps_dropped = 0;
+  // Sends due in the window that waited for a slot (max_rpcs_in_flight).
+  int64_t waited_for_slot = 0;
   // Step events the watchers received in the window, and for each the time
   // from the step's time_unix_ms (set when its report was sent) to its
   // arrival, in ms (both from the system clock, so ms resolution).
@@ -113,7 +128,7 @@ class Fleet {
   // Streams WatchJob (no history) on each job until Stop().
   void Watch(const std::vector<std::string>& job_ids);
 
-  // RPCs sent while the window is open are measured (RpcStats).
+  // RPCs due while the window is open are measured (RpcStats).
   void OpenWindow() { measuring_ = true; }
   void CloseWindow() { measuring_ = false; }
 
