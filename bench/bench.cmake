@@ -88,3 +88,13 @@ add_executable(loom_chaos_bench ${CMAKE_CURRENT_LIST_DIR}/chaos_bench.cc)
 target_link_libraries(loom_chaos_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
                       loom_file_util absl::strings absl::str_format)
 add_dependencies(loom_chaos_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)
+
+# control-plane: 10,000 simulated workers heartbeating, 100 jobs reporting
+# steps at 10 Hz and 20 watchers against a real controller, over real gRPC
+# from one process; p50/p99 of heartbeats and step reports (issue 12).
+add_executable(loom_control_plane_bench ${CMAKE_CURRENT_LIST_DIR}/control_plane_bench.cc
+               ${CMAKE_CURRENT_LIST_DIR}/control_plane_fleet.cc)
+target_link_libraries(loom_control_plane_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
+                      loom_grpc_util loom_file_util loom_jobspec loom_data absl::strings
+                      absl::str_format)
+add_dependencies(loom_control_plane_bench loom-controller)

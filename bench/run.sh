@@ -52,6 +52,21 @@ bench_chaos() {
   "$BUILD_DIR/bin/loom_chaos_bench" "$BUILD_DIR/bin" "${CHAOS_TRIALS:-24}" "${CHAOS_SEED:-1}"
 }
 
+# The controller under a large cluster's load (issue 12): CONTROL_PLANE_WORKERS
+# simulated workers (default 10000) heartbeating at 1 Hz, CONTROL_PLANE_JOBS
+# one-rank jobs (100) reporting steps at 10 Hz and CONTROL_PLANE_WATCHERS job
+# watchers (20), over real gRPC from one process against a real
+# loom-controller; p50/p99 of heartbeats and step reports over
+# CONTROL_PLANE_SECONDS (30) after CONTROL_PLANE_WARMUP (5) seconds, and the
+# controller's CPU. The controller's store goes under TMPDIR (default /tmp):
+# its fsyncs are part of every step report, so choose the disk to measure.
+bench_control-plane() {
+  build loom_control_plane_bench
+  "$BUILD_DIR/bin/loom_control_plane_bench" "$BUILD_DIR/bin" "${CONTROL_PLANE_WORKERS:-10000}" \
+    "${CONTROL_PLANE_SECONDS:-30}" "${CONTROL_PLANE_JOBS:-100}" "${CONTROL_PLANE_WATCHERS:-20}" \
+    "${CONTROL_PLANE_WARMUP:-5}"
+}
+
 # Checkpoint write throughput against the disk's own write+fsync, and the
 # stall per asynchronous checkpoint as a fraction of a step, for a
 # ~124M-parameter GPT (issue 4). Checkpoints go to CHECKPOINT_BENCH_DIR
