@@ -506,8 +506,9 @@ int main(int argc, char** argv) {
 
   auto channel = grpc::CreateChannel(info->grpc_address, grpc::InsecureChannelCredentials());
   auto job_stub = loom::v1::JobService::NewStub(channel);
-  // A submission that fails is not retried: the bench goes on with the jobs
-  // it has, and says so.
+  // A submission the controller sheds (RESOURCE_EXHAUSTED: its RPC threads
+  // are all busy; UNAVAILABLE) is retried, as a client would, up to 20
+  // times; one that still fails is left out, and the bench says so.
   std::vector<std::string> job_ids;
   std::map<std::string, int> submit_errors;
   const auto submit_start = Clock::now();
@@ -517,8 +518,16 @@ int main(int argc, char** argv) {
     loom::v1::SubmitJobRequest req;
     *req.mutable_spec() = *spec;
     loom::v1::SubmitJobResponse resp;
-    auto ctx = Context(*token, 30);
-    grpc::Status s = job_stub->SubmitJob(ctx.get(), req, &resp);
+    grpc::Status s;
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      auto ctx = Context(*token, 30);
+      s = job_stub->SubmitJob(ctx.get(), req, &resp);
+      if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          s.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50 << std::min(attempt, 4)));
+    }
     if (s.ok()) {
       job_ids.push_back(resp.job().id());
     } else {
