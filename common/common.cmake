@@ -12,3 +12,7 @@ loom_test(loom_parallel_layout_test SRCS parallel_layout_test.cc DEPS loom_paral
 loom_library(loom_device_catalog SRCS device_catalog.cc
              DEPS loom_common absl::status absl::statusor absl::strings)
 loom_test(loom_device_catalog_test SRCS device_catalog_test.cc DEPS loom_device_catalog)
+# The prune log of a checkpoint directory: ranks write it before deleting,
+# the controller's catalog reads it (prune_log.h).
+loom_library(loom_prune_log SRCS prune_log.cc DEPS loom_file_util absl::strings)
+loom_test(loom_prune_log_test SRCS prune_log_test.cc DEPS loom_prune_log)

@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/prune_log.h"
 
 namespace loom::controller {
 namespace {
@@ -24,7 +26,13 @@ std::string ListedStatus(const loom::v1::CheckpointInfo& info) {
   if (info.status() == kCheckpointPruned || info.status() == kCheckpointCorrupt) {
     return info.status();
   }
-  return OnDisk(info.path()) ? kCheckpointCommitted : kCheckpointMissing;
+  if (OnDisk(info.path())) return kCheckpointCommitted;
+  // Gone: pruned by retention if its directory's prune log says so (the
+  // pruning rank may have died before its report arrived), else missing.
+  const std::filesystem::path path(info.path());
+  absl::StatusOr<std::set<std::string>> pruned = ReadPruneLog(path.parent_path().string());
+  if (pruned.ok() && pruned->count(path.filename().string())) return kCheckpointPruned;
+  return kCheckpointMissing;
 }
 
 }  // namespace

@@ -153,6 +153,26 @@ TEST_F(CheckpointCatalogTest, TellsCommittedPrunedMissingAndCorruptApart) {
   EXPECT_EQ(*catalog.NewestGood("job-1", -1), 6);
 }
 
+// The rank that pruned a checkpoint died before its report arrived (seen
+// in the chaos bench: a fenced attempt's last commit pruned one, and its
+// report was lost with it): the directory's prune log still tells the
+// catalog it was pruned, while a checkpoint gone otherwise stays missing.
+TEST_F(CheckpointCatalogTest, PruneWhoseReportWasLostIsPrunedByTheLog) {
+  CheckpointCatalog catalog(store_.get(), nullptr);
+  std::vector<loom::v1::CheckpointInfo> reports = Save({2, 4, 6}, /*keep=*/2);
+  ASSERT_EQ(reports.size(), 3u);
+  ASSERT_EQ(reports[2].pruned_paths_size(), 1);
+  for (auto& info : reports) {
+    info.clear_pruned_paths();  // the report of the prune never came
+    ASSERT_TRUE(catalog.RecordCommitted("job-1", info).ok());
+  }
+  fs::remove_all(engine::CheckpointPath(dir_, 4));
+  auto listed = ByStep(catalog, false);
+  EXPECT_EQ(listed[2].status(), kCheckpointPruned);
+  EXPECT_EQ(listed[4].status(), kCheckpointMissing);
+  EXPECT_EQ(listed[6].status(), kCheckpointCommitted);
+}
+
 TEST_F(CheckpointCatalogTest, RankReportMarksCorruptAndUnknownPathsAreAdded) {
   CheckpointCatalog catalog(store_.get(), nullptr);
   const std::vector<loom::v1::CheckpointInfo> reports = Save({2, 4}, /*keep=*/0);

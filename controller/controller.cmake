@@ -8,7 +8,7 @@ loom_library(loom_diagnosis SRCS diagnosis.cc DEPS loom_proto absl::str_format)
 loom_test(loom_diagnosis_test SRCS diagnosis_test.cc DEPS loom_diagnosis)
 loom_library(loom_recovery_metrics SRCS recovery_metrics.cc DEPS loom_metrics loom_proto)
 loom_library(loom_checkpoint_catalog SRCS checkpoint_catalog.cc checkpoint_verifier.cc
-  DEPS loom_store loom_proto absl::strings)
+  DEPS loom_store loom_proto loom_prune_log absl::strings)
 loom_test(loom_checkpoint_catalog_test SRCS checkpoint_catalog_test.cc
   DEPS loom_checkpoint_catalog loom_checkpoint loom_engine)
 # The real verifier runs the loom-ckpt tool that the test finds here.

@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/crc32c.h"
+#include "common/prune_log.h"
 #include "common/status_macros.h"
 #include "worker/engine/checkpoint_legacy.h"
 #include "worker/engine/optimizer_state_key.h"
@@ -416,6 +417,10 @@ std::vector<std::string> PruneCheckpoints(const std::string& dir, int keep,
   }
   doomed.insert(doomed.end(), branch.begin() + kept, branch.end());
   for (const CheckpointEntry& entry : doomed) {
+    // Logged before it goes, so that the catalog calls it pruned even if
+    // this rank dies before reporting it (common/prune_log.h); what cannot
+    // be logged is kept.
+    if (!AppendPruneLog(dir, fs::path(entry.path).filename().string()).ok()) continue;
     DeleteCheckpoint(entry);
     std::error_code ec;
     if (!fs::exists(entry.path, ec) && !ec) deleted.push_back(entry.path);

@@ -3,7 +3,7 @@ loom_library(loom_checkpoint
   SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_format.cc
        ${CMAKE_CURRENT_LIST_DIR}/checkpoint_legacy.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_choice.cc
        ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_fence.cc
-  DEPS loom_crc32c loom_sha256 loom_file_util loom_common yaml-cpp absl::synchronization
+  DEPS loom_crc32c loom_sha256 loom_file_util loom_prune_log loom_common yaml-cpp absl::synchronization
        absl::str_format ${TORCH_LIBRARIES})
 loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom_engine loom_file_util)
 loom_test(loom_checkpoint_choice_test SRCS checkpoint_choice_test.cc DEPS loom_checkpoint loom_engine)
