@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "common/parallel_layout.h"
 #include "common/status_macros.h"
+#include "common/yaml_util.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -965,17 +966,20 @@ absl::Status ValidateSupported(const JobSpec& spec) {
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text) {
   std::string json;
   try {
-    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
-    if (documents.size() > 1) {
-      return FieldError(
-          kSpecPath,
-          absl::StrCat("expected one YAML document, got ", documents.size()));
+    // Not YAML::LoadAll: it never returns on some malformed streams
+    // (common/yaml_util.h).
+    const std::string yaml(text);
+    const int documents = CountYamlDocuments(yaml, 16);
+    if (documents > 1) {
+      return FieldError(kSpecPath, absl::StrCat("expected one YAML document, got ",
+                                                documents > 16 ? "more than 16"
+                                                               : absl::StrCat(documents)));
     }
-    if (documents.empty() || documents[0].IsNull()) {
+    const YAML::Node document = documents == 0 ? YAML::Node() : YAML::Load(yaml);
+    if (!document.IsDefined() || document.IsNull()) {
       return FieldError(kSpecPath, "empty");
     }
-    RETURN_IF_ERROR(
-        MessageToJson(documents[0], JobSpec::descriptor(), "", &json));
+    RETURN_IF_ERROR(MessageToJson(document, JobSpec::descriptor(), "", &json));
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) {
       return FieldError(kSpecPath, absl::StrCat("invalid YAML: ", e.msg));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "common/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
 namespace loom::planner {
@@ -312,13 +313,18 @@ absl::StatusOr<ClusterTopology> ParseTopologyYaml(absl::string_view text,
                                                   const LocalCpuMeasurement* local_cpu) {
   RawTopology raw;
   try {
-    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
-    if (documents.size() > 1) {
-      return FieldError("topology",
-                        absl::StrCat("expected one YAML document, got ", documents.size()));
+    // Not YAML::LoadAll: it never returns on some malformed streams, and
+    // this text comes from Plan RPCs (common/yaml_util.h).
+    const std::string yaml(text);
+    const int documents = CountYamlDocuments(yaml, 16);
+    if (documents > 1) {
+      return FieldError("topology", absl::StrCat("expected one YAML document, got ",
+                                                 documents > 16 ? "more than 16"
+                                                                : absl::StrCat(documents)));
     }
-    if (documents.empty() || documents[0].IsNull()) return FieldError("topology", "empty");
-    RETURN_IF_ERROR(ReadRaw(documents[0], &raw));
+    const YAML::Node document = documents == 0 ? YAML::Node() : YAML::Load(yaml);
+    if (!document.IsDefined() || document.IsNull()) return FieldError("topology", "empty");
+    RETURN_IF_ERROR(ReadRaw(document, &raw));
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) return FieldError("topology", absl::StrCat("invalid YAML: ", e.msg));
     return FieldError("topology", absl::StrFormat("invalid YAML at line %d, column %d: %s",
