@@ -16,6 +16,7 @@ PKGS=(
   libopenblas0-openmp libopenblas-dev
   fortunes fortunes-min
   curl openssl
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev
   iproute2 iptables
   "$@"
 )
