@@ -1,7 +1,8 @@
-// The controller's domain logic: job catalog and lifecycle, worker registry
-// and liveness, gang scheduling of ranks onto worker slots (where each rank
-// goes is controller/scheduler.h's PlaceGang), and fan-out of job events to
-// watchers. No gRPC types: the service adapters in
+// The controller's domain logic: job catalog and lifecycle, what worker
+// liveness means for jobs (the registry of workers, their leases and slots
+// is controller/worker_registry.h), gang scheduling of ranks onto worker
+// slots (where each rank goes is controller/scheduler.h's PlaceGang), and
+// fan-out of job events to watchers. No gRPC types: the service adapters in
 // controller_service.cc translate requests into these calls.
 //
 // Job lifecycle (every transition is recorded with time and reason):
@@ -34,6 +35,7 @@
 #include "controller/recovery/spike_detector.h"
 #include "controller/recovery_metrics.h"
 #include "controller/store.h"
+#include "controller/worker_registry.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/service.pb.h"
 
@@ -215,22 +217,8 @@ class JobManager {
   RecoveryTotals RecoveryCounts();
 
  private:
-  struct RankSlot {
-    std::string job_id;
-    int rank = 0;
-    int gpu = -1;  // the GPU it holds on the worker, or -1
-  };
-  struct Worker {
-    loom::v1::WorkerInfo info;
-    absl::Time last_heartbeat;
-    int rendezvous_port = 0;  // 0 = none fresh since last use
-    std::vector<loom::v1::WorkerCommand> pending_commands;
-    std::vector<RankSlot> ranks;  // ranks placed here and not yet exited
-    // Starts delivered but not yet confirmed (by the rank showing up as
-    // running, or exiting), with when they were last sent. A heartbeat
-    // response can be lost; unconfirmed starts are sent again.
-    std::map<std::pair<std::string, int>, std::pair<loom::v1::StartRank, absl::Time>> unacked;
-  };
+  using Worker = WorkerRegistry::Worker;
+  using RankSlot = WorkerRegistry::RankSlot;
   struct PendingFailure {
     absl::Time at;
     std::string reason;
@@ -303,7 +291,6 @@ class JobManager {
   void Publish(const std::string& job_id, loom::v1::JobEvent event);
   void StopJobRanks(JobRecord& rec, const std::string& reason,
                     const std::string& except_worker);
-  void ReleaseSlots(const std::string& job_id);
   // Strict FIFO over PENDING jobs: places the first one PlaceGang can hold
   // on the alive workers' free slots (and GPUs); the first that cannot wait
   // with the scheduler's reason, and so does every job behind it. Reads the
@@ -397,12 +384,9 @@ class JobManager {
   std::vector<std::string> to_thin_;           // ended jobs whose series to thin
   std::set<std::string> unpersisted_;          // jobs whose newest state is not on disk
   int64_t store_write_failures_ = 0;
-  std::map<std::string, Worker> workers_;          // by id
-  std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
-  int alive_workers_ = 0;
+  WorkerRegistry workers_;  // not thread-safe itself: guarded by mu_
   std::multimap<std::string, std::weak_ptr<EventQueue>> watchers_;  // by job id
   int64_t next_job_seq_ = 1;
-  uint64_t worker_nonce_;
 };
 
 }  // namespace loom::controller
