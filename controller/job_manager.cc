@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/rank_exit.h"
 #include "common/jobspec.h"
 #include "common/status_macros.h"
 #include "controller/path_policy.h"
@@ -86,6 +85,7 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
       options_(std::move(options)),
       metrics_(metrics),
       catalog_(store, checkpoint_verifier),
+      recovery_(RecoveryPolicyOptions{options_.max_rendezvous_retries}),
       workers_(clock, WorkerRegistryOptions{options_.worker_timeout}) {}
 
 bool JobManager::IsAttemptRunning(JobState s) {
@@ -417,25 +417,15 @@ absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req
         "; pass --to-step 0 to start over from scratch",
         oldest > 0 ? absl::StrCat(", or a step >= ", oldest) : ""));
   }
-  // Batches trained up to the checkpoint stay trained (see HandleSpikeLocked):
-  // a range is clipped to start at the first batch the rollback undoes.
-  int64_t first_undone = -1;
-  if (auto b = rec.step_batches.find(checkpoint + 1); b != rec.step_batches.end()) {
-    first_undone = b->second;
-  }
-  std::vector<loom::v1::SkipRange> skips;
+  // Batches trained up to the checkpoint stay trained (RecoveryPolicy::
+  // FirstUndoneBatch): a range is clipped to start at the first batch the
+  // rollback undoes.
+  auto clipped = RecoveryPolicy::ClipSkipRanges(req.skip(), checkpoint, rec.step_batches);
+  if (!clipped.ok()) return clipped.status();
+  const std::vector<loom::v1::SkipRange>& skips = *clipped;
   std::vector<std::string> described;
-  for (int i = 0; i < req.skip_size(); ++i) {
-    loom::v1::SkipRange r = req.skip(i);
-    if (first_undone >= 0 && r.end() <= first_undone) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "skip[", i, "]: batches [", r.begin(), ", ", r.end(),
-          ") were trained before the checkpoint at step ", checkpoint,
-          " that the job resumes from; the first batch it will train again is ", first_undone));
-    }
-    if (first_undone >= 0) r.set_begin(std::max(r.begin(), first_undone));
+  for (const loom::v1::SkipRange& r : skips) {
     described.push_back(absl::StrCat("[", r.begin(), ", ", r.end(), ")"));
-    skips.push_back(r);
   }
   loom::v1::RecoveryEvent rb;
   rb.set_kind(loom::v1::RecoveryEvent::ROLLBACK);
@@ -924,7 +914,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
     resp.set_stop(true);
     return resp;
   }
-  RecoveryOptions recovery = EffectiveRecovery(rec.job.spec().recovery());
+  RecoveryOptions recovery = RecoveryPolicy::EffectiveRecovery(rec.job.spec().recovery());
   if (!rec.detector && recovery.detect_spikes) {
     rec.detector = std::make_unique<recovery::SpikeDetector>(recovery.detector);
   }
@@ -1109,30 +1099,17 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         // decide the job's reason once the failure has settled.
         // A rank that could not join its groups before any step: nothing
         // was computed (see JobManagerOptions::max_rendezvous_retries).
-        const bool rendezvous = req.signal() == 0 &&
-                                req.exit_code() == kRankExitRendezvousFailed &&
-                                rec.attempt_last_step < 0;
+        const bool rendezvous = RecoveryPolicy::IsRendezvousFailure(
+            req.exit_code(), req.signal(), rec.attempt_last_step);
         rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous, ""};
         StopJobRanks(rec, why, "");
       }
       // Rank 0's reason says which checkpoints failed which check, or which
       // save found the volume full; the other ranks' (often first) only that
       // rank 0 failed.
-      if (req.signal() == 0 && req.exit_code() == kRankExitNoGoodCheckpoint) {
-        rec.pending_failure->no_restart_because =
-            "no checkpoint verifies and the spec does not allow starting from scratch "
-            "(recovery.allow_start_from_scratch)";
-        rec.pending_failure->reason = why;
-      } else if (req.signal() == 0 && req.exit_code() == kRankExitCheckpointVolumeFull) {
-        rec.pending_failure->no_restart_because =
-            "the checkpoint volume is full and a restart begins with a save "
-            "(checkpoint.on_save_failure: CONTINUE trains on through failed saves); the "
-            "committed checkpoints are intact";
-        rec.pending_failure->reason = why;
-      } else if (req.signal() == 0 && req.exit_code() == kRankExitCheckpointFenced) {
-        rec.pending_failure->no_restart_because =
-            "its checkpoint directory is claimed by another job or attempt "
-            "(checkpoint.dir must not be shared); a restart would take it back";
+      if (std::string because = RecoveryPolicy::NoRestartBecause(req.exit_code(), req.signal());
+          !because.empty()) {
+        rec.pending_failure->no_restart_because = std::move(because);
         rec.pending_failure->reason = why;
       }
       if (req.lease_expired() && rec.pending_failure->cause_kind.empty()) {
@@ -1140,7 +1117,7 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         // this rank): during a re-adoption after a controller restart that
         // is the restart's doing.
         rec.pending_failure->cause_kind =
-            rec.across_controller_restart ? kCauseControllerRestart : kCauseWorkerLost;
+            RecoveryPolicy::LeaseExpiredCauseKind(rec.across_controller_restart);
         if (!absl::StrContains(rec.pending_failure->reason, "lease")) {
           absl::StrAppend(&rec.pending_failure->reason, "; rank ", req.rank(), " on ",
                           w.info.node(), " was killed when its worker's lease ran out");
@@ -1215,18 +1192,24 @@ void JobManager::ResolveFailuresLocked() {
         break;
       }
     }
+    PendingFailure& failure = *rec.pending_failure;
+    SettledFailure settled;
+    settled.worker_went_silent = !cause.empty();
+    settled.across_controller_restart = rec.across_controller_restart;
+    settled.cause_kind = failure.cause_kind;
+    settled.rendezvous = failure.rendezvous;
+    settled.rendezvous_retries = rec.rendezvous_retries;
+    settled.no_restart_because = failure.no_restart_because;
+    const FailureDecision decision = recovery_.DecideFailure(settled);
     // Still awaiting re-adoption after a controller restart: the restart
-    // (the workers' leases ran out, and a rank's peers lost it) is the
-    // likelier root cause too.
-    if (cause.empty() && rec.pending_failure->cause_kind.empty() &&
-        rec.across_controller_restart) {
+    // is named as the root cause (RecoveryPolicy::DecideFailure).
+    if (decision.blame_controller_restart) {
       cause = "the controller restarted while the attempt ran; ";
-      rec.pending_failure->cause_kind = kCauseControllerRestart;
+      failure.cause_kind = decision.cause_kind;
     }
-    std::string why = cause.empty() ? rec.pending_failure->reason
-                                    : absl::StrCat(cause, "then ", rec.pending_failure->reason);
-    if (cause.empty() && rec.pending_failure->rendezvous &&
-        rec.rendezvous_retries < options_.max_rendezvous_retries) {
+    std::string why = cause.empty() ? failure.reason
+                                    : absl::StrCat(cause, "then ", failure.reason);
+    if (decision.action == FailureDecision::kPlaceAgain) {
       rec.rendezvous_retries += 1;
       RequeueLocked(rec, absl::StrCat(why, "; no step had run, so the attempt is placed again "
                                            "(rendezvous retry ",
@@ -1235,30 +1218,12 @@ void JobManager::ResolveFailuresLocked() {
                                       ", no restart counted)"));
       continue;
     }
-    if (cause.empty() && !rec.pending_failure->no_restart_because.empty()) {
-      FailWithoutRestartLocked(rec, why, rec.pending_failure->no_restart_because);
+    if (decision.action == FailureDecision::kFailWithoutRestart) {
+      FailWithoutRestartLocked(rec, why, failure.no_restart_because);
       continue;
     }
-    const std::string kind = !rec.pending_failure->cause_kind.empty()
-                                 ? rec.pending_failure->cause_kind
-                                 : cause.empty() ? kCauseRankFailure : kCauseWorkerLost;
-    FailOrRestartLocked(rec, why, kind);
+    FailOrRestartLocked(rec, why, decision.cause_kind);
   }
-}
-
-JobManager::RecoveryOptions JobManager::EffectiveRecovery(const loom::v1::RecoverySpec& spec) {
-  RecoveryOptions o;
-  if (spec.has_max_restarts()) o.max_restarts = std::max(0, spec.max_restarts());
-  o.detect_spikes = !spec.disable_spike_detection();
-  if (spec.window() > 0) o.detector.window = spec.window();
-  if (spec.min_history() > 0) o.detector.min_history = spec.min_history();
-  if (spec.threshold() > 0) o.detector.threshold = spec.threshold();
-  if (spec.confirm_steps() > 0) o.detector.confirm_steps = spec.confirm_steps();
-  if (spec.rollback_distance() > 0) o.rollback_distance = spec.rollback_distance();
-  if (spec.skip_before() > 0) o.skip_before = spec.skip_before();
-  if (spec.skip_after() > 0) o.skip_after = spec.skip_after();
-  if (spec.has_max_rollbacks()) o.max_rollbacks = std::max(0, spec.max_rollbacks());
-  return o;
 }
 
 void JobManager::AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event) {
@@ -1350,8 +1315,8 @@ void JobManager::FailWithoutRestartLocked(JobRecord& rec, const std::string& cau
 void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,
                                      const std::string& cause_kind) {
   if (IsTerminal(rec.job.state())) return;
-  RecoveryOptions o = EffectiveRecovery(rec.job.spec().recovery());
-  if (rec.job.restarts() >= o.max_restarts) {
+  RecoveryOptions o = RecoveryPolicy::EffectiveRecovery(rec.job.spec().recovery());
+  if (!RecoveryPolicy::RestartsLeft(rec.job.restarts(), o)) {
     if (o.max_restarts > 0) {
       loom::v1::RecoveryEvent gave_up;
       gave_up.set_kind(loom::v1::RecoveryEvent::GAVE_UP);
@@ -1386,7 +1351,7 @@ void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,
 
 void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict& v,
                                    int64_t data_batch) {
-  RecoveryOptions o = EffectiveRecovery(rec.job.spec().recovery());
+  RecoveryOptions o = RecoveryPolicy::EffectiveRecovery(rec.job.spec().recovery());
   loom::v1::RecoveryEvent spike;
   spike.set_kind(loom::v1::RecoveryEvent::SPIKE);
   spike.set_step(v.step);
@@ -1396,7 +1361,16 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
   spike.set_score(v.score);
   spike.set_message(v.Describe());
   AddEvent(rec, spike);
-  if (rec.job.rollbacks() >= o.max_rollbacks) {
+  SpikeFacts facts;
+  facts.step = v.step;
+  facts.data_batch = data_batch;
+  facts.rollbacks = rec.job.rollbacks();
+  facts.last_spike_step = rec.last_spike_step;
+  facts.skip_widened = rec.skip_widened;
+  facts.step_batches = &rec.step_batches;
+  const SpikeRollback decision = RecoveryPolicy::DecideSpikeRollback(
+      o, facts, [&](int64_t max_step) { return NewestCheckpointLocked(rec, max_step); });
+  if (decision.give_up) {
     std::string why = absl::StrCat("loss spike not cured after ", rec.job.rollbacks(),
                                    " rollback(s) (max_rollbacks ", o.max_rollbacks,
                                    "): ", v.Describe());
@@ -1409,31 +1383,9 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
     Transition(rec, loom::v1::FAILED, why);
     return;
   }
-  int64_t before = o.skip_before, after = o.skip_after;
-  // A spike that comes back inside the window of the previous rollback
-  // widens the skip window, once.
-  if (rec.last_spike_step >= 0 && v.step <= rec.last_spike_step + after && !rec.skip_widened) {
-    before *= 2;
-    after *= 2;
-    rec.skip_widened = true;
-  }
-  // Resume from the newest checkpoint still on disk at or before
-  // spike - rollback_distance; if retention or a crash left none that far
-  // back, the newest one before the spike; else from scratch (step 0).
-  int64_t target = std::max<int64_t>(0, v.step - o.rollback_distance);
-  int64_t resume = NewestCheckpointLocked(rec, target);
-  if (resume == 0) resume = NewestCheckpointLocked(rec, v.step - 1);
-  loom::v1::SkipRange skip;
-  skip.set_begin(std::max<int64_t>(0, data_batch - before));
-  // Batches trained before the resume point stay trained: the skip list
-  // must describe what happened, so that a run from scratch with the same
-  // list replays this one exactly. Step resume+1 trained the first batch
-  // that the rollback undoes.
-  auto first_undone = rec.step_batches.find(resume + 1);
-  if (first_undone != rec.step_batches.end()) {
-    skip.set_begin(std::max(skip.begin(), first_undone->second));
-  }
-  skip.set_end(data_batch + after + 1);
+  if (decision.widen_skip) rec.skip_widened = true;
+  const int64_t resume = decision.resume_step;
+  const loom::v1::SkipRange& skip = decision.skip;
   rec.job.set_rollbacks(rec.job.rollbacks() + 1);
   rec.last_spike_step = v.step;
   loom::v1::RecoveryEvent rb;

@@ -1,9 +1,11 @@
 // The controller's domain logic: job catalog and lifecycle, what worker
 // liveness means for jobs (the registry of workers, their leases and slots
 // is controller/worker_registry.h), gang scheduling of ranks onto worker
-// slots (where each rank goes is controller/scheduler.h's PlaceGang), and
-// fan-out of job events to watchers. No gRPC types: the service adapters in
-// controller_service.cc translate requests into these calls.
+// slots (where each rank goes is controller/scheduler.h's PlaceGang),
+// carrying out recovery (what a failure or a loss spike leads to is
+// controller/recovery_policy.h's), and fan-out of job events to watchers.
+// No gRPC types: the service adapters in controller_service.cc translate
+// requests into these calls.
 //
 // Job lifecycle (every transition is recorded with time and reason):
 //   PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
@@ -34,6 +36,7 @@
 #include "controller/job_planning.h"
 #include "controller/recovery/spike_detector.h"
 #include "controller/recovery_metrics.h"
+#include "controller/recovery_policy.h"
 #include "controller/store.h"
 #include "controller/worker_registry.h"
 #include "loom/v1/job.pb.h"
@@ -224,8 +227,8 @@ class JobManager {
     std::string reason;
     bool rendezvous = false;  // a rank failed to join before any step
     // Why restarting cannot help, when a rank's exit code says so
-    // (kRankExitNoGoodCheckpoint, kRankExitCheckpointVolumeFull): the job
-    // fails without spending a restart. Empty: the usual policy.
+    // (RecoveryPolicy::NoRestartBecause): the job fails without spending a
+    // restart. Empty: the usual policy.
     std::string no_restart_because;
     // Set when the cause is known better than "a rank failed" (a rank its
     // worker killed when its lease ran out): the kCause* value.
@@ -263,18 +266,6 @@ class JobManager {
     // still run on a worker whose lease has not run out.
     absl::Time not_before = absl::InfinitePast();
   };
-
-  // Effective recovery settings of a spec (defaults applied).
-  struct RecoveryOptions {
-    int max_restarts = 3;
-    bool detect_spikes = true;
-    recovery::SpikeDetectorOptions detector;
-    int64_t rollback_distance = 100;
-    int64_t skip_before = 100;
-    int64_t skip_after = 200;
-    int max_rollbacks = 5;
-  };
-  static RecoveryOptions EffectiveRecovery(const loom::v1::RecoverySpec& spec);
 
   // All private helpers require mu_ held.
   // A durable write that fails is handled here, not by callers: the change
@@ -335,6 +326,8 @@ class JobManager {
   // UNAVAILABLE if the store failed.
   absl::Status RecordCorruptCheckpointLocked(JobRecord& rec,
                                              const loom::v1::CheckpointInfo& report);
+  // A confirmed loss spike: rolls back as RecoveryPolicy::DecideSpikeRollback
+  // decides, or fails the job once max_rollbacks are spent.
   void HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict& verdict,
                          int64_t data_batch);
   // The shared tail of spike and operator rollbacks: sets the resume step,
@@ -365,6 +358,7 @@ class JobManager {
   const JobManagerOptions options_;
   RecoveryMetrics* const metrics_;  // may be null
   CheckpointCatalog catalog_;        // over store_
+  const RecoveryPolicy recovery_;    // what a failure or a spike leads to
 
   std::mutex mu_;
   std::map<std::string, JobRecord> jobs_;          // by id
