@@ -15,8 +15,14 @@ loom_test(loom_checkpoint_catalog_test SRCS checkpoint_catalog_test.cc
 add_dependencies(loom_checkpoint_catalog_test loom-ckpt)
 target_compile_definitions(loom_checkpoint_catalog_test PRIVATE
   LOOM_CKPT_TOOL="$<TARGET_FILE:loom-ckpt>")
+loom_library(loom_worker_registry SRCS worker_registry.cc
+  DEPS loom_scheduler loom_common absl::strings absl::str_format)
+loom_test(loom_worker_registry_test SRCS worker_registry_test.cc DEPS loom_worker_registry)
+loom_library(loom_recovery_policy SRCS recovery_policy.cc
+  DEPS loom_spike_detector loom_recovery_metrics loom_proto absl::strings)
+loom_test(loom_recovery_policy_test SRCS recovery_policy_test.cc DEPS loom_recovery_policy)
 loom_library(loom_job_manager SRCS job_manager.cc path_policy.cc
-  DEPS loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
+  DEPS loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
        loom_scheduler
        loom_diagnosis loom_grpc
        loom_common absl::strings absl::str_format absl::synchronization)

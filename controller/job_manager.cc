@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <iostream>
-#include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -13,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/rank_exit.h"
 #include "common/jobspec.h"
 #include "common/status_macros.h"
 #include "controller/path_policy.h"
@@ -87,10 +84,9 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
       clock_(clock),
       options_(std::move(options)),
       metrics_(metrics),
-      catalog_(store, checkpoint_verifier) {
-  std::random_device rd;
-  worker_nonce_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-}
+      catalog_(store, checkpoint_verifier),
+      recovery_(RecoveryPolicyOptions{options_.max_rendezvous_retries}),
+      workers_(clock, WorkerRegistryOptions{options_.worker_timeout}) {}
 
 bool JobManager::IsAttemptRunning(JobState s) {
   return s == loom::v1::SCHEDULED || s == loom::v1::RUNNING;
@@ -332,9 +328,7 @@ absl::StatusOr<Job> JobManager::Get(const std::string& job_id) {
 }
 
 absl::StatusOr<LiveTopology> JobManager::LiveTopologyLocked(const loom::v1::JobSpec& spec) {
-  std::vector<loom::v1::WorkerInfo> infos;
-  for (const auto& [id, w] : workers_) infos.push_back(w.info);
-  return TopologyForSpec(spec, infos);
+  return TopologyForSpec(spec, workers_.Infos());
 }
 
 absl::StatusOr<loom::v1::PlanResponse> JobManager::Plan(const loom::v1::PlanRequest& request) {
@@ -423,25 +417,15 @@ absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req
         "; pass --to-step 0 to start over from scratch",
         oldest > 0 ? absl::StrCat(", or a step >= ", oldest) : ""));
   }
-  // Batches trained up to the checkpoint stay trained (see HandleSpikeLocked):
-  // a range is clipped to start at the first batch the rollback undoes.
-  int64_t first_undone = -1;
-  if (auto b = rec.step_batches.find(checkpoint + 1); b != rec.step_batches.end()) {
-    first_undone = b->second;
-  }
-  std::vector<loom::v1::SkipRange> skips;
+  // Batches trained up to the checkpoint stay trained (RecoveryPolicy::
+  // FirstUndoneBatch): a range is clipped to start at the first batch the
+  // rollback undoes.
+  auto clipped = RecoveryPolicy::ClipSkipRanges(req.skip(), checkpoint, rec.step_batches);
+  if (!clipped.ok()) return clipped.status();
+  const std::vector<loom::v1::SkipRange>& skips = *clipped;
   std::vector<std::string> described;
-  for (int i = 0; i < req.skip_size(); ++i) {
-    loom::v1::SkipRange r = req.skip(i);
-    if (first_undone >= 0 && r.end() <= first_undone) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "skip[", i, "]: batches [", r.begin(), ", ", r.end(),
-          ") were trained before the checkpoint at step ", checkpoint,
-          " that the job resumes from; the first batch it will train again is ", first_undone));
-    }
-    if (first_undone >= 0) r.set_begin(std::max(r.begin(), first_undone));
+  for (const loom::v1::SkipRange& r : skips) {
     described.push_back(absl::StrCat("[", r.begin(), ", ", r.end(), ")"));
-    skips.push_back(r);
   }
   loom::v1::RecoveryEvent rb;
   rb.set_kind(loom::v1::RecoveryEvent::ROLLBACK);
@@ -519,9 +503,9 @@ void JobManager::StopJobRanks(JobRecord& rec, const std::string& reason,
   for (const auto& r : rec.job.ranks()) workers.insert(r.worker_id());
   for (const std::string& wid : workers) {
     if (wid == except_worker) continue;
-    auto it = workers_.find(wid);
-    if (it == workers_.end() || !it->second.info.alive()) continue;
-    Worker& w = it->second;
+    Worker* found = workers_.FindAlive(wid);
+    if (found == nullptr) continue;
+    Worker& w = *found;
     // A start that was never delivered is simply withdrawn.
     auto& cmds = w.pending_commands;
     cmds.erase(std::remove_if(cmds.begin(), cmds.end(),
@@ -553,14 +537,7 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::str
 
 std::vector<loom::v1::WorkerInfo> JobManager::ListWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<loom::v1::WorkerInfo> out;
-  for (auto& [id, w] : workers_) {
-    loom::v1::WorkerInfo info = w.info;
-    info.set_slots_used(static_cast<int>(w.ranks.size()));
-    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_heartbeat));
-    out.push_back(std::move(info));
-  }
-  return out;
+  return workers_.List();
 }
 
 absl::StatusOr<std::vector<loom::v1::StepMetrics>> JobManager::StepMetrics(
@@ -642,91 +619,30 @@ absl::StatusOr<std::shared_ptr<EventQueue>> JobManager::Watch(const std::string&
 
 absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     const loom::v1::RegisterWorkerRequest& req) {
-  if (req.node().empty()) return absl::InvalidArgumentError("node: must not be empty");
-  if (req.address().empty()) return absl::InvalidArgumentError("address: must not be empty");
-  if (req.slots() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slots: must be >= 1, got ", req.slots()));
-  }
-  if (req.gpus() < 0 || req.gpus() > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gpus: must be in [0, 1024], got ", req.gpus()));
-  }
-  // Measured figures the planner divides and multiplies by: finite, >= 0
-  // (0 = not measured).
-  const std::pair<const char*, double> measured[] = {
-      {"gemm_flops_per_second_per_thread", req.gemm_flops_per_second_per_thread()},
-      {"memory_bandwidth_bytes_per_second", req.memory_bandwidth_bytes_per_second()},
-      {"block_fixed_seconds", req.block_fixed_seconds()},
-      {"block_seconds_per_activation", req.block_seconds_per_activation()},
-      {"allreduce_latency_seconds", req.allreduce_latency_seconds()},
-      {"allreduce_bytes_per_second", req.allreduce_bytes_per_second()},
-  };
-  for (const auto& [field, value] : measured) {
-    if (!(value >= 0) || !std::isfinite(value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": must be a finite number >= 0, got ", value));
-    }
-  }
-  if (req.host_id().size() > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("host_id: at most 256 characters, got ", req.host_id().size()));
-  }
+  RETURN_IF_ERROR(WorkerRegistry::ValidateRegistration(req));
   Store::WorkerRow row;
   loom::v1::RegisterWorkerResponse resp;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    absl::Time now = clock_->Now();
     // A node registering again means its previous daemon is gone: whatever
     // ran there is lost.
-    auto previous = worker_by_node_.find(req.node());
-    if (previous != worker_by_node_.end() && workers_.count(previous->second)) {
-      auto it = workers_.find(previous->second);
-      Worker& old = it->second;
-      if (old.info.alive()) {
-        std::set<std::string> job_ids;
-        for (const auto& r : old.ranks) job_ids.insert(r.job_id);
-        for (const auto& jid : job_ids) {
-          JobRecord& rec = jobs_[jid];
-          if (!IsAttemptRunning(rec.job.state())) continue;
-          std::string why = absl::StrCat("worker ", old.info.id(), " on node ", req.node(),
-                                         " restarted; the ranks it ran are lost");
-          ForgetWorkerRanks(old.info.id());
-          FailOrRestartLocked(rec, why, kCauseWorkerLost);
-        }
+    if (auto old = workers_.RemoveNode(req.node())) {
+      std::set<std::string> job_ids;
+      for (const auto& r : old->ranks) job_ids.insert(r.job_id);  // none if it was dead
+      for (const auto& jid : job_ids) {
+        JobRecord& rec = jobs_[jid];
+        if (!IsAttemptRunning(rec.job.state())) continue;
+        std::string why = absl::StrCat("worker ", old->info.id(), " on node ", req.node(),
+                                       " restarted; the ranks it ran are lost");
+        ForgetWorkerRanks(old->info.id());
+        FailOrRestartLocked(rec, why, kCauseWorkerLost);
       }
-      ForgetWorkerRanks(old.info.id());
-      if (old.info.alive()) alive_workers_ -= 1;
-      workers_.erase(it);
+      ForgetWorkerRanks(old->info.id());
     }
-    std::string id = absl::StrFormat("%s-%06x", req.node(),
-                                     (worker_nonce_ + static_cast<uint64_t>(absl::ToUnixNanos(now))) &
-                                         0xffffff);
-    Worker& w = workers_[id];
-    w.info.set_id(id);
-    w.info.set_node(req.node());
-    w.info.set_address(req.address());
-    w.info.set_slots(req.slots());
-    w.info.set_cpus(req.cpus());
-    w.info.set_gpus(req.gpus());
-    w.info.set_memory_bytes(req.memory_bytes());
-    w.info.set_metrics_address(req.metrics_address());
-    w.info.set_gemm_flops_per_second_per_thread(req.gemm_flops_per_second_per_thread());
-    w.info.set_memory_bandwidth_bytes_per_second(req.memory_bandwidth_bytes_per_second());
-    w.info.set_gemm_source(req.gemm_source());
-    w.info.set_zone(req.zone());
-    w.info.set_rack(req.rack());
-    w.info.set_host_id(req.host_id());
-    w.info.set_host_memory_bytes(req.host_memory_bytes());
-    w.info.set_block_fixed_seconds(req.block_fixed_seconds());
-    w.info.set_block_seconds_per_activation(req.block_seconds_per_activation());
-    w.info.set_allreduce_latency_seconds(req.allreduce_latency_seconds());
-    w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
-    w.info.set_alive(true);
-    alive_workers_ += 1;
-    worker_by_node_[req.node()] = id;
-    w.last_heartbeat = now;
-    row = {id, req.node(), req.address(), req.zone(), req.rack(), absl::ToUnixMillis(now)};
+    Worker& w = workers_.Add(req);
+    const std::string& id = w.info.id();
+    row = {id, req.node(), req.address(), req.zone(), req.rack(),
+           absl::ToUnixMillis(w.last_heartbeat)};
     AdoptRanksLocked(w, req);
     schedule_needed_ = true;  // capacity came
     resp.set_worker_id(id);
@@ -761,7 +677,7 @@ void JobManager::AdoptRanksLocked(Worker& w, const loom::v1::RegisterWorkerReque
                   return -1;
                 }()
               : -1;
-      w.ranks.push_back({r.job_id(), r.rank(), gpu});
+      workers_.HoldSlot(w, {r.job_id(), r.rank(), gpu});
     }
   }
 }
@@ -821,20 +737,12 @@ void JobManager::CheckAdoptionsLocked() {
 absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
     const loom::v1::HeartbeatRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = workers_.find(req.worker_id());
-  if (it == workers_.end() || !it->second.info.alive()) {
-    return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(),
-                                            "\" is not registered (or was declared dead); "
-                                            "register again"));
-  }
-  Worker& w = it->second;
-  w.last_heartbeat = clock_->Now();
+  auto beat = workers_.RecordHeartbeat(req.worker_id(), req.rendezvous_port());
+  if (!beat.ok()) return beat.status();
+  Worker& w = *beat->worker;
   // A worker whose fresh rendezvous port was used gives the next one here:
   // that may let a job waiting for it be placed.
-  const bool port_now_free = w.rendezvous_port == 0 && req.rendezvous_port() > 0;
-  if (req.rendezvous_port() > 0 && req.rendezvous_port() < 65536) {
-    w.rendezvous_port = req.rendezvous_port();
-  }
+  const bool port_came = beat->rendezvous_port_came;
   loom::v1::HeartbeatResponse resp;
   std::set<std::pair<std::string, int>> running;
   for (const auto& r : req.running()) {
@@ -889,22 +797,15 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
     }
   }
   // Slots held by ranks of ended jobs that are no longer running here are free.
-  bool freed = false;
-  w.ranks.erase(std::remove_if(w.ranks.begin(), w.ranks.end(),
-                               [&](const RankSlot& s) {
-                                 auto jit = jobs_.find(s.job_id);
-                                 bool ended = jit == jobs_.end() ||
-                                              !IsAttemptRunning(jit->second.job.state());
-                                 bool gone = ended && !running.count({s.job_id, s.rank});
-                                 if (gone && jit != jobs_.end()) {
-                                   jit->second.live.erase({w.info.id(), s.rank});
-                                 }
-                                 freed |= gone;
-                                 return gone;
-                               }),
-                w.ranks.end());
+  const bool freed = workers_.ReleaseSlotsIf(w, [&](const RankSlot& s) {
+    auto jit = jobs_.find(s.job_id);
+    bool ended = jit == jobs_.end() || !IsAttemptRunning(jit->second.job.state());
+    bool gone = ended && !running.count({s.job_id, s.rank});
+    if (gone && jit != jobs_.end()) jit->second.live.erase({w.info.id(), s.rank});
+    return gone;
+  });
   // Schedule first, so a start placed on this worker goes out right away.
-  if (freed || (port_now_free && w.rendezvous_port > 0)) schedule_needed_ = true;
+  if (freed || port_came) schedule_needed_ = true;
   if (schedule_needed_ || clock_->Now() >= schedule_at_) ScheduleLocked();
   // Confirmed starts; starts of attempts that ended are forgotten; the
   // rest are sent again after three heartbeat periods without a sign.
@@ -973,7 +874,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
 
 absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLocked(
     const loom::v1::ReportStepMetricsRequest& req, Store::Ticket* write) {
-  if (!workers_.count(req.worker_id())) {
+  if (workers_.Find(req.worker_id()) == nullptr) {
     return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
   }
   auto it = jobs_.find(req.job_id());
@@ -1013,7 +914,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
     resp.set_stop(true);
     return resp;
   }
-  RecoveryOptions recovery = EffectiveRecovery(rec.job.spec().recovery());
+  RecoveryOptions recovery = RecoveryPolicy::EffectiveRecovery(rec.job.spec().recovery());
   if (!rec.detector && recovery.detect_spikes) {
     rec.detector = std::make_unique<recovery::SpikeDetector>(recovery.detector);
   }
@@ -1143,31 +1044,18 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
   return resp;
 }
 
-void JobManager::ReleaseSlots(const std::string& job_id) {
-  for (auto& [id, w] : workers_) {
-    w.ranks.erase(std::remove_if(w.ranks.begin(), w.ranks.end(),
-                                 [&](const RankSlot& s) { return s.job_id == job_id; }),
-                  w.ranks.end());
-  }
-}
-
 absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto wit = workers_.find(req.worker_id());
-  if (wit == workers_.end()) {
+  Worker* found = workers_.Find(req.worker_id());
+  if (found == nullptr) {
     return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
   }
   auto it = jobs_.find(req.job_id());
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
   }
-  Worker& w = wit->second;
-  w.unacked.erase({req.job_id(), req.rank()});
-  w.ranks.erase(std::remove_if(w.ranks.begin(), w.ranks.end(),
-                               [&](const RankSlot& s) {
-                                 return s.job_id == req.job_id() && s.rank == req.rank();
-                               }),
-                w.ranks.end());
+  Worker& w = *found;
+  workers_.RankExited(w, req.job_id(), req.rank());
   JobRecord& rec = it->second;
   rec.live.erase({req.worker_id(), req.rank()});
   if (req.generation() < rec.job.generation()) {
@@ -1211,30 +1099,17 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         // decide the job's reason once the failure has settled.
         // A rank that could not join its groups before any step: nothing
         // was computed (see JobManagerOptions::max_rendezvous_retries).
-        const bool rendezvous = req.signal() == 0 &&
-                                req.exit_code() == kRankExitRendezvousFailed &&
-                                rec.attempt_last_step < 0;
+        const bool rendezvous = RecoveryPolicy::IsRendezvousFailure(
+            req.exit_code(), req.signal(), rec.attempt_last_step);
         rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous, ""};
         StopJobRanks(rec, why, "");
       }
       // Rank 0's reason says which checkpoints failed which check, or which
       // save found the volume full; the other ranks' (often first) only that
       // rank 0 failed.
-      if (req.signal() == 0 && req.exit_code() == kRankExitNoGoodCheckpoint) {
-        rec.pending_failure->no_restart_because =
-            "no checkpoint verifies and the spec does not allow starting from scratch "
-            "(recovery.allow_start_from_scratch)";
-        rec.pending_failure->reason = why;
-      } else if (req.signal() == 0 && req.exit_code() == kRankExitCheckpointVolumeFull) {
-        rec.pending_failure->no_restart_because =
-            "the checkpoint volume is full and a restart begins with a save "
-            "(checkpoint.on_save_failure: CONTINUE trains on through failed saves); the "
-            "committed checkpoints are intact";
-        rec.pending_failure->reason = why;
-      } else if (req.signal() == 0 && req.exit_code() == kRankExitCheckpointFenced) {
-        rec.pending_failure->no_restart_because =
-            "its checkpoint directory is claimed by another job or attempt "
-            "(checkpoint.dir must not be shared); a restart would take it back";
+      if (std::string because = RecoveryPolicy::NoRestartBecause(req.exit_code(), req.signal());
+          !because.empty()) {
+        rec.pending_failure->no_restart_because = std::move(because);
         rec.pending_failure->reason = why;
       }
       if (req.lease_expired() && rec.pending_failure->cause_kind.empty()) {
@@ -1242,7 +1117,7 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         // this rank): during a re-adoption after a controller restart that
         // is the restart's doing.
         rec.pending_failure->cause_kind =
-            rec.across_controller_restart ? kCauseControllerRestart : kCauseWorkerLost;
+            RecoveryPolicy::LeaseExpiredCauseKind(rec.across_controller_restart);
         if (!absl::StrContains(rec.pending_failure->reason, "lease")) {
           absl::StrAppend(&rec.pending_failure->reason, "; rank ", req.rank(), " on ",
                           w.info.node(), " was killed when its worker's lease ran out");
@@ -1308,27 +1183,33 @@ void JobManager::ResolveFailuresLocked() {
     std::set<std::string> seen;
     for (const auto& r : rec.job.ranks()) {
       if (!seen.insert(r.worker_id()).second) continue;
-      auto wit = workers_.find(r.worker_id());
-      if (wit == workers_.end()) continue;
-      absl::Duration silent = now - wit->second.last_heartbeat;
-      if (!wit->second.info.alive() || silent > options_.failure_settle_time) {
+      const Worker* w = workers_.Find(r.worker_id());
+      if (w == nullptr) continue;
+      absl::Duration silent = now - w->last_heartbeat;
+      if (!w->info.alive() || silent > options_.failure_settle_time) {
         cause = absl::StrFormat("worker %s on node %s stopped heartbeating (silent for %.1fs); ",
                                 r.worker_id(), r.node(), absl::ToDoubleSeconds(silent));
         break;
       }
     }
+    PendingFailure& failure = *rec.pending_failure;
+    SettledFailure settled;
+    settled.worker_went_silent = !cause.empty();
+    settled.across_controller_restart = rec.across_controller_restart;
+    settled.cause_kind = failure.cause_kind;
+    settled.rendezvous = failure.rendezvous;
+    settled.rendezvous_retries = rec.rendezvous_retries;
+    settled.no_restart_because = failure.no_restart_because;
+    const FailureDecision decision = recovery_.DecideFailure(settled);
     // Still awaiting re-adoption after a controller restart: the restart
-    // (the workers' leases ran out, and a rank's peers lost it) is the
-    // likelier root cause too.
-    if (cause.empty() && rec.pending_failure->cause_kind.empty() &&
-        rec.across_controller_restart) {
+    // is named as the root cause (RecoveryPolicy::DecideFailure).
+    if (decision.blame_controller_restart) {
       cause = "the controller restarted while the attempt ran; ";
-      rec.pending_failure->cause_kind = kCauseControllerRestart;
+      failure.cause_kind = decision.cause_kind;
     }
-    std::string why = cause.empty() ? rec.pending_failure->reason
-                                    : absl::StrCat(cause, "then ", rec.pending_failure->reason);
-    if (cause.empty() && rec.pending_failure->rendezvous &&
-        rec.rendezvous_retries < options_.max_rendezvous_retries) {
+    std::string why = cause.empty() ? failure.reason
+                                    : absl::StrCat(cause, "then ", failure.reason);
+    if (decision.action == FailureDecision::kPlaceAgain) {
       rec.rendezvous_retries += 1;
       RequeueLocked(rec, absl::StrCat(why, "; no step had run, so the attempt is placed again "
                                            "(rendezvous retry ",
@@ -1337,30 +1218,12 @@ void JobManager::ResolveFailuresLocked() {
                                       ", no restart counted)"));
       continue;
     }
-    if (cause.empty() && !rec.pending_failure->no_restart_because.empty()) {
-      FailWithoutRestartLocked(rec, why, rec.pending_failure->no_restart_because);
+    if (decision.action == FailureDecision::kFailWithoutRestart) {
+      FailWithoutRestartLocked(rec, why, failure.no_restart_because);
       continue;
     }
-    const std::string kind = !rec.pending_failure->cause_kind.empty()
-                                 ? rec.pending_failure->cause_kind
-                                 : cause.empty() ? kCauseRankFailure : kCauseWorkerLost;
-    FailOrRestartLocked(rec, why, kind);
+    FailOrRestartLocked(rec, why, decision.cause_kind);
   }
-}
-
-JobManager::RecoveryOptions JobManager::EffectiveRecovery(const loom::v1::RecoverySpec& spec) {
-  RecoveryOptions o;
-  if (spec.has_max_restarts()) o.max_restarts = std::max(0, spec.max_restarts());
-  o.detect_spikes = !spec.disable_spike_detection();
-  if (spec.window() > 0) o.detector.window = spec.window();
-  if (spec.min_history() > 0) o.detector.min_history = spec.min_history();
-  if (spec.threshold() > 0) o.detector.threshold = spec.threshold();
-  if (spec.confirm_steps() > 0) o.detector.confirm_steps = spec.confirm_steps();
-  if (spec.rollback_distance() > 0) o.rollback_distance = spec.rollback_distance();
-  if (spec.skip_before() > 0) o.skip_before = spec.skip_before();
-  if (spec.skip_after() > 0) o.skip_after = spec.skip_after();
-  if (spec.has_max_rollbacks()) o.max_rollbacks = std::max(0, spec.max_rollbacks());
-  return o;
 }
 
 void JobManager::AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event) {
@@ -1452,8 +1315,8 @@ void JobManager::FailWithoutRestartLocked(JobRecord& rec, const std::string& cau
 void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,
                                      const std::string& cause_kind) {
   if (IsTerminal(rec.job.state())) return;
-  RecoveryOptions o = EffectiveRecovery(rec.job.spec().recovery());
-  if (rec.job.restarts() >= o.max_restarts) {
+  RecoveryOptions o = RecoveryPolicy::EffectiveRecovery(rec.job.spec().recovery());
+  if (!RecoveryPolicy::RestartsLeft(rec.job.restarts(), o)) {
     if (o.max_restarts > 0) {
       loom::v1::RecoveryEvent gave_up;
       gave_up.set_kind(loom::v1::RecoveryEvent::GAVE_UP);
@@ -1488,7 +1351,7 @@ void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,
 
 void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict& v,
                                    int64_t data_batch) {
-  RecoveryOptions o = EffectiveRecovery(rec.job.spec().recovery());
+  RecoveryOptions o = RecoveryPolicy::EffectiveRecovery(rec.job.spec().recovery());
   loom::v1::RecoveryEvent spike;
   spike.set_kind(loom::v1::RecoveryEvent::SPIKE);
   spike.set_step(v.step);
@@ -1498,7 +1361,16 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
   spike.set_score(v.score);
   spike.set_message(v.Describe());
   AddEvent(rec, spike);
-  if (rec.job.rollbacks() >= o.max_rollbacks) {
+  SpikeFacts facts;
+  facts.step = v.step;
+  facts.data_batch = data_batch;
+  facts.rollbacks = rec.job.rollbacks();
+  facts.last_spike_step = rec.last_spike_step;
+  facts.skip_widened = rec.skip_widened;
+  facts.step_batches = &rec.step_batches;
+  const SpikeRollback decision = RecoveryPolicy::DecideSpikeRollback(
+      o, facts, [&](int64_t max_step) { return NewestCheckpointLocked(rec, max_step); });
+  if (decision.give_up) {
     std::string why = absl::StrCat("loss spike not cured after ", rec.job.rollbacks(),
                                    " rollback(s) (max_rollbacks ", o.max_rollbacks,
                                    "): ", v.Describe());
@@ -1511,31 +1383,9 @@ void JobManager::HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict&
     Transition(rec, loom::v1::FAILED, why);
     return;
   }
-  int64_t before = o.skip_before, after = o.skip_after;
-  // A spike that comes back inside the window of the previous rollback
-  // widens the skip window, once.
-  if (rec.last_spike_step >= 0 && v.step <= rec.last_spike_step + after && !rec.skip_widened) {
-    before *= 2;
-    after *= 2;
-    rec.skip_widened = true;
-  }
-  // Resume from the newest checkpoint still on disk at or before
-  // spike - rollback_distance; if retention or a crash left none that far
-  // back, the newest one before the spike; else from scratch (step 0).
-  int64_t target = std::max<int64_t>(0, v.step - o.rollback_distance);
-  int64_t resume = NewestCheckpointLocked(rec, target);
-  if (resume == 0) resume = NewestCheckpointLocked(rec, v.step - 1);
-  loom::v1::SkipRange skip;
-  skip.set_begin(std::max<int64_t>(0, data_batch - before));
-  // Batches trained before the resume point stay trained: the skip list
-  // must describe what happened, so that a run from scratch with the same
-  // list replays this one exactly. Step resume+1 trained the first batch
-  // that the rollback undoes.
-  auto first_undone = rec.step_batches.find(resume + 1);
-  if (first_undone != rec.step_batches.end()) {
-    skip.set_begin(std::max(skip.begin(), first_undone->second));
-  }
-  skip.set_end(data_batch + after + 1);
+  if (decision.widen_skip) rec.skip_widened = true;
+  const int64_t resume = decision.resume_step;
+  const loom::v1::SkipRange& skip = decision.skip;
   rec.job.set_rollbacks(rec.job.rollbacks() + 1);
   rec.last_spike_step = v.step;
   loom::v1::RecoveryEvent rb;
@@ -1574,17 +1424,10 @@ void JobManager::RollBackLocked(JobRecord& rec, int64_t resume_step, int64_t che
 }
 
 void JobManager::CheckLivenessLocked() {
-  absl::Time now = clock_->Now();
-  for (auto& [id, w] : workers_) {
-    if (!w.info.alive()) continue;
-    absl::Duration silent = now - w.last_heartbeat;
-    if (silent <= options_.worker_timeout) continue;
-    w.info.set_alive(false);
-    alive_workers_ -= 1;
-    w.pending_commands.clear();
+  for (const WorkerRegistry::DepartedWorker& w : workers_.ExpireLeases()) {
+    const std::string& id = w.info.id();
     std::map<std::string, std::vector<int>> lost;
     for (const auto& r : w.ranks) lost[r.job_id].push_back(r.rank);
-    w.ranks.clear();
     for (auto& [jid, ranks] : lost) {
       JobRecord& rec = jobs_[jid];
       // Its ranks may run until the worker's lease runs out.
@@ -1596,7 +1439,7 @@ void JobManager::CheckLivenessLocked() {
       std::string why = absl::StrFormat(
           "worker %s on node %s stopped heartbeating (silent for %.1fs, timeout %.1fs); "
           "lost rank(s) %s",
-          id, w.info.node(), absl::ToDoubleSeconds(silent),
+          id, w.info.node(), absl::ToDoubleSeconds(w.silent),
           absl::ToDoubleSeconds(options_.worker_timeout), absl::StrJoin(ranks, ","));
       ForgetWorkerRanks(id);
       FailOrRestartLocked(rec, why, kCauseWorkerLost);
@@ -1631,32 +1474,14 @@ void JobManager::ScheduleLocked() {
     // Where the ranks go is the scheduler's (controller/scheduler.h): the
     // planner's placement over the alive workers' free slots and GPUs.
     const GangRequest gang = GangRequestOf(rec.job.spec());
-    std::vector<WorkerOffer> offers;
-    for (auto& [id, w] : workers_) {
-      if (!w.info.alive()) continue;
-      WorkerOffer offer;
-      offer.info = w.info;
-      offer.free_slots = w.info.slots() - static_cast<int>(w.ranks.size());
-      if (gang.gpu_per_rank) {
-        // GPUs no live rank holds.
-        std::vector<bool> held(std::max(0, w.info.gpus()), false);
-        for (const RankSlot& r : w.ranks) {
-          if (r.gpu >= 0 && r.gpu < static_cast<int>(held.size())) held[r.gpu] = true;
-        }
-        for (int g = 0; g < static_cast<int>(held.size()); ++g) {
-          if (!held[g]) offer.free_gpus.push_back(g);
-        }
-      }
-      offers.push_back(std::move(offer));
-    }
-    auto placement = PlaceGang(gang, offers);
+    auto placement = PlaceGang(gang, workers_.Offers(gang.gpu_per_rank));
     if (!placement.ok()) {
       const std::string why(placement.status().message());
       if (rec.job.reason() != why) rec.job.set_reason(why);
       return;  // strict FIFO: later jobs do not overtake this one
     }
     // Rank 0's worker hosts the rendezvous.
-    Worker* head = &workers_.at(placement->workers[placement->ranks[0].worker].id());
+    Worker* head = workers_.Find(placement->workers[placement->ranks[0].worker].id());
     if (head->rendezvous_port == 0) {
       rec.job.set_reason("waiting for a rendezvous port from worker " + head->info.id());
       return;
@@ -1666,7 +1491,7 @@ void JobManager::ScheduleLocked() {
     const int n_ranks = gang.layout.world_size();
     rec.job.clear_ranks();
     for (const PlacedRank& p : placement->ranks) {
-      Worker* w = &workers_.at(placement->workers[p.worker].id());
+      Worker* w = workers_.Find(placement->workers[p.worker].id());
       const int rank = p.rank;
       const int gpu = p.gpu;
       auto* a = rec.job.add_ranks();
@@ -1678,7 +1503,7 @@ void JobManager::ScheduleLocked() {
       a->set_tp(p.at.tp);
       a->set_rack(RackLabel(w->info));
       if (gpu >= 0) a->set_gpu(gpu);
-      w->ranks.push_back({jid, rank, gpu});
+      workers_.HoldSlot(*w, {jid, rank, gpu});
       rec.live.insert({w->info.id(), rank});
       loom::v1::WorkerCommand cmd;
       auto* start = cmd.mutable_start();
@@ -1720,7 +1545,7 @@ JobManager::RecoveryTotals JobManager::RecoveryCounts() {
 
 int JobManager::AliveWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
-  return alive_workers_;
+  return workers_.alive_count();
 }
 
 }  // namespace loom::controller

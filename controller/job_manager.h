@@ -1,8 +1,11 @@
-// The controller's domain logic: job catalog and lifecycle, worker registry
-// and liveness, gang scheduling of ranks onto worker slots (where each rank
-// goes is controller/scheduler.h's PlaceGang), and fan-out of job events to
-// watchers. No gRPC types: the service adapters in
-// controller_service.cc translate requests into these calls.
+// The controller's domain logic: job catalog and lifecycle, what worker
+// liveness means for jobs (the registry of workers, their leases and slots
+// is controller/worker_registry.h), gang scheduling of ranks onto worker
+// slots (where each rank goes is controller/scheduler.h's PlaceGang),
+// carrying out recovery (what a failure or a loss spike leads to is
+// controller/recovery_policy.h's), and fan-out of job events to watchers.
+// No gRPC types: the service adapters in controller_service.cc translate
+// requests into these calls.
 //
 // Job lifecycle (every transition is recorded with time and reason):
 //   PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
@@ -33,7 +36,9 @@
 #include "controller/job_planning.h"
 #include "controller/recovery/spike_detector.h"
 #include "controller/recovery_metrics.h"
+#include "controller/recovery_policy.h"
 #include "controller/store.h"
+#include "controller/worker_registry.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/service.pb.h"
 
@@ -215,29 +220,15 @@ class JobManager {
   RecoveryTotals RecoveryCounts();
 
  private:
-  struct RankSlot {
-    std::string job_id;
-    int rank = 0;
-    int gpu = -1;  // the GPU it holds on the worker, or -1
-  };
-  struct Worker {
-    loom::v1::WorkerInfo info;
-    absl::Time last_heartbeat;
-    int rendezvous_port = 0;  // 0 = none fresh since last use
-    std::vector<loom::v1::WorkerCommand> pending_commands;
-    std::vector<RankSlot> ranks;  // ranks placed here and not yet exited
-    // Starts delivered but not yet confirmed (by the rank showing up as
-    // running, or exiting), with when they were last sent. A heartbeat
-    // response can be lost; unconfirmed starts are sent again.
-    std::map<std::pair<std::string, int>, std::pair<loom::v1::StartRank, absl::Time>> unacked;
-  };
+  using Worker = WorkerRegistry::Worker;
+  using RankSlot = WorkerRegistry::RankSlot;
   struct PendingFailure {
     absl::Time at;
     std::string reason;
     bool rendezvous = false;  // a rank failed to join before any step
     // Why restarting cannot help, when a rank's exit code says so
-    // (kRankExitNoGoodCheckpoint, kRankExitCheckpointVolumeFull): the job
-    // fails without spending a restart. Empty: the usual policy.
+    // (RecoveryPolicy::NoRestartBecause): the job fails without spending a
+    // restart. Empty: the usual policy.
     std::string no_restart_because;
     // Set when the cause is known better than "a rank failed" (a rank its
     // worker killed when its lease ran out): the kCause* value.
@@ -276,18 +267,6 @@ class JobManager {
     absl::Time not_before = absl::InfinitePast();
   };
 
-  // Effective recovery settings of a spec (defaults applied).
-  struct RecoveryOptions {
-    int max_restarts = 3;
-    bool detect_spikes = true;
-    recovery::SpikeDetectorOptions detector;
-    int64_t rollback_distance = 100;
-    int64_t skip_before = 100;
-    int64_t skip_after = 200;
-    int max_rollbacks = 5;
-  };
-  static RecoveryOptions EffectiveRecovery(const loom::v1::RecoverySpec& spec);
-
   // All private helpers require mu_ held.
   // A durable write that fails is handled here, not by callers: the change
   // stands in memory, the job is marked (unpersisted_), logged once and
@@ -303,7 +282,6 @@ class JobManager {
   void Publish(const std::string& job_id, loom::v1::JobEvent event);
   void StopJobRanks(JobRecord& rec, const std::string& reason,
                     const std::string& except_worker);
-  void ReleaseSlots(const std::string& job_id);
   // Strict FIFO over PENDING jobs: places the first one PlaceGang can hold
   // on the alive workers' free slots (and GPUs); the first that cannot wait
   // with the scheduler's reason, and so does every job behind it. Reads the
@@ -348,6 +326,8 @@ class JobManager {
   // UNAVAILABLE if the store failed.
   absl::Status RecordCorruptCheckpointLocked(JobRecord& rec,
                                              const loom::v1::CheckpointInfo& report);
+  // A confirmed loss spike: rolls back as RecoveryPolicy::DecideSpikeRollback
+  // decides, or fails the job once max_rollbacks are spent.
   void HandleSpikeLocked(JobRecord& rec, const recovery::SpikeVerdict& verdict,
                          int64_t data_batch);
   // The shared tail of spike and operator rollbacks: sets the resume step,
@@ -378,6 +358,7 @@ class JobManager {
   const JobManagerOptions options_;
   RecoveryMetrics* const metrics_;  // may be null
   CheckpointCatalog catalog_;        // over store_
+  const RecoveryPolicy recovery_;    // what a failure or a spike leads to
 
   std::mutex mu_;
   std::map<std::string, JobRecord> jobs_;          // by id
@@ -397,12 +378,9 @@ class JobManager {
   std::vector<std::string> to_thin_;           // ended jobs whose series to thin
   std::set<std::string> unpersisted_;          // jobs whose newest state is not on disk
   int64_t store_write_failures_ = 0;
-  std::map<std::string, Worker> workers_;          // by id
-  std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
-  int alive_workers_ = 0;
+  WorkerRegistry workers_;  // not thread-safe itself: guarded by mu_
   std::multimap<std::string, std::weak_ptr<EventQueue>> watchers_;  // by job id
   int64_t next_job_seq_ = 1;
-  uint64_t worker_nonce_;
 };
 
 }  // namespace loom::controller

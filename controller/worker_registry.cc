@@ -1,0 +1,216 @@
+#include "controller/worker_registry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace loom::controller {
+
+WorkerRegistry::WorkerRegistry(const Clock* clock, WorkerRegistryOptions options)
+    : clock_(clock), options_(std::move(options)) {
+  std::random_device rd;
+  nonce_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+absl::Status WorkerRegistry::ValidateRegistration(const loom::v1::RegisterWorkerRequest& req) {
+  if (req.node().empty()) return absl::InvalidArgumentError("node: must not be empty");
+  if (req.address().empty()) return absl::InvalidArgumentError("address: must not be empty");
+  if (req.slots() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots: must be >= 1, got ", req.slots()));
+  }
+  if (req.gpus() < 0 || req.gpus() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpus: must be in [0, 1024], got ", req.gpus()));
+  }
+  // Measured figures the planner divides and multiplies by: finite, >= 0
+  // (0 = not measured).
+  const std::pair<const char*, double> measured[] = {
+      {"gemm_flops_per_second_per_thread", req.gemm_flops_per_second_per_thread()},
+      {"memory_bandwidth_bytes_per_second", req.memory_bandwidth_bytes_per_second()},
+      {"block_fixed_seconds", req.block_fixed_seconds()},
+      {"block_seconds_per_activation", req.block_seconds_per_activation()},
+      {"allreduce_latency_seconds", req.allreduce_latency_seconds()},
+      {"allreduce_bytes_per_second", req.allreduce_bytes_per_second()},
+  };
+  for (const auto& [field, value] : measured) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be a finite number >= 0, got ", value));
+    }
+  }
+  if (req.host_id().size() > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_id: at most 256 characters, got ", req.host_id().size()));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<WorkerRegistry::DepartedWorker> WorkerRegistry::RemoveNode(
+    const std::string& node) {
+  auto previous = worker_by_node_.find(node);
+  if (previous == worker_by_node_.end()) return std::nullopt;
+  auto it = workers_.find(previous->second);
+  worker_by_node_.erase(previous);
+  if (it == workers_.end()) return std::nullopt;
+  Worker& old = it->second;
+  DepartedWorker gone;
+  gone.info = old.info;
+  gone.last_heartbeat = old.last_heartbeat;
+  gone.silent = clock_->Now() - old.last_heartbeat;
+  if (old.info.alive()) {
+    gone.ranks = std::move(old.ranks);
+    alive_ -= 1;
+  }
+  workers_.erase(it);
+  return gone;
+}
+
+WorkerRegistry::Worker& WorkerRegistry::Add(const loom::v1::RegisterWorkerRequest& req) {
+  const absl::Time now = clock_->Now();
+  std::string id = absl::StrFormat(
+      "%s-%06x", req.node(), (nonce_ + static_cast<uint64_t>(absl::ToUnixNanos(now))) & 0xffffff);
+  Worker& w = workers_[id];
+  w.info.set_id(id);
+  w.info.set_node(req.node());
+  w.info.set_address(req.address());
+  w.info.set_slots(req.slots());
+  w.info.set_cpus(req.cpus());
+  w.info.set_gpus(req.gpus());
+  w.info.set_memory_bytes(req.memory_bytes());
+  w.info.set_metrics_address(req.metrics_address());
+  w.info.set_gemm_flops_per_second_per_thread(req.gemm_flops_per_second_per_thread());
+  w.info.set_memory_bandwidth_bytes_per_second(req.memory_bandwidth_bytes_per_second());
+  w.info.set_gemm_source(req.gemm_source());
+  w.info.set_zone(req.zone());
+  w.info.set_rack(req.rack());
+  w.info.set_host_id(req.host_id());
+  w.info.set_host_memory_bytes(req.host_memory_bytes());
+  w.info.set_block_fixed_seconds(req.block_fixed_seconds());
+  w.info.set_block_seconds_per_activation(req.block_seconds_per_activation());
+  w.info.set_allreduce_latency_seconds(req.allreduce_latency_seconds());
+  w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
+  w.info.set_alive(true);
+  alive_ += 1;
+  worker_by_node_[req.node()] = id;
+  w.last_heartbeat = now;
+  return w;
+}
+
+absl::StatusOr<WorkerRegistry::HeartbeatRecord> WorkerRegistry::RecordHeartbeat(
+    const std::string& worker_id, int rendezvous_port) {
+  Worker* w = FindAlive(worker_id);
+  if (w == nullptr) {
+    return absl::NotFoundError(absl::StrCat("worker \"", worker_id,
+                                            "\" is not registered (or was declared dead); "
+                                            "register again"));
+  }
+  w->last_heartbeat = clock_->Now();
+  HeartbeatRecord record;
+  record.worker = w;
+  // A worker whose fresh rendezvous port was used gives the next one here.
+  const bool had_none = w->rendezvous_port == 0;
+  if (rendezvous_port > 0 && rendezvous_port < 65536) w->rendezvous_port = rendezvous_port;
+  record.rendezvous_port_came = had_none && w->rendezvous_port > 0;
+  return record;
+}
+
+std::vector<WorkerRegistry::DepartedWorker> WorkerRegistry::ExpireLeases() {
+  const absl::Time now = clock_->Now();
+  std::vector<DepartedWorker> dead;
+  for (auto& [id, w] : workers_) {
+    if (!w.info.alive()) continue;
+    absl::Duration silent = now - w.last_heartbeat;
+    if (silent <= options_.worker_timeout) continue;
+    DepartedWorker gone;
+    gone.info = w.info;
+    gone.last_heartbeat = w.last_heartbeat;
+    gone.silent = silent;
+    gone.ranks = std::move(w.ranks);
+    w.ranks.clear();
+    w.info.set_alive(false);
+    alive_ -= 1;
+    w.pending_commands.clear();
+    dead.push_back(std::move(gone));
+  }
+  return dead;
+}
+
+WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+const WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+WorkerRegistry::Worker* WorkerRegistry::FindAlive(const std::string& id) {
+  Worker* w = Find(id);
+  return w != nullptr && w->info.alive() ? w : nullptr;
+}
+
+std::vector<WorkerOffer> WorkerRegistry::Offers(bool with_free_gpus) const {
+  std::vector<WorkerOffer> offers;
+  for (const auto& [id, w] : workers_) {
+    if (!w.info.alive()) continue;
+    WorkerOffer offer;
+    offer.info = w.info;
+    offer.free_slots = w.info.slots() - static_cast<int>(w.ranks.size());
+    if (with_free_gpus) {
+      // GPUs no live rank holds.
+      std::vector<bool> held(std::max(0, w.info.gpus()), false);
+      for (const RankSlot& r : w.ranks) {
+        if (r.gpu >= 0 && r.gpu < static_cast<int>(held.size())) held[r.gpu] = true;
+      }
+      for (int g = 0; g < static_cast<int>(held.size()); ++g) {
+        if (!held[g]) offer.free_gpus.push_back(g);
+      }
+    }
+    offers.push_back(std::move(offer));
+  }
+  return offers;
+}
+
+std::vector<loom::v1::WorkerInfo> WorkerRegistry::Infos() const {
+  std::vector<loom::v1::WorkerInfo> infos;
+  for (const auto& [id, w] : workers_) infos.push_back(w.info);
+  return infos;
+}
+
+std::vector<loom::v1::WorkerInfo> WorkerRegistry::List() const {
+  std::vector<loom::v1::WorkerInfo> out;
+  for (const auto& [id, w] : workers_) {
+    loom::v1::WorkerInfo info = w.info;
+    info.set_slots_used(static_cast<int>(w.ranks.size()));
+    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_heartbeat));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void WorkerRegistry::HoldSlot(Worker& w, RankSlot slot) { w.ranks.push_back(std::move(slot)); }
+
+void WorkerRegistry::RankExited(Worker& w, const std::string& job_id, int rank) {
+  w.unacked.erase({job_id, rank});
+  ReleaseSlotsIf(w, [&](const RankSlot& s) { return s.job_id == job_id && s.rank == rank; });
+}
+
+bool WorkerRegistry::ReleaseSlotsIf(Worker& w,
+                                    const std::function<bool(const RankSlot&)>& gone) {
+  const size_t before = w.ranks.size();
+  w.ranks.erase(std::remove_if(w.ranks.begin(), w.ranks.end(), gone), w.ranks.end());
+  return w.ranks.size() != before;
+}
+
+void WorkerRegistry::ReleaseJobSlots(const std::string& job_id) {
+  for (auto& [id, w] : workers_) {
+    ReleaseSlotsIf(w, [&](const RankSlot& s) { return s.job_id == job_id; });
+  }
+}
+
+}  // namespace loom::controller

@@ -1,0 +1,149 @@
+// The controller's worker registry: the workers that registered, their
+// leases, and the rank slots (and GPUs) each holds. No gRPC types.
+//
+// A worker is alive from its registration until it has been silent (no
+// heartbeat) for more than worker_timeout; then ExpireLeases declares it
+// dead, and it stays dead: its heartbeats are NOT_FOUND and it must
+// register again, under a new id. A node registering again means its
+// previous daemon is gone: the coordinator removes the node's previous
+// worker (RemoveNode) and learns what it held. The lease protocol the
+// timeout belongs to is described at JobManagerOptions (job_manager.h).
+//
+// What a worker holds (slots, pending commands, unconfirmed starts) is data
+// here; what it means for jobs (failing, restarting, re-adopting) is the
+// coordinator's (JobManager).
+//
+// Not thread-safe: the coordinator's mutex guards every call, and the
+// Worker pointers and references handed out, which stay valid until that
+// worker is removed (RemoveNode).
+#ifndef LOOM_CONTROLLER_WORKER_REGISTRY_H_
+#define LOOM_CONTROLLER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "controller/scheduler.h"
+#include "loom/v1/job.pb.h"
+#include "loom/v1/service.pb.h"
+
+namespace loom::controller {
+
+struct WorkerRegistryOptions {
+  // A worker whose last heartbeat is older than this is declared dead
+  // (JobManagerOptions::worker_timeout).
+  absl::Duration worker_timeout = absl::Seconds(10);
+};
+
+class WorkerRegistry {
+ public:
+  struct RankSlot {
+    std::string job_id;
+    int rank = 0;
+    int gpu = -1;  // the GPU it holds on the worker, or -1
+  };
+  struct Worker {
+    loom::v1::WorkerInfo info;
+    absl::Time last_heartbeat;
+    int rendezvous_port = 0;  // 0 = none fresh since last use
+    std::vector<loom::v1::WorkerCommand> pending_commands;
+    std::vector<RankSlot> ranks;  // ranks placed here and not yet exited
+    // Starts delivered but not yet confirmed (by the rank showing up as
+    // running, or exiting), with when they were last sent. A heartbeat
+    // response can be lost; unconfirmed starts are sent again.
+    std::map<std::pair<std::string, int>, std::pair<loom::v1::StartRank, absl::Time>> unacked;
+  };
+  // A worker that left the alive set (declared dead, or replaced by its
+  // node's new worker), and what it held then.
+  struct DepartedWorker {
+    loom::v1::WorkerInfo info;  // as it was; info.alive(): it was alive until now
+    absl::Time last_heartbeat;
+    absl::Duration silent;         // how long it had been silent then
+    std::vector<RankSlot> ranks;   // the slots it held (none if it was dead already)
+  };
+  struct HeartbeatRecord {
+    Worker* worker = nullptr;
+    // It had no fresh rendezvous port and now has one (a job waiting for
+    // it may be placed).
+    bool rendezvous_port_came = false;
+  };
+
+  // `clock` must outlive the registry.
+  WorkerRegistry(const Clock* clock, WorkerRegistryOptions options);
+
+  // INVALID_ARGUMENT naming the field for a registration no worker may
+  // make: empty node or address, slots < 1, gpus outside [0, 1024], a
+  // measured figure that is negative or not finite, host_id over 256
+  // characters. Changes nothing.
+  static absl::Status ValidateRegistration(const loom::v1::RegisterWorkerRequest& req);
+
+  // Removes the worker last registered on `node` (alive or dead) and
+  // returns what it held; nullopt when the node has none. The alive count
+  // drops if it was alive.
+  std::optional<DepartedWorker> RemoveNode(const std::string& node);
+  // Adds a worker for a request ValidateRegistration accepted, alive with a
+  // heartbeat now and nothing held, under a new id "<node>-<6 hex digits>";
+  // it becomes the node's worker. Remove the node's previous worker first
+  // (RemoveNode): two workers of one node would both be offered.
+  Worker& Add(const loom::v1::RegisterWorkerRequest& req);
+
+  // Records a heartbeat of `worker_id` now, and the fresh rendezvous port it
+  // offers (kept if in (0, 65536)). NOT_FOUND for an unknown or dead worker
+  // (it must register again).
+  absl::StatusOr<HeartbeatRecord> RecordHeartbeat(const std::string& worker_id,
+                                                  int rendezvous_port);
+
+  // Declares dead every alive worker silent for more than worker_timeout
+  // (exactly worker_timeout is still alive): its pending commands are
+  // dropped and its slots freed. Returns those workers in id order, with
+  // the slots they held, for the coordinator to fail or restart the jobs
+  // that had ranks there.
+  std::vector<DepartedWorker> ExpireLeases();
+
+  // The worker with `id`, alive or dead; nullptr if none.
+  Worker* Find(const std::string& id);
+  const Worker* Find(const std::string& id) const;
+  // The worker with `id` if it is alive; nullptr otherwise.
+  Worker* FindAlive(const std::string& id);
+
+  // What the scheduler may place on: every alive worker, in id order, with
+  // its free slots and, when `with_free_gpus`, the GPUs no slot holds.
+  std::vector<WorkerOffer> Offers(bool with_free_gpus) const;
+  // Every registered worker's info as registered (dead ones too), in id
+  // order: what the planner sees.
+  std::vector<loom::v1::WorkerInfo> Infos() const;
+  // Every registered worker, in id order, with slots_used and
+  // last_heartbeat_unix_ms filled in (ListWorkers).
+  std::vector<loom::v1::WorkerInfo> List() const;
+  int alive_count() const { return alive_; }
+
+  // --- slots
+  void HoldSlot(Worker& w, RankSlot slot);
+  // Rank `rank` of `job_id` exited on `w`: its slot is free and its start
+  // no longer awaits confirmation.
+  void RankExited(Worker& w, const std::string& job_id, int rank);
+  // Frees the slots of `w` for which `gone` is true; whether any was.
+  bool ReleaseSlotsIf(Worker& w, const std::function<bool(const RankSlot&)>& gone);
+  // Frees every slot `job_id` holds, on every worker.
+  void ReleaseJobSlots(const std::string& job_id);
+
+ private:
+  const Clock* const clock_;
+  const WorkerRegistryOptions options_;
+  std::map<std::string, Worker> workers_;              // by id
+  std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
+  int alive_ = 0;
+  uint64_t nonce_;  // makes ids of one node differ across controller runs
+};
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_WORKER_REGISTRY_H_

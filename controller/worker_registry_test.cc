@@ -1,0 +1,276 @@
+#include "controller/worker_registry.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom::controller {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::MatchesRegex;
+using ::testing::StartsWith;
+
+loom::v1::RegisterWorkerRequest Request(const std::string& node, int slots = 1, int gpus = 0) {
+  loom::v1::RegisterWorkerRequest req;
+  req.set_node(node);
+  req.set_address("127.0.0.1");
+  req.set_slots(slots);
+  req.set_gpus(gpus);
+  req.set_cpus(4);
+  return req;
+}
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+class WorkerRegistryTest : public ::testing::Test {
+ protected:
+  WorkerRegistryTest() : registry_(&clock_, Options()) {}
+  static WorkerRegistryOptions Options() {
+    WorkerRegistryOptions o;
+    o.worker_timeout = absl::Seconds(5);
+    return o;
+  }
+  std::string Add(const std::string& node, int slots = 1, int gpus = 0) {
+    return registry_.Add(Request(node, slots, gpus)).info.id();
+  }
+
+  FakeClock clock_;
+  WorkerRegistry registry_;
+};
+
+TEST(WorkerRegistryValidationTest, RefusesWhatNoWorkerMayRegisterNamingTheField) {
+  EXPECT_TRUE(WorkerRegistry::ValidateRegistration(Request("n")).ok());
+  auto refused = [](loom::v1::RegisterWorkerRequest req) {
+    absl::Status s = WorkerRegistry::ValidateRegistration(req);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return Msg(s);
+  };
+  EXPECT_THAT(refused(Request("")), StartsWith("node:"));
+  {
+    auto req = Request("n");
+    req.clear_address();
+    EXPECT_THAT(refused(req), StartsWith("address:"));
+  }
+  EXPECT_THAT(refused(Request("n", 0)), StartsWith("slots: must be >= 1, got 0"));
+  EXPECT_THAT(refused(Request("n", 1, -1)), StartsWith("gpus:"));
+  EXPECT_THAT(refused(Request("n", 1, 1025)), StartsWith("gpus:"));
+  EXPECT_TRUE(WorkerRegistry::ValidateRegistration(Request("n", 1, 1024)).ok());
+  {
+    auto req = Request("n");
+    req.set_gemm_flops_per_second_per_thread(std::nan(""));
+    EXPECT_THAT(refused(req), StartsWith("gemm_flops_per_second_per_thread:"));
+    req = Request("n");
+    req.set_allreduce_bytes_per_second(std::numeric_limits<double>::infinity());
+    EXPECT_THAT(refused(req), StartsWith("allreduce_bytes_per_second:"));
+    req = Request("n");
+    req.set_block_fixed_seconds(-1e-9);
+    EXPECT_THAT(refused(req), StartsWith("block_fixed_seconds:"));
+  }
+  {
+    auto req = Request("n");
+    req.set_host_id(std::string(257, 'h'));
+    EXPECT_THAT(refused(req), StartsWith("host_id:"));
+    req.set_host_id(std::string(256, 'h'));
+    EXPECT_TRUE(WorkerRegistry::ValidateRegistration(req).ok());
+  }
+}
+
+TEST_F(WorkerRegistryTest, AddRegistersAnAliveWorkerUnderANewIdOfItsNode) {
+  auto req = Request("node-a", 3, 2);
+  req.set_zone("z1");
+  req.set_rack("r7");
+  req.set_memory_bytes(1 << 30);
+  WorkerRegistry::Worker& w = registry_.Add(req);
+  EXPECT_THAT(w.info.id(), MatchesRegex("node-a-[0-9a-f]{6}"));
+  EXPECT_TRUE(w.info.alive());
+  EXPECT_EQ(w.info.slots(), 3);
+  EXPECT_EQ(w.info.gpus(), 2);
+  EXPECT_EQ(w.info.rack(), "r7");
+  EXPECT_EQ(w.last_heartbeat, clock_.Now());
+  EXPECT_EQ(registry_.alive_count(), 1);
+  EXPECT_EQ(registry_.Find(w.info.id()), &w);
+  EXPECT_EQ(registry_.FindAlive(w.info.id()), &w);
+  EXPECT_EQ(registry_.Find("node-a"), nullptr);
+  auto listed = registry_.List();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].slots_used(), 0);
+  EXPECT_EQ(listed[0].last_heartbeat_unix_ms(), clock_.NowUnixMillis());
+}
+
+// A node registering again means its previous daemon is gone: the registry
+// drops it and says what it held, once.
+TEST_F(WorkerRegistryTest, ReRegistrationOfANodeReplacesTheOldWorkerAndReportsWhatItHeld) {
+  const std::string old_id = Add("node-a", 2);
+  Add("node-b");
+  WorkerRegistry::Worker* old = registry_.Find(old_id);
+  registry_.HoldSlot(*old, {"job-1", 0, -1});
+  registry_.HoldSlot(*old, {"job-2", 1, -1});
+  clock_.Advance(absl::Seconds(2));
+
+  EXPECT_FALSE(registry_.RemoveNode("node-c").has_value());
+  auto gone = registry_.RemoveNode("node-a");
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->info.id(), old_id);
+  EXPECT_TRUE(gone->info.alive());
+  EXPECT_EQ(gone->silent, absl::Seconds(2));
+  ASSERT_EQ(gone->ranks.size(), 2u);
+  EXPECT_EQ(gone->ranks[0].job_id, "job-1");
+  EXPECT_EQ(gone->ranks[1].job_id, "job-2");
+  EXPECT_EQ(gone->ranks[1].rank, 1);
+  EXPECT_EQ(registry_.Find(old_id), nullptr);
+  EXPECT_EQ(registry_.alive_count(), 1);
+  EXPECT_FALSE(registry_.RemoveNode("node-a").has_value());  // said once
+
+  clock_.Advance(absl::Milliseconds(1));
+  const std::string new_id = Add("node-a");
+  EXPECT_NE(new_id, old_id);
+  EXPECT_EQ(registry_.alive_count(), 2);
+  EXPECT_EQ(registry_.List().size(), 2u);
+  EXPECT_EQ(registry_.RemoveNode("node-a")->info.id(), new_id);
+}
+
+TEST_F(WorkerRegistryTest, ReRegistrationAfterDeathHoldsNothingAndCountsNoDeathTwice) {
+  const std::string id = Add("node-a");
+  registry_.HoldSlot(*registry_.Find(id), {"job-1", 0, -1});
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_EQ(registry_.ExpireLeases().size(), 1u);
+  EXPECT_EQ(registry_.alive_count(), 0);
+  auto gone = registry_.RemoveNode("node-a");
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_FALSE(gone->info.alive());
+  EXPECT_THAT(gone->ranks, IsEmpty());  // given back when it died
+  EXPECT_EQ(registry_.alive_count(), 0);
+  Add("node-a");
+  EXPECT_EQ(registry_.alive_count(), 1);
+}
+
+TEST_F(WorkerRegistryTest, LeaseExpiresOnlyPastWorkerTimeout) {
+  const std::string a = Add("node-a", 2);
+  const std::string b = Add("node-b");
+  WorkerRegistry::Worker* wa = registry_.Find(a);
+  registry_.HoldSlot(*wa, {"job-1", 0, -1});
+  registry_.HoldSlot(*wa, {"job-1", 1, -1});
+  wa->pending_commands.emplace_back();
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_TRUE(registry_.RecordHeartbeat(b, 0).ok());
+
+  clock_.Advance(absl::Seconds(2));  // a: silent exactly worker_timeout
+  EXPECT_THAT(registry_.ExpireLeases(), IsEmpty());
+  EXPECT_EQ(registry_.alive_count(), 2);
+
+  clock_.Advance(absl::Nanoseconds(1));
+  auto dead = registry_.ExpireLeases();
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].info.id(), a);
+  EXPECT_EQ(dead[0].info.node(), "node-a");
+  EXPECT_EQ(dead[0].silent, absl::Seconds(5) + absl::Nanoseconds(1));
+  EXPECT_EQ(dead[0].last_heartbeat, clock_.Now() - dead[0].silent);
+  ASSERT_EQ(dead[0].ranks.size(), 2u);
+  EXPECT_EQ(dead[0].ranks[1].rank, 1);
+  EXPECT_EQ(registry_.alive_count(), 1);
+  // Dead stays dead: found, but not alive, holding and owed nothing.
+  ASSERT_NE(registry_.Find(a), nullptr);
+  EXPECT_FALSE(registry_.Find(a)->info.alive());
+  EXPECT_THAT(registry_.Find(a)->ranks, IsEmpty());
+  EXPECT_THAT(registry_.Find(a)->pending_commands, IsEmpty());
+  EXPECT_EQ(registry_.FindAlive(a), nullptr);
+  EXPECT_EQ(registry_.RecordHeartbeat(a, 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(registry_.ExpireLeases(), IsEmpty());  // declared once
+
+  clock_.Advance(absl::Seconds(3));  // b: 6 s since its heartbeat
+  dead = registry_.ExpireLeases();
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].info.id(), b);
+  EXPECT_EQ(registry_.alive_count(), 0);
+  EXPECT_EQ(registry_.RecordHeartbeat("nobody", 0).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(WorkerRegistryTest, HeartbeatSaysWhenAFreshRendezvousPortCame) {
+  const std::string a = Add("node-a");
+  auto beat = registry_.RecordHeartbeat(a, 0);
+  ASSERT_TRUE(beat.ok());
+  EXPECT_EQ(beat->worker, registry_.Find(a));
+  EXPECT_FALSE(beat->rendezvous_port_came);
+  EXPECT_FALSE(registry_.RecordHeartbeat(a, 70000)->rendezvous_port_came);  // out of range
+  EXPECT_EQ(registry_.Find(a)->rendezvous_port, 0);
+  clock_.Advance(absl::Seconds(1));
+  beat = registry_.RecordHeartbeat(a, 29500);
+  EXPECT_TRUE(beat->rendezvous_port_came);
+  EXPECT_EQ(beat->worker->rendezvous_port, 29500);
+  EXPECT_EQ(beat->worker->last_heartbeat, clock_.Now());
+  // Still unused: a newer port is kept, but nothing new came.
+  EXPECT_FALSE(registry_.RecordHeartbeat(a, 29501)->rendezvous_port_came);
+  EXPECT_EQ(registry_.Find(a)->rendezvous_port, 29501);
+  registry_.Find(a)->rendezvous_port = 0;  // used by a placement
+  EXPECT_TRUE(registry_.RecordHeartbeat(a, 29502)->rendezvous_port_came);
+}
+
+TEST_F(WorkerRegistryTest, OffersAreTheAliveWorkersFreeSlotsAndGpus) {
+  const std::string a = Add("node-a", 4, 2);
+  const std::string b = Add("node-b", 2, 0);
+  registry_.HoldSlot(*registry_.Find(a), {"job-1", 0, 1});
+  registry_.HoldSlot(*registry_.Find(a), {"job-2", 0, -1});  // a CPU rank
+  registry_.HoldSlot(*registry_.Find(b), {"job-2", 1, -1});
+
+  auto offers = registry_.Offers(/*with_free_gpus=*/true);
+  ASSERT_EQ(offers.size(), 2u);
+  EXPECT_EQ(offers[0].info.id(), a);
+  EXPECT_EQ(offers[0].free_slots, 2);
+  EXPECT_THAT(offers[0].free_gpus, ElementsAre(0));
+  EXPECT_EQ(offers[1].free_slots, 1);
+  EXPECT_THAT(offers[1].free_gpus, IsEmpty());
+  EXPECT_THAT(registry_.Offers(false)[0].free_gpus, IsEmpty());
+
+  auto listed = registry_.List();
+  EXPECT_EQ(listed[0].slots_used(), 2);
+  EXPECT_EQ(listed[1].slots_used(), 1);
+
+  // A dead worker offers nothing, but the planner still sees it.
+  ASSERT_TRUE(registry_.RecordHeartbeat(a, 0).ok());
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(registry_.RecordHeartbeat(a, 0).ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(registry_.ExpireLeases().size(), 1u);  // b
+  offers = registry_.Offers(true);
+  ASSERT_EQ(offers.size(), 1u);
+  EXPECT_EQ(offers[0].info.id(), a);
+  EXPECT_EQ(registry_.Infos().size(), 2u);
+}
+
+TEST_F(WorkerRegistryTest, SlotsAreReleasedByExitByPredicateAndByJob) {
+  const std::string a = Add("node-a", 4);
+  const std::string b = Add("node-b", 4);
+  WorkerRegistry::Worker& wa = *registry_.Find(a);
+  WorkerRegistry::Worker& wb = *registry_.Find(b);
+  registry_.HoldSlot(wa, {"job-1", 0, -1});
+  registry_.HoldSlot(wa, {"job-1", 1, -1});
+  registry_.HoldSlot(wa, {"job-2", 0, -1});
+  registry_.HoldSlot(wb, {"job-1", 2, -1});
+  registry_.HoldSlot(wb, {"job-3", 0, -1});
+  wa.unacked[{"job-1", 1}] = {loom::v1::StartRank(), clock_.Now()};
+  wa.unacked[{"job-2", 0}] = {loom::v1::StartRank(), clock_.Now()};
+
+  registry_.RankExited(wa, "job-1", 1);
+  EXPECT_EQ(wa.ranks.size(), 2u);
+  EXPECT_EQ(wa.unacked.count({"job-1", 1}), 0u);
+  EXPECT_EQ(wa.unacked.count({"job-2", 0}), 1u);
+
+  EXPECT_FALSE(registry_.ReleaseSlotsIf(wb, [](const auto& s) { return s.job_id == "job-9"; }));
+  EXPECT_TRUE(registry_.ReleaseSlotsIf(wb, [](const auto& s) { return s.job_id == "job-3"; }));
+  ASSERT_EQ(wb.ranks.size(), 1u);
+
+  registry_.ReleaseJobSlots("job-1");
+  ASSERT_EQ(wa.ranks.size(), 1u);
+  EXPECT_EQ(wa.ranks[0].job_id, "job-2");
+  EXPECT_THAT(wb.ranks, IsEmpty());
+}
+
+}  // namespace
+}  // namespace loom::controller
