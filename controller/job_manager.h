@@ -57,9 +57,9 @@ namespace loom::controller {
 //   * after a controller restart, workers whose lease is still running
 //     re-register with their running ranks and the controller re-adopts
 //     the current attempts' ranks (no restart counted). A job not wholly
-//     re-adopted within G of the restart (every surviving worker has
-//     re-registered or killed its ranks by then) restarts once, again no
-//     sooner than G + M after the restart.
+//     re-adopted within G + M of the restart (every surviving worker has
+//     re-registered or killed its ranks by then) restarts once, and is
+//     placed again another M later, G + 2M after the restart.
 struct JobManagerOptions {
   // At most this many WatchJob streams at once (all jobs together); one
   // more is RESOURCE_EXHAUSTED. Each holds a queue of up to 10,000 events.
@@ -123,8 +123,8 @@ class JobManager {
              CheckpointVerifier* checkpoint_verifier = nullptr);
 
   // Reloads jobs from the store. Jobs that were SCHEDULED or RUNNING when the
-  // controller stopped keep their state and wait, for worker_timeout, for
-  // their workers to re-register with the ranks still running there
+  // controller stopped keep their state and wait, for worker_timeout plus
+  // lease_margin, for their workers to re-register with the ranks still running there
   // (RegisterWorkerRequest.running): those are re-adopted, and the job goes
   // on without a restart. Past that time a job not wholly re-adopted
   // restarts once from its newest checkpoint (see the lease comment above).

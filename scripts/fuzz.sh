@@ -19,6 +19,10 @@ elif [ -n "${1:-}" ]; then
 fi
 ./scripts/install-deps.sh >/dev/null
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
+# Paths under the checkout are hashed relative to it, and the -g build's
+# working directory not at all, so another clone or build directory of the
+# same sources reuses ccache's objects.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fsanitize=fuzzer-no-link"
 flags="$flags -fno-sanitize-recover=undefined"
 if [ ! -f "$BUILD/build.ninja" ]; then

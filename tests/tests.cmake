@@ -24,9 +24,8 @@ loom_test(loom_dashboard_test SRCS dashboard_test.cc DEPS loom_file_util protobu
 target_compile_definitions(loom_dashboard_test PRIVATE LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 
 # Every libFuzzer target (tests/fuzz.cmake) for a few seconds from its seeds,
-# under ASan + UBSan: builds them with clang-14 in a build of its own (one
-# compile job, beside the other tests).
+# under ASan + UBSan: builds them with clang-14 in a build of its own.
 add_test(NAME loom_fuzz_smoke
-         COMMAND ${CMAKE_COMMAND} -E env FUZZ_BUILD_DIR=${PROJECT_BINARY_DIR}/fuzz JOBS=1
+         COMMAND ${CMAKE_COMMAND} -E env FUZZ_BUILD_DIR=${PROJECT_BINARY_DIR}/fuzz
                  ${PROJECT_SOURCE_DIR}/scripts/fuzz.sh --smoke)
 set_tests_properties(loom_fuzz_smoke PROPERTIES LABELS "fuzz;heavy" TIMEOUT 2400)

@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/prune_log.h"
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -667,7 +668,11 @@ TEST_F(TrainerTest, KeepsOnlyNewestCheckpoints) {
     names.push_back(entry.path().filename().string());
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"step-000000005", "step-000000006"}));
+  // The two newest, and the prune log naming what retention deleted.
+  EXPECT_EQ(names, (std::vector<std::string>{"PRUNED", "step-000000005", "step-000000006"}));
+  EXPECT_THAT(*ReadPruneLog(config.checkpoint_dir),
+              ::testing::ElementsAre("step-000000001", "step-000000002", "step-000000003",
+                                     "step-000000004"));
   // Reported in step order, each once it had committed.
   for (size_t i = 0; i < reported.size(); ++i) {
     EXPECT_EQ(reported[i].step, static_cast<int64_t>(i + 1));
