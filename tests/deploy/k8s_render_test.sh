@@ -43,6 +43,9 @@ for o in "${overlays[@]}"; do
   [ "$(grep -c 'mountPath: /var/lib/loom/checkpoints$' "$f")" = 2 ] ||
     fail "overlay $o: controller and workers do not mount checkpoints at /var/lib/loom/checkpoints"
   grep -q -- '--health_listen=0.0.0.0:9103' "$f" || fail "overlay $o: workers serve no health port"
+  # Spec data paths are confined to the workers' data volume (issue 13).
+  grep -q -- '--data_root=/data' "$f" || fail "overlay $o: the controller confines no data paths"
+  grep -q 'mountPath: /data$' "$f" || fail "overlay $o: workers do not mount the data volume at /data"
 done
 grep -q 'nvidia.com/gpu: "8"' "$tmp/gpu.yaml" || fail "gpu overlay requests no nvidia.com/gpu"
 grep -q '^kind: ServiceMonitor$' "$tmp/gpu.yaml" || fail "gpu overlay has no ServiceMonitor"

@@ -85,9 +85,12 @@ for (const o of objs) {
       hostVolumes(spec, o.metadata.name);
       for (const c of spec.containers) {
         dropProbes(c, o.metadata.name);
-        c.args = [...(c.args || []), `--listen=127.0.0.1:${p.controllerGrpc}`,
+        // The workers' data volume moves to dataMount (below), and with it
+        // the root the controller confines data paths to.
+        c.args = (c.args || []).map((a) => (a === '--data_root=/data' ? `--data_root=${p.dataMount}` : a));
+        c.args = [...c.args, `--listen=127.0.0.1:${p.controllerGrpc}`,
                   `--metrics_listen=127.0.0.1:${p.controllerMetrics}`];
-        note(`${o.metadata.name}/${c.name}: gRPC on 127.0.0.1:${p.controllerGrpc}, metrics on 127.0.0.1:${p.controllerMetrics}`);
+        note(`${o.metadata.name}/${c.name}: gRPC on 127.0.0.1:${p.controllerGrpc}, metrics on 127.0.0.1:${p.controllerMetrics}, data root ${p.dataMount}`);
       }
       out.push(o);
       break;
