@@ -198,4 +198,20 @@ absl::Status WhileFenceHeld(const std::string& dir, const FenceToken& token,
   return fn();
 }
 
+absl::Status ExplainSaveFailure(const std::string& dir, const FenceToken& token,
+                                absl::Status error) {
+  if (error.ok() || IsCheckpointFenced(error) || !CheckToken(token).ok()) return error;
+  absl::StatusOr<FenceLock> lock = FenceLock::Acquire(dir);
+  if (!lock.ok()) return error;
+  absl::StatusOr<FenceToken> holder = ReadFence(dir);
+  if (!holder.ok() || (holder->owner == token.owner && holder->attempt == token.attempt)) {
+    return error;
+  }
+  absl::Status fenced = Fenced(dir, token, *holder);
+  absl::Status explained(fenced.code(),
+                         absl::StrCat(fenced.message(), " (the save failed: ", error.message(), ")"));
+  explained.SetPayload(kFencedPayload, absl::Cord("1"));
+  return explained;
+}
+
 }  // namespace loom::engine

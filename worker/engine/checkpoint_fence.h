@@ -67,6 +67,16 @@ absl::Status ClaimCheckpointDir(const std::string& dir, const FenceToken& token,
 absl::Status WhileFenceHeld(const std::string& dir, const FenceToken& token,
                             const std::function<absl::Status()>& fn);
 
+// What a save that failed with `error` tells its caller: if a newer claim
+// than `token` holds `dir`, the failure is the fence's doing (the newer
+// attempt's start cleaned up the temporary directory this save was writing
+// into, say), so the result is FAILED_PRECONDITION marked
+// IsCheckpointFenced, naming the claim and keeping `error`'s message;
+// otherwise (OK, already fenced, still the holder, or the fence cannot be
+// read) `error` unchanged. Takes the fence lock; writes nothing.
+absl::Status ExplainSaveFailure(const std::string& dir, const FenceToken& token,
+                                absl::Status error);
+
 // The claim in force: NOT_FOUND if `dir` has none.
 absl::StatusOr<FenceToken> ReadFence(const std::string& dir);
 

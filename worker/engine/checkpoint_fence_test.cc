@@ -81,6 +81,25 @@ TEST_F(CheckpointFenceTest, ANewerAttemptFencesTheOlderOne) {
   EXPECT_TRUE(ran);
 }
 
+
+// A save that failed while a newer attempt held the directory failed because
+// of it (the newer start removed its temporary directory, say): the error
+// says so and is marked fenced, so that the old attempt stops as fenced.
+// The holder's own failures are left as they are.
+TEST_F(CheckpointFenceTest, ASaveFailureUnderANewerClaimIsExplainedAsFenced) {
+  ASSERT_TRUE(ClaimCheckpointDir(dir_, {"job-1", 3}).ok());
+  const absl::Status io = absl::InternalError("create step-000000050.tmp-7/MANIFEST.json: gone");
+  EXPECT_EQ(ExplainSaveFailure(dir_, {"job-1", 3}, io), io);
+  EXPECT_TRUE(ExplainSaveFailure(dir_, {"job-1", 3}, absl::OkStatus()).ok());
+
+  ASSERT_TRUE(ClaimCheckpointDir(dir_, {"job-1", 4}).ok());
+  absl::Status explained = ExplainSaveFailure(dir_, {"job-1", 3}, io);
+  EXPECT_TRUE(IsCheckpointFenced(explained)) << explained;
+  EXPECT_THAT(std::string(explained.message()), HasSubstr("attempt 4 of job 'job-1' claimed it"));
+  EXPECT_THAT(std::string(explained.message()), HasSubstr("MANIFEST.json: gone"));
+  EXPECT_EQ(ExplainSaveFailure(dir_, {"job-1", 4}, io), io);
+  EXPECT_EQ(ReadFence(dir_)->attempt, 4);  // nothing written
+}
 // Another job's claim takes the directory over (the controller keeps two
 // live jobs apart); the first job is then fenced.
 TEST_F(CheckpointFenceTest, AnotherOwnerTakesTheDirectoryOver) {

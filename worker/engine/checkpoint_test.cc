@@ -542,6 +542,30 @@ TEST_F(CheckpointTest, AFencedWriterCommitsAndPrunesNothing) {
   }
 }
 
+// The frozen attempt of issue 12: attempt 3 stalls between writing its
+// shard and its manifest; attempt 4 claims the directory and cleans up the
+// temporary directory attempt 3 was writing into. Attempt 3's save then
+// fails as fenced (so that it stops as a stale attempt, exit 77), not as an
+// I/O error, and nothing is committed.
+TEST_F(CheckpointTest, ASaveWhoseTemporaryANewerAttemptRemovedFailsAsFenced) {
+  Replica replica(1);
+  CheckpointWriterOptions options = Options();
+  options.fence = FenceToken{"job-1", 3};
+  ASSERT_TRUE(ClaimCheckpointDir(options.dir, *options.fence).ok());
+  options.on_stage = [&](CheckpointStage stage, int64_t) {
+    if (stage != CheckpointStage::kShardsWritten) return;
+    ASSERT_TRUE(ClaimCheckpointDir(options.dir, FenceToken{"job-1", 4},
+                                   [&] { RemoveTemporaries(options.dir); })
+                    .ok());
+  };
+  CheckpointWriter writer(options);
+  absl::StatusOr<CheckpointReport> saved = Save(writer, replica, StateAt(7));
+  ASSERT_FALSE(saved.ok());
+  EXPECT_TRUE(IsCheckpointFenced(saved.status())) << saved.status();
+  EXPECT_THAT(std::string(saved.status().message()), HasSubstr("step 7"));
+  EXPECT_TRUE(ListCheckpoints(options.dir).empty());
+}
+
 TEST_F(CheckpointTest, StartRejectsAnOptimizerOtherThanAdamW) {
   Replica replica(1, 0);
   torch::optim::SGD sgd(replica.model->parameters(), torch::optim::SGDOptions(0.1));

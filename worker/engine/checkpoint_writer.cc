@@ -320,6 +320,9 @@ void CheckpointWriter::Run(Job* job) {
     snapshotted_ = true;
   }
   absl::StatusOr<CheckpointReport> outcome = WriteAndCommit(*job);
+  if (!outcome.ok() && options_.fence.has_value()) {
+    outcome = ExplainSaveFailure(options_.dir, *options_.fence, outcome.status());
+  }
   absl::MutexLock lock(&mu_);
   job->outcome = std::move(outcome);
   done_ = true;
@@ -411,8 +414,13 @@ absl::StatusOr<CheckpointReport> CommitShardedCheckpoint(const CheckpointWriterO
   manifest.shape = options.shape;
   manifest.state = state;
   manifest.files = shards;
-  return CommitTemporary(options, TemporaryPath(options, state.step), std::move(manifest),
-                         std::chrono::steady_clock::now());
+  absl::StatusOr<CheckpointReport> report =
+      CommitTemporary(options, TemporaryPath(options, state.step), std::move(manifest),
+                      std::chrono::steady_clock::now());
+  if (!report.ok() && options.fence.has_value()) {
+    return ExplainSaveFailure(options.dir, *options.fence, report.status());
+  }
+  return report;
 }
 
 absl::StatusOr<CheckpointReport> CheckpointWriter::WriteAndCommit(Job& job) {
