@@ -7,8 +7,9 @@
 # The binaries come from $BUILD_DIR/bin (built first unless
 # LOOM_IMAGES_NO_BUILD=1, which the ctest tests set). Idempotent: unchanged
 # binaries reuse every cached layer.
-# Env: BUILD_DIR (build), LOOM_IMAGE_TAG (dev), DEBIAN_MIRROR
-#      (http://deb.debian.org/debian), LOOM_REBUILD_BASE=1 remakes the base.
+# Env: BUILD_DIR (build), LOOM_IMAGE_TAG (dev), DEBIAN_MIRROR (default: the
+#      mirror this machine's apt uses, scripts/apt-mirror.sh),
+#      LOOM_REBUILD_BASE=1 remakes the base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/podman-env.sh
@@ -16,7 +17,7 @@ loom_require_root_mount || exit 1
 BUILD_DIR=${BUILD_DIR:-build}
 TAG=${LOOM_IMAGE_TAG:-dev}
 BASE=localhost/loom-base:bookworm
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+MIRROR=""  # taken from apt's configuration only when the base is made
 BINS=(loom-controller loom-worker loom-rank loom-ckpt loomctl loom-probe)
 log() { echo "build-images: $*"; }
 
@@ -31,6 +32,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 if [ "${LOOM_REBUILD_BASE:-0}" = 1 ] || ! podman image exists "$BASE"; then
+  MIRROR=$(scripts/apt-mirror.sh)
   log "making $BASE with debootstrap --variant=minbase from $MIRROR"
   start=$SECONDS
   debootstrap --variant=minbase bookworm "$work/rootfs" "$MIRROR" > "$work/debootstrap.log" 2>&1 ||
