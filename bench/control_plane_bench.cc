@@ -69,6 +69,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/control_plane_fleet.h"
 #include "cli/local_cluster.h"
+#include "controller/access.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/jobspec.h"
@@ -435,16 +436,27 @@ int main(int argc, char** argv) {
   if (auto s = loom::engine::WriteShard(dir + "/data/train_000000.bin", tokens); !s.ok()) {
     return Die(s.ToString());
   }
+  // The fleet holds the workers' token; the bench's client is an admin of
+  // the users file (controller/access.h). Plaintext, as in the figures of
+  // earlier runs: this bench measures the controller, not the handshakes.
   auto token = loom::GenerateToken();
-  if (!token.ok()) return Die(token.status().ToString());
-  if (auto s = loom::WritePrivateFile(dir + "/token", *token + "\n"); !s.ok()) {
+  auto worker_token = loom::GenerateToken();
+  if (!token.ok() || !worker_token.ok()) return Die("cannot generate tokens");
+  if (auto s = loom::WritePrivateFile(dir + "/worker-token", *worker_token + "\n"); !s.ok()) {
+    return Die(s.ToString());
+  }
+  if (auto s = loom::WritePrivateFile(
+          dir + "/users", loom::controller::UsersFileLine("bench", loom::controller::Role::kAdmin,
+                                                          *token));
+      !s.ok()) {
     return Die(s.ToString());
   }
 
   const std::string log = dir + "/controller.log";
   auto controller = ControllerProcess::Start(
       {bin + "/loom-controller", "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-       "--data_dir=" + dir + "/controller", "--token_file=" + dir + "/token",
+       "--data_dir=" + dir + "/controller", "--users_file=" + dir + "/users",
+       "--worker_token_file=" + dir + "/worker-token", "--allow_plaintext",
        "--ready_file=" + dir + "/controller.json", "--worker_timeout_s=30",
        "--heartbeat_interval_s=1"},
       log);
@@ -463,7 +475,7 @@ int main(int argc, char** argv) {
       pid, info->grpc_address, dir, FileSystemOf(dir));
 
   options.address = info->grpc_address;
-  options.token = *token;
+  options.token = *worker_token;
   options.workers = workers;
   Fleet fleet(options);
   const auto setup = Clock::now();

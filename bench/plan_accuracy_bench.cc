@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   auto token = loom::ReadFile(home + "/token");
   if (!info.ok() || !token.ok()) return Die("no controller");
   auto stub = loom::v1::JobService::NewStub(
-      grpc::CreateChannel(info->grpc_address, grpc::InsecureChannelCredentials()));
+      *loom::cli::LocalControllerChannel(home, info->grpc_address));
   const std::string bearer = "Bearer " + std::string(absl::StripAsciiWhitespace(*token));
 
   const std::vector<Case> cases = {

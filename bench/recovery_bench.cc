@@ -89,7 +89,7 @@ recovery: {window: 32, min_history: 16, rollback_distance: 20, skip_before: 10,
   auto token = loom::ReadFile(home + "/token");
   if (!info.ok() || !token.ok()) return Die("no controller");
   auto stub = loom::v1::JobService::NewStub(
-      grpc::CreateChannel(info->grpc_address, grpc::InsecureChannelCredentials()));
+      *loom::cli::LocalControllerChannel(home, info->grpc_address));
   grpc::ClientContext ctx;
   ctx.AddMetadata("authorization",
                   "Bearer " + std::string(absl::StripAsciiWhitespace(*token)));

@@ -19,8 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli/cluster_ca.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
+#include "controller/access.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -213,13 +215,46 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     }
     closedir(d);
   }
+  // Credentials (controller/access.h): the local user's token, listed as an
+  // admin in the users file; the workers' own token; and the cluster CA
+  // with the controller's server certificate and one client certificate
+  // per worker, so that everything speaks TLS and workers prove their node.
+  auto ensure_token = [](const std::string& path) -> absl::StatusOr<std::string> {
+    if (access(path.c_str(), F_OK) != 0) {
+      auto token = GenerateToken();
+      if (!token.ok()) return token.status();
+      absl::Status s = WritePrivateFile(path, *token + "\n");
+      if (!s.ok()) return s;
+    }
+    return ReadTokenFile(path);
+  };
   std::string token_path = o.home + "/token";
-  if (access(token_path.c_str(), F_OK) != 0) {
-    auto token = GenerateToken();
-    if (!token.ok()) return token.status();
-    absl::Status s = WritePrivateFile(token_path, *token + "\n");
+  auto user_token = ensure_token(token_path);
+  if (!user_token.ok()) return user_token.status();
+  const std::string worker_token_path = o.home + "/worker-token";
+  auto worker_token = ensure_token(worker_token_path);
+  if (!worker_token.ok()) return worker_token.status();
+  if (*worker_token == *user_token) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        worker_token_path, " holds the same token as ", token_path,
+        ": workers and people must not share one; delete ", worker_token_path));
+  }
+  const std::string users_path = o.home + "/users";
+  if (access(users_path.c_str(), F_OK) != 0) {
+    absl::Status s = WritePrivateFile(
+        users_path, "# loomctl local up: <name> <reader|user|admin> sha256:<token hash>\n" +
+                        controller::UsersFileLine("local", controller::Role::kAdmin, *user_token));
     if (!s.ok()) return s;
   }
+  const std::string tls_dir = o.home + "/tls";
+  if (absl::Status s = EnsureClusterCa(tls_dir); !s.ok()) return s;
+  std::vector<std::string> controller_hosts = {"127.0.0.1", "localhost"};
+  if (o.controller_host != "127.0.0.1" && o.controller_host != "localhost") {
+    controller_hosts.push_back(o.controller_host);
+  }
+  auto server_cert = IssueCertificate(tls_dir, "controller", "loom-controller", /*server=*/true,
+                                      controller_hosts);
+  if (!server_cert.ok()) return server_cert.status();
   absl::Time deadline = absl::Now() + o.start_timeout;
   std::vector<DaemonInfo> out;
 
@@ -231,7 +266,9 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   const size_t listen_arg = ctl_args.size() + 1;
   for (std::string arg : std::vector<std::string>{
       o.bin_dir + "/loom-controller", "--listen=" + o.controller_host + ":0",
-      "--data_dir=" + o.home + "/controller", "--token_file=" + token_path,
+      "--data_dir=" + o.home + "/controller", "--users_file=" + users_path,
+      "--worker_token_file=" + worker_token_path, "--tls_cert=" + server_cert->cert_path,
+      "--tls_key=" + server_cert->key_path, "--tls_client_ca=" + tls_dir + "/ca.pem",
       "--ready_file=" + ready, "--metrics_listen=127.0.0.1:0",
       absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)}) {
     ctl_args.push_back(std::move(arg));
@@ -280,9 +317,17 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     const std::string address = static_cast<size_t>(i) < o.worker_address.size()
                                     ? o.worker_address[i]
                                     : std::string("127.0.0.1");
+    const std::string node = absl::StrCat("local-", i);
+    auto client_cert = IssueCertificate(tls_dir, "worker-" + node, "worker:" + node,
+                                        /*server=*/false);
+    if (!client_cert.ok()) {
+      LocalDown(o.home).IgnoreError();
+      return client_cert.status();
+    }
     for (std::string arg : std::vector<std::string>{
-        o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address,
-        "--token_file=" + token_path, absl::StrCat("--node=local-", i),
+        o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address, "--tls",
+        "--tls_ca=" + tls_dir + "/ca.pem", "--tls_cert=" + client_cert->cert_path,
+        "--tls_key=" + client_cert->key_path, "--node=" + node,
         "--address=" + address, absl::StrCat("--slots=", o.slots_per_worker),
         absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
         "--gpus=" + o.gpus_per_worker,
@@ -353,6 +398,13 @@ absl::Status LocalDown(const std::string& home, absl::Duration grace) {
     unlink((home + "/run/" + d.name + ".json").c_str());
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> LocalControllerChannel(
+    const std::string& home, const std::string& address, const grpc::ChannelArguments& args) {
+  auto creds = MakeChannelCredentials(/*use_tls=*/true, home + "/tls/ca.pem");
+  if (!creds.ok()) return creds.status();
+  return grpc::CreateCustomChannel(address, *creds, args);
 }
 
 }  // namespace loom::cli

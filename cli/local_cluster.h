@@ -1,7 +1,13 @@
 // `loomctl local ...`: a complete Loom on one machine. Starts a controller
 // and N workers as detached daemons whose state lives under a home directory
 // (default ~/.loom):
-//   token                cluster token, mode 0600
+//   token                the local user's token (an admin in `users`), 0600
+//   users                the controller's users file (controller/access.h)
+//   worker-token         the workers' token (they also hold certificates)
+//   tls/                 the cluster CA and the certificates it issued
+//                        (cli/cluster_ca.h): the controller serves TLS and
+//                        each worker proves its node with a client
+//                        certificate "worker:local-<i>"
 //   run/controller.json  {grpc_address, metrics_address, pid} (ready file)
 //   run/worker-<i>.json  {metrics_address, pid}
 //   run/<daemon>.args    its command line, one argument a line (for restart;
@@ -13,8 +19,11 @@
 #ifndef LOOM_CLI_LOCAL_CLUSTER_H_
 #define LOOM_CLI_LOCAL_CLUSTER_H_
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -77,6 +86,12 @@ std::vector<DaemonInfo> LocalStatus(const std::string& home);
 
 // Reads a ready file written by a daemon.
 absl::StatusOr<DaemonInfo> ReadReadyFile(const std::string& path);
+
+// A channel to the controller of the local cluster under `home`, at
+// `address`: TLS, trusting the cluster CA (<home>/tls/ca.pem).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> LocalControllerChannel(
+    const std::string& home, const std::string& address,
+    const grpc::ChannelArguments& args = grpc::ChannelArguments());
 
 }  // namespace loom::cli
 

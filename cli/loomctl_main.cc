@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -22,14 +23,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/local_cluster.h"
 #include "cli/plan_command.h"
+#include "controller/access.h"
 #include "controller/diagnosis.h"
 #include "controller/job_planning.h"
 #include "controller/planner/topology_yaml.h"
@@ -60,7 +64,10 @@ Commands:
   list [--state STATE]                 list jobs, newest first
   status JOB                           show a job and its history
   watch JOB                            follow a job's progress until it ends
-  cancel JOB [--reason TEXT]           cancel a job
+  cancel JOB [--reason TEXT]           cancel a job (yours, or any as an admin)
+  users add NAME [--role reader|user|admin] [--token-out F] [--users-file F]
+  users remove NAME | users list       edit the controller's users file (default
+                                       <home>/users); add prints the new token once
   workers                              list workers
   events JOB                           recovery events: spikes, rollbacks, restarts
   checkpoints JOB [--verify]           the job's checkpoint catalog (committed, pruned,
@@ -80,8 +87,12 @@ Commands:
 Global flags:
   --home DIR          local state (default $LOOM_HOME or ~/.loom)
   --controller ADDR   controller address (default: the local cluster's)
-  --token-file FILE   cluster token (default: <home>/token)
-  --tls [--tls-ca F]  use TLS to reach the controller
+  --token-file FILE   your token (default: <home>/token)
+  --tls-ca FILE       CA to trust for the controller (default: <home>/tls/ca.pem if
+                      there, else the system's roots)
+  --tls-cert F --tls-key K
+                      a client certificate (common name user:<name>) instead of a token
+  --plaintext         no TLS (only for a controller run with --allow_plaintext)
   -o table|json       output format (default table)
 )";
 
@@ -89,8 +100,10 @@ struct Globals {
   std::string home;
   std::string controller;
   std::string token_file;
-  bool tls = false;
+  bool plaintext = false;
   std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   bool json = false;
 };
 
@@ -170,13 +183,22 @@ class Client {
       }
       address = info->grpc_address;
     }
-    auto token = ReadTokenFile(g.token_file.empty() ? g.home + "/token" : g.token_file);
-    if (!token.ok()) return token.status();
-    auto creds = MakeChannelCredentials(g.tls, g.tls_ca);
+    std::string token;
+    if (g.tls_cert.empty() || !g.token_file.empty()) {
+      auto read = ReadTokenFile(g.token_file.empty() ? g.home + "/token" : g.token_file);
+      if (!read.ok()) return read.status();
+      token = *read;
+    }
+    // TLS unless told otherwise; the local cluster's CA when there is one.
+    std::string ca = g.tls_ca;
+    if (ca.empty() && access((g.home + "/tls/ca.pem").c_str(), R_OK) == 0) {
+      ca = g.home + "/tls/ca.pem";
+    }
+    auto creds = MakeChannelCredentials(!g.plaintext, ca, g.tls_cert, g.tls_key);
     if (!creds.ok()) return creds.status();
     auto c = std::make_unique<Client>();
     c->address = address;
-    c->token = *token;
+    c->token = token;
     c->stub = loom::v1::JobService::NewStub(grpc::CreateChannel(address, *creds));
     return c;
   }
@@ -417,7 +439,7 @@ int CmdList(const Globals& g, const std::vector<std::string>& args) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "STATE", "STEP", "LOSS", "VAL LOSS", "RANKS", "AGE", "REASON"}};
+      {"ID", "STATE", "STEP", "LOSS", "VAL LOSS", "RANKS", "AGE", "BY", "REASON"}};
   for (const auto& j : resp.jobs()) {
     const auto& sum = j.summary();
     rows.push_back({j.id(), StateName(j.state()),
@@ -425,7 +447,7 @@ int CmdList(const Globals& g, const std::vector<std::string>& args) {
                     sum.last_step() > 0 ? absl::StrFormat("%.4f", sum.last_loss()) : "-",
                     sum.has_val_loss() ? absl::StrFormat("%.4f", sum.last_val_loss()) : "-",
                     absl::StrCat(j.spec().resources().ranks()), Ago(j.created_unix_ms()),
-                    j.reason().substr(0, 60)});
+                    j.submitted_by().empty() ? "-" : j.submitted_by(), j.reason().substr(0, 60)});
   }
   PrintTable(rows);
   return 0;
@@ -453,7 +475,8 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
     return 0;
   }
   std::cout << "job      " << job.id() << "\nstate    " << StateName(job.state())
-            << "\nreason   " << job.reason() << "\n";
+            << "\nreason   " << job.reason() << "\nby       "
+            << (job.submitted_by().empty() ? "(not recorded)" : job.submitted_by()) << "\n";
   const auto& par = job.spec().parallelism();
   const bool layered = par.tensor() > 1 || par.pipeline() > 1;
   if (job.ranks_size() > 0 && !layered) {
@@ -494,6 +517,103 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
   }
   PrintTable(rows);
   PrintSummary(job, nullptr);
+  return 0;
+}
+
+// `loomctl users add|remove|list`: edits the controller's users file
+// (controller/access.h), which it re-reads on change. Run where that file
+// is (the controller's host, or the Secret's source).
+int CmdUsers(const Globals& g, const std::vector<std::string>& args) {
+  if (args.empty()) return Usage("users: expected add, remove or list");
+  const std::string verb = args[0];
+  std::string path = g.home + "/users";
+  std::string name;
+  std::string role_text = "user";
+  std::string token_out;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--users-file" && i + 1 < args.size()) {
+      path = args[++i];
+    } else if (args[i] == "--role" && i + 1 < args.size() && verb == "add") {
+      role_text = args[++i];
+    } else if (args[i] == "--token-out" && i + 1 < args.size() && verb == "add") {
+      token_out = args[++i];
+    } else if (name.empty() && verb != "list" && args[i].rfind("-", 0) != 0) {
+      name = args[i];
+    } else {
+      return Usage("users: unexpected argument " + args[i]);
+    }
+  }
+  if (verb != "add" && verb != "remove" && verb != "list") {
+    return Usage("users: expected add, remove or list, got " + verb);
+  }
+  if (verb != "list" && name.empty()) return Usage("users " + verb + ": expected NAME");
+  std::string text;
+  if (access(path.c_str(), F_OK) == 0) {
+    auto read = ReadFile(path);
+    if (!read.ok()) return Fail(read.status());
+    text = *read;
+  } else if (verb != "add") {
+    return Fail(absl::NotFoundError(absl::StrCat("users file ", path, " does not exist")));
+  }
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  auto first_field = [](const std::string& line) {
+    std::vector<std::string> f = absl::StrSplit(line.substr(0, line.find('#')), ' ',
+                                                absl::SkipWhitespace());
+    return f.empty() ? std::string() : std::string(absl::StripAsciiWhitespace(f[0]));
+  };
+  if (verb == "list") {
+    auto parsed = controller::Credentials::Parse(text, path, "");
+    if (!parsed.ok()) return Fail(parsed.status());
+    std::vector<std::vector<std::string>> rows = {{"NAME", "ROLE", "PROVES WITH"}};
+    for (const std::string& line : lines) {
+      std::vector<std::string> f = absl::StrSplit(line.substr(0, line.find('#')),
+                                                  absl::ByAnyChar(" \t"), absl::SkipEmpty());
+      if (f.size() < 2) continue;
+      rows.push_back({f[0], f[1], f.size() == 3 ? "token or certificate" : "certificate"});
+    }
+    PrintTable(rows);
+    return 0;
+  }
+  std::string token;
+  if (verb == "add") {
+    auto role = controller::ParseUserRole(role_text);
+    if (!role.ok()) return Usage("users add: --role: " + std::string(role.status().message()));
+    auto generated = GenerateToken();
+    if (!generated.ok()) return Fail(generated.status());
+    token = *generated;
+    std::string line = controller::UsersFileLine(name, *role, token);
+    line.pop_back();
+    lines.push_back(line);
+  } else {
+    size_t before = lines.size();
+    lines.erase(std::remove_if(lines.begin(), lines.end(),
+                               [&](const std::string& l) { return first_field(l) == name; }),
+                lines.end());
+    if (lines.size() == before) {
+      return Fail(absl::NotFoundError(absl::StrCat("no user '", name, "' in ", path)));
+    }
+  }
+  std::string updated = absl::StrJoin(lines, "\n") + "\n";
+  // The controller refuses a file that does not parse: so does this.
+  auto parsed = controller::Credentials::Parse(updated, path, "");
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (absl::Status w = WritePrivateFile(path, updated); !w.ok()) return Fail(w);
+  if (verb == "remove") {
+    std::cout << "removed user " << name << " from " << path
+              << " (the controller stops accepting their token and certificate within a "
+                 "second)\n";
+    return 0;
+  }
+  if (!token_out.empty()) {
+    if (absl::Status w = WritePrivateFile(token_out, token + "\n"); !w.ok()) return Fail(w);
+    std::cout << "added user " << name << " (" << role_text << ") to " << path << "; token in "
+              << token_out << "\n";
+  } else {
+    std::cout << "added user " << name << " (" << role_text << ") to " << path
+              << "; their token (shown once, stored only hashed):\n"
+              << token << "\n";
+  }
   return 0;
 }
 
@@ -994,10 +1114,15 @@ int main(int argc, char** argv) {
     } else if (a == "--token-file") {
       if (!value(&g.token_file)) return Usage("--token-file needs a value");
     } else if (a == "--tls") {
-      g.tls = true;
+      // TLS is the default; kept so that older command lines still work.
+    } else if (a == "--plaintext") {
+      g.plaintext = true;
     } else if (a == "--tls-ca") {
       if (!value(&g.tls_ca)) return Usage("--tls-ca needs a value");
-      g.tls = true;
+    } else if (a == "--tls-cert") {
+      if (!value(&g.tls_cert)) return Usage("--tls-cert needs a value");
+    } else if (a == "--tls-key") {
+      if (!value(&g.tls_key)) return Usage("--tls-key needs a value");
     } else if (a == "-o") {
       std::string v;
       if (!value(&v)) return Usage("-o needs a value");
@@ -1018,7 +1143,14 @@ int main(int argc, char** argv) {
   }
   std::string cmd = rest[0];
   std::vector<std::string> args(rest.begin() + 1, rest.end());
+  if (g.plaintext && (!g.tls_ca.empty() || !g.tls_cert.empty())) {
+    return Usage("--plaintext cannot go with --tls-ca or --tls-cert");
+  }
+  if (g.tls_cert.empty() != g.tls_key.empty()) {
+    return Usage("--tls-cert and --tls-key go together");
+  }
   if (cmd == "local") return CmdLocal(g, args);
+  if (cmd == "users") return CmdUsers(g, args);
   if (cmd == "submit") return CmdSubmit(g, args);
   if (cmd == "validate") return CmdValidate(g, args);
   if (cmd == "list") return CmdList(g, args);

@@ -26,30 +26,8 @@ absl::Status FromGrpcStatus(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-absl::Status CheckBearerToken(const grpc::ServerContext& context, const std::string& token) {
-  const auto& md = context.client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) {
-    return absl::UnauthenticatedError(
-        "missing cluster token: send 'authorization: Bearer <token>' (loomctl reads it from "
-        "~/.loom/token or --token-file)");
-  }
-  std::string value(it->second.data(), it->second.size());
-  constexpr absl::string_view kPrefix = "Bearer ";
-  if (!absl::StartsWith(value, kPrefix)) {
-    return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
-  }
-  absl::string_view got = absl::string_view(value).substr(kPrefix.size());
-  // Constant-time comparison: no early exit on the first differing byte.
-  unsigned char diff = got.size() == token.size() ? 0 : 1;
-  for (size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(token[i] ^ (i < got.size() ? got[i] : 0));
-  }
-  if (diff != 0) return absl::UnauthenticatedError("wrong cluster token");
-  return absl::OkStatus();
-}
-
 void AttachToken(grpc::ClientContext* context, const std::string& token) {
+  if (token.empty()) return;  // a client certificate identifies the caller
   context->AddMetadata("authorization", "Bearer " + token);
 }
 
@@ -93,9 +71,14 @@ absl::StatusOr<std::string> GenerateToken() {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const std::string& tls_cert, const std::string& tls_key) {
+    const std::string& tls_cert, const std::string& tls_key, const std::string& client_ca) {
   if (tls_cert.empty() != tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  if (tls_cert.empty() && !client_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca needs --tls_cert and --tls_key: client certificates are checked only "
+        "over TLS");
   }
   if (tls_cert.empty()) return grpc::InsecureServerCredentials();
   auto cert = ReadFile(tls_cert);
@@ -104,17 +87,37 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions opts;
   opts.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!client_ca.empty()) {
+    auto ca = ReadFile(client_ca);
+    if (!ca.ok()) return ca.status();
+    opts.pem_root_certs = *ca;
+    // A certificate, when sent, must chain to the CA; a client without one
+    // may still prove itself with a bearer token.
+    opts.client_certificate_request = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
   return grpc::SslServerCredentials(opts);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    bool use_tls, const std::string& tls_ca) {
+    bool use_tls, const std::string& tls_ca, const std::string& client_cert,
+    const std::string& client_key) {
+  if (client_cert.empty() != client_key.empty()) {
+    return absl::InvalidArgumentError("a client certificate and its key must be given together");
+  }
   if (!use_tls) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions opts;
   if (!tls_ca.empty()) {
     auto ca = ReadFile(tls_ca);
     if (!ca.ok()) return ca.status();
     opts.pem_root_certs = *ca;
+  }
+  if (!client_cert.empty()) {
+    auto cert = ReadFile(client_cert);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFile(client_key);
+    if (!key.ok()) return key.status();
+    opts.pem_cert_chain = *cert;
+    opts.pem_private_key = *key;
   }
   return grpc::SslCredentials(opts);
 }

@@ -1,5 +1,5 @@
 // Small gRPC glue shared by the daemons and the CLI: status conversion,
-// bearer-token authentication, credentials. Only service adapters, clients
+// bearer tokens on calls, token files, credentials. Only service adapters, clients
 // and main.cc files include this.
 #ifndef LOOM_COMMON_GRPC_UTIL_H_
 #define LOOM_COMMON_GRPC_UTIL_H_
@@ -19,11 +19,8 @@ namespace loom {
 grpc::Status ToGrpcStatus(const absl::Status& s);
 absl::Status FromGrpcStatus(const grpc::Status& s);
 
-// UNAUTHENTICATED unless the call carries "authorization: Bearer <token>"
-// with exactly `token` (compared in constant time).
-absl::Status CheckBearerToken(const grpc::ServerContext& context, const std::string& token);
-
-// Adds the bearer token to an outgoing call.
+// Adds "authorization: Bearer <token>" to an outgoing call (nothing if
+// `token` is empty: a client certificate identifies the caller).
 void AttachToken(grpc::ClientContext* context, const std::string& token);
 
 // Reads a token file (whole file, whitespace trimmed). Accepts modes that
@@ -36,13 +33,19 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // 64 hex characters from /dev/urandom.
 absl::StatusOr<std::string> GenerateToken();
 
-// Server credentials: TLS when cert and key are given, else insecure.
+// Server credentials: TLS when cert and key are given, else insecure. With
+// `client_ca` (mutual TLS), a client certificate, when sent, must chain to
+// that CA (the handshake fails otherwise), and its names reach the
+// handlers through the call's AuthContext; clients without one are let
+// through to prove themselves with a bearer token.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const std::string& tls_cert, const std::string& tls_key);
+    const std::string& tls_cert, const std::string& tls_key, const std::string& client_ca = "");
 // Channel credentials: TLS (trusting `tls_ca`, or the system roots if it is
-// empty) when `use_tls`, else insecure.
+// empty) when `use_tls`, else insecure; with `client_cert` and `client_key`
+// (PEM files), the client presents that certificate.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    bool use_tls, const std::string& tls_ca);
+    bool use_tls, const std::string& tls_ca, const std::string& client_cert = "",
+    const std::string& client_key = "");
 
 }  // namespace loom
 

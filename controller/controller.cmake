@@ -26,8 +26,11 @@ loom_library(loom_job_manager SRCS job_manager.cc path_policy.cc
        loom_scheduler
        loom_diagnosis loom_grpc
        loom_common absl::strings absl::str_format absl::synchronization)
+loom_library(loom_access SRCS access.cc
+  DEPS loom_grpc_util loom_file_util loom_sha256 absl::strings)
+loom_test(loom_access_test SRCS access_test.cc DEPS loom_access loom_file_util)
 loom_library(loom_controller_service SRCS controller_service.cc
-  DEPS loom_job_manager loom_grpc loom_grpc_util loom_metrics)
+  DEPS loom_access loom_job_manager loom_grpc loom_grpc_util loom_metrics)
 
 add_executable(loom-controller controller_main.cc)
 target_link_libraries(loom-controller PRIVATE loom_controller_service

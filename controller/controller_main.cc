@@ -27,6 +27,7 @@
 #include "common/metrics_server.h"
 #include "controller/checkpoint_verifier.h"
 #include "controller/controller_service.h"
+#include "controller/access.h"
 #include "controller/job_manager.h"
 #include "controller/path_policy.h"
 #include "controller/store.h"
@@ -35,7 +36,19 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address (port 0 = 
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address");
 ABSL_FLAG(std::string, data_dir, "", "directory for the job store (required)");
 ABSL_FLAG(std::string, token_file, "",
-          "file holding the cluster token (required; mode 0600, or 0640/0440 with a group)");
+          "retired: workers and people no longer share a token (use --worker_token_file and "
+          "--users_file)");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "file holding the workers' bearer token (mode 0600, or 0640/0440 with a group); "
+          "workers with a certificate from --tls_client_ca need none");
+ABSL_FLAG(std::string, users_file, "",
+          "the people who may call JobService: '<name> <reader|user|admin> [sha256:<hex>]' per "
+          "line (loomctl users add); re-read when it changes");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA whose client certificates identify workers ('worker:<node>') and users "
+          "('user:<name>'); needs --tls_cert and --tls_key");
+ABSL_FLAG(bool, allow_plaintext, false,
+          "serve without TLS (no --tls_cert): tokens then cross the network in the clear");
 ABSL_FLAG(std::string, data_root, "",
           "comma-separated directories that job data paths must lie under (after resolving "
           ".. and symlinks); empty: unconfined, with a warning");
@@ -95,8 +108,20 @@ int main(int argc, char** argv) {
   std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (data_dir.empty()) return Fail("--data-dir is required");
   mkdir(data_dir.c_str(), 0700);
-  auto token = ReadTokenFile(absl::GetFlag(FLAGS_token_file));
-  if (!token.ok()) return Fail(std::string(token.status().message()));
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    return Fail(
+        "--token_file is retired: workers and people no longer share a credential. Give the "
+        "workers' token as --worker_token_file (or workers certificates from --tls_client_ca) "
+        "and people tokens of their own in --users_file (`loomctl users add NAME --role admin`)");
+  }
+  if (absl::GetFlag(FLAGS_worker_token_file).empty() &&
+      absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+    return Fail("workers cannot authenticate: pass --worker_token_file, or --tls_client_ca with "
+                "--tls_cert and --tls_key for worker certificates");
+  }
+  auto access = controller::AccessControl::Load(absl::GetFlag(FLAGS_users_file),
+                                                absl::GetFlag(FLAGS_worker_token_file));
+  if (!access.ok()) return Fail(std::string(access.status().message()));
 
   auto store = controller::Store::Open(data_dir);
   if (!store.ok()) return Fail(std::string(store.status().message()));
@@ -183,12 +208,22 @@ int main(int argc, char** argv) {
   if (!exposer.ok()) return Fail(absl::StrCat("metrics: ", exposer.status().message()));
   (*exposer)->RegisterCollectable(registry);
 
-  auto creds = MakeServerCredentials(absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key));
+  auto creds = MakeServerCredentials(absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                                     absl::GetFlag(FLAGS_tls_client_ca));
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
+  if (absl::GetFlag(FLAGS_tls_cert).empty()) {
+    if (!absl::GetFlag(FLAGS_allow_plaintext)) {
+      return Fail("no --tls_cert/--tls_key: pass them (loomctl local up makes a cluster CA and "
+                  "certificates), or --allow_plaintext to serve without TLS");
+    }
+    std::cerr << "loom-controller: WARNING: serving without TLS (--allow_plaintext): tokens and "
+                 "job specs cross the network in the clear"
+              << std::endl;
+  }
 
   std::atomic<bool> shutting_down{false};
-  controller::JobServiceImpl job_service(&manager, *token, &rpc_metrics, &shutting_down);
-  controller::WorkerServiceImpl worker_service(&manager, *token, &rpc_metrics);
+  controller::JobServiceImpl job_service(&manager, access->get(), &rpc_metrics, &shutting_down);
+  controller::WorkerServiceImpl worker_service(&manager, access->get(), &rpc_metrics);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -243,6 +278,10 @@ int main(int argc, char** argv) {
       bump(rollbacks_total, totals.rollbacks);
       bump(spikes_total, totals.spikes);
       bump(store_write_failures_total, manager.StoreWriteFailures());
+      // An edited users file takes effect within a tick (revocation).
+      if (absl::Status reload = (*access)->ReloadIfChanged(); !reload.ok()) {
+        std::cerr << "loom-controller: users file: " << reload.message() << std::endl;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });

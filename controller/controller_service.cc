@@ -4,6 +4,8 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -17,6 +19,15 @@ absl::Status RequireId(const std::string& id, const char* field) {
   if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
   if (id.size() > 256) return absl::InvalidArgumentError(absl::StrCat(field, ": too long"));
   return absl::OkStatus();
+}
+
+// Admins change any job, users the jobs they submitted (access.h).
+absl::Status CheckJobChange(JobManager& manager, const Principal& caller, absl::string_view verb,
+                            const std::string& job_id) {
+  if (caller.role == Role::kAdmin) return absl::OkStatus();
+  absl::StatusOr<std::string> submitter = manager.Submitter(job_id);
+  if (!submitter.ok()) return submitter.status();
+  return AuthorizeJobChange(caller, verb, job_id, *submitter);
 }
 
 }  // namespace
@@ -78,10 +89,35 @@ void RpcMetrics::Record(const std::string& method, const grpc::Status& status) {
 
 // ------------------------------------------------------------------ JobService
 
-JobServiceImpl::JobServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics,
-                               const std::atomic<bool>* shutting_down)
-    : manager_(manager), token_(std::move(token)), metrics_(metrics),
-      shutting_down_(shutting_down) {}
+absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContext& ctx, const AccessControl& access,
+                                      absl::string_view method) {
+  std::string certificate_name;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    // Set only for a client certificate the handshake verified against the
+    // cluster CA (--tls_client_ca).
+    for (const grpc::string_ref& cn : auth->FindPropertyValues("x509_common_name")) {
+      certificate_name.assign(cn.data(), cn.size());
+    }
+  }
+  std::string bearer;
+  const auto& md = ctx.client_metadata();
+  if (auto it = md.find("authorization"); it != md.end()) {
+    absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::ConsumePrefix(&value, "Bearer ") || value.empty()) {
+      return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
+    }
+    bearer = std::string(value);
+  }
+  absl::StatusOr<Principal> caller = access.Authenticate(bearer, certificate_name);
+  if (!caller.ok()) return caller.status();
+  if (absl::Status allowed = Authorize(*caller, method); !allowed.ok()) return allowed;
+  return caller;
+}
+
+JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
+                               RpcMetrics* metrics, const std::atomic<bool>* shutting_down)
+    : manager_(manager), access_(access), metrics_(metrics), shutting_down_(shutting_down) {}
 
 grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
   grpc::Status g = ToGrpcStatus(s);
@@ -89,26 +125,26 @@ grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
   return g;
 }
 
-#define LOOM_AUTH(method)                                          \
-  do {                                                             \
-    RpcMetrics::Start();                                           \
-    absl::Status auth = CheckBearerToken(*ctx, token_);            \
-    if (!auth.ok()) return Finish(method, auth);                   \
-  } while (0)
+// Declares `caller`, the authenticated and authorized Principal, or answers
+// the RPC with why not.
+#define LOOM_ADMIT(service, method)                                                    \
+  RpcMetrics::Start();                                                                 \
+  absl::StatusOr<Principal> caller = AdmitCaller(*ctx, *access_, service "." method); \
+  if (!caller.ok()) return Finish(method, caller.status())
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                        const loom::v1::SubmitJobRequest* req,
                                        loom::v1::SubmitJobResponse* resp) {
-  LOOM_AUTH("SubmitJob");
+  LOOM_ADMIT("JobService", "SubmitJob");
   if (!req->has_spec()) return Finish("SubmitJob", absl::InvalidArgumentError("spec: required"));
-  auto job = manager_->Submit(req->spec());
+  auto job = manager_->Submit(req->spec(), caller->name);
   if (job.ok()) *resp->mutable_job() = std::move(*job);
   return Finish("SubmitJob", job.status());
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const loom::v1::GetJobRequest* req,
                                     loom::v1::Job* resp) {
-  LOOM_AUTH("GetJob");
+  LOOM_ADMIT("JobService", "GetJob");
   absl::Status s = RequireId(req->job_id(), "job_id");
   if (!s.ok()) return Finish("GetJob", s);
   auto job = manager_->Get(req->job_id());
@@ -119,7 +155,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const loom::v1::Ge
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
                                       const loom::v1::ListJobsRequest* req,
                                       loom::v1::ListJobsResponse* resp) {
-  LOOM_AUTH("ListJobs");
+  LOOM_ADMIT("JobService", "ListJobs");
   if (req->limit() < 0) {
     return Finish("ListJobs", absl::InvalidArgumentError("limit: must be >= 0"));
   }
@@ -157,8 +193,10 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
                                        const loom::v1::CancelJobRequest* req,
                                        loom::v1::Job* resp) {
-  LOOM_AUTH("CancelJob");
+  LOOM_ADMIT("JobService", "CancelJob");
   absl::Status s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("CancelJob", s);
+  s = CheckJobChange(*manager_, *caller, "cancel", req->job_id());
   if (!s.ok()) return Finish("CancelJob", s);
   auto job = manager_->Cancel(req->job_id(), req->reason());
   if (job.ok()) *resp = std::move(*job);
@@ -168,7 +206,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const loom::v1::WatchJobRequest* req,
                                       grpc::ServerWriter<loom::v1::JobEvent>* writer) {
-  LOOM_AUTH("WatchJob");
+  LOOM_ADMIT("JobService", "WatchJob");
   absl::Status s = RequireId(req->job_id(), "job_id");
   if (!s.ok()) return Finish("WatchJob", s);
   auto queue = manager_->Watch(req->job_id(), req->include_history());
@@ -190,7 +228,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx,
                                          const loom::v1::ListWorkersRequest*,
                                          loom::v1::ListWorkersResponse* resp) {
-  LOOM_AUTH("ListWorkers");
+  LOOM_ADMIT("JobService", "ListWorkers");
   for (auto& w : manager_->ListWorkers()) *resp->add_workers() = std::move(w);
   return Finish("ListWorkers", absl::OkStatus());
 }
@@ -198,7 +236,7 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::GetStepMetrics(grpc::ServerContext* ctx,
                                             const loom::v1::GetStepMetricsRequest* req,
                                             loom::v1::GetStepMetricsResponse* resp) {
-  LOOM_AUTH("GetStepMetrics");
+  LOOM_ADMIT("JobService", "GetStepMetrics");
   absl::Status s = RequireId(req->job_id(), "job_id");
   if (s.ok() && req->limit() < 0) s = absl::InvalidArgumentError("limit: must be >= 0");
   if (!s.ok()) return Finish("GetStepMetrics", s);
@@ -212,7 +250,7 @@ grpc::Status JobServiceImpl::GetStepMetrics(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
                                              const loom::v1::ListCheckpointsRequest* req,
                                              loom::v1::ListCheckpointsResponse* resp) {
-  LOOM_AUTH("ListCheckpoints");
+  LOOM_ADMIT("JobService", "ListCheckpoints");
   absl::Status s = RequireId(req->job_id(), "job_id");
   if (!s.ok()) return Finish("ListCheckpoints", s);
   auto list = manager_->Checkpoints(req->job_id(), req->verify());
@@ -224,7 +262,7 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::Plan(grpc::ServerContext* ctx, const loom::v1::PlanRequest* req,
                                   loom::v1::PlanResponse* resp) {
-  LOOM_AUTH("Plan");
+  LOOM_ADMIT("JobService", "Plan");
   if (!req->has_spec()) return Finish("Plan", absl::InvalidArgumentError("spec: required"));
   if (req->topology_yaml().size() > (1 << 20)) {
     return Finish("Plan", absl::InvalidArgumentError("topology_yaml: larger than 1 MiB"));
@@ -237,10 +275,12 @@ grpc::Status JobServiceImpl::Plan(grpc::ServerContext* ctx, const loom::v1::Plan
 grpc::Status JobServiceImpl::RollbackJob(grpc::ServerContext* ctx,
                                          const loom::v1::RollbackJobRequest* req,
                                          loom::v1::Job* resp) {
-  LOOM_AUTH("RollbackJob");
+  LOOM_ADMIT("JobService", "RollbackJob");
   absl::Status s = RequireId(req->job_id(), "job_id");
   if (s.ok() && req->skip_size() > 1000) s = absl::InvalidArgumentError("skip: at most 1000 ranges");
   if (s.ok() && req->reason().size() > 1024) s = absl::InvalidArgumentError("reason: too long");
+  if (!s.ok()) return Finish("RollbackJob", s);
+  s = CheckJobChange(*manager_, *caller, "roll back", req->job_id());
   if (!s.ok()) return Finish("RollbackJob", s);
   auto job = manager_->Rollback(*req);
   if (job.ok()) *resp = std::move(*job);
@@ -249,8 +289,20 @@ grpc::Status JobServiceImpl::RollbackJob(grpc::ServerContext* ctx,
 
 // --------------------------------------------------------------- WorkerService
 
-WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics)
-    : manager_(manager), token_(std::move(token)), metrics_(metrics) {}
+WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, const AccessControl* access,
+                                     RpcMetrics* metrics)
+    : manager_(manager), access_(access), metrics_(metrics) {}
+
+absl::Status WorkerServiceImpl::CheckWorker(const Principal& caller, const std::string& worker_id) {
+  if (caller.name.empty()) return absl::OkStatus();  // the shared worker token
+  absl::StatusOr<std::string> node = manager_->WorkerNode(worker_id);
+  if (!node.ok()) return node.status();
+  if (*node != caller.name) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        caller.Describe(), " may not act for worker ", worker_id, ", which is node '", *node, "'"));
+  }
+  return absl::OkStatus();
+}
 
 grpc::Status WorkerServiceImpl::Finish(const char* method, const absl::Status& s) {
   grpc::Status g = ToGrpcStatus(s);
@@ -261,7 +313,13 @@ grpc::Status WorkerServiceImpl::Finish(const char* method, const absl::Status& s
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                                const loom::v1::RegisterWorkerRequest* req,
                                                loom::v1::RegisterWorkerResponse* resp) {
-  LOOM_AUTH("RegisterWorker");
+  LOOM_ADMIT("WorkerService", "RegisterWorker");
+  if (!caller->name.empty() && req->node() != caller->name) {
+    return Finish("RegisterWorker",
+                  absl::PermissionDeniedError(absl::StrCat(
+                      caller->Describe(), " may register only as node '", caller->name,
+                      "', not as '", req->node(), "' (its certificate names the node)")));
+  }
   auto r = manager_->RegisterWorker(*req);
   if (r.ok()) *resp = std::move(*r);
   return Finish("RegisterWorker", r.status());
@@ -270,8 +328,9 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
                                           const loom::v1::HeartbeatRequest* req,
                                           loom::v1::HeartbeatResponse* resp) {
-  LOOM_AUTH("Heartbeat");
+  LOOM_ADMIT("WorkerService", "Heartbeat");
   absl::Status s = RequireId(req->worker_id(), "worker_id");
+  if (s.ok()) s = CheckWorker(*caller, req->worker_id());
   if (!s.ok()) return Finish("Heartbeat", s);
   auto r = manager_->Heartbeat(*req);
   if (r.ok()) *resp = std::move(*r);
@@ -281,9 +340,10 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::ReportStepMetrics(grpc::ServerContext* ctx,
                                                   const loom::v1::ReportStepMetricsRequest* req,
                                                   loom::v1::ReportStepMetricsResponse* resp) {
-  LOOM_AUTH("ReportStepMetrics");
+  LOOM_ADMIT("WorkerService", "ReportStepMetrics");
   absl::Status s = RequireId(req->worker_id(), "worker_id");
   if (s.ok()) s = RequireId(req->job_id(), "job_id");
+  if (s.ok()) s = CheckWorker(*caller, req->worker_id());
   if (!s.ok()) return Finish("ReportStepMetrics", s);
   auto r = manager_->ReportEvents(*req);
   if (r.ok()) *resp = std::move(*r);
@@ -293,10 +353,11 @@ grpc::Status WorkerServiceImpl::ReportStepMetrics(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* ctx,
                                                const loom::v1::ReportRankExitRequest* req,
                                                loom::v1::ReportRankExitResponse*) {
-  LOOM_AUTH("ReportRankExit");
+  LOOM_ADMIT("WorkerService", "ReportRankExit");
   absl::Status s = RequireId(req->worker_id(), "worker_id");
   if (s.ok()) s = RequireId(req->job_id(), "job_id");
   if (s.ok() && req->rank() < 0) s = absl::InvalidArgumentError("rank: must be >= 0");
+  if (s.ok()) s = CheckWorker(*caller, req->worker_id());
   if (!s.ok()) return Finish("ReportRankExit", s);
   return Finish("ReportRankExit", manager_->ReportRankExit(*req));
 }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/metrics.h"
+#include "controller/access.h"
 #include "controller/job_manager.h"
 #include "loom/v1/service.grpc.pb.h"
 
@@ -39,7 +40,9 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
  public:
   // `manager` and `metrics` must outlive the service. `shutting_down` ends
   // open watch streams when set.
-  JobServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics,
+  // Every call is authenticated and authorized by `access` (access.h),
+  // which must outlive the service.
+  JobServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics,
                  const std::atomic<bool>* shutting_down);
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const loom::v1::SubmitJobRequest* req,
@@ -68,14 +71,16 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);
   JobManager* const manager_;
-  const std::string token_;
+  const AccessControl* const access_;
   RpcMetrics* const metrics_;
   const std::atomic<bool>* const shutting_down_;
 };
 
 class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
  public:
-  WorkerServiceImpl(JobManager* manager, std::string token, RpcMetrics* metrics);
+  // Only workers (access.h) may call; a worker with a certificate acts only
+  // as the worker of the node it names.
+  WorkerServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics);
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const loom::v1::RegisterWorkerRequest* req,
@@ -91,10 +96,19 @@ class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);
+  // OK if a certificate worker `caller` is the worker `worker_id` (its
+  // node); token workers are not bound to a node.
+  absl::Status CheckWorker(const Principal& caller, const std::string& worker_id);
   JobManager* const manager_;
-  const std::string token_;
+  const AccessControl* const access_;
   RpcMetrics* const metrics_;
 };
+
+// The caller of `ctx`: its verified client certificate's common name, else
+// its bearer token, through `access`; then authorized for `method`
+// ("JobService.GetJob"). UNAUTHENTICATED / PERMISSION_DENIED otherwise.
+absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContext& ctx, const AccessControl& access,
+                                      absl::string_view method);
 
 }  // namespace loom::controller
 

@@ -243,7 +243,7 @@ void JobManager::Publish(const std::string& job_id, JobEvent event) {
   if (terminal) watchers_.erase(job_id);
 }
 
-absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
+absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submitted_by) {
   ApplyJobSpecDefaults(&spec);
   absl::Status valid = ValidateJobSpec(spec);
   std::lock_guard<std::mutex> lock(mu_);
@@ -285,6 +285,7 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec) {
   *rec.job.mutable_plan() = std::move(*plan);
   rec.job.set_state(loom::v1::JOB_STATE_UNSPECIFIED);
   rec.job.set_created_unix_ms(clock_->NowUnixMillis());
+  rec.job.set_submitted_by(std::move(submitted_by));
   rec.job.set_resume_step(-1);
   *rec.job.mutable_skip_batches() = rec.job.spec().skip_batches();
   order_index_[id] = order_.size();
@@ -325,6 +326,22 @@ absl::StatusOr<Job> JobManager::Get(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   return it->second.job;
+}
+
+absl::StatusOr<std::string> JobManager::Submitter(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  return it->second.job.submitted_by();
+}
+
+absl::StatusOr<std::string> JobManager::WorkerNode(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Worker* w = workers_.Find(worker_id);
+  if (w == nullptr) {
+    return absl::NotFoundError(absl::StrCat("worker \"", worker_id, "\" is not registered"));
+  }
+  return w->info.node();
 }
 
 absl::StatusOr<LiveTopology> JobManager::LiveTopologyLocked(const loom::v1::JobSpec& spec) {
@@ -474,6 +491,7 @@ std::vector<Job> JobManager::ListPage(const std::set<JobState>& states, int page
     brief.set_reason(job.reason());
     brief.set_created_unix_ms(job.created_unix_ms());
     brief.set_updated_unix_ms(job.updated_unix_ms());
+    brief.set_submitted_by(job.submitted_by());
     *brief.mutable_summary() = job.summary();
     brief.set_restarts(job.restarts());
     brief.set_rollbacks(job.rollbacks());
@@ -913,6 +931,16 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
     // Ended, or between attempts: these are the last words of stopped ranks.
     resp.set_stop(true);
     return resp;
+  }
+  // Only a worker the current attempt placed ranks on reports for it (by
+  // node: a worker that re-registered after a controller restart reports
+  // under its new id before its ranks are re-adopted).
+  const std::string& node = workers_.Find(req.worker_id())->info.node();
+  if (std::none_of(rec.job.ranks().begin(), rec.job.ranks().end(),
+                   [&](const loom::v1::RankAssignment& a) { return a.node() == node; })) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", req.worker_id(), " (node '", node, "') holds no rank of attempt ",
+        rec.job.generation(), " of job ", req.job_id(), " and may not report for it"));
   }
   RecoveryOptions recovery = RecoveryPolicy::EffectiveRecovery(rec.job.spec().recovery());
   if (!rec.detector && recovery.detect_spikes) {

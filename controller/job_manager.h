@@ -137,7 +137,8 @@ class JobManager {
   // workers, stores as PENDING with the plan. INVALID_ARGUMENT /
   // UNIMPLEMENTED from validation; INVALID_ARGUMENT naming the parallelism
   // field when the layout does not fit the registered workers.
-  absl::StatusOr<loom::v1::Job> Submit(loom::v1::JobSpec spec);
+  // `submitted_by` is recorded in the job (access.h: who may change it).
+  absl::StatusOr<loom::v1::Job> Submit(loom::v1::JobSpec spec, std::string submitted_by = "");
   // Plans a spec (defaults applied, validated; layouts that do not execute
   // yet are allowed) on the topology given as YAML, or else on the live
   // workers. INVALID_ARGUMENT for a bad spec, topology or top_k;
@@ -152,6 +153,10 @@ class JobManager {
   // checkpoint at or before to_step > 0 is on disk (to_step 0 = scratch).
   absl::StatusOr<loom::v1::Job> Rollback(const loom::v1::RollbackJobRequest& request);
   absl::StatusOr<loom::v1::Job> Get(const std::string& job_id);
+  // The job's submitted_by; NOT_FOUND for an unknown job.
+  absl::StatusOr<std::string> Submitter(const std::string& job_id);
+  // The node a registered worker runs on; NOT_FOUND for an unknown one.
+  absl::StatusOr<std::string> WorkerNode(const std::string& worker_id);
   std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit);
   // One page of jobs, newest first, submitted before job sequence
   // `before_seq` (0 = from the newest); summaries unless `full` (see

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/local_cluster.h"
+#include "controller/access.h"
 #include "common/file_util.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -220,7 +221,7 @@ seed: 7
   // Every step report the controller kept for `job`, both attempts'.
   void GetStepMetrics(const std::string& job, loom::v1::GetStepMetricsResponse* steps) {
     auto stub = loom::v1::JobService::NewStub(
-        grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials()));
+        *cli::LocalControllerChannel(home_, controller_));
     grpc::ClientContext ctx;
     ctx.AddMetadata("authorization", "Bearer " + token_);
     loom::v1::GetStepMetricsRequest req;
@@ -409,9 +410,55 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   EXPECT_EQ(Status("tiny-1").state(), loom::v1::SUCCEEDED);
 }
 
+// Issue 13's identities end to end, with loomctl: an admin adds users, a
+// user's job records its submitter, another user may neither cancel nor
+// roll it back, a reader may not submit, the admin may cancel anyone's job,
+// and a removed user's token stops working without a restart.
+TEST_F(ClusterTest, UsersChangeOnlyTheirOwnJobsAndRemovedUsersAreLockedOut) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1));
+  for (const auto& [name, role] : std::vector<std::pair<std::string, std::string>>{
+           {"bob", "user"}, {"dave", "user"}, {"carol", "reader"}}) {
+    auto added = Ctl(absl::StrCat("users add ", name, " --role ", role, " --token-out ", home_,
+                                  "/", name, ".token"));
+    ASSERT_EQ(added.exit_code, 0) << added.err;
+  }
+  auto as = [&](const std::string& user, const std::string& args) {
+    return Ctl(absl::StrCat("--token-file ", home_, "/", user, ".token ", args));
+  };
+  // The controller re-reads the users file within a tick.
+  ASSERT_TRUE(WaitFor([&] { return as("carol", "list").exit_code == 0; }, 10));
+  const std::string spec = WriteSpec("owned", 2000, 1);
+  auto submitted = as("bob", "submit " + spec);
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string job = "owned-1";
+  EXPECT_EQ(Status(job).submitted_by(), "bob");
+  EXPECT_THAT(as("carol", "status " + job).out, HasSubstr("by       bob"));
+
+  auto refused = as("dave", "cancel " + job);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("PERMISSION_DENIED: user 'dave' may not cancel job 'owned-1'"
+                                     ": it was submitted by 'bob'"));
+  auto rollback = as("dave", "rollback " + job + " --to-step 0");
+  EXPECT_EQ(rollback.exit_code, 1);
+  EXPECT_THAT(rollback.err, HasSubstr("may not roll back job 'owned-1'"));
+  auto reader = as("carol", "submit " + spec);
+  EXPECT_EQ(reader.exit_code, 1);
+  EXPECT_THAT(reader.err, HasSubstr("role reader and may not call JobService.SubmitJob"));
+  EXPECT_NE(Status(job).state(), loom::v1::CANCELLED);
+
+  auto removed = Ctl("users remove bob");
+  ASSERT_EQ(removed.exit_code, 0) << removed.err;
+  ASSERT_TRUE(WaitFor([&] { return as("bob", "list").exit_code != 0; }, 10));
+  EXPECT_THAT(as("bob", "cancel " + job).err, HasSubstr("UNAUTHENTICATED: unknown token"));
+  // The local user is an admin.
+  auto cancelled = Ctl("cancel " + job);
+  EXPECT_EQ(cancelled.exit_code, 0) << cancelled.err;
+  EXPECT_EQ(Status(job).state(), loom::v1::CANCELLED);
+}
+
 TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
   StartCluster(1);
-  auto channel = grpc::CreateChannel(controller_, grpc::InsecureChannelCredentials());
+  auto channel = *cli::LocalControllerChannel(home_, controller_);
   auto stub = loom::v1::JobService::NewStub(channel);
   {
     grpc::ClientContext ctx;
@@ -425,7 +472,7 @@ TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
     loom::v1::ListJobsResponse resp;
     auto s = stub->ListJobs(&ctx, {}, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-    EXPECT_THAT(s.error_message(), HasSubstr("wrong cluster token"));
+    EXPECT_THAT(s.error_message(), HasSubstr("unknown token"));
   }
   {
     auto wstub = loom::v1::WorkerService::NewStub(channel);
@@ -1131,11 +1178,16 @@ TEST(TlsTest, ControllerServesTlsWhenGivenACertificate) {
       "/cert.pem"));
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
   ASSERT_TRUE(WritePrivateFile(dir + "/token", "s3cret\n").ok());
+  ASSERT_TRUE(WritePrivateFile(dir + "/worker-token", "w0rkers\n").ok());
+  ASSERT_TRUE(WritePrivateFile(dir + "/users", controller::UsersFileLine(
+                                                   "ops", controller::Role::kAdmin, "s3cret"))
+                  .ok());
   std::string ready = dir + "/controller.json";
   std::string cmd = absl::StrCat(kBin, "/loom-controller --listen=127.0.0.1:0 --data_dir=", dir,
-                                 "/data --token_file=", dir, "/token --ready_file=", ready,
-                                 " --tls_cert=", dir, "/cert.pem --tls_key=", dir, "/key.pem > ",
-                                 dir, "/controller.log 2>&1 & echo $!");
+                                 "/data --users_file=", dir, "/users --worker_token_file=", dir,
+                                 "/worker-token --ready_file=", ready, " --tls_cert=", dir,
+                                 "/cert.pem --tls_key=", dir, "/key.pem > ", dir,
+                                 "/controller.log 2>&1 & echo $!");
   auto started = RunCommand(cmd);
   int pid = atoi(started.out.c_str());
   ASSERT_GT(pid, 0);
@@ -1146,9 +1198,14 @@ TEST(TlsTest, ControllerServesTlsWhenGivenACertificate) {
   auto ok = RunCommand(base + " --tls-ca " + dir + "/cert.pem list");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_THAT(ok.out, HasSubstr("ID"));
-  auto plain = RunCommand(base + " list");
+  auto plain = RunCommand(base + " --plaintext list");
   EXPECT_EQ(plain.exit_code, 1);
   EXPECT_THAT(plain.err, HasSubstr("UNAVAILABLE"));
+  // TLS is the default: without the CA, the self-signed certificate is
+  // not trusted.
+  auto untrusted = RunCommand(base + " list");
+  EXPECT_EQ(untrusted.exit_code, 1);
+  EXPECT_THAT(untrusted.err, HasSubstr("UNAVAILABLE"));
   kill(pid, SIGTERM);
   EXPECT_TRUE(WaitFor([&] { return !loom::testing::ProcessAlive(pid); }, 10));
 }

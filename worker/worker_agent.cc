@@ -634,6 +634,13 @@ void WorkerAgent::Run() {
         continue;  // at once: the lease runs
       } else if (!s.ok()) {
         heartbeats_failed_.Increment();
+        // The first failure of a run of them, then one in 20 (every ~10 s).
+        if (failed_heartbeats_in_a_row_++ % 20 == 0) {
+          std::cerr << LogTime() << "loom-worker: heartbeat failed ("
+                    << failed_heartbeats_in_a_row_ << " in a row): " << s << std::endl;
+        }
+      } else {
+        failed_heartbeats_in_a_row_ = 0;
       }
     }
     EnforceLease();

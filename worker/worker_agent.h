@@ -151,6 +151,7 @@ class WorkerAgent {
   metrics::Family<metrics::Counter>& rank_exits_;
   metrics::Gauge& ranks_running_;
   metrics::Counter& heartbeats_failed_;
+  int64_t failed_heartbeats_in_a_row_ = 0;  // touched by Run() only
   metrics::Counter& lease_kills_;
 
   // Per-job series of ranks that ended, with when: removed after

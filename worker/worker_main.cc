@@ -31,9 +31,14 @@
 
 ABSL_FLAG(std::string, controller, "127.0.0.1:7070", "controller gRPC address");
 ABSL_FLAG(std::string, token_file, "",
-          "file holding the cluster token (required; mode 0600, or 0640/0440 with a group)");
+          "file holding the workers' token (mode 0600, or 0640/0440 with a group); not needed "
+          "with a client certificate (--tls_cert)");
 ABSL_FLAG(bool, tls, false, "use TLS to reach the controller");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle to trust for the controller");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate from the cluster CA, common name 'worker:<node>' (implies "
+          "--tls); it identifies this worker as that node");
+ABSL_FLAG(std::string, tls_key, "", "the client certificate's PEM private key");
 ABSL_FLAG(std::string, node, "", "node name (default: host name)");
 ABSL_FLAG(std::string, address, "127.0.0.1", "address other ranks use to reach this node");
 ABSL_FLAG(std::string, zone, "",
@@ -96,6 +101,13 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // Heartbeats fail fast while the controller is unreachable, so between
+  // them no RPC drives the channel's reconnection; gRPC's timer thread does,
+  // once per backup-poll interval (5 s by default). A TLS handshake needs
+  // several polls: at 5 s apiece it outlived its connection attempt, and a
+  // worker whose controller restarted never got back in. Poll every 100 ms
+  // (before gRPC initializes, which reads it; an operator's setting wins).
+  setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100", /*overwrite=*/0);
   absl::SetProgramUsageMessage("Loom worker: runs the ranks the controller assigns.");
   absl::ParseCommandLine(argc, argv);
   using namespace loom;
@@ -138,9 +150,15 @@ int main(int argc, char** argv) {
   if (access(opts.rank_binary.c_str(), X_OK) != 0) {
     return Fail(absl::StrCat("rank binary ", opts.rank_binary, " is not executable"));
   }
-  auto token = ReadTokenFile(absl::GetFlag(FLAGS_token_file));
-  if (!token.ok()) return Fail(std::string(token.status().message()));
-  opts.token = *token;
+  const bool has_cert = !absl::GetFlag(FLAGS_tls_cert).empty();
+  if (!has_cert || !absl::GetFlag(FLAGS_token_file).empty()) {
+    auto token = ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) {
+      return Fail(absl::StrCat(token.status().message(),
+                               " (a worker needs --token_file or a client certificate)"));
+    }
+    opts.token = *token;
+  }
 
   // OpenBLAS 0.3.21 (Debian 12) does not know newer AVX-512 cores and falls
   // back to its generic SSE3 kernels: sgemm measured 62 GFLOP/s instead of
@@ -207,14 +225,20 @@ int main(int argc, char** argv) {
   (*exposer)->RegisterCollectable(registry);
   opts.metrics_address = (*exposer)->address();
 
-  auto creds = MakeChannelCredentials(absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_tls_ca));
+  auto creds = MakeChannelCredentials(absl::GetFlag(FLAGS_tls) || has_cert,
+                                      absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+                                      absl::GetFlag(FLAGS_tls_key));
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
   // Reconnect within a second of the controller coming back (gRPC's default
   // backoff grows past 10 s, longer than the lease: a restarted controller
   // would find the ranks already killed).
+  // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is also how long one connection
+  // attempt, TCP and TLS handshakes together, may take: at 100 ms, TLS
+  // handshakes on a loaded host timed out one after another and a worker
+  // never registered. A refused connection still fails at once.)
   grpc::ChannelArguments channel_args;
   channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel =
       grpc::CreateCustomChannel(absl::GetFlag(FLAGS_controller), *creds, channel_args);

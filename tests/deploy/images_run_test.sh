@@ -16,6 +16,7 @@ cleanup() {
 }
 trap cleanup EXIT
 make_token "$tmp"
+make_users "$tmp"
 grpc=$(free_port); metrics=$(free_port); wmetrics=$(free_port); whealth=$(free_port)
 
 # The worker first, while no controller listens: alive, but not registered.
@@ -43,9 +44,11 @@ say "unregistered worker: grpc.health.v1 NOT_SERVING, HEALTHCHECK unhealthy"
 
 say "controller container on 127.0.0.1:$grpc (metrics $metrics)"
 podman run -d --name "$prefix-controller" --network=host -e LOOM_GRPC_PORT="$grpc" \
-  -v "$tmp/token:/etc/loom/token/token:ro" "localhost/loom-controller:$TAG" \
+  -v "$tmp/token:/etc/loom/token/token:ro" -v "$tmp/users:/etc/loom/users/users:ro" \
+  "localhost/loom-controller:$TAG" \
   --listen="127.0.0.1:$grpc" --metrics_listen="127.0.0.1:$metrics" \
-  --data_dir=/var/lib/loom/controller --token_file=/etc/loom/token/token > /dev/null
+  --data_dir=/var/lib/loom/controller --worker_token_file=/etc/loom/token/token \
+  --users_file=/etc/loom/users/users --allow_plaintext > /dev/null
 [ "$(podman inspect "$prefix-controller" --format '{{.Config.User}}')" = 10001:10001 ] ||
   fail "controller image does not run as 10001:10001"
 grep -q 'loom-probe grpc' <<<"$(podman inspect "$prefix-controller" --format '{{.Config.Healthcheck.Test}}')" ||
@@ -64,7 +67,7 @@ say "the worker registers with it"
 # HEALTHCHECK = registered with the controller.
 wait_for 60 "the worker's HEALTHCHECK" podman healthcheck run "$prefix-worker"
 say "worker HEALTHCHECK: $(podman inspect "$prefix-worker" --format '{{.State.Health.Status}}')"
-ctl=("$LOOM_BIN_DIR/loomctl" --controller "127.0.0.1:$grpc" --token-file "$tmp/token")
+ctl=("$LOOM_BIN_DIR/loomctl" --plaintext --controller "127.0.0.1:$grpc" --token-file "$tmp/user-token")
 registered() { grep -q smoke-node <<<"$("${ctl[@]}" workers)"; }
 wait_for 30 "the worker to register" registered
 "${ctl[@]}" workers | tee "$tmp/workers.out"

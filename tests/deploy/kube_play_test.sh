@@ -33,7 +33,12 @@ chown 10001:10001 "$T/controller-data" "$T/checkpoints"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/secret/token"
 chgrp 10001 "$T/secret/token"
 chmod 0440 "$T/secret/token"
-install -m 0600 "$T/secret/token" "$T/host-token"
+# loom-users: "ops", an admin, whose token loomctl on the host holds.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/host-token"
+chmod 0600 "$T/host-token"
+printf 'ops admin sha256:%s\n' "$(tr -d '\n' < "$T/host-token" | sha256sum | cut -d' ' -f1)" > "$T/secret/users"
+chgrp 10001 "$T/secret/users"
+chmod 0440 "$T/secret/users"
 "$LOOM_BIN_DIR/loomctl" data prepare --input /usr/share/games/fortunes/fortunes \
   /usr/share/games/fortunes/literature --out "$T/data" --val-fraction 0.1 > /dev/null
 chmod -R a+rX "$T/data"
@@ -56,7 +61,7 @@ played=1
 podman kube play --network=host "$T/play.yaml" > "$T/play.out" 2>&1 || { cat "$T/play.out" >&2; fail "podman kube play"; }
 podman ps --format '{{.Names}} {{.Image}} {{.Status}}' | grep loom- || true
 
-ctl=("$LOOM_BIN_DIR/loomctl" --controller "127.0.0.1:$grpc" --token-file "$T/host-token")
+ctl=("$LOOM_BIN_DIR/loomctl" --plaintext --controller "127.0.0.1:$grpc" --token-file "$T/host-token")
 wait_for 60 "the controller's gRPC health service" "$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$grpc"
 two_workers() { [ "$("${ctl[@]}" workers | grep -c ' yes ')" = 2 ]; }
 wait_for 60 "two workers alive" two_workers

@@ -61,7 +61,19 @@ require_images() {
   done
 }
 
-# A cluster token the containers' uid (10001) can read, mode 0600.
+# A users file the controller's uid (10001) can read, mode 0600, listing
+# "ops" as an admin, and ops's token for loomctl on the host.
+make_users() {  # make_users DIR -> DIR/users, DIR/user-token
+  local token
+  token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  printf '%s\n' "$token" > "$1/user-token"
+  chmod 600 "$1/user-token"
+  printf 'ops admin sha256:%s\n' "$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)" > "$1/users"
+  chmod 600 "$1/users"
+  chown 10001:10001 "$1/users"
+}
+
+# The workers' token, which the containers' uid (10001) can read, mode 0600.
 make_token() {  # make_token DIR -> DIR/token
   mkdir -p "$1"
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1/token"
