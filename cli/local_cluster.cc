@@ -255,7 +255,6 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   auto server_cert = IssueCertificate(tls_dir, "controller", "loom-controller", /*server=*/true,
                                       controller_hosts);
   if (!server_cert.ok()) return server_cert.status();
-  absl::Time deadline = absl::Now() + o.start_timeout;
   std::vector<DaemonInfo> out;
 
   DaemonInfo ctl;
@@ -286,7 +285,7 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
                                   "/checkpoints"));
   auto pid = Spawn(ctl_args, ctl.log_path);
   if (!pid.ok()) return pid.status();
-  auto ready_info = WaitReady(ready, *pid, ctl.log_path, deadline);
+  auto ready_info = WaitReady(ready, *pid, ctl.log_path, absl::Now() + o.start_timeout);
   if (!ready_info.ok()) {
     kill(*pid, SIGKILL);
     return absl::Status(ready_info.status().code(),
@@ -344,7 +343,10 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
       LocalDown(o.home).IgnoreError();
       return wpid.status();
     }
-    auto winfo = WaitReady(wready, *wpid, w.log_path, deadline);
+    // Each daemon has start_timeout of its own: workers start one after
+    // another (their CPU probes would disturb each other), and on a loaded
+    // host the first ones' probes took most of a shared budget.
+    auto winfo = WaitReady(wready, *wpid, w.log_path, absl::Now() + o.start_timeout);
     if (!winfo.ok()) {
       kill(*wpid, SIGKILL);
       LocalDown(o.home).IgnoreError();

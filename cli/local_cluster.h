@@ -38,7 +38,7 @@ struct LocalClusterOptions {
   int slots_per_worker = 1;
   uint64_t memory_bytes_per_worker = 0;  // loom-worker --memory_bytes (0 = the host's)
   std::string gpus_per_worker = "auto";  // loom-worker --gpus: a count or auto (NVML)
-  absl::Duration start_timeout = absl::Seconds(30);
+  absl::Duration start_timeout = absl::Seconds(30);  // for each daemon to become ready
   double worker_timeout_s = 10;  // passed to the controller
   // Where each daemon runs, for fault tests that give every daemon its own
   // network namespace (tests/netns_lab.h): a command line prefix that the

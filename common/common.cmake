@@ -16,3 +16,5 @@ loom_test(loom_device_catalog_test SRCS device_catalog_test.cc DEPS loom_device_
 # the controller's catalog reads it (prune_log.h).
 loom_library(loom_prune_log SRCS prune_log.cc DEPS loom_file_util absl::strings)
 loom_test(loom_prune_log_test SRCS prune_log_test.cc DEPS loom_prune_log)
+loom_library(loom_health SRCS health_service.cc DEPS loom_grpc)
+loom_test(loom_health_test SRCS health_service_test.cc DEPS loom_health)

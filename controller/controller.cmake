@@ -33,7 +33,7 @@ loom_library(loom_controller_service SRCS controller_service.cc
   DEPS loom_access loom_job_manager loom_grpc loom_grpc_util loom_metrics)
 
 add_executable(loom-controller controller_main.cc)
-target_link_libraries(loom-controller PRIVATE loom_controller_service
+target_link_libraries(loom-controller PRIVATE loom_controller_service loom_health
   absl::flags absl::flags_parse absl::flags_usage)
 
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)

@@ -27,6 +27,7 @@
 #include "common/metrics_server.h"
 #include "controller/checkpoint_verifier.h"
 #include "controller/controller_service.h"
+#include "common/health_service.h"
 #include "controller/access.h"
 #include "controller/job_manager.h"
 #include "controller/path_policy.h"
@@ -47,6 +48,9 @@ ABSL_FLAG(std::string, users_file, "",
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA whose client certificates identify workers ('worker:<node>') and users "
           "('user:<name>'); needs --tls_cert and --tls_key");
+ABSL_FLAG(std::string, health_listen, "",
+          "also serve grpc.health.v1 (only) in plaintext here, for kubelet probes and the "
+          "image's HEALTHCHECK, which speak no TLS (e.g. 0.0.0.0:7071); empty: none");
 ABSL_FLAG(bool, allow_plaintext, false,
           "serve without TLS (no --tls_cert): tokens then cross the network in the clear");
 ABSL_FLAG(std::string, data_root, "",
@@ -243,6 +247,23 @@ int main(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));
   server->GetHealthCheckService()->SetServingStatus(true);
+  // Probes carry no credentials and speak no TLS: their own listener, with
+  // nothing but the health service on it.
+  HealthService health;
+  std::unique_ptr<grpc::Server> health_server;
+  if (const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
+      !health_listen.empty()) {
+    grpc::ServerBuilder health_builder;
+    int health_port = 0;
+    health_builder.AddListeningPort(health_listen, grpc::InsecureServerCredentials(),
+                                    &health_port);
+    health_builder.RegisterService(&health);
+    health_server = health_builder.BuildAndStart();
+    if (!health_server || health_port == 0) {
+      return Fail(absl::StrCat("cannot listen on ", health_listen, " (--health_listen)"));
+    }
+    health.SetServing(true);
+  }
 
   std::string host = listen.substr(0, listen.rfind(':'));
   std::string grpc_address = absl::StrCat(host, ":", port);
@@ -292,6 +313,10 @@ int main(int argc, char** argv) {
   shutting_down = true;
   stop = true;
   ticker.join();
+  if (health_server) {
+    health.SetServing(false);
+    health_server->Shutdown();
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

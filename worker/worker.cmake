@@ -4,11 +4,9 @@ loom_test(loom_cpu_probe_test SRCS cpu_probe_test.cc DEPS loom_cpu_probe ${CMAKE
 loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc
   DEPS loom_grpc loom_grpc_util loom_file_util loom_metrics loom_common absl::strings Threads::Threads)
 
-loom_library(loom_worker_health SRCS health_service.cc DEPS loom_grpc)
-loom_test(loom_worker_health_test SRCS health_service_test.cc DEPS loom_worker_health)
 
 add_executable(loom-worker worker_main.cc)
-target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_worker_health loom_blas_info
+target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_health loom_blas_info
   loom_cpu_probe loom_nvml absl::flags absl::flags_parse absl::flags_usage)
 
 # The rank process links LibTorch and protobuf messages, but no gRPC.

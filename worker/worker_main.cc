@@ -21,11 +21,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
+#include "common/health_service.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
 #include "worker/blas_info.h"
 #include "worker/cpu_probe.h"
-#include "worker/health_service.h"
 #include "worker/telemetry/nvml.h"
 #include "worker/worker_agent.h"
 
@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
 
   // The health service answers kubelet gRPC probes and the image's
   // HEALTHCHECK; it carries no secrets, so it is plaintext and needs no token.
-  worker::HealthService health;  // outlives health_server and the agent
+  HealthService health;  // outlives health_server and the agent
   std::unique_ptr<grpc::Server> health_server;
   std::string health_listen = absl::GetFlag(FLAGS_health_listen);
   if (!health_listen.empty()) {

@@ -17,12 +17,17 @@ cleanup() {
 trap cleanup EXIT
 make_token "$tmp"
 make_users "$tmp"
-grpc=$(free_port); metrics=$(free_port); wmetrics=$(free_port); whealth=$(free_port)
+"$LOOM_BIN_DIR/loomctl" ca issue server controller --dir "$tmp/tls" --host 127.0.0.1 > /dev/null
+chown -R 10001:10001 "$tmp/tls"
+grpc=$(free_port); metrics=$(free_port); chealth=$(free_port); wmetrics=$(free_port)
+whealth=$(free_port)
 
 # The worker first, while no controller listens: alive, but not registered.
 say "worker container (metrics $wmetrics, health $whealth) before any controller"
 podman run -d --name "$prefix-worker" --network=host -e LOOM_HEALTH_PORT="$whealth" \
-  -e LOOM_ZONE=zone-s -v "$tmp/token:/etc/loom/token/token:ro" "localhost/loom-worker:$TAG" \
+  -e LOOM_ZONE=zone-s -v "$tmp/token:/etc/loom/token/token:ro" \
+  -v "$tmp/tls/ca.pem:/etc/loom/tls/ca.pem:ro" "localhost/loom-worker:$TAG" \
+  --tls --tls_ca=/etc/loom/tls/ca.pem \
   --controller="127.0.0.1:$grpc" --node=smoke-node --address=127.0.0.1 --rack=rack-s \
   --metrics_listen="127.0.0.1:$wmetrics" --health_listen="127.0.0.1:$whealth" \
   --work_dir=/var/lib/loom/work --token_file=/etc/loom/token/token > /dev/null
@@ -43,12 +48,14 @@ podman healthcheck run "$prefix-worker" > /dev/null 2>&1 &&
 say "unregistered worker: grpc.health.v1 NOT_SERVING, HEALTHCHECK unhealthy"
 
 say "controller container on 127.0.0.1:$grpc (metrics $metrics)"
-podman run -d --name "$prefix-controller" --network=host -e LOOM_GRPC_PORT="$grpc" \
+podman run -d --name "$prefix-controller" --network=host -e LOOM_HEALTH_PORT="$chealth" \
+  -v "$tmp/tls:/etc/loom/tls:ro" \
   -v "$tmp/token:/etc/loom/token/token:ro" -v "$tmp/users:/etc/loom/users/users:ro" \
   "localhost/loom-controller:$TAG" \
   --listen="127.0.0.1:$grpc" --metrics_listen="127.0.0.1:$metrics" \
   --data_dir=/var/lib/loom/controller --worker_token_file=/etc/loom/token/token \
-  --users_file=/etc/loom/users/users --allow_plaintext > /dev/null
+  --users_file=/etc/loom/users/users --health_listen="127.0.0.1:$chealth" \
+  --tls_cert=/etc/loom/tls/controller.pem --tls_key=/etc/loom/tls/controller.key > /dev/null
 [ "$(podman inspect "$prefix-controller" --format '{{.Config.User}}')" = 10001:10001 ] ||
   fail "controller image does not run as 10001:10001"
 grep -q 'loom-probe grpc' <<<"$(podman inspect "$prefix-controller" --format '{{.Config.Healthcheck.Test}}')" ||
@@ -56,7 +63,7 @@ grep -q 'loom-probe grpc' <<<"$(podman inspect "$prefix-controller" --format '{{
 # podman runs HEALTHCHECKs from systemd timers; without systemd, run it here.
 wait_for 30 "the controller's HEALTHCHECK" podman healthcheck run "$prefix-controller"
 say "controller HEALTHCHECK: $(podman inspect "$prefix-controller" --format '{{.State.Health.Status}}')"
-out=$("$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$grpc")
+out=$("$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$chealth")
 [ "$out" = SERVING ] || fail "grpc.health.v1 from the host: $out"
 say "grpc.health.v1.Health/Check from the host: $out"
 # (0 or already 1: the waiting worker registers as soon as the controller is up)
@@ -67,7 +74,7 @@ say "the worker registers with it"
 # HEALTHCHECK = registered with the controller.
 wait_for 60 "the worker's HEALTHCHECK" podman healthcheck run "$prefix-worker"
 say "worker HEALTHCHECK: $(podman inspect "$prefix-worker" --format '{{.State.Health.Status}}')"
-ctl=("$LOOM_BIN_DIR/loomctl" --plaintext --controller "127.0.0.1:$grpc" --token-file "$tmp/user-token")
+ctl=("$LOOM_BIN_DIR/loomctl" --tls-ca "$tmp/tls/ca.pem" --controller "127.0.0.1:$grpc" --token-file "$tmp/user-token")
 registered() { grep -q smoke-node <<<"$("${ctl[@]}" workers)"; }
 wait_for 30 "the worker to register" registered
 "${ctl[@]}" workers | tee "$tmp/workers.out"

@@ -39,14 +39,20 @@ chmod 0600 "$T/host-token"
 printf 'ops admin sha256:%s\n' "$(tr -d '\n' < "$T/host-token" | sha256sum | cut -d' ' -f1)" > "$T/secret/users"
 chgrp 10001 "$T/secret/users"
 chmod 0440 "$T/secret/users"
+# loom-tls: the cluster CA and the controller's certificate, for the
+# address the workers and loomctl dial here.
+"$LOOM_BIN_DIR/loomctl" ca issue server controller --dir "$T/tls" --host 127.0.0.1 \
+  --host loom-controller > /dev/null
+for f in ca.pem controller.pem controller.key; do install -m 0440 -g 10001 "$T/tls/$f" "$T/secret/$f"; done
 "$LOOM_BIN_DIR/loomctl" data prepare --input /usr/share/games/fortunes/fortunes \
   /usr/share/games/fortunes/literature --out "$T/data" --val-fraction 0.1 > /dev/null
 chmod -R a+rX "$T/data"
 
-grpc=$(free_port); metrics=$(free_port); w0=$(free_port); w1=$(free_port)
+grpc=$(free_port); metrics=$(free_port); health=$(free_port); w0=$(free_port); w1=$(free_port)
 h0=$(free_port); h1=$(free_port)
 cat > "$T/params.json" << JSON
-{"controllerGrpc": $grpc, "controllerMetrics": $metrics, "workerMetrics": [$w0, $w1],
+{"controllerGrpc": $grpc, "controllerMetrics": $metrics, "controllerHealth": $health,
+ "workerMetrics": [$w0, $w1],
  "workerHealth": [$h0, $h1],
  "hostDir": {"loom-controller-data": "$T/controller-data", "loom-checkpoints": "$T/checkpoints",
              "loom-data": "$T/data"},
@@ -61,8 +67,11 @@ played=1
 podman kube play --network=host "$T/play.yaml" > "$T/play.out" 2>&1 || { cat "$T/play.out" >&2; fail "podman kube play"; }
 podman ps --format '{{.Names}} {{.Image}} {{.Status}}' | grep loom- || true
 
-ctl=("$LOOM_BIN_DIR/loomctl" --plaintext --controller "127.0.0.1:$grpc" --token-file "$T/host-token")
-wait_for 60 "the controller's gRPC health service" "$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$grpc"
+ctl=("$LOOM_BIN_DIR/loomctl" --tls-ca "$T/tls/ca.pem" --controller "127.0.0.1:$grpc" --token-file "$T/host-token")
+wait_for 60 "the controller's gRPC health service" "$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$health"
+# TLS only on the gRPC port: a plaintext client is refused.
+"$LOOM_BIN_DIR/loomctl" --plaintext --controller "127.0.0.1:$grpc" --token-file "$T/host-token" workers \
+  > /dev/null 2>&1 && fail "the controller answered a plaintext client"
 two_workers() { [ "$("${ctl[@]}" workers | grep -c ' yes ')" = 2 ]; }
 wait_for 60 "two workers alive" two_workers
 "${ctl[@]}" workers | tee "$T/workers.out"

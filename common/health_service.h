@@ -1,6 +1,8 @@
-// grpc.health.v1.Health for loom-worker: SERVING while the worker is
-// registered with the controller, NOT_SERVING otherwise. Answers Check for
-// the whole server (service "") only; Watch is not implemented (kubelet and
+// grpc.health.v1.Health on a plaintext listener of its own, for kubelet
+// probes and image HEALTHCHECKs (which speak no TLS and hold no
+// credentials): loom-worker is SERVING while registered with the
+// controller, loom-controller while it serves. Answers Check for the whole
+// server (service "") only; Watch is not implemented (kubelet and
 // loom-probe use Check).
 //
 // gRPC's default health service cannot be used here: a server whose only
@@ -8,8 +10,8 @@
 // ServerBuilder refuses to start it.
 //
 // Thread-safe: SetServing may be called from any thread.
-#ifndef LOOM_WORKER_HEALTH_SERVICE_H_
-#define LOOM_WORKER_HEALTH_SERVICE_H_
+#ifndef LOOM_COMMON_HEALTH_SERVICE_H_
+#define LOOM_COMMON_HEALTH_SERVICE_H_
 
 #include <atomic>
 
@@ -17,7 +19,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 
-namespace loom::worker {
+namespace loom {
 
 class HealthService final : public grpc::health::v1::Health::Service {
  public:
@@ -31,6 +33,6 @@ class HealthService final : public grpc::health::v1::Health::Service {
   std::atomic<bool> serving_{false};
 };
 
-}  // namespace loom::worker
+}  // namespace loom
 
-#endif  // LOOM_WORKER_HEALTH_SERVICE_H_
+#endif  // LOOM_COMMON_HEALTH_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "worker/health_service.h"
+#include "common/health_service.h"
 
 #include <chrono>
 #include <memory>
@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::worker {
+namespace loom {
 namespace {
 
 using grpc::health::v1::HealthCheckRequest;
@@ -63,4 +63,4 @@ TEST_F(HealthServiceTest, UnknownServiceIsNotFound) {
 }
 
 }  // namespace
-}  // namespace loom::worker
+}  // namespace loom

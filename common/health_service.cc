@@ -1,6 +1,6 @@
-#include "worker/health_service.h"
+#include "common/health_service.h"
 
-namespace loom::worker {
+namespace loom {
 
 grpc::Status HealthService::Check(grpc::ServerContext*,
                                   const grpc::health::v1::HealthCheckRequest* request,
@@ -8,11 +8,11 @@ grpc::Status HealthService::Check(grpc::ServerContext*,
   // The protocol: an unknown service name is NOT_FOUND.
   if (!request->service().empty()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "loom-worker reports health for the server only (service \"\")");
+                        "this server reports health for the whole server only (service \"\")");
   }
   response->set_status(serving_.load() ? grpc::health::v1::HealthCheckResponse::SERVING
                                        : grpc::health::v1::HealthCheckResponse::NOT_SERVING);
   return grpc::Status::OK;
 }
 
-}  // namespace loom::worker
+}  // namespace loom
