@@ -255,6 +255,10 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   auto server_cert = IssueCertificate(tls_dir, "controller", "loom-controller", /*server=*/true,
                                       controller_hosts);
   if (!server_cert.ok()) return server_cert.status();
+  // The local user may also prove itself with a certificate instead of the
+  // token (loomctl --tls-cert <home>/tls/user-local.pem --tls-key ...).
+  auto user_cert = IssueCertificate(tls_dir, "user-local", "user:local", /*server=*/false);
+  if (!user_cert.ok()) return user_cert.status();
   std::vector<DaemonInfo> out;
 
   DaemonInfo ctl;

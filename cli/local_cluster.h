@@ -5,9 +5,10 @@
 //   users                the controller's users file (controller/access.h)
 //   worker-token         the workers' token (they also hold certificates)
 //   tls/                 the cluster CA and the certificates it issued
-//                        (cli/cluster_ca.h): the controller serves TLS and
+//                        (cli/cluster_ca.h): the controller serves TLS,
 //                        each worker proves its node with a client
-//                        certificate "worker:local-<i>"
+//                        certificate "worker:local-<i>", and user-local.pem
+//                        ("user:local") is the local user's certificate
 //   run/controller.json  {grpc_address, metrics_address, pid} (ready file)
 //   run/worker-<i>.json  {metrics_address, pid}
 //   run/<daemon>.args    its command line, one argument a line (for restart;

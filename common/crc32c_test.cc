@@ -35,7 +35,9 @@ TEST(Crc32cTest, KnownVectors) {
                            0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
   EXPECT_EQ(Crc32c(pdu, sizeof(pdu)), 0xD9963A56u);
   EXPECT_EQ(ExtendPortable(0, "123456789", 9), 0xE3069283u);
-  if (Crc32cIsHardwareAccelerated()) EXPECT_EQ(ExtendHardware(0, "123456789", 9), 0xE3069283u);
+  if (Crc32cIsHardwareAccelerated()) {
+    EXPECT_EQ(ExtendHardware(0, "123456789", 9), 0xE3069283u);
+  }
 }
 
 TEST(Crc32cTest, HexIsEightLowercaseDigits) {

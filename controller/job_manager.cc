@@ -648,7 +648,11 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
       std::set<std::string> job_ids;
       for (const auto& r : old->ranks) job_ids.insert(r.job_id);  // none if it was dead
       for (const auto& jid : job_ids) {
-        JobRecord& rec = jobs_[jid];
+        // (A rank of a job this controller does not know, as a worker may
+        // report at registration, has no record to update: none is made.)
+        auto found = jobs_.find(jid);
+        if (found == jobs_.end()) continue;
+        JobRecord& rec = found->second;
         if (!IsAttemptRunning(rec.job.state())) continue;
         std::string why = absl::StrCat("worker ", old->info.id(), " on node ", req.node(),
                                        " restarted; the ranks it ran are lost");
@@ -1129,7 +1133,7 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
         // was computed (see JobManagerOptions::max_rendezvous_retries).
         const bool rendezvous = RecoveryPolicy::IsRendezvousFailure(
             req.exit_code(), req.signal(), rec.attempt_last_step);
-        rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous, ""};
+        rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous, "", ""};
         StopJobRanks(rec, why, "");
       }
       // Rank 0's reason says which checkpoints failed which check, or which
@@ -1457,7 +1461,9 @@ void JobManager::CheckLivenessLocked() {
     std::map<std::string, std::vector<int>> lost;
     for (const auto& r : w.ranks) lost[r.job_id].push_back(r.rank);
     for (auto& [jid, ranks] : lost) {
-      JobRecord& rec = jobs_[jid];
+      auto found = jobs_.find(jid);
+      if (found == jobs_.end()) continue;  // a job this controller never knew
+      JobRecord& rec = found->second;
       // Its ranks may run until the worker's lease runs out.
       rec.not_before = std::max(rec.not_before,
                                 w.last_heartbeat + options_.worker_timeout + options_.lease_margin);

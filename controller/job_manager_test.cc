@@ -1459,7 +1459,11 @@ TEST_F(JobManagerTest, WatchersAreBoundedAndCountsFollowTheJobs) {
   EXPECT_EQ(StateOf(a.id()), loom::v1::SUCCEEDED);
   manager_->Tick();
   std::vector<int64_t> kept;
-  for (const auto& m : *manager_->StepMetrics(a.id(), 0)) kept.push_back(m.step());
+  // (Held in a variable: a range-for over *StepMetrics(...) would read the
+  // temporary StatusOr after its end, as ASan found.)
+  auto thinned = manager_->StepMetrics(a.id(), 0);
+  ASSERT_TRUE(thinned.ok()) << thinned.status();
+  for (const auto& m : *thinned) kept.push_back(m.step());
   EXPECT_THAT(kept, ::testing::ElementsAre(1, 10, 20, 30, 40));
   counts = manager_->JobCountsByState();
   EXPECT_EQ(counts[loom::v1::SUCCEEDED], 1);

@@ -412,8 +412,9 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
 
 // Issue 13's identities end to end, with loomctl: an admin adds users, a
 // user's job records its submitter, another user may neither cancel nor
-// roll it back, a reader may not submit, the admin may cancel anyone's job,
-// and a removed user's token stops working without a restart.
+// roll it back, a reader may not submit, a removed user's token stops
+// working without a restart, and the admin (by certificate) may cancel
+// anyone's job.
 TEST_F(ClusterTest, UsersChangeOnlyTheirOwnJobsAndRemovedUsersAreLockedOut) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1));
   for (const auto& [name, role] : std::vector<std::pair<std::string, std::string>>{
@@ -450,8 +451,10 @@ TEST_F(ClusterTest, UsersChangeOnlyTheirOwnJobsAndRemovedUsersAreLockedOut) {
   ASSERT_EQ(removed.exit_code, 0) << removed.err;
   ASSERT_TRUE(WaitFor([&] { return as("bob", "list").exit_code != 0; }, 10));
   EXPECT_THAT(as("bob", "cancel " + job).err, HasSubstr("UNAUTHENTICATED: unknown token"));
-  // The local user is an admin.
-  auto cancelled = Ctl("cancel " + job);
+  // The local user is an admin, here proving it with its certificate from
+  // the cluster CA instead of its token.
+  auto cancelled = Ctl(absl::StrCat("--tls-cert ", home_, "/tls/user-local.pem --tls-key ", home_,
+                                    "/tls/user-local.key cancel ", job));
   EXPECT_EQ(cancelled.exit_code, 0) << cancelled.err;
   EXPECT_EQ(Status(job).state(), loom::v1::CANCELLED);
 }

@@ -43,7 +43,7 @@ class RankSupervisorTest : public ::testing::Test {
     opts.rank_binary = binary;
     opts.work_dir = dir_ + "/work";
     opts.stop_grace = grace;
-    opts.on_event = [this](const std::string& job, int rank, int64_t generation,
+    opts.on_event = [this](const std::string& /*job*/, int /*rank*/, int64_t /*generation*/,
                            const loom::v1::RankEvent& e) {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(e);

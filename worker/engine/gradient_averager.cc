@@ -63,7 +63,7 @@ void GradientAverager::Build(int64_t bucket_bytes) {
       int64_t bytes = slots_[begin].parameter.nbytes();
       while (begin > 0 && slots_[begin - 1].deferred == deferred &&
              slots_[begin - 1].segment == slots_[end - 1].segment &&
-             bytes + slots_[begin - 1].parameter.nbytes() <= bucket_bytes) {
+             bytes + static_cast<int64_t>(slots_[begin - 1].parameter.nbytes()) <= bucket_bytes) {
         --begin;
         bytes += slots_[begin].parameter.nbytes();
       }

@@ -265,7 +265,7 @@ absl::StatusOr<ResumeOutcome> Resume(const TrainerConfig& config, const Checkpoi
   absl::StatusOr<ResumeChoice> plan = ResumeChoice{};
   if (rank == 0) {
     ResumeRequest request{config.checkpoint_dir, config.resume_step,
-                          config.allow_start_from_scratch};
+                          config.allow_start_from_scratch, std::nullopt};
     if (!config.job_id.empty()) request.fence = FenceToken{config.job_id, config.generation};
     plan = ChooseResumeCheckpoint(request, &result->corrupt_checkpoints);
     if (callbacks.on_checkpoint_corrupt) {
