@@ -107,7 +107,10 @@ CpuProbe ProbeCpu(double budget_seconds) {
   }
   if (omp_set_threads != nullptr && old_omp_threads > 0) omp_set_threads(old_omp_threads);
   if (set_threads != nullptr && old_threads > 0) set_threads(old_threads);
-  dlclose(handle);
+  // Not dlclose()d: the BLAS has started its (OpenMP) threads and keeps
+  // per-thread buffers; unloading the code they belong to is not safe, and
+  // the process (which links the same libblas.so.3 through LibTorch) keeps
+  // it loaded anyway.
   probe.gemm_flops_per_second_per_thread = best;
   probe.gemm_source = absl::StrCat(
       "sgemm ", n, "^3 best of ", runs, ", ",

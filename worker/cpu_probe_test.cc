@@ -36,7 +36,9 @@ TEST(CpuProbeTest, MeasuresOnOneThreadAndRestoresTheThreadCount) {
   CpuProbe p = ProbeCpu(0.2);
   EXPECT_EQ(p.gemm_threads, 1) << p.gemm_source;
   EXPECT_THAT(p.gemm_source, ::testing::HasSubstr(", 1 thread(s), "));
-  if (omp_get != nullptr) EXPECT_EQ(omp_get(), 3);
+  if (omp_get != nullptr) {
+    EXPECT_EQ(omp_get(), 3);
+  }
   dlclose(blas);
 }
 

@@ -92,7 +92,7 @@ class CheckpointChoiceTest : public ::testing::Test {
 
   absl::StatusOr<ResumeChoice> Choose(std::vector<CorruptCheckpoint>* corrupt,
                                       int64_t resume_step = -1, bool allow_scratch = false) {
-    return ChooseResumeCheckpoint({dir_, resume_step, allow_scratch}, corrupt);
+    return ChooseResumeCheckpoint({dir_, resume_step, allow_scratch, std::nullopt}, corrupt);
   }
 
   std::string root_, dir_;
@@ -230,7 +230,9 @@ TEST_F(CheckpointChoiceTest, CorruptionSweepDetectsEveryFlippedByte) {
     if (reported && f == 0) {
       EXPECT_EQ(corrupt[0].check, kCheckManifestChecksum) << "flip " << i << " at " << at;
     }
-    if (reported && f == 1) EXPECT_EQ(corrupt[0].check, kCheckCrc32c) << "flip " << i;
+    if (reported && f == 1) {
+      EXPECT_EQ(corrupt[0].check, kCheckCrc32c) << "flip " << i;
+    }
     WriteAll(files[f], originals[f]);
   }
   std::cout << "corruption sweep: " << detected << "/" << kFlips << " flipped bytes detected, "

@@ -1,10 +1,12 @@
 // Checks FusedAdamWCuda against the CPU kernel (fused_adamw.h) and measures
 // its bandwidth. A plain main, not a gtest binary, so that it builds with
 // nvcc alone on a GPU machine:
-//   nvcc -std=c++17 -O3 -arch=sm_90 -I. -I<abseil include dir> \
-//     worker/engine/fused_adamw_cuda_test.cu worker/engine/fused_adamw_cuda.cu \
-//     worker/engine/fused_adamw.cc -Xcompiler -fopenmp,-ffp-contract=off \
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I. -I<abseil include dir>
+//     worker/engine/fused_adamw_cuda_test.cu worker/engine/fused_adamw_cuda.cu
+//     worker/engine/fused_adamw.cc -Xcompiler -fopenmp,-ffp-contract=off
 //     -o fused_adamw_cuda_test
+// (one command line; no trailing backslashes here: they would continue the
+// // comment onto the next line)
 //   ./fused_adamw_cuda_test [bandwidth params, default 100000000; 0 skips]
 // Exit status: 0 all checks passed, 1 a check failed, 77 no CUDA device.
 // Last line: adamw-cuda: <GB/s> GB/s ratio=<x> of same-pattern stream,

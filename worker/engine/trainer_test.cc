@@ -429,7 +429,7 @@ TEST_F(TrainerTest, DiskFullSaveFailsKeepsThePreviousCheckpointAndFollowsThePoli
     std::sort(names.begin(), names.end());
     std::vector<CorruptCheckpoint> corrupt;
     absl::StatusOr<ResumeChoice> choice =
-        ChooseResumeCheckpoint({config.checkpoint_dir, -1, false}, &corrupt);
+        ChooseResumeCheckpoint({config.checkpoint_dir, -1, false, std::nullopt}, &corrupt);
     ASSERT_TRUE(choice.ok()) << choice.status();
     ASSERT_TRUE(choice->checkpoint.has_value());
     EXPECT_TRUE(corrupt.empty());

@@ -181,7 +181,10 @@ double PipelineForwardLoss(ParallelGptImpl& model, c10d::ProcessGroup* pipeline_
 
 void SumTiedEmbeddingGradients(ParallelGptImpl& model, c10d::ProcessGroup* embedding_group) {
   if (embedding_group == nullptr) return;
-  torch::Tensor* wte = model.named_parameters(/*recurse=*/true).find("wte.weight");
+  // The dictionary is held: find() points into it (a temporary here was
+  // read after its end, which ASan found).
+  auto parameters = model.named_parameters(/*recurse=*/true);
+  torch::Tensor* wte = parameters.find("wte.weight");
   TORCH_CHECK(wte != nullptr, "SumTiedEmbeddingGradients on a stage without wte");
   torch::Tensor grad = wte->mutable_grad();
   if (!grad.defined()) grad = wte->mutable_grad() = torch::zeros_like(*wte);
