@@ -329,8 +329,9 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     }
     for (std::string arg : std::vector<std::string>{
         o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address, "--tls",
-        "--tls_ca=" + tls_dir + "/ca.pem", "--tls_cert=" + client_cert->cert_path,
-        "--tls_key=" + client_cert->key_path, "--node=" + node,
+        // The certificate directory, as on Kubernetes (the loom-worker-tls
+        // Secret): the worker picks worker-<node>.pem/.key from it.
+        "--tls_ca=" + tls_dir + "/ca.pem", "--tls_cert_dir=" + tls_dir, "--node=" + node,
         "--address=" + address, absl::StrCat("--slots=", o.slots_per_worker),
         absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
         "--gpus=" + o.gpus_per_worker,

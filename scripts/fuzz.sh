@@ -5,6 +5,7 @@
 # (tests/fuzz/<target>/).
 #   ./scripts/fuzz.sh [SECONDS]   each target for SECONDS (default 60)
 #   ./scripts/fuzz.sh --smoke     each target for 5 s: what CI runs
+#   FUZZ_TARGETS="access jobspec" ./scripts/fuzz.sh 600   only those targets
 # New inputs go to build-fuzz/corpus/<target>/ (the seeds stay as checked
 # in); a crash leaves its input in build-fuzz/artifacts/<target>/ and the
 # script exits 1 (turn it into a regression seed under tests/fuzz/ once
@@ -35,6 +36,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=0
 for seeds in tests/fuzz/*/; do
   name=$(basename "$seeds")
+  if [ -n "${FUZZ_TARGETS:-}" ] && ! grep -qw -- "$name" <<<"$FUZZ_TARGETS"; then continue; fi
   bin="$BUILD/bin/loom_${name}_fuzz"
   corpus="$BUILD/corpus/$name"
   artifacts="$BUILD/artifacts/$name/"

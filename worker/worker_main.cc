@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -39,6 +41,10 @@ ABSL_FLAG(std::string, tls_cert, "",
           "PEM client certificate from the cluster CA, common name 'worker:<node>' (implies "
           "--tls); it identifies this worker as that node");
 ABSL_FLAG(std::string, tls_key, "", "the client certificate's PEM private key");
+ABSL_FLAG(std::string, tls_cert_dir, "",
+          "directory of workers' certificates, as `loomctl ca issue worker NODE --dir DIR` "
+          "writes them (e.g. a mounted Secret): this worker uses DIR/worker-<node>.pem and "
+          ".key, and fails to start when its node has none (instead of --tls_cert/--tls_key)");
 ABSL_FLAG(std::string, node, "", "node name (default: host name)");
 ABSL_FLAG(std::string, address, "127.0.0.1", "address other ranks use to reach this node");
 ABSL_FLAG(std::string, zone, "",
@@ -150,7 +156,28 @@ int main(int argc, char** argv) {
   if (access(opts.rank_binary.c_str(), X_OK) != 0) {
     return Fail(absl::StrCat("rank binary ", opts.rank_binary, " is not executable"));
   }
-  const bool has_cert = !absl::GetFlag(FLAGS_tls_cert).empty();
+  std::string tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  std::string tls_key = absl::GetFlag(FLAGS_tls_key);
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_cert_dir); !dir.empty()) {
+    if (!tls_cert.empty() || !tls_key.empty()) {
+      return Fail("--tls_cert_dir and --tls_cert/--tls_key are alternatives: give one");
+    }
+    // One directory holds every node's pair (a Kubernetes Secret mounted
+    // into every worker pod); the node name picks this worker's.
+    tls_cert = absl::StrCat(dir, "/worker-", opts.node, ".pem");
+    tls_key = absl::StrCat(dir, "/worker-", opts.node, ".key");
+    for (const std::string& f : {tls_cert, tls_key}) {
+      if (access(f.c_str(), R_OK) != 0) {
+        return Fail(absl::StrCat("no certificate for node '", opts.node, "' in ", dir, ": ", f,
+                                 " is not readable (", strerror(errno),
+                                 "); issue one with `loomctl ca issue worker ", opts.node,
+                                 " --dir DIR` and add worker-", opts.node,
+                                 ".pem/.key to the directory (the loom-worker-tls Secret on "
+                                 "Kubernetes)"));
+      }
+    }
+  }
+  const bool has_cert = !tls_cert.empty();
   if (!has_cert || !absl::GetFlag(FLAGS_token_file).empty()) {
     auto token = ReadTokenFile(absl::GetFlag(FLAGS_token_file));
     if (!token.ok()) {
@@ -226,8 +253,7 @@ int main(int argc, char** argv) {
   opts.metrics_address = (*exposer)->address();
 
   auto creds = MakeChannelCredentials(absl::GetFlag(FLAGS_tls) || has_cert,
-                                      absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
-                                      absl::GetFlag(FLAGS_tls_key));
+                                      absl::GetFlag(FLAGS_tls_ca), tls_cert, tls_key);
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
   // Reconnect within a second of the controller coming back (gRPC's default
   // backoff grows past 10 s, longer than the lease: a restarted controller

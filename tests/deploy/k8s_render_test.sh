@@ -46,6 +46,13 @@ for o in "${overlays[@]}"; do
   # Spec data paths are confined to the workers' data volume (issue 13).
   grep -q -- '--data_root=/data' "$f" || fail "overlay $o: the controller confines no data paths"
   grep -q 'mountPath: /data$' "$f" || fail "overlay $o: workers do not mount the data volume at /data"
+  # TLS everywhere, and workers prove their node with certificates: no
+  # token for workers, no plaintext (issue 13).
+  grep -q -- '--tls_cert_dir=/etc/loom/worker-tls' "$f" || fail "overlay $o: workers hold no certificates"
+  grep -q 'secretName: loom-worker-tls' "$f" || fail "overlay $o: no loom-worker-tls Secret"
+  grep -q -- '--tls_client_ca=/etc/loom/tls/ca.pem' "$f" || fail "overlay $o: the controller verifies no client certificates"
+  grep -qE -- '--(worker_)?token_file|loom-token|--allow_plaintext' "$f" &&
+    fail "overlay $o: a workers' token or plaintext is back: $(grep -nE -- '--(worker_)?token_file|loom-token|--allow_plaintext' "$f")"
 done
 grep -q 'nvidia.com/gpu: "8"' "$tmp/gpu.yaml" || fail "gpu overlay requests no nvidia.com/gpu"
 grep -q '^kind: ServiceMonitor$' "$tmp/gpu.yaml" || fail "gpu overlay has no ServiceMonitor"

@@ -7,9 +7,13 @@
 //    networking the pods reach each other on 127.0.0.1 instead of Services;
 //  * a StatefulSet becomes one Pod per replica (podman 4.3 has no
 //    StatefulSet), named NAME-0, NAME-1, ... as Kubernetes names them;
-//  * PersistentVolumeClaims and the token Secret become hostPath volumes
-//    under the test's directory; the data volume is mounted at its host path
-//    so the job spec's absolute data paths mean the same inside and out;
+//  * PersistentVolumeClaims and Secrets become hostPath volumes under the
+//    test's directory (a Secret NAME is the directory secretDir/NAME, which
+//    the test fills as Kubernetes would mount it: group 10001, mode 0440; a
+//    volume that selects some of a Secret's keys with `items` gets a
+//    directory of its own holding only those, so a pod sees what it would
+//    see on Kubernetes and no more); the data volume is mounted at its host
+//    path so the job spec's absolute data paths mean the same inside and out;
 //  * ports (gRPC, metrics, the workers' health service) are remapped to free
 //    loopback ports (host networking: every container shares the host's
 //    ports), given as flags after --flagfile so they override the
@@ -49,8 +53,23 @@ function hostVolumes(spec, podName) {
       return { name: v.name, hostPath: { path: dir, type: 'Directory' } };
     }
     if (v.secret) {
-      note(`${podName}: Secret ${v.secret.secretName} -> hostPath ${p.secretDir} (mode 0440, group 10001)`);
-      return { name: v.name, hostPath: { path: p.secretDir, type: 'Directory' } };
+      const whole = path.join(p.secretDir, v.secret.secretName);
+      if (!fs.existsSync(whole)) throw new Error(`no directory ${whole} for Secret ${v.secret.secretName}`);
+      let dir = whole;
+      if (v.secret.items) {
+        dir = path.join(p.secretDir, `${v.secret.secretName}.${podName}.${v.name}`);
+        fs.mkdirSync(dir, { recursive: true });
+        for (const item of v.secret.items) {
+          const from = path.join(whole, item.key);
+          const to = path.join(dir, item.path);
+          fs.copyFileSync(from, to);
+          const st = fs.statSync(from);
+          fs.chownSync(to, st.uid, st.gid);
+          fs.chmodSync(to, st.mode & 0o777);
+        }
+      }
+      note(`${podName}: Secret ${v.secret.secretName}${v.secret.items ? ` (items ${v.secret.items.map((i) => i.key).join(', ')})` : ''} -> hostPath ${dir} (mode 0440, group 10001)`);
+      return { name: v.name, hostPath: { path: dir, type: 'Directory' } };
     }
     if (v.emptyDir) {
       const unique = `${podName}-${v.name}`;

@@ -6,8 +6,10 @@
 # workers come up, loomctl on the host submits a tiny data-parallel job, it
 # ends SUCCEEDED with checkpoints on the shared volume (the controller's
 # --checkpoint_root), and tear-down leaves no container, pod or volume behind.
-# The containers read the token straight from the Secret's files (root:10001,
-# mode 0440, as Kubernetes mounts them with fsGroup); the workers report the
+# The containers read the Secrets straight from their files (root:10001,
+# mode 0440, as Kubernetes mounts them with fsGroup). No token exists for
+# workers: each proves its node with its certificate from loom-worker-tls
+# (worker-<node>.pem/.key) and sees no other Secret's keys; the workers report the
 # zone and rack the downward API gives them and answer grpc.health.v1 with
 # SERVING once registered.
 source "$(dirname "$0")/lib.sh"
@@ -27,23 +29,29 @@ teardown() {
 }
 trap 'teardown; rm -rf "$T"' EXIT
 
-mkdir -p "$T"/{controller-data,checkpoints,data,secret}
+mkdir -p "$T"/{controller-data,checkpoints,data} "$T"/secret/{loom-users,loom-tls,loom-worker-tls}
 chown 10001:10001 "$T/controller-data" "$T/checkpoints"
-# The Secret as Kubernetes mounts it with fsGroup 10001: group-readable.
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/secret/token"
-chgrp 10001 "$T/secret/token"
-chmod 0440 "$T/secret/token"
+# The Secrets as Kubernetes mounts them with fsGroup 10001: group-readable.
 # loom-users: "ops", an admin, whose token loomctl on the host holds.
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/host-token"
 chmod 0600 "$T/host-token"
-printf 'ops admin sha256:%s\n' "$(tr -d '\n' < "$T/host-token" | sha256sum | cut -d' ' -f1)" > "$T/secret/users"
-chgrp 10001 "$T/secret/users"
-chmod 0440 "$T/secret/users"
+printf 'ops admin sha256:%s\n' "$(tr -d '\n' < "$T/host-token" | sha256sum | cut -d' ' -f1)" > "$T/secret/loom-users/users"
+chgrp 10001 "$T/secret/loom-users/users"
+chmod 0440 "$T/secret/loom-users/users"
 # loom-tls: the cluster CA and the controller's certificate, for the
 # address the workers and loomctl dial here.
 "$LOOM_BIN_DIR/loomctl" ca issue server controller --dir "$T/tls" --host 127.0.0.1 \
   --host loom-controller > /dev/null
-for f in ca.pem controller.pem controller.key; do install -m 0440 -g 10001 "$T/tls/$f" "$T/secret/$f"; done
+for f in ca.pem controller.pem controller.key; do install -m 0440 -g 10001 "$T/tls/$f" "$T/secret/loom-tls/$f"; done
+# loom-worker-tls: one certificate per node, as README "Deploy on
+# Kubernetes" issues them (the converted pods' spec.nodeName is the pod's
+# name).
+for n in loom-worker-0 loom-worker-1; do
+  "$LOOM_BIN_DIR/loomctl" ca issue worker "$n" --dir "$T/tls" > /dev/null
+  for ext in pem key; do
+    install -m 0440 -g 10001 "$T/tls/worker-$n.$ext" "$T/secret/loom-worker-tls/worker-$n.$ext"
+  done
+done
 "$LOOM_BIN_DIR/loomctl" data prepare --input /usr/share/games/fortunes/fortunes \
   /usr/share/games/fortunes/literature --out "$T/data" --val-fraction 0.1 > /dev/null
 chmod -R a+rX "$T/data"
@@ -95,6 +103,14 @@ done
 say "controller and both workers up, non-root, read-only root filesystems"
 [ -z "$(podman ps -a --format '{{.Names}}' | grep -E 'loom-(controller|worker)-.*-token$' || true)" ] ||
   fail "an init container copies the token; the daemons should read the Secret directly"
+# What a worker pod can read of the Secrets: the CA certificate and the
+# workers' certificates, never a key of loom-tls or the users file.
+seen=$(podman exec loom-worker-0-worker sh -c 'ls /etc/loom/tls /etc/loom/worker-tls' | tr '\n' ' ')
+for f in controller.key ca.key users token; do
+  grep -qw "$f" <<<"$seen" && fail "a worker pod sees $f: $seen"
+done
+grep -q 'worker-loom-worker-0.key' <<<"$seen" || fail "loom-worker-0 lacks its certificate: $seen"
+say "worker pods hold the CA certificate and the workers' certificates only (no token exists): $seen"
 
 cat > "$T/tiny.yaml" << YAML
 name: tiny
