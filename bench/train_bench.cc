@@ -413,12 +413,8 @@ int main(int argc, char** argv) {
     return loom::telemetry::MeasureGemmFlopsPerSecond(kSgemmSize, kSgemmRepeats);
   };
   if (!turns.enabled()) sgemm_before = measure_sgemm();
-  loom::telemetry::GptShape shape;
-  shape.n_layer = config.model.n_layer;
-  shape.d_model = config.model.d_model;
-  shape.seq_len = config.model.seq_len;
-  shape.vocab_size = config.model.vocab_size;
-  const double flops_per_token = loom::telemetry::ModelFlopsPerToken(shape);
+  const double flops_per_token =
+      loom::telemetry::ModelFlopsPerToken(loom::engine::ShapeOf(config.model));
   std::printf("model: %lld parameters, %.1f MFLOP per token (6*N_matmul + attention), "
               "%lld tokens per step\n",
               static_cast<long long>(loom::engine::GptParameterCount(config.model)),

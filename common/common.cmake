@@ -18,3 +18,17 @@ loom_library(loom_prune_log SRCS prune_log.cc DEPS loom_file_util absl::strings)
 loom_test(loom_prune_log_test SRCS prune_log_test.cc DEPS loom_prune_log)
 loom_library(loom_health SRCS health_service.cc DEPS loom_grpc)
 loom_test(loom_health_test SRCS health_service_test.cc DEPS loom_health)
+# The shape of a decoder-only transformer, its parameters and FLOPs: one
+# description for the planner, the engine and the telemetry.
+loom_library(loom_model_shape SRCS model_shape.cc DEPS absl::status absl::strings)
+# Tokenizers of prepared data: byte-level and SentencePiece BPE.
+# SentencePiece runs in its own process, loom-sentencepiece, linked with
+# nothing but it (its copy of protobuf's symbols crashes any process that
+# also loads libprotobuf: see sentencepiece_bridge.h).
+add_executable(loom-sentencepiece sentencepiece_main.cc)
+target_link_libraries(loom-sentencepiece PRIVATE ${SENTENCEPIECE_TRAIN_LIBRARY}
+  ${SENTENCEPIECE_LIBRARY})
+loom_library(loom_tokenizer SRCS tokenizer.cc sentencepiece_bridge.cc
+  DEPS absl::status absl::statusor absl::strings Threads::Threads)
+add_dependencies(loom_tokenizer loom-sentencepiece)
+loom_test(loom_tokenizer_test SRCS tokenizer_test.cc DEPS loom_tokenizer loom_file_util)

@@ -667,42 +667,128 @@ absl::Status ValidateSkipBatches(
   return absl::OkStatus();
 }
 
+std::string ModelPath(const v1::ModelSpec& model) {
+  return model.has_llama() ? "model.llama" : "model.gpt";
+}
+
+v1::GptModel EffectiveDecoder(const v1::ModelSpec& model) {
+  const bool llama = model.has_llama();
+  v1::GptModel m = llama ? model.llama() : model.gpt();
+  if (m.n_kv_head() == 0) m.set_n_kv_head(m.n_head());
+  v1::GptMlp* mlp = m.mutable_mlp();
+  if (!mlp->has_gated()) mlp->set_gated(llama);
+  if (!mlp->has_hidden()) {
+    const int64_t d = m.d_model();
+    // SwiGLU's three matrices of 8d/3 hold as many parameters as GELU's two
+    // of 4d (Shazeer 2020); Llama rounds the width up (to 256, here 64 so
+    // that small models stay small).
+    const int64_t hidden = llama ? (8 * d / 3 + 63) / 64 * 64 : 4 * d;
+    mlp->set_hidden(static_cast<int32_t>(std::min<int64_t>(hidden, INT32_MAX)));
+  }
+  if (m.norm() == v1::GptModel::NORM_UNSPECIFIED) {
+    m.set_norm(llama ? v1::GptModel::RMSNORM : v1::GptModel::LAYERNORM);
+  }
+  if (!m.has_untied_embeddings()) m.set_untied_embeddings(llama);
+  if (m.positions() == v1::GptModel::POSITIONS_UNSPECIFIED) {
+    m.set_positions(llama ? v1::GptModel::ROTARY : v1::GptModel::LEARNED);
+  }
+  if (!m.has_bias()) m.set_bias(!llama);
+  if (m.rope_theta() == 0) m.set_rope_theta(10000);
+  if (m.norm_eps() == 0) m.set_norm_eps(1e-5);
+  return m;
+}
+
+bool IsGpt2Shape(const v1::GptModel& m) {
+  return (m.n_kv_head() == 0 || m.n_kv_head() == m.n_head()) && !m.mlp().gated() &&
+         (!m.mlp().has_hidden() || int64_t{m.mlp().hidden()} == 4 * int64_t{m.d_model()}) &&
+         m.norm() != v1::GptModel::RMSNORM && !m.untied_embeddings() &&
+         m.positions() != v1::GptModel::ROTARY && (!m.has_bias() || m.bias()) &&
+         (m.norm_eps() == 0 || m.norm_eps() == 1e-5);
+}
+
+std::string DescribeDecoder(const v1::GptModel& m) {
+  std::vector<std::string> parts;
+  if (m.n_kv_head() != 0 && m.n_kv_head() != m.n_head()) {
+    parts.push_back(absl::StrCat("grouped-query attention, ", m.n_kv_head(), " key/value heads"));
+  }
+  if (m.mlp().gated()) parts.push_back("SwiGLU MLP");
+  if (m.mlp().has_hidden() && int64_t{m.mlp().hidden()} != 4 * int64_t{m.d_model()}) {
+    parts.push_back(absl::StrCat("MLP width ", m.mlp().hidden()));
+  }
+  if (m.norm() == v1::GptModel::RMSNORM) parts.push_back("RMSNorm");
+  if (m.positions() == v1::GptModel::ROTARY) parts.push_back("rotary positions");
+  if (m.has_bias() && !m.bias()) parts.push_back("no biases");
+  if (m.untied_embeddings()) parts.push_back("untied embeddings");
+  if (parts.empty()) return "GPT-2 shape";
+  return absl::StrJoin(parts, ", ");
+}
+
+ModelShape ModelShapeOf(const v1::ModelSpec& model) {
+  const v1::GptModel m = EffectiveDecoder(model);
+  ModelShape shape;
+  shape.name = model.has_llama() ? "llama" : "gpt";
+  shape.n_layer = m.n_layer();
+  shape.d_model = m.d_model();
+  shape.n_head = m.n_head();
+  shape.n_kv_head = m.n_kv_head();
+  shape.ffn_hidden = m.mlp().hidden();
+  shape.vocab_size = m.vocab_size();
+  shape.seq_len = m.seq_len();
+  shape.gated_mlp = m.mlp().gated();
+  shape.bias = m.bias();
+  shape.rms_norm = m.norm() == v1::GptModel::RMSNORM;
+  shape.learned_position_embedding = m.positions() != v1::GptModel::ROTARY;
+  shape.tied_embeddings = !m.untied_embeddings();
+  return shape;
+}
+
 namespace {
 
 absl::Status ValidateModel(const v1::ModelSpec& model) {
-  if (!model.has_gpt()) {
-    return FieldError("model.gpt", "required (the only architecture so far)");
+  if (!model.has_gpt() && !model.has_llama()) {
+    return FieldError("model", "required: model.gpt (GPT-2 family) or model.llama (Llama family)");
   }
-  const v1::GptModel& gpt = model.gpt();
-  RETURN_IF_ERROR(CheckInRange("model.gpt.n_layer", gpt.n_layer(), 1, kMaxLayers));
-  RETURN_IF_ERROR(CheckInRange("model.gpt.n_head", gpt.n_head(), 1, kMaxHeads));
-  RETURN_IF_ERROR(CheckInRange("model.gpt.d_model", gpt.d_model(), 1, kMaxWidth));
+  const std::string at = ModelPath(model);
+  const v1::GptModel& gpt = model.has_gpt() ? model.gpt() : model.llama();
+  RETURN_IF_ERROR(CheckInRange(at + ".n_layer", gpt.n_layer(), 1, kMaxLayers));
+  RETURN_IF_ERROR(CheckInRange(at + ".n_head", gpt.n_head(), 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckInRange(at + ".d_model", gpt.d_model(), 1, kMaxWidth));
   if (gpt.d_model() % gpt.n_head() != 0) {
-    return FieldError(
-        "model.gpt.n_head",
-        absl::StrCat(gpt.n_head(), " does not divide model.gpt.d_model ",
-                     gpt.d_model()));
+    return FieldError(at + ".n_head", absl::StrCat(gpt.n_head(), " does not divide ", at,
+                                                   ".d_model ", gpt.d_model()));
   }
-  RETURN_IF_ERROR(CheckInRange("model.gpt.seq_len", gpt.seq_len(), 1, 65536));
+  RETURN_IF_ERROR(CheckInRange(at + ".seq_len", gpt.seq_len(), 1, 65536));
   // Larger than the token shards hold is UNIMPLEMENTED (ValidateSupported),
   // so that `loomctl plan` can still plan a 128K-token vocabulary.
-  RETURN_IF_ERROR(CheckInRange("model.gpt.vocab_size", gpt.vocab_size(), 1, kMaxVocab));
-  RETURN_IF_ERROR(CheckUnitOpen("model.gpt.dropout", gpt.dropout()));
-  // Model family (issue 11): shape rules here; that the engine runs only
-  // the GPT-2 shape is ValidateSupported()'s business.
-  RETURN_IF_ERROR(CheckInRange("model.gpt.n_kv_head", gpt.n_kv_head(), 0, gpt.n_head()));
+  RETURN_IF_ERROR(CheckInRange(at + ".vocab_size", gpt.vocab_size(), 1, kMaxVocab));
+  RETURN_IF_ERROR(CheckUnitOpen(at + ".dropout", gpt.dropout()));
+  // Model family (issue 11): shape rules here; which shapes the engine runs
+  // under which layouts is ValidateSupported()'s business.
+  RETURN_IF_ERROR(CheckInRange(at + ".n_kv_head", gpt.n_kv_head(), 0, gpt.n_head()));
   if (gpt.n_kv_head() > 0 && gpt.n_head() % gpt.n_kv_head() != 0) {
     return FieldError(
-        "model.gpt.n_kv_head",
-        absl::StrCat(gpt.n_kv_head(), " does not divide model.gpt.n_head ", gpt.n_head(),
+        at + ".n_kv_head",
+        absl::StrCat(gpt.n_kv_head(), " does not divide ", at, ".n_head ", gpt.n_head(),
                      ": each key/value head serves a whole group of query heads"));
   }
   if (gpt.mlp().has_hidden()) {
-    RETURN_IF_ERROR(CheckInRange("model.gpt.mlp.hidden", gpt.mlp().hidden(), 1, 16 * kMaxWidth));
+    RETURN_IF_ERROR(CheckInRange(at + ".mlp.hidden", gpt.mlp().hidden(), 1, 16 * kMaxWidth));
   }
   if (!v1::GptModel::Norm_IsValid(gpt.norm())) {
-    return FieldError("model.gpt.norm", absl::StrCat("unknown value ", gpt.norm()));
+    return FieldError(at + ".norm", absl::StrCat("unknown value ", gpt.norm()));
   }
+  if (!v1::GptModel::Positions_IsValid(gpt.positions())) {
+    return FieldError(at + ".positions", absl::StrCat("unknown value ", gpt.positions()));
+  }
+  const v1::GptModel effective = EffectiveDecoder(model);
+  if (effective.positions() == v1::GptModel::ROTARY && (gpt.d_model() / gpt.n_head()) % 2 != 0) {
+    return FieldError(at + ".positions",
+                      absl::StrCat("rotary embeddings rotate pairs of a head's dimensions, and ",
+                                   at, ".d_model / n_head = ", gpt.d_model() / gpt.n_head(),
+                                   " is odd"));
+  }
+  RETURN_IF_ERROR(CheckDefaultOrInRange(at + ".rope_theta", gpt.rope_theta(), 1.0, 1e9));
+  RETURN_IF_ERROR(CheckDefaultOrInRange(at + ".norm_eps", gpt.norm_eps(), 1e-12, 0.1));
   return absl::OkStatus();
 }
 
@@ -836,7 +922,7 @@ absl::Status ValidateParallelism(const JobSpec& spec) {
         int64_t{parallelism.data()} * spec.batch().micro_batch();
     const int64_t micro_batches =
         replicas_x_micro > 0 ? spec.batch().global_batch() / replicas_x_micro : 0;
-    if (absl::Status v = CheckInterleaving(spec.model().gpt().n_layer(),
+    if (absl::Status v = CheckInterleaving(EffectiveDecoder(spec.model()).n_layer(),
                                            parallelism.pipeline(),
                                            parallelism.virtual_stages(), micro_batches);
         !v.ok()) {
@@ -866,11 +952,12 @@ absl::Status ValidateParallelism(const JobSpec& spec) {
 // layout_engine.h).
 absl::Status ValidateSupported(const JobSpec& spec) {
   const v1::ParallelismSpec& parallelism = spec.parallelism();
-  const v1::GptModel& gpt = spec.model().gpt();
+  const v1::GptModel gpt = EffectiveDecoder(spec.model());
+  const std::string at = ModelPath(spec.model());
   // Token shards store ids as uint16 (llm.c's format).
   if (gpt.vocab_size() > 65536) {
     return absl::UnimplementedError(absl::StrCat(
-        "model.gpt.vocab_size: ", gpt.vocab_size(),
+        at, ".vocab_size: ", gpt.vocab_size(),
         " tokens do not fit the token shards' 16-bit ids, so jobs train vocabularies of at most "
         "65536; `loomctl plan` plans larger ones"));
   }
@@ -898,25 +985,25 @@ absl::Status ValidateSupported(const JobSpec& spec) {
   if (parallelism.tensor() > 1) {
     if (gpt.n_head() % parallelism.tensor() != 0) {
       return FieldError("parallelism.tensor",
-                        absl::StrCat(parallelism.tensor(), " does not divide model.gpt.n_head (",
+                        absl::StrCat(parallelism.tensor(), " does not divide ", at, ".n_head (",
                                      gpt.n_head(),
                                      "): attention heads are split across the tensor group"));
     }
     if (gpt.vocab_size() < parallelism.tensor()) {
       return FieldError("parallelism.tensor",
-                        absl::StrCat(parallelism.tensor(), " exceeds model.gpt.vocab_size (",
+                        absl::StrCat(parallelism.tensor(), " exceeds ", at, ".vocab_size (",
                                      gpt.vocab_size(), ")"));
     }
     if (gpt.dropout() != 0) {
       return absl::UnimplementedError(absl::StrCat(
-          "model.gpt.dropout: dropout (", gpt.dropout(),
+          at, ".dropout: dropout (", gpt.dropout(),
           ") under tensor parallelism is not executable yet; set it to 0, or use "
           "parallelism.tensor: 1"));
     }
   }
   if (parallelism.pipeline() > 1 && parallelism.pipeline() > gpt.n_layer()) {
     return FieldError("parallelism.pipeline",
-                      absl::StrCat(parallelism.pipeline(), " exceeds model.gpt.n_layer (",
+                      absl::StrCat(parallelism.pipeline(), " exceeds ", at, ".n_layer (",
                                    gpt.n_layer(), "): every stage needs at least one block"));
   }
   const bool layout = parallelism.tensor() > 1 || parallelism.pipeline() > 1 ||
@@ -926,30 +1013,15 @@ absl::Status ValidateSupported(const JobSpec& spec) {
         "resources.gpus_per_rank: tensor, pipeline and ZeRO layouts run on CPU ranks in this "
         "version; GPU ranks run data parallelism");
   }
-  // The engine builds the GPT-2 block only (worker/engine/gpt.cc); other
-  // members of the family reach the planner but do not train yet.
-  constexpr char kPlanOnly[] = " is planned but not executable yet: the engine runs the GPT-2 "
-                               "shape only; `loomctl plan` plans with it";
-  if (gpt.n_kv_head() != 0 && gpt.n_kv_head() != gpt.n_head()) {
+  // The data-parallel engine builds every member of the family
+  // (worker/engine/gpt.cc); the tensor/pipeline/ZeRO engine
+  // (worker/engine/parallel/) the GPT-2 shape only.
+  if (layout && !IsGpt2Shape(gpt)) {
     return absl::UnimplementedError(absl::StrCat(
-        "model.gpt.n_kv_head: grouped-query attention (", gpt.n_kv_head(), " key/value heads for ",
-        gpt.n_head(), " query heads)", kPlanOnly, "; use 0 (= n_head)"));
-  }
-  if (gpt.mlp().gated()) {
-    return absl::UnimplementedError(
-        absl::StrCat("model.gpt.mlp.gated: a gated (SwiGLU) MLP", kPlanOnly));
-  }
-  if (gpt.mlp().has_hidden() && int64_t{gpt.mlp().hidden()} != 4 * int64_t{gpt.d_model()}) {
-    return absl::UnimplementedError(absl::StrCat(
-        "model.gpt.mlp.hidden: an MLP width of ", gpt.mlp().hidden(), " (not 4 x d_model = ",
-        4 * int64_t{gpt.d_model()}, ")", kPlanOnly));
-  }
-  if (gpt.norm() == v1::GptModel::RMSNORM) {
-    return absl::UnimplementedError(absl::StrCat("model.gpt.norm: RMSNorm", kPlanOnly));
-  }
-  if (gpt.untied_embeddings()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "model.gpt.untied_embeddings: a separate output matrix", kPlanOnly));
+        at, ": this model (", DescribeDecoder(gpt),
+        ") trains under data parallelism; tensor, pipeline and ZeRO layouts run the GPT-2 shape "
+        "only in this version: set parallelism.tensor and .pipeline to 1 and zero_stage to 0 "
+        "(`loomctl plan` plans every layout of it)"));
   }
   // BF16 runs on the CPU workers (autocast, fp32 master weights); FP16
   // needs dynamic loss scaling and GPU workers, which Loom has not yet.
@@ -1029,6 +1101,11 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
 }
 
 void ApplyJobSpecDefaults(JobSpec* spec) {
+  // A Llama-family model is stored with its defaults explicit, so the job
+  // record (and `loomctl validate -o json`) shows what trains.
+  if (spec->model().has_llama()) {
+    *spec->mutable_model()->mutable_llama() = EffectiveDecoder(spec->model());
+  }
   if (spec->optimizer().has_adamw()) {
     v1::AdamW* adamw = spec->mutable_optimizer()->mutable_adamw();
     if (adamw->beta1() == 0) adamw->set_beta1(0.9);
@@ -1103,10 +1180,10 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                      "(every ceil(sqrt(n_layer))-th block), got ",
                      spec.activation_checkpointing()));
   }
-  if (spec.activation_checkpointing() > spec.model().gpt().n_layer()) {
+  if (spec.activation_checkpointing() > EffectiveDecoder(spec.model()).n_layer()) {
     return FieldError("activation_checkpointing",
                       absl::StrCat("every k-th block with k = ", spec.activation_checkpointing(),
-                                   " > model.gpt.n_layer (", spec.model().gpt().n_layer(),
+                                   " > ", ModelPath(spec.model()), ".n_layer (", EffectiveDecoder(spec.model()).n_layer(),
                                    ") checkpoints nothing; use 0 for off"));
   }
   RETURN_IF_ERROR(CheckInRange<int64_t>("checkpoint.interval_steps",

@@ -2,6 +2,6 @@
 loom_library(loom_yaml_util SRCS yaml_util.cc DEPS yaml-cpp)
 loom_test(loom_yaml_util_test SRCS yaml_util_test.cc DEPS loom_yaml_util)
 loom_library(loom_jobspec SRCS jobspec.cc
-  DEPS loom_proto loom_common loom_parallel_layout loom_yaml_util yaml-cpp absl::status absl::statusor
+  DEPS loom_proto loom_common loom_model_shape loom_parallel_layout loom_yaml_util yaml-cpp absl::status absl::statusor
        absl::strings absl::str_format absl::flat_hash_map)
 loom_test(loom_jobspec_test SRCS jobspec_test.cc DEPS loom_jobspec)

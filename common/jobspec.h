@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/model_shape.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom {
@@ -113,10 +114,11 @@ void ApplyJobSpecDefaults(loom::v1::JobSpec* spec);
 // checkpoint (all INVALID_ARGUMENT), then the features that a valid spec may
 // ask for but Loom cannot run yet (UNIMPLEMENTED): ZeRO-3, sequence
 // parallelism, interleaved pipelines (virtual_stages > 1), dropout under
-// tensor parallelism, tensor/pipeline/ZeRO layouts on GPU ranks, models
-// other than the GPT-2 shape (grouped-query attention, a gated or resized
-// MLP, RMSNorm, untied embeddings), and FP16 precision (it needs GPU
-// workers). The planner accepts all of these (`loomctl plan`, the Plan RPC
+// tensor parallelism, tensor/pipeline/ZeRO layouts on GPU ranks, and for
+// models other than the GPT-2 shape (the Llama family: grouped-query
+// attention, a gated or resized MLP, RMSNorm, rotary positions, no biases,
+// untied embeddings) any layout but data parallelism, and FP16 precision
+// (it needs GPU workers). The planner accepts all of these (`loomctl plan`, the Plan RPC
 // let UNIMPLEMENTED through); their malformed values (n_kv_head not
 // dividing n_head, mlp.hidden < 1, sequence_parallel without tensor > 1,
 // an interleaving the layers or micro-batches do not allow) are
@@ -147,6 +149,27 @@ absl::Status ValidateJobSpec(const loom::v1::JobSpec& spec);
 absl::Status ValidateSkipBatches(
     const google::protobuf::RepeatedPtrField<loom::v1::SkipRange>& ranges,
     absl::string_view path);
+
+// "model.gpt" or "model.llama": the model arm the spec sets (model.gpt when
+// neither), for field paths in messages.
+std::string ModelPath(const loom::v1::ModelSpec& model);
+
+// The decoder the spec describes, model.gpt or model.llama, with the arm's
+// defaults made explicit (loom.v1.GptModel): n_kv_head, mlp.gated,
+// mlp.hidden, norm, untied_embeddings, positions, bias, rope_theta and
+// norm_eps are all set. Idempotent. The engine, the planner and the
+// telemetry read the model through it (and ModelShapeOf).
+loom::v1::GptModel EffectiveDecoder(const loom::v1::ModelSpec& model);
+
+// True when `model` (effective or not) is GPT-2's shape: what the tensor,
+// pipeline and ZeRO engine builds.
+bool IsGpt2Shape(const loom::v1::GptModel& model);
+
+// "SwiGLU MLP, RMSNorm, rotary positions, ..." for messages; "GPT-2 shape".
+std::string DescribeDecoder(const loom::v1::GptModel& model);
+
+// The spec's model as the shared shape (common/model_shape.h).
+ModelShape ModelShapeOf(const loom::v1::ModelSpec& model);
 
 // Pretty-printed JSON for display (loomctl): proto field names, enums by name,
 // scalar fields printed even when zero (after ApplyJobSpecDefaults() a zero

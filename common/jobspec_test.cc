@@ -341,7 +341,7 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        [](JobSpec* s) { s->set_name(std::string(64, 'a')); }, kInvalid,
        "name: "},
       {"no model", [](JobSpec* s) { s->clear_model(); }, kInvalid,
-       "model.gpt: required"},
+       "model: required: model.gpt (GPT-2 family) or model.llama (Llama family)"},
       {"no layers",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_layer(0); },
        kInvalid, "model.gpt.n_layer: must be in [1, 1024], got 0"},
@@ -582,30 +582,81 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
       {"n_kv_head not dividing n_head",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(3); }, kInvalid,
        "model.gpt.n_kv_head: 3 does not divide model.gpt.n_head 4"},
-      {"grouped-query attention",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(2); }, kUnimplemented,
-       "model.gpt.n_kv_head: grouped-query attention (2 key/value heads for 4 query heads) is "
-       "planned but not executable yet"},
+      // The Llama family's knobs train under data parallelism; under a
+      // tensor, pipeline or ZeRO layout they are UNIMPLEMENTED.
+      {"grouped-query attention under ZeRO-1",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_n_kv_head(2);
+         s->mutable_parallelism()->set_zero_stage(1);
+       },
+       kUnimplemented,
+       "model.gpt: this model (grouped-query attention, 2 key/value heads) trains under data "
+       "parallelism"},
       {"MLP hidden 0",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(0); },
        kInvalid, "model.gpt.mlp.hidden: must be in [1, 1048576], got 0"},
-      {"MLP hidden not 4 x d_model",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(384); },
-       kUnimplemented, "model.gpt.mlp.hidden: an MLP width of 384 (not 4 x d_model = 512)"},
-      {"gated MLP",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_gated(true); },
-       kUnimplemented, "model.gpt.mlp.gated: a gated (SwiGLU) MLP is planned"},
-      {"RMSNorm",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_norm(v1::GptModel::RMSNORM); },
-       kUnimplemented, "model.gpt.norm: RMSNorm is planned but not executable yet"},
+      {"MLP width under ZeRO-1",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(384);
+         s->mutable_parallelism()->set_zero_stage(1);
+       },
+       kUnimplemented, "model.gpt: this model (MLP width 384) trains under data parallelism"},
+      {"gated MLP under ZeRO-1",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->mutable_mlp()->set_gated(true);
+         s->mutable_parallelism()->set_zero_stage(1);
+       },
+       kUnimplemented, "model.gpt: this model (SwiGLU MLP) trains under data parallelism"},
+      {"RMSNorm under ZeRO-1",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_norm(v1::GptModel::RMSNORM);
+         s->mutable_parallelism()->set_zero_stage(1);
+       },
+       kUnimplemented, "model.gpt: this model (RMSNorm) trains under data parallelism"},
       {"unknown norm",
        [](JobSpec* s) {
          s->mutable_model()->mutable_gpt()->set_norm(static_cast<v1::GptModel::Norm>(7));
        },
        kInvalid, "model.gpt.norm: unknown value 7"},
-      {"untied embeddings",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_untied_embeddings(true); },
-       kUnimplemented, "model.gpt.untied_embeddings: a separate output matrix is planned"},
+      {"unknown positions",
+       [](JobSpec* s) {
+         const v1::GptModel gpt = s->model().gpt();  // mutable_llama() clears the gpt arm
+         *s->mutable_model()->mutable_llama() = gpt;
+         s->mutable_model()->mutable_llama()->set_positions(
+             static_cast<v1::GptModel::Positions>(9));
+       },
+       kInvalid, "model.llama.positions: unknown value 9"},
+      {"untied embeddings under ZeRO-1",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_untied_embeddings(true);
+         s->mutable_parallelism()->set_zero_stage(1);
+       },
+       kUnimplemented, "model.gpt: this model (untied embeddings) trains under data parallelism"},
+      {"a Llama under tensor parallelism",
+       [](JobSpec* s) {
+         const v1::GptModel gpt = s->model().gpt();  // mutable_llama() clears the gpt arm
+         *s->mutable_model()->mutable_llama() = gpt;
+         s->mutable_model()->mutable_llama()->set_dropout(0);
+         s->mutable_parallelism()->set_tensor(2);
+         s->mutable_resources()->set_ranks(2);
+       },
+       kUnimplemented,
+       "model.llama: this model (SwiGLU MLP, MLP width 384, RMSNorm, rotary positions, no "
+       "biases, untied embeddings) trains under data parallelism"},
+      {"a Llama's range errors name model.llama",
+       [](JobSpec* s) {
+         const v1::GptModel gpt = s->model().gpt();  // mutable_llama() clears the gpt arm
+         *s->mutable_model()->mutable_llama() = gpt;
+         s->mutable_model()->mutable_llama()->set_n_layer(0);
+       },
+       kInvalid, "model.llama.n_layer: must be in [1, "},
+      {"rope_theta out of range",
+       [](JobSpec* s) {
+         const v1::GptModel gpt = s->model().gpt();  // mutable_llama() clears the gpt arm
+         *s->mutable_model()->mutable_llama() = gpt;
+         s->mutable_model()->mutable_llama()->set_rope_theta(-5);
+       },
+       kInvalid, "model.llama.rope_theta: "},
       {"malformed family value beats unimplemented family value",
        [](JobSpec* s) {
          s->mutable_model()->mutable_gpt()->set_norm(v1::GptModel::RMSNORM);
@@ -857,7 +908,8 @@ TEST(ValidateJobSpecTest, ModelFamilyFieldsParseAndGpt2ValuesAreAccepted) {
   EXPECT_EQ(gpt.norm(), v1::GptModel::RMSNORM);
   EXPECT_TRUE(gpt.untied_embeddings());
   ApplyJobSpecDefaults(&spec);
-  EXPECT_EQ(ValidateJobSpec(spec).code(), absl::StatusCode::kUnimplemented);
+  // The Llama family's knobs train under data parallelism (issue 14).
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 
   JobSpec gpt2 = MustParse(kGoodYaml);
   auto* g = gpt2.mutable_model()->mutable_gpt();
@@ -964,6 +1016,75 @@ TEST_F(LoadJobSpecFileTest, ParseErrorsKeepTheFieldPath) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(spec.status().message()),
               StartsWith("batch.micro: unknown field"));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// model.llama: the Llama family's defaults, made explicit at submit.
+TEST(LlamaSpecTest, LlamaDefaultsAreExplicitAfterDefaultsAndTrainUnderDataParallelism) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"yaml(
+name: llama-tiny
+model:
+  llama: {n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 96, seq_len: 64, vocab_size: 512}
+data: {train: [x.bin]}
+optimizer: {adamw: {lr: 0.001}}
+schedule: {total_steps: 10}
+batch: {global_batch: 8}
+resources: {workers: 2, ranks: 2}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  const v1::GptModel& m = spec->model().llama();
+  EXPECT_EQ(m.n_kv_head(), 2);
+  EXPECT_TRUE(m.mlp().gated());
+  EXPECT_EQ(m.mlp().hidden(), 256);  // 8/3 x 96 = 256, a multiple of 64
+  EXPECT_EQ(m.norm(), v1::GptModel::RMSNORM);
+  EXPECT_EQ(m.positions(), v1::GptModel::ROTARY);
+  EXPECT_TRUE(m.has_bias() && !m.bias());
+  EXPECT_TRUE(m.untied_embeddings());
+  EXPECT_EQ(m.rope_theta(), 10000);
+  EXPECT_EQ(m.norm_eps(), 1e-5);
+  EXPECT_EQ(ModelPath(spec->model()), "model.llama");
+  EXPECT_FALSE(IsGpt2Shape(m));
+  // Idempotent, and the JSON round trip keeps it.
+  JobSpec again = *spec;
+  ApplyJobSpecDefaults(&again);
+  EXPECT_EQ(again.DebugString(), spec->DebugString());
+  absl::StatusOr<JobSpec> parsed = ParseJobSpec(JobSpecToJson(*spec));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->DebugString(), spec->DebugString());
+  // The shared shape: 2 layers of q 96x96, k,v 96x48, o 96x96, 3 x 96x256.
+  const ModelShape shape = ModelShapeOf(spec->model());
+  EXPECT_EQ(CountParameters(shape).per_layer_matmul,
+            2 * 96 * 96 + 2 * 96 * 48 + 3 * 96 * 256);
+  EXPECT_FALSE(shape.tied_embeddings);
+  EXPECT_FALSE(shape.learned_position_embedding);
+}
+
+TEST(LlamaSpecTest, GptDefaultsStayGpt2) {
+  v1::ModelSpec model;
+  v1::GptModel* g = model.mutable_gpt();
+  g->set_n_layer(2);
+  g->set_n_head(2);
+  g->set_d_model(64);
+  const v1::GptModel e = EffectiveDecoder(model);
+  EXPECT_EQ(e.n_kv_head(), 2);
+  EXPECT_FALSE(e.mlp().gated());
+  EXPECT_EQ(e.mlp().hidden(), 256);
+  EXPECT_EQ(e.norm(), v1::GptModel::LAYERNORM);
+  EXPECT_EQ(e.positions(), v1::GptModel::LEARNED);
+  EXPECT_TRUE(e.bias());
+  EXPECT_FALSE(e.untied_embeddings());
+  EXPECT_TRUE(IsGpt2Shape(e));
+  EXPECT_EQ(DescribeDecoder(e), "GPT-2 shape");
+  // A Llama knob set explicitly under model.gpt is honoured.
+  g->set_positions(v1::GptModel::ROTARY);
+  EXPECT_FALSE(IsGpt2Shape(EffectiveDecoder(model)));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 loom_library(loom_store SRCS store.cc DEPS loom_proto loom_common SQLite::SQLite3 absl::strings)
-loom_library(loom_job_planning SRCS job_planning.cc DEPS loom_planner loom_scheduler loom_grpc
+loom_library(loom_job_planning SRCS job_planning.cc DEPS loom_planner loom_scheduler loom_jobspec loom_grpc
   absl::strings absl::str_format)
 loom_library(loom_scheduler SRCS scheduler.cc
   DEPS loom_planner loom_parallel_layout loom_grpc absl::strings absl::str_format)

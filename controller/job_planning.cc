@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/jobspec.h"
 #include "controller/planner/report.h"
 #include "controller/scheduler.h"
 
@@ -220,22 +221,14 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
 absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& spec,
                                                        const planner::ClusterTopology& topology,
                                                        int top_k, double token_budget) {
-  if (!spec.model().has_gpt()) return absl::InvalidArgumentError("model.gpt: required");
-  const auto& g = spec.model().gpt();
+  if (!spec.model().has_gpt() && !spec.model().has_llama()) {
+    return absl::InvalidArgumentError("model: required (model.gpt or model.llama)");
+  }
+  const loom::v1::GptModel g = EffectiveDecoder(spec.model());
   planner::PlanRequest req;
+  // The one description of the model's shape (common/model_shape.h).
+  req.model = ModelShapeOf(spec.model());
   req.model.name = spec.name();
-  req.model.n_layer = g.n_layer();
-  req.model.d_model = g.d_model();
-  req.model.n_head = g.n_head();
-  req.model.vocab_size = g.vocab_size();
-  req.model.seq_len = g.seq_len();
-  // Model family (issue 11). The job spec has no fields for biases or
-  // position embeddings, so those keep the GPT-2 defaults.
-  req.model.n_kv_head = g.n_kv_head();
-  req.model.gated_mlp = g.mlp().gated();
-  if (g.mlp().has_hidden()) req.model.ffn_hidden = g.mlp().hidden();
-  req.model.rms_norm = g.norm() == loom::v1::GptModel::RMSNORM;
-  req.model.tied_embeddings = !g.untied_embeddings();
   req.training.global_batch_sequences = spec.batch().global_batch();
   switch (spec.precision()) {
     case loom::v1::BF16:
@@ -276,7 +269,15 @@ void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions
   }
   // ZeRO-3 does not execute (ValidateJobSpec refuses it).
   options->zero_stages = {0, 1, 2};
-  if (spec.model().gpt().dropout() > 0) options->tp = 1;
+  const loom::v1::GptModel model = EffectiveDecoder(spec.model());
+  if (model.dropout() > 0) options->tp = 1;
+  // The tensor/pipeline/ZeRO engine builds the GPT-2 shape only; other
+  // members of the family train under data parallelism.
+  if (!IsGpt2Shape(model)) {
+    options->tp = 1;
+    options->pp = 1;
+    options->zero_stages = {0};
+  }
   if (spec.resources().gpus_per_rank() > 0) {
     options->tp = 1;
     options->pp = 1;

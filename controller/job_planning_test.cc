@@ -504,8 +504,11 @@ TEST(SpecToPlanRequestTest, CopiesTheModelFamilyIntoThePlannersModelSpec) {
   ASSERT_TRUE(live.ok());
   auto gpt2 = SpecToPlanRequest(spec, live->topology, 1);
   ASSERT_TRUE(gpt2.ok()) << gpt2.status();
-  EXPECT_EQ(gpt2->model.n_kv_head, 0);
-  EXPECT_EQ(gpt2->model.ffn_hidden, 0);
+  // GPT-2's defaults, written out (common/jobspec.h EffectiveDecoder).
+  EXPECT_EQ(gpt2->model.n_kv_head, 2);
+  EXPECT_EQ(gpt2->model.ffn_hidden, 4 * 32);
+  EXPECT_TRUE(gpt2->model.bias);
+  EXPECT_TRUE(gpt2->model.learned_position_embedding);
   EXPECT_FALSE(gpt2->model.gated_mlp);
   EXPECT_FALSE(gpt2->model.rms_norm);
   EXPECT_TRUE(gpt2->model.tied_embeddings);
@@ -516,8 +519,8 @@ TEST(SpecToPlanRequestTest, CopiesTheModelFamilyIntoThePlannersModelSpec) {
   g->mutable_mlp()->set_hidden(88);
   g->set_norm(loom::v1::GptModel::RMSNORM);
   g->set_untied_embeddings(true);
-  // Submit refuses this model; planning takes it.
-  EXPECT_EQ(ValidateJobSpec(spec).code(), absl::StatusCode::kUnimplemented);
+  // Submit takes this model under data parallelism (issue 14).
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   auto llama = SpecToPlanRequest(spec, live->topology, 1);
   ASSERT_TRUE(llama.ok()) << llama.status();
   EXPECT_EQ(llama->model.n_kv_head, 1);
@@ -534,6 +537,37 @@ TEST(SpecToPlanRequestTest, CopiesTheModelFamilyIntoThePlannersModelSpec) {
   auto resp = PlanSpec(spec, *live, 1, /*executable_only=*/false);
   ASSERT_TRUE(resp.ok()) << resp.status();
   EXPECT_THAT(resp->report(), HasSubstr("(1 KV), MLP 88"));
+}
+
+// A Llama-family model trains under data parallelism only (the layout
+// engine builds the GPT-2 shape): parallelism.auto keeps it there even where
+// a split would fit better, and model.llama reaches the planner with its
+// defaults (rotary: no position table; no biases; untied).
+TEST(PlanAtSubmitTest, AutoKeepsALlamaModelToDataParallelism) {
+  auto spec = TinySpec(2, 4);
+  v1::GptModel llama = spec.model().gpt();
+  llama.set_n_head(4);
+  llama.set_n_kv_head(2);
+  *spec.mutable_model()->mutable_llama() = llama;
+  ApplyJobSpecDefaults(&spec);
+  spec.mutable_parallelism()->set_auto_(true);
+  spec.mutable_parallelism()->clear_data();
+  auto live = TopologyForSpec(spec, {Worker(2, 16e9), Worker(2, 16e9)});
+  ASSERT_TRUE(live.ok()) << live.status();
+  auto request = SpecToPlanRequest(spec, live->topology, 1);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_FALSE(request->model.learned_position_embedding);
+  EXPECT_FALSE(request->model.bias);
+  EXPECT_FALSE(request->model.tied_embeddings);
+  EXPECT_TRUE(request->model.gated_mlp);
+  EXPECT_EQ(request->model.ffn_hidden, 128);  // 8/3 x 32 = 85, rounded up to a multiple of 64
+  auto plan = PlanAtSubmit(&spec, *live);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(spec.parallelism().tensor(), 1);
+  EXPECT_EQ(spec.parallelism().pipeline(), 1);
+  EXPECT_EQ(spec.parallelism().zero_stage(), 0);
+  EXPECT_EQ(spec.parallelism().data(), 4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
 // Issue 11, a pinned layout may fix every knob: the spec's interleaving and

@@ -18,7 +18,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 TAG=${LOOM_IMAGE_TAG:-dev}
 BASE=localhost/loom-base:bookworm
 MIRROR=""  # taken from apt's configuration only when the base is made
-BINS=(loom-controller loom-worker loom-rank loom-ckpt loomctl loom-probe)
+BINS=(loom-controller loom-worker loom-rank loom-ckpt loomctl loom-probe loom-sentencepiece)
 log() { echo "build-images: $*"; }
 
 if [ "${LOOM_IMAGES_NO_BUILD:-0}" != 1 ]; then

@@ -10,12 +10,13 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev
   libtorch-dev libgloo-dev
-  libsqlite3-dev libyaml-cpp-dev libcivetweb-dev
+  libsqlite3-dev libyaml-cpp-dev libcivetweb-dev libsentencepiece-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   prometheus
   libopenblas0-openmp libopenblas-dev
   fortunes fortunes-min
   curl openssl
+  python3-torch chromium
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
   iproute2 iptables
   "$@"

@@ -1,8 +1,10 @@
 // loomctl commands that need no cluster, run as the real binary.
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -184,6 +186,133 @@ TEST(RollbackCommandTest, UsageErrorsExitTwo) {
     auto r = RunCommand(Loomctl(args));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
   }
+}
+
+// Issue 14: `data prepare --tokenizer bpe` trains a SentencePiece BPE model
+// on the train split, writes it beside the shards and says so in meta.json;
+// every token id is below the vocabulary, and English compresses to well
+// under a token per byte.
+TEST(DataPrepareTest, BpeTokenizerIsTrainedAndWrittenBesideTheShards) {
+  const std::string dir = loom::testing::MakeTempDir("loom_bpe_prepare");
+  auto r = RunCommand(Loomctl(absl::StrCat(
+      "data prepare --input /usr/share/games/fortunes/fortunes "
+      "/usr/share/games/fortunes/literature --out ", dir, " --tokenizer bpe --vocab-size 512")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tokenizer: SentencePiece BPE, vocabulary 512"));
+  auto meta = RunCommand(absl::StrCat("cat ", dir, "/meta.json"));
+  EXPECT_THAT(meta.out, HasSubstr("\"tokenizer\": \"bpe\""));
+  EXPECT_THAT(meta.out, HasSubstr("\"model\": \"tokenizer.model\""));
+  EXPECT_EQ(RunCommand(absl::StrCat("test -s ", dir, "/tokenizer.model")).exit_code, 0);
+  EXPECT_NE(RunCommand(absl::StrCat("test -e ", dir, "/.tokenizer-train.txt")).exit_code, 0)
+      << "the trainer's copy of the text is removed";
+  // Shards: llm.c's header (256 int32, magic 20240520) then uint16 ids.
+  auto max_id = RunCommand(absl::StrCat(
+      "/usr/bin/python3 -c \"import struct,glob,sys\n"
+      "m=0;n=0;b=0\n"
+      "for f in glob.glob('", dir, "/*.bin'):\n"
+      "  d=open(f,'rb').read();h=struct.unpack('<3i',d[:12]);assert h[0]==20240520,h\n"
+      "  ids=struct.unpack('<%dH'%h[2],d[1024:1024+2*h[2]]);m=max(m,max(ids));n+=len(ids)\n"
+      "import os\n"
+      "b=sum(os.path.getsize(p) for p in ['/usr/share/games/fortunes/fortunes',"
+      "'/usr/share/games/fortunes/literature'])\n"
+      "print(m, n/b)\""));
+  ASSERT_EQ(max_id.exit_code, 0) << max_id.err;
+  double tokens_per_byte = 1;
+  int max_token = 0;
+  ASSERT_EQ(sscanf(max_id.out.c_str(), "%d %lf", &max_token, &tokens_per_byte), 2) << max_id.out;
+  EXPECT_LT(max_token, 512);
+  EXPECT_LT(tokens_per_byte, 0.6);
+  // A bad vocabulary is a usage error naming the range.
+  auto bad = RunCommand(Loomctl(absl::StrCat("data prepare --input /usr/share/games/fortunes/"
+                                             "fortunes --out ", dir, " --tokenizer bpe "
+                                             "--vocab-size 100")));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("[260, 65536]"));
+}
+
+// The commands `loomctl --help` lists, read from its output.
+std::vector<std::string> ListedCommands() {
+  auto r = RunCommand(Loomctl("--help"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> names;
+  bool in_list = false;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+    if (line == "Commands:") {
+      in_list = true;
+    } else if (in_list && line.empty()) {
+      break;
+    } else if (in_list) {
+      std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (!words.empty()) names.emplace_back(words[0]);
+    }
+  }
+  return names;
+}
+
+TEST(HelpTest, EveryCommandAnswersHelpWithItsOwnUsage) {
+  const std::vector<std::string> names = ListedCommands();
+  ASSERT_GE(names.size(), 15u);
+  for (const std::string& name : names) {
+    for (const char* flag : {"--help", "-h"}) {
+      auto r = RunCommand(Loomctl(absl::StrCat(name, " ", flag)));
+      EXPECT_EQ(r.exit_code, 0) << name << " " << flag << ": " << r.err;
+      EXPECT_THAT(r.out, ::testing::StartsWith(absl::StrCat("usage: loomctl ", name))) << name;
+      EXPECT_EQ(r.err, "") << name;
+    }
+    auto r = RunCommand(Loomctl(absl::StrCat("help ", name)));
+    EXPECT_EQ(r.exit_code, 0) << name;
+    EXPECT_THAT(r.out, ::testing::StartsWith(absl::StrCat("usage: loomctl ", name)));
+  }
+  // Help wins over a usage error, after a subcommand and arguments too.
+  for (const char* args : {"plan --help", "submit -h", "local up --help", "users add bob -h",
+                           "rollback job-1 --to-step 5 --help", "data prepare --help"}) {
+    auto r = RunCommand(Loomctl(args));
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr("usage: loomctl")) << args;
+  }
+  auto top = RunCommand(Loomctl("help"));
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_THAT(top.out, HasSubstr("Global flags:"));
+  auto unknown = RunCommand(Loomctl("help frobnicate"));
+  EXPECT_EQ(unknown.exit_code, 2);
+}
+
+// Completes the words of `line` (the cursor after its last character) with
+// the script of `loomctl completion bash`, in a real bash.
+std::string Complete(const std::string& dir, const std::string& line) {
+  std::ofstream(dir + "/run.sh") << "PATH=" << kBin << ":$PATH\n"
+                                 << "source <(loomctl completion bash)\n"
+                                 << "COMP_LINE='" << line << "'\n"
+                                 << "read -ra COMP_WORDS <<< \"$COMP_LINE\"\n"
+                                 << "[[ $COMP_LINE == *' ' ]] && COMP_WORDS+=('')\n"
+                                 << "COMP_CWORD=$((${#COMP_WORDS[@]} - 1))\n"
+                                 << "_loomctl\n"
+                                 << "printf '%s\\n' \"${COMPREPLY[@]}\" | sort\n";
+  auto r = RunCommand(absl::StrCat("cd ", dir, " && bash ", dir, "/run.sh"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.out;
+}
+
+TEST(CompletionTest, BashCompletesCommandsSubcommandsFlagsAndFiles) {
+  auto script = RunCommand(Loomctl("completion bash"));
+  ASSERT_EQ(script.exit_code, 0) << script.err;
+  EXPECT_THAT(script.out, HasSubstr("complete -o filenames -o bashdefault -F _loomctl loomctl"));
+  EXPECT_EQ(RunCommand(Loomctl("completion zsh")).exit_code, 2);
+  const std::string dir = loom::testing::MakeTempDir("loom_completion_test");
+  std::ofstream(dir + "/job.yaml") << "name: x\n";
+  EXPECT_EQ(Complete(dir, "loomctl sub"), "submit\n");
+  EXPECT_EQ(Complete(dir, "loomctl ch"), "checkpoints\n");
+  EXPECT_EQ(Complete(dir, "loomctl local "), "down\nrestart\nstatus\nup\n");
+  EXPECT_EQ(Complete(dir, "loomctl local up --wor"), "--worker-timeout\n--workers\n");
+  EXPECT_EQ(Complete(dir, "loomctl checkpoints job-1 --v"), "--verify\n");
+  EXPECT_EQ(Complete(dir, "loomctl users add bob --role "), "admin\nreader\nuser\n");
+  EXPECT_EQ(Complete(dir, "loomctl --home /tmp sub"), "submit\n");
+  EXPECT_EQ(Complete(dir, "loomctl submit jo"), "job.yaml\n");
+  EXPECT_EQ(Complete(dir, "loomctl help rol"), "rollback\n");
+  EXPECT_EQ(Complete(dir, "loomctl --pl"), "--plaintext\n");
+  // A JOB argument asks the controller; with none there, nothing is offered
+  // and nothing is printed.
+  EXPECT_EQ(Complete(dir, "loomctl --home " + dir + " cancel "), "\n");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <regex>
@@ -157,7 +158,7 @@ class ClusterTest : public ::testing::Test {
     auto r = Ctl(absl::StrCat("data prepare --input", inputs, " --out ", home_,
                               "/data --val-fraction 0.1"));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    ASSERT_THAT(r.out, HasSubstr("byte unigram entropy"));
+    ASSERT_THAT(r.out, HasSubstr("tokenizer: byte-level, vocabulary 256"));
   }
 
   // A small job; `steps` large makes it run until cancelled.
@@ -1169,6 +1170,143 @@ seed: 5
   }
   std::printf("TP2xPP2 restart: %d step(s) replayed, each with the first attempt's loss\n",
               replayed);
+}
+
+// Issue 14: a Llama-family model (grouped-query attention, SwiGLU,
+// RMSNorm, rotary positions, untied embeddings) trains data-parallel on two
+// workers, its stored spec shows the Llama defaults, MFU is reported, and
+// after a worker is killed it resumes from a checkpoint replaying every
+// step with the first attempt's loss.
+TEST_F(ClusterTest, LlamaJobTrainsDataParallelAndResumesBitExactly) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3, /*worker_timeout_s=*/2));
+  // BPE tokens (a SentencePiece model trained on the text, issue 14).
+  auto prepared = Ctl(absl::StrCat(
+      "data prepare --input /usr/share/games/fortunes/fortunes /usr/share/games/fortunes/literature"
+      " --out ", home_, "/bpe --tokenizer bpe --vocab-size 512"));
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+  const std::string path = absl::StrCat(home_, "/llama.yaml");
+  std::ofstream(path) << R"(name: llama
+model:
+  llama: {n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 32, seq_len: 32, vocab_size: 512}
+data:
+  train: ["bpe/train_*.bin"]
+optimizer:
+  adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: 400, warmup_steps: 5}
+batch: {global_batch: 8, micro_batch: 4}
+resources: {workers: 2, ranks: 2}
+checkpoint: {interval_steps: 20, keep: 2}
+recovery: {disable_spike_detection: true}
+seed: 9
+)";
+  const std::string job = Submit(path);
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().checkpoints_written() >= 1; }, 120))
+      << Status(job).DebugString();
+  loom::v1::Job running = Status(job);
+  ASSERT_EQ(running.ranks_size(), 2);
+  const loom::v1::GptModel& model = running.spec().model().llama();
+  EXPECT_TRUE(model.mlp().gated());
+  EXPECT_EQ(model.mlp().hidden(), 128);  // 8/3 x 32 rounded up to 64
+  EXPECT_EQ(model.positions(), loom::v1::GptModel::ROTARY);
+  EXPECT_EQ(model.norm(), loom::v1::GptModel::RMSNORM);
+  const std::string victim_node = running.ranks(1).node();
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOnNode(victim_node));
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 1);
+  EXPECT_EQ(done.summary().last_step(), 400);
+
+  loom::v1::GetStepMetricsResponse steps;
+  ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &steps));
+  std::map<int64_t, std::vector<double>> losses;
+  double mfu = 0;
+  for (const auto& m : steps.steps()) {
+    if (m.step() > 0) losses[m.step()].push_back(m.loss());
+    mfu = std::max(mfu, m.mfu());
+  }
+  EXPECT_GT(mfu, 0) << "the Llama model's FLOPs come from the shared model description";
+  EXPECT_EQ(losses[1].size(), 1u) << "the restart resumed from a checkpoint, not from scratch";
+  ASSERT_EQ(losses.size(), 400u);
+  EXPECT_LT(losses[400][0], losses[1][0]) << "it learned";
+  int replayed = 0;
+  for (const auto& [step, seen] : losses) {
+    for (double loss : seen) EXPECT_EQ(loss, seen[0]) << "step " << step << " differs on replay";
+    replayed += seen.size() > 1 ? 1 : 0;
+  }
+  std::printf("Llama DP2 restart: %d step(s) replayed, each with the first attempt's loss; "
+              "loss %.4f -> %.4f\n",
+              replayed, losses[1][0], losses[400][0]);
+
+  // Text out: the newest checkpoint continues a prompt, decoded with the BPE
+  // model beside the shards; the same seed gives the same text.
+  auto sample = Ctl(absl::StrCat("sample ", job, " --prompt 'The ' --tokens 24 --seed 7"));
+  ASSERT_EQ(sample.exit_code, 0) << sample.err;
+  EXPECT_THAT(sample.out, ::testing::StartsWith("The "));
+  EXPECT_GT(sample.out.size(), 8u);
+  EXPECT_THAT(sample.err, HasSubstr("step 400"));
+  EXPECT_THAT(sample.err, HasSubstr("24 generated (bpe tokenizer)"));
+  auto again = Ctl(absl::StrCat("sample ", job, " --prompt 'The ' --tokens 24 --seed 7"));
+  EXPECT_EQ(again.out, sample.out);
+  std::printf("sample: %s", sample.out.c_str());
+  auto missing = Ctl(absl::StrCat("sample ", job, " --prompt x --step 7"));
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("no committed checkpoint at step 7; committed: "));
+
+  // Weights out: Hugging Face's layout, read by the independent reader
+  // (tests/export/hf_logits.py; the logits check itself is
+  // loom_hf_export_test).
+  const std::string hf = absl::StrCat(home_, "/hf");
+  auto exported = Ctl(absl::StrCat("export ", job, " --out ", hf));
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_THAT(exported.out, HasSubstr("exported step 400 as Hugging Face llama"));
+  auto read = loom::testing::RunCommand(absl::StrCat(
+      "/usr/bin/python3 ", LOOM_SOURCE_DIR, "/tests/export/hf_logits.py ", hf, " 3 17 42"));
+  ASSERT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_THAT(read.out, ::testing::StartsWith("llama\n"));
+  EXPECT_EQ(loom::testing::RunCommand(absl::StrCat("cmp ", hf, "/tokenizer.model ", home_,
+                                                   "/bpe/tokenizer.model"))
+                .exit_code,
+            0);
+
+  // The job as pictures, opened by a real browser (Debian's chromium,
+  // headless): every chart has data points (the page's own count, after its
+  // script ran), the console shows no error, and a screenshot is written
+  // under the build tree.
+  const std::string report = absl::StrCat(home_, "/report.html");
+  auto wrote = Ctl(absl::StrCat("report ", job, " --out ", report));
+  ASSERT_EQ(wrote.exit_code, 0) << wrote.err;
+  const std::string profile = absl::StrCat(home_, "/chromium-profile");
+  const std::string chromium = absl::StrCat(
+      "timeout 120 chromium --headless=new --no-sandbox --disable-gpu --no-first-run "
+      "--disable-extensions --user-data-dir=", profile, " --enable-logging=stderr --v=1 ");
+  auto dom = RunCommand(absl::StrCat(chromium, "--dump-dom file://", report));
+  ASSERT_EQ(dom.exit_code, 0) << dom.err.substr(0, 2000);
+  const size_t at = dom.out.find("id=\"self-check\"");
+  ASSERT_NE(at, std::string::npos) << dom.out.substr(0, 3000);
+  const std::string tag = dom.out.substr(at, 200);
+  std::smatch check;
+  ASSERT_TRUE(std::regex_search(tag, check,
+                                std::regex("id=\"self-check\" data-charts=\"(\\d+)\" "
+                                           "data-points=\"(\\d+)\" data-empty=\"(\\d+)\"")))
+      << tag;
+  EXPECT_EQ(check[1], "7") << "charts";
+  EXPECT_GT(std::stoi(check[2]), 7 * 100) << "points";
+  EXPECT_EQ(check[3], "0") << "charts without data";
+  // The page logs nothing: any console message (an error, an uncaught
+  // exception, a refused fetch) is a defect.
+  for (absl::string_view line : absl::StrSplit(dom.err, '\n')) {
+    EXPECT_FALSE(absl::StrContains(line, ":CONSOLE")) << line;
+  }
+  const std::string screenshot = std::string(kBin) + "/../report-screenshot.png";
+  auto shot = RunCommand(absl::StrCat(chromium, "--hide-scrollbars --window-size=1000,2900 "
+                                                "--screenshot=", screenshot, " file://", report));
+  ASSERT_EQ(shot.exit_code, 0) << shot.err.substr(0, 2000);
+  auto size = RunCommand(absl::StrCat("stat -c %s ", screenshot));
+  EXPECT_GT(std::stol(size.out), 20000) << "a screenshot of seven charts is not tiny";
+  std::printf("report: %s; screenshot %s (%s bytes)\n", check[0].str().c_str(),
+              screenshot.c_str(), std::string(absl::StripAsciiWhitespace(size.out)).c_str());
 }
 
 // TLS on the controller's port: loomctl and workers connect with the CA,

@@ -16,17 +16,40 @@
 // size, crc32c, sha256). Exit 0 if every one verified, 1 if any did not, 2
 // for bad usage (a name that is not a checkpoint's included). The
 // controller runs it for `loomctl checkpoints JOB --verify`.
+//
+//   loom-ckpt sample CHECKPOINT --tokenizer DATA_DIR --prompt TEXT
+//             [--tokens N] [--temperature T] [--top-k K] [--seed X]
+// generates N tokens (default 64) after the prompt from the checkpoint's
+// model (engine/sampler.h: key/value cache, temperature, top-k, a seeded
+// generator) and writes the prompt and its continuation, decoded with the
+// tokenizer the data was prepared with (common/tokenizer.h), to stdout.
+// `loomctl sample` runs it. Exit 1 with a reason on stderr on failure, 2 for
+// bad usage.
+//
+//   loom-ckpt export CHECKPOINT --tokenizer DATA_DIR --out DIR
+// writes the checkpoint's model in Hugging Face's layout (engine/hf_export.h:
+// model.safetensors, config.json, the tokenizer). `loomctl export` runs it.
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
+#include "common/tokenizer.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_inspect.h"
+#include "worker/engine/checkpoint_model.h"
+#include "worker/engine/hf_export.h"
+#include "worker/engine/sampler.h"
 
 namespace {
 
-constexpr char kUsage[] = "usage: loom-ckpt digest CHECKPOINT... | loom-ckpt verify CHECKPOINT...";
+constexpr char kUsage[] =
+    "usage: loom-ckpt digest CHECKPOINT... | loom-ckpt verify CHECKPOINT... |\n"
+    "       loom-ckpt sample CHECKPOINT --tokenizer DATA_DIR --prompt TEXT [--tokens N]\n"
+    "                 [--temperature T] [--top-k K] [--seed X] |\n"
+    "       loom-ckpt export CHECKPOINT --tokenizer DATA_DIR --out DIR";
 
 int Digest(int argc, char** argv) {
   int rc = 0;
@@ -95,13 +118,146 @@ int Verify(int argc, char** argv) {
   return rc;
 }
 
+int Sample(int argc, char** argv) {
+  const std::string checkpoint = argv[2];
+  std::string tokenizer_dir, prompt;
+  bool have_prompt = false;
+  loom::engine::SampleOptions options;
+  for (int i = 3; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) {
+      std::cerr << "loom-ckpt sample: " << flag << " needs a value\n" << kUsage << std::endl;
+      return 2;
+    }
+    const std::string value = argv[++i];
+    bool ok = true;
+    if (flag == "--tokenizer") {
+      tokenizer_dir = value;
+    } else if (flag == "--prompt") {
+      prompt = value;
+      have_prompt = true;
+    } else if (flag == "--tokens") {
+      ok = absl::SimpleAtoi(value, &options.max_new_tokens);
+    } else if (flag == "--temperature") {
+      ok = absl::SimpleAtod(value, &options.temperature);
+    } else if (flag == "--top-k") {
+      ok = absl::SimpleAtoi(value, &options.top_k);
+    } else if (flag == "--seed") {
+      ok = absl::SimpleAtoi(value, &options.seed);
+    } else {
+      std::cerr << "loom-ckpt sample: unknown flag " << flag << "\n" << kUsage << std::endl;
+      return 2;
+    }
+    if (!ok) {
+      std::cerr << "loom-ckpt sample: " << flag << ": not a number: " << value << std::endl;
+      return 2;
+    }
+  }
+  if (tokenizer_dir.empty() || !have_prompt) {
+    std::cerr << "loom-ckpt sample: --tokenizer and --prompt are required\n" << kUsage << std::endl;
+    return 2;
+  }
+  auto tokenizer = loom::LoadDataTokenizer(tokenizer_dir);
+  if (!tokenizer.ok()) {
+    std::cerr << "loom-ckpt: " << tokenizer.status() << std::endl;
+    return 1;
+  }
+  auto loaded = loom::engine::LoadCheckpointModel(checkpoint);
+  if (!loaded.ok()) {
+    std::cerr << "loom-ckpt: " << loaded.status() << std::endl;
+    return 1;
+  }
+  if (loaded->config.vocab_size < (*tokenizer)->vocab_size()) {
+    std::cerr << "loom-ckpt: the model's vocabulary (" << loaded->config.vocab_size
+              << ") is smaller than the " << (*tokenizer)->kind() << " tokenizer's ("
+              << (*tokenizer)->vocab_size() << ") in " << tokenizer_dir << std::endl;
+    return 1;
+  }
+  auto model = loom::engine::BuildCheckpointModel(*loaded);
+  if (!model.ok()) {
+    std::cerr << "loom-ckpt: " << model.status() << std::endl;
+    return 1;
+  }
+  auto ids = (*tokenizer)->Encode(prompt);
+  if (!ids.ok()) {
+    std::cerr << "loom-ckpt: " << ids.status() << std::endl;
+    return 1;
+  }
+  auto generated = loom::engine::Generate(*model, *ids, options);
+  if (!generated.ok()) {
+    std::cerr << "loom-ckpt: " << generated.status() << std::endl;
+    return 1;
+  }
+  // Tokens the tokenizer does not know (a model whose vocabulary is larger
+  // than the tokenizer's) are dropped from the text, and counted.
+  std::vector<int> known;
+  for (int id : *generated) {
+    if (id < (*tokenizer)->vocab_size()) known.push_back(id);
+  }
+  auto text = (*tokenizer)->Decode(known);
+  if (!text.ok()) {
+    std::cerr << "loom-ckpt: " << text.status() << std::endl;
+    return 1;
+  }
+  std::cerr << "loom-ckpt: step " << loaded->step << ", " << ids->size() << " prompt token(s), "
+            << generated->size() << " generated (" << (*tokenizer)->kind() << " tokenizer"
+            << (known.size() < generated->size()
+                    ? ", " + std::to_string(generated->size() - known.size()) +
+                          " beyond its vocabulary dropped"
+                    : std::string())
+            << ")" << std::endl;
+  std::cout << prompt << *text << std::endl;
+  return 0;
+}
+
+int Export(int argc, char** argv) {
+  const std::string checkpoint = argv[2];
+  std::string tokenizer_dir, out;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--tokenizer") {
+      tokenizer_dir = argv[i + 1];
+    } else if (flag == "--out") {
+      out = argv[i + 1];
+    } else {
+      std::cerr << "loom-ckpt export: unknown flag " << flag << "\n" << kUsage << std::endl;
+      return 2;
+    }
+  }
+  if (tokenizer_dir.empty() || out.empty() || argc % 2 == 0) {
+    std::cerr << "loom-ckpt export: --tokenizer and --out are required\n" << kUsage << std::endl;
+    return 2;
+  }
+  auto loaded = loom::engine::LoadCheckpointModel(checkpoint);
+  if (!loaded.ok()) {
+    std::cerr << "loom-ckpt: " << loaded.status() << std::endl;
+    return 1;
+  }
+  auto arch = loom::engine::HfArchitecture(loaded->config);
+  if (!arch.ok()) {
+    std::cerr << "loom-ckpt: " << arch.status() << std::endl;
+    return 1;
+  }
+  if (absl::Status s = loom::engine::ExportHf(loaded->config, loaded->parameters, tokenizer_dir, out);
+      !s.ok()) {
+    std::cerr << "loom-ckpt: " << s << std::endl;
+    return 1;
+  }
+  std::cout << "exported step " << loaded->step << " as Hugging Face " << *arch << " to " << out
+            << " (model.safetensors, config.json, tokenizer)" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
-  if (argc < 3 || (command != "digest" && command != "verify")) {
+  if (argc < 3 || (command != "digest" && command != "verify" && command != "sample" &&
+                    command != "export")) {
     std::cerr << kUsage << std::endl;
     return 2;
   }
+  if (command == "sample") return Sample(argc, argv);
+  if (command == "export") return Export(argc, argv);
   return command == "digest" ? Digest(argc, argv) : Verify(argc, argv);
 }

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/device_catalog.h"
+#include "common/jobspec.h"
 #include "common/rank_exit.h"
 #include "worker/engine/block_probe.h"
 #include "worker/engine/checkpoint_choice.h"
@@ -66,13 +67,23 @@ void Emit(const loom::v1::RankEvent& event) {
 loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   const loom::v1::JobSpec& spec = a.spec();
   loom::engine::TrainerConfig c;
-  const auto& g = spec.model().gpt();
+  // model.gpt or model.llama, with its family's defaults (common/jobspec.h).
+  const loom::v1::GptModel g = loom::EffectiveDecoder(spec.model());
   c.model.n_layer = g.n_layer();
   c.model.n_head = g.n_head();
   c.model.d_model = g.d_model();
   c.model.seq_len = g.seq_len();
   c.model.vocab_size = g.vocab_size();
   c.model.dropout = g.dropout();
+  c.model.n_kv_head = g.n_kv_head();
+  c.model.ffn_hidden = g.mlp().hidden();
+  c.model.gated_mlp = g.mlp().gated();
+  c.model.bias = g.bias();
+  c.model.rms_norm = g.norm() == loom::v1::GptModel::RMSNORM;
+  c.model.rotary = g.positions() == loom::v1::GptModel::ROTARY;
+  c.model.tied_embeddings = !g.untied_embeddings();
+  c.model.rope_theta = g.rope_theta();
+  c.model.norm_eps = g.norm_eps();
   // Execution choices (issue 6). ValidateJobSpec refused FP16 already (it
   // needs GPU workers); the engine refuses it again if it gets here.
   switch (spec.precision()) {
@@ -281,9 +292,8 @@ int main(int argc, char** argv) {
               << " GFLOP/s with " << threads << " thread(s)" << std::endl;
   }
   const double job_peak = rank_peak * a.world_size();
-  loom::telemetry::GptShape shape{config.model.n_layer, config.model.d_model,
-                                  config.model.seq_len, config.model.vocab_size};
-  const double flops_per_token = loom::telemetry::ModelFlopsPerToken(shape);
+  const double flops_per_token =
+      loom::telemetry::ModelFlopsPerToken(loom::engine::ShapeOf(config.model));
   // Training state of this rank: the whole model's under data parallelism;
   // under a layout about 1 / (tensor x pipeline) of it (the stages' split is
   // close to even), with the optimizer state (ZeRO >= 1) and the gradients

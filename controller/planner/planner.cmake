@@ -14,7 +14,7 @@ loom_library(loom_planner
     ${LOOM_PLANNER_DIR}/device_sweep.cc
     ${LOOM_PLANNER_DIR}/report.cc
     ${LOOM_PLANNER_DIR}/report_json.cc
-  DEPS loom_common loom_device_catalog loom_parallel_layout loom_file_util loom_yaml_util yaml-cpp
+  DEPS loom_common loom_device_catalog loom_model_shape loom_parallel_layout loom_file_util loom_yaml_util yaml-cpp
        absl::status absl::statusor
        absl::strings absl::str_format)
 

@@ -1,5 +1,7 @@
 #include "worker/engine/checkpoint_inspect.h"
 
+#include "worker/engine/checkpoint_model.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
@@ -116,8 +119,20 @@ absl::StatusOr<GptConfig> ConfigOfFingerprint(const std::string& fingerprint,
   int found = 0;
   for (absl::string_view item : absl::StrSplit(fingerprint, ',')) {
     std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    // The family's knobs (ModelFingerprint names them for models other
+    // than GPT-2's shape).
+    double real = 0;
+    if (kv.first == "rope_theta" && absl::SimpleAtod(kv.second, &real)) config.rope_theta = real;
+    if (kv.first == "norm_eps" && absl::SimpleAtod(kv.second, &real)) config.norm_eps = real;
     int value = 0;
     if (!absl::SimpleAtoi(kv.second, &value)) continue;
+    if (kv.first == "n_kv_head") config.n_kv_head = value;
+    if (kv.first == "ffn_hidden") config.ffn_hidden = value;
+    if (kv.first == "gated_mlp") config.gated_mlp = value != 0;
+    if (kv.first == "bias") config.bias = value != 0;
+    if (kv.first == "rms_norm") config.rms_norm = value != 0;
+    if (kv.first == "rotary") config.rotary = value != 0;
+    if (kv.first == "tied_embeddings") config.tied_embeddings = value != 0;
     if (kv.first == "n_layer") config.n_layer = value, ++found;
     if (kv.first == "n_head") config.n_head = value, ++found;
     if (kv.first == "d_model") config.d_model = value, ++found;
@@ -160,6 +175,73 @@ absl::StatusOr<ModelDigest> DigestSharded(const std::string& path,
 }
 
 }  // namespace
+
+absl::StatusOr<CheckpointModel> LoadCheckpointModel(const std::string& path) {
+  struct stat st;
+  if (access(path.c_str(), R_OK) != 0 || ::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint directory"));
+  }
+  try {
+    const std::string manifest_path = (std::filesystem::path(path) / kManifestFileName).string();
+    absl::StatusOr<std::string> manifest_bytes = ReadFile(manifest_path);
+    if (!manifest_bytes.ok()) {
+      return absl::DataLossError(absl::StrCat(manifest_path, ": missing or unreadable"));
+    }
+    ASSIGN_OR_RETURN(CheckpointManifest manifest, ParseManifest(*manifest_bytes, manifest_path));
+    CheckpointModel model;
+    model.step = manifest.state.step;
+    ASSIGN_OR_RETURN(model.config, ConfigOfFingerprint(manifest.shape.model, path));
+    if (manifest.layout == kShardedLayout) {
+      RETURN_IF_ERROR(VerifyCheckpoint({manifest.state.step, path, -1, false}).status());
+      ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(path, model.config));
+      for (auto& [name, shape] : GptParameterShapes(model.config)) {
+        ASSIGN_OR_RETURN(torch::Tensor whole, reader.Whole("model/" + name, shape));
+        model.parameters[name] = whole.to(torch::kFloat).clone();
+      }
+      return model;
+    }
+    ASSIGN_OR_RETURN(std::string bytes,
+                     ReadVerifiedCheckpoint({manifest.state.step, path, -1, false}));
+    absl::StatusOr<ShardView> shard = ParseShard(bytes);
+    if (!shard.ok()) return absl::DataLossError(absl::StrCat(path, ": ", shard.status().message()));
+    constexpr absl::string_view kModel = "model/";
+    for (size_t i = 0; i < shard->header.tensors.size(); ++i) {
+      const ShardTensor& t = shard->header.tensors[i];
+      absl::string_view name = t.name;
+      if (!absl::ConsumePrefix(&name, kModel)) continue;
+      const absl::string_view data = shard->data[i];
+      torch::Tensor view = torch::from_blob(const_cast<char*>(data.data()), t.shape,
+                                            torch::TensorOptions().dtype(t.dtype));
+      model.parameters[std::string(name)] = view.to(torch::kFloat).clone();
+    }
+    return model;
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, ": not a readable checkpoint: ", e.what()));
+  }
+}
+
+absl::StatusOr<Gpt> BuildCheckpointModel(const CheckpointModel& checkpoint) {
+  RETURN_IF_ERROR(ValidateGptConfig(checkpoint.config));
+  Gpt model(checkpoint.config);
+  torch::NoGradGuard no_grad;
+  const auto params = model->named_parameters(/*recurse=*/true);
+  if (params.size() != checkpoint.parameters.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint holds ", checkpoint.parameters.size(), " parameter tensors, its model ",
+        params.size()));
+  }
+  for (const auto& item : params) {
+    auto it = checkpoint.parameters.find(item.key());
+    if (it == checkpoint.parameters.end() || it->second.sizes() != item.value().sizes()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the checkpoint has no parameter ", item.key(), " of shape [",
+                       absl::StrJoin(item.value().sizes(), ", "), "]"));
+    }
+    item.value().copy_(it->second);
+  }
+  model->eval();
+  return model;
+}
 
 absl::StatusOr<ModelDigest> DigestCheckpointModel(const std::string& path) {
   struct stat st;

@@ -28,6 +28,9 @@ enum class Precision {
 // placement: segments of ceil(sqrt(n_layer)) blocks.
 inline constexpr int kActivationCheckpointingSqrt = -1;
 
+// The decoder's shape. The defaults of the family knobs below are GPT-2's;
+// a Llama-family model (Touvron et al. 2023) sets n_kv_head, ffn_hidden,
+// gated_mlp, bias = false, rms_norm, rotary and tied_embeddings = false.
 struct GptConfig {
   int n_layer = 2;
   int n_head = 2;
@@ -35,6 +38,26 @@ struct GptConfig {
   int seq_len = 64;
   int vocab_size = 256;
   double dropout = 0.0;
+  // Key/value heads (grouped-query attention, Ainslie et al. 2023): each
+  // serves n_head / n_kv_head query heads. 0 = n_head.
+  int n_kv_head = 0;
+  // MLP hidden width; 0 = 4 x d_model.
+  int ffn_hidden = 0;
+  // SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x)), three matrices,
+  // instead of GPT-2's down(gelu(up(x))).
+  bool gated_mlp = false;
+  // Biases on every linear layer and LayerNorm (GPT-2); none (Llama).
+  bool bias = true;
+  // RMSNorm (Zhang & Sennrich 2019; a scale, no bias, no centering) instead
+  // of LayerNorm.
+  bool rms_norm = false;
+  // Rotary position embeddings of queries and keys (Su et al. 2021, in the
+  // half-split form of Hugging Face's Llama) instead of a learned table.
+  bool rotary = false;
+  // The LM head reuses the token embedding (GPT-2), or has its own matrix.
+  bool tied_embeddings = true;
+  double rope_theta = 10000.0;  // rotary base frequency
+  double norm_eps = 1e-5;       // LayerNorm / RMSNorm epsilon
   // How the model runs; neither changes its parameters, so a checkpoint
   // resumes under any setting of them.
   Precision precision = Precision::kFp32;
@@ -48,6 +71,21 @@ struct GptConfig {
   // GPU). The model is built on the CPU either way, and its owner moves it.
   bool on_gpu = false;
 };
+
+// Key/value heads (n_kv_head, or n_head when 0) and the MLP's hidden width
+// (ffn_hidden, or 4 x d_model when 0).
+inline int64_t KvHeads(const GptConfig& c) { return c.n_kv_head > 0 ? c.n_kv_head : c.n_head; }
+inline int64_t FfnHidden(const GptConfig& c) {
+  return c.ffn_hidden > 0 ? c.ffn_hidden : 4 * int64_t{c.d_model};
+}
+
+// True for GPT-2's shape: what the tensor/pipeline/ZeRO engine
+// (parallel/parallel_gpt.h) builds, and the model whose checkpoint
+// fingerprint names only its sizes.
+inline bool IsGpt2Shape(const GptConfig& c) {
+  return KvHeads(c) == c.n_head && FfnHidden(c) == 4 * int64_t{c.d_model} && !c.gated_mlp &&
+         c.bias && !c.rms_norm && !c.rotary && c.tied_embeddings && c.norm_eps == 1e-5;
+}
 
 struct OptimizerConfig {
   double lr = 1e-3;

@@ -1,5 +1,7 @@
 #include "worker/engine/data.h"
 
+#include "worker/engine/prepare_data.h"
+
 #include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -483,6 +486,105 @@ void TokenDataset::FillRankBatch(uint64_t seed, int64_t cursor, int global_batch
     const int64_t offset = int64_t{row} * seq_len_;
     CopySample(SampleAt(seed, first + row), inputs + offset, targets + offset);
   }
+}
+
+absl::StatusOr<PrepareResult> PrepareEncodedData(
+    const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
+    int vocab_size, const std::string& train_text,
+    const std::function<absl::Status(const std::string&)>& prepare,
+    const std::function<absl::StatusOr<std::vector<int>>(std::string_view)>& encode,
+    int64_t max_tokens_per_shard) {
+  if (inputs.empty()) return absl::InvalidArgumentError("no input files given");
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("val_fraction ", val_fraction, " is not in [0, 1)"));
+  }
+  if (vocab_size < 1 || vocab_size > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size ", vocab_size, " is not in [1, 65536] (16-bit token shards)"));
+  }
+  if (max_tokens_per_shard < 1 || max_tokens_per_shard > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens_per_shard ", max_tokens_per_shard, " is not in [1, INT32_MAX]"));
+  }
+  // The stream, whole.
+  std::string stream;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSIGN_OR_RETURN(InputInfo info, InspectInput(inputs[i], i + 1 == inputs.size()));
+    const int fd = ::open(inputs[i].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError(errno, "open", inputs[i]);
+    ScopedFd closer(fd);
+    const size_t start = stream.size();
+    stream.resize(start + static_cast<size_t>(info.bytes));
+    ASSIGN_OR_RETURN(const size_t n, ReadFully(fd, stream.data() + start,
+                                               static_cast<size_t>(info.bytes), inputs[i]));
+    if (static_cast<int64_t>(n) != info.bytes) {
+      return absl::AbortedError(absl::StrCat(inputs[i], " changed size while being read"));
+    }
+    if (info.separator_after) stream.push_back('\n');
+  }
+  size_t split = stream.size() - static_cast<size_t>(std::llround(
+                                     val_fraction * static_cast<double>(stream.size())));
+  while (split > 0 && split < stream.size() && stream[split - 1] != '\n') ++split;
+  if (split == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train split is empty: ", stream.size(), " input bytes, val_fraction ", val_fraction));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return ErrnoError(ec.value(), "create directory", out_dir);
+  if (!train_text.empty()) {
+    std::ofstream out(train_text, std::ios::binary | std::ios::trunc);
+    out.write(stream.data(), static_cast<std::streamsize>(split));
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("writing ", train_text, " failed"));
+  }
+  if (prepare) RETURN_IF_ERROR(prepare(train_text));
+
+  PrepareResult result;
+  std::vector<int64_t> counts(static_cast<size_t>(vocab_size), 0);
+  auto encode_range = [&](size_t begin, size_t end, std::vector<uint16_t>* tokens,
+                          bool count) -> absl::Status {
+    while (begin < end) {
+      size_t line_end = stream.find('\n', begin);
+      line_end = line_end == std::string::npos || line_end >= end ? end : line_end + 1;
+      ASSIGN_OR_RETURN(std::vector<int> ids,
+                       encode(std::string_view(stream).substr(begin, line_end - begin)));
+      for (int id : ids) {
+        if (id < 0 || id >= vocab_size) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("token id ", id, " is outside the vocabulary of ", vocab_size));
+        }
+        tokens->push_back(static_cast<uint16_t>(id));
+        if (count) ++counts[static_cast<size_t>(id)];
+      }
+      begin = line_end;
+    }
+    return absl::OkStatus();
+  };
+  std::vector<uint16_t> train_tokens, val_tokens;
+  RETURN_IF_ERROR(encode_range(0, split, &train_tokens, /*count=*/true));
+  RETURN_IF_ERROR(encode_range(split, stream.size(), &val_tokens, /*count=*/false));
+  if (train_tokens.empty()) return absl::InvalidArgumentError("the train split encodes to no tokens");
+  result.train_tokens = static_cast<int64_t>(train_tokens.size());
+  result.val_tokens = static_cast<int64_t>(val_tokens.size());
+  ShardSink train(out_dir, "train", max_tokens_per_shard, result.train_tokens);
+  ShardSink val(out_dir, "val", max_tokens_per_shard, result.val_tokens);
+  for (uint16_t t : train_tokens) RETURN_IF_ERROR(train.Append(t));
+  for (uint16_t t : val_tokens) RETURN_IF_ERROR(val.Append(t));
+  RETURN_IF_ERROR(train.Finish());
+  RETURN_IF_ERROR(val.Finish());
+  result.train_shards = train.paths();
+  result.val_shards = val.paths();
+  RETURN_IF_ERROR(RemoveStaleShards(out_dir, "train", static_cast<int>(result.train_shards.size())));
+  RETURN_IF_ERROR(RemoveStaleShards(out_dir, "val", static_cast<int>(result.val_shards.size())));
+  const double n = static_cast<double>(result.train_tokens);
+  for (int64_t c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) / n;
+    result.unigram_entropy_nats -= p * std::log(p);
+  }
+  return result;
 }
 
 absl::StatusOr<PrepareResult> PrepareByteLevelData(const std::vector<std::string>& inputs,

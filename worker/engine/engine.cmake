@@ -14,8 +14,9 @@ loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc checkpoint_coordina
                               replicated_engine.cc gradient_averager.cc block_probe.cc
                               activation_checkpoint.cc autocast.cc
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc openmp_wait.cc
+                              sampler.cc
              DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_device_memory loom_sha256
-                  loom_common ${TORCH_LIBRARIES})
+                  loom_common loom_model_shape ${TORCH_LIBRARIES})
 # LibTorch with CUDA (its torch_cuda target; never Debian's CPU build) defines
 # USE_C10D_NCCL, and parallel/process_groups.cc then includes ProcessGroupNCCL.hpp, which
 # includes <nccl.h>. PyTorch's wheels do not ship it under torch/include: it
@@ -35,6 +36,7 @@ if(TARGET torch_cuda)
   endif()
 endif()
 loom_test(loom_gpt_test SRCS gpt_test.cc DEPS loom_engine)
+loom_test(loom_llama_test SRCS llama_test.cc DEPS loom_engine)
 loom_test(loom_host_allocator_test SRCS host_allocator_test.cc DEPS loom_engine)
 # ReexecWithShortOpenMpSpin (openmp_wait.h), checked in a helper process
 # whose OpenMP runtime reports the spin count it uses.
@@ -68,4 +70,9 @@ target_compile_definitions(loom_trainer_test PRIVATE
   LOOM_TRAINER_KILL_HELPER="$<TARGET_FILE:loom_trainer_kill_helper>")
 
 loom_library(loom_checkpoint_inspect SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_inspect.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_export.cc
   DEPS loom_engine loom_checkpoint loom_file_util loom_sha256 loom_common ${TORCH_LIBRARIES})
+# The Hugging Face export against an independent Python reader
+# (tests/export/hf_logits.py, Debian's python3-torch).
+loom_test(loom_hf_export_test SRCS hf_export_test.cc DEPS loom_checkpoint_inspect)
+target_compile_definitions(loom_hf_export_test PRIVATE LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -1,23 +1,32 @@
-// GPT-2-style decoder-only transformer (Radford et al. 2019, "Language Models
-// are Unsupervised Multitask Learners", section 2.3), as a LibTorch module.
+// Decoder-only transformers as a LibTorch module: GPT-2 (Radford et al.
+// 2019, "Language Models are Unsupervised Multitask Learners", section 2.3)
+// and the Llama family (Touvron et al. 2023: RMSNorm, SwiGLU, rotary
+// positions, grouped-query attention, no biases, untied embeddings), one
+// module whose GptConfig knobs select the parts.
 //
 // Layout follows nanoGPT/llm.c so parameter names read the same:
-//   wte [V,d], wpe [s,d], h.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2,
-//   mlp.c_fc, mlp.c_proj}, ln_f; the LM head reuses wte.weight (tied).
+//   wte [V,d], wpe [s,d] (learned positions only), h.<i>.{ln_1,
+//   attn.c_attn [(n_head + 2 n_kv_head) hd, d], attn.c_proj, ln_2,
+//   mlp.c_fc, mlp.c_up (gated only; c_fc is then the gate), mlp.c_proj},
+//   ln_f; the LM head reuses wte.weight (tied) or is lm_head.weight [V, d].
+// Norms are <name>.weight (and <name>.bias for LayerNorm with biases).
 #ifndef LOOM_WORKER_ENGINE_GPT_H_
 #define LOOM_WORKER_ENGINE_GPT_H_
 
 #include <cstdint>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
 #include "absl/status/status.h"
+#include "common/model_shape.h"
 #include "worker/engine/config.h"
 
 namespace loom::engine {
@@ -31,7 +40,12 @@ absl::Status ValidateGptConfig(const GptConfig& config);
 // "fp32", "bf16" or "fp16" (the spelling of StepMetrics.precision).
 const char* PrecisionName(Precision precision);
 
-// Number of trainable parameters of Gpt(config), in closed form:
+// The model's shape in the description the planner and the telemetry share
+// (common/model_shape.h).
+ModelShape ShapeOf(const GptConfig& config);
+
+// Number of trainable parameters of Gpt(config), in closed form
+// (CountParameters(ShapeOf(config)).total). For GPT-2:
 //   V*d + s*d + L*(12*d^2 + 13*d) + 2*d
 // with V = vocab_size, s = seq_len, d = d_model, L = n_layer. Per block:
 // ln_1 and ln_2 (2d each), c_attn (3d^2 + 3d), attn.c_proj (d^2 + d), c_fc
@@ -39,6 +53,45 @@ const char* PrecisionName(Precision precision);
 // nothing. (Same count as nanoGPT's GPT.get_num_params with the position
 // embedding included.)
 int64_t GptParameterCount(const GptConfig& config);
+
+// Rotary position embedding (Su et al. 2021) in the half-split form of
+// Hugging Face's Llama: head dimension i < hd/2 pairs with i + hd/2, rotated
+// by position t times theta^(-2i/hd). Tables for positions 0..time-1, shaped
+// [time, 1, hd] to broadcast over [B, time, heads, hd], in `like`'s dtype
+// and device.
+struct RotaryTables {
+  torch::Tensor cos, sin;
+};
+RotaryTables MakeRotaryTables(int64_t time, int64_t head_dim, double theta,
+                              const torch::Tensor& like);
+// x [B, T, heads, hd] rotated: x * cos + rotate_half(x) * sin.
+torch::Tensor ApplyRotary(const torch::Tensor& x, const RotaryTables& tables);
+
+// The pre-sublayer norm of a block (and ln_f): LayerNorm (Ba et al. 2016;
+// parameters weight and, with biases, bias: the numerics of
+// torch::nn::LayerNorm to the bit) or RMSNorm (Zhang & Sennrich 2019:
+// x / sqrt(mean(x^2) + eps) * weight, computed in fp32, returned in x's
+// dtype).
+class NormImpl : public torch::nn::Module {
+ public:
+  explicit NormImpl(const GptConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  int64_t d_model_;
+  bool rms_;
+  double eps_;
+  torch::Tensor weight_, bias_;
+};
+TORCH_MODULE(Norm);
+
+// Keys and values of the positions decoded so far, per block, for
+// incremental decoding (GptImpl::ForwardCached): [B, n_kv_head, length, hd]
+// each, after rotary embedding, before grouped heads are expanded.
+struct KvCache {
+  std::vector<torch::Tensor> keys, values;  // one per block; empty before the first call
+  int64_t length = 0;                       // positions held
+};
 
 // The model. Construct only from a config that ValidateGptConfig accepts
 // (otherwise the constructor throws c10::Error). Initialisation (GPT-2,
@@ -81,15 +134,28 @@ class GptImpl : public torch::nn::Module {
 
   const GptConfig& config() const { return config_; }
 
+  // Logits [B, t, V] (float32) of the t tokens `idx` [B, t] that follow the
+  // cache->length positions `cache` holds, whose keys and values it appends:
+  // equal to forward() of all cache->length + t tokens at the last t
+  // positions, within float rounding. For sampling: no autograd, no
+  // autocast, no dropout, no activation checkpointing (callers put the
+  // module in eval mode). Throws c10::Error when cache->length + t exceeds
+  // seq_len.
+  torch::Tensor ForwardCached(const torch::Tensor& idx, KvCache* cache);
+
+  // The LM head's weight [V, d]: wte's (tied) or lm_head's.
+  const torch::Tensor& HeadWeight() const;
+
  private:
   void InitWeights();
 
   GptConfig config_;
-  torch::nn::Embedding wte_{nullptr};  // token embedding; also the LM head
-  torch::nn::Embedding wpe_{nullptr};  // learned position embedding
+  torch::nn::Embedding wte_{nullptr};  // token embedding; also the LM head when tied
+  torch::nn::Embedding wpe_{nullptr};  // learned position embedding (null when rotary)
   torch::nn::Dropout drop_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};  // of Block (see gpt.cc)
-  torch::nn::LayerNorm ln_f_{nullptr};
+  Norm ln_f_{nullptr};
+  torch::nn::Linear lm_head_{nullptr};  // untied only
 };
 TORCH_MODULE(Gpt);
 

@@ -39,13 +39,8 @@ uint64_t StatusKb(const std::string& text, const std::string& key) {
 
 }  // namespace
 
-int64_t MatmulParameters(const GptShape& m) {
-  return 12 * m.n_layer * m.d_model * m.d_model + m.vocab_size * m.d_model;
-}
-
-double ModelFlopsPerToken(const GptShape& m) {
-  return 6.0 * static_cast<double>(MatmulParameters(m)) +
-         12.0 * static_cast<double>(m.n_layer) * m.seq_len * m.d_model;
+int64_t MatmulParameters(const ModelShape& m) {
+  return m.n_layer * ::loom::CountParameters(m).per_layer_matmul + m.vocab_size * m.d_model;
 }
 
 StateBytes Fp32AdamWStateBytes(int64_t parameters) {

@@ -3,7 +3,7 @@ set(_tdir ${CMAKE_CURRENT_LIST_DIR})
 # NVML is loaded with dlopen at run time: no NVML headers or library at build time.
 loom_library(loom_nvml SRCS ${_tdir}/nvml.cc
   DEPS absl::status absl::statusor absl::strings ${CMAKE_DL_LIBS})
-loom_library(loom_telemetry SRCS ${_tdir}/telemetry.cc DEPS loom_nvml absl::strings)
+loom_library(loom_telemetry SRCS ${_tdir}/telemetry.cc DEPS loom_nvml loom_model_shape absl::strings)
 loom_library(loom_gemm_calibration SRCS ${_tdir}/gemm_calibration.cc DEPS ${TORCH_LIBRARIES})
 
 # Tests only: a stand-in libnvidia-ml.so.1 with deterministic answers, which

@@ -10,22 +10,26 @@
 #include <memory>
 #include <string>
 
+#include "common/model_shape.h"
+
 namespace loom::telemetry {
 
-struct GptShape {
-  int64_t n_layer = 0, d_model = 0, seq_len = 0, vocab_size = 0;
-};
+// The model's shape: the one description the planner and the engine share
+// (common/model_shape.h).
+using ::loom::ModelShape;
 
-// Parameters that take part in matrix multiplies per token: 12·L·d² for the
-// blocks (QKV 3d², projection d², MLP 8d²) plus the tied LM head V·d.
-// Embedding lookups, LayerNorms and biases are not matmuls.
-int64_t MatmulParameters(const GptShape& m);
+// Parameters that take part in matrix multiplies per token: the blocks'
+// weight matrices (GPT-2: 12·L·d², QKV 3d², projection d², MLP 8d²; fewer
+// K/V columns with grouped-query attention, 3·d·f for a gated MLP) plus the
+// LM head V·d. Embedding lookups, norms and biases are not matmuls.
+int64_t MatmulParameters(const ModelShape& m);
 
 // Model FLOPs per token, forward + backward, no recompute:
 // 6·N_matmul (Kaplan et al. 2020, C ≈ 6N per token) plus attention's
 // 12·L·s·d (QKᵀ and AV, 2·2·s·d per layer forward, ×3 with backward),
-// as PaLM's MFU definition (Chowdhery et al. 2022, Appendix B).
-double ModelFlopsPerToken(const GptShape& m);
+// as PaLM's MFU definition (Chowdhery et al. 2022, Appendix B):
+// common/model_shape.h's ModelFlopsPerToken.
+using ::loom::ModelFlopsPerToken;
 
 // Training state bytes of one replica (fp32 AdamW): parameters 4 B,
 // gradients 4 B, two moments 8 B per parameter.

@@ -20,10 +20,37 @@ namespace {
 
 TEST(TelemetryTest, Gpt2SmallFlopsPerToken) {
   // GPT-2 small: L 12, d 768, V 50257, s 1024.
-  GptShape m{12, 768, 1024, 50257};
+  ModelShape m;
+  m.n_layer = 12;
+  m.d_model = 768;
+  m.n_head = 12;
+  m.seq_len = 1024;
+  m.vocab_size = 50257;
   EXPECT_EQ(MatmulParameters(m), 12 * 12 * 768 * 768 + 50257 * 768);  // 123.5M
   // 6N = 741.2M plus attention 12·12·1024·768 = 113.2M per token.
   EXPECT_DOUBLE_EQ(ModelFlopsPerToken(m), 6.0 * (84934656.0 + 38597376.0) + 113246208.0);
+}
+
+TEST(TelemetryTest, LlamaFlopsCountGroupedQueryAttentionAndTheGatedMlp) {
+  // Llama-2-7B's block: d 4096, 32 heads, MHA, SwiGLU hidden 11008; untied.
+  ModelShape m;
+  m.n_layer = 32;
+  m.d_model = 4096;
+  m.n_head = 32;
+  m.ffn_hidden = 11008;
+  m.gated_mlp = true;
+  m.bias = false;
+  m.rms_norm = true;
+  m.learned_position_embedding = false;
+  m.tied_embeddings = false;
+  m.seq_len = 4096;
+  m.vocab_size = 32000;
+  const int64_t per_layer = 4 * 4096LL * 4096 + 3 * 4096LL * 11008;
+  EXPECT_EQ(MatmulParameters(m), 32 * per_layer + 32000LL * 4096);  // 6.61B
+  // With 8 K/V heads (GQA), K and V shrink to d x d/4 each.
+  m.n_kv_head = 8;
+  EXPECT_EQ(MatmulParameters(m), 32 * (per_layer - 2 * 4096LL * 3072) + 32000LL * 4096);
+  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(m), 6.0 * MatmulParameters(m) + 12.0 * 32 * 4096 * 4096);
 }
 
 TEST(TelemetryTest, Fp32AdamWIsSixteenBytesPerParameter) {

@@ -1,0 +1,416 @@
+#include "cli/help.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+namespace loom::cli {
+namespace {
+
+std::vector<CommandHelp> MakeCommands() {
+  std::vector<CommandHelp> c;
+  c.push_back({"local",
+               {"local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto] "
+                "[--data-root DIR]... [--worker-timeout SECONDS]",
+                "local down", "local restart controller|worker-N [--kill]", "local status"},
+               "run a controller and workers on this machine",
+               R"(up       starts a controller and N workers (default 2) on this machine, with
+         a cluster CA, certificates and the local admin's token in the home
+         (--home; default $LOOM_HOME or ~/.loom), and waits until every worker
+         has registered. Jobs read data under the --data-root directories
+         (default: the home and the current directory) and name checkpoint
+         directories under <home>/checkpoints.
+           --workers N          workers to start (default 2)
+           --slots S            ranks each worker runs at once (default 1)
+           --memory GIB         memory each worker lends its ranks
+           --gpus G|auto        GPUs per worker (auto: what NVML sees)
+           --data-root DIR      another directory jobs may read data under
+           --worker-timeout S   seconds of silence before a worker is lost
+down     stops them (the home and its state stay).
+restart  restarts one daemon at the same address: SIGTERM, or SIGKILL with
+         --kill; a dead one is just started. Running jobs ride through a
+         controller restart within the workers' lease.
+status   shows the local daemons and whether each is alive.
+
+example: loomctl local up --workers 3 --slots 2)",
+               {"up", "down", "restart", "status"},
+               {"--workers", "--slots", "--memory", "--gpus", "--data-root", "--worker-timeout",
+                "--kill"},
+               ArgKind::kNone});
+  c.push_back({"submit",
+               {"submit FILE [--follow]"},
+               "submit a job spec (YAML or JSON)",
+               R"(Submits the job spec in FILE and prints the new job's id. The controller
+checks the spec (every error names its field) and plans the job's layout.
+  -f, --follow   then follow the job until it ends; exits 1 unless it SUCCEEDED
+
+example: loomctl submit examples/tiny.yaml --follow)",
+               {},
+               {"--follow", "-f"},
+               ArgKind::kFile});
+  c.push_back({"validate",
+               {"validate FILE"},
+               "check a job spec without submitting it",
+               R"(Parses FILE, applies the defaults and checks every field the way submit
+would (without a controller); prints "FILE: valid", or with -o json the spec
+with its defaults.)",
+               {},
+               {},
+               ArgKind::kFile});
+  c.push_back({"list",
+               {"list [--state STATE]"},
+               "list jobs, newest first",
+               R"(Lists jobs with their state, progress and submitter, newest first.
+  --state STATE   only jobs in STATE (PENDING, SCHEDULED, RUNNING, SUCCEEDED,
+                  FAILED, CANCELLED))",
+               {},
+               {"--state"},
+               ArgKind::kNone});
+  c.push_back({"status",
+               {"status JOB"},
+               "show a job, its plan, placement and history",
+               R"(Shows a job: its state, who submitted it, the plan the controller chose
+(layout, why, predicted step time), where each rank runs, its progress and
+its state transitions.)",
+               {},
+               {},
+               ArgKind::kJob});
+  c.push_back({"watch",
+               {"watch JOB"},
+               "follow a job's progress until it ends",
+               R"(Prints the job's progress and events as they happen until it ends; exits 1
+unless it SUCCEEDED.)",
+               {},
+               {},
+               ArgKind::kJob});
+  c.push_back({"cancel",
+               {"cancel JOB [--reason TEXT]"},
+               "cancel a job (yours, or any as an admin)",
+               R"(Stops the job's ranks and marks it CANCELLED; its checkpoints stay.
+  --reason TEXT   recorded with the cancellation)",
+               {},
+               {"--reason"},
+               ArgKind::kJob});
+  c.push_back({"rollback",
+               {"rollback JOB --to-step S [--skip A:B]... [--reason TEXT]"},
+               "resume a job from an earlier checkpoint, skipping data",
+               R"(Stops the running job and resumes it from the newest good checkpoint at or
+before step S, skipping the data batches of each [A, B) range (what the
+controller does by itself after a loss spike).
+  --to-step S     roll back to the newest good checkpoint <= S (required)
+  --skip A:B      skip batches A (inclusive) to B (exclusive); repeatable
+  --reason TEXT   recorded with the rollback)",
+               {},
+               {"--to-step", "--skip", "--reason"},
+               ArgKind::kJob});
+  c.push_back({"sample",
+               {"sample JOB --prompt TEXT [--step S] [--tokens N] [--temperature T] [--top-k K] "
+                "[--seed X]"},
+               "generate text from a job's checkpoint",
+               R"(Generates text after the prompt from the job's newest committed checkpoint
+(or step S), with a key/value cache, and decodes it with the tokenizer the
+job's data was prepared with. The checkpoint and the data must be readable
+where loomctl runs (a local cluster, or a worker pod); loom-ckpt, built
+beside loomctl, does the generating.
+  --prompt TEXT       the text to continue (required)
+  --step S            a committed checkpoint's step (default: the newest)
+  --tokens N          tokens to generate (default 64)
+  --temperature T     softmax temperature; 0 = greedy (default 0.8)
+  --top-k K           sample among the K most likely tokens; 0 = all (default 40)
+  --seed X            the sampler's seed (default 1): same seed, same text
+
+example: loomctl sample tiny-1 --prompt "The " --tokens 100)",
+               {},
+               {"--prompt", "--step", "--tokens", "--temperature", "--top-k", "--seed"},
+               ArgKind::kJob});
+  c.push_back({"export",
+               {"export JOB --out DIR [--step S]"},
+               "write a job's weights in Hugging Face's layout",
+               R"(Writes the job's newest committed checkpoint (or step S) as
+DIR/model.safetensors, DIR/config.json and the tokenizer (tokenizer.model for
+BPE data) in Hugging Face's layout: GPT2LMHeadModel for GPT-2, and
+LlamaForCausalLM for the Llama family. Like sample, it reads the checkpoint
+where loomctl runs (loom-ckpt, beside loomctl, writes the files).
+  --out DIR    where the files go (made if missing)
+  --step S     a committed checkpoint's step (default: the newest)
+
+example: loomctl export llama-tiny-1 --out llama-tiny-hf)",
+               {},
+               {"--out", "--step"},
+               ArgKind::kJob});
+  c.push_back({"report",
+               {"report JOB --out FILE"},
+               "the job as one self-contained HTML page",
+               R"(Writes FILE, one HTML page with no network requests: charts of train and
+validation loss (recovery events marked, skipped data shaded), tokens/s, MFU,
+the step-time split, memory, power and energy, then the plan and placement,
+the recovery events and the checkpoint catalog. Charts are inline SVG.
+  --out FILE   the page to write
+
+example: loomctl report llama-tiny-1 --out report.html)",
+               {},
+               {"--out"},
+               ArgKind::kJob});
+  c.push_back({"events",
+               {"events JOB"},
+               "recovery events: spikes, rollbacks, restarts",
+               R"(Lists the job's recovery events: loss spikes, rollbacks and skipped ranges,
+restarts and why, corrupt checkpoints found at load.)",
+               {},
+               {},
+               ArgKind::kJob});
+  c.push_back({"checkpoints",
+               {"checkpoints JOB [--verify]"},
+               "the job's checkpoint catalog",
+               R"(Lists the job's checkpoints: committed, pruned, corrupt or missing.
+  --verify   re-read every file of every committed checkpoint and check its
+             checksums (reads every byte: takes as long as the disk needs))",
+               {},
+               {"--verify"},
+               ArgKind::kJob});
+  c.push_back({"diagnose",
+               {"diagnose JOB"},
+               "what limits the job's step, with the evidence",
+               R"(Says what bounds the job's step time (data loading, memory, communication
+or compute) from its measured step split, and what to try.)",
+               {},
+               {},
+               ArgKind::kJob});
+  c.push_back({"workers",
+               {"workers"},
+               "list workers",
+               R"(Lists the registered workers: node, zone, rack, whether alive, slots and
+what runs on them.)",
+               {},
+               {},
+               ArgKind::kNone});
+  c.push_back({"plan",
+               {"plan FILE [--topology|--cluster T] [--top K] [--tokens N] [--executable-only]"},
+               "plan data/tensor/pipeline parallelism for a spec",
+               R"(Plans the layout of the job in FILE (data, tensor and pipeline degrees,
+micro-batch, ZeRO stage, recompute, placement): offline on the topology file
+T, else on the live cluster's workers.
+  --topology T, --cluster T   a topology YAML instead of the live cluster
+  --top K                     show the K best layouts (default 5)
+  --tokens N                  tokens to train, for time-to-train and cost
+  --executable-only           only layouts the engine executes today)",
+               {},
+               {"--topology", "--cluster", "--top", "--tokens", "--executable-only"},
+               ArgKind::kFile});
+  c.push_back({"data",
+               {"data prepare --input FILE... --out DIR [--tokenizer byte|bpe] [--vocab-size N] "
+                "[--val-fraction F]"},
+               "tokenize text into llm.c-format shards",
+               R"(prepare  tokenizes text files into llm.c-format token shards in DIR, with a
+         validation split, and writes DIR/meta.json naming the tokenizer.
+           --input FILE...     the text files
+           --out DIR           where the shards go (made if missing)
+           --tokenizer byte    one token per byte, vocabulary 256 (the default)
+           --tokenizer bpe     a SentencePiece BPE model trained on the train split,
+                               written as DIR/tokenizer.model (byte fallback: any
+                               text encodes and decodes back exactly)
+           --vocab-size N      the BPE vocabulary, 260-65536 (default 4096); the
+                               job's model.*.vocab_size must be at least N
+           --val-fraction F    share held out for validation (default 0.1)
+
+example: loomctl data prepare --input book.txt --out data --tokenizer bpe --vocab-size 2048)",
+               {"prepare"},
+               {"--input", "--out", "--tokenizer", "--vocab-size", "--val-fraction"},
+               ArgKind::kFile});
+  c.push_back({"users",
+               {"users add NAME [--role reader|user|admin] [--token-out FILE] [--users-file FILE]",
+                "users remove NAME [--users-file FILE]", "users list [--users-file FILE]"},
+               "edit the controller's users file",
+               R"(Edits the users file the controller reads (default <home>/users; on
+Kubernetes, the source of the loom-users Secret). The controller re-reads it
+on change: a removed user is locked out within a second.
+add      adds NAME with a role (default user) and a new token, printed once
+         (or written to --token-out, mode 0600); only its hash is stored.
+remove   removes NAME: their token and certificate stop working.
+list     lists names and roles.)",
+               {"add", "remove", "list"},
+               {"--role", "--token-out", "--users-file"},
+               ArgKind::kNone});
+  c.push_back({"ca",
+               {"ca issue server|worker|user NAME [--host H]... [--dir DIR]"},
+               "issue a certificate from the cluster CA",
+               R"(Issues a certificate from the cluster CA in DIR (default <home>/tls; made on
+first use), written as DIR/<name>.pem and .key:
+server NAME   the controller's; --host names every address clients dial
+worker NODE   a worker's (common name worker:NODE), as worker-NODE.pem/.key
+user NAME     a person's (common name user:NAME), as user-NAME.pem/.key)",
+               {"issue"},
+               {"--host", "--dir"},
+               ArgKind::kNone});
+  c.push_back({"completion",
+               {"completion bash"},
+               "print a shell completion script",
+               R"(Prints a bash completion script for loomctl: commands, subcommands, flags,
+files, and job ids from the controller.
+
+example: loomctl completion bash > /etc/bash_completion.d/loomctl
+         source <(loomctl completion bash))",
+               {"bash"},
+               {},
+               ArgKind::kNone});
+  c.push_back({"help",
+               {"help [COMMAND]"},
+               "show usage, or one command's",
+               R"(Shows loomctl's usage, or COMMAND's (as `loomctl COMMAND --help` does).)",
+               {},
+               {},
+               ArgKind::kNone});
+  return c;
+}
+
+constexpr char kGlobalFlagsText[] = R"(Global flags:
+  --home DIR          local state (default $LOOM_HOME or ~/.loom)
+  --controller ADDR   controller address (default: the local cluster's)
+  --token-file FILE   your token (default: <home>/token)
+  --tls-ca FILE       CA to trust for the controller (default: <home>/tls/ca.pem if
+                      there, else the system's roots)
+  --tls-cert F --tls-key K
+                      a client certificate (common name user:<name>) instead of a token
+  --plaintext         no TLS (only for a controller run with --allow_plaintext)
+  -o table|json       output format (default table)
+)";
+
+}  // namespace
+
+const std::vector<CommandHelp>& Commands() {
+  static const std::vector<CommandHelp>* commands = new std::vector<CommandHelp>(MakeCommands());
+  return *commands;
+}
+
+const std::vector<std::string>& GlobalFlags() {
+  static const std::vector<std::string>* flags = new std::vector<std::string>{
+      "--home", "--controller", "--token-file", "--tls-ca", "--tls-cert", "--tls-key",
+      "--plaintext", "-o", "--help"};
+  return *flags;
+}
+
+const CommandHelp* FindCommand(absl::string_view name) {
+  for (const CommandHelp& c : Commands()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+std::string MainUsage() {
+  std::string out = "usage: loomctl [global flags] COMMAND [args]\n\nCommands:\n";
+  for (const CommandHelp& c : Commands()) {
+    absl::StrAppend(&out, "  ", c.name, std::string(c.name.size() < 13 ? 13 - c.name.size() : 1, ' '),
+                    c.summary, "\n");
+  }
+  absl::StrAppend(&out, "\nRun `loomctl COMMAND --help` for a command's arguments and flags.\n\n",
+                  kGlobalFlagsText);
+  return out;
+}
+
+std::string CommandUsage(const CommandHelp& command) {
+  std::string out;
+  for (size_t i = 0; i < command.synopsis.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "usage: " : "       ", "loomctl ", command.synopsis[i], "\n");
+  }
+  absl::StrAppend(&out, "\n", command.summary, ".\n\n", command.details, "\n\n",
+                  "Global flags (before COMMAND) are in `loomctl --help`.\n");
+  return out;
+}
+
+bool WantsHelp(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "help") return true;
+  return std::any_of(args.begin(), args.end(),
+                     [](const std::string& a) { return a == "-h" || a == "--help"; });
+}
+
+std::string BashCompletion() {
+  // The case arms are generated from Commands(); the script needs nothing
+  // but bash (compgen/complete) and loomctl itself.
+  std::string commands, subs, flags, positional;
+  for (const CommandHelp& c : Commands()) {
+    absl::StrAppend(&commands, commands.empty() ? "" : " ", c.name);
+    if (!c.subcommands.empty()) {
+      absl::StrAppend(&subs, "    ", c.name, ") subs=\"", absl::StrJoin(c.subcommands, " "),
+                      "\" ;;\n");
+    }
+    std::vector<std::string> f = c.flags;
+    f.push_back("--help");
+    absl::StrAppend(&flags, "    ", c.name, ") flags=\"", absl::StrJoin(f, " "), "\" ;;\n");
+    const char* kind = c.positional == ArgKind::kFile  ? "file"
+                       : c.positional == ArgKind::kDir ? "dir"
+                       : c.positional == ArgKind::kJob ? "job"
+                                                       : "";
+    if (*kind) absl::StrAppend(&positional, "    ", c.name, ") kind=", kind, " ;;\n");
+  }
+  std::string script = R"SH(# bash completion for loomctl (generated by `loomctl completion bash`).
+_loomctl() {
+  local cur prev cmd="" sub="" i word subs="" flags="" kind="" globals=()
+  cur=${COMP_WORDS[COMP_CWORD]}
+  prev=${COMP_WORDS[COMP_CWORD-1]}
+  # The command is the first word that is neither a global flag nor its value.
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    word=${COMP_WORDS[i]}
+    case $word in
+      --home|--controller|--token-file|--tls-ca|--tls-cert|--tls-key|-o)
+        if [ -z "$cmd" ]; then globals+=("$word" "${COMP_WORDS[i+1]}"); fi
+        ((i++)); continue ;;
+      -*) continue ;;
+    esac
+    if [ -z "$cmd" ]; then cmd=$word; elif [ -z "$sub" ]; then sub=$word; fi
+  done
+  case $prev in
+    --home|--dir|--out|--data-root) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --token-file|--tls-ca|--tls-cert|--tls-key|--token-out|--users-file|--topology|--cluster|--input)
+      COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    -o) COMPREPLY=($(compgen -W "table json" -- "$cur")); return ;;
+    --tokenizer) COMPREPLY=($(compgen -W "byte bpe" -- "$cur")); return ;;
+    --role) COMPREPLY=($(compgen -W "reader user admin" -- "$cur")); return ;;
+    --state) COMPREPLY=($(compgen -W "PENDING SCHEDULED RUNNING SUCCEEDED FAILED CANCELLED" -- "$cur")); return ;;
+    --controller|--workers|--slots|--memory|--gpus|--worker-timeout|--reason|--to-step|--skip|--top|--tokens|--val-fraction|--host|--vocab-size|--prompt|--step|--temperature|--top-k|--seed)
+      return ;;
+  esac
+  if [ -z "$cmd" ]; then
+    if [[ $cur == -* ]]; then
+      COMPREPLY=($(compgen -W "@GLOBALS@" -- "$cur"))
+    else
+      COMPREPLY=($(compgen -W "@COMMANDS@" -- "$cur"))
+    fi
+    return
+  fi
+  case $cmd in
+@SUBS@  esac
+  if [ -n "$subs" ] && [ -z "$sub" ] && [[ $cur != -* ]]; then
+    COMPREPLY=($(compgen -W "$subs" -- "$cur"))
+    return
+  fi
+  case $cmd in
+@FLAGS@  esac
+  if [[ $cur == -* ]]; then
+    COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+    return
+  fi
+  case $cmd in
+    help) COMPREPLY=($(compgen -W "@COMMANDS@" -- "$cur")); return ;;
+    local) [ "$sub" = restart ] && COMPREPLY=($(compgen -W "controller worker-0 worker-1 worker-2 worker-3" -- "$cur")); return ;;
+    ca) [ "$sub" = issue ] && COMPREPLY=($(compgen -W "server worker user" -- "$cur")); return ;;
+  esac
+  case $cmd in
+@POSITIONAL@  esac
+  case $kind in
+    file) COMPREPLY=($(compgen -f -- "$cur")) ;;
+    dir) COMPREPLY=($(compgen -d -- "$cur")) ;;
+    job) COMPREPLY=($(compgen -W "$("${COMP_WORDS[0]}" "${globals[@]}" __jobs 2>/dev/null)" -- "$cur")) ;;
+  esac
+}
+complete -o filenames -o bashdefault -F _loomctl loomctl
+)SH";
+  return absl::StrReplaceAll(script, {{"@COMMANDS@", commands},
+                                      {"@GLOBALS@", absl::StrJoin(GlobalFlags(), " ")},
+                                      {"@SUBS@", subs},
+                                      {"@FLAGS@", flags},
+                                      {"@POSITIONAL@", positional}});
+}
+
+}  // namespace loom::cli
