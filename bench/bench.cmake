@@ -48,6 +48,11 @@ target_link_libraries(loom_loader_bench PRIVATE loom_engine loom_data ${TORCH_LI
 add_executable(loom_attention_bench ${CMAKE_CURRENT_LIST_DIR}/attention_bench.cc)
 target_link_libraries(loom_attention_bench PRIVATE loom_causal_attention ${TORCH_LIBRARIES})
 
+# llama: a Llama-family step against GPT-2's of the same size, and the
+# shares of its unfused parts (rotary + K/V expansion, RMSNorm, SwiGLU).
+add_executable(loom_llama_bench ${CMAKE_CURRENT_LIST_DIR}/llama_bench.cc)
+target_link_libraries(loom_llama_bench PRIVATE loom_engine loom_model_shape ${TORCH_LIBRARIES})
+
 # gpu: the GPU benchmark (bench/gpu/gpu_bench.cc). Built here only so that it
 # keeps compiling against the engine (on a machine without a GPU it exits 77,
 # "no CUDA device"); bench/gpu/run.sh builds and runs it on a GPU machine

@@ -208,6 +208,16 @@ bench_attention() {
   "$BUILD_DIR/bin/loom_attention_bench" "${ATTENTION_ROUNDS:-30}" "${ATTENTION_THREADS:-2}"
 }
 
+# A Llama-family training step (RMSNorm, SwiGLU, rotary positions, 4 of 8
+# K/V heads, untied) against a GPT-2 of the same width and depth on the CPU:
+# time per model FLOP relative to GPT-2's, and the step's shares of the
+# unfused rotary + K/V expansion, RMSNorm and SwiGLU (issue 14).
+bench_llama() {
+  build loom_llama_bench
+  select_blas_kernels
+  "$BUILD_DIR/bin/loom_llama_bench" "${LLAMA_ROUNDS:-10}" "${LLAMA_THREADS:-2}"
+}
+
 # Training tokens/s and peak memory of fp32, bf16 and bf16 + activation
 # checkpointing on a GPT with d_model 512, 8 layers, 8 heads, seq 256, vocab
 # 50304, batch 4, 2 threads, each configuration in its own child process
