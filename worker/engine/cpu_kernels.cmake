@@ -19,3 +19,9 @@ loom_library(loom_gelu SRCS ${CMAKE_CURRENT_LIST_DIR}/gelu.cc
 target_compile_options(loom_gelu PRIVATE -fno-fast-math)
 target_link_libraries(loom_gelu PRIVATE OpenMP::OpenMP_CXX)
 loom_test(loom_gelu_test SRCS ${CMAKE_CURRENT_LIST_DIR}/gelu_test.cc DEPS loom_gelu)
+
+# RMSNorm fused for CPU fp32 (rms_norm.h).
+loom_library(loom_rms_norm SRCS ${CMAKE_CURRENT_LIST_DIR}/rms_norm.cc DEPS ${TORCH_LIBRARIES})
+target_compile_options(loom_rms_norm PRIVATE -fno-fast-math)
+target_link_libraries(loom_rms_norm PRIVATE OpenMP::OpenMP_CXX)
+loom_test(loom_rms_norm_test SRCS ${CMAKE_CURRENT_LIST_DIR}/rms_norm_test.cc DEPS loom_rms_norm)

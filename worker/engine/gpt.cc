@@ -21,6 +21,7 @@
 #include "worker/engine/causal_attention.h"
 #include "worker/engine/fused_loss.h"
 #include "worker/engine/gelu.h"
+#include "worker/engine/rms_norm.h"
 
 namespace loom::engine {
 namespace {
@@ -276,9 +277,7 @@ NormImpl::NormImpl(const GptConfig& c)
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   // What torch::nn::LayerNorm computes, to the bit.
   if (!rms_) return torch::layer_norm(x, {d_model_}, weight_, bias_, eps_);
-  const torch::Tensor xf = x.to(torch::kFloat);
-  const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return (normed * weight_).to(x.scalar_type());
+  return RmsNorm(x, weight_, eps_);  // fused on CPU fp32 (rms_norm.h)
 }
 
 ModelShape ShapeOf(const GptConfig& c) {
