@@ -488,6 +488,30 @@ void TokenDataset::FillRankBatch(uint64_t seed, int64_t cursor, int global_batch
   }
 }
 
+namespace {
+
+// The end of every preparation: the last shards written, numbered shards of
+// an earlier run beyond them removed, and the train split's unigram entropy
+// H = -sum_t p_t ln p_t from its token counts.
+absl::Status FinishPreparation(const std::string& out_dir, ShardSink& train, ShardSink& val,
+                               const std::vector<int64_t>& counts, PrepareResult* result) {
+  RETURN_IF_ERROR(train.Finish());
+  RETURN_IF_ERROR(val.Finish());
+  result->train_shards = train.paths();
+  result->val_shards = val.paths();
+  RETURN_IF_ERROR(RemoveStaleShards(out_dir, "train", static_cast<int>(result->train_shards.size())));
+  RETURN_IF_ERROR(RemoveStaleShards(out_dir, "val", static_cast<int>(result->val_shards.size())));
+  const double n = static_cast<double>(result->train_tokens);
+  for (int64_t c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) / n;
+    result->unigram_entropy_nats -= p * std::log(p);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<PrepareResult> PrepareEncodedData(
     const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
     int vocab_size, const std::string& train_text,
@@ -572,18 +596,7 @@ absl::StatusOr<PrepareResult> PrepareEncodedData(
   ShardSink val(out_dir, "val", max_tokens_per_shard, result.val_tokens);
   for (uint16_t t : train_tokens) RETURN_IF_ERROR(train.Append(t));
   for (uint16_t t : val_tokens) RETURN_IF_ERROR(val.Append(t));
-  RETURN_IF_ERROR(train.Finish());
-  RETURN_IF_ERROR(val.Finish());
-  result.train_shards = train.paths();
-  result.val_shards = val.paths();
-  RETURN_IF_ERROR(RemoveStaleShards(out_dir, "train", static_cast<int>(result.train_shards.size())));
-  RETURN_IF_ERROR(RemoveStaleShards(out_dir, "val", static_cast<int>(result.val_shards.size())));
-  const double n = static_cast<double>(result.train_tokens);
-  for (int64_t c : counts) {
-    if (c == 0) continue;
-    const double p = static_cast<double>(c) / n;
-    result.unigram_entropy_nats -= p * std::log(p);
-  }
+  RETURN_IF_ERROR(FinishPreparation(out_dir, train, val, counts, &result));
   return result;
 }
 
@@ -653,20 +666,8 @@ absl::StatusOr<PrepareResult> PrepareByteLevelData(const std::vector<std::string
     }
     if (infos[i].separator_after) RETURN_IF_ERROR(emit('\n'));
   }
-  RETURN_IF_ERROR(train.Finish());
-  RETURN_IF_ERROR(val.Finish());
-  result.train_shards = train.paths();
-  result.val_shards = val.paths();
-  RETURN_IF_ERROR(RemoveStaleShards(out_dir, "train", static_cast<int>(result.train_shards.size())));
-  RETURN_IF_ERROR(RemoveStaleShards(out_dir, "val", static_cast<int>(result.val_shards.size())));
-
-  // H = -sum_b p_b ln p_b over the train split's byte frequencies.
-  const double n = static_cast<double>(result.train_tokens);
-  for (int64_t c : counts) {
-    if (c == 0) continue;
-    const double p = static_cast<double>(c) / n;
-    result.unigram_entropy_nats -= p * std::log(p);
-  }
+  RETURN_IF_ERROR(FinishPreparation(out_dir, train, val,
+                                    std::vector<int64_t>(counts.begin(), counts.end()), &result));
   return result;
 }
 
