@@ -17,7 +17,7 @@ PKGS=(
   fortunes fortunes-min
   curl openssl
   python3-torch chromium
-  clang-14 libclang-rt-14-dev libfuzzer-14-dev
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
   iproute2 iptables
   "$@"
 )

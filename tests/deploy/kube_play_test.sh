@@ -105,7 +105,7 @@ say "controller and both workers up, non-root, read-only root filesystems"
   fail "an init container copies the token; the daemons should read the Secret directly"
 # What a worker pod can read of the Secrets: the CA certificate and the
 # workers' certificates, never a key of loom-tls or the users file.
-seen=$(podman exec loom-worker-0-worker sh -c 'ls /etc/loom/tls /etc/loom/worker-tls' | tr '\n' ' ')
+seen=$(podman exec --workdir / loom-worker-0-worker sh -c 'ls /etc/loom/tls /etc/loom/worker-tls' | tr '\n' ' ')
 for f in controller.key ca.key users token; do
   grep -qw "$f" <<<"$seen" && fail "a worker pod sees $f: $seen"
 done
