@@ -166,7 +166,9 @@ class WorkerAgent {
   std::thread sender_;
 };
 
-// A TCP port that is free on this host right now (bound then released).
+// A TCP port that is free on this host right now (bound then released),
+// from [20000, 30000) when that lies outside the kernel's ephemeral range,
+// else any; 0 when none could be bound.
 int PickFreePort();
 
 }  // namespace loom::worker
