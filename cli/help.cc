@@ -161,6 +161,24 @@ restarts and why, corrupt checkpoints found at load.)",
                {},
                {},
                ArgKind::kJob});
+  c.push_back({"logs",
+               {"logs JOB [--rank R] [--attempt G] [--tail N] [-f]"},
+               "a rank's log, from the controller",
+               R"(Prints rank R's log (default 0) of the job's newest attempt, as its worker
+shipped it to the controller: no shell on the worker needed, and still there
+after the worker is gone. The controller keeps the newest --log_max_bytes of
+each log (16 MiB) until --log_retention (7 days) after the job ended.
+  --rank R      which rank
+  --attempt G   an earlier attempt (the job's generation, see `loomctl events`)
+  --tail N      only the last N lines
+  -f, --follow  keep printing as the rank writes, into its next attempt when
+                the job restarts, until the job ends
+With -o json: which ranks and attempts have logs, and their sizes.
+
+example: loomctl logs llama-tiny-1 --rank 1 --tail 20 -f)",
+               {},
+               {"--rank", "--attempt", "--tail", "-f", "--follow"},
+               ArgKind::kJob});
   c.push_back({"checkpoints",
                {"checkpoints JOB [--verify]"},
                "the job's checkpoint catalog",

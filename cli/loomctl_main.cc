@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 #include <memory>
 #include <string>
@@ -683,6 +684,134 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+bool IsFinished(loom::v1::JobState s) {
+  return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
+}
+
+// `loomctl logs JOB [--rank R] [--attempt G] [--tail N] [-f]`: a rank's log
+// as its worker shipped it to the controller (GetRankLog). Without -f it
+// prints what the controller holds and ends; with -f it then follows the
+// log, into the rank's next attempt when the job restarts, until the job
+// ends and the log is whole.
+int CmdLogs(const Globals& g, const std::vector<std::string>& args) {
+  std::string job;
+  int rank = 0;
+  int64_t attempt = -1;
+  int tail = -1;
+  bool follow = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--rank" && i + 1 < args.size()) {
+      if (!absl::SimpleAtoi(args[++i], &rank) || rank < 0) return Usage("--rank: a rank >= 0");
+    } else if (a == "--attempt" && i + 1 < args.size()) {
+      if (!absl::SimpleAtoi(args[++i], &attempt) || attempt < 0) {
+        return Usage("--attempt: an attempt >= 0 (the job's generation; `loomctl events JOB`)");
+      }
+    } else if (a == "--tail" && i + 1 < args.size()) {
+      if (!absl::SimpleAtoi(args[++i], &tail) || tail < 0) return Usage("--tail: lines >= 0");
+    } else if (a == "-f" || a == "--follow") {
+      follow = true;
+    } else if (!a.empty() && a[0] == '-') {
+      return Usage("logs: unknown flag " + a);
+    } else if (job.empty()) {
+      job = a;
+    } else {
+      return Usage("logs: one job at a time");
+    }
+  }
+  if (job.empty()) return Usage("logs: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  auto get = [&](int64_t generation, std::optional<int64_t> offset,
+                 loom::v1::GetRankLogResponse* resp) {
+    loom::v1::GetRankLogRequest req;
+    req.set_job_id(job);
+    req.set_rank(rank);
+    if (generation >= 0) req.set_generation(generation);
+    if (offset) {
+      req.set_offset(*offset);
+    } else {
+      req.set_tail_lines(tail);
+    }
+    resp->Clear();
+    return (*client)->Call(&loom::v1::JobService::Stub::GetRankLog, req, resp);
+  };
+  auto job_finished = [&]() {
+    auto j = FetchJob(g, job);
+    return !j.ok() || IsFinished(j->state());
+  };
+  loom::v1::GetRankLogResponse resp;
+  if (g.json) {
+    // The catalog of logs: which ranks and attempts the controller holds.
+    absl::Status s = get(attempt, int64_t{0}, &resp);
+    if (!s.ok() && !absl::IsNotFound(s)) return Fail(s);
+    loom::v1::GetRankLogResponse listing;
+    *listing.mutable_logs() = resp.logs();
+    std::cout << ToJson(listing) << std::endl;
+    return 0;
+  }
+  // The first read: the whole log kept, or its last `tail` lines; with -f,
+  // wait for a log that has not reached the controller yet.
+  bool waited = false;
+  while (true) {
+    absl::Status s = tail >= 0 ? get(attempt, std::nullopt, &resp) : get(attempt, 0, &resp);
+    if (s.ok()) break;
+    if (!absl::IsNotFound(s) || !follow || job_finished()) return Fail(s);
+    if (!waited) {
+      std::cerr << "loomctl: waiting for rank " << rank << "'s log of " << job << " ("
+                << s.message() << ")" << std::endl;
+      waited = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  int64_t generation = resp.log().generation();
+  absl::Time last_progress = absl::Now();
+  absl::Time last_job_check = absl::InfinitePast();
+  while (true) {
+    std::cout.write(resp.data().data(), static_cast<std::streamsize>(resp.data().size()));
+    std::cout.flush();
+    if (!resp.data().empty()) last_progress = absl::Now();
+    const int64_t next = resp.next_offset();
+    const bool more_now = next < resp.log().end();
+    if (!more_now && !follow) return 0;
+    if (!more_now) {
+      // Caught up. A complete log may be followed by the rank's next attempt.
+      int64_t newer = -1;
+      for (const auto& l : resp.logs()) {
+        if (l.rank() == rank && l.generation() > generation &&
+            (newer < 0 || l.generation() < newer)) {
+          newer = l.generation();
+        }
+      }
+      if (resp.log().complete() && attempt < 0 && newer >= 0) {
+        std::cerr << "--- loomctl: rank " << rank << ", attempt " << newer << " ---" << std::endl;
+        generation = newer;
+        absl::Status s = get(generation, 0, &resp);
+        if (!s.ok()) return Fail(s);
+        continue;
+      }
+      // Done: the job ended and the log is whole (or no byte came for a
+      // while: the worker that held the rest is gone).
+      if (absl::Now() - last_job_check > absl::Seconds(1)) {
+        last_job_check = absl::Now();
+        const bool finished = job_finished();
+        if (finished && (resp.log().complete() || absl::Now() - last_progress > absl::Seconds(5))) {
+          return 0;
+        }
+        if (resp.log().complete() && attempt >= 0) return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    const int64_t before = next;
+    absl::Status s = get(generation, next, &resp);
+    if (!s.ok()) return Fail(s);
+    if (resp.offset() > before) {
+      std::cerr << "--- loomctl: " << resp.offset() - before
+                << " bytes dropped by the controller's --log_max_bytes ---" << std::endl;
+    }
+  }
+}
+
 int CmdDiagnose(const Globals& g, const std::vector<std::string>& args) {
   if (args.size() != 1) return Usage("diagnose: expected JOB");
   auto fetched = FetchJob(g, args[0]);
@@ -1339,7 +1468,7 @@ const std::map<std::string, Runner>& Runners() {
       {"diagnose", CmdDiagnose},     {"data", CmdData},
       {"completion", CmdCompletion}, {"help", CmdHelp},
       {"sample", CmdSample},         {"export", CmdExport},
-      {"report", CmdReport},
+      {"report", CmdReport},         {"logs", CmdLogs},
   };
   return *runners;
 }

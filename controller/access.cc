@@ -98,10 +98,12 @@ const std::map<std::string, std::set<Role>>& AccessRules() {
         {"JobService.ListCheckpoints", read},
         {"JobService.Plan", read},
         {"JobService.RollbackJob", write},  // and AuthorizeJobChange
+        {"JobService.GetRankLog", read},
         {"WorkerService.RegisterWorker", worker},
         {"WorkerService.Heartbeat", worker},
         {"WorkerService.ReportStepMetrics", worker},
         {"WorkerService.ReportRankExit", worker},
+        {"WorkerService.AppendRankLogs", worker},  // and only its own ranks' logs
     };
   }();
   return *rules;

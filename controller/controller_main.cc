@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
@@ -30,6 +32,7 @@
 #include "common/health_service.h"
 #include "controller/access.h"
 #include "controller/job_manager.h"
+#include "controller/log_store.h"
 #include "controller/path_policy.h"
 #include "controller/store.h"
 
@@ -67,6 +70,11 @@ ABSL_FLAG(std::string, ready_file, "",
 ABSL_FLAG(std::string, checkpoint_tool, "",
           "the loom-ckpt executable, which `loomctl checkpoints JOB --verify` runs to re-read "
           "checksums (default: loom-ckpt next to this executable)");
+ABSL_FLAG(int64_t, log_max_bytes, 16 << 20,
+          "keep at most this many bytes (the newest) of each rank's log per attempt, as "
+          "workers ship them (loomctl logs); at least 4096");
+ABSL_FLAG(absl::Duration, log_retention, absl::Hours(168),
+          "delete a job's rank logs this long after the job ended (e.g. 72h; 0 = at once)");
 ABSL_FLAG(double, worker_timeout_s, 10.0, "declare a worker dead after this many silent seconds");
 ABSL_FLAG(double, heartbeat_interval_s, 0.5, "heartbeat period workers are told to use");
 // Threads for RPCs other than watch streams (see the ResourceQuota below).
@@ -177,6 +185,12 @@ int main(int argc, char** argv) {
   absl::Status recovered = manager.Recover();
   if (!recovered.ok()) return Fail(absl::StrCat("recovering jobs: ", recovered.message()));
 
+  auto logs = controller::LogStore::Open(
+      {absl::StrCat(data_dir, "/logs"), absl::GetFlag(FLAGS_log_max_bytes)});
+  if (!logs.ok()) return Fail(absl::StrCat("--log_max_bytes / rank logs: ", logs.status().message()));
+  const absl::Duration log_retention = absl::GetFlag(FLAGS_log_retention);
+  if (log_retention < absl::ZeroDuration()) return Fail("--log_retention: must be >= 0");
+
   controller::RpcMetrics rpc_metrics(*registry);
   auto& jobs_gauge = metrics::BuildGauge()
                          .Name("loom_controller_jobs")
@@ -226,8 +240,10 @@ int main(int argc, char** argv) {
   }
 
   std::atomic<bool> shutting_down{false};
-  controller::JobServiceImpl job_service(&manager, access->get(), &rpc_metrics, &shutting_down);
-  controller::WorkerServiceImpl worker_service(&manager, access->get(), &rpc_metrics);
+  controller::JobServiceImpl job_service(&manager, access->get(), &rpc_metrics, &shutting_down,
+                                         logs->get());
+  controller::WorkerServiceImpl worker_service(&manager, access->get(), &rpc_metrics,
+                                               logs->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -282,8 +298,24 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> stop{false};
   std::thread ticker([&] {
+    absl::Time next_log_sweep = absl::Now();
     while (!stop.load()) {
       manager.Tick();
+      // Rank logs of jobs that ended more than --log_retention ago (or that
+      // the controller no longer knows) go, once a minute.
+      if (absl::Now() >= next_log_sweep) {
+        next_log_sweep = absl::Now() + absl::Minutes(1);
+        for (const std::string& job : (*logs)->Jobs()) {
+          absl::StatusOr<std::optional<absl::Time>> ended = manager.EndedAt(job);
+          const bool expired = absl::IsNotFound(ended.status()) ||
+                               (ended.ok() && ended->has_value() &&
+                                **ended + log_retention <= absl::Now());
+          if (!expired) continue;
+          if (absl::Status removed = (*logs)->Remove(job); !removed.ok()) {
+            std::cerr << "loom-controller: rank logs: " << removed.message() << std::endl;
+          }
+        }
+      }
       auto counts = manager.JobCountsByState();
       for (int s = loom::v1::PENDING; s <= loom::v1::CANCELLED; ++s) {
         auto state = static_cast<loom::v1::JobState>(s);

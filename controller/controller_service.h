@@ -13,6 +13,7 @@
 #include "common/metrics.h"
 #include "controller/access.h"
 #include "controller/job_manager.h"
+#include "controller/log_store.h"
 #include "loom/v1/service.grpc.pb.h"
 
 namespace loom::controller {
@@ -42,8 +43,9 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   // open watch streams when set.
   // Every call is authenticated and authorized by `access` (access.h),
   // which must outlive the service.
+  // Rank logs are read from `logs`, which must outlive the service.
   JobServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics,
-                 const std::atomic<bool>* shutting_down);
+                 const std::atomic<bool>* shutting_down, LogStore* logs);
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const loom::v1::SubmitJobRequest* req,
                          loom::v1::SubmitJobResponse* resp) override;
@@ -67,6 +69,10 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
                     loom::v1::PlanResponse* resp) override;
   grpc::Status RollbackJob(grpc::ServerContext* ctx, const loom::v1::RollbackJobRequest* req,
                            loom::v1::Job* resp) override;
+  // INVALID_ARGUMENT for a negative rank, offset, tail_lines or max_bytes;
+  // NOT_FOUND for an unknown job, or no log of that rank (attempt) yet.
+  grpc::Status GetRankLog(grpc::ServerContext* ctx, const loom::v1::GetRankLogRequest* req,
+                          loom::v1::GetRankLogResponse* resp) override;
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);
@@ -74,13 +80,16 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   const AccessControl* const access_;
   RpcMetrics* const metrics_;
   const std::atomic<bool>* const shutting_down_;
+  LogStore* const logs_;
 };
 
 class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
  public:
   // Only workers (access.h) may call; a worker with a certificate acts only
   // as the worker of the node it names.
-  WorkerServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics);
+  // Shipped rank logs go to `logs`, which must outlive the service.
+  WorkerServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics,
+                    LogStore* logs);
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const loom::v1::RegisterWorkerRequest* req,
@@ -93,6 +102,13 @@ class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
   grpc::Status ReportRankExit(grpc::ServerContext* ctx,
                               const loom::v1::ReportRankExitRequest* req,
                               loom::v1::ReportRankExitResponse* resp) override;
+  // Takes each chunk of a rank this worker's node ran (in an attempt this
+  // controller placed or re-adopted); answers -1 for the others.
+  // INVALID_ARGUMENT for a negative rank, generation or offset, or a bad
+  // job id, naming the chunk.
+  grpc::Status AppendRankLogs(grpc::ServerContext* ctx,
+                              const loom::v1::AppendRankLogsRequest* req,
+                              loom::v1::AppendRankLogsResponse* resp) override;
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);
@@ -102,6 +118,7 @@ class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
   JobManager* const manager_;
   const AccessControl* const access_;
   RpcMetrics* const metrics_;
+  LogStore* const logs_;
 };
 
 // The caller of `ctx`: its verified client certificate's common name, else

@@ -344,6 +344,27 @@ absl::StatusOr<std::string> JobManager::WorkerNode(const std::string& worker_id)
   return w->info.node();
 }
 
+absl::StatusOr<JobManager::Placements> JobManager::AttemptPlacements(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  Placements out = it->second.placements;
+  const Job& job = it->second.job;
+  for (const auto& r : job.ranks()) out[job.generation()].emplace(r.rank(), r.node());
+  return out;
+}
+
+absl::StatusOr<std::optional<absl::Time>> JobManager::EndedAt(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  const Job& job = it->second.job;
+  if (!IsTerminal(job.state())) return std::optional<absl::Time>();
+  const int n = job.history_size();
+  return std::optional<absl::Time>(
+      n > 0 ? absl::FromUnixMillis(job.history(n - 1).time_unix_ms()) : absl::InfinitePast());
+}
+
 absl::StatusOr<LiveTopology> JobManager::LiveTopologyLocked(const loom::v1::JobSpec& spec) {
   return TopologyForSpec(spec, workers_.Infos());
 }
@@ -1554,6 +1575,9 @@ void JobManager::ScheduleLocked() {
       if (gpu >= 0) start->set_gpu(gpu);
       w->pending_commands.push_back(std::move(cmd));
     }
+    std::map<int, std::string>& placed = rec.placements[rec.job.generation()];
+    for (const auto& r : rec.job.ranks()) placed[r.rank()] = r.node();
+    while (rec.placements.size() > kMaxPlacementsKept) rec.placements.erase(rec.placements.begin());
     Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
   }
 }

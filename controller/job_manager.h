@@ -157,6 +157,16 @@ class JobManager {
   absl::StatusOr<std::string> Submitter(const std::string& job_id);
   // The node a registered worker runs on; NOT_FOUND for an unknown one.
   absl::StatusOr<std::string> WorkerNode(const std::string& worker_id);
+  // Where each rank of the job's attempts was placed: attempt -> rank ->
+  // node, for the attempts this controller placed or re-adopted (the newest
+  // kMaxPlacementsKept) and the current one. NOT_FOUND for an unknown job.
+  // (Who may ship which rank's log: the service's AppendRankLogs.)
+  using Placements = std::map<int64_t, std::map<int, std::string>>;
+  absl::StatusOr<Placements> AttemptPlacements(const std::string& job_id);
+  // When the job ended (its last transition), or nullopt while it is
+  // unfinished. NOT_FOUND for an unknown job.
+  absl::StatusOr<std::optional<absl::Time>> EndedAt(const std::string& job_id);
+  static constexpr size_t kMaxPlacementsKept = 16;
   std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit);
   // One page of jobs, newest first, submitted before job sequence
   // `before_seq` (0 = from the newest); summaries unless `full` (see
@@ -270,6 +280,7 @@ class JobManager {
     // Not placed again before this time: ranks of the previous attempt may
     // still run on a worker whose lease has not run out.
     absl::Time not_before = absl::InfinitePast();
+    Placements placements;  // AttemptPlacements
   };
 
   // All private helpers require mu_ held.

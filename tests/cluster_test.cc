@@ -691,11 +691,69 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
   loom::v1::Job running = Status(job);
   ASSERT_EQ(running.ranks_size(), 2);
   std::string victim_node = running.ranks(1).node();  // "local-<i>"
+  // `loomctl logs -f` follows rank 0 from before the kill to the end, into
+  // the next attempt, and stops by itself when the job is done (bounded by
+  // timeout if it did not).
+  const std::string follow_out = home_ + "/follow.out";
+  auto follower = RunCommand(absl::StrCat("timeout 240 ", kBin, "/loomctl --home ",
+                                          ShellQuote(home_), " logs ", job, " -f > ",
+                                          ShellQuote(follow_out), " 2>&1 & echo $!"));
+  const int follower_pid = std::atoi(follower.out.c_str());
+  ASSERT_GT(follower_pid, 0) << follower.err;
+  // Rank 1's log reached the controller before its worker dies with it.
+  ASSERT_TRUE(WaitFor([&] { return Ctl("logs " + job + " --rank 1").out.find("loom-rank 1/2") !=
+                                    std::string::npos; },
+                      30));
   ASSERT_NO_FATAL_FAILURE(KillWorkerOnNode(victim_node));
 
   ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))
       << Status(job).DebugString();
   loom::v1::Job done = Status(job);
+  {
+    SCOPED_TRACE("loomctl logs");
+    ASSERT_TRUE(WaitFor([&] { return !loom::testing::ProcessAlive(follower_pid); }, 30))
+        << "logs -f did not end with the job";
+    std::ifstream in(follow_out);
+    const std::string followed((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+    EXPECT_THAT(followed, HasSubstr("loom-rank 0/2"));
+    EXPECT_THAT(followed, HasSubstr(absl::StrCat("--- loomctl: rank 0, attempt ",
+                                                 done.generation(), " ---")));
+    // What the controller holds of the last attempt of rank 0 is what the
+    // rank wrote: the end of its log file on its worker.
+    auto last = Ctl(absl::StrCat("logs ", job));
+    ASSERT_EQ(last.exit_code, 0) << last.err;
+    EXPECT_THAT(followed, HasSubstr(last.out));
+    // (Worker i, node "local-<i>", works in <home>/workers/<i>.)
+    const std::string node = done.ranks(0).node();
+    std::ifstream f(absl::StrCat(home_, "/workers/", node.substr(node.rfind('-') + 1), "/", job,
+                                 "/rank-0.log"));
+    const std::string worker_file((std::istreambuf_iterator<char>(f)),
+                                  std::istreambuf_iterator<char>());
+    ASSERT_FALSE(worker_file.empty()) << "rank 0's log on " << done.ranks(0).node();
+    ASSERT_GE(worker_file.size(), last.out.size());
+    EXPECT_EQ(worker_file.substr(worker_file.size() - last.out.size()), last.out);
+    // The victim's rank: its first attempt's log, as far as it was shipped.
+    auto lost = Ctl(absl::StrCat("logs ", job, " --rank 1 --attempt ", running.generation(),
+                                 " --tail 3"));
+    ASSERT_EQ(lost.exit_code, 0) << lost.err;
+    EXPECT_LE(std::count(lost.out.begin(), lost.out.end(), '\n'), 3) << lost.out;
+    EXPECT_FALSE(lost.out.empty());
+    // The catalog of logs, and a clear error for a rank without one.
+    auto listing = Ctl(absl::StrCat("-o json logs ", job));
+    ASSERT_EQ(listing.exit_code, 0) << listing.err;
+    loom::v1::GetRankLogResponse catalog;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listing.out, &catalog).ok())
+        << listing.out;
+    int complete = 0;
+    for (const auto& l : catalog.logs()) complete += l.complete() ? 1 : 0;
+    EXPECT_GE(catalog.logs_size(), 4) << listing.out;  // 2 ranks x 2 attempts at least
+    EXPECT_GE(complete, 2) << listing.out;             // the last attempt's ranks, at least
+    auto none = Ctl(absl::StrCat("logs ", job, " --rank 7"));
+    EXPECT_EQ(none.exit_code, 1);
+    EXPECT_THAT(none.err, HasSubstr("NOT_FOUND: no log of rank 7 of job " + job));
+    EXPECT_THAT(none.err, HasSubstr("ranks with logs: 0, 1"));
+  }
   int rendezvous_retries = 0;
   const std::vector<loom::v1::JobState> states =
       StatesWithoutRendezvousRetries(done, &rendezvous_retries);

@@ -53,10 +53,12 @@ const std::map<std::string, std::set<Caller>>& Expected() {
       {"loom.v1.JobService.ListCheckpoints", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.Plan", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.RollbackJob", {kUser, kAdmin}},
+      {"loom.v1.JobService.GetRankLog", {kReader, kUser, kAdmin}},
       {"loom.v1.WorkerService.RegisterWorker", {kWorker}},
       {"loom.v1.WorkerService.Heartbeat", {kWorker}},
       {"loom.v1.WorkerService.ReportStepMetrics", {kWorker}},
       {"loom.v1.WorkerService.ReportRankExit", {kWorker}},
+      {"loom.v1.WorkerService.AppendRankLogs", {kWorker}},
   };
   return *table;
 }
@@ -243,6 +245,33 @@ TEST_F(RpcAccessTest, AWorkerCertificateActsOnlyForItsNode) {
     grpc::ClientContext ctx;
     grpc::Status s = stub_a->Heartbeat(&ctx, beat, &answer);
     EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  // Rank logs: only as itself, and only of ranks placed on its node (no
+  // job here placed anything on node-a: every chunk is refused, -1).
+  v1::AppendRankLogsRequest logs;
+  logs.set_worker_id(registered.worker_id());
+  auto* chunk = logs.add_chunks();
+  chunk->set_job_id("someone-elses-1");
+  chunk->set_data("forged line\n");
+  v1::AppendRankLogsResponse shipped;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_b->AppendRankLogs(&ctx, logs, &shipped);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_a->AppendRankLogs(&ctx, logs, &shipped);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(shipped.next_offset_size(), 1);
+    EXPECT_EQ(shipped.next_offset(0), -1);
+  }
+  chunk->set_job_id("../../etc");
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_a->AppendRankLogs(&ctx, logs, &shipped);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("chunks[0].job_id"));
   }
 }
 

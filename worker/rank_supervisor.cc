@@ -104,6 +104,8 @@ absl::Status RankSupervisor::Start(const std::string& job_id, int rank, int64_t 
     close(pipefd[1]);
     return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
   }
+  // (O_APPEND: this attempt's output starts at the current end.)
+  const int64_t log_begin = static_cast<int64_t>(lseek(logfd, 0, SEEK_END));
   std::vector<std::string> args = {options_.rank_binary, "--assignment", assignment_path};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -139,11 +141,13 @@ absl::Status RankSupervisor::Start(const std::string& job_id, int rank, int64_t 
   child->pid = pid;
   child->generation = generation;
   child->log_path = log_path;
+  child->log_begin = log_begin;
   int read_fd = pipefd[0];
   child->reader = std::thread([this, job_id, rank, generation, read_fd, pid, log_path] {
     ReadLoop(job_id, rank, generation, read_fd, pid, log_path);
   });
   children_[key] = std::move(child);
+  if (options_.on_start) options_.on_start(job_id, rank, generation, log_path, log_begin);
   return absl::OkStatus();
 }
 
@@ -197,6 +201,8 @@ void RankSupervisor::Reap(const std::string& job_id, int rank, int64_t generatio
     exit.exit_code = WEXITSTATUS(wstatus);
   }
   exit.reason = LastLogLine(log_path);
+  struct stat log_stat;
+  if (stat(log_path.c_str(), &log_stat) == 0) exit.log_end = static_cast<int64_t>(log_stat.st_size);
   if (exit.signal == SIGKILL && exit.reason.empty()) {
     exit.reason = "killed (SIGKILL: out of memory, or stopped after the grace period)";
   }
@@ -205,6 +211,7 @@ void RankSupervisor::Reap(const std::string& job_id, int rank, int64_t generatio
     auto it = children_.find({job_id, rank});
     if (it != children_.end() && it->second->pid == pid) {
       exit.fenced = it->second->fenced;
+      exit.log_begin = it->second->log_begin;
       finished_readers_.push_back(std::move(it->second->reader));
       children_.erase(it);
     }

@@ -36,6 +36,10 @@ struct RankExit {
   int signal = 0;
   std::string reason;  // last non-empty line of the rank's log
   std::string log_path;
+  // Where this attempt's output lies in log_path (which every attempt of the
+  // rank on this worker appends to): [log_begin, log_end); -1 = unknown.
+  int64_t log_begin = -1;
+  int64_t log_end = -1;
   bool fenced = false;  // killed by KillAll (the worker's lease ran out)
 };
 
@@ -47,6 +51,11 @@ struct RankSupervisorOptions {
                      const loom::v1::RankEvent&)>
       on_event;
   std::function<void(const RankExit&)> on_exit;
+  // A rank started; its output goes to `log_path` from byte `log_begin` on.
+  // Called with the supervisor's lock held: it must not call back into it.
+  std::function<void(const std::string& job_id, int rank, int64_t generation,
+                     const std::string& log_path, int64_t log_begin)>
+      on_start;
 };
 
 class RankSupervisor {
@@ -81,6 +90,7 @@ class RankSupervisor {
     pid_t pid = -1;
     int64_t generation = 0;
     std::string log_path;
+    int64_t log_begin = -1;
     std::thread reader;
     bool stopping = false;
     bool fenced = false;  // KillAll

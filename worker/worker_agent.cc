@@ -235,15 +235,57 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
   sup.on_event = [this](const std::string& job, int rank, int64_t generation,
                         const loom::v1::RankEvent& e) { OnEvent(job, rank, generation, e); };
   sup.on_exit = [this](const RankExit& exit) { OnExit(exit); };
+  log_shipper_ = std::make_unique<LogShipper>(
+      [this](loom::v1::AppendRankLogsRequest* req, loom::v1::AppendRankLogsResponse* resp) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          req->set_worker_id(worker_id_);
+        }
+        auto ctx = NewContext();
+        return stub_->AppendRankLogs(ctx.get(), *req, resp);
+      });
+  sup.on_start = [this](const std::string& job, int rank, int64_t generation,
+                        const std::string& log_path, int64_t log_begin) {
+    log_shipper_->Started(job, rank, generation, log_path, log_begin);
+  };
   supervisor_ = std::make_unique<RankSupervisor>(std::move(sup));
   sender_ = std::thread([this] { SenderLoop(); });
+  log_sender_ = std::thread([this] { LogLoop(); });
 }
 
 WorkerAgent::~WorkerAgent() {
   Stop();
   // The sender may call into the supervisor (stop on request): end it first.
   if (sender_.joinable()) sender_.join();
+  if (log_sender_.joinable()) log_sender_.join();
   supervisor_.reset();  // kills ranks; their exits enqueue and are dropped
+  // The ranks' last words, once (best effort: the controller may be away).
+  bool registered;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    registered = !worker_id_.empty();
+  }
+  if (registered) (void)log_shipper_->ShipOnce();
+}
+
+void WorkerAgent::LogLoop() {
+  int failures_in_a_row = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, absl::ToChronoMilliseconds(kLogShipInterval),
+                   [&] { return stop_.load(); });
+      if (stop_.load()) return;
+      if (worker_id_.empty()) continue;
+    }
+    const grpc::Status s = log_shipper_->ShipOnce();
+    if (s.ok()) {
+      failures_in_a_row = 0;
+    } else if (failures_in_a_row++ % 40 == 0) {  // the first, then one in 40 (~10 s)
+      std::cerr << LogTime() << "loom-worker: shipping rank logs failed (" << failures_in_a_row
+                << " in a row; kept and sent again): " << s.error_message() << std::endl;
+    }
+  }
 }
 
 void WorkerAgent::Stop() {
@@ -470,6 +512,7 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
 }
 
 void WorkerAgent::OnExit(const RankExit& exit) {
+  if (exit.log_begin >= 0) log_shipper_->Exited(exit.job_id, exit.rank, exit.generation, exit.log_end);
   std::cerr << LogTime() << "loom-worker: rank " << exit.rank << " of " << exit.job_id << " exited (code "
             << exit.exit_code << ", signal " << exit.signal << ")"
             << (exit.reason.empty() ? "" : ": " + exit.reason) << std::endl;

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "loom/v1/service.grpc.pb.h"
+#include "worker/log_shipper.h"
 #include "worker/rank_supervisor.h"
 
 namespace loom::worker {
@@ -162,8 +163,14 @@ class WorkerAgent {
   std::vector<std::pair<metrics::Labels, absl::Time>> ended_series_;  // guarded by mu_
   void RemoveEndedSeries(absl::Time now);
 
+  // Ships the ranks' logs (log_shipper.h) from its own thread, every
+  // kLogShipInterval, so a slow log never holds up step reports.
+  static constexpr absl::Duration kLogShipInterval = absl::Milliseconds(250);
+  void LogLoop();
+  std::unique_ptr<LogShipper> log_shipper_;     // outlives the supervisor, which feeds it
   std::unique_ptr<RankSupervisor> supervisor_;  // destroyed before the members above
   std::thread sender_;
+  std::thread log_sender_;
 };
 
 // A TCP port that is free on this host right now (bound then released),

@@ -137,6 +137,10 @@ grep -q '"node": "loom-worker-0"' "$T/status.json" && grep -q '"node": "loom-wor
   fail "the ranks did not run on both worker pods"
 ls "$T/checkpoints/tiny-1" > /dev/null 2>&1 || fail "no checkpoints on the shared volume"
 grep -q committed <<<"$("${ctl[@]}" checkpoints tiny-1)" || fail "no committed checkpoint in the catalog"
+# A rank's log through the controller, without a shell on its pod.
+"${ctl[@]}" logs tiny-1 --rank 1 > "$T/rank1.log" || fail "loomctl logs tiny-1 --rank 1"
+grep -q 'loom-rank 1/2' "$T/rank1.log" || fail "rank 1's log lacks its start line: $(head -c 300 "$T/rank1.log")"
+say "loomctl logs tiny-1 --rank 1: $(wc -l < "$T/rank1.log") lines from a worker pod"
 say "tiny-1 SUCCEEDED on loom-worker-0 and loom-worker-1; checkpoints in the shared volume: $(ls "$T/checkpoints/tiny-1" | tr '\n' ' ')"
 
 podman kube down "$T/play.yaml" > /dev/null 2>&1 || fail "podman kube down"
