@@ -43,7 +43,7 @@ not_serving() {
   [[ $out == *": NOT_SERVING" ]]
 }
 wait_for 60 "the unregistered worker's health service to say NOT_SERVING" not_serving
-podman healthcheck run "$prefix-worker" > /dev/null 2>&1 &&
+healthy "$prefix-worker" LOOM_HEALTH_PORT="$whealth" > /dev/null 2>&1 &&
   fail "the worker's HEALTHCHECK passes before it registered"
 say "unregistered worker: grpc.health.v1 NOT_SERVING, HEALTHCHECK unhealthy"
 
@@ -61,8 +61,8 @@ podman run -d --name "$prefix-controller" --network=host -e LOOM_HEALTH_PORT="$c
 grep -q 'loom-probe grpc' <<<"$(podman inspect "$prefix-controller" --format '{{.Config.Healthcheck.Test}}')" ||
   fail "controller image has no gRPC HEALTHCHECK"
 # podman runs HEALTHCHECKs from systemd timers; without systemd, run it here.
-wait_for 30 "the controller's HEALTHCHECK" podman healthcheck run "$prefix-controller"
-say "controller HEALTHCHECK: $(podman inspect "$prefix-controller" --format '{{.State.Health.Status}}')"
+wait_for 30 "the controller's HEALTHCHECK" healthy "$prefix-controller" LOOM_HEALTH_PORT="$chealth"
+say "controller HEALTHCHECK passes"
 out=$("$LOOM_BIN_DIR/loom-probe" grpc "127.0.0.1:$chealth")
 [ "$out" = SERVING ] || fail "grpc.health.v1 from the host: $out"
 say "grpc.health.v1.Health/Check from the host: $out"
@@ -72,8 +72,8 @@ http_get "127.0.0.1:$metrics" /metrics | grep '^loom_controller_workers_alive [0
 
 say "the worker registers with it"
 # HEALTHCHECK = registered with the controller.
-wait_for 60 "the worker's HEALTHCHECK" podman healthcheck run "$prefix-worker"
-say "worker HEALTHCHECK: $(podman inspect "$prefix-worker" --format '{{.State.Health.Status}}')"
+wait_for 60 "the worker's HEALTHCHECK" healthy "$prefix-worker" LOOM_HEALTH_PORT="$whealth"
+say "worker HEALTHCHECK passes"
 ctl=("$LOOM_BIN_DIR/loomctl" --tls-ca "$tmp/tls/ca.pem" --controller "127.0.0.1:$grpc" --token-file "$tmp/user-token")
 registered() { grep -q smoke-node <<<"$("${ctl[@]}" workers)"; }
 wait_for 30 "the worker to register" registered
@@ -89,9 +89,11 @@ podman logs "$prefix-worker" 2>&1 | grep 'BLAS: openblas' > /dev/null ||
 say "worker: $(podman logs "$prefix-worker" 2>&1 | grep -m1 'BLAS:')"
 
 for c in controller worker; do
-  missing=$(podman exec "$prefix-$c" sh -c 'for b in /usr/local/bin/*; do ldd "$b"; done' | grep 'not found' || true)
+  ldds=$(in_image "localhost/loom-$c:$TAG" 'for b in /usr/local/bin/*; do ldd "$b"; done')
+  grep -q 'libc.so' <<<"$ldds" || fail "$c image: ldd said nothing: $ldds"
+  missing=$(grep 'not found' <<<"$ldds" || true)
   [ -z "$missing" ] || fail "$c image: unresolved libraries: $missing"
-  podman exec "$prefix-$c" sh -c 'touch /usr/local/bin/x' 2> /dev/null &&
+  in_image "localhost/loom-$c:$TAG" 'touch /usr/local/bin/x' 2> /dev/null &&
     fail "$c image: the non-root user can write /usr/local/bin"
   labels=$(podman inspect "localhost/loom-$c:$TAG" --format '{{index .Labels "org.opencontainers.image.revision"}}')
   [ -n "$labels" ] || fail "$c image: no org.opencontainers.image.revision label"

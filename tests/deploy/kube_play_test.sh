@@ -105,7 +105,17 @@ say "controller and both workers up, non-root, read-only root filesystems"
   fail "an init container copies the token; the daemons should read the Secret directly"
 # What a worker pod can read of the Secrets: the CA certificate and the
 # workers' certificates, never a key of loom-tls or the users file.
-seen=$(podman exec --workdir / loom-worker-0-worker sh -c 'ls /etc/loom/tls /etc/loom/worker-tls' | tr '\n' ' ')
+# Read from the container's mounts (not with podman exec: in a chroot,
+# runc's exec lands in the host's root instead of the container's).
+seen=""
+while read -r src dst; do
+  case $dst in /etc/loom/*) ;; *) continue ;; esac
+  if [ -d "$src" ]; then
+    seen+="$(ls "$src" | tr '\n' ' ')"
+  else
+    seen+="$(basename "$dst") "
+  fi
+done < <(podman inspect loom-worker-0-worker --format '{{range .Mounts}}{{.Source}} {{.Destination}}{{"\n"}}{{end}}')
 for f in controller.key ca.key users token; do
   grep -qw "$f" <<<"$seen" && fail "a worker pod sees $f: $seen"
 done

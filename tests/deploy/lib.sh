@@ -53,6 +53,30 @@ http_get() {  # http_get HOST:PORT PATH -> body on stdout
   exec 3>&-
 }
 
+# healthy CONTAINER [NAME=VALUE...]: runs CONTAINER's HEALTHCHECK command as
+# the runtime would, in a new container of the same image, user and host
+# network, with the environment given (what the container was started
+# with); its exit status. Not `podman healthcheck run`, which execs into the
+# container: in a chroot, runc's exec lands in the host's root instead of
+# the container's.
+healthy() {
+  local c=$1 image cmd kind
+  shift
+  image=$(podman inspect "$c" --format '{{.ImageName}}')
+  kind=$(podman inspect "$c" --format '{{index .Config.Healthcheck.Test 0}}')
+  [ "$kind" = CMD-SHELL ] || fail "$c: HEALTHCHECK is $kind, expected CMD-SHELL"
+  cmd=$(podman inspect "$c" --format '{{index .Config.Healthcheck.Test 1}}')
+  local env=()
+  for e in "$@"; do env+=(-e "$e"); done
+  podman run --rm --network=host "${env[@]}" --entrypoint /bin/sh "$image" -c "$cmd"
+}
+
+# in_image IMAGE COMMAND: runs COMMAND with /bin/sh in a new container of
+# IMAGE as its user (see healthy for why not podman exec).
+in_image() {
+  podman run --rm --entrypoint /bin/sh "$1" -c "$2"
+}
+
 require_images() {
   loom_require_root_mount || fail "podman cannot run containers in this environment"
   for i in controller worker; do
