@@ -438,6 +438,14 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
   std::cout << "job      " << job.id() << "\nstate    " << StateName(job.state())
             << "\nreason   " << job.reason() << "\nby       "
             << (job.submitted_by().empty() ? "(not recorded)" : job.submitted_by()) << "\n";
+  if (job.spec().has_init_from()) {
+    const loom::v1::InitFrom& from = job.spec().init_from();
+    std::cout << "from     "
+              << (from.job().empty() ? std::string()
+                                     : absl::StrCat(from.job(), " step ", from.step(), ": "))
+              << from.path() << (from.optimizer() ? " (weights and optimizer state)" : " (weights)")
+              << "\n";
+  }
   const auto& par = job.spec().parallelism();
   const bool layered = par.tensor() > 1 || par.pipeline() > 1;
   if (job.ranks_size() > 0 && !layered) {

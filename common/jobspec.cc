@@ -1097,6 +1097,9 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
     spec.mutable_checkpoint()->set_dir(
         ResolveAgainst(dir, spec.checkpoint().dir()));
   }
+  if (!spec.init_from().path().empty()) {
+    spec.mutable_init_from()->set_path(ResolveAgainst(dir, spec.init_from().path()));
+  }
   return spec;
 }
 
@@ -1152,6 +1155,37 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   if (spec->seed() == 0) spec->set_seed(1337);
 }
 
+// init_from: a job (and step) or a path; a job's own name is not a source.
+absl::Status ValidateInitFrom(const JobSpec& spec) {
+  if (!spec.has_init_from()) return absl::OkStatus();
+  const v1::InitFrom& from = spec.init_from();
+  if (from.job().empty() && from.path().empty()) {
+    return FieldError("init_from", "give job (and step) or path");
+  }
+  if (!from.job().empty()) {
+    // A job id is "<name>-<n>".
+    const size_t dash = from.job().rfind('-');
+    int64_t n = 0;
+    if (dash == std::string::npos || dash == 0 ||
+        !IsValidJobName(from.job().substr(0, dash)) ||
+        !absl::SimpleAtoi(from.job().substr(dash + 1), &n) || n < 1) {
+      return FieldError("init_from.job",
+                        absl::StrCat("\"", absl::Utf8SafeCHexEscape(from.job()),
+                                     "\" is not a job id (NAME-N, as loomctl list shows)"));
+    }
+  }
+  RETURN_IF_ERROR(CheckInRange<int64_t>("init_from.step", from.step(), 0, kMaxSteps));
+  if (from.job().empty() && from.step() != 0) {
+    return FieldError("init_from.step", "goes with init_from.job; a path names its step");
+  }
+  if (!from.path().empty() && from.path()[0] != '/') {
+    return FieldError("init_from.path",
+                      absl::StrCat("\"", absl::Utf8SafeCHexEscape(from.path()),
+                                   "\" must be absolute (or relative to the spec file)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(CheckFinite(spec, ""));
   if (spec.name().empty()) return FieldError("name", "required");
@@ -1191,6 +1225,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(CheckInRange("checkpoint.keep", spec.checkpoint().keep(), 1, 100000));
   RETURN_IF_ERROR(ValidateRecovery(spec.recovery()));
   RETURN_IF_ERROR(ValidateSkipBatches(spec.skip_batches(), "skip_batches"));
+  RETURN_IF_ERROR(ValidateInitFrom(spec));
   return ValidateSupported(spec);
 }
 

@@ -801,6 +801,26 @@ TEST(ValidateJobSpecTest, NumbersOutsideTheirRangeNameTheField) {
       {"activation checkpointing past the layers",
        [](JobSpec* s) { s->set_activation_checkpointing(s->model().gpt().n_layer() + 1); },
        kInvalid, "activation_checkpointing: every k-th block with k = "},
+      {"init_from naming nothing", [](JobSpec* s) { s->mutable_init_from(); }, kInvalid,
+       "init_from: give job (and step) or path"},
+      {"init_from a name, not a job id",
+       [](JobSpec* s) { s->mutable_init_from()->set_job("tiny"); }, kInvalid,
+       "init_from.job: \"tiny\" is not a job id"},
+      {"init_from a negative step",
+       [](JobSpec* s) {
+         s->mutable_init_from()->set_job("tiny-3");
+         s->mutable_init_from()->set_step(-1);
+       },
+       kInvalid, "init_from.step: "},
+      {"init_from a step without a job",
+       [](JobSpec* s) {
+         s->mutable_init_from()->set_path("/ckpt/step-000000010");
+         s->mutable_init_from()->set_step(10);
+       },
+       kInvalid, "init_from.step: goes with init_from.job"},
+      {"init_from a relative path",
+       [](JobSpec* s) { s->mutable_init_from()->set_path("ckpt/step-000000010"); }, kInvalid,
+       "init_from.path: \"ckpt/step-000000010\" must be absolute"},
   };
   const JobSpec good = MustParse(kGoodYaml);
   for (const BadSpecCase& c : cases) {
@@ -823,6 +843,8 @@ TEST(ValidateJobSpecTest, NumbersOutsideTheirRangeNameTheField) {
   auto* r = edge.add_skip_batches();
   r->set_begin(0);
   r->set_end(int64_t{1} << 50);
+  edge.mutable_init_from()->set_job("tiny-12");
+  edge.mutable_init_from()->set_step(1000000000);
   ApplyJobSpecDefaults(&edge);
   EXPECT_TRUE(ValidateJobSpec(edge).ok()) << ValidateJobSpec(edge);
 }

@@ -261,7 +261,13 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submi
   roots.data = options_.data_roots;
   if (!options_.checkpoint_root.empty()) roots.checkpoint.push_back(options_.checkpoint_root);
   for (const std::string& r : options_.extra_checkpoint_roots) roots.checkpoint.push_back(r);
+  if (!spec.init_from().job().empty() && !spec.init_from().path().empty()) {
+    return absl::InvalidArgumentError(
+        "init_from: give job (and step) or path, not both (the controller finds the job's "
+        "checkpoint)");
+  }
   RETURN_IF_ERROR(ConfineJobPaths(roots, &spec));
+  RETURN_IF_ERROR(ResolveInitFromLocked(&spec));
   if (!spec.checkpoint().dir().empty()) {
     RETURN_IF_ERROR(CheckCheckpointDirFreeLocked(spec.checkpoint().dir()));
   }
@@ -305,6 +311,50 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submi
   }
   ScheduleLocked();
   return jobs_[id].job;
+}
+
+absl::Status JobManager::ResolveInitFromLocked(loom::v1::JobSpec* spec) {
+  loom::v1::InitFrom* from = spec->mutable_init_from();
+  if (from->job().empty()) return absl::OkStatus();
+  auto source = jobs_.find(from->job());
+  if (source == jobs_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init_from.job: no job \"", from->job(), "\" (loomctl list shows the ids)"));
+  }
+  // The weights must fit this spec's model (dropout aside).
+  loom::v1::GptModel mine = EffectiveDecoder(spec->model());
+  loom::v1::GptModel theirs = EffectiveDecoder(source->second.job.spec().model());
+  mine.clear_dropout();
+  theirs.clear_dropout();
+  if (mine.SerializeAsString() != theirs.SerializeAsString()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init_from.job: ", from->job(), " trains ", DescribeDecoder(theirs), ", but ",
+        ModelPath(spec->model()), " is ", DescribeDecoder(mine),
+        "; a checkpoint initializes only the same model"));
+  }
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> catalog = catalog_.List(from->job());
+  if (!catalog.ok()) return catalog.status();
+  const loom::v1::CheckpointInfo* chosen = nullptr;
+  std::vector<std::string> committed;
+  for (const loom::v1::CheckpointInfo& c : *catalog) {
+    if (c.status() != "committed") continue;
+    committed.push_back(absl::StrCat(c.step()));
+    if (from->step() == 0 ? (chosen == nullptr || c.step() >= chosen->step())
+                          : c.step() == from->step()) {
+      chosen = &c;
+    }
+  }
+  if (chosen == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init_from", from->step() == 0 ? ".job: " : ".step: ", from->job(),
+        from->step() == 0 ? " has no committed checkpoint"
+                          : absl::StrCat(" has no committed checkpoint at step ", from->step()),
+        committed.empty() ? "" : absl::StrCat(" (committed: ", absl::StrJoin(committed, ", "), ")"),
+        "; loomctl checkpoints ", from->job(), " lists them"));
+  }
+  from->set_step(chosen->step());
+  from->set_path(chosen->path());
+  return absl::OkStatus();
 }
 
 absl::Status JobManager::CheckCheckpointDirFreeLocked(const std::string& dir) const {

@@ -360,6 +360,10 @@ class JobManager {
   // FAILED_PRECONDITION naming checkpoint.dir if an unfinished job's
   // checkpoint directory is `dir`, or holds it, or lies inside it.
   absl::Status CheckCheckpointDirFreeLocked(const std::string& dir) const;
+  // init_from.job (and step) -> init_from.path: that job's committed
+  // checkpoint at the step (0: its newest), whose model must be this
+  // spec's. INVALID_ARGUMENT naming the field otherwise.
+  absl::Status ResolveInitFromLocked(loom::v1::JobSpec* spec);
   // Ends the current attempt: stops its ranks, resets per-attempt state,
   // bumps the generation, and puts the job back to PENDING.
   void RequeueLocked(JobRecord& rec, const std::string& reason);

@@ -117,6 +117,12 @@ absl::Status ConfineJobPaths(const PathRoots& roots, loom::v1::JobSpec* spec) {
     }
     spec->mutable_checkpoint()->set_dir(*p);
   }
+  if (!spec->init_from().path().empty() && !roots.checkpoint.empty()) {
+    absl::StatusOr<std::string> p =
+        ConfinePath("init_from.path", spec->init_from().path(), roots.checkpoint);
+    if (!p.ok()) return p.status();
+    spec->mutable_init_from()->set_path(*p);
+  }
   return absl::OkStatus();
 }
 

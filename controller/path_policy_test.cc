@@ -92,6 +92,16 @@ TEST_F(PathPolicyTest, PathsOutsideEveryRootAreRefusedNamingTheField) {
   spec_.mutable_data()->add_validation("/etc/passwd");
   s = ConfineJobPaths(roots_, &spec_);
   EXPECT_THAT(std::string(s.message()), StartsWith("data.validation[1]: /etc/passwd"));
+  // init_from reads a checkpoint: it must lie under a checkpoint root too.
+  spec_.Clear();
+  spec_.mutable_data()->add_train(tmp_ + "/data/x.bin");
+  spec_.mutable_init_from()->set_path(tmp_ + "/ckpt/../outside/step-000000010");
+  s = ConfineJobPaths(roots_, &spec_);
+  EXPECT_THAT(std::string(s.message()), StartsWith("init_from.path: "));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is outside"));
+  spec_.mutable_init_from()->set_path(tmp_ + "/ckpt/other-2/./step-000000010");
+  ASSERT_TRUE(ConfineJobPaths(roots_, &spec_).ok());
+  EXPECT_EQ(spec_.init_from().path(), tmp_ + "/ckpt/other-2/step-000000010");
 }
 
 // A symlink inside a root that points out of it is followed: what counts is

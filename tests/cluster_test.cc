@@ -26,6 +26,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "cli/local_cluster.h"
 #include "controller/access.h"
@@ -429,6 +430,52 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   EXPECT_THAT(diagnose.out, HasSubstr("verdict"));
   EXPECT_THAT(diagnose.out, HasSubstr("split: data wait"));
   EXPECT_THAT(diagnose.out, HasSubstr("as of step 60"));
+
+  // init_from: a new job starts from tiny-1's step-40 checkpoint, under
+  // another layout (ZeRO-1), at its own step 0: its initial validation loss
+  // is tiny-1's at step 40, the same weights on the same validation data.
+  {
+    SCOPED_TRACE("init_from");
+    auto none = Ctl("submit " + WriteSpec("tiny-from", 20, 2,
+                                          "init_from: {job: tiny-1, step: 30}\n"));
+    EXPECT_EQ(none.exit_code, 1);
+    EXPECT_THAT(none.err, HasSubstr("init_from.step: tiny-1 has no committed checkpoint at step "
+                                    "30 (committed: 20, 40, 60)"));
+    const std::string wider = WriteSpec("tiny-wide", 20, 2, "init_from: {job: tiny-1}\n");
+    auto wide_spec = ReadFile(wider);
+    ASSERT_TRUE(wide_spec.ok());
+    std::ofstream(wider) << absl::StrReplaceAll(*wide_spec, {{"d_model: 32", "d_model: 64"}});
+    auto mismatch = Ctl("submit " + wider);
+    EXPECT_EQ(mismatch.exit_code, 1);
+    EXPECT_THAT(mismatch.err, HasSubstr("init_from.job: tiny-1 trains"));
+    EXPECT_THAT(mismatch.err, HasSubstr("a checkpoint initializes only the same model"));
+
+    auto from = Ctl("submit --follow " +
+                    WriteSpec("tiny-from", 20, 2,
+                              "init_from: {job: tiny-1, step: 40}\nparallelism: {zero_stage: 1}\n"));
+    ASSERT_EQ(from.exit_code, 0) << from.out << from.err;
+    std::smatch id;
+    ASSERT_TRUE(std::regex_search(from.out, id, std::regex(R"(submitted (tiny-from-[0-9]+))")))
+        << from.out;
+    const std::string new_job = id[1];
+    const loom::v1::Job started = Status(new_job);
+    EXPECT_EQ(started.state(), loom::v1::SUCCEEDED) << started.DebugString();
+    EXPECT_TRUE(absl::EndsWith(started.spec().init_from().path(), "/tiny-1/step-000000040"))
+        << started.spec().init_from().DebugString();
+    EXPECT_EQ(started.summary().last_step(), 20) << "its own schedule, from step 0";
+    loom::v1::GetStepMetricsResponse source_steps, new_steps;
+    ASSERT_NO_FATAL_FAILURE(GetStepMetrics("tiny-1", &source_steps));
+    ASSERT_NO_FATAL_FAILURE(GetStepMetrics(new_job, &new_steps));
+    double source_val = -1, initial_val = -1;
+    for (const auto& m : source_steps.steps()) {
+      if (m.step() == 40 && m.has_val_loss()) source_val = m.val_loss();
+    }
+    for (const auto& m : new_steps.steps()) {
+      if (m.step() == 0 && m.has_val_loss()) initial_val = m.val_loss();
+    }
+    ASSERT_GT(source_val, 0);
+    EXPECT_NEAR(initial_val, source_val, 1e-5 * source_val);
+  }
 
   // The controller restarts and still knows the job.
   auto down = Ctl("local down");

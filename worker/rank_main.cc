@@ -126,6 +126,8 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.job_id = a.job_id();
   c.resume_step = a.resume_step();
   c.allow_start_from_scratch = spec.recovery().allow_start_from_scratch();
+  c.init_from = spec.init_from().path();
+  c.init_optimizer = spec.init_from().optimizer();
   for (const auto& r : a.skip_batches()) c.skip_batches.push_back({r.begin(), r.end()});
   const auto& rec = spec.recovery();
   // Twice the rollback distance: ranks run on for a few steps after a spike

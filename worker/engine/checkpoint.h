@@ -88,6 +88,14 @@ struct TrainingState {
   int64_t loss_scale_overflow_steps = 0;
 };
 
+// What a restore takes. kResume: everything (the shape checked whole,
+// `state`, the moments and step counts, torch's CPU generator).
+// kWeights / kWeightsAndOptimizer: a new job started from another's
+// checkpoint (TrainerConfig::init_from; parallel/sharded_checkpoint.h): only the model must match; `state`
+// and the generator are left as they are, and the optimizer too unless
+// kWeightsAndOptimizer.
+enum class RestoreScope { kResume, kWeights, kWeightsAndOptimizer };
+
 // What a checkpoint must match to resume a job.
 struct CheckpointShape {
   std::string model;      // ModelFingerprint(GptConfig)

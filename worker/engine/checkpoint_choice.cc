@@ -93,6 +93,12 @@ absl::StatusOr<ResumeChoice> ChooseResumeCheckpoint(const ResumeRequest& request
   return none;
 }
 
+absl::Status NoGoodCheckpointError(absl::string_view message) {
+  absl::Status s = absl::DataLossError(message);
+  s.SetPayload(kNoGoodCheckpointPayload, absl::Cord("1"));
+  return s;
+}
+
 bool IsNoGoodCheckpoint(const absl::Status& status) {
   return absl::IsDataLoss(status) && status.GetPayload(kNoGoodCheckpointPayload).has_value();
 }

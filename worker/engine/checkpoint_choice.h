@@ -62,6 +62,9 @@ absl::StatusOr<ResumeChoice> ChooseResumeCheckpoint(const ResumeRequest& request
 // True for ChooseResumeCheckpoint's DATA_LOSS "no checkpoint verifies": the
 // job's checkpoints are all corrupt, and restarting cannot help.
 bool IsNoGoodCheckpoint(const absl::Status& status);
+// A DATA_LOSS status IsNoGoodCheckpoint recognizes: a checkpoint training
+// needs cannot be used, and restarting cannot help (also init_from's).
+absl::Status NoGoodCheckpointError(absl::string_view message);
 
 }  // namespace loom::engine
 

@@ -99,9 +99,11 @@ class RankEngine {
   virtual absl::Status Restore(absl::string_view bytes, const CheckpointShape& shape,
                                TrainingState* state) = 0;
   // The same from any verified checkpoint directory, read piecewise (every
-  // rank reads the shared directory). Local.
+  // rank reads the shared directory); `scope` (checkpoint.h) restores less
+  // for a job started from another's checkpoint. Local.
   virtual absl::Status RestoreFrom(const CheckpointReader& reader, const CheckpointShape& shape,
-                                   TrainingState* state) = 0;
+                                   TrainingState* state,
+                                   RestoreScope scope = RestoreScope::kResume) = 0;
 
   // The rank's module (Gpt or ParallelGpt), for TrainerCallbacks::on_finish.
   virtual torch::nn::Module& module() = 0;

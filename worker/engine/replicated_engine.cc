@@ -169,8 +169,8 @@ class ReplicatedEngine : public RankEngine {
 
   // A layout's sharded checkpoint, whole tensor by whole tensor.
   absl::Status RestoreFrom(const CheckpointReader& reader, const CheckpointShape& shape,
-                           TrainingState* state) override {
-    return RestoreWholeModel(reader, shape, *model_, *optimizer_, state);
+                           TrainingState* state, RestoreScope scope) override {
+    return RestoreWholeModel(reader, shape, *model_, *optimizer_, state, scope);
   }
 
   torch::nn::Module& module() override { return *model_; }

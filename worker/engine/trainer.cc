@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <mutex>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_choice.h"
@@ -326,6 +328,54 @@ absl::StatusOr<ResumeOutcome> Resume(const TrainerConfig& config, const Checkpoi
   return outcome;
 }
 
+// TrainerConfig::init_from, when Resume restored nothing. Collective.
+absl::Status InitializeFrom(const TrainerConfig& config, const CheckpointShape& shape,
+                            RankEngine& engine, Collectives& collectives) {
+  const int rank = collectives.rank();
+  absl::Status verified;
+  if (rank == 0) {
+    verified = [&]() -> absl::Status {
+      const std::string manifest_path =
+          (std::filesystem::path(config.init_from) / kManifestFileName).string();
+      absl::StatusOr<std::string> bytes = ReadFile(manifest_path);
+      if (!bytes.ok()) {
+        return absl::DataLossError(absl::StrCat(manifest_path, ": ", bytes.status().message()));
+      }
+      ASSIGN_OR_RETURN(CheckpointManifest manifest, ParseManifest(*bytes, manifest_path));
+      if (manifest.shape.model != shape.model) {
+        return absl::FailedPreconditionError(absl::StrCat("it is for model ", manifest.shape.model,
+                                                          ", this job trains ", shape.model));
+      }
+      return VerifyCheckpoint({manifest.state.step, config.init_from, -1, false}).status();
+    }();
+  }
+  const std::string why = collectives.BroadcastBytes(
+      rank != 0 || verified.ok() ? std::string() : std::string(verified.message()));
+  if (!why.empty()) {
+    return NoGoodCheckpointError(
+        absl::StrCat("init_from: checkpoint ", config.init_from, " cannot be used: ", why));
+  }
+  const RestoreScope scope =
+      config.init_optimizer ? RestoreScope::kWeightsAndOptimizer : RestoreScope::kWeights;
+  TrainingState unused;
+  absl::Status restoring;
+  {
+    std::lock_guard<std::mutex> lock(ModelInitMutex());
+    absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(config.init_from, config.model);
+    restoring = reader.ok() ? engine.RestoreFrom(*reader, shape, &unused, scope) : reader.status();
+  }
+  const int64_t failed = collectives.Max({restoring.ok() ? 0 : rank + 1})[0];
+  if (!restoring.ok()) {
+    return NoGoodCheckpointError(absl::StrCat("init_from: reading ", config.init_from, ": ",
+                                              restoring.message()));
+  }
+  if (failed != 0) {
+    return NoGoodCheckpointError(absl::StrCat("init_from: rank ", failed - 1, " could not read ",
+                                              config.init_from, " (its error says why)"));
+  }
+  return absl::OkStatus();
+}
+
 // The branch this call continues or starts (TrainerConfig, "Forks"):
 // generation, lineage and skip list of `state` after resuming. Returns
 // whether they changed what the newest checkpoint says, so that a
@@ -602,6 +652,9 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   TrainingState state;
   ASSIGN_OR_RETURN(const ResumeOutcome resumed,
                    Resume(config, shape, *engine, collectives, callbacks, &state, &result));
+  if (!resumed.restored && !config.init_from.empty()) {
+    RETURN_IF_ERROR(InitializeFrom(config, shape, *engine, collectives));
+  }
   const bool record_branch = BeginBranch(config, resumed, &state);
   result.generation = state.generation;
   result.skip_batches = state.skip_batches;

@@ -170,6 +170,15 @@ struct TrainerConfig {
   //       FAILED_PRECONDITION if none does (the message lists every
   //       checkpoint found and why it was not used).
   int64_t resume_step = -1;
+  // A checkpoint directory (step-<N>/, any layout, of the same model) to
+  // start from when there is nothing of this job's own to resume (a new
+  // job, or one that failed before its first checkpoint): its weights, and
+  // with init_optimizer AdamW's moments and step counts, under this run's
+  // layout. This run's step, data, schedule, skip list and generator start
+  // fresh. Rank 0 verifies every file first; a checkpoint that does not
+  // verify or is of another model is DATA_LOSS (IsNoGoodCheckpoint).
+  std::string init_from;
+  bool init_optimizer = false;
   // resume_step -1: when every checkpoint in checkpoint_dir fails
   // verification, train from step 0 instead of failing (the corrupt ones
   // are reported either way: TrainerCallbacks::on_checkpoint_corrupt).

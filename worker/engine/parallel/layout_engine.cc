@@ -195,8 +195,8 @@ class LayoutEngine : public RankEngine {
   }
 
   absl::Status RestoreFrom(const CheckpointReader& reader, const CheckpointShape& shape,
-                           TrainingState* state) override {
-    return RestoreLayoutRank(reader, shape, *model_, *optimizer_, state);
+                           TrainingState* state, RestoreScope scope) override {
+    return RestoreLayoutRank(reader, shape, *model_, *optimizer_, state, scope);
   }
 
   torch::nn::Module& module() override { return *model_; }

@@ -22,10 +22,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_choice.h"
 #include "worker/engine/checkpoint_inspect.h"
 #include "worker/engine/data.h"
 #include "worker/engine/parallel/parallel_gpt.h"
 #include "worker/engine/parallel/process_groups.h"
+#include "worker/engine/checkpoint_choice.h"
 #include "worker/engine/parallel/sharded_checkpoint.h"
 #include "worker/engine/trainer.h"
 
@@ -283,6 +285,69 @@ TEST_F(LayoutTrainerTest, CheckpointsResumeUnderEveryOtherLayout) {
     }
     fs::remove_all(config.checkpoint_dir);
   }
+}
+
+// init_from: a new run starts from another run's checkpoint, under any
+// layout, at its own step 0. Its initial validation loss is the source's at
+// that step (the same weights), and every layout trains it alike.
+TEST_F(LayoutTrainerTest, InitFromAnotherRunsCheckpointUnderAnyLayout) {
+  TrainerConfig source = Config();
+  source.checkpoint_dir = dir_ + "/source";
+  source.checkpoint_interval = 5;
+  source.keep_checkpoints = 0;
+  const RunOutcome first = Run(source, Layout{2, 1, 1});  // a sharded checkpoint
+  ExpectAllOk(first, "source");
+  const auto source_steps = ByStep(first.steps);
+  ASSERT_TRUE(source_steps.count(5) && source_steps.at(5).has_val_loss);
+  const double source_val = source_steps.at(5).val_loss;
+
+  auto initial_val = [](const RunOutcome& run) {
+    for (const StepReport& r : run.steps) {
+      if (r.step == 0 && r.has_val_loss) return r.val_loss;
+    }
+    return -1.0;
+  };
+  std::map<bool, std::vector<StepReport>> first_layout;
+  for (bool with_optimizer : {false, true}) {
+    std::vector<StepReport>& reference = first_layout[with_optimizer];
+    for (const Layout& layout : {Layout{1, 1, 1, 0, true}, Layout{1, 2, 1}, Layout{1, 1, 2, 1}}) {
+      TrainerConfig config = Config();
+      config.checkpoint_dir = dir_ + "/init-" + layout.Name() + (with_optimizer ? "-opt" : "");
+      config.init_from = CheckpointPath(source.checkpoint_dir, 5);
+      config.init_optimizer = with_optimizer;
+      config.schedule.total_steps = 4;
+      const RunOutcome run = Run(config, layout);
+      const std::string what = layout.Name() + (with_optimizer ? " with optimizer" : "");
+      ExpectAllOk(run, what);
+      ASSERT_TRUE(run.statuses[0].ok());
+      EXPECT_EQ(run.results[0].resumed_from_step, 0) << what << ": a new run, not a resume";
+      EXPECT_NEAR(initial_val(run), source_val, 1e-5 * source_val) << what;
+      if (reference.empty()) {
+        reference = run.steps;
+      } else {
+        EXPECT_LE(WorstLossDifference(reference, run.steps, what), 1e-5) << what;
+      }
+    }
+  }
+
+  // The moments matter: the runs with and without them part after step 1.
+  const auto fresh = ByStep(first_layout[false]), kept = ByStep(first_layout[true]);
+  ASSERT_TRUE(fresh.count(1) && kept.count(1) && fresh.count(3) && kept.count(3));
+  EXPECT_NEAR(fresh.at(1).loss, kept.at(1).loss, 1e-6 * fresh.at(1).loss) << "same weights";
+  EXPECT_GT(std::abs(fresh.at(3).loss - kept.at(3).loss), 1e-5) << "but not the same updates";
+
+  // What cannot be used fails with IsNoGoodCheckpoint (no restart helps).
+  TrainerConfig missing = Config();
+  missing.init_from = dir_ + "/no-such-checkpoint";
+  const RunOutcome none = Run(missing, Layout{1, 1, 1, 0, true});
+  EXPECT_TRUE(IsNoGoodCheckpoint(none.statuses[0])) << none.statuses[0];
+  EXPECT_THAT(std::string(none.statuses[0].message()), ::testing::HasSubstr("init_from"));
+  TrainerConfig other = Config();
+  other.model.n_layer = 2;
+  other.init_from = CheckpointPath(source.checkpoint_dir, 5);
+  const RunOutcome mismatch = Run(other, Layout{1, 1, 1, 0, true});
+  EXPECT_TRUE(IsNoGoodCheckpoint(mismatch.statuses[0])) << mismatch.statuses[0];
+  EXPECT_THAT(std::string(mismatch.statuses[0].message()), ::testing::HasSubstr("is for model"));
 }
 
 TEST_F(LayoutTrainerTest, ResumeUnderTheSameLayoutIsBitExact) {

@@ -305,12 +305,25 @@ absl::Status RestoreGenerator(const CheckpointReader& reader) {
   return absl::OkStatus();
 }
 
+// The checks and the state of `scope` (RestoreScope).
+absl::Status CheckForScope(const CheckpointReader& reader, const CheckpointShape& expected,
+                           TrainingState* state, RestoreScope scope) {
+  if (scope == RestoreScope::kResume) return CheckShapeAndReadState(reader, expected, state);
+  if (reader.manifest().shape.model != expected.model) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint is for model ",
+                                                      reader.manifest().shape.model,
+                                                      ", config says ", expected.model));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RestoreLayoutRank(const CheckpointReader& reader, const CheckpointShape& expected,
                                ParallelGptImpl& model, ShardedAdamW& optimizer,
-                               TrainingState* state) {
-  RETURN_IF_ERROR(CheckShapeAndReadState(reader, expected, state));
+                               TrainingState* state, RestoreScope scope) {
+  RETURN_IF_ERROR(CheckForScope(reader, expected, state, scope));
+  const bool with_optimizer = scope != RestoreScope::kWeights;
   torch::NoGradGuard no_grad;
   const GptConfig& config = model.config();
   const GptPartition& partition = model.partition();
@@ -332,7 +345,7 @@ absl::Status RestoreLayoutRank(const CheckpointReader& reader, const CheckpointS
     ASSIGN_OR_RETURN(torch::Tensor whole, reader.Whole("model/" + name, shape));
     p.copy_(mine(name, whole));
     const int64_t saved_step = reader.StepOf(name);
-    if (saved_step < 0) continue;
+    if (saved_step < 0 || !with_optimizer) continue;
     step = std::max(step, saved_step);
     const int64_t offset = optimizer.offset_of(i);
     ASSIGN_OR_RETURN(torch::Tensor m, reader.Whole(absl::StrCat("optimizer/", name, "/exp_avg"),
@@ -342,20 +355,22 @@ absl::Status RestoreLayoutRank(const CheckpointReader& reader, const CheckpointS
                                                    shape));
     exp_avg_sq.narrow(0, offset, p.numel()).copy_(mine(name, v).reshape({-1}));
   }
+  if (!with_optimizer) return absl::OkStatus();
   optimizer.LoadMoments(exp_avg, exp_avg_sq, step);
-  return RestoreGenerator(reader);
+  return scope == RestoreScope::kResume ? RestoreGenerator(reader) : absl::OkStatus();
 }
 
 absl::Status RestoreWholeModel(const CheckpointReader& reader, const CheckpointShape& expected,
                                torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                               TrainingState* state) {
-  RETURN_IF_ERROR(CheckShapeAndReadState(reader, expected, state));
+                               TrainingState* state, RestoreScope scope) {
+  RETURN_IF_ERROR(CheckForScope(reader, expected, state, scope));
   torch::NoGradGuard no_grad;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     torch::Tensor p = item.value();
     const std::string& name = item.key();
     ASSIGN_OR_RETURN(torch::Tensor whole, reader.Whole("model/" + name, p.sizes().vec()));
     p.copy_(whole);
+    if (scope == RestoreScope::kWeights) continue;  // the optimizer stays fresh
     const int64_t step = reader.StepOf(name);
     const OptimizerStateKey key = StateKeyOf(p);
     if (step < 0) {
@@ -373,7 +388,7 @@ absl::Status RestoreWholeModel(const CheckpointReader& reader, const CheckpointS
     adam->exp_avg_sq(v.to(p.device()));
     optimizer.state()[key] = std::move(adam);
   }
-  return RestoreGenerator(reader);
+  return scope == RestoreScope::kResume ? RestoreGenerator(reader) : absl::OkStatus();
 }
 
 }  // namespace loom::engine

@@ -108,14 +108,15 @@ absl::Status CheckShapeAndReadState(const CheckpointReader& reader,
 // CheckpointReader::Whole and CheckShapeAndReadState.
 absl::Status RestoreLayoutRank(const CheckpointReader& reader, const CheckpointShape& expected,
                                ParallelGptImpl& model, ShardedAdamW& optimizer,
-                               TrainingState* state);
+                               TrainingState* state, RestoreScope scope = RestoreScope::kResume);
 
 // Restores a whole Gpt and its AdamW (MakeAdamW's or MakeFusedAdamW's groups,
 // hyper-parameters as configured) from any checkpoint the reader reads: the
 // replicated engine resuming a layout's checkpoint.
 absl::Status RestoreWholeModel(const CheckpointReader& reader, const CheckpointShape& expected,
                                torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                               TrainingState* state);
+                               TrainingState* state,
+                               RestoreScope scope = RestoreScope::kResume);
 
 }  // namespace loom::engine
 
