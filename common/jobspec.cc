@@ -989,6 +989,20 @@ absl::Status ValidateSupported(const JobSpec& spec) {
                                      gpt.n_head(),
                                      "): attention heads are split across the tensor group"));
     }
+    const ModelShape shape = ModelShapeOf(spec.model());
+    if (KvHeads(shape) % parallelism.tensor() != 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "parallelism.tensor: ", parallelism.tensor(), " does not divide the ", KvHeads(shape),
+          " key/value heads of ", at, " (n_kv_head): replicating key/value heads across more "
+          "tensor-parallel ranks than there are heads is not executable yet; use a tensor "
+          "degree that divides n_kv_head"));
+    }
+    if (FfnHidden(shape) % parallelism.tensor() != 0) {
+      return FieldError("parallelism.tensor",
+                        absl::StrCat(parallelism.tensor(), " does not divide the MLP's hidden "
+                                     "width (", FfnHidden(shape), "): its columns are split "
+                                     "across the tensor group"));
+    }
     if (gpt.vocab_size() < parallelism.tensor()) {
       return FieldError("parallelism.tensor",
                         absl::StrCat(parallelism.tensor(), " exceeds ", at, ".vocab_size (",
@@ -1012,16 +1026,6 @@ absl::Status ValidateSupported(const JobSpec& spec) {
     return absl::UnimplementedError(
         "resources.gpus_per_rank: tensor, pipeline and ZeRO layouts run on CPU ranks in this "
         "version; GPU ranks run data parallelism");
-  }
-  // The data-parallel engine builds every member of the family
-  // (worker/engine/gpt.cc); the tensor/pipeline/ZeRO engine
-  // (worker/engine/parallel/) the GPT-2 shape only.
-  if (layout && !IsGpt2Shape(gpt)) {
-    return absl::UnimplementedError(absl::StrCat(
-        at, ": this model (", DescribeDecoder(gpt),
-        ") trains under data parallelism; tensor, pipeline and ZeRO layouts run the GPT-2 shape "
-        "only in this version: set parallelism.tensor and .pipeline to 1 and zero_stage to 0 "
-        "(`loomctl plan` plans every layout of it)"));
   }
   // BF16 runs on the CPU workers (autocast, fp32 master weights); FP16
   // needs dynamic loss scaling and GPU workers, which Loom has not yet.

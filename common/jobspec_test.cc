@@ -582,37 +582,9 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
       {"n_kv_head not dividing n_head",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(3); }, kInvalid,
        "model.gpt.n_kv_head: 3 does not divide model.gpt.n_head 4"},
-      // The Llama family's knobs train under data parallelism; under a
-      // tensor, pipeline or ZeRO layout they are UNIMPLEMENTED.
-      {"grouped-query attention under ZeRO-1",
-       [](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->set_n_kv_head(2);
-         s->mutable_parallelism()->set_zero_stage(1);
-       },
-       kUnimplemented,
-       "model.gpt: this model (grouped-query attention, 2 key/value heads) trains under data "
-       "parallelism"},
       {"MLP hidden 0",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(0); },
        kInvalid, "model.gpt.mlp.hidden: must be in [1, 1048576], got 0"},
-      {"MLP width under ZeRO-1",
-       [](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(384);
-         s->mutable_parallelism()->set_zero_stage(1);
-       },
-       kUnimplemented, "model.gpt: this model (MLP width 384) trains under data parallelism"},
-      {"gated MLP under ZeRO-1",
-       [](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->mutable_mlp()->set_gated(true);
-         s->mutable_parallelism()->set_zero_stage(1);
-       },
-       kUnimplemented, "model.gpt: this model (SwiGLU MLP) trains under data parallelism"},
-      {"RMSNorm under ZeRO-1",
-       [](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->set_norm(v1::GptModel::RMSNORM);
-         s->mutable_parallelism()->set_zero_stage(1);
-       },
-       kUnimplemented, "model.gpt: this model (RMSNorm) trains under data parallelism"},
       {"unknown norm",
        [](JobSpec* s) {
          s->mutable_model()->mutable_gpt()->set_norm(static_cast<v1::GptModel::Norm>(7));
@@ -626,23 +598,24 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
              static_cast<v1::GptModel::Positions>(9));
        },
        kInvalid, "model.llama.positions: unknown value 9"},
-      {"untied embeddings under ZeRO-1",
+      // The Llama family's knobs run under every layout; key/value heads
+      // split across the tensor group, not yet replicated.
+      {"fewer key/value heads than tensor ranks",
        [](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->set_untied_embeddings(true);
-         s->mutable_parallelism()->set_zero_stage(1);
-       },
-       kUnimplemented, "model.gpt: this model (untied embeddings) trains under data parallelism"},
-      {"a Llama under tensor parallelism",
-       [](JobSpec* s) {
-         const v1::GptModel gpt = s->model().gpt();  // mutable_llama() clears the gpt arm
-         *s->mutable_model()->mutable_llama() = gpt;
-         s->mutable_model()->mutable_llama()->set_dropout(0);
+         s->mutable_model()->mutable_gpt()->set_n_kv_head(1);
+         s->mutable_model()->mutable_gpt()->set_dropout(0);
          s->mutable_parallelism()->set_tensor(2);
          s->mutable_resources()->set_ranks(2);
        },
-       kUnimplemented,
-       "model.llama: this model (SwiGLU MLP, MLP width 384, RMSNorm, rotary positions, no "
-       "biases, untied embeddings) trains under data parallelism"},
+       kUnimplemented, "parallelism.tensor: 2 does not divide the 1 key/value heads of model.gpt"},
+      {"an MLP width the tensor degree does not divide",
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(383);
+         s->mutable_model()->mutable_gpt()->set_dropout(0);
+         s->mutable_parallelism()->set_tensor(2);
+         s->mutable_resources()->set_ranks(2);
+       },
+       kInvalid, "parallelism.tensor: 2 does not divide the MLP's hidden width (383)"},
       {"a Llama's range errors name model.llama",
        [](JobSpec* s) {
          const v1::GptModel gpt = s->model().gpt();  // mutable_llama() clears the gpt arm
@@ -940,6 +913,18 @@ TEST(ValidateJobSpecTest, ModelFamilyFieldsParseAndGpt2ValuesAreAccepted) {
   g->set_norm(v1::GptModel::LAYERNORM);
   ApplyJobSpecDefaults(&gpt2);
   EXPECT_TRUE(ValidateJobSpec(gpt2).ok()) << ValidateJobSpec(gpt2);
+
+  // Every knob of the family runs under tensor, pipeline and ZeRO layouts.
+  JobSpec llama = MustParse(kGoodYaml);
+  v1::GptModel model = llama.model().gpt();
+  model.set_n_kv_head(2);
+  model.set_dropout(0);
+  *llama.mutable_model()->mutable_llama() = model;
+  llama.mutable_parallelism()->set_tensor(2);
+  llama.mutable_parallelism()->set_zero_stage(1);
+  llama.mutable_resources()->set_ranks(2);
+  ApplyJobSpecDefaults(&llama);
+  EXPECT_TRUE(ValidateJobSpec(llama).ok()) << ValidateJobSpec(llama);
 }
 
 // BF16 and activation checkpointing execute (on CPU workers).

@@ -1,6 +1,7 @@
 #include "controller/job_planning.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -271,13 +272,10 @@ void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions
   options->zero_stages = {0, 1, 2};
   const loom::v1::GptModel model = EffectiveDecoder(spec.model());
   if (model.dropout() > 0) options->tp = 1;
-  // The tensor/pipeline/ZeRO engine builds the GPT-2 shape only; other
-  // members of the family train under data parallelism.
-  if (!IsGpt2Shape(model)) {
-    options->tp = 1;
-    options->pp = 1;
-    options->zero_stages = {0};
-  }
+  // Key/value heads are split, not replicated, across a tensor group: only
+  // degrees that divide them execute (ValidateSupported).
+  const ModelShape shape = ModelShapeOf(spec.model());
+  options->tp_must_divide = std::gcd(KvHeads(shape), FfnHidden(shape));
   if (spec.resources().gpus_per_rank() > 0) {
     options->tp = 1;
     options->pp = 1;

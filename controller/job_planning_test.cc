@@ -539,11 +539,12 @@ TEST(SpecToPlanRequestTest, CopiesTheModelFamilyIntoThePlannersModelSpec) {
   EXPECT_THAT(resp->report(), HasSubstr("(1 KV), MLP 88"));
 }
 
-// A Llama-family model trains under data parallelism only (the layout
-// engine builds the GPT-2 shape): parallelism.auto keeps it there even where
-// a split would fit better, and model.llama reaches the planner with its
-// defaults (rotary: no position table; no biases; untied).
-TEST(PlanAtSubmitTest, AutoKeepsALlamaModelToDataParallelism) {
+// A Llama-family model runs under every layout, with key/value heads split
+// (not replicated) across a tensor group: parallelism.auto searches only
+// tensor degrees that divide them and the MLP width, and model.llama
+// reaches the planner with its defaults (rotary: no position table; no
+// biases; untied).
+TEST(PlanAtSubmitTest, AutoPlansALlamaModelWithTensorDegreesThatSplitItsHeads) {
   auto spec = TinySpec(2, 4);
   v1::GptModel llama = spec.model().gpt();
   llama.set_n_head(4);
@@ -563,11 +564,25 @@ TEST(PlanAtSubmitTest, AutoKeepsALlamaModelToDataParallelism) {
   EXPECT_EQ(request->model.ffn_hidden, 128);  // 8/3 x 32 = 85, rounded up to a multiple of 64
   auto plan = PlanAtSubmit(&spec, *live);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(spec.parallelism().tensor(), 1);
-  EXPECT_EQ(spec.parallelism().pipeline(), 1);
-  EXPECT_EQ(spec.parallelism().zero_stage(), 0);
-  EXPECT_EQ(spec.parallelism().data(), 4);
+  EXPECT_EQ(KvHeads(request->model) % spec.parallelism().tensor(), 0);
+  EXPECT_EQ(spec.parallelism().data() * spec.parallelism().tensor() *
+                std::max(1, spec.parallelism().pipeline()),
+            4);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // One key/value head: no tensor split at all.
+  auto single = TinySpec(2, 4);
+  v1::GptModel mqa = single.model().gpt();
+  mqa.set_n_head(4);
+  mqa.set_n_kv_head(1);
+  *single.mutable_model()->mutable_llama() = mqa;
+  ApplyJobSpecDefaults(&single);
+  single.mutable_parallelism()->set_auto_(true);
+  single.mutable_parallelism()->clear_data();
+  auto single_live = TopologyForSpec(single, {Worker(2, 16e9), Worker(2, 16e9)});
+  ASSERT_TRUE(single_live.ok());
+  ASSERT_TRUE(PlanAtSubmit(&single, *single_live).ok());
+  EXPECT_EQ(single.parallelism().tensor(), 1);
+  EXPECT_TRUE(ValidateJobSpec(single).ok()) << ValidateJobSpec(single);
 }
 
 // Issue 11, a pinned layout may fix every knob: the spec's interleaving and

@@ -52,32 +52,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor qkv = c_attn_(x);  // [B, T, (n_head + 2 n_kv_head) hd]
+    // [B, T, (n_head + 2 n_kv_head) hd] -> [B, T, 3d]
+    const torch::Tensor qkv =
+        ExpandQkv(c_attn_(x), n_head_, n_kv_head_, head_dim_, rotary_, rope_theta_);
     const double dropout = is_training() ? attn_drop_->options.p() : 0.0;
-    if (rotary_ || n_kv_head_ != n_head_) {
-      const int64_t batch = x.size(0), time = x.size(1);
-      std::vector<torch::Tensor> parts =
-          qkv.split_with_sizes({n_head_ * head_dim_, n_kv_head_ * head_dim_,
-                                n_kv_head_ * head_dim_},
-                               -1);
-      torch::Tensor q = parts[0].view({batch, time, n_head_, head_dim_});
-      torch::Tensor k = parts[1].view({batch, time, n_kv_head_, head_dim_});
-      torch::Tensor v = parts[2].view({batch, time, n_kv_head_, head_dim_});
-      if (rotary_) {
-        const RotaryTables tables = MakeRotaryTables(time, head_dim_, rope_theta_, q);
-        q = ApplyRotary(q, tables);
-        k = ApplyRotary(k, tables);
-      }
-      if (n_kv_head_ != n_head_) {
-        k = k.repeat_interleave(n_head_ / n_kv_head_, /*dim=*/2);
-        v = v.repeat_interleave(n_head_ / n_kv_head_, /*dim=*/2);
-      }
-      // Back to the fused [B, T, 3d] layout the attention kernel reads in
-      // place.
-      qkv = torch::cat({q.reshape({batch, time, -1}), k.reshape({batch, time, -1}),
-                        v.reshape({batch, time, -1})},
-                       -1);
-    }
     // SDPA on LibTorch 2.x; Loom's blocked kernel on 1.13 (causal_attention.h).
     const torch::Tensor y = CausalAttention(qkv, n_head_, dropout);
     return resid_drop_(c_proj_(y));
@@ -311,6 +289,30 @@ RotaryTables MakeRotaryTables(int64_t time, int64_t head_dim, double theta,
   const torch::Tensor freqs = torch::outer(torch::arange(time, fp32), inv_freq);  // [T, hd/2]
   const torch::Tensor angles = torch::cat({freqs, freqs}, -1).view({time, 1, head_dim});
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+}
+
+torch::Tensor ExpandQkv(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                        int64_t head_dim, bool rotary, double rope_theta) {
+  if (!rotary && n_kv_head == n_head) return qkv;
+  const int64_t batch = qkv.size(0), time = qkv.size(1);
+  std::vector<torch::Tensor> parts =
+      qkv.split_with_sizes({n_head * head_dim, n_kv_head * head_dim, n_kv_head * head_dim}, -1);
+  torch::Tensor q = parts[0].view({batch, time, n_head, head_dim});
+  torch::Tensor k = parts[1].view({batch, time, n_kv_head, head_dim});
+  torch::Tensor v = parts[2].view({batch, time, n_kv_head, head_dim});
+  if (rotary) {
+    const RotaryTables tables = MakeRotaryTables(time, head_dim, rope_theta, q);
+    q = ApplyRotary(q, tables);
+    k = ApplyRotary(k, tables);
+  }
+  if (n_kv_head != n_head) {
+    k = k.repeat_interleave(n_head / n_kv_head, /*dim=*/2);
+    v = v.repeat_interleave(n_head / n_kv_head, /*dim=*/2);
+  }
+  // Back to the fused layout the attention kernel reads in place.
+  return torch::cat(
+      {q.reshape({batch, time, -1}), k.reshape({batch, time, -1}), v.reshape({batch, time, -1})},
+      -1);
 }
 
 torch::Tensor ApplyRotary(const torch::Tensor& x, const RotaryTables& tables) {

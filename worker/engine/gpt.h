@@ -65,6 +65,14 @@ struct RotaryTables {
 RotaryTables MakeRotaryTables(int64_t time, int64_t head_dim, double theta,
                               const torch::Tensor& like);
 // x [B, T, heads, hd] rotated: x * cos + rotate_half(x) * sin.
+// The fused attention projection [B, T, (n_head + 2 n_kv_head) head_dim]
+// made ready for CausalAttention's [B, T, 3 n_head head_dim]: queries and
+// keys rotated (rotary), each key/value head repeated for the n_head /
+// n_kv_head query heads it serves (grouped-query attention). `qkv` itself
+// when neither applies. Used by Gpt and by each tensor-parallel rank on its
+// share of the heads.
+torch::Tensor ExpandQkv(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                        int64_t head_dim, bool rotary, double rope_theta);
 torch::Tensor ApplyRotary(const torch::Tensor& x, const RotaryTables& tables);
 
 // The pre-sublayer norm of a block (and ln_f): LayerNorm (Ba et al. 2016;

@@ -95,11 +95,6 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c, int replicas) {
     return invalid("schedule.min_lr_ratio must be in [0, 1]");
   }
   if (c.micro_batch < 1) return invalid("micro_batch must be >= 1");
-  if (UsesParallelLayout(c) && !IsGpt2Shape(c.model)) {
-    return absl::UnimplementedError(
-        "tensor, pipeline and ZeRO layouts build the GPT-2 shape only; this model (a Llama-family "
-        "knob is set) trains under data parallelism");
-  }
   if (c.global_batch < 1 || c.global_batch % (replicas * c.micro_batch) != 0) {
     return invalid("global_batch (", c.global_batch,
                    ") must be a positive multiple of world_size * micro_batch (", replicas,

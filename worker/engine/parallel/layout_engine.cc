@@ -32,22 +32,29 @@ class LayoutEngine : public RankEngine {
     partition_ = PartitionFor(config_.model, groups_.layout, me);
     model_ = ParallelGpt(config_.model, partition_, groups_.tensor);
     model_->train();
+    // With a tied LM head and several stages, the first and the last stage
+    // each hold the wte shard (the embedding group joins them); an untied
+    // head is the last stage's own lm_head.
+    tied_across_stages_ = groups_.embedding != nullptr && config_.model.tied_embeddings;
     std::vector<ShardedParameter> parameters;
     // The last stage's copy of the tied wte is counted in the norm by the
     // first stage.
-    const bool skip_wte = groups_.layout.pipeline > 1 && partition_.head;
+    const bool skip_wte = tied_across_stages_ && partition_.head;
     for (const auto& item : model_->named_parameters()) {
       // Both pipeline ends' wte copies are summed after backward
       // (SumTiedEmbeddingGradients), so it is reduced after that.
-      const bool tied_wte = groups_.embedding != nullptr && item.key() == "wte.weight";
+      const bool tied_wte = tied_across_stages_ && item.key() == "wte.weight";
       parameters.push_back({item.key(), item.value(), item.value().dim() >= 2,
                             !(skip_wte && item.key() == "wte.weight"), tied_wte});
     }
     // The largest element count in this rank's tensor group: only the
-    // vocabulary rows of wte differ between its ranks.
-    int64_t elements = 0;
-    for (const ShardedParameter& p : parameters) elements += p.tensor.numel();
-    if (partition_.embedding || partition_.head) {
+    // vocabulary rows of wte (and lm_head) differ between its ranks.
+    int64_t elements = 0, vocab_split = 0;
+    for (const ShardedParameter& p : parameters) {
+      elements += p.tensor.numel();
+      if (TensorParallelSplitOf(p.name) == TensorParallelSplit::kVocabRows) ++vocab_split;
+    }
+    if (vocab_split > 0) {
       int64_t most_rows = 0;
       for (int r = 0; r < partition_.tp_size; ++r) {
         const VocabRange range = VocabRangeOf(config_.model.vocab_size, r, partition_.tp_size);
@@ -55,7 +62,7 @@ class LayoutEngine : public RankEngine {
       }
       const VocabRange mine =
           VocabRangeOf(config_.model.vocab_size, partition_.tp_rank, partition_.tp_size);
-      elements += (most_rows - (mine.end - mine.begin)) * config_.model.d_model;
+      elements += vocab_split * (most_rows - (mine.end - mine.begin)) * config_.model.d_model;
     }
     optimizer_ = std::make_unique<ShardedAdamW>(
         std::move(parameters), config_.optimizer, config_.zero_stage, groups_.data.get(),
@@ -95,7 +102,7 @@ class LayoutEngine : public RankEngine {
       PipelineTimes pipeline;
       const double loss = RunOneFOneB(*model_, groups_.pipeline.get(), xs, ys, &pipeline,
                                       [this] { optimizer_->BeginLastBackward(); });
-      SumTiedEmbeddingGradients(*model_, groups_.embedding.get());
+      if (tied_across_stages_) SumTiedEmbeddingGradients(*model_, groups_.embedding.get());
       times->forward += pipeline.forward_seconds;
       times->backward += pipeline.backward_seconds;
       times->pipeline_wait += pipeline.wait_seconds;
@@ -136,7 +143,7 @@ class LayoutEngine : public RankEngine {
     // two stages), so the last stage takes the first's values again: they
     // stay bit-identical, as checkpoints (which store the first's) assume.
     // Costs one broadcast of the wte shard a step.
-    if (stepped.applied && groups_.embedding) {
+    if (stepped.applied && tied_across_stages_) {
       torch::NoGradGuard no_grad;
       std::vector<torch::Tensor> wte = {
           *model_->named_parameters(/*recurse=*/true).find("wte.weight")};
@@ -210,6 +217,7 @@ class LayoutEngine : public RankEngine {
   TrainerConfig config_;
   const ParallelGroups& groups_;
   GptPartition partition_;
+  bool tied_across_stages_ = false;
   ParallelGpt model_{nullptr};
   std::unique_ptr<ShardedAdamW> optimizer_;
 };

@@ -247,6 +247,52 @@ TEST_F(LayoutTrainerTest, EveryLayoutTrainsLikeOneRank) {
   }
 }
 
+// A Llama-family model (RMSNorm, SwiGLU with its own width, rotary
+// positions, grouped-query attention, untied head, no biases) under tensor,
+// pipeline and ZeRO layouts trains as on one rank (the same initial weights
+// and the same steps), and a checkpoint of one layout resumes under another.
+TEST_F(LayoutTrainerTest, LlamaTrainsUnderEveryLayoutLikeOneRank) {
+  TrainerConfig config = Config();
+  config.model.rms_norm = true;
+  config.model.gated_mlp = true;
+  config.model.ffn_hidden = 88;
+  config.model.rotary = true;
+  config.model.n_kv_head = 2;
+  config.model.tied_embeddings = false;
+  config.model.bias = false;
+  const RunOutcome reference = Run(config, Layout{1, 1, 1, 0, /*replicated=*/true});
+  ExpectAllOk(reference, "reference");
+  ASSERT_EQ(ByStep(reference.steps).size(), 10u);
+  EXPECT_LT(ByStep(reference.steps).at(10).loss, ByStep(reference.steps).at(1).loss);
+  for (const Layout& layout : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1},
+                               Layout{1, 1, 2, 1}, Layout{2, 1, 2, 2}, Layout{1, 2, 2}}) {
+    const RunOutcome run = Run(config, layout);
+    ExpectAllOk(run, layout.Name());
+    EXPECT_LE(WorstLossDifference(reference.steps, run.steps, "Llama " + layout.Name()), 1e-5)
+        << layout.Name();
+  }
+  // TP2 x PP2 writes a checkpoint; one rank resumes it.
+  TrainerConfig first = config;
+  first.checkpoint_dir = dir_ + "/llama";
+  first.checkpoint_interval = 5;
+  const RunOutcome stopped = Run(first, Layout{2, 2, 1}, /*stop_after=*/5);
+  for (const absl::Status& s : stopped.statuses) EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  TrainerConfig resumed = config;
+  resumed.checkpoint_dir = first.checkpoint_dir;
+  const RunOutcome run = Run(resumed, Layout{1, 1, 1, 0, true});
+  ExpectAllOk(run, "resumed on one rank");
+  ASSERT_TRUE(run.statuses[0].ok());
+  EXPECT_EQ(run.results[0].resumed_from_step, 5);
+  EXPECT_LE(WorstLossDifference(reference.steps, run.steps, "Llama TP2xPP2 -> one rank",
+                                /*first_step=*/6),
+            1e-5);
+  // Fewer key/value heads than tensor ranks: not split, and said so.
+  TrainerConfig four = config;
+  const RunOutcome refused = Run(four, Layout{4, 1, 1});
+  EXPECT_EQ(refused.statuses[0].code(), absl::StatusCode::kUnimplemented) << refused.statuses[0];
+  EXPECT_THAT(std::string(refused.statuses[0].message()), ::testing::HasSubstr("n_kv_head"));
+}
+
 // Trains 5 of 10 steps under `first` (a checkpoint at step 5), then resumes
 // a copy of the checkpoints under each of `then`: the losses of steps 6-10
 // must be those of the uninterrupted single-rank run.

@@ -40,80 +40,101 @@ class ShardedLinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ShardedLinear);
 
-// Gpt's attention or MLP sublayer, column-parallel in (`in`: c_attn or
-// c_fc), row-parallel out (`out`: c_proj, whose bias is replicated and added
-// once after the sum over the group).
+// Gpt's block with its attention and MLP sublayers column-parallel in
+// (c_attn; c_fc and SwiGLU's c_up) and row-parallel out (c_proj, whose bias,
+// if any, is replicated and added once after the sum over the group). Each
+// rank runs its share of the query heads with the key/value heads they use
+// (grouped-query attention; ValidateTensorParallel).
 class TensorParallelBlockImpl : public torch::nn::Module {
  public:
   TensorParallelBlockImpl(const GptConfig& c, int tp, c10d::ProcessGroup* group)
-      : group_(group), local_heads_(c.n_head / tp), dropout_(c.dropout) {
-    const int64_t d = c.d_model;
-    auto norm = torch::nn::LayerNormOptions({d}).eps(1e-5);
-    ln_1_ = register_module("ln_1", torch::nn::LayerNorm(norm));
+      : group_(group),
+        local_heads_(c.n_head / tp),
+        local_kv_heads_(KvHeads(c) / tp),
+        head_dim_(c.d_model / c.n_head),
+        rotary_(c.rotary),
+        rope_theta_(c.rope_theta),
+        gated_(c.gated_mlp),
+        dropout_(c.dropout) {
+    const int64_t d = c.d_model, f = FfnHidden(c);
+    const int64_t qkv = (local_heads_ + 2 * local_kv_heads_) * head_dim_;
+    ln_1_ = register_module("ln_1", Norm(c));
     attn_ = register_module("attn", std::make_shared<torch::nn::Module>());
-    c_attn_ = attn_->register_module("c_attn", ShardedLinear(3 * d / tp, d, true));
-    attn_proj_ = attn_->register_module("c_proj", ShardedLinear(d, d / tp, true));
-    ln_2_ = register_module("ln_2", torch::nn::LayerNorm(norm));
+    c_attn_ = attn_->register_module("c_attn", ShardedLinear(qkv, d, c.bias));
+    attn_proj_ = attn_->register_module("c_proj", ShardedLinear(d, d / tp, c.bias));
+    ln_2_ = register_module("ln_2", Norm(c));
     mlp_ = register_module("mlp", std::make_shared<torch::nn::Module>());
-    c_fc_ = mlp_->register_module("c_fc", ShardedLinear(4 * d / tp, d, true));
-    mlp_proj_ = mlp_->register_module("c_proj", ShardedLinear(d, 4 * d / tp, true));
+    c_fc_ = mlp_->register_module("c_fc", ShardedLinear(f / tp, d, c.bias));
+    if (gated_) c_up_ = mlp_->register_module("c_up", ShardedLinear(f / tp, d, c.bias));
+    mlp_proj_ = mlp_->register_module("c_proj", ShardedLinear(d, f / tp, c.bias));
     resid_drop_ = register_module("resid_drop", torch::nn::Dropout(c.dropout));
   }
 
   torch::Tensor forward(torch::Tensor x) {
     {
       const torch::Tensor in = CopyToTensorParallelRegion(ln_1_(x), group_);
-      const torch::Tensor qkv = F::linear(in, c_attn_->weight, c_attn_->bias);
+      torch::Tensor qkv = F::linear(in, c_attn_->weight, c_attn_->bias);
+      qkv = ExpandQkv(qkv, local_heads_, local_kv_heads_, head_dim_, rotary_, rope_theta_);
       const double dropout = is_training() ? dropout_ : 0.0;
       const torch::Tensor y = CausalAttention(qkv, local_heads_, dropout);
-      const torch::Tensor out =
-          ReduceFromTensorParallelRegion(F::linear(y, attn_proj_->weight), group_) +
-          attn_proj_->bias;
-      x = x + resid_drop_(out);
+      x = x + resid_drop_(RowParallelOut(y, attn_proj_));
     }
     const torch::Tensor in = CopyToTensorParallelRegion(ln_2_(x), group_);
-    const torch::Tensor h = GeluTanh(F::linear(in, c_fc_->weight, c_fc_->bias));
-    const torch::Tensor out =
-        ReduceFromTensorParallelRegion(F::linear(h, mlp_proj_->weight), group_) +
-        mlp_proj_->bias;
-    return x + resid_drop_(out);
+    const torch::Tensor h =
+        gated_ ? torch::silu(F::linear(in, c_fc_->weight, c_fc_->bias)) *
+                     F::linear(in, c_up_->weight, c_up_->bias)
+               : GeluTanh(F::linear(in, c_fc_->weight, c_fc_->bias));
+    return x + resid_drop_(RowParallelOut(h, mlp_proj_));
   }
 
  private:
+  torch::Tensor RowParallelOut(const torch::Tensor& in, const ShardedLinear& proj) {
+    const torch::Tensor sum = ReduceFromTensorParallelRegion(F::linear(in, proj->weight), group_);
+    return proj->bias.defined() ? sum + proj->bias : sum;
+  }
+
   c10d::ProcessGroup* group_;
-  int64_t local_heads_;
+  int64_t local_heads_, local_kv_heads_, head_dim_;
+  bool rotary_;
+  double rope_theta_;
+  bool gated_;
   double dropout_;
-  torch::nn::LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
+  Norm ln_1_{nullptr}, ln_2_{nullptr};
   std::shared_ptr<torch::nn::Module> attn_, mlp_;
-  ShardedLinear c_attn_{nullptr}, attn_proj_{nullptr}, c_fc_{nullptr}, mlp_proj_{nullptr};
+  ShardedLinear c_attn_{nullptr}, attn_proj_{nullptr}, c_fc_{nullptr}, c_up_{nullptr},
+      mlp_proj_{nullptr};
   torch::nn::Dropout resid_drop_{nullptr};
 };
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> GptParameterShapes(
     const GptConfig& c) {
-  const int64_t v = c.vocab_size, s = c.seq_len, d = c.d_model;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"wte.weight", {v, d}},
-                                                                      {"wpe.weight", {s, d}}};
+  const int64_t v = c.vocab_size, s = c.seq_len, d = c.d_model, f = FfnHidden(c);
+  const int64_t qkv = d + 2 * KvHeads(c) * (d / c.n_head);
+  const bool norm_bias = !c.rms_norm && c.bias;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"wte.weight", {v, d}}};
+  if (!c.rotary) shapes.push_back({"wpe.weight", {s, d}});
+  // Gpt's registration order (gpt.cc): per block ln_1, attn (c_attn,
+  // c_proj), ln_2, mlp (c_fc, c_up, c_proj); a weight before its bias.
+  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+    shapes.push_back({name + ".weight", {out, in}});
+    if (c.bias) shapes.push_back({name + ".bias", {out}});
+  };
+  auto norm = [&](const std::string& name) {
+    shapes.push_back({name + ".weight", {d}});
+    if (norm_bias) shapes.push_back({name + ".bias", {d}});
+  };
   for (int i = 0; i < c.n_layer; ++i) {
     const std::string h = absl::StrCat("h.", i, ".");
-    for (auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-             {"ln_1.weight", {d}},
-             {"ln_1.bias", {d}},
-             {"attn.c_attn.weight", {3 * d, d}},
-             {"attn.c_attn.bias", {3 * d}},
-             {"attn.c_proj.weight", {d, d}},
-             {"attn.c_proj.bias", {d}},
-             {"ln_2.weight", {d}},
-             {"ln_2.bias", {d}},
-             {"mlp.c_fc.weight", {4 * d, d}},
-             {"mlp.c_fc.bias", {4 * d}},
-             {"mlp.c_proj.weight", {d, 4 * d}},
-             {"mlp.c_proj.bias", {d}}}) {
-      shapes.emplace_back(h + name, shape);
-    }
+    norm(h + "ln_1");
+    linear(h + "attn.c_attn", qkv, d);
+    linear(h + "attn.c_proj", d, d);
+    norm(h + "ln_2");
+    linear(h + "mlp.c_fc", f, d);
+    if (c.gated_mlp) linear(h + "mlp.c_up", f, d);
+    linear(h + "mlp.c_proj", d, f);
   }
-  shapes.push_back({"ln_f.weight", {d}});
-  shapes.push_back({"ln_f.bias", {d}});
+  norm("ln_f");
+  if (!c.tied_embeddings) shapes.push_back({"lm_head.weight", {v, d}});
   return shapes;
 }
 
@@ -155,11 +176,11 @@ ParallelGptImpl::ParallelGptImpl(const GptConfig& config, const GptPartition& pa
               " ranks, partition says ", partition_.tp_size);
   const int64_t d = config.d_model;
   vocab_ = VocabRangeOf(config.vocab_size, partition_.tp_rank, partition_.tp_size);
-  if (partition_.embedding || partition_.head) {
+  if (partition_.embedding || (partition_.head && config.tied_embeddings)) {
     wte_ = register_module("wte", std::make_shared<torch::nn::Module>())
                ->register_parameter("weight", torch::empty({vocab_.end - vocab_.begin, d}));
   }
-  if (partition_.embedding) {
+  if (partition_.embedding && !config.rotary) {
     wpe_ = register_module("wpe", std::make_shared<torch::nn::Module>())
                ->register_parameter("weight", torch::empty({config.seq_len, d}));
   }
@@ -170,7 +191,11 @@ ParallelGptImpl::ParallelGptImpl(const GptConfig& config, const GptPartition& pa
                                config, partition_.tp_size, tensor_group_.get())));
   }
   if (partition_.head) {
-    ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(1e-5)));
+    ln_f_ = register_module("ln_f", Norm(config));
+    if (!config.tied_embeddings) {
+      lm_head_ = register_module("lm_head", std::make_shared<torch::nn::Module>())
+                     ->register_parameter("weight", torch::empty({vocab_.end - vocab_.begin, d}));
+    }
   }
   InitLikeGpt();
 }
@@ -189,14 +214,20 @@ void ParallelGptImpl::InitLikeGpt() {
   // 1. Gpt's modules draw their default initialisation as they are built
   //    (Embedding: normal; Linear: Kaiming-uniform weight, uniform bias):
   //    build the same modules in the same order and drop them.
+  const int64_t f = FfnHidden(c), qkv = d + 2 * KvHeads(c) * (d / c.n_head);
+  auto linear = [&](int64_t in, int64_t out, bool bias) {
+    torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+  };
   { torch::nn::Embedding(c.vocab_size, d); }
-  { torch::nn::Embedding(c.seq_len, d); }
+  if (!c.rotary) torch::nn::Embedding(c.seq_len, d);
   for (int i = 0; i < c.n_layer; ++i) {
-    { torch::nn::Linear(d, 3 * d); }
-    { torch::nn::Linear(d, d); }
-    { torch::nn::Linear(d, 4 * d); }
-    { torch::nn::Linear(4 * d, d); }
+    linear(d, qkv, c.bias);
+    linear(d, d, c.bias);
+    linear(d, f, c.bias);
+    if (c.gated_mlp) linear(d, f, c.bias);
+    linear(f, d, c.bias);
   }
+  if (!c.tied_embeddings) linear(d, c.vocab_size, false);
   // 2. Gpt::InitWeights, over the full model's parameters in order.
   const double std_default = 0.02;
   const double std_residual = 0.02 / std::sqrt(2.0 * c.n_layer);
@@ -225,9 +256,10 @@ torch::Tensor ParallelGptImpl::Embed(const torch::Tensor& idx) {
   const int64_t time = idx.size(1);
   TORCH_CHECK(time >= 1 && time <= config_.seq_len, "sequence length ", time, " outside [1, ",
               config_.seq_len, "]");
-  const torch::Tensor pos = torch::arange(time, idx.options().dtype(torch::kLong));
-  const torch::Tensor x =
-      VocabParallelEmbedding(idx, wte_, vocab_, tensor_group_.get()) + F::embedding(pos, wpe_);
+  torch::Tensor x = VocabParallelEmbedding(idx, wte_, vocab_, tensor_group_.get());
+  if (!config_.rotary) {
+    x = x + F::embedding(torch::arange(time, idx.options().dtype(torch::kLong)), wpe_);
+  }
   return F::dropout(x, F::DropoutFuncOptions().p(config_.dropout).training(is_training()));
 }
 
@@ -267,8 +299,9 @@ torch::Tensor ParallelGptImpl::Blocks(const torch::Tensor& input) {
 torch::Tensor ParallelGptImpl::HeadLoss(const torch::Tensor& x, const torch::Tensor& targets) {
   TORCH_CHECK(partition_.head, "HeadLoss on a stage without the LM head");
   const torch::Tensor h = ln_f_(x.to(torch::kFloat));
-  return VocabParallelCrossEntropy(h.reshape({-1, config_.d_model}), wte_, targets.reshape({-1}),
-                                   vocab_, tensor_group_.get());
+  return VocabParallelCrossEntropy(h.reshape({-1, config_.d_model}),
+                                   config_.tied_embeddings ? wte_ : lm_head_,
+                                   targets.reshape({-1}), vocab_, tensor_group_.get());
 }
 
 torch::Tensor ParallelGptImpl::Loss(const torch::Tensor& idx, const torch::Tensor& targets) {

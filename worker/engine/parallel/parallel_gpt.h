@@ -1,7 +1,8 @@
-// The GPT of gpt.h as one rank of a tensor- and pipeline-parallel layout
-// holds it: the blocks of its pipeline stage, each split across its tensor-
-// parallel group (tensor_parallel.h), plus the embeddings on the first stage
-// and ln_f with the tied LM head on the last.
+// The Gpt of gpt.h (GPT-2 or a Llama-family member) as one rank of a
+// tensor- and pipeline-parallel layout holds it: the blocks of its pipeline
+// stage, each split across its tensor-parallel group (tensor_parallel.h),
+// plus the embeddings on the first stage and the final norm with the LM
+// head (tied or not) on the last.
 //
 // Parameter names are the full model's (wte.weight, h.<global index>.attn.
 // c_attn.weight, ...), so a rank's parameters map one to one onto Gpt's
@@ -29,6 +30,7 @@
 #include "common/parallel_layout.h"
 #include "worker/engine/parallel/tensor_parallel.h"
 #include "worker/engine/config.h"
+#include "worker/engine/gpt.h"
 
 namespace loom::engine {
 
@@ -41,9 +43,10 @@ struct GptPartition {
   int first_block = 0;  // global index of the stage's first block
   int end_block = -1;   // one past its last; -1 = n_layer
   bool embedding = true;  // first pipeline stage: wte (vocab-split) and wpe
-  bool head = true;       // last pipeline stage: ln_f and the tied LM head
-                          // (its own copy of the wte shard when the stage
-                          // does not also hold the embedding)
+  bool head = true;       // last pipeline stage: ln_f and the LM head: tied,
+                          // its own copy of the wte shard when the stage
+                          // does not also hold the embedding; untied, the
+                          // vocabulary rows of lm_head
 };
 
 class ParallelGptImpl : public torch::nn::Module {
@@ -79,9 +82,9 @@ class ParallelGptImpl : public torch::nn::Module {
   GptPartition partition_;
   std::shared_ptr<c10d::ProcessGroup> tensor_group_;
   VocabRange vocab_;
-  torch::Tensor wte_, wpe_;  // undefined where not held
+  torch::Tensor wte_, wpe_, lm_head_;  // undefined where not held
   std::vector<std::shared_ptr<TensorParallelBlockImpl>> blocks_;  // this stage's, in order
-  torch::nn::LayerNorm ln_f_{nullptr};
+  Norm ln_f_{nullptr};
 };
 TORCH_MODULE(ParallelGpt);
 

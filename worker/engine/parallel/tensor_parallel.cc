@@ -50,13 +50,24 @@ class ReduceFromRegion : public torch::autograd::Function<ReduceFromRegion> {
   }
 };
 
-// Rows of the q, k and v parts of c_attn (dim 0 = 3d) that TP rank r holds.
+// Widths of the q, k and v parts of c_attn's rows: n_head, n_kv_head and
+// n_kv_head heads.
+std::vector<int64_t> QkvWidths(const GptConfig& m) {
+  const int64_t hd = m.d_model / m.n_head;
+  const int64_t kv = KvHeads(m) * hd;
+  return {m.d_model, kv, kv};
+}
+
+// Rows of the q, k and v parts of c_attn that TP rank r holds: its heads of
+// each (with grouped-query attention its query heads use exactly its
+// key/value heads, since n_kv_head divides by the TP degree).
 std::vector<std::pair<int64_t, int64_t>> QkvRows(const GptConfig& m, int tp_rank, int tp_size) {
-  const int64_t d = m.d_model;
-  const int64_t per_rank = d / tp_size;
   std::vector<std::pair<int64_t, int64_t>> rows;
-  for (int part = 0; part < 3; ++part) {
-    rows.emplace_back(part * d + tp_rank * per_rank, per_rank);
+  int64_t begin = 0;
+  for (int64_t width : QkvWidths(m)) {
+    const int64_t per_rank = width / tp_size;
+    rows.emplace_back(begin + tp_rank * per_rank, per_rank);
+    begin += width;
   }
   return rows;
 }
@@ -136,7 +147,9 @@ TensorParallelSplit TensorParallelSplitOf(const std::string& name) {
   if (absl::EndsWith(name, "attn.c_attn.weight") || absl::EndsWith(name, "attn.c_attn.bias")) {
     return TensorParallelSplit::kQkvRows;
   }
-  if (absl::EndsWith(name, "mlp.c_fc.weight") || absl::EndsWith(name, "mlp.c_fc.bias")) {
+  if (name == "lm_head.weight") return TensorParallelSplit::kVocabRows;
+  if (absl::EndsWith(name, "mlp.c_fc.weight") || absl::EndsWith(name, "mlp.c_fc.bias") ||
+      absl::EndsWith(name, "mlp.c_up.weight") || absl::EndsWith(name, "mlp.c_up.bias")) {
     return TensorParallelSplit::kRows;
   }
   if (absl::EndsWith(name, "attn.c_proj.weight") || absl::EndsWith(name, "mlp.c_proj.weight")) {
@@ -154,6 +167,17 @@ absl::Status ValidateTensorParallel(const GptConfig& model, int tp) {
     return absl::InvalidArgumentError(
         absl::StrCat("parallelism.tensor (", tp, ") must divide model.n_head (", model.n_head,
                      "): attention heads are split across the tensor-parallel group"));
+  }
+  if (KvHeads(model) % tp != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "parallelism.tensor (", tp, ") must divide model.n_kv_head (", KvHeads(model),
+        "): key/value heads are split across the tensor-parallel group (replicating them "
+        "when there are fewer than tensor-parallel ranks is not executed yet)"));
+  }
+  if (FfnHidden(model) % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallelism.tensor (", tp, ") must divide the MLP's hidden width (", FfnHidden(model),
+        "): its columns are split across the tensor-parallel group"));
   }
   if (model.vocab_size < tp) {
     return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor (", tp,
@@ -223,7 +247,6 @@ std::vector<int64_t> TensorParallelShardShape(const std::string& name,
 torch::Tensor MergeTensorParallelShards(const std::string& name,
                                         const std::vector<torch::Tensor>& shards,
                                         const GptConfig& model) {
-  (void)model;
   TORCH_CHECK(!shards.empty(), "MergeTensorParallelShards: no shards for ", name);
   if (shards.size() == 1) return shards[0];
   switch (TensorParallelSplitOf(name)) {
@@ -236,9 +259,11 @@ torch::Tensor MergeTensorParallelShards(const std::string& name,
       return torch::cat(shards, 1);
     case TensorParallelSplit::kQkvRows: {
       // Each shard is [q_r; k_r; v_r]; the full tensor is [q; k; v].
+      std::vector<int64_t> widths = QkvWidths(model);
+      for (int64_t& w : widths) w /= static_cast<int64_t>(shards.size());
       std::vector<torch::Tensor> parts[3];
       for (const torch::Tensor& s : shards) {
-        const std::vector<torch::Tensor> qkv = s.chunk(3, 0);
+        const std::vector<torch::Tensor> qkv = s.split_with_sizes(widths, 0);
         for (int part = 0; part < 3; ++part) parts[part].push_back(qkv[part]);
       }
       return torch::cat({torch::cat(parts[0], 0), torch::cat(parts[1], 0),

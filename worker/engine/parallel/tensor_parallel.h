@@ -84,18 +84,21 @@ torch::Tensor VocabParallelCrossEntropy(const torch::Tensor& hidden,
 // split across a TP group.
 enum class TensorParallelSplit {
   kReplicated,  // whole on every rank: LayerNorms, wpe, row-parallel biases
-  kVocabRows,   // wte.weight [V, d]: rows VocabRangeOf(V, rank, tp)
-  kQkvRows,     // attn.c_attn [3d, d] and its bias: of each of q, k and v,
-                // the rows of heads [rank*h/tp, (rank+1)*h/tp)
-  kRows,        // mlp.c_fc [4d, d] and its bias: dim 0 in tp equal chunks
+  kVocabRows,   // wte.weight and an untied lm_head.weight [V, d]: rows
+                // VocabRangeOf(V, rank, tp)
+  kQkvRows,     // attn.c_attn [(h + 2 h_kv) hd, d] and its bias: of each of
+                // q, k and v, the rows of this rank's share of their heads
+  kRows,        // mlp.c_fc (and SwiGLU's c_up) [f, d] and bias: dim 0 in tp chunks
   kColumns,     // attn.c_proj and mlp.c_proj weights: dim 1 in tp chunks
 };
 TensorParallelSplit TensorParallelSplitOf(const std::string& name);
 
 // INVALID_ARGUMENT naming the field unless `model` can be split over `tp`
-// ranks: n_head % tp == 0, vocab_size >= tp, and (for now) dropout 0 when
-// tp > 1 (dropout masks of the replicated residual stream would have to
-// agree across the group; not executed yet).
+// ranks: n_head % tp == 0, the MLP width % tp == 0, vocab_size >= tp, and
+// (for now) dropout 0 when tp > 1 (dropout masks of the replicated residual
+// stream would have to agree across the group; not executed yet);
+// UNIMPLEMENTED when n_kv_head % tp != 0 (key/value heads would have to be
+// replicated across ranks).
 absl::Status ValidateTensorParallel(const GptConfig& model, int tp);
 
 // TP rank `tp_rank`'s shard of the full parameter `full` named `name`
