@@ -25,3 +25,8 @@ loom_library(loom_rms_norm SRCS ${CMAKE_CURRENT_LIST_DIR}/rms_norm.cc DEPS ${TOR
 target_compile_options(loom_rms_norm PRIVATE -fno-fast-math)
 target_link_libraries(loom_rms_norm PRIVATE OpenMP::OpenMP_CXX)
 loom_test(loom_rms_norm_test SRCS ${CMAKE_CURRENT_LIST_DIR}/rms_norm_test.cc DEPS loom_rms_norm)
+# SwiGLU's gating fused for CPU fp32 (swiglu.h).
+loom_library(loom_swiglu SRCS ${CMAKE_CURRENT_LIST_DIR}/swiglu.cc DEPS ${TORCH_LIBRARIES})
+target_compile_options(loom_swiglu PRIVATE -fno-fast-math)
+target_link_libraries(loom_swiglu PRIVATE OpenMP::OpenMP_CXX)
+loom_test(loom_swiglu_test SRCS ${CMAKE_CURRENT_LIST_DIR}/swiglu_test.cc DEPS loom_swiglu)

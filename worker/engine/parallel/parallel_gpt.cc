@@ -23,6 +23,7 @@
 #include "worker/engine/causal_attention.h"
 #include "worker/engine/gelu.h"
 #include "worker/engine/gpt.h"
+#include "worker/engine/swiglu.h"
 
 namespace loom::engine {
 
@@ -81,8 +82,8 @@ class TensorParallelBlockImpl : public torch::nn::Module {
     }
     const torch::Tensor in = CopyToTensorParallelRegion(ln_2_(x), group_);
     const torch::Tensor h =
-        gated_ ? torch::silu(F::linear(in, c_fc_->weight, c_fc_->bias)) *
-                     F::linear(in, c_up_->weight, c_up_->bias)
+        gated_ ? SwiGlu(F::linear(in, c_fc_->weight, c_fc_->bias),
+                        F::linear(in, c_up_->weight, c_up_->bias))
                : GeluTanh(F::linear(in, c_fc_->weight, c_fc_->bias));
     return x + resid_drop_(RowParallelOut(h, mlp_proj_));
   }
