@@ -772,12 +772,16 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
     ASSERT_EQ(last.exit_code, 0) << last.err;
     EXPECT_THAT(followed, HasSubstr(last.out));
     // (Worker i, node "local-<i>", works in <home>/workers/<i>.)
-    const std::string node = done.ranks(0).node();
+    std::string node;
+    for (const auto& r : done.ranks()) {
+      if (r.rank() == 0) node = r.node();
+    }
+    ASSERT_FALSE(node.empty()) << done.DebugString();
     std::ifstream f(absl::StrCat(home_, "/workers/", node.substr(node.rfind('-') + 1), "/", job,
                                  "/rank-0.log"));
     const std::string worker_file((std::istreambuf_iterator<char>(f)),
                                   std::istreambuf_iterator<char>());
-    ASSERT_FALSE(worker_file.empty()) << "rank 0's log on " << done.ranks(0).node();
+    ASSERT_FALSE(worker_file.empty()) << "rank 0's log on " << node;
     ASSERT_GE(worker_file.size(), last.out.size());
     EXPECT_EQ(worker_file.substr(worker_file.size() - last.out.size()), last.out);
     // The victim's rank: its first attempt's log, as far as it was shipped.
