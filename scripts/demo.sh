@@ -56,7 +56,9 @@ echo "  BPE unigram entropy of the corpus: ${entropy} nats/token (a model that i
 echo "  wall time for the job: ${elapsed}s"
 echo "  checkpoints kept: $(find "$LOOM_HOME"/controller/checkpoints -mindepth 2 -maxdepth 2 -type d -name 'step-*' 2>/dev/null | wc -l) under $LOOM_HOME/controller/checkpoints (step directories with a checksummed MANIFEST.json)"
 "$LOOMCTL" checkpoints "$(ls "$LOOM_HOME"/controller/checkpoints | tail -1)" || true
-echo "  logs: $LOOM_HOME/logs"
+echo "  rank 1's last log lines, through the controller (loomctl logs $job --rank 1 --tail 3):"
+"$LOOMCTL" logs "$job" --rank 1 --tail 3 | sed 's/^/    /' || true
+echo "  daemon logs: $LOOM_HOME/logs"
 "$LOOMCTL" local down
 trap - EXIT
 exit $rc
