@@ -81,6 +81,11 @@ absl::Status ReadFileAt(const std::string& path, int64_t offset, int64_t n, std:
   return absl::OkStatus();
 }
 
+absl::Status NoLog(const LogKey& key) {
+  return absl::NotFoundError(absl::StrCat("no log of rank ", key.rank, " in attempt ",
+                                          key.generation, " of job ", key.job_id));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LogStore>> LogStore::Open(LogStoreOptions options) {
@@ -225,10 +230,7 @@ absl::StatusOr<LogStore::Slice> LogStore::Read(const LogKey& key, int64_t offset
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   Log* log = FindLocked(key, /*create=*/false);
-  if (log == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no log of rank ", key.rank, " in attempt ",
-                                            key.generation, " of job ", key.job_id));
-  }
+  if (log == nullptr) return NoLog(key);
   return ReadLocked(key, *log, offset, std::max<int64_t>(0, max_bytes));
 }
 
@@ -236,10 +238,7 @@ absl::StatusOr<LogStore::Slice> LogStore::Tail(const LogKey& key, int lines, int
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   Log* log = FindLocked(key, /*create=*/false);
-  if (log == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no log of rank ", key.rank, " in attempt ",
-                                            key.generation, " of job ", key.job_id));
-  }
+  if (log == nullptr) return NoLog(key);
   const int64_t end = log->end();
   if (lines <= 0) return ReadLocked(key, *log, end, 0);
   absl::StatusOr<Slice> slice = ReadLocked(key, *log, end - std::max<int64_t>(0, max_bytes),
