@@ -990,12 +990,14 @@ absl::Status ValidateSupported(const JobSpec& spec) {
                                      "): attention heads are split across the tensor group"));
     }
     const ModelShape shape = ModelShapeOf(spec.model());
-    if (KvHeads(shape) % parallelism.tensor() != 0) {
+    const int64_t kv = KvHeads(shape);
+    if (kv % parallelism.tensor() != 0 && parallelism.tensor() % kv != 0) {
       return absl::UnimplementedError(absl::StrCat(
-          "parallelism.tensor: ", parallelism.tensor(), " does not divide the ", KvHeads(shape),
-          " key/value heads of ", at, " (n_kv_head): replicating key/value heads across more "
-          "tensor-parallel ranks than there are heads is not executable yet; use a tensor "
-          "degree that divides n_kv_head"));
+          "parallelism.tensor: ", parallelism.tensor(), " and the ", kv,
+          " key/value heads of ", at, " (n_kv_head) must divide one another: the heads are "
+          "split across the tensor group, or each copied to tensor / n_kv_head ranks when "
+          "there are fewer heads than ranks; otherwise a rank's query heads would use parts "
+          "of two key/value heads"));
     }
     if (FfnHidden(shape) % parallelism.tensor() != 0) {
       return FieldError("parallelism.tensor",

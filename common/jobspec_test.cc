@@ -599,15 +599,19 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        },
        kInvalid, "model.llama.positions: unknown value 9"},
       // The Llama family's knobs run under every layout; key/value heads
-      // split across the tensor group, not yet replicated.
-      {"fewer key/value heads than tensor ranks",
+      // split across the tensor group, or copied when fewer than its ranks,
+      // but not shared unevenly.
+      {"key/value heads and tensor ranks that do not divide one another",
        [](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->set_n_kv_head(1);
+         s->mutable_model()->mutable_gpt()->set_n_head(6);
+         s->mutable_model()->mutable_gpt()->set_d_model(48);
+         s->mutable_model()->mutable_gpt()->set_n_kv_head(3);
          s->mutable_model()->mutable_gpt()->set_dropout(0);
          s->mutable_parallelism()->set_tensor(2);
          s->mutable_resources()->set_ranks(2);
        },
-       kUnimplemented, "parallelism.tensor: 2 does not divide the 1 key/value heads of model.gpt"},
+       kUnimplemented,
+       "parallelism.tensor: 2 and the 3 key/value heads of model.gpt (n_kv_head) must divide"},
       {"an MLP width the tensor degree does not divide",
        [](JobSpec* s) {
          s->mutable_model()->mutable_gpt()->mutable_mlp()->set_hidden(383);

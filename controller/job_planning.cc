@@ -272,10 +272,11 @@ void RestrictToExecutable(const loom::v1::JobSpec& spec, planner::PlannerOptions
   options->zero_stages = {0, 1, 2};
   const loom::v1::GptModel model = EffectiveDecoder(spec.model());
   if (model.dropout() > 0) options->tp = 1;
-  // Key/value heads are split, not replicated, across a tensor group: only
-  // degrees that divide them execute (ValidateSupported).
+  // MLP columns are split across a tensor group, and key/value heads split
+  // or copied: only such degrees execute (ValidateSupported).
   const ModelShape shape = ModelShapeOf(spec.model());
-  options->tp_must_divide = std::gcd(KvHeads(shape), FfnHidden(shape));
+  options->tp_must_divide = FfnHidden(shape);
+  options->tp_kv_heads = KvHeads(shape);
   if (spec.resources().gpus_per_rank() > 0) {
     options->tp = 1;
     options->pp = 1;

@@ -540,8 +540,9 @@ TEST(SpecToPlanRequestTest, CopiesTheModelFamilyIntoThePlannersModelSpec) {
 }
 
 // A Llama-family model runs under every layout, with key/value heads split
-// (not replicated) across a tensor group: parallelism.auto searches only
-// tensor degrees that divide them and the MLP width, and model.llama
+// across a tensor group or copied when fewer than its ranks:
+// parallelism.auto searches only tensor degrees that divide the MLP width
+// and divide or are divided by the key/value heads, and model.llama
 // reaches the planner with its defaults (rotary: no position table; no
 // biases; untied).
 TEST(PlanAtSubmitTest, AutoPlansALlamaModelWithTensorDegreesThatSplitItsHeads) {
@@ -564,12 +565,13 @@ TEST(PlanAtSubmitTest, AutoPlansALlamaModelWithTensorDegreesThatSplitItsHeads) {
   EXPECT_EQ(request->model.ffn_hidden, 128);  // 8/3 x 32 = 85, rounded up to a multiple of 64
   auto plan = PlanAtSubmit(&spec, *live);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(KvHeads(request->model) % spec.parallelism().tensor(), 0);
+  const int64_t kv = KvHeads(request->model), tp = spec.parallelism().tensor();
+  EXPECT_TRUE(kv % tp == 0 || tp % kv == 0) << kv << " " << tp;
   EXPECT_EQ(spec.parallelism().data() * spec.parallelism().tensor() *
                 std::max(1, spec.parallelism().pipeline()),
             4);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
-  // One key/value head: no tensor split at all.
+  // One key/value head: copied to every rank of a tensor group.
   auto single = TinySpec(2, 4);
   v1::GptModel mqa = single.model().gpt();
   mqa.set_n_head(4);
@@ -581,8 +583,23 @@ TEST(PlanAtSubmitTest, AutoPlansALlamaModelWithTensorDegreesThatSplitItsHeads) {
   auto single_live = TopologyForSpec(single, {Worker(2, 16e9), Worker(2, 16e9)});
   ASSERT_TRUE(single_live.ok());
   ASSERT_TRUE(PlanAtSubmit(&single, *single_live).ok());
-  EXPECT_EQ(single.parallelism().tensor(), 1);
   EXPECT_TRUE(ValidateJobSpec(single).ok()) << ValidateJobSpec(single);
+  // Three key/value heads of six: a tensor degree of 2 or 4 would share
+  // heads unevenly, so auto keeps to 1 (or 3, 6, which 4 ranks cannot be).
+  auto uneven = TinySpec(2, 4);
+  v1::GptModel six = uneven.model().gpt();
+  six.set_n_head(6);
+  six.set_d_model(48);
+  six.set_n_kv_head(3);
+  *uneven.mutable_model()->mutable_llama() = six;
+  ApplyJobSpecDefaults(&uneven);
+  uneven.mutable_parallelism()->set_auto_(true);
+  uneven.mutable_parallelism()->clear_data();
+  auto uneven_live = TopologyForSpec(uneven, {Worker(2, 16e9), Worker(2, 16e9)});
+  ASSERT_TRUE(uneven_live.ok());
+  ASSERT_TRUE(PlanAtSubmit(&uneven, *uneven_live).ok());
+  EXPECT_EQ(uneven.parallelism().tensor(), 1);
+  EXPECT_TRUE(ValidateJobSpec(uneven).ok()) << ValidateJobSpec(uneven);
 }
 
 // Issue 11, a pinned layout may fix every knob: the spec's interleaving and

@@ -97,9 +97,10 @@ absl::Status CostModel::CheckLayout(const Layout& l) const {
   if (model_.n_head % l.tp != 0) {
     return invalid("tp", absl::StrCat(l.tp, " does not divide model.n_head ", model_.n_head));
   }
-  if (KvHeads(model_) % l.tp != 0) {
-    return invalid("tp", absl::StrCat(l.tp, " does not divide the ", KvHeads(model_),
-                                      " key/value heads"));
+  if (KvHeads(model_) % l.tp != 0 && l.tp % KvHeads(model_) != 0) {
+    return invalid("tp", absl::StrCat(l.tp, " and the ", KvHeads(model_),
+                                      " key/value heads do not divide one another (heads are "
+                                      "split, or copied when fewer than the ranks)"));
   }
   if (FfnHidden(model_) % l.tp != 0) {
     return invalid("tp", absl::StrCat(l.tp, " does not divide the MLP width ",
@@ -136,14 +137,28 @@ absl::Status CostModel::CheckLayout(const Layout& l) const {
   return absl::OkStatus();
 }
 
+double CostModel::LayerParametersPerRank(int tp) const {
+  const double t = tp;
+  // Megatron-LM splits every weight matrix and bias over the TP group and
+  // replicates the norms (Shoeybi et al. 2019, Sec. 3).
+  double layer = static_cast<double>(params_.per_layer - params_.per_layer_norm) / t +
+                 static_cast<double>(params_.per_layer_norm);
+  const int64_t kv = KvHeads(model_);
+  if (kv < tp) {
+    // Each rank holds a whole key/value head (1 / kv of them) instead of
+    // 1 / tp of them (Megatron-LM's replicated query groups).
+    const double h_kv = static_cast<double>(model_.d_model) * kv / model_.n_head;
+    const double kv_params = 2.0 * (h_kv * model_.d_model + (model_.bias ? h_kv : 0.0));
+    layer += kv_params * (1.0 / kv - 1.0 / t);
+  }
+  return layer;
+}
+
 std::vector<double> CostModel::StageParameters(const Layout& l,
                                                const std::vector<int>& stage_layers) const {
   const double t = l.tp;
-  // Megatron-LM splits every weight matrix and bias over the TP group and
-  // replicates the norms (Shoeybi et al. 2019, Sec. 3); the word embedding
-  // and output head are vocabulary-parallel.
-  const double layer = static_cast<double>(params_.per_layer - params_.per_layer_norm) / t +
-                       static_cast<double>(params_.per_layer_norm);
+  // The word embedding and output head are vocabulary-parallel.
+  const double layer = LayerParametersPerRank(l.tp);
   const double first_extra =
       static_cast<double>(params_.word_embedding) / t + static_cast<double>(params_.position_embedding);
   // The last stage holds the final norm and the output head; with tied
@@ -166,8 +181,7 @@ std::vector<double> CostModel::StageParameters(const Layout& l,
 
 double CostModel::LargestGatheredUnit(const Layout& l, int stage) const {
   const double t = l.tp;
-  double unit = static_cast<double>(params_.per_layer - params_.per_layer_norm) / t +
-                static_cast<double>(params_.per_layer_norm);
+  double unit = LayerParametersPerRank(l.tp);
   const double embedding = static_cast<double>(params_.word_embedding) / t;
   if (stage == 0) {
     unit = std::max(unit, embedding + static_cast<double>(params_.position_embedding));

@@ -197,6 +197,10 @@ class CostModel {
   // The largest unit ZeRO-3 gathers on `stage`: a block, or the embedding
   // (first stage) or output head (last stage), parameters per device.
   double LargestGatheredUnit(const Layout& layout, int stage) const;
+  // One layer's parameters on one rank of a TP group of `tp`: every weight
+  // matrix and bias split, the norms whole, and with fewer key/value heads
+  // than ranks each rank's copy of the one it uses.
+  double LayerParametersPerRank(int tp) const;
   StepEstimate Estimate(const Layout& layout, const TimeBreakdown& time) const;
 
   ModelSpec model_;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "controller/planner/test_models.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace loom::planner {
@@ -82,6 +83,36 @@ TEST(MemoryTest, TensorAndPipelineShardTheParameters) {
   EXPECT_NEAR(mem.parameters, 10 * layer + 51200.0 * 6144 / 8 + 2048.0 * 6144, 1);
   EXPECT_NEAR(mem.weights, 2 * mem.parameters, 1);
   EXPECT_NEAR(mem.state(), 16 * mem.parameters, 16);
+}
+
+// Fewer key/value heads than tensor ranks: the layout is valid (each head
+// is copied to tp / n_kv_head ranks) and each rank holds a whole head's
+// key and value rows instead of 1 / tp of them.
+TEST(MemoryTest, KeyValueHeadsFewerThanTensorRanksAreCopied) {
+  ModelSpec model = MegatronGpt("gqa", 40, 6144, 48);
+  model.n_kv_head = 2;
+  const ClusterTopology topo = A100s(32, 8);
+  const CostModel cost = MakeCost(model, 1024, topo);
+  const ParameterCount params = CountParameters(model);
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 4;
+  layout.dp = 8;
+  ASSERT_TRUE(cost.CheckLayout(layout).ok()) << cost.CheckLayout(layout);
+  const double h_kv = 6144.0 * 2 / 48;
+  const double kv = 2 * (h_kv * 6144 + h_kv);  // key and value weights and biases
+  const double layer = static_cast<double>(params.per_layer - params.per_layer_norm) / 8 +
+                       static_cast<double>(params.per_layer_norm) + kv / 2 - kv / 8;
+  EXPECT_NEAR(cost.Memory(layout).parameters, 10 * layer + 51200.0 * 6144 / 8 + 2048.0 * 6144, 1);
+  // Three heads under four ranks would share heads unevenly.
+  model.n_kv_head = 3;
+  model.n_head = 48;
+  const CostModel three = MakeCost(model, 1024, topo);
+  layout.tp = 4;
+  layout.dp = 16;
+  const absl::Status uneven = three.CheckLayout(layout);
+  EXPECT_EQ(uneven.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(uneven.message()), ::testing::HasSubstr("do not divide one another"));
 }
 
 TEST(MemoryTest, OneFOneBHoldsPMicroBatchesOnTheFirstStage) {

@@ -172,6 +172,9 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
   for (int64_t tp : Divisors(n)) {
     if (options.tp > 0 && tp != options.tp) continue;
     if (options.tp_must_divide > 0 && options.tp_must_divide % tp != 0) continue;
+    if (options.tp_kv_heads > 0 && options.tp_kv_heads % tp != 0 && tp % options.tp_kv_heads != 0) {
+      continue;
+    }
     if (tp > topology.devices_per_node && !options.allow_tp_across_nodes) continue;
     // Every pp the devices allow, up to one layer per stage: stages need not
     // be equal (CostModel::StageLayers splits the layers as the engine does).

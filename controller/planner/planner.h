@@ -47,9 +47,12 @@ struct PlannerOptions {
   int64_t max_micro_batch = 0;         // 0 = no cap
   // Constraints: 0 = search this dimension, > 0 = fixed to this value.
   int tp = 0;
-  // > 0: only tensor degrees that divide it (what an engine that splits,
-  // rather than replicates, key/value heads and MLP columns can run).
+  // > 0: only tensor degrees that divide it (what an engine that splits
+  // MLP columns can run).
   int64_t tp_must_divide = 0;
+  // > 0: only tensor degrees that divide these key/value heads or that they
+  // divide (an engine that splits them, or copies each to several ranks).
+  int64_t tp_kv_heads = 0;
   int pp = 0;
   int dp = 0;
   int virtual_stages = 0;

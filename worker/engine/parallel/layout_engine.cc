@@ -45,7 +45,8 @@ class LayoutEngine : public RankEngine {
       // (SumTiedEmbeddingGradients), so it is reduced after that.
       const bool tied_wte = tied_across_stages_ && item.key() == "wte.weight";
       parameters.push_back({item.key(), item.value(), item.value().dim() >= 2,
-                            !(skip_wte && item.key() == "wte.weight"), tied_wte});
+                            !(skip_wte && item.key() == "wte.weight"), tied_wte,
+                            ReplicatedSpanOf(item.key(), config_.model, partition_.tp_size)});
     }
     // The largest element count in this rank's tensor group: only the
     // vocabulary rows of wte (and lm_head) differ between its ranks.

@@ -286,11 +286,33 @@ TEST_F(LayoutTrainerTest, LlamaTrainsUnderEveryLayoutLikeOneRank) {
   EXPECT_LE(WorstLossDifference(reference.steps, run.steps, "Llama TP2xPP2 -> one rank",
                                 /*first_step=*/6),
             1e-5);
-  // Fewer key/value heads than tensor ranks: not split, and said so.
+  // Fewer key/value heads than tensor ranks: each head copied to two
+  // ranks, with ZeRO-1 over two replicas; its checkpoint resumes under TP2
+  // (heads split) and on one rank.
+  const RunOutcome copied = Run(config, Layout{4, 1, 2, 1});
+  ExpectAllOk(copied, "TP4xDP2 ZeRO-1");
+  EXPECT_LE(WorstLossDifference(reference.steps, copied.steps, "Llama TP4xDP2 ZeRO-1 (copied kv)"),
+            1e-5);
   TrainerConfig four = config;
-  const RunOutcome refused = Run(four, Layout{4, 1, 1});
-  EXPECT_EQ(refused.statuses[0].code(), absl::StatusCode::kUnimplemented) << refused.statuses[0];
-  EXPECT_THAT(std::string(refused.statuses[0].message()), ::testing::HasSubstr("n_kv_head"));
+  four.checkpoint_dir = dir_ + "/llama-copied";
+  four.checkpoint_interval = 5;
+  const RunOutcome stopped_four = Run(four, Layout{4, 1, 1}, /*stop_after=*/5);
+  for (const absl::Status& s : stopped_four.statuses) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  }
+  for (const Layout& then : {Layout{2, 1, 1}, Layout{1, 1, 1, 0, true}}) {
+    const std::string copy = dir_ + "/llama-copied-" + std::to_string(then.tensor);
+    fs::copy(four.checkpoint_dir, copy, fs::copy_options::recursive);
+    TrainerConfig again = config;
+    again.checkpoint_dir = copy;
+    const RunOutcome continued = Run(again, then);
+    ExpectAllOk(continued, "TP4 -> " + then.Name());
+    ASSERT_TRUE(continued.statuses[0].ok());
+    EXPECT_EQ(continued.results[0].resumed_from_step, 5);
+    EXPECT_LE(WorstLossDifference(reference.steps, continued.steps, "Llama TP4 -> " + then.Name(),
+                                  /*first_step=*/6),
+              1e-5);
+  }
 }
 
 // Trains 5 of 10 steps under `first` (a checkpoint at step 5), then resumes

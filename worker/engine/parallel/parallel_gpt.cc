@@ -45,13 +45,17 @@ TORCH_MODULE(ShardedLinear);
 // (c_attn; c_fc and SwiGLU's c_up) and row-parallel out (c_proj, whose bias,
 // if any, is replicated and added once after the sum over the group). Each
 // rank runs its share of the query heads with the key/value heads they use
-// (grouped-query attention; ValidateTensorParallel).
+// (grouped-query attention; ValidateTensorParallel), copies of them when
+// there are fewer key/value heads than ranks (KeyValueCopies), whose
+// gradients backward sums over the copies.
 class TensorParallelBlockImpl : public torch::nn::Module {
  public:
   TensorParallelBlockImpl(const GptConfig& c, int tp, c10d::ProcessGroup* group)
-      : group_(group),
+      : config_(c),
+        group_(group),
+        tp_rank_(group == nullptr ? 0 : group->getRank()),
         local_heads_(c.n_head / tp),
-        local_kv_heads_(KvHeads(c) / tp),
+        local_kv_heads_(LocalKeyValueHeads(c, tp)),
         head_dim_(c.d_model / c.n_head),
         rotary_(c.rotary),
         rope_theta_(c.rope_theta),
@@ -74,7 +78,13 @@ class TensorParallelBlockImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) {
     {
       const torch::Tensor in = CopyToTensorParallelRegion(ln_1_(x), group_);
-      torch::Tensor qkv = F::linear(in, c_attn_->weight, c_attn_->bias);
+      torch::Tensor bias = c_attn_->bias;
+      if (bias.defined()) {
+        bias = SumKeyValueReplicaGradients(bias, "attn.c_attn.bias", config_, tp_rank_, group_);
+      }
+      const torch::Tensor weight = SumKeyValueReplicaGradients(
+          c_attn_->weight, "attn.c_attn.weight", config_, tp_rank_, group_);
+      torch::Tensor qkv = F::linear(in, weight, bias);
       qkv = ExpandQkv(qkv, local_heads_, local_kv_heads_, head_dim_, rotary_, rope_theta_);
       const double dropout = is_training() ? dropout_ : 0.0;
       const torch::Tensor y = CausalAttention(qkv, local_heads_, dropout);
@@ -94,7 +104,9 @@ class TensorParallelBlockImpl : public torch::nn::Module {
     return proj->bias.defined() ? sum + proj->bias : sum;
   }
 
+  GptConfig config_;
   c10d::ProcessGroup* group_;
+  int tp_rank_;
   int64_t local_heads_, local_kv_heads_, head_dim_;
   bool rotary_;
   double rope_theta_;

@@ -177,8 +177,8 @@ RunResult TrainLayout(const GptConfig& config, const LayoutRun& run_options,
           const bool counted = !(skip_wte && item.key() == "wte.weight");
           // Both pipeline ends' copies are summed after backward.
           const bool tied = groups->embedding != nullptr && item.key() == "wte.weight";
-          parameters.push_back(
-              {item.key(), item.value(), item.value().dim() >= 2, counted, tied});
+          parameters.push_back({item.key(), item.value(), item.value().dim() >= 2, counted,
+                                tied, ReplicatedSpanOf(item.key(), config, layout.tensor)});
         }
         sharded = std::make_unique<ShardedAdamW>(std::move(parameters), TestOptimizer(),
                                                  run_options.zero_stage, groups->data.get(),
@@ -233,7 +233,7 @@ RunResult TrainLayout(const GptConfig& config, const LayoutRun& run_options,
           if (skip_wte) skip.push_back("wte.weight");
           norms[rank].push_back(ClipGradNormAcrossGroups(*model, groups->tensor.get(),
                                                          groups->pipeline.get(),
-                                                         TestOptimizer().grad_clip, skip));
+                                                         TestOptimizer().grad_clip, config, skip));
           optimizer->step();
         }
         torch::Tensor mean_loss = loss.clone();
@@ -292,6 +292,12 @@ RunResult TrainLayout(const GptConfig& config, const LayoutRun& run_options,
       if (shards[rank].count(name) == 0) continue;
       EXPECT_TRUE(torch::equal(shards[rank][name], shards[RankOf(layout, {0, stage, c.tp})][name]))
           << name << " differs between replicas or stages (rank " << rank << ")";
+      // Every rank holds exactly its shard of the merged tensor: copied
+      // key/value heads are bit-identical on every rank that holds them.
+      EXPECT_TRUE(torch::equal(shards[rank][name],
+                               ShardForTensorParallel(name, result.parameters[name], config,
+                                                      c.tp, layout.tensor)))
+          << name << " on rank " << rank << " is not its shard of the merged tensor";
     }
   }
   return result;
@@ -419,8 +425,30 @@ TEST(OneFOneBScheduleTest, AtMostStagesMinusStageMicroBatchesInFlight) {
   }
 }
 
+// Multi-query attention with GPT-2's biases: one key/value head, copied to
+// every rank of a tensor group.
+GptConfig MultiQueryConfig() {
+  GptConfig c = TinyConfig();
+  c.n_kv_head = 1;
+  return c;
+}
+
+// The Llama family with two key/value heads: split over 2 ranks, each
+// copied to two of 4.
+GptConfig GroupedQueryLlamaConfig() {
+  GptConfig c = TinyConfig();
+  c.rms_norm = true;
+  c.gated_mlp = true;
+  c.ffn_hidden = 88;
+  c.rotary = true;
+  c.n_kv_head = 2;
+  c.tied_embeddings = false;
+  c.bias = false;
+  return c;
+}
+
 TEST(ParallelGptTest, ShardAndMergeAreInverse) {
-  const GptConfig config = TinyConfig();
+  for (const GptConfig& config : {TinyConfig(), MultiQueryConfig(), GroupedQueryLlamaConfig()}) {
   torch::manual_seed(kSeed);
   Gpt reference(config);
   for (int tp : {2, 4}) {
@@ -431,9 +459,41 @@ TEST(ParallelGptTest, ShardAndMergeAreInverse) {
       }
       EXPECT_TRUE(torch::equal(MergeTensorParallelShards(item.key(), shards, config),
                                item.value()))
-          << item.key() << " tp " << tp;
+          << item.key() << " tp " << tp << " kv heads " << KvHeads(config);
+      EXPECT_EQ(shards[tp - 1].sizes().vec(),
+                TensorParallelShardShape(item.key(), item.value().sizes().vec(), config, tp - 1,
+                                         tp))
+          << item.key();
     }
   }
+  }
+}
+
+// With fewer key/value heads than ranks, each rank holds the head its query
+// heads use: ranks 0 and 1 of 4 hold head 0, ranks 2 and 3 head 1.
+TEST(ParallelGptTest, CopiesKeyValueHeadsWhenFewerThanRanks) {
+  const GptConfig config = GroupedQueryLlamaConfig();  // 4 query, 2 key/value heads of 8
+  EXPECT_EQ(LocalKeyValueHeads(config, 4), 1);
+  EXPECT_EQ(KeyValueCopies(config, 4), 2);
+  EXPECT_EQ(KeyValueCopies(config, 2), 1);
+  const torch::Tensor full = torch::arange(64).view({64, 1}).to(torch::kFloat);  // 32 + 2*16 rows
+  const torch::Tensor rank2 = ShardForTensorParallel("h.0.attn.c_attn.weight", full, config, 2, 4);
+  // Query head 2 (rows 16-23), key head 1 (rows 40-47), value head 1 (56-63).
+  EXPECT_TRUE(torch::equal(rank2.view({-1}),
+                           torch::cat({torch::arange(16, 24), torch::arange(40, 48),
+                                       torch::arange(56, 64)})
+                               .to(torch::kFloat)));
+  const ReplicatedSpan span = ReplicatedSpanOf("h.0.attn.c_attn.weight", config, 4);
+  EXPECT_EQ(span.begin, 8 * 32);
+  EXPECT_EQ(span.end, 24 * 32);
+  EXPECT_EQ(span.copies, 2);
+  EXPECT_EQ(ReplicatedSpanOf("h.0.attn.c_attn.weight", config, 2).copies, 1);
+  EXPECT_EQ(ReplicatedSpanOf("h.0.mlp.c_fc.weight", config, 4).copies, 1);
+  // The copied rows count 1/2 on each of their two holders.
+  const torch::Tensor grad = torch::ones({24, 32});
+  EXPECT_DOUBLE_EQ(SquaresCountedOnce(grad, 0, span).item<double>(), 8 * 32 + 16 * 32 / 2.0);
+  EXPECT_DOUBLE_EQ(SquaresCountedOnce(grad.narrow(0, 20, 4), 20 * 32, span).item<double>(),
+                   4 * 32 / 2.0);
 }
 
 TEST(ParallelGptTest, RefusesLayoutsItCannotSplit) {
@@ -445,6 +505,16 @@ TEST(ParallelGptTest, RefusesLayoutsItCannotSplit) {
   config.dropout = 0.1;
   EXPECT_EQ(ValidateTensorParallel(config, 2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ValidateTensorParallel(config, 1).ok());
+  // Copied key/value heads run; heads that a rank's queries would use only
+  // in part do not.
+  EXPECT_TRUE(ValidateTensorParallel(MultiQueryConfig(), 4).ok());
+  GptConfig six = TinyConfig();
+  six.n_head = 6;
+  six.d_model = 48;
+  six.n_kv_head = 3;
+  const absl::Status kv = ValidateTensorParallel(six, 2);
+  EXPECT_EQ(kv.code(), absl::StatusCode::kUnimplemented) << kv;
+  EXPECT_THAT(std::string(kv.message()), ::testing::HasSubstr("model.n_kv_head"));
 }
 
 class ParallelEquivalenceTest : public ::testing::Test {
@@ -536,6 +606,39 @@ TEST_F(ParallelEquivalenceTest, Zero2DataParallel2TimesPipelineParallel2) {
   ExpectEquivalent(*reference_, TrainLayout(*config_, {{2, 1, 2}, 2, 1}, *batches_),
                    "ZeRO-2 DP2xPP2");
 }
+
+// Fewer key/value heads than tensor ranks: the copies on a tensor group
+// train as the one head does on one rank (their gradients summed over the
+// copies in backward, counted once in the norm, and bit-identical at the
+// end: TrainLayout checks every rank's shard against the merged tensor).
+class KeyValueCopiesEquivalenceTest : public ::testing::TestWithParam<int> {
+ protected:
+  GptConfig Config() const {
+    return GetParam() == 0 ? MultiQueryConfig() : GroupedQueryLlamaConfig();
+  }
+  std::string Name() const { return GetParam() == 0 ? "multi-query" : "Llama, 2 kv heads"; }
+};
+
+TEST_P(KeyValueCopiesEquivalenceTest, TrainsLikeOneRank) {
+  const GptConfig config = Config();
+  const std::vector<Batch> batches = MakeBatches(config);
+  const RunResult reference = TrainSingleRank(config, batches);
+  // {data, tensor, pipeline}, ZeRO stage, micro-batch.
+  const std::vector<std::pair<LayoutRun, std::string>> multi_query = {
+      {{{1, 4, 1}}, "TP4"},
+      {{{2, 2, 1}}, "DP2xTP2"},
+      {{{2, 2, 1}, 1, 1}, "ZeRO-1 DP2xTP2"},
+      {{{2, 2, 1}, 2, 1}, "ZeRO-2 DP2xTP2"},
+      {{{1, 2, 2}, 0, 1}, "TP2xPP2 (m 4)"}};
+  // Two heads: copied under 4 ranks (under 2 they are split).
+  const std::vector<std::pair<LayoutRun, std::string>> llama = {
+      {{{1, 4, 1}}, "TP4"}, {{{2, 4, 1}, 2, 1}, "ZeRO-2 DP2xTP4"}};
+  for (const auto& [run, name] : GetParam() == 0 ? multi_query : llama) {
+    ExpectEquivalent(reference, TrainLayout(config, run, batches), Name() + " " + name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KeyValueCopiesEquivalenceTest, ::testing::Values(0, 1));
 
 }  // namespace
 }  // namespace loom::engine

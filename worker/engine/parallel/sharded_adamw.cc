@@ -28,16 +28,28 @@ ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
     ranks_ = data_group_->getSize();
     rank_ = data_group_->getRank();
   }
-  // Parameters replicated across the tensor group first: with the padded
-  // size equal on every rank of the group (below), they then sit at the
-  // same offsets in same-sized buffers on every TP rank, so the data-
-  // parallel reduction sums each of their elements in the same order there
-  // and the replicas stay bit-identical (a vocabulary split unevenly over
-  // the group gives TP ranks different amounts of everything else).
-  std::stable_partition(parameters_.begin(), parameters_.end(),
-                        [](const ShardedParameter& p) {
-                          return TensorParallelSplitOf(p.name) == TensorParallelSplit::kReplicated;
-                        });
+  // Parameters replicated across the tensor group first, then the evenly
+  // split ones, the vocabulary-split ones last: with the padded size equal
+  // on every rank of the group (below), every parameter but the last group
+  // then sits at the same offset in same-sized buffers on every TP rank, so
+  // the data-parallel reduction sums each of their elements in the same
+  // order there and the replicas (replicated parameters, copied key/value
+  // heads) stay bit-identical. A vocabulary split unevenly over the group
+  // gives TP ranks different amounts of it.
+  auto order = [](const ShardedParameter& p) {
+    switch (TensorParallelSplitOf(p.name)) {
+      case TensorParallelSplit::kReplicated:
+        return 0;
+      case TensorParallelSplit::kVocabRows:
+        return 2;
+      default:
+        return 1;
+    }
+  };
+  std::stable_sort(parameters_.begin(), parameters_.end(),
+                   [&](const ShardedParameter& a, const ShardedParameter& b) {
+                     return order(a) < order(b);
+                   });
   for (const ShardedParameter& p : parameters_) {
     TORCH_CHECK(p.tensor.scalar_type() == torch::kFloat && p.tensor.is_contiguous() &&
                     p.tensor.device().is_cpu(),
@@ -177,7 +189,8 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
     const ShardedParameter& p = parameters_[piece.parameter];
     if (!p.counted_in_norm) continue;
     const int slot = TensorParallelSplitOf(p.name) == TensorParallelSplit::kReplicated;
-    sums[slot] += grad.narrow(0, piece.begin - lo, piece.size).to(torch::kDouble).pow(2).sum();
+    sums[slot] += SquaresCountedOnce(grad.narrow(0, piece.begin - lo, piece.size),
+                                     piece.begin - offsets_[piece.parameter], p.shared);
   }
   if (ranks_ > 1) AllReduceInPlace(sums, data_group_);  // shards of one space
   torch::Tensor sharded = sums.narrow(0, 0, 1).clone();

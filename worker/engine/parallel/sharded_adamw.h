@@ -50,6 +50,7 @@
 
 #include "worker/engine/gradient_averager.h"
 #include "worker/engine/parallel/reduce_scatter.h"
+#include "worker/engine/parallel/tensor_parallel.h"
 #include "worker/engine/config.h"
 
 namespace loom::engine {
@@ -65,6 +66,9 @@ struct ShardedParameter {
   // first and last stages, summed between them): stage 0 reduces it last,
   // not while backward runs.
   bool completed_after_backward = false;
+  // Elements other ranks of the tensor group hold alike (copied key/value
+  // heads, tensor_parallel.h): counted once in the norm.
+  ReplicatedSpan shared;
 };
 
 struct ShardedStepResult {

@@ -238,7 +238,7 @@ absl::StatusOr<torch::Tensor> CheckpointReader::Whole(const std::string& name,
   std::vector<torch::Tensor> partitions;
   for (int t = 0; t < tp_size; ++t) {
     const std::vector<int64_t> part_shape =
-        tp_size == 1 ? shape : TensorParallelShardShape(parameter, shape, t, tp_size);
+        tp_size == 1 ? shape : TensorParallelShardShape(parameter, shape, config_, t, tp_size);
     int64_t numel = 1;
     for (int64_t d : part_shape) numel *= d;
     std::vector<const Piece*> mine;

@@ -3,11 +3,15 @@
 // any layout (the replicated engine included) reads any checkpoint back.
 //
 // What a rank (dp, pp, tp) writes, as pieces (ShardTensor::begin >= 0) of
-// the whole model's tensors, so that every element is written exactly once:
+// the whole model's tensors, so that every element is written exactly once
+// (but for copied key/value heads):
 //   * weights: the ranks of data replica 0 write their tensor-parallel
 //     partition of their stage's parameters; a parameter replicated over
 //     the tensor group only from tp rank 0; the tied wte only from the
-//     first stage (the last stage's copy is bit-identical to it);
+//     first stage (the last stage's copy is bit-identical to it). A
+//     partition of c_attn is written whole, so key/value heads copied to
+//     several ranks (tensor_parallel.h, KeyValueCopies) are written by each;
+//     reading takes the first copy (MergeTensorParallelShards);
 //   * AdamW moments: under ZeRO 0 as the weights (replica 0); under ZeRO 1
 //     and 2 every data rank writes the part of each partition that falls
 //     into its shard of the flat index space (sharded_adamw.h);

@@ -50,27 +50,60 @@ class ReduceFromRegion : public torch::autograd::Function<ReduceFromRegion> {
   }
 };
 
-// Widths of the q, k and v parts of c_attn's rows: n_head, n_kv_head and
-// n_kv_head heads.
-std::vector<int64_t> QkvWidths(const GptConfig& m) {
+// The rows of the q, k and v parts of c_attn that TP rank r holds, as
+// (first row in the full tensor, count): its share of the query heads, and
+// of the key and value heads the ones those queries use (their share, or
+// the one head of its slot when the heads are copied: KeyValueCopies).
+std::vector<std::pair<int64_t, int64_t>> QkvRows(const GptConfig& m, int tp_rank, int tp_size) {
   const int64_t hd = m.d_model / m.n_head;
-  const int64_t kv = KvHeads(m) * hd;
-  return {m.d_model, kv, kv};
+  const int64_t kv_width = KvHeads(m) * hd;
+  const int64_t q_rows = m.d_model / tp_size;
+  const int64_t kv_rows = LocalKeyValueHeads(m, tp_size) * hd;
+  const int64_t slot = tp_rank / KeyValueCopies(m, tp_size);
+  return {{tp_rank * q_rows, q_rows},
+          {m.d_model + slot * kv_rows, kv_rows},
+          {m.d_model + kv_width + slot * kv_rows, kv_rows}};
 }
 
-// Rows of the q, k and v parts of c_attn that TP rank r holds: its heads of
-// each (with grouped-query attention its query heads use exactly its
-// key/value heads, since n_kv_head divides by the TP degree).
-std::vector<std::pair<int64_t, int64_t>> QkvRows(const GptConfig& m, int tp_rank, int tp_size) {
-  std::vector<std::pair<int64_t, int64_t>> rows;
-  int64_t begin = 0;
-  for (int64_t width : QkvWidths(m)) {
-    const int64_t per_rank = width / tp_size;
-    rows.emplace_back(begin + tp_rank * per_rank, per_rank);
-    begin += width;
-  }
-  return rows;
+// Widths of the q, k and v parts of one rank's c_attn shard.
+std::vector<int64_t> LocalQkvWidths(const GptConfig& m, int tp_size) {
+  std::vector<int64_t> widths;
+  for (const auto& part : QkvRows(m, 0, tp_size)) widths.push_back(part.second);
+  return widths;
 }
+
+class KeyValueReplicaSum : public torch::autograd::Function<KeyValueReplicaSum> {
+ public:
+  // rows: [first key row, row count) of the shard; slots: head groups in
+  // the TP group; slot: this rank's.
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& parameter,
+                               int64_t group, int64_t first_row, int64_t rows, int64_t slots,
+                               int64_t slot) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["first_row"] = first_row;
+    ctx->saved_data["rows"] = rows;
+    ctx->saved_data["slots"] = slots;
+    ctx->saved_data["slot"] = slot;
+    return parameter;  // a fresh view, as in CopyToRegion
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    torch::NoGradGuard no_grad;
+    const int64_t first_row = ctx->saved_data["first_row"].toInt();
+    const int64_t rows = ctx->saved_data["rows"].toInt();
+    const int64_t slot = ctx->saved_data["slot"].toInt();
+    torch::Tensor grad = grads[0].contiguous().clone();
+    torch::Tensor mine = grad.narrow(0, first_row, rows);
+    // One slot per head group: each rank adds its rows into its group's
+    // slot, so after the sum every slot holds its group's total.
+    torch::Tensor slots =
+        torch::zeros({ctx->saved_data["slots"].toInt(), mine.numel()}, grad.options());
+    slots[slot].copy_(mine.reshape({-1}));
+    AllReduceInPlace(slots, GroupOfHandle(ctx->saved_data["group"].toInt()));
+    mine.copy_(slots[slot].view(mine.sizes()));
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -168,11 +201,12 @@ absl::Status ValidateTensorParallel(const GptConfig& model, int tp) {
         absl::StrCat("parallelism.tensor (", tp, ") must divide model.n_head (", model.n_head,
                      "): attention heads are split across the tensor-parallel group"));
   }
-  if (KvHeads(model) % tp != 0) {
+  if (KvHeads(model) % tp != 0 && tp % KvHeads(model) != 0) {
     return absl::UnimplementedError(absl::StrCat(
-        "parallelism.tensor (", tp, ") must divide model.n_kv_head (", KvHeads(model),
-        "): key/value heads are split across the tensor-parallel group (replicating them "
-        "when there are fewer than tensor-parallel ranks is not executed yet)"));
+        "parallelism.tensor (", tp, ") and model.n_kv_head (", KvHeads(model),
+        ") must divide one another: key/value heads are split across the tensor-parallel "
+        "group, or each copied to tensor / n_kv_head ranks when there are fewer heads than "
+        "ranks; otherwise a rank's query heads would use parts of two key/value heads"));
   }
   if (FfnHidden(model) % tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -190,6 +224,47 @@ absl::Status ValidateTensorParallel(const GptConfig& model, int tp) {
         "): dropout under tensor parallelism is not executed yet"));
   }
   return absl::OkStatus();
+}
+
+int64_t LocalKeyValueHeads(const GptConfig& model, int tp) {
+  return KvHeads(model) >= tp ? KvHeads(model) / tp : 1;
+}
+
+int KeyValueCopies(const GptConfig& model, int tp) {
+  return KvHeads(model) >= tp ? 1 : static_cast<int>(tp / KvHeads(model));
+}
+
+ReplicatedSpan ReplicatedSpanOf(const std::string& name, const GptConfig& model, int tp) {
+  const int copies = KeyValueCopies(model, tp);
+  if (copies == 1 || TensorParallelSplitOf(name) != TensorParallelSplit::kQkvRows) return {};
+  const std::vector<int64_t> widths = LocalQkvWidths(model, tp);
+  const int64_t columns = absl::EndsWith(name, ".weight") ? model.d_model : 1;
+  return {widths[0] * columns, (widths[0] + widths[1] + widths[2]) * columns, copies};
+}
+
+torch::Tensor SumKeyValueReplicaGradients(const torch::Tensor& parameter, const std::string& name,
+                                          const GptConfig& model, int tp_rank,
+                                          c10d::ProcessGroup* group) {
+  if (group == nullptr || group->getSize() == 1) return parameter;
+  const int tp = group->getSize();
+  const int copies = KeyValueCopies(model, tp);
+  if (copies == 1) return parameter;
+  TORCH_CHECK(TensorParallelSplitOf(name) == TensorParallelSplit::kQkvRows,
+              "SumKeyValueReplicaGradients: ", name, " holds no key/value rows");
+  const std::vector<int64_t> widths = LocalQkvWidths(model, tp);
+  return KeyValueReplicaSum::apply(parameter, GroupHandle(group), widths[0],
+                                   widths[1] + widths[2], tp / copies, tp_rank / copies);
+}
+
+torch::Tensor SquaresCountedOnce(const torch::Tensor& grad, int64_t first_element,
+                                 ReplicatedSpan span) {
+  const torch::Tensor flat = grad.reshape({-1}).to(torch::kDouble);
+  const torch::Tensor all = flat.pow(2).sum();
+  const int64_t b = std::max(span.begin, first_element);
+  const int64_t e = std::min(span.end, first_element + flat.numel());
+  if (span.copies == 1 || b >= e) return all;
+  const torch::Tensor shared = flat.narrow(0, b - first_element, e - b).pow(2).sum();
+  return all - shared * (1.0 - 1.0 / span.copies);
 }
 
 torch::Tensor ShardForTensorParallel(const std::string& name, const torch::Tensor& full,
@@ -222,7 +297,8 @@ torch::Tensor ShardForTensorParallel(const std::string& name, const torch::Tenso
 }
 
 std::vector<int64_t> TensorParallelShardShape(const std::string& name,
-                                              std::vector<int64_t> shape, int tp_rank,
+                                              std::vector<int64_t> shape,
+                                              const GptConfig& model, int tp_rank,
                                               int tp_size) {
   if (tp_size == 1) return shape;
   switch (TensorParallelSplitOf(name)) {
@@ -233,7 +309,11 @@ std::vector<int64_t> TensorParallelShardShape(const std::string& name,
       shape[0] = r.end - r.begin;
       break;
     }
-    case TensorParallelSplit::kQkvRows:
+    case TensorParallelSplit::kQkvRows: {
+      const std::vector<int64_t> widths = LocalQkvWidths(model, tp_size);
+      shape[0] = widths[0] + widths[1] + widths[2];
+      break;
+    }
     case TensorParallelSplit::kRows:
       shape[0] /= tp_size;
       break;
@@ -258,13 +338,18 @@ torch::Tensor MergeTensorParallelShards(const std::string& name,
     case TensorParallelSplit::kColumns:
       return torch::cat(shards, 1);
     case TensorParallelSplit::kQkvRows: {
-      // Each shard is [q_r; k_r; v_r]; the full tensor is [q; k; v].
-      std::vector<int64_t> widths = QkvWidths(model);
-      for (int64_t& w : widths) w /= static_cast<int64_t>(shards.size());
+      // Each shard is [q_r; k_r; v_r]; the full tensor is [q; k; v]. Key and
+      // value heads held by several ranks come from the first of them.
+      const int tp = static_cast<int>(shards.size());
+      const std::vector<int64_t> widths = LocalQkvWidths(model, tp);
+      const int copies = KeyValueCopies(model, tp);
       std::vector<torch::Tensor> parts[3];
-      for (const torch::Tensor& s : shards) {
-        const std::vector<torch::Tensor> qkv = s.split_with_sizes(widths, 0);
-        for (int part = 0; part < 3; ++part) parts[part].push_back(qkv[part]);
+      for (int r = 0; r < tp; ++r) {
+        const std::vector<torch::Tensor> qkv = shards[r].split_with_sizes(widths, 0);
+        parts[0].push_back(qkv[0]);
+        if (r % copies != 0) continue;
+        parts[1].push_back(qkv[1]);
+        parts[2].push_back(qkv[2]);
       }
       return torch::cat({torch::cat(parts[0], 0), torch::cat(parts[1], 0),
                          torch::cat(parts[2], 0)},
@@ -276,7 +361,8 @@ torch::Tensor MergeTensorParallelShards(const std::string& name,
 
 double ClipGradNormAcrossGroups(const torch::nn::Module& model, c10d::ProcessGroup* tensor_group,
                                 c10d::ProcessGroup* pipeline_group, double max_norm,
-                                const std::vector<std::string>& skip) {
+                                const GptConfig& config, const std::vector<std::string>& skip) {
+  const int tp = tensor_group == nullptr ? 1 : tensor_group->getSize();
   torch::NoGradGuard no_grad;
   // [sharded, replicated] sums of squares, in double (as ClipGradNorm).
   torch::Tensor sums = torch::zeros({2}, torch::kDouble);
@@ -287,7 +373,7 @@ double ClipGradNormAcrossGroups(const torch::nn::Module& model, c10d::ProcessGro
     grads.push_back(g);
     if (std::find(skip.begin(), skip.end(), item.key()) != skip.end()) continue;
     const int slot = TensorParallelSplitOf(item.key()) == TensorParallelSplit::kReplicated;
-    sums[slot] += g.to(torch::kDouble).pow(2).sum();
+    sums[slot] += SquaresCountedOnce(g, 0, ReplicatedSpanOf(item.key(), config, tp));
   }
   torch::Tensor sharded = sums.narrow(0, 0, 1).clone();
   AllReduceInPlace(sharded, tensor_group);

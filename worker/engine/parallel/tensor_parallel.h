@@ -86,8 +86,11 @@ enum class TensorParallelSplit {
   kReplicated,  // whole on every rank: LayerNorms, wpe, row-parallel biases
   kVocabRows,   // wte.weight and an untied lm_head.weight [V, d]: rows
                 // VocabRangeOf(V, rank, tp)
-  kQkvRows,     // attn.c_attn [(h + 2 h_kv) hd, d] and its bias: of each of
-                // q, k and v, the rows of this rank's share of their heads
+  kQkvRows,     // attn.c_attn [(h + 2 h_kv) hd, d] and its bias: of q, the
+                // rows of this rank's share of the heads; of k and v, the
+                // rows of the key/value heads those queries use (a share of
+                // them, or one head on tp / h_kv ranks when h_kv < tp:
+                // KeyValueCopies)
   kRows,        // mlp.c_fc (and SwiGLU's c_up) [f, d] and bias: dim 0 in tp chunks
   kColumns,     // attn.c_proj and mlp.c_proj weights: dim 1 in tp chunks
 };
@@ -97,9 +100,48 @@ TensorParallelSplit TensorParallelSplitOf(const std::string& name);
 // ranks: n_head % tp == 0, the MLP width % tp == 0, vocab_size >= tp, and
 // (for now) dropout 0 when tp > 1 (dropout masks of the replicated residual
 // stream would have to agree across the group; not executed yet);
-// UNIMPLEMENTED when n_kv_head % tp != 0 (key/value heads would have to be
-// replicated across ranks).
+// UNIMPLEMENTED when neither of tp and n_kv_head divides the other (a
+// rank's query heads would use parts of two key/value heads).
 absl::Status ValidateTensorParallel(const GptConfig& model, int tp);
+
+// Key/value heads under a TP degree that ValidateTensorParallel accepts.
+// With n_kv_head >= tp each rank holds n_kv_head / tp of them (copies 1).
+// With fewer heads than ranks (multi-query and grouped-query attention
+// under a wide tensor group, as in Megatron-LM), each rank holds the one
+// head its query heads use, so each head is held by tp / n_kv_head ranks,
+// consecutive in the group: KeyValueCopies. Their gradients are summed over
+// those ranks inside backward (SumKeyValueReplicaGradients), so the copies
+// take the same optimizer steps and stay bit-identical.
+int64_t LocalKeyValueHeads(const GptConfig& model, int tp);
+int KeyValueCopies(const GptConfig& model, int tp);
+
+// The elements [begin, end) of a TP rank's shard of parameter `name`
+// (flattened) that `copies` ranks of the group hold alike: the key/value
+// rows of c_attn when KeyValueCopies > 1; empty (copies 1) otherwise. The
+// gradient norm counts them once (1 / copies on each holder) and sharded
+// checkpoints merge them from their first holder.
+struct ReplicatedSpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int copies = 1;
+};
+ReplicatedSpan ReplicatedSpanOf(const std::string& name, const GptConfig& model, int tp);
+
+// Sum of squares (double) of `grad`, a piece of a parameter's shard starting
+// at its flattened element `first_element`, with the elements in `span`
+// counted 1 / span.copies each, so that the holders' sums add up to one.
+torch::Tensor SquaresCountedOnce(const torch::Tensor& grad, int64_t first_element,
+                                 ReplicatedSpan span);
+
+// For c_attn's weight or bias (`name` says which) on TP rank `tp_rank`:
+// returns `parameter` unchanged; in backward, sums the gradient rows of the
+// key/value heads it holds over the ranks that hold the same heads (an
+// all-reduce over `group` with one slot per head group), so every copy gets
+// the gradient of all the query heads that use it. Identity in both
+// directions when KeyValueCopies is 1. Collective over `group` in backward.
+torch::Tensor SumKeyValueReplicaGradients(const torch::Tensor& parameter, const std::string& name,
+                                          const GptConfig& model, int tp_rank,
+                                          c10d::ProcessGroup* group);
 
 // TP rank `tp_rank`'s shard of the full parameter `full` named `name`
 // (a contiguous copy; `full` itself when replicated).
@@ -107,10 +149,11 @@ torch::Tensor ShardForTensorParallel(const std::string& name, const torch::Tenso
                                      const GptConfig& model, int tp_rank, int tp_size);
 // The shape of ShardForTensorParallel's result, without a tensor.
 std::vector<int64_t> TensorParallelShardShape(const std::string& name,
-                                              std::vector<int64_t> full_shape, int tp_rank,
-                                              int tp_size);
+                                              std::vector<int64_t> full_shape,
+                                              const GptConfig& model, int tp_rank, int tp_size);
 // The full parameter from every rank's shard (shards[r] from rank r); the
-// inverse of ShardForTensorParallel. For a replicated parameter, shards[0].
+// inverse of ShardForTensorParallel. For a replicated parameter, shards[0];
+// key/value rows held by several ranks come from the first of them.
 torch::Tensor MergeTensorParallelShards(const std::string& name,
                                         const std::vector<torch::Tensor>& shards,
                                         const GptConfig& model);
@@ -118,7 +161,8 @@ torch::Tensor MergeTensorParallelShards(const std::string& name,
 // Global L2 norm of the gradients of a model spread over tensor-parallel
 // ranks and pipeline stages, sqrt(sum over every full parameter of
 // ||grad||^2), the same on every rank: sharded parameters' squares are summed
-// over `tensor_group`, replicated ones count once, and stages' sums are
+// over `tensor_group` (key/value rows held by several ranks counted once:
+// ReplicatedSpanOf `config`), replicated ones count once, and stages' sums are
 // added over `pipeline_group`. `skip` names parameters that another stage
 // also holds and counts (the last stage's copy of the tied wte). If
 // max_norm > 0 and the norm exceeds it, scales every gradient by
@@ -126,6 +170,7 @@ torch::Tensor MergeTensorParallelShards(const std::string& name,
 // Returns the norm before clipping. Collective: every rank of both groups.
 double ClipGradNormAcrossGroups(const torch::nn::Module& model, c10d::ProcessGroup* tensor_group,
                                 c10d::ProcessGroup* pipeline_group, double max_norm,
+                                const GptConfig& config,
                                 const std::vector<std::string>& skip = {});
 
 }  // namespace loom::engine
