@@ -4,10 +4,11 @@
 // so that the machine's drift hits both; the figure is the Llama model's
 // time per model FLOP (common/model_shape.h) relative to GPT-2's (1.0 =
 // equally efficient). Also timed alone, on the Llama step's own tensor
-// sizes, forward + backward: the rotary embedding of q and k with the K/V
-// head expansion and re-packing (done with LibTorch ops before the blocked
-// attention kernel), RMSNorm, and the SwiGLU product, as shares of the step:
-// what a fused kernel could win.
+// sizes, forward + backward: the attention of the fused projection with
+// rotary positions and 4 key/value heads of 8, both inside the kernel (what
+// the model runs) and as LibTorch ops before it (rotate, expand the K/V
+// heads, re-pack: what it ran before), and RMSNorm and the SwiGLU product,
+// as shares of the step.
 //   loom_llama_bench [ROUNDS] [THREADS]
 #include <algorithm>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <torch/torch.h>
 
 #include "common/model_shape.h"
+#include "worker/engine/causal_attention.h"
 #include "worker/engine/gpt.h"
 
 namespace {
@@ -122,19 +124,17 @@ int main(int argc, char** argv) {
   const int64_t hd = 32, heads = 8, kv = 4, t = 256, d = 256, f = 704;
   torch::Tensor qkv =
       torch::randn({kBatch, t, (heads + 2 * kv) * hd}, torch::requires_grad());
-  auto rotary_and_repack = [&] {
-    std::vector<torch::Tensor> parts = qkv.split_with_sizes({heads * hd, kv * hd, kv * hd}, -1);
-    torch::Tensor q = parts[0].view({kBatch, t, heads, hd});
-    torch::Tensor k = parts[1].view({kBatch, t, kv, hd});
-    torch::Tensor v = parts[2].view({kBatch, t, kv, hd});
-    const auto tables = loom::engine::MakeRotaryTables(t, hd, 10000, q);
-    q = loom::engine::ApplyRotary(q, tables);
-    k = loom::engine::ApplyRotary(k, tables).repeat_interleave(heads / kv, 2);
-    v = v.repeat_interleave(heads / kv, 2);
-    torch::Tensor out = torch::cat({q.reshape({kBatch, t, -1}), k.reshape({kBatch, t, -1}),
-                                    v.reshape({kBatch, t, -1})},
-                                   -1);
-    out.sum().backward();
+  // Attention of the projection, forward + backward, the two ways.
+  auto in_kernel = [&] {
+    loom::engine::AttendProjection(qkv, heads, kv, hd, /*rotary=*/true, 10000, 0.0)
+        .sum()
+        .backward();
+  };
+  auto expand_first = [&] {
+    loom::engine::CausalAttention(
+        loom::engine::ExpandQkv(qkv, heads, kv, hd, /*rotary=*/true, 10000), heads)
+        .sum()
+        .backward();
   };
   loom::engine::Norm norm(llama_config);
   torch::Tensor x = torch::randn({kBatch, t, d}, torch::requires_grad());
@@ -142,17 +142,18 @@ int main(int argc, char** argv) {
   torch::Tensor gate = torch::randn({kBatch, t, f}, torch::requires_grad());
   torch::Tensor up = torch::randn({kBatch, t, f}, torch::requires_grad());
   auto swiglu = [&] { (torch::silu(gate) * up).sum().backward(); };
-  std::vector<double> rot, rms, glu;
+  std::vector<double> fused, expanded, rms, glu;
   for (int r = 0; r < rounds; ++r) {
-    rot.push_back(Seconds(rotary_and_repack));
+    fused.push_back(Seconds(in_kernel));
+    expanded.push_back(Seconds(expand_first));
     rms.push_back(Seconds(rmsnorm));
     glu.push_back(Seconds(swiglu));
   }
-  // Per step: every layer has one rotary/repack, two RMSNorms and one
-  // SwiGLU; the final norm adds one RMSNorm.
+  // Per step: every layer has one attention, two RMSNorms and one SwiGLU;
+  // the final norm adds one RMSNorm.
   const int layers = llama_config.n_layer;
-  const double rot_s = layers * Median(rot), rms_s = (2 * layers + 1) * Median(rms),
-               glu_s = layers * Median(glu);
+  const double fused_s = layers * Median(fused), expanded_s = layers * Median(expanded),
+               rms_s = (2 * layers + 1) * Median(rms), glu_s = layers * Median(glu);
   std::printf("batch %d x %lld tokens, d %lld, %d layers, %d thread(s), median of %d rounds\n",
               kBatch, static_cast<long long>(t), static_cast<long long>(d), layers, threads,
               rounds);
@@ -160,9 +161,11 @@ int main(int argc, char** argv) {
   std::printf("llama: %.1f ms/step, %.2f GFLOP/s of model FLOPs (4 KV heads of 8, SwiGLU %lld, "
               "rotary, RMSNorm, untied)\n",
               1e3 * l, l_flops / l / 1e9, static_cast<long long>(f));
-  std::printf("llama step shares: rotary + K/V expansion + re-pack %.1f%%, RMSNorm %.1f%%, "
-              "SwiGLU product %.1f%%\n",
-              100 * rot_s / l, 100 * rms_s / l, 100 * glu_s / l);
+  std::printf("llama attention (rotary, 4 KV heads of 8), fwd+bwd per step: in the kernel "
+              "%.1f ms, rotated and expanded before it %.1f ms (%.2fx)\n",
+              1e3 * fused_s, 1e3 * expanded_s, expanded_s / fused_s);
+  std::printf("llama step shares: attention %.1f%%, RMSNorm %.1f%%, SwiGLU product %.1f%%\n",
+              100 * fused_s / l, 100 * rms_s / l, 100 * glu_s / l);
   std::printf("GPT-2 with one Llama knob, time per model FLOP relative to GPT-2:");
   for (size_t i = 0; i < knobs.size(); ++i) std::printf(" %s %.2f;", knobs[i].name, knob_ratio[i]);
   std::printf("\n");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include <torch/autograd.h>
@@ -197,103 +198,194 @@ RowKernels PickRowKernels() {
   return {SoftmaxRowScalar, SoftmaxBackwardRowScalar};
 }
 
-// Shapes of one call, in elements.
+// Shapes of one call, in elements. Row layout of qkv: the n_head query
+// heads, then the n_kv key heads, then the n_kv value heads, hd columns
+// each; query head h uses key/value head h / group.
 struct Geometry {
-  int64_t batch, time, d, n_head, hd;
-  int64_t qkv_ld() const { return 3 * d; }
+  int64_t batch, time, n_head, n_kv, hd;
+  bool rotary;
+  int64_t group() const { return n_head / n_kv; }
+  int64_t qkv_ld() const { return (n_head + 2 * n_kv) * hd; }
+  int64_t y_ld() const { return n_head * hd; }
+  // Offsets of head h's (or key/value head g's) columns in a row.
+  int64_t q_col(int64_t h) const { return h * hd; }
+  int64_t k_col(int64_t g) const { return (n_head + g) * hd; }
+  int64_t v_col(int64_t g) const { return (n_head + n_kv + g) * hd; }
 };
 
-Geometry GeometryOf(const torch::Tensor& qkv, int64_t n_head) {
+Geometry GeometryOf(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv, bool rotary) {
   Geometry g;
   g.batch = qkv.size(0);
   g.time = qkv.size(1);
-  g.d = qkv.size(2) / 3;
   g.n_head = n_head;
-  g.hd = g.d / n_head;
+  g.n_kv = n_kv;
+  g.hd = qkv.size(2) / (n_head + 2 * n_kv);
+  g.rotary = rotary;
   return g;
+}
+
+// Rotary embedding of `rows` rows of one head (half-split form, gpt.h):
+// out[r] = x[r]·cos[r] + rotate_half(x[r])·sin[r], with x read at stride
+// ldx and out [rows, hd] contiguous. cos/sin: [T, hd], rows from 0.
+void RotateRows(const float* x, int64_t ldx, const float* cos, const float* sin, int64_t rows,
+                int64_t hd, float* out) {
+  const int64_t half = hd / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    const float* c = cos + r * hd;
+    const float* sn = sin + r * hd;
+    float* o = out + r * hd;
+    for (int64_t i = 0; i < half; ++i) o[i] = xr[i] * c[i] - xr[i + half] * sn[i];
+    for (int64_t i = half; i < hd; ++i) o[i] = xr[i] * c[i] + xr[i - half] * sn[i];
+  }
+}
+
+// The gradient through RotateRows: dx[r] = Rᵀ·dy[r], with dy [rows, hd]
+// contiguous and dx at stride lddx (overwritten).
+void RotateRowsBack(const float* dy, const float* cos, const float* sin, int64_t rows,
+                    int64_t hd, float* dx, int64_t lddx) {
+  const int64_t half = hd / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* d = dy + r * hd;
+    const float* c = cos + r * hd;
+    const float* sn = sin + r * hd;
+    float* o = dx + r * lddx;
+    for (int64_t i = 0; i < half; ++i) o[i] = d[i] * c[i] + d[i + half] * sn[i + half];
+    for (int64_t i = half; i < hd; ++i) o[i] = d[i] * c[i] - d[i - half] * sn[i - half];
+  }
+}
+
+// Where one (batch, head) reads its queries and keys: in place in qkv, or
+// rotated into the caller's scratch ([T, hd] each).
+struct HeadInputs {
+  const float* q;
+  int64_t ldq;
+  const float* k;
+  int64_t ldk;
+  const float* v;
+};
+
+HeadInputs InputsOf(const Geometry& g, const float* qkv, const float* cos, const float* sin,
+                    int64_t b, int64_t h, float* q_scratch, float* k_scratch) {
+  const int64_t t = g.time, ld = g.qkv_ld(), kv = h / g.group();
+  const float* row0 = qkv + b * t * ld;
+  HeadInputs in{row0 + g.q_col(h), ld, row0 + g.k_col(kv), ld, row0 + g.v_col(kv)};
+  if (g.rotary) {
+    RotateRows(in.q, ld, cos, sin, t, g.hd, q_scratch);
+    RotateRows(in.k, ld, cos, sin, t, g.hd, k_scratch);
+    in.q = q_scratch;
+    in.k = k_scratch;
+    in.ldq = in.ldk = g.hd;
+  }
+  return in;
 }
 
 // Forward of one (batch, head): fills p [T, T] (rows' visible probabilities,
 // zeros to the end of each row's block) and the head's columns of y.
-void ForwardHead(const Geometry& g, const RowKernels& k, const float* qkv, float* p, float* y,
-                 int64_t b, int64_t h) {
-  const int64_t t = g.time, ld = g.qkv_ld();
+void ForwardHead(const Geometry& g, const RowKernels& k, const HeadInputs& in, float* p,
+                 float* y, int64_t b, int64_t h) {
+  const int64_t t = g.time, ld = g.qkv_ld(), yld = g.y_ld();
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.hd));
-  const float* q = qkv + b * t * ld + h * g.hd;
-  const float* key = q + g.d;
-  const float* v = q + 2 * g.d;
-  float* out = y + b * t * g.d + h * g.hd;
+  float* out = y + b * t * yld + h * g.hd;
   for (int64_t r0 = 0; r0 < t; r0 += kCausalAttentionRowBlock) {
     const int64_t r1 = std::min(t, r0 + kCausalAttentionRowBlock), rows = r1 - r0;
     float* s = p + r0 * t;
     // S[r0:r1, 0:r1] = scale · Q[r0:r1] · K[0:r1]ᵀ
-    Gemm(false, true, rows, r1, g.hd, scale, q + r0 * ld, ld, key, ld, 0.0f, s, t);
+    Gemm(false, true, rows, r1, g.hd, scale, in.q + r0 * in.ldq, in.ldq, in.k, in.ldk, 0.0f, s,
+         t);
     for (int64_t i = 0; i < rows; ++i) k.forward(s + i * t, r0 + i + 1, r1);
     // Y[r0:r1] = P[r0:r1, 0:r1] · V[0:r1]
-    Gemm(false, false, rows, g.hd, r1, 1.0f, s, t, v, ld, 0.0f, out + r0 * g.d, g.d);
+    Gemm(false, false, rows, g.hd, r1, 1.0f, s, t, in.v, ld, 0.0f, out + r0 * yld, yld);
   }
 }
 
-// Backward of one (batch, head): accumulates into the head's columns of
-// dqkv (zero on entry), using `scratch` [T, T] for dP / dS.
-void BackwardHead(const Geometry& g, const RowKernels& k, const float* qkv, const float* p,
-                  const float* dy, float* dqkv, float* scratch, int64_t b, int64_t h) {
-  const int64_t t = g.time, ld = g.qkv_ld();
+// Where one (batch, head) writes its gradients: dQ overwritten, dK and dV
+// accumulated (zero on entry), each at its own stride; dQ and dK in the
+// rotated space when the inputs were rotated.
+struct HeadGradients {
+  float* dq;
+  int64_t lddq;
+  float* dk;
+  int64_t lddk;
+  float* dv;
+  int64_t lddv;
+};
+
+// Backward of one (batch, head), using `scratch` [T, T] for dP / dS.
+void BackwardHead(const Geometry& g, const RowKernels& k, const HeadInputs& in, const float* p,
+                  const float* dy, const HeadGradients& out, float* scratch, int64_t b,
+                  int64_t h) {
+  const int64_t t = g.time, ld = g.qkv_ld(), yld = g.y_ld();
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.hd));
-  const int64_t head = b * t * ld + h * g.hd;
-  const float* q = qkv + head;
-  const float* key = q + g.d;
-  const float* v = q + 2 * g.d;
-  float* dq = dqkv + head;
-  float* dk = dq + g.d;
-  float* dv = dq + 2 * g.d;
-  const float* dout = dy + b * t * g.d + h * g.hd;
+  const float* dout = dy + b * t * yld + h * g.hd;
   for (int64_t r0 = 0; r0 < t; r0 += kCausalAttentionRowBlock) {
     const int64_t r1 = std::min(t, r0 + kCausalAttentionRowBlock), rows = r1 - r0;
     const float* pb = p + r0 * t;
     float* ds = scratch + r0 * t;
     // dV[0:r1] += P[r0:r1, 0:r1]ᵀ · dY[r0:r1]
-    Gemm(true, false, r1, g.hd, rows, 1.0f, pb, t, dout + r0 * g.d, g.d, 1.0f, dv, ld);
+    Gemm(true, false, r1, g.hd, rows, 1.0f, pb, t, dout + r0 * yld, yld, 1.0f, out.dv,
+         out.lddv);
     // dP[r0:r1, 0:r1] = dY[r0:r1] · V[0:r1]ᵀ, then dS in place.
-    Gemm(false, true, rows, r1, g.hd, 1.0f, dout + r0 * g.d, g.d, v, ld, 0.0f, ds, t);
+    Gemm(false, true, rows, r1, g.hd, 1.0f, dout + r0 * yld, yld, in.v, ld, 0.0f, ds, t);
     for (int64_t i = 0; i < rows; ++i) k.backward(pb + i * t, ds + i * t, r0 + i + 1, r1);
     // dQ[r0:r1] = scale · dS[r0:r1, 0:r1] · K[0:r1]
-    Gemm(false, false, rows, g.hd, r1, scale, ds, t, key, ld, 0.0f, dq + r0 * ld, ld);
+    Gemm(false, false, rows, g.hd, r1, scale, ds, t, in.k, in.ldk, 0.0f,
+         out.dq + r0 * out.lddq, out.lddq);
     // dK[0:r1] += scale · dS[r0:r1, 0:r1]ᵀ · Q[r0:r1]
-    Gemm(true, false, r1, g.hd, rows, scale, ds, t, q + r0 * ld, ld, 1.0f, dk, ld);
+    Gemm(true, false, r1, g.hd, rows, scale, ds, t, in.q + r0 * in.ldq, in.ldq, 1.0f, out.dk,
+         out.lddk);
   }
 }
 
-void CheckSupported(const torch::Tensor& qkv, int64_t n_head) {
-  TORCH_CHECK(CausalSelfAttentionSupports(qkv, n_head),
-              "CausalSelfAttention: needs a CPU fp32 qkv [B, T, 3*d] with d divisible by "
-              "n_head = ",
-              n_head, "; got ", qkv.sizes(), " ", qkv.dtype(), " on ", qkv.device());
+void CheckSupported(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                    const torch::Tensor& cos, const torch::Tensor& sin) {
+  TORCH_CHECK(GroupedCausalSelfAttentionSupports(qkv, n_head, n_kv_head, cos, sin),
+              "CausalSelfAttention: needs a CPU fp32 qkv [B, T, (n_head + 2 n_kv_head) hd] with "
+              "n_kv_head dividing n_head and, for rotary positions, fp32 CPU cos/sin of "
+              "[T, hd] with hd even; got qkv ",
+              qkv.sizes(), " ", qkv.dtype(), " on ", qkv.device(), ", n_head ", n_head,
+              ", n_kv_head ", n_kv_head, cos.defined() ? ", cos " : "",
+              cos.defined() ? cos.sizes() : c10::IntArrayRef{});
 }
 
 class CausalSelfAttentionFunction
     : public torch::autograd::Function<CausalSelfAttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor qkv_in,
-                               int64_t n_head) {
-    CheckSupported(qkv_in, n_head);
+                               int64_t n_head, int64_t n_kv_head, torch::Tensor cos_in,
+                               torch::Tensor sin_in) {
+    // No rotation: empty tables (autograd's apply takes no undefined input).
+    const bool rotary = cos_in.numel() > 0;
+    CheckSupported(qkv_in, n_head, n_kv_head, rotary ? cos_in : torch::Tensor(),
+                   rotary ? sin_in : torch::Tensor());
     const torch::Tensor qkv = qkv_in.contiguous();
-    const Geometry g = GeometryOf(qkv, n_head);
-    torch::Tensor y = torch::empty({g.batch, g.time, g.d}, qkv.options());
+    const torch::Tensor cos = rotary ? cos_in.reshape({qkv.size(1), -1}).contiguous() : cos_in;
+    const torch::Tensor sin = rotary ? sin_in.reshape({qkv.size(1), -1}).contiguous() : sin_in;
+    const Geometry g = GeometryOf(qkv, n_head, n_kv_head, rotary);
+    torch::Tensor y = torch::empty({g.batch, g.time, g.y_ld()}, qkv.options());
     torch::Tensor p = torch::empty({g.batch, g.n_head, g.time, g.time}, qkv.options());
     const RowKernels k = PickRowKernels();
     const float* qkv_ptr = qkv.data_ptr<float>();
+    const float* cos_ptr = rotary ? cos.data_ptr<float>() : nullptr;
+    const float* sin_ptr = rotary ? sin.data_ptr<float>() : nullptr;
     float* p_ptr = p.data_ptr<float>();
     float* y_ptr = y.data_ptr<float>();
     const int64_t items = g.batch * g.n_head;
     SingleThreadedBlas single_threaded_blas;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < items; ++i) {
-      const int64_t b = i / g.n_head, h = i % g.n_head;
-      ForwardHead(g, k, qkv_ptr, p_ptr + i * g.time * g.time, y_ptr, b, h);
+#pragma omp parallel
+    {
+      std::vector<float> rotated(rotary ? static_cast<size_t>(2 * g.time * g.hd) : 0);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < items; ++i) {
+        const int64_t b = i / g.n_head, h = i % g.n_head;
+        const HeadInputs in = InputsOf(g, qkv_ptr, cos_ptr, sin_ptr, b, h, rotated.data(),
+                                       rotated.data() + g.time * g.hd);
+        ForwardHead(g, k, in, p_ptr + i * g.time * g.time, y_ptr, b, h);
+      }
     }
-    ctx->save_for_backward({qkv, p});
+    ctx->save_for_backward({qkv, p, cos, sin});
     ctx->saved_data["n_head"] = n_head;
+    ctx->saved_data["n_kv_head"] = n_kv_head;
     return y;
   }
 
@@ -302,44 +394,144 @@ class CausalSelfAttentionFunction
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
     const torch::Tensor& qkv = saved[0];
     const torch::Tensor& p = saved[1];
+    const torch::Tensor& cos = saved[2];
+    const torch::Tensor& sin = saved[3];
     const int64_t n_head = ctx->saved_data["n_head"].toInt();
+    const int64_t n_kv_head = ctx->saved_data["n_kv_head"].toInt();
     const torch::Tensor dy = grad_outputs[0].contiguous();
-    const Geometry g = GeometryOf(qkv, n_head);
+    const bool rotary = cos.numel() > 0;
+    const Geometry g = GeometryOf(qkv, n_head, n_kv_head, rotary);
+    const int64_t t = g.time, hd = g.hd, ld = g.qkv_ld();
     torch::Tensor dqkv = torch::zeros_like(qkv);
     const RowKernels k = PickRowKernels();
     const float* qkv_ptr = qkv.data_ptr<float>();
+    const float* cos_ptr = rotary ? cos.data_ptr<float>() : nullptr;
+    const float* sin_ptr = rotary ? sin.data_ptr<float>() : nullptr;
     const float* p_ptr = p.data_ptr<float>();
     const float* dy_ptr = dy.data_ptr<float>();
     float* dqkv_ptr = dqkv.data_ptr<float>();
+    // Key/value heads shared by several query heads: each head's dK and dV
+    // go to a partial [T, hd] of its own (no two threads write one), summed
+    // over the group in a fixed order afterwards. dK is also kept apart
+    // when rotated, to rotate it back once.
+    const bool partials = g.group() > 1 || rotary;
+    torch::Tensor dk_part, dv_part;
+    if (partials) {
+      dk_part = torch::zeros({g.batch, g.n_head, t, hd}, qkv.options());
+      if (g.group() > 1) dv_part = torch::zeros({g.batch, g.n_head, t, hd}, qkv.options());
+    }
     const int64_t items = g.batch * g.n_head;
     SingleThreadedBlas single_threaded_blas;
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<size_t>(g.time * g.time));
+      std::vector<float> scratch(static_cast<size_t>(t * t));
+      // Rotated Q and K, and dQ in the rotated space.
+      std::vector<float> rotated(rotary ? static_cast<size_t>(3 * t * hd) : 0);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t i = 0; i < items; ++i) {
-        const int64_t b = i / g.n_head, h = i % g.n_head;
-        BackwardHead(g, k, qkv_ptr, p_ptr + i * g.time * g.time, dy_ptr, dqkv_ptr,
-                     scratch.data(), b, h);
+        const int64_t b = i / g.n_head, h = i % g.n_head, kv = h / g.group();
+        const HeadInputs in = InputsOf(g, qkv_ptr, cos_ptr, sin_ptr, b, h, rotated.data(),
+                                       rotated.data() + t * hd);
+        float* row0 = dqkv_ptr + b * t * ld;
+        HeadGradients out{row0 + g.q_col(h), ld, row0 + g.k_col(kv), ld, row0 + g.v_col(kv), ld};
+        if (rotary) {
+          out.dq = rotated.data() + 2 * t * hd;
+          out.lddq = hd;
+        }
+        if (partials) {
+          out.dk = dk_part.data_ptr<float>() + i * t * hd;
+          out.lddk = hd;
+        }
+        if (g.group() > 1) {
+          out.dv = dv_part.data_ptr<float>() + i * t * hd;
+          out.lddv = hd;
+        }
+        BackwardHead(g, k, in, p_ptr + i * t * t, dy_ptr, out, scratch.data(), b, h);
+        if (rotary) {
+          RotateRowsBack(out.dq, cos_ptr, sin_ptr, t, hd, row0 + g.q_col(h), ld);
+        }
       }
     }
-    return {dqkv, torch::Tensor()};
+    if (partials) {
+      // Per (batch, key/value head): the group's sum, rotated back.
+      const int64_t kv_items = g.batch * g.n_kv;
+#pragma omp parallel
+      {
+        std::vector<float> sum(static_cast<size_t>(t * hd));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < kv_items; ++i) {
+          const int64_t b = i / g.n_kv, kv = i % g.n_kv;
+          float* row0 = dqkv_ptr + b * t * ld;
+          const int64_t first = b * g.n_head + kv * g.group();
+          for (const auto& [part, col, rotate] :
+               {std::make_tuple(&dk_part, g.k_col(kv), rotary),
+                std::make_tuple(&dv_part, g.v_col(kv), false)}) {
+            if (!part->defined()) continue;  // dV written in place (group 1)
+            const float* src = part->data_ptr<float>() + first * t * hd;
+            std::copy(src, src + t * hd, sum.begin());
+            for (int64_t m = 1; m < g.group(); ++m) {
+              const float* more = src + m * t * hd;
+              for (int64_t e = 0; e < t * hd; ++e) sum[e] += more[e];
+            }
+            if (rotate) {
+              RotateRowsBack(sum.data(), cos_ptr, sin_ptr, t, hd, row0 + col, ld);
+            } else {
+              for (int64_t r = 0; r < t; ++r) {
+                std::copy(sum.begin() + r * hd, sum.begin() + (r + 1) * hd, row0 + col + r * ld);
+              }
+            }
+          }
+        }
+      }
+    }
+    return {dqkv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
+bool GroupedCausalSelfAttentionSupports(const torch::Tensor& qkv, int64_t n_head,
+                                        int64_t n_kv_head, const torch::Tensor& cos,
+                                        const torch::Tensor& sin) {
+  if (!(qkv.defined() && qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat &&
+        qkv.dim() == 3 && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 &&
+        qkv.size(0) > 0 && qkv.size(1) > 0 && qkv.size(2) > 0 &&
+        qkv.size(2) % (n_head + 2 * n_kv_head) == 0 &&
+        // BLAS dimensions are 32-bit.
+        qkv.size(1) <= std::numeric_limits<int>::max() / 4 &&
+        qkv.size(2) <= std::numeric_limits<int>::max() / 4)) {
+    return false;
+  }
+  if (cos.defined() != sin.defined()) return false;
+  if (!cos.defined()) return true;
+  const int64_t hd = qkv.size(2) / (n_head + 2 * n_kv_head);
+  for (const torch::Tensor& table : {cos, sin}) {
+    if (!table.device().is_cpu() || table.scalar_type() != torch::kFloat ||
+        table.numel() != qkv.size(1) * hd) {
+      return false;
+    }
+  }
+  return hd % 2 == 0;
+}
+
 bool CausalSelfAttentionSupports(const torch::Tensor& qkv, int64_t n_head) {
-  return qkv.defined() && qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat &&
-         qkv.dim() == 3 && qkv.size(2) % 3 == 0 && n_head > 0 && qkv.size(2) / 3 > 0 &&
-         (qkv.size(2) / 3) % n_head == 0 && qkv.size(0) > 0 && qkv.size(1) > 0 &&
-         // BLAS dimensions are 32-bit.
-         qkv.size(1) <= std::numeric_limits<int>::max() / 4 &&
-         qkv.size(2) <= std::numeric_limits<int>::max() / 4;
+  return GroupedCausalSelfAttentionSupports(qkv, n_head, n_head, {}, {});
+}
+
+torch::Tensor GroupedCausalSelfAttention(const torch::Tensor& qkv, int64_t n_head,
+                                         int64_t n_kv_head, const torch::Tensor& cos,
+                                         const torch::Tensor& sin) {
+  if (!cos.defined() || !sin.defined()) {
+    TORCH_CHECK(!cos.defined() && !sin.defined(),
+                "GroupedCausalSelfAttention: cos and sin go together");
+    const torch::Tensor none = torch::empty({0}, qkv.options().dtype(torch::kFloat));
+    return CausalSelfAttentionFunction::apply(qkv, n_head, n_kv_head, none, none);
+  }
+  return CausalSelfAttentionFunction::apply(qkv, n_head, n_kv_head, cos, sin);
 }
 
 torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head) {
-  return CausalSelfAttentionFunction::apply(qkv, n_head);
+  return GroupedCausalSelfAttention(qkv, n_head, n_head, {}, {});
 }
 
 torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t n_head, double dropout) {

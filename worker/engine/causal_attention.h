@@ -28,6 +28,14 @@
 // region runs on the calling thread. Memory: the probabilities P
 // [B, n_head, T, T] are kept for backward, as the unfused path keeps them.
 //
+// Grouped-query attention and rotary positions run inside the same kernel
+// (GroupedCausalSelfAttention): each query head reads its key/value head in
+// place (no copies repeated per query head), and with rotary positions each
+// (batch, head) rotates its queries and its keys into a [T, hd] scratch
+// before the products; backward rotates dQ and dK back, and sums the dK and
+// dV of the query heads sharing a key/value head in a fixed order (one
+// partial per head, so no two threads write one place).
+//
 // Numerics: fp32, agreeing with the unfused expression to ~1e-6
 // (causal_attention_test.cc). A row whose visible scores hold a NaN or an
 // infinity comes out NaN (and so do its gradients), so that the trainer's
@@ -48,6 +56,25 @@ inline constexpr int64_t kCausalAttentionRowBlock = 64;
 // True when CausalSelfAttention handles `qkv`: a CPU fp32 tensor [B, T, 3·d]
 // with d divisible by n_head.
 bool CausalSelfAttentionSupports(const torch::Tensor& qkv, int64_t n_head);
+
+// True when GroupedCausalSelfAttention handles its arguments: a CPU fp32
+// qkv [B, T, (n_head + 2·n_kv_head)·hd] with n_kv_head dividing n_head, and
+// either no tables or CPU fp32 cos and sin of T·hd elements ([T, hd] or
+// [T, 1, hd], as MakeRotaryTables makes them) with hd even.
+bool GroupedCausalSelfAttentionSupports(const torch::Tensor& qkv, int64_t n_head,
+                                        int64_t n_kv_head, const torch::Tensor& cos,
+                                        const torch::Tensor& sin);
+
+// y [B, T, n_head·hd]: causal attention of the fused projection
+// qkv = [q (n_head heads) | k | v (n_kv_head heads each)], query head h
+// using key/value head h / (n_head / n_kv_head), with queries and keys
+// rotated by the tables (x·cos + rotate_half(x)·sin, gpt.h's ApplyRotary)
+// when they are defined. Equals CausalSelfAttention of gpt.h's ExpandQkv of
+// qkv; differentiable with respect to qkv (not the tables). Throws
+// c10::Error when !GroupedCausalSelfAttentionSupports.
+torch::Tensor GroupedCausalSelfAttention(const torch::Tensor& qkv, int64_t n_head,
+                                         int64_t n_kv_head, const torch::Tensor& cos,
+                                         const torch::Tensor& sin);
 
 // y [B, T, d] = concatenation over heads h of
 // softmax(causal(Q_h·K_hᵀ / √hd))·V_h, differentiable with respect to qkv.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -52,6 +54,129 @@ INSTANTIATE_TEST_SUITE_P(
       return "B" + std::to_string(s.batch) + "_T" + std::to_string(s.time) + "_d" +
              std::to_string(s.d) + "_h" + std::to_string(s.n_head);
     });
+
+struct GroupedShape {
+  int64_t batch, time, n_head, n_kv, hd;
+  bool rotary;
+};
+
+// Half-split rotary tables [T, hd] in fp32 (as gpt.h's MakeRotaryTables).
+std::pair<torch::Tensor, torch::Tensor> Tables(int64_t time, int64_t hd) {
+  const torch::Tensor inv_freq =
+      torch::pow(10000.0, -torch::arange(0, hd, 2, torch::kDouble) / static_cast<double>(hd))
+          .to(torch::kFloat);
+  const torch::Tensor freqs = torch::outer(torch::arange(time, torch::kFloat), inv_freq);
+  const torch::Tensor angles = torch::cat({freqs, freqs}, -1);
+  return {angles.cos(), angles.sin()};
+}
+
+// The plain LibTorch expression: rotate queries and keys, repeat each
+// key/value head for its query heads, then the unfused attention.
+torch::Tensor GroupedReference(const torch::Tensor& qkv, const GroupedShape& s,
+                               const torch::Tensor& cos, const torch::Tensor& sin) {
+  std::vector<torch::Tensor> parts =
+      qkv.split_with_sizes({s.n_head * s.hd, s.n_kv * s.hd, s.n_kv * s.hd}, -1);
+  torch::Tensor q = parts[0].view({s.batch, s.time, s.n_head, s.hd});
+  torch::Tensor k = parts[1].view({s.batch, s.time, s.n_kv, s.hd});
+  torch::Tensor v = parts[2].view({s.batch, s.time, s.n_kv, s.hd});
+  if (s.rotary) {
+    const torch::Tensor c = cos.to(qkv.scalar_type()).view({s.time, 1, s.hd});
+    const torch::Tensor sn = sin.to(qkv.scalar_type()).view({s.time, 1, s.hd});
+    auto rotate = [&](const torch::Tensor& x) {
+      const std::vector<torch::Tensor> halves = x.chunk(2, -1);
+      return x * c + torch::cat({-halves[1], halves[0]}, -1) * sn;
+    };
+    q = rotate(q);
+    k = rotate(k);
+  }
+  k = k.repeat_interleave(s.n_head / s.n_kv, 2);
+  v = v.repeat_interleave(s.n_head / s.n_kv, 2);
+  return CausalSelfAttentionReference(torch::cat({q.reshape({s.batch, s.time, -1}),
+                                                  k.reshape({s.batch, s.time, -1}),
+                                                  v.reshape({s.batch, s.time, -1})},
+                                                 -1),
+                                      s.n_head);
+}
+
+class GroupedAttentionShapes : public ::testing::TestWithParam<GroupedShape> {};
+
+// Grouped-query heads and rotary positions inside the kernel: output and
+// every gradient equal rotate-expand-attend in LibTorch ops (in double).
+TEST_P(GroupedAttentionShapes, MatchesRotateExpandAttendAndItsGradients) {
+  const GroupedShape s = GetParam();
+  torch::manual_seed(11);
+  const int64_t width = (s.n_head + 2 * s.n_kv) * s.hd;
+  const torch::Tensor base = torch::randn({s.batch, s.time, width});
+  const torch::Tensor upstream = torch::randn({s.batch, s.time, s.n_head * s.hd});
+  torch::Tensor cos, sin;
+  if (s.rotary) std::tie(cos, sin) = Tables(s.time, s.hd);
+  ASSERT_TRUE(GroupedCausalSelfAttentionSupports(base, s.n_head, s.n_kv, cos, sin));
+
+  torch::Tensor qkv = base.clone().requires_grad_(true);
+  torch::Tensor y = GroupedCausalSelfAttention(qkv, s.n_head, s.n_kv, cos, sin);
+  (y * upstream).sum().backward();
+
+  torch::Tensor qkv_ref = base.to(torch::kDouble).requires_grad_(true);
+  torch::Tensor y_ref = GroupedReference(qkv_ref, s, cos, sin);
+  (y_ref * upstream.to(torch::kDouble)).sum().backward();
+
+  ASSERT_EQ(y.sizes(), y_ref.sizes());
+  const double out_err = (y.to(torch::kDouble) - y_ref).abs().max().item<double>();
+  const torch::Tensor grad_diff = (qkv.grad().to(torch::kDouble) - qkv_ref.grad()).abs();
+  const double grad_scale = qkv_ref.grad().abs().max().item<double>();
+  EXPECT_LT(out_err, 1e-5) << "output";
+  // Queries, keys and values each.
+  const std::vector<torch::Tensor> parts =
+      grad_diff.split_with_sizes({s.n_head * s.hd, s.n_kv * s.hd, s.n_kv * s.hd}, -1);
+  const char* names[] = {"dQ", "dK", "dV"};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_LT(parts[i].max().item<double>(), 1e-5 * std::max(1.0, grad_scale)) << names[i];
+  }
+  EXPECT_GT(grad_scale, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GroupedAttentionShapes,
+    ::testing::Values(GroupedShape{2, 100, 4, 2, 16, true}, GroupedShape{1, 130, 6, 1, 8, true},
+                      GroupedShape{2, 65, 4, 4, 16, true}, GroupedShape{2, 70, 8, 2, 8, false},
+                      GroupedShape{3, 1, 2, 1, 4, true}, GroupedShape{1, 64, 4, 4, 8, false}),
+    [](const ::testing::TestParamInfo<GroupedShape>& info) {
+      const GroupedShape& s = info.param;
+      return "B" + std::to_string(s.batch) + "_T" + std::to_string(s.time) + "_h" +
+             std::to_string(s.n_head) + "_kv" + std::to_string(s.n_kv) + "_hd" +
+             std::to_string(s.hd) + (s.rotary ? "_rotary" : "");
+    });
+
+// Equal heads and no tables: the same kernel as CausalSelfAttention, bit
+// for bit.
+TEST(CausalAttention, GroupedWithEqualHeadsIsTheUngroupedKernel) {
+  torch::manual_seed(5);
+  const torch::Tensor base = torch::randn({2, 90, 3 * 32});
+  torch::Tensor a = base.clone().requires_grad_(true), b = base.clone().requires_grad_(true);
+  const torch::Tensor up = torch::randn({2, 90, 32});
+  const torch::Tensor ya = CausalSelfAttention(a, 4);
+  const torch::Tensor yb = GroupedCausalSelfAttention(b, 4, 4, {}, {});
+  (ya * up).sum().backward();
+  (yb * up).sum().backward();
+  EXPECT_TRUE(torch::equal(ya, yb));
+  EXPECT_TRUE(torch::equal(a.grad(), b.grad()));
+}
+
+TEST(CausalAttention, GroupedRefusesWhatItCannotRun) {
+  const torch::Tensor qkv = torch::zeros({1, 8, (4 + 2 * 2) * 6});
+  const auto [cos, sin] = Tables(8, 6);
+  EXPECT_TRUE(GroupedCausalSelfAttentionSupports(qkv, 4, 2, cos, sin));
+  EXPECT_FALSE(GroupedCausalSelfAttentionSupports(qkv, 4, 3, {}, {}));      // 3 does not divide 4
+  EXPECT_FALSE(GroupedCausalSelfAttentionSupports(qkv, 4, 2, cos, {}));     // one table
+  EXPECT_FALSE(GroupedCausalSelfAttentionSupports(qkv, 4, 2, cos.narrow(0, 0, 4),
+                                                  sin.narrow(0, 0, 4)));  // too few positions
+  EXPECT_FALSE(GroupedCausalSelfAttentionSupports(qkv.to(torch::kDouble), 4, 2, {}, {}));
+  const torch::Tensor odd = torch::zeros({1, 8, (2 + 2) * 5});  // hd 5
+  const auto [cos5, sin5] = Tables(8, 6);
+  EXPECT_FALSE(GroupedCausalSelfAttentionSupports(odd, 2, 1, cos5.narrow(1, 0, 5).contiguous(),
+                                                  sin5.narrow(1, 0, 5).contiguous()));
+  EXPECT_THROW(GroupedCausalSelfAttention(qkv, 4, 3, {}, {}), c10::Error);
+}
 
 // Causality: changing the keys, values or queries of later positions leaves
 // every earlier output bit for bit unchanged.

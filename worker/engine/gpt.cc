@@ -13,6 +13,7 @@
 #include <torch/nn/init.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/utils.h>
+#include <torch/version.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -53,12 +54,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    // [B, T, (n_head + 2 n_kv_head) hd] -> [B, T, 3d]
-    const torch::Tensor qkv =
-        ExpandQkv(c_attn_(x), n_head_, n_kv_head_, head_dim_, rotary_, rope_theta_);
     const double dropout = is_training() ? attn_drop_->options.p() : 0.0;
     // SDPA on LibTorch 2.x; Loom's blocked kernel on 1.13 (causal_attention.h).
-    const torch::Tensor y = CausalAttention(qkv, n_head_, dropout);
+    const torch::Tensor y = AttendProjection(c_attn_(x), n_head_, n_kv_head_, head_dim_, rotary_,
+                                             rope_theta_, dropout);
     return resid_drop_(c_proj_(y));
   }
 
@@ -314,6 +313,26 @@ torch::Tensor ExpandQkv(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_h
   return torch::cat(
       {q.reshape({batch, time, -1}), k.reshape({batch, time, -1}), v.reshape({batch, time, -1})},
       -1);
+}
+
+torch::Tensor AttendProjection(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                               int64_t head_dim, bool rotary, double rope_theta,
+                               double dropout) {
+#if TORCH_VERSION_MAJOR < 2
+  if (dropout == 0.0) {
+    torch::Tensor cos, sin;
+    if (rotary) {
+      const RotaryTables tables = MakeRotaryTables(qkv.size(1), head_dim, rope_theta, qkv);
+      cos = tables.cos;
+      sin = tables.sin;
+    }
+    if (GroupedCausalSelfAttentionSupports(qkv, n_head, n_kv_head, cos, sin)) {
+      return GroupedCausalSelfAttention(qkv, n_head, n_kv_head, cos, sin);
+    }
+  }
+#endif
+  return CausalAttention(ExpandQkv(qkv, n_head, n_kv_head, head_dim, rotary, rope_theta), n_head,
+                         dropout);
 }
 
 torch::Tensor ApplyRotary(const torch::Tensor& x, const RotaryTables& tables) {

@@ -75,6 +75,16 @@ torch::Tensor ExpandQkv(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_h
                         int64_t head_dim, bool rotary, double rope_theta);
 torch::Tensor ApplyRotary(const torch::Tensor& x, const RotaryTables& tables);
 
+// Causal attention of the fused projection qkv [B, T, (n_head + 2 n_kv_head)
+// head_dim] -> y [B, T, n_head head_dim], what Gpt and each tensor-parallel
+// rank run: on LibTorch 1.13 with CPU fp32 and no dropout, Loom's kernel
+// with the rotation and the shared key/value heads inside it
+// (GroupedCausalSelfAttention, causal_attention.h); otherwise ExpandQkv,
+// then CausalAttention (SDPA on LibTorch 2.x, on any device).
+torch::Tensor AttendProjection(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                               int64_t head_dim, bool rotary, double rope_theta,
+                               double dropout);
+
 // The pre-sublayer norm of a block (and ln_f): LayerNorm (Ba et al. 2016;
 // parameters weight and, with biases, bias: the numerics of
 // torch::nn::LayerNorm to the bit) or RMSNorm (Zhang & Sennrich 2019:

@@ -84,10 +84,10 @@ class TensorParallelBlockImpl : public torch::nn::Module {
       }
       const torch::Tensor weight = SumKeyValueReplicaGradients(
           c_attn_->weight, "attn.c_attn.weight", config_, tp_rank_, group_);
-      torch::Tensor qkv = F::linear(in, weight, bias);
-      qkv = ExpandQkv(qkv, local_heads_, local_kv_heads_, head_dim_, rotary_, rope_theta_);
       const double dropout = is_training() ? dropout_ : 0.0;
-      const torch::Tensor y = CausalAttention(qkv, local_heads_, dropout);
+      const torch::Tensor y =
+          AttendProjection(F::linear(in, weight, bias), local_heads_, local_kv_heads_, head_dim_,
+                           rotary_, rope_theta_, dropout);
       x = x + resid_drop_(RowParallelOut(y, attn_proj_));
     }
     const torch::Tensor in = CopyToTensorParallelRegion(ln_2_(x), group_);
