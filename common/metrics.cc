@@ -375,6 +375,26 @@ void Family<T>::Remove(T* metric) {
 }
 
 template <typename T>
+int Family<T>::RemoveMatching(const Labels& subset) {
+  absl::MutexLock lock(&mu_);
+  int removed = 0;
+  for (auto it = metrics_.begin(); it != metrics_.end();) {
+    const Labels& labels = it->first;
+    const bool match = std::all_of(subset.begin(), subset.end(), [&](const auto& kv) {
+      auto found = labels.find(kv.first);
+      return found != labels.end() && found->second == kv.second;
+    });
+    if (match) {
+      it = metrics_.erase(it);
+      ++removed;
+    } else {
+      ++it;
+    }
+  }
+  return removed;
+}
+
+template <typename T>
 bool Family<T>::Has(const Labels& labels) const {
   absl::MutexLock lock(&mu_);
   return metrics_.count(labels) > 0;
@@ -465,6 +485,13 @@ absl::StatusOr<Family<T>*> Registry::AddFamily(const std::string& name,
   entry->family = std::move(family);
   families_.emplace(name, std::move(entry));
   return result;
+}
+
+int Registry::RemoveMatching(const Labels& subset) {
+  absl::MutexLock lock(&mu_);
+  int removed = 0;
+  for (auto& [name, entry] : families_) removed += entry->family->RemoveMatching(subset);
+  return removed;
 }
 
 std::vector<MetricFamily> Registry::Collect() const {

@@ -104,6 +104,10 @@ class Collectable {
  public:
   virtual ~Collectable() = default;
   virtual std::vector<MetricFamily> Collect() const = 0;
+  // Removes every series whose variable labels include all of `subset`
+  // (each name with the same value); returns how many. References to them
+  // become dangling.
+  virtual int RemoveMatching(const Labels& subset) = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -237,6 +241,7 @@ class Family final : public Collectable {
   void Remove(T* metric);
 
   bool Has(const Labels& labels) const;
+  int RemoveMatching(const Labels& subset) override;
   const std::string& GetName() const { return name_; }
   const Labels& GetConstantLabels() const { return constant_labels_; }
 
@@ -265,6 +270,9 @@ class Registry final : public Collectable {
 
   // Snapshot of every non-empty family, sorted by name.
   std::vector<MetricFamily> Collect() const override;
+  // Over every family: e.g. {job_id, rank} drops all of an ended rank's
+  // series, whatever other labels they carry, without listing them.
+  int RemoveMatching(const Labels& subset) override;
 
  private:
   template <typename T>

@@ -218,6 +218,33 @@ TEST(FamilyTest, RemoveDropsMetricAndAddRecreatesIt) {
   EXPECT_EQ(Text(registry), "");
 }
 
+// An ended rank's series go in one call, whatever other labels they carry;
+// other ranks' and jobs' series stay.
+TEST(RegistryTest, RemoveMatchingDropsEverySeriesWithTheLabels) {
+  Registry registry;
+  auto& phase = BuildGauge().Name("phase_seconds").Help("p").Register(registry);
+  auto& tokens = BuildCounter().Name("tokens_total").Help("t").Register(registry);
+  auto& jobs = BuildGauge().Name("job_gauge").Help("j").Register(registry);
+  for (const char* p : {"forward", "backward", "pipeline_wait"}) {
+    phase.Add({{"job_id", "a"}, {"rank", "0"}, {"phase", p}}).Set(1);
+    phase.Add({{"job_id", "a"}, {"rank", "1"}, {"phase", p}}).Set(1);
+  }
+  tokens.Add({{"job_id", "a"}, {"rank", "0"}}).Increment();
+  tokens.Add({{"job_id", "b"}, {"rank", "0"}}).Increment();
+  jobs.Add({{"job_id", "a"}}).Set(3);
+  EXPECT_EQ(registry.RemoveMatching({{"job_id", "a"}, {"rank", "0"}}), 4);
+  EXPECT_FALSE(phase.Has({{"job_id", "a"}, {"rank", "0"}, {"phase", "pipeline_wait"}}));
+  EXPECT_TRUE(phase.Has({{"job_id", "a"}, {"rank", "1"}, {"phase", "pipeline_wait"}}));
+  EXPECT_FALSE(tokens.Has({{"job_id", "a"}, {"rank", "0"}}));
+  EXPECT_TRUE(tokens.Has({{"job_id", "b"}, {"rank", "0"}}));
+  EXPECT_TRUE(jobs.Has({{"job_id", "a"}}));  // has no rank label
+  EXPECT_EQ(jobs.RemoveMatching({{"job_id", "a"}}), 1);
+  EXPECT_EQ(registry.RemoveMatching({{"job_id", "zzz"}}), 0);
+  // The empty subset matches everything.
+  EXPECT_EQ(registry.RemoveMatching({}), 4);
+  EXPECT_EQ(Text(registry), "");
+}
+
 TEST(FamilyTest, HistogramWithSameLabelsButOtherBucketsIsAnError) {
   Registry registry;
   auto& family = BuildHistogram().Name("h").Help("h").Register(registry);

@@ -630,43 +630,12 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
     }
     ended_series_.erase(keep, ended_series_.end());
   }
+  // Every series of the ended rank, whatever else labels it (phase, kind,
+  // precision, source): nothing here repeats OnEvent's label lists. The
+  // job's own checkpoint-failure count goes with it.
   for (const auto& labels : due) {
-    for (auto* family : {&step_time_, &tokens_per_second_, &loss_, &val_loss_, &lr_, &step_,
-                         &mfu_, &model_flops_, &peak_flops_, &batches_skipped_,
-                         &total_steps_}) {
-      if (family->Has(labels)) family->Remove(&family->Add(labels));
-    }
-    if (tokens_total_.Has(labels)) tokens_total_.Remove(&tokens_total_.Add(labels));
-    for (const char* phase : {"data_wait", "host_to_device", "forward", "backward", "comm",
-                              "optimizer", "checkpoint_stall"}) {
-      metrics::Labels l = labels;
-      l["phase"] = phase;
-      if (phase_.Has(l)) phase_.Remove(&phase_.Add(l));
-      if (phase_total_.Has(l)) phase_total_.Remove(&phase_total_.Add(l));
-    }
-    if (nonfinite_skipped_.Has(labels)) nonfinite_skipped_.Remove(&nonfinite_skipped_.Add(labels));
-    const metrics::Labels job_only = {{"job_id", labels.at("job_id")}};
-    if (checkpoint_failures_.Has(job_only)) {
-      checkpoint_failures_.Remove(&checkpoint_failures_.Add(job_only));
-    }
-    for (const char* precision : {"fp32", "bf16", "fp16"}) {
-      metrics::Labels l = labels;
-      l["precision"] = precision;
-      if (loss_scale_.Has(l)) loss_scale_.Remove(&loss_scale_.Add(l));
-    }
-    for (const char* kind : {"parameters", "gradients", "optimizer", "rss", "peak_rss", "limit",
-                             "device_allocated", "device_reserved", "device_peak"}) {
-      metrics::Labels l = labels;
-      l["kind"] = kind;
-      if (memory_.Has(l)) memory_.Remove(&memory_.Add(l));
-    }
-    for (const char* source : {"rapl", "nvml", "model"}) {
-      metrics::Labels l = labels;
-      l["source"] = source;
-      if (power_.Has(l)) power_.Remove(&power_.Add(l));
-      if (energy_.Has(l)) energy_.Remove(&energy_.Add(l));
-      if (co2_.Has(l)) co2_.Remove(&co2_.Add(l));
-    }
+    registry_->RemoveMatching(labels);
+    checkpoint_failures_.RemoveMatching({{"job_id", labels.at("job_id")}});
   }
 }
 
