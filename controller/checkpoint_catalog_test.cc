@@ -102,7 +102,7 @@ class CheckpointCatalogTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointCatalogTest, TellsCommittedPrunedMissingAndCorruptApart) {
-  ToolCheckpointVerifier verifier(LOOM_CKPT_TOOL);
+  FileCheckpointVerifier verifier;
   CheckpointCatalog catalog(store_.get(), &verifier);
   const std::vector<loom::v1::CheckpointInfo> reports = Save({2, 4, 6}, /*keep=*/2);
   ASSERT_EQ(reports.size(), 3u);
@@ -208,28 +208,17 @@ TEST_F(CheckpointCatalogTest, RankReportMarksCorruptAndUnknownPathsAreAdded) {
   EXPECT_EQ(catalog.Verify("job-1").status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(CheckpointVerifierTest, ParsesTheToolsLinesAndRefusesAnythingElse) {
-  auto ok = ParseVerifyLine("ok\t/c/step-000000002\n", "/c/step-000000002");
-  ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_TRUE(ok->ok);
-  auto bad = ParseVerifyLine("corrupt\t/c/step-000000002\t/c/step-000000002/shard-00000.bin\t"
-                             "crc32c\t/c/...: crc32c 01 does not match\tthe manifest's 02\n",
-                             "/c/step-000000002");
-  ASSERT_TRUE(bad.ok()) << bad.status();
-  EXPECT_FALSE(bad->ok);
-  EXPECT_EQ(bad->file, "/c/step-000000002/shard-00000.bin");
-  EXPECT_EQ(bad->check, "crc32c");
-  EXPECT_EQ(bad->message, "/c/...: crc32c 01 does not match\tthe manifest's 02");
-  for (const char* line : {"", "ok\t/c/other", "corrupt\t/c/step-000000002\tf\t\tmsg",
-                           "fine\t/c/step-000000002"}) {
-    EXPECT_EQ(ParseVerifyLine(line, "/c/step-000000002").status().code(),
-              absl::StatusCode::kInternal)
-        << line;
-  }
-  ToolCheckpointVerifier absent("/nonexistent/loom-ckpt");
-  auto outcome = absent.Verify("/c/step-000000002");
-  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(std::string(outcome.status().message()), HasSubstr("/nonexistent/loom-ckpt"));
+TEST(CheckpointVerifierTest, RefusesAPathThatNamesNoCheckpoint) {
+  FileCheckpointVerifier verifier;
+  auto outcome = verifier.Verify("/c/not-a-checkpoint");
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(outcome.status().message()), HasSubstr("/c/not-a-checkpoint"));
+  // A step directory that is gone verifies as missing its manifest.
+  auto gone = verifier.Verify("/nonexistent/step-000000002");
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  EXPECT_FALSE(gone->ok);
+  EXPECT_EQ(gone->check, "missing");
+  EXPECT_EQ(gone->file, "/nonexistent/step-000000002/MANIFEST.json");
 }
 
 }  // namespace

@@ -1,38 +1,29 @@
-// The controller's CheckpointVerifier: runs `loom-ckpt verify PATH` (the
-// engine's own verification, worker/ckpt_main.cc) in a child process, so
-// that the controller checks checkpoints exactly as a rank does at load
-// without linking LibTorch. The checkpoint directories must be reachable at
-// the same paths from the controller's host (as JobManager already assumes
-// when it lists them).
+// The controller's CheckpointVerifier: the engine's own verification of a
+// checkpoint's files (worker/engine/checkpoint_files.h: the manifest's
+// checksum, every listed file's size and CRC-32C, a legacy file's sidecar),
+// exactly as a rank checks them at load, linked without LibTorch, so that it
+// runs wherever the controller does (its image carries no LibTorch). The
+// checkpoint directories must be reachable at the same paths from the
+// controller's host (as JobManager already assumes when it lists them; the
+// Kubernetes manifests mount the shared volume in both).
 #ifndef LOOM_CONTROLLER_CHECKPOINT_VERIFIER_H_
 #define LOOM_CONTROLLER_CHECKPOINT_VERIFIER_H_
 
 #include <string>
-#include <utility>
 
 #include "absl/status/statusor.h"
 #include "controller/checkpoint_catalog.h"
 
 namespace loom::controller {
 
-class ToolCheckpointVerifier : public CheckpointVerifier {
+class FileCheckpointVerifier : public CheckpointVerifier {
  public:
-  // `tool` is the loom-ckpt executable's path. Thread-safe (one child per
-  // call).
-  explicit ToolCheckpointVerifier(std::string tool) : tool_(std::move(tool)) {}
-
-  // INTERNAL if the tool cannot be started, is killed, or answers anything
-  // but one well-formed line; a verdict otherwise.
+  // Thread-safe (no state). Reads every byte of the checkpoint on the
+  // calling thread.
+  // INVALID_ARGUMENT if `checkpoint_path` does not name a checkpoint
+  // (step-<9 digits> or ckpt_<8 digits>.pt); a verdict otherwise.
   absl::StatusOr<Outcome> Verify(const std::string& checkpoint_path) override;
-
- private:
-  const std::string tool_;
 };
-
-// Parses loom-ckpt verify's line for `checkpoint_path` (tab-separated:
-// "ok PATH" or "corrupt PATH FILE CHECK MESSAGE"). INTERNAL if malformed.
-absl::StatusOr<CheckpointVerifier::Outcome> ParseVerifyLine(const std::string& line,
-                                                            const std::string& checkpoint_path);
 
 }  // namespace loom::controller
 

@@ -8,13 +8,9 @@ loom_library(loom_diagnosis SRCS diagnosis.cc DEPS loom_proto absl::str_format)
 loom_test(loom_diagnosis_test SRCS diagnosis_test.cc DEPS loom_diagnosis)
 loom_library(loom_recovery_metrics SRCS recovery_metrics.cc DEPS loom_metrics loom_proto)
 loom_library(loom_checkpoint_catalog SRCS checkpoint_catalog.cc checkpoint_verifier.cc
-  DEPS loom_store loom_proto loom_prune_log absl::strings)
+  DEPS loom_store loom_proto loom_prune_log loom_checkpoint_files absl::strings)
 loom_test(loom_checkpoint_catalog_test SRCS checkpoint_catalog_test.cc
   DEPS loom_checkpoint_catalog loom_checkpoint loom_engine)
-# The real verifier runs the loom-ckpt tool that the test finds here.
-add_dependencies(loom_checkpoint_catalog_test loom-ckpt)
-target_compile_definitions(loom_checkpoint_catalog_test PRIVATE
-  LOOM_CKPT_TOOL="$<TARGET_FILE:loom-ckpt>")
 loom_library(loom_worker_registry SRCS worker_registry.cc
   DEPS loom_scheduler loom_common absl::strings absl::str_format)
 loom_test(loom_worker_registry_test SRCS worker_registry_test.cc DEPS loom_worker_registry)

@@ -67,9 +67,6 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for TLS on the gRPC port")
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for TLS on the gRPC port");
 ABSL_FLAG(std::string, ready_file, "",
           "once serving, write {grpc_address, metrics_address} JSON here");
-ABSL_FLAG(std::string, checkpoint_tool, "",
-          "the loom-ckpt executable, which `loomctl checkpoints JOB --verify` runs to re-read "
-          "checksums (default: loom-ckpt next to this executable)");
 ABSL_FLAG(int64_t, log_max_bytes, 16 << 20,
           "keep at most this many bytes (the newest) of each rank's log per attempt, as "
           "workers ship them (loomctl logs); at least 4096");
@@ -95,14 +92,6 @@ int Fail(const std::string& msg) {
 }
 
 // The directory holding this executable ("" if /proc/self/exe is unreadable).
-std::string SelfDir() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "";
-  std::string path(buf, static_cast<size_t>(n));
-  return path.substr(0, path.rfind('/'));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,9 +166,7 @@ int main(int argc, char** argv) {
   }
   auto registry = std::make_shared<metrics::Registry>();
   controller::RecoveryMetrics recovery_metrics(*registry);
-  std::string checkpoint_tool = absl::GetFlag(FLAGS_checkpoint_tool);
-  if (checkpoint_tool.empty()) checkpoint_tool = SelfDir() + "/loom-ckpt";
-  controller::ToolCheckpointVerifier checkpoint_verifier(checkpoint_tool);
+  controller::FileCheckpointVerifier checkpoint_verifier;
   controller::JobManager manager(store->get(), RealClock::Get(), opts, &recovery_metrics,
                                  &checkpoint_verifier);
   absl::Status recovered = manager.Recover();

@@ -15,7 +15,8 @@
 // kCheck* names: missing, unreadable, manifest_crc32c, manifest_content,
 // size, crc32c, sha256). Exit 0 if every one verified, 1 if any did not, 2
 // for bad usage (a name that is not a checkpoint's included). The
-// controller runs it for `loomctl checkpoints JOB --verify`.
+// controller makes the same checks in process (checkpoint_files.h) for
+// `loomctl checkpoints JOB --verify`.
 //
 //   loom-ckpt sample CHECKPOINT --tokenizer DATA_DIR --prompt TEXT
 //             [--tokens N] [--temperature T] [--top-k K] [--seed X]
@@ -66,29 +67,6 @@ int Digest(int argc, char** argv) {
   return rc;
 }
 
-// The listing entry of a checkpoint path, as ListCheckpoints would make it
-// (its step from its name), or false if the name is not a checkpoint's.
-bool EntryOf(const std::string& path, loom::engine::CheckpointEntry* entry) {
-  namespace fs = std::filesystem;
-  const fs::path p = fs::path(path).lexically_normal();
-  const fs::path dir = p.has_filename() ? p.parent_path() : p.parent_path().parent_path();
-  const std::string name = (p.has_filename() ? p : p.parent_path()).filename().string();
-  for (const loom::engine::CheckpointEntry& e : loom::engine::ListCheckpoints(dir.string())) {
-    if (fs::path(e.path).filename().string() == name) {
-      *entry = e;
-      return true;
-    }
-  }
-  // Not listed: a step directory that is gone (it verifies as missing its
-  // manifest), or a name that is not a checkpoint's.
-  if (name.size() == 14 && name.compare(0, 5, "step-") == 0 &&
-      name.find_first_not_of("0123456789", 5) == std::string::npos) {
-    *entry = {std::stoll(name.substr(5)), (dir / name).string(), -1, false};
-    return true;
-  }
-  return false;
-}
-
 std::string OneLine(const std::string& s) {
   return absl::StrReplaceAll(s, {{"\t", " "}, {"\n", " "}});
 }
@@ -97,7 +75,7 @@ int Verify(int argc, char** argv) {
   int rc = 0;
   for (int i = 2; i < argc; ++i) {
     loom::engine::CheckpointEntry entry;
-    if (!EntryOf(argv[i], &entry)) {
+    if (!loom::engine::CheckpointEntryOfPath(argv[i], &entry)) {
       std::cerr << "loom-ckpt: " << argv[i]
                 << ": not a checkpoint (step-<9 digits> or ckpt_<8 digits>.pt)" << std::endl;
       return 2;

@@ -147,6 +147,11 @@ grep -q '"node": "loom-worker-0"' "$T/status.json" && grep -q '"node": "loom-wor
   fail "the ranks did not run on both worker pods"
 ls "$T/checkpoints/tiny-1" > /dev/null 2>&1 || fail "no checkpoints on the shared volume"
 grep -q committed <<<"$("${ctl[@]}" checkpoints tiny-1)" || fail "no committed checkpoint in the catalog"
+# --verify re-reads every checksum in the controller's pod (no LibTorch there).
+"${ctl[@]}" checkpoints tiny-1 --verify > "$T/verify.out" 2>&1 ||
+  fail "loomctl checkpoints --verify in the controller pod: $(head -c 400 "$T/verify.out")"
+grep -q committed "$T/verify.out" || fail "--verify found no committed checkpoint: $(head -c 400 "$T/verify.out")"
+say "loomctl checkpoints tiny-1 --verify: $(grep -c committed "$T/verify.out") committed, verified in the controller's pod"
 # A rank's log through the controller, without a shell on its pod.
 "${ctl[@]}" logs tiny-1 --rank 1 > "$T/rank1.log" || fail "loomctl logs tiny-1 --rank 1"
 grep -q 'loom-rank 1/2' "$T/rank1.log" || fail "rank 1's log lacks its start line: $(head -c 300 "$T/rank1.log")"

@@ -2,13 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <mutex>
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/torch.h>
-#include <torch/version.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -28,8 +22,6 @@ constexpr absl::string_view kExtension = ".pt";
 constexpr absl::string_view kSidecarExtension = ".sha256";
 constexpr absl::string_view kTempInfix = ".tmp.";
 constexpr absl::string_view kSidecarGenerationPrefix = "# loom generation=";
-constexpr char kFormatV2[] = "loom-checkpoint-v2";
-constexpr char kFormatV1[] = "loom-checkpoint-v1";
 
 absl::Status DataLoss(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(path, ": ", what));
@@ -79,93 +71,6 @@ absl::StatusOr<std::string> ReadVerified(const std::string& path) {
     return DataLoss(path, absl::StrCat("sha256 ", actual, " does not match sidecar ", expected));
   }
   return bytes;
-}
-
-// The archive holds the model and optimizer as nested archives
-// (Module::save / Optimizer::save) beside the loop state.
-absl::Status Restore(absl::string_view bytes, const CheckpointShape& expected,
-                     torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                     TrainingState* state) {
-  torch::serialize::InputArchive root;
-  root.load_from(bytes.data(), bytes.size());
-  c10::IValue value;
-  root.read("format", value);
-  const bool v1 = value.toStringRef() == kFormatV1;
-  if (!v1 && value.toStringRef() != kFormatV2) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint format ", value.toStringRef(), ", expected ", kFormatV2));
-  }
-#if TORCH_VERSION_MAJOR >= 2
-  // These formats hold torch::optim's own archive, whose state keys
-  // LibTorch 1.13 wrote as "0x..." address strings and 2.x reads as decimal
-  // numbers: every parameter's state would land on one key. Refused before
-  // anything is restored.
-  return absl::FailedPreconditionError(absl::StrCat(
-      "checkpoint format ", value.toStringRef(), " holds LibTorch 1.13's optimizer archive, which "
-      "LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
-      " cannot read back; resume it with a LibTorch 1.13 build of Loom, or start a new job"));
-#endif
-  root.read("model_config", value);
-  if (value.toStringRef() != expected.model) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint is for model ", value.toStringRef(), ", config says ", expected.model));
-  }
-  root.read("step", value);
-  state->step = value.toInt();
-  if (v1) {
-    root.read("data_cursor", value);
-    if (value.toInt() % expected.global_batch != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint's data cursor ", value.toInt(),
-                       " is not a multiple of global_batch ", expected.global_batch));
-    }
-    state->next_data_batch = value.toInt() / expected.global_batch;
-    state->generation = 0;
-    state->lineage = {{0, 0}};
-    state->skip_batches.clear();
-  } else {
-    root.read("global_batch", value);
-    if (value.toInt() != expected.global_batch) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint was written with global_batch ", value.toInt(),
-                       ", config says ", expected.global_batch,
-                       "; data batch indices would not line up"));
-    }
-    root.read("next_data_batch", value);
-    state->next_data_batch = value.toInt();
-    root.read("skip_batches", value);
-    const std::vector<int64_t> ranges = value.toIntVector();
-    state->skip_batches.clear();
-    for (size_t i = 0; i + 1 < ranges.size(); i += 2) {
-      state->skip_batches.push_back({ranges[i], ranges[i + 1]});
-    }
-    root.read("generation", value);
-    state->generation = value.toInt();
-    root.read("lineage", value);
-    const std::vector<int64_t> lineage = value.toIntVector();
-    state->lineage.clear();
-    for (size_t i = 0; i + 1 < lineage.size(); i += 2) {
-      state->lineage.emplace_back(lineage[i], lineage[i + 1]);
-    }
-    torch::Tensor generator_state;
-    root.read("cpu_generator_state", generator_state, /*is_buffer=*/true);
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(generator_state);
-  }
-  root.read("loss", value);
-  state->loss = value.toDouble();
-  root.read("has_val_loss", value);
-  state->has_val_loss = value.toBool();
-  root.read("val_loss", value);
-  state->val_loss = value.toDouble();
-  torch::serialize::InputArchive model_archive;
-  root.read("model", model_archive);
-  module.load(model_archive);
-  torch::serialize::InputArchive optimizer_archive;
-  root.read("optimizer", optimizer_archive);
-  optimizer.load(optimizer_archive);
-  return absl::OkStatus();
 }
 
 }  // namespace legacy_checkpoint

@@ -1,21 +1,19 @@
 // Reading checkpoints of formats 1 and 2 (one torch::serialize archive per
 // checkpoint, <dir>/ckpt_<8 digits>.pt, with a sha256sum sidecar .sha256;
 // version 2 adds a "# loom generation=G step=S" line to the sidecar). Loom
-// no longer writes them; checkpoint.cc lists, verifies and restores them
-// through these functions. Internal to the checkpoint library.
+// no longer writes them; checkpoint_files.cc lists and verifies them
+// through these functions, and checkpoint_restore.cc restores them. Internal
+// to the checkpoint library. No LibTorch.
 #ifndef LOOM_WORKER_ENGINE_CHECKPOINT_LEGACY_H_
 #define LOOM_WORKER_ENGINE_CHECKPOINT_LEGACY_H_
 
 #include <cstdint>
 #include <string>
 
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_files.h"
 
 namespace loom::engine::legacy_checkpoint {
 
@@ -34,12 +32,6 @@ int64_t SidecarGeneration(const std::string& checkpoint_path);
 // The file's bytes if its sidecar exists and matches them; DATA_LOSS naming
 // the file (or the sidecar) otherwise.
 absl::StatusOr<std::string> ReadVerified(const std::string& path);
-
-// Restores from a version 1 or 2 archive; see RestoreCheckpoint. May throw
-// c10::Error.
-absl::Status Restore(absl::string_view bytes, const CheckpointShape& expected,
-                     torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                     TrainingState* state);
 
 }  // namespace loom::engine::legacy_checkpoint
 

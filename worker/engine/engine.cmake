@@ -1,10 +1,17 @@
-# Checkpoint formats, verification, retention and the asynchronous writer.
+# Checkpoint files without LibTorch: layout, listing, retention, the
+# manifest and verification (the controller links this).
+loom_library(loom_checkpoint_files
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_files.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_manifest.cc
+       ${CMAKE_CURRENT_LIST_DIR}/checkpoint_legacy.cc
+  DEPS loom_crc32c loom_sha256 loom_file_util loom_prune_log yaml-cpp absl::str_format
+       absl::strings absl::status absl::statusor)
+# Checkpoint shards, restore, the choice at load and the asynchronous writer.
 loom_library(loom_checkpoint
-  SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_format.cc
-       ${CMAKE_CURRENT_LIST_DIR}/checkpoint_legacy.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_choice.cc
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_restore.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_format.cc
+       ${CMAKE_CURRENT_LIST_DIR}/checkpoint_choice.cc
        ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_fence.cc
-  DEPS loom_crc32c loom_sha256 loom_file_util loom_prune_log loom_common yaml-cpp absl::synchronization
-       absl::str_format ${TORCH_LIBRARIES})
+  DEPS loom_checkpoint_files loom_crc32c loom_sha256 loom_file_util loom_prune_log loom_common
+       yaml-cpp absl::synchronization absl::str_format ${TORCH_LIBRARIES})
 loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom_engine loom_file_util)
 loom_test(loom_checkpoint_choice_test SRCS checkpoint_choice_test.cc DEPS loom_checkpoint loom_engine)
 loom_test(loom_checkpoint_fence_test SRCS checkpoint_fence_test.cc DEPS loom_checkpoint)

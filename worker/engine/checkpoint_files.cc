@@ -1,7 +1,7 @@
-// Checkpoint layout, listing, verification, retention and restore. See
-// checkpoint.h; the formats are in checkpoint_format.cc, versions 1/2 in
-// checkpoint_legacy.cc, the writer in checkpoint_writer.cc.
-#include "worker/engine/checkpoint.h"
+// Checkpoint layout, listing, verification and retention, without LibTorch
+// (checkpoint_files.h). The manifest format is in checkpoint_manifest.cc,
+// versions 1/2 in checkpoint_legacy.cc, restore in checkpoint_restore.cc.
+#include "worker/engine/checkpoint_files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,10 +15,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
-#include <torch/optim/adamw.h>
-#include <torch/torch.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -31,7 +27,6 @@
 #include "common/prune_log.h"
 #include "common/status_macros.h"
 #include "worker/engine/checkpoint_legacy.h"
-#include "worker/engine/optimizer_state_key.h"
 
 namespace loom::engine {
 namespace {
@@ -182,143 +177,6 @@ absl::StatusOr<VerifiedCheckpoint> VerifyDirectory(const CheckpointEntry& entry,
   }
   verified.manifest = std::move(manifest);
   return verified;
-}
-
-// ---------------------------------------------------------------------------
-// Restore.
-
-// A copy of a shard tensor's bytes as a tensor shaped like `like`.
-class ShardTensors {
- public:
-  explicit ShardTensors(const ShardView& shard) : shard_(shard) {
-    for (size_t i = 0; i < shard.header.tensors.size(); ++i) {
-      index_[shard.header.tensors[i].name] = i;
-    }
-  }
-
-  bool Has(const std::string& name) const { return index_.count(name) > 0; }
-
-  // A tensor viewing the shard's bytes (valid while the shard's bytes are);
-  // FAILED_PRECONDITION if missing or of another dtype or shape than `like`.
-  absl::StatusOr<torch::Tensor> View(const std::string& name, const torch::Tensor& like) const {
-    auto it = index_.find(name);
-    if (it == index_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint has no tensor ", name));
-    }
-    const ShardTensor& t = shard_.header.tensors[it->second];
-    if (t.dtype != like.scalar_type() || t.shape != like.sizes().vec()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint tensor ", name, " is ", c10::toString(t.dtype), " [",
-          absl::StrJoin(t.shape, ","), "], the model's ", c10::toString(like.scalar_type()), " [",
-          absl::StrJoin(like.sizes().vec(), ","), "]"));
-    }
-    void* data = const_cast<char*>(shard_.data[it->second].data());
-    return torch::from_blob(data, t.shape, torch::TensorOptions().dtype(t.dtype));
-  }
-
- private:
-  const ShardView& shard_;
-  std::unordered_map<std::string, size_t> index_;
-};
-
-absl::Status RestoreShard(const ShardView& shard, const CheckpointShape& expected,
-                          torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                          TrainingState* state) {
-  const ShardHeader& h = shard.header;
-  if (h.shape.model != expected.model) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint is for model ", h.shape.model,
-                                                      ", config says ", expected.model));
-  }
-  if (h.shape.global_batch != expected.global_batch) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint was written with global_batch ", h.shape.global_batch,
-                     ", config says ", expected.global_batch,
-                     "; data batch indices would not line up"));
-  }
-  const ShardTensors tensors(shard);
-  torch::NoGradGuard no_grad;
-
-  // Weights (in place, so the optimizer's references stay valid).
-  size_t in_checkpoint = 0, restored = 0;
-  for (const ShardTensor& t : h.tensors) in_checkpoint += absl::StartsWith(t.name, "model/");
-  std::unordered_map<const void*, std::string> names;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    torch::Tensor p = item.value();
-    ASSIGN_OR_RETURN(torch::Tensor saved, tensors.View("model/" + item.key(), p));
-    p.copy_(saved);
-    names[p.unsafeGetTensorImpl()] = item.key();
-    ++restored;
-  }
-  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
-    torch::Tensor b = item.value();
-    ASSIGN_OR_RETURN(torch::Tensor saved, tensors.View("model/" + item.key(), b));
-    b.copy_(saved);
-    ++restored;
-  }
-  if (restored != in_checkpoint) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint holds ", in_checkpoint, " model tensors, the model ", restored));
-  }
-
-  // AdamW state, matched by parameter name within each group.
-  std::vector<torch::optim::OptimizerParamGroup>& groups = optimizer.param_groups();
-  if (groups.size() != h.optimizer_groups.size()) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint has ", h.optimizer_groups.size(),
-                                                      " optimizer groups, the optimizer ",
-                                                      groups.size()));
-  }
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const ShardOptimizerGroup& saved = h.optimizer_groups[g];
-    auto* options = dynamic_cast<torch::optim::AdamWOptions*>(&groups[g].options());
-    if (options == nullptr) {
-      return absl::FailedPreconditionError("checkpoints hold AdamW state; the optimizer is not AdamW");
-    }
-    const std::vector<torch::Tensor>& params = groups[g].params();
-    if (params.size() != saved.params.size()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "optimizer group ", g, " has ", params.size(), " parameters, the checkpoint's ",
-          saved.params.size()));
-    }
-    options->lr(saved.lr).betas(std::make_tuple(saved.beta1, saved.beta2)).eps(saved.eps);
-    options->weight_decay(saved.weight_decay).amsgrad(saved.amsgrad);
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto name = names.find(params[i].unsafeGetTensorImpl());
-      if (name == names.end() || name->second != saved.params[i]) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "optimizer group ", g, " parameter ", i, " is ",
-            name == names.end() ? std::string("not a model parameter") : name->second,
-            ", the checkpoint's ", saved.params[i]));
-      }
-      const OptimizerStateKey key = StateKeyOf(params[i]);
-      if (saved.steps[i] < 0) {
-        optimizer.state().erase(key);
-        continue;
-      }
-      const std::string prefix = absl::StrCat("optimizer/", saved.params[i], "/");
-      auto adam = std::make_unique<torch::optim::AdamWParamState>();
-      adam->step(saved.steps[i]);
-      ASSIGN_OR_RETURN(torch::Tensor exp_avg, tensors.View(prefix + "exp_avg", params[i]));
-      ASSIGN_OR_RETURN(torch::Tensor exp_avg_sq, tensors.View(prefix + "exp_avg_sq", params[i]));
-      adam->exp_avg(exp_avg.clone());
-      adam->exp_avg_sq(exp_avg_sq.clone());
-      if (tensors.Has(prefix + "max_exp_avg_sq")) {
-        ASSIGN_OR_RETURN(torch::Tensor max_sq, tensors.View(prefix + "max_exp_avg_sq", params[i]));
-        adam->max_exp_avg_sq(max_sq.clone());
-      }
-      optimizer.state()[key] = std::move(adam);
-    }
-  }
-
-  // torch's default CPU generator.
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    const torch::Tensor current = generator.get_state();
-    ASSIGN_OR_RETURN(torch::Tensor saved, tensors.View("rng/cpu", current));
-    generator.set_state(saved.clone());
-  }
-  *state = h.state;
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -474,18 +332,22 @@ absl::StatusOr<std::string> ReadVerifiedCheckpoint(const CheckpointEntry& entry)
   return std::move(verified.bytes);
 }
 
-absl::Status RestoreCheckpoint(absl::string_view bytes, const CheckpointShape& expected,
-                               torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                               TrainingState* state) {
-  try {
-    if (!IsShard(bytes)) {
-      return legacy_checkpoint::Restore(bytes, expected, module, optimizer, state);
+bool CheckpointEntryOfPath(const std::string& path, CheckpointEntry* entry) {
+  const fs::path p = fs::path(path).lexically_normal();
+  const fs::path dir = p.has_filename() ? p.parent_path() : p.parent_path().parent_path();
+  const std::string name = (p.has_filename() ? p : p.parent_path()).filename().string();
+  for (const CheckpointEntry& e : ListCheckpoints(dir.string())) {
+    if (fs::path(e.path).filename().string() == name) {
+      *entry = e;
+      return true;
     }
-    ASSIGN_OR_RETURN(ShardView shard, ParseShard(bytes));
-    return RestoreShard(shard, expected, module, optimizer, state);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("restoring the checkpoint: ", e.what()));
   }
+  // Not listed: a step directory that is gone (it verifies as missing its
+  // manifest), or a name that is not a checkpoint's.
+  const int64_t step = StepOfDirectoryName(name);
+  if (step < 0) return false;
+  *entry = {step, (dir / name).string(), -1, false};
+  return true;
 }
 
 }  // namespace loom::engine
