@@ -17,8 +17,11 @@ loom_test(loom_worker_registry_test SRCS worker_registry_test.cc DEPS loom_worke
 loom_library(loom_recovery_policy SRCS recovery_policy.cc
   DEPS loom_spike_detector loom_recovery_metrics loom_proto absl::strings)
 loom_test(loom_recovery_policy_test SRCS recovery_policy_test.cc DEPS loom_recovery_policy)
+loom_library(loom_job_catalog SRCS job_catalog.cc
+  DEPS loom_store loom_proto loom_spike_detector loom_common absl::strings absl::status)
+loom_test(loom_job_catalog_test SRCS job_catalog_test.cc DEPS loom_job_catalog loom_store SQLite::SQLite3)
 loom_library(loom_job_manager SRCS job_manager.cc path_policy.cc
-  DEPS loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
+  DEPS loom_job_catalog loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
        loom_scheduler
        loom_diagnosis loom_grpc
        loom_common absl::strings absl::str_format absl::synchronization)

@@ -19,18 +19,6 @@
 #include "controller/scheduler.h"
 
 namespace loom::controller {
-namespace {
-
-// The sequence number in a job id "<name>-<seq>" (ids never repeat).
-int64_t JobSequenceOf(const std::string& id) {
-  const size_t dash = id.rfind('-');
-  int64_t seq = 0;
-  if (dash == std::string::npos || !absl::SimpleAtoi(id.substr(dash + 1), &seq)) return 0;
-  return seq;
-}
-
-}  // namespace
-
 
 using loom::v1::Job;
 using loom::v1::JobEvent;
@@ -85,6 +73,7 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
       options_(std::move(options)),
       metrics_(metrics),
       catalog_(store, checkpoint_verifier),
+      jobs_(store, clock),
       recovery_(RecoveryPolicyOptions{options_.max_rendezvous_retries}),
       workers_(clock, WorkerRegistryOptions{options_.worker_timeout}) {}
 
@@ -92,25 +81,12 @@ bool JobManager::IsAttemptRunning(JobState s) {
   return s == loom::v1::SCHEDULED || s == loom::v1::RUNNING;
 }
 
-bool JobManager::IsTerminal(JobState s) {
-  return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
-}
-
 absl::Status JobManager::Recover() {
   std::lock_guard<std::mutex> lock(mu_);
-  auto jobs = store_->LoadJobs();
-  if (!jobs.ok()) return jobs.status();
-  auto max_seq = store_->MaxJobSequence();
-  if (!max_seq.ok()) return max_seq.status();
-  next_job_seq_ = *max_seq + 1;
-  for (Job& job : *jobs) {
-    std::string id = job.id();
-    JobRecord& rec = jobs_[id];
-    rec.job = std::move(job);
-    order_index_[id] = order_.size();
-    order_.push_back(id);
-    JobState s = rec.job.state();
-    IndexStateLocked(id, loom::v1::JOB_STATE_UNSPECIFIED, s);
+  RETURN_IF_ERROR(jobs_.Load());
+  for (const std::string& id : jobs_.unfinished()) {
+    JobRecord& rec = *jobs_.Find(id);
+    const JobState s = rec.job.state();
     if (s == loom::v1::SCHEDULED || s == loom::v1::RUNNING) {
       rec.attempt_last_step = rec.job.summary().last_step();
       // Its ranks keep training while their workers' leases run; the workers
@@ -126,61 +102,15 @@ absl::Status JobManager::Recover() {
   return absl::OkStatus();
 }
 
-std::string JobManager::NewJobId(const std::string& name) {
-  return absl::StrCat(name, "-", next_job_seq_++);
-}
-
-void JobManager::PersistLocked(JobRecord& rec, int new_transitions) {
-  rec.unstored_transitions += new_transitions;
-  rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
-  absl::Status s = store_->PutJob(rec.job, rec.unstored_transitions);
-  if (s.ok()) {
-    rec.unstored_transitions = 0;
-    if (unpersisted_.erase(rec.job.id()) > 0) {
-      std::cerr << "loom-controller: job " << rec.job.id() << " is recorded durably again"
-                << std::endl;
-    }
-    return;
-  }
-  store_write_failures_ += 1;
-  if (unpersisted_.insert(rec.job.id()).second) {
-    std::cerr << "loom-controller: could not record job " << rec.job.id()
-              << " durably (kept in memory, written again every tick until the store takes "
-                 "it): "
-              << s << std::endl;
-  }
-}
-
-void JobManager::RetryUnpersistedLocked() {
-  const std::vector<std::string> ids(unpersisted_.begin(), unpersisted_.end());
-  for (const std::string& id : ids) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) {
-      unpersisted_.erase(id);
-      continue;
-    }
-    PersistLocked(it->second, 0);
-  }
-}
-
 int64_t JobManager::StoreWriteFailures() {
   std::lock_guard<std::mutex> lock(mu_);
-  return store_write_failures_;
+  return jobs_.write_failures();
 }
 
 const loom::v1::StateTransition& JobManager::RecordTransitionLocked(JobRecord& rec, JobState to,
                                                                   const std::string& reason) {
-  Job& job = rec.job;
-  loom::v1::StateTransition* t = job.add_history();
-  t->set_from(job.state());
-  t->set_to(to);
-  t->set_time_unix_ms(clock_->NowUnixMillis());
-  t->set_reason(reason);
-  const JobState from = job.state();
-  job.set_state(to);
-  job.set_reason(reason);
-  IndexStateLocked(job.id(), from, to);
-  return *t;
+  if (to == loom::v1::PENDING) schedule_needed_ = true;
+  return jobs_.RecordTransition(rec, to, reason);
 }
 
 void JobManager::Transition(JobRecord& rec, JobState to, const std::string& reason) {
@@ -188,49 +118,17 @@ void JobManager::Transition(JobRecord& rec, JobState to, const std::string& reas
   JobEvent e;
   e.set_time_unix_ms(t.time_unix_ms());
   *e.mutable_transition() = t;
-  PersistLocked(rec, 1);
+  jobs_.Persist(rec, 1);
   Publish(rec.job.id(), std::move(e));
-}
-
-void JobManager::IndexStateLocked(const std::string& job_id, JobState from, JobState to) {
-  if (from == to) return;
-  if (from != loom::v1::JOB_STATE_UNSPECIFIED) state_counts_[from] -= 1;
-  if (to != loom::v1::JOB_STATE_UNSPECIFIED) state_counts_[to] += 1;
-  auto at = order_index_.find(job_id);
-  const size_t position = at == order_index_.end() ? order_.size() : at->second;
-  if (from == loom::v1::PENDING) pending_.erase({position, job_id});
-  if (to == loom::v1::PENDING) {
-    pending_.insert({position, job_id});
-    schedule_needed_ = true;
-  }
-  if (to == loom::v1::JOB_STATE_UNSPECIFIED) {
-    unfinished_.erase(job_id);
-  } else if (IsTerminal(to)) {
-    if (unfinished_.erase(job_id) > 0 || from == loom::v1::JOB_STATE_UNSPECIFIED) {
-      // Its recovery counts stop changing: add them to the finished part.
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end()) {
-        finished_totals_.restarts += it->second.job.restarts();
-        finished_totals_.rollbacks += it->second.job.rollbacks();
-        for (const auto& e : it->second.job.events()) {
-          finished_totals_.spikes += e.kind() == loom::v1::RecoveryEvent::SPIKE ? 1 : 0;
-        }
-      }
-      // (Jobs found finished at Recover were thinned when they ended.)
-      if (from != loom::v1::JOB_STATE_UNSPECIFIED) to_thin_.push_back(job_id);
-    }
-  } else {
-    unfinished_.insert(job_id);
-  }
 }
 
 void JobManager::Publish(const std::string& job_id, JobEvent event) {
   auto range = watchers_.equal_range(job_id);
   if (range.first == range.second) return;  // nobody watches: no copy of the job
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
-  *event.mutable_job() = it->second.job;
-  bool terminal = IsTerminal(it->second.job.state());
+  const JobRecord* rec = jobs_.Find(job_id);
+  if (rec == nullptr) return;
+  *event.mutable_job() = rec->job;
+  bool terminal = IsTerminalJobState(rec->job.state());
   for (auto w = range.first; w != range.second;) {
     if (auto q = w->second.lock()) {
       q->Push(event);
@@ -279,13 +177,13 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submi
   // share) is refused now rather than left waiting.
   if (absl::Status shape = CheckGangShape(GangRequestOf(spec)); !shape.ok()) return shape;
   plan->set_time_unix_ms(clock_->NowUnixMillis());
-  std::string id = NewJobId(spec.name());
+  std::string id = jobs_.NewJobId(spec.name());
   if (spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
     spec.mutable_checkpoint()->set_dir(absl::StrCat(options_.checkpoint_root, "/", id));
     // (Taken only if a job named <root>/<this id> as its own.)
     RETURN_IF_ERROR(CheckCheckpointDirFreeLocked(spec.checkpoint().dir()));
   }
-  JobRecord& rec = jobs_[id];
+  JobRecord& rec = jobs_.Add(id);
   rec.job.set_id(id);
   *rec.job.mutable_spec() = std::move(spec);
   *rec.job.mutable_plan() = std::move(*plan);
@@ -294,36 +192,25 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submi
   rec.job.set_submitted_by(std::move(submitted_by));
   rec.job.set_resume_step(-1);
   *rec.job.mutable_skip_batches() = rec.job.spec().skip_batches();
-  order_index_[id] = order_.size();
-  order_.push_back(id);
   // A submission is answered OK only once it is on disk (nobody watches it
   // yet, so nothing is published).
   RecordTransitionLocked(rec, loom::v1::PENDING, "submitted");
-  rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
-  absl::Status s = store_->PutJob(rec.job, 1);
-  if (!s.ok()) {
-    IndexStateLocked(id, loom::v1::PENDING, loom::v1::JOB_STATE_UNSPECIFIED);
-    jobs_.erase(id);
-    order_index_.erase(id);
-    order_.pop_back();
-    return absl::UnavailableError(
-        absl::StrCat("could not record the job durably, nothing was submitted: ", s.message()));
-  }
+  RETURN_IF_ERROR(jobs_.StoreNew(rec));
   ScheduleLocked();
-  return jobs_[id].job;
+  return jobs_.Find(id)->job;
 }
 
 absl::Status JobManager::ResolveInitFromLocked(loom::v1::JobSpec* spec) {
   loom::v1::InitFrom* from = spec->mutable_init_from();
   if (from->job().empty()) return absl::OkStatus();
-  auto source = jobs_.find(from->job());
-  if (source == jobs_.end()) {
+  const JobRecord* source = jobs_.Find(from->job());
+  if (source == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("init_from.job: no job \"", from->job(), "\" (loomctl list shows the ids)"));
   }
   // The weights must fit this spec's model (dropout aside).
   loom::v1::GptModel mine = EffectiveDecoder(spec->model());
-  loom::v1::GptModel theirs = EffectiveDecoder(source->second.job.spec().model());
+  loom::v1::GptModel theirs = EffectiveDecoder(source->job.spec().model());
   mine.clear_dropout();
   theirs.clear_dropout();
   if (mine.SerializeAsString() != theirs.SerializeAsString()) {
@@ -358,8 +245,8 @@ absl::Status JobManager::ResolveInitFromLocked(loom::v1::JobSpec* spec) {
 }
 
 absl::Status JobManager::CheckCheckpointDirFreeLocked(const std::string& dir) const {
-  for (const auto& [id, rec] : jobs_) {
-    if (IsTerminal(rec.job.state())) continue;
+  for (const auto& [id, rec] : jobs_.records()) {
+    if (IsTerminalJobState(rec.job.state())) continue;
     const std::string& theirs = rec.job.spec().checkpoint().dir();
     if (theirs.empty() || !(PathIsUnder(dir, theirs) || PathIsUnder(theirs, dir))) continue;
     return absl::FailedPreconditionError(absl::StrCat(
@@ -373,16 +260,14 @@ absl::Status JobManager::CheckCheckpointDirFreeLocked(const std::string& dir) co
 
 absl::StatusOr<Job> JobManager::Get(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  return it->second.job;
+  ASSIGN_OR_RETURN(JobRecord* rec, jobs_.Lookup(job_id));
+  return rec->job;
 }
 
 absl::StatusOr<std::string> JobManager::Submitter(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  return it->second.job.submitted_by();
+  ASSIGN_OR_RETURN(JobRecord* rec, jobs_.Lookup(job_id));
+  return rec->job.submitted_by();
 }
 
 absl::StatusOr<std::string> JobManager::WorkerNode(const std::string& worker_id) {
@@ -396,20 +281,18 @@ absl::StatusOr<std::string> JobManager::WorkerNode(const std::string& worker_id)
 
 absl::StatusOr<JobManager::Placements> JobManager::AttemptPlacements(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  Placements out = it->second.placements;
-  const Job& job = it->second.job;
+  ASSIGN_OR_RETURN(JobRecord* rec, jobs_.Lookup(job_id));
+  Placements out = rec->placements;
+  const Job& job = rec->job;
   for (const auto& r : job.ranks()) out[job.generation()].emplace(r.rank(), r.node());
   return out;
 }
 
 absl::StatusOr<std::optional<absl::Time>> JobManager::EndedAt(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  const Job& job = it->second.job;
-  if (!IsTerminal(job.state())) return std::optional<absl::Time>();
+  ASSIGN_OR_RETURN(JobRecord* rec, jobs_.Lookup(job_id));
+  const Job& job = rec->job;
+  if (!IsTerminalJobState(job.state())) return std::optional<absl::Time>();
   const int n = job.history_size();
   return std::optional<absl::Time>(
       n > 0 ? absl::FromUnixMillis(job.history(n - 1).time_unix_ms()) : absl::InfinitePast());
@@ -465,16 +348,16 @@ absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req
   }
   if (absl::Status bad = ValidateSkipBatches(req.skip(), "skip"); !bad.ok()) return bad;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(req.job_id());
-  if (it == jobs_.end()) {
+  JobRecord* it = jobs_.Find(req.job_id());
+  if (it == nullptr) {
     return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
   }
-  JobRecord& rec = it->second;
+  JobRecord& rec = *it;
   if (rec.job.state() != loom::v1::RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", req.job_id(), " is ", JobState_Name(rec.job.state()),
         "; only a RUNNING job can be rolled back",
-        IsTerminal(rec.job.state()) ? "" : " (wait until it runs)"));
+        IsTerminalJobState(rec.job.state()) ? "" : " (wait until it runs)"));
   }
   if (rec.attempt_last_step < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -534,56 +417,12 @@ absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req
 std::vector<Job> JobManager::ListPage(const std::set<JobState>& states, int page_size,
                                      int64_t before_seq, bool full, int64_t* next_before_seq) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Job> out;
-  *next_before_seq = 0;
-  // order_ is in submission order, so sequences increase along it.
-  auto it = order_.rbegin();
-  if (before_seq > 0) {
-    it = std::find_if(order_.rbegin(), order_.rend(),
-                      [&](const std::string& id) { return JobSequenceOf(id) < before_seq; });
-  }
-  for (; it != order_.rend(); ++it) {
-    const Job& job = jobs_[*it].job;
-    if (!states.empty() && !states.count(job.state())) continue;
-    if (static_cast<int>(out.size()) >= page_size) {
-      *next_before_seq = JobSequenceOf(out.back().id());
-      break;
-    }
-    if (full) {
-      out.push_back(job);
-      continue;
-    }
-    Job brief;
-    brief.set_id(job.id());
-    brief.mutable_spec()->set_name(job.spec().name());
-    *brief.mutable_spec()->mutable_schedule() = job.spec().schedule();
-    *brief.mutable_spec()->mutable_resources() = job.spec().resources();
-    brief.set_state(job.state());
-    brief.set_reason(job.reason());
-    brief.set_created_unix_ms(job.created_unix_ms());
-    brief.set_updated_unix_ms(job.updated_unix_ms());
-    brief.set_submitted_by(job.submitted_by());
-    *brief.mutable_summary() = job.summary();
-    brief.set_restarts(job.restarts());
-    brief.set_rollbacks(job.rollbacks());
-    brief.set_operator_rollbacks(job.operator_rollbacks());
-    brief.set_generation(job.generation());
-    *brief.mutable_ranks() = job.ranks();
-    out.push_back(std::move(brief));
-  }
-  return out;
+  return jobs_.ListPage(states, page_size, before_seq, full, next_before_seq);
 }
 
 std::vector<Job> JobManager::List(const std::set<JobState>& states, int limit) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Job> out;
-  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-    const Job& job = jobs_[*it].job;
-    if (!states.empty() && !states.count(job.state())) continue;
-    out.push_back(job);
-    if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
-  }
-  return out;
+  return jobs_.List(states, limit);
 }
 
 void JobManager::StopJobRanks(JobRecord& rec, const std::string& reason,
@@ -611,10 +450,9 @@ void JobManager::StopJobRanks(JobRecord& rec, const std::string& reason,
 
 absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  JobRecord& rec = it->second;
-  if (IsTerminal(rec.job.state())) {
+  ASSIGN_OR_RETURN(JobRecord* found, jobs_.Lookup(job_id));
+  JobRecord& rec = *found;
+  if (IsTerminalJobState(rec.job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " already ended ", JobState_Name(rec.job.state()), "; nothing to cancel"));
   }
@@ -633,7 +471,7 @@ absl::StatusOr<std::vector<loom::v1::StepMetrics>> JobManager::StepMetrics(
     const std::string& job_id, int limit) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!jobs_.count(job_id)) {
+    if (jobs_.Find(job_id) == nullptr) {
       return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
     }
   }
@@ -644,7 +482,7 @@ absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> JobManager::Checkpoints(
     const std::string& job_id, bool verify) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!jobs_.count(job_id)) {
+    if (jobs_.Find(job_id) == nullptr) {
       return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
     }
   }
@@ -654,10 +492,9 @@ absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> JobManager::Checkpoints(
 absl::StatusOr<std::shared_ptr<EventQueue>> JobManager::Watch(const std::string& job_id,
                                                               bool include_history) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  const Job& job = it->second.job;
-  if (!IsTerminal(job.state())) {
+  ASSIGN_OR_RETURN(JobRecord* rec, jobs_.Lookup(job_id));
+  const Job& job = rec->job;
+  if (!IsTerminalJobState(job.state())) {
     // Streams that ended leave expired entries behind; count live ones.
     for (auto w = watchers_.begin(); w != watchers_.end();) {
       w = w->second.expired() ? watchers_.erase(w) : std::next(w);
@@ -688,7 +525,7 @@ absl::StatusOr<std::shared_ptr<EventQueue>> JobManager::Watch(const std::string&
       }
     }
   }
-  if (IsTerminal(job.state())) {
+  if (IsTerminalJobState(job.state())) {
     if (!include_history) {
       // Still tell the watcher where the job stands.
       JobEvent e;
@@ -721,9 +558,9 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
       for (const auto& jid : job_ids) {
         // (A rank of a job this controller does not know, as a worker may
         // report at registration, has no record to update: none is made.)
-        auto found = jobs_.find(jid);
-        if (found == jobs_.end()) continue;
-        JobRecord& rec = found->second;
+        JobRecord* found = jobs_.Find(jid);
+        if (found == nullptr) continue;
+        JobRecord& rec = *found;
         if (!IsAttemptRunning(rec.job.state())) continue;
         std::string why = absl::StrCat("worker ", old->info.id(), " on node ", req.node(),
                                        " restarted; the ranks it ran are lost");
@@ -755,16 +592,16 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
 
 void JobManager::AdoptRanksLocked(Worker& w, const loom::v1::RegisterWorkerRequest& req) {
   for (const loom::v1::RunningRank& r : req.running()) {
-    auto jit = jobs_.find(r.job_id());
+    JobRecord* jit = jobs_.Find(r.job_id());
     // Anything else is stopped by the next heartbeat (Heartbeat()).
-    if (jit == jobs_.end() || r.generation() != jit->second.job.generation()) continue;
-    if (AdoptRankLocked(jit->second, w, r.rank())) {
-      jit->second.live.insert({w.info.id(), r.rank()});
-      jit->second.running_seen.insert(r.rank());
+    if (jit == nullptr || r.generation() != jit->job.generation()) continue;
+    if (AdoptRankLocked(*jit, w, r.rank())) {
+      jit->live.insert({w.info.id(), r.rank()});
+      jit->running_seen.insert(r.rank());
       const int gpu =
-          jit->second.job.spec().resources().gpus_per_rank() > 0
+          jit->job.spec().resources().gpus_per_rank() > 0
               ? [&] {
-                  for (const auto& a : jit->second.job.ranks()) {
+                  for (const auto& a : jit->job.ranks()) {
                     if (a.rank() == r.rank()) return a.gpu();
                   }
                   return -1;
@@ -801,16 +638,17 @@ bool JobManager::AdoptRankLocked(JobRecord& rec, Worker& w, int rank) {
                               rec.job.generation(),
                               " after the controller restarted; no restart, nothing lost"));
   AddEvent(rec, ev);
-  PersistLocked(rec, 0);
+  jobs_.Persist(rec, 0);
   return true;
 }
 
 void JobManager::CheckAdoptionsLocked() {
   const absl::Time now = clock_->Now();
   // (A copy: a restart below may move the job between the sets.)
-  const std::vector<std::string> unfinished(unfinished_.begin(), unfinished_.end());
+  const std::vector<std::string> unfinished(jobs_.unfinished().begin(),
+                                            jobs_.unfinished().end());
   for (const std::string& jid : unfinished) {
-    JobRecord& rec = jobs_[jid];
+    JobRecord& rec = *jobs_.Find(jid);
     if (rec.adopt_deadline == absl::InfinitePast() || now < rec.adopt_deadline) continue;
     rec.adopt_deadline = absl::InfinitePast();
     if (!IsAttemptRunning(rec.job.state())) continue;
@@ -840,8 +678,8 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   std::set<std::pair<std::string, int>> running;
   for (const auto& r : req.running()) {
     running.insert({r.job_id(), r.rank()});
-    auto jit = jobs_.find(r.job_id());
-    if (jit == jobs_.end() || !IsAttemptRunning(jit->second.job.state())) {
+    JobRecord* jit = jobs_.Find(r.job_id());
+    if (jit == nullptr || !IsAttemptRunning(jit->job.state())) {
       // A rank of a finished (or requeued) attempt is still alive here: ask
       // again to stop it.
       bool queued = std::any_of(w.pending_commands.begin(), w.pending_commands.end(),
@@ -851,11 +689,11 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
       if (!queued) {
         auto* stop = resp.add_commands()->mutable_stop();
         stop->set_job_id(r.job_id());
-        stop->set_reason(jit == jobs_.end() ? "unknown job" : "job already ended");
+        stop->set_reason(jit == nullptr ? "unknown job" : "job already ended");
       }
       continue;
     }
-    JobRecord& rec = jit->second;
+    JobRecord& rec = *jit;
     bool placed_here = false;
     for (const auto& a : rec.job.ranks()) {
       placed_here |= a.rank() == r.rank() && a.worker_id() == w.info.id();
@@ -891,10 +729,10 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   }
   // Slots held by ranks of ended jobs that are no longer running here are free.
   const bool freed = workers_.ReleaseSlotsIf(w, [&](const RankSlot& s) {
-    auto jit = jobs_.find(s.job_id);
-    bool ended = jit == jobs_.end() || !IsAttemptRunning(jit->second.job.state());
+    JobRecord* jit = jobs_.Find(s.job_id);
+    bool ended = jit == nullptr || !IsAttemptRunning(jit->job.state());
     bool gone = ended && !running.count({s.job_id, s.rank});
-    if (gone && jit != jobs_.end()) jit->second.live.erase({w.info.id(), s.rank});
+    if (gone && jit != nullptr) jit->live.erase({w.info.id(), s.rank});
     return gone;
   });
   // Schedule first, so a start placed on this worker goes out right away.
@@ -905,9 +743,9 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   absl::Time now = clock_->Now();
   for (auto it = w.unacked.begin(); it != w.unacked.end();) {
     const loom::v1::StartRank& start = it->second.first;
-    auto jit = jobs_.find(start.job_id());
-    bool stale = jit == jobs_.end() || !IsAttemptRunning(jit->second.job.state()) ||
-                 jit->second.job.generation() != start.generation();
+    JobRecord* jit = jobs_.Find(start.job_id());
+    bool stale = jit == nullptr || !IsAttemptRunning(jit->job.state()) ||
+                 jit->job.generation() != start.generation();
     bool seen = running.count({start.job_id(), start.rank()}) > 0;
     if (stale || seen) {
       it = w.unacked.erase(it);
@@ -938,10 +776,10 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
   int64_t last_step_before = -1, last_step_after = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = jobs_.find(req.job_id());
-    if (it != jobs_.end()) last_step_before = it->second.attempt_last_step;
+    JobRecord* it = jobs_.Find(req.job_id());
+    if (it != nullptr) last_step_before = it->attempt_last_step;
     resp = ReportEventsLocked(req, &write);
-    if (it != jobs_.end()) last_step_after = it->second.attempt_last_step;
+    if (it != nullptr) last_step_after = it->attempt_last_step;
   }
   if (write == nullptr) return resp;
   absl::Status s = store_->Wait(write);
@@ -952,14 +790,13 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
     // apply its steps again (instead of skipping them as already seen), and
     // have the job row written again.
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = jobs_.find(req.job_id());
-    if (it != jobs_.end()) {
-      JobRecord& rec = it->second;
+    JobRecord* it = jobs_.Find(req.job_id());
+    if (it != nullptr) {
+      JobRecord& rec = *it;
       if (rec.job.generation() == req.generation() && rec.attempt_last_step == last_step_after) {
         rec.attempt_last_step = last_step_before;
       }
-      store_write_failures_ += 1;
-      unpersisted_.insert(rec.job.id());
+      jobs_.MarkUnpersisted(rec.job.id());
     }
   }
   return absl::UnavailableError(absl::StrCat("could not record metrics: ", s.message()));
@@ -970,11 +807,11 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
   if (workers_.Find(req.worker_id()) == nullptr) {
     return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
   }
-  auto it = jobs_.find(req.job_id());
-  if (it == jobs_.end()) {
+  JobRecord* it = jobs_.Find(req.job_id());
+  if (it == nullptr) {
     return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
   }
-  JobRecord& rec = it->second;
+  JobRecord& rec = *it;
   if (absl::Status valid = ValidateCheckpointEvents(req); !valid.ok()) return valid;
   loom::v1::ReportStepMetricsResponse resp;
   if (req.generation() < rec.job.generation()) {
@@ -1153,13 +990,10 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
   if (found == nullptr) {
     return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
   }
-  auto it = jobs_.find(req.job_id());
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("no job with id \"", req.job_id(), "\""));
-  }
+  ASSIGN_OR_RETURN(JobRecord* job_record, jobs_.Lookup(req.job_id()));
   Worker& w = *found;
   workers_.RankExited(w, req.job_id(), req.rank());
-  JobRecord& rec = it->second;
+  JobRecord& rec = *job_record;
   rec.live.erase({req.worker_id(), req.rank()});
   if (req.generation() < rec.job.generation()) {
     // Its slot is free (above), and the attempt can end nothing.
@@ -1237,7 +1071,7 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
 void JobManager::Tick() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    RetryUnpersistedLocked();
+    jobs_.RetryUnpersisted();
     CheckAdoptionsLocked();
     CheckLivenessLocked();
     ResolveFailuresLocked();
@@ -1250,7 +1084,7 @@ void JobManager::ThinFinishedStepSeries() {
   std::vector<std::string> jobs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    jobs.swap(to_thin_);
+    jobs = jobs_.TakeEndedToThin();
   }
   if (options_.finished_steps_kept <= 0) return;
   for (const std::string& id : jobs) {
@@ -1267,10 +1101,11 @@ void JobManager::ThinFinishedStepSeries() {
 
 void JobManager::ResolveFailuresLocked() {
   absl::Time now = clock_->Now();
-  const std::vector<std::string> unfinished(unfinished_.begin(), unfinished_.end());
+  const std::vector<std::string> unfinished(jobs_.unfinished().begin(),
+                                            jobs_.unfinished().end());
   for (const std::string& jid : unfinished) {
-    JobRecord& rec = jobs_.at(jid);
-    if (!rec.pending_failure || IsTerminal(rec.job.state())) continue;
+    JobRecord& rec = *jobs_.Find(jid);
+    if (!rec.pending_failure || IsTerminalJobState(rec.job.state())) continue;
     if (now - rec.pending_failure->at < options_.failure_settle_time) continue;
     // Re-adopting after a controller restart: the other workers' backlogs
     // (the checkpoints their ranks committed while the controller was
@@ -1339,7 +1174,7 @@ void JobManager::AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event) {
 }
 
 void JobManager::ForgetWorkerRanks(const std::string& worker_id) {
-  for (auto& [jid, rec] : jobs_) {
+  for (auto& [jid, rec] : jobs_.records()) {
     for (auto it = rec.live.begin(); it != rec.live.end();) {
       it = it->first == worker_id ? rec.live.erase(it) : std::next(it);
     }
@@ -1417,7 +1252,7 @@ void JobManager::FailWithoutRestartLocked(JobRecord& rec, const std::string& cau
 
 void JobManager::FailOrRestartLocked(JobRecord& rec, const std::string& cause,
                                      const std::string& cause_kind) {
-  if (IsTerminal(rec.job.state())) return;
+  if (IsTerminalJobState(rec.job.state())) return;
   RecoveryOptions o = RecoveryPolicy::EffectiveRecovery(rec.job.spec().recovery());
   if (!RecoveryPolicy::RestartsLeft(rec.job.restarts(), o)) {
     if (o.max_restarts > 0) {
@@ -1532,9 +1367,9 @@ void JobManager::CheckLivenessLocked() {
     std::map<std::string, std::vector<int>> lost;
     for (const auto& r : w.ranks) lost[r.job_id].push_back(r.rank);
     for (auto& [jid, ranks] : lost) {
-      auto found = jobs_.find(jid);
-      if (found == jobs_.end()) continue;  // a job this controller never knew
-      JobRecord& rec = found->second;
+      JobRecord* found = jobs_.Find(jid);
+      if (found == nullptr) continue;  // a job this controller never knew
+      JobRecord& rec = *found;
       // Its ranks may run until the worker's lease runs out.
       rec.not_before = std::max(rec.not_before,
                                 w.last_heartbeat + options_.worker_timeout + options_.lease_margin);
@@ -1556,12 +1391,12 @@ void JobManager::CheckLivenessLocked() {
 void JobManager::ScheduleLocked() {
   schedule_needed_ = false;
   schedule_at_ = absl::InfiniteFuture();
-  if (pending_.empty()) return;
-  // (A copy: placing a job takes it out of pending_.)
+  if (jobs_.pending().empty()) return;
+  // (A copy: placing a job takes it out of the queue.)
   std::vector<std::string> queue;
-  for (const auto& [position, jid] : pending_) queue.push_back(jid);
+  for (const auto& [position, jid] : jobs_.pending()) queue.push_back(jid);
   for (const std::string& jid : queue) {
-    JobRecord& rec = jobs_[jid];
+    JobRecord& rec = *jobs_.Find(jid);
     if (rec.job.state() != loom::v1::PENDING) continue;
     if (!rec.live.empty()) {
       rec.job.set_reason(absl::StrCat("waiting for ", rec.live.size(),
@@ -1634,21 +1469,12 @@ void JobManager::ScheduleLocked() {
 
 std::map<JobState, int> JobManager::JobCountsByState() {
   std::lock_guard<std::mutex> lock(mu_);
-  return state_counts_;
+  return jobs_.state_counts();
 }
 
 JobManager::RecoveryTotals JobManager::RecoveryCounts() {
   std::lock_guard<std::mutex> lock(mu_);
-  RecoveryTotals t = finished_totals_;
-  for (const std::string& id : unfinished_) {
-    const JobRecord& rec = jobs_.at(id);
-    t.restarts += rec.job.restarts();
-    t.rollbacks += rec.job.rollbacks();
-    for (const auto& e : rec.job.events()) {
-      t.spikes += e.kind() == loom::v1::RecoveryEvent::SPIKE ? 1 : 0;
-    }
-  }
-  return t;
+  return jobs_.Totals();
 }
 
 int JobManager::AliveWorkers() {

@@ -1,4 +1,5 @@
-// The controller's domain logic: job catalog and lifecycle, what worker
+// The controller's domain logic: job lifecycle (the jobs and their durable
+// copies are controller/job_catalog.h's JobCatalog), what worker
 // liveness means for jobs (the registry of workers, their leases and slots
 // is controller/worker_registry.h), gang scheduling of ranks onto worker
 // slots (where each rank goes is controller/scheduler.h's PlaceGang),
@@ -33,6 +34,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "controller/checkpoint_catalog.h"
+#include "controller/job_catalog.h"
 #include "controller/job_planning.h"
 #include "controller/recovery/spike_detector.h"
 #include "controller/recovery_metrics.h"
@@ -229,72 +231,20 @@ class JobManager {
   int64_t StoreWriteFailures();
   // Sums over all jobs, for /metrics (monotonic: jobs are never deleted).
   // Finished jobs' part is kept as they end; only unfinished jobs are read.
-  struct RecoveryTotals {
-    int64_t restarts = 0, rollbacks = 0, spikes = 0;
-  };
+  using RecoveryTotals = loom::controller::RecoveryTotals;
   RecoveryTotals RecoveryCounts();
 
  private:
   using Worker = WorkerRegistry::Worker;
   using RankSlot = WorkerRegistry::RankSlot;
-  struct PendingFailure {
-    absl::Time at;
-    std::string reason;
-    bool rendezvous = false;  // a rank failed to join before any step
-    // Why restarting cannot help, when a rank's exit code says so
-    // (RecoveryPolicy::NoRestartBecause): the job fails without spending a
-    // restart. Empty: the usual policy.
-    std::string no_restart_because;
-    // Set when the cause is known better than "a rank failed" (a rank its
-    // worker killed when its lease ran out): the kCause* value.
-    std::string cause_kind;
-  };
-  struct JobRecord {
-    loom::v1::Job job;
-    std::optional<PendingFailure> pending_failure;  // first rank failure, unresolved
-    int rendezvous_retries = 0;  // consecutive attempts placed again after one
-    std::set<int> exited_ok;  // ranks that finished with exit code 0
-    std::set<int> running_seen;
-    // (worker id, rank) of rank processes started and not yet known to have
-    // exited. A restarted job is not placed again until this is empty, so
-    // two attempts never write the same checkpoint directory at once.
-    std::set<std::pair<std::string, int>> live;
-    std::unique_ptr<recovery::SpikeDetector> detector;  // created on first step
-    int unstored_transitions = 0;  // history entries a failed write left off the disk
-    int64_t last_spike_step = -1;
-    // step -> data batch index it trained on, for the recent steps of the
-    // current attempt (bounded); used to keep skip ranges replayable.
-    std::map<int64_t, int64_t> step_batches;
-    bool skip_widened = false;
-    int64_t attempt_last_step = -1;  // last step reported by the current attempt
-    // The newest steps with a time split, for the bottleneck verdict
-    // (diagnosis.h); bounded by DiagnosisOptions::window.
-    std::deque<loom::v1::StepMetrics> recent_steps;
-    // After a controller restart: the attempt waits until this time for its
-    // ranks to be re-adopted (absl::InfinitePast(): not waiting).
-    absl::Time adopt_deadline = absl::InfinitePast();
-    std::set<int> adopted;  // ranks re-adopted (or accounted by their exit) so far
-    // The attempt was running when the controller restarted: a failure of
-    // it is attributed to the restart (kCauseControllerRestart).
-    bool across_controller_restart = false;
-    // Not placed again before this time: ranks of the previous attempt may
-    // still run on a worker whose lease has not run out.
-    absl::Time not_before = absl::InfinitePast();
-    Placements placements;  // AttemptPlacements
-  };
-
   // All private helpers require mu_ held.
-  // A durable write that fails is handled here, not by callers: the change
-  // stands in memory, the job is marked (unpersisted_), logged once and
-  // counted (StoreWriteFailures), and every Tick writes it again, with every
-  // transition not yet stored, until the store takes it.
-  // Transition applies and publishes a state change and writes it so.
+  // Applies, writes (JobCatalog::Persist: a failed write is handled there)
+  // and publishes a state change.
   void Transition(JobRecord& rec, loom::v1::JobState to, const std::string& reason);
-  // The in-memory part of Transition (history, state, indexes).
+  // The in-memory part of Transition (JobCatalog::RecordTransition), and a
+  // job queued makes the scheduler run.
   const loom::v1::StateTransition& RecordTransitionLocked(JobRecord& rec, loom::v1::JobState to,
                                                           const std::string& reason);
-  void PersistLocked(JobRecord& rec, int new_transitions);
-  void RetryUnpersistedLocked();
   void Publish(const std::string& job_id, loom::v1::JobEvent event);
   void StopJobRanks(JobRecord& rec, const std::string& reason,
                     const std::string& except_worker);
@@ -303,11 +253,6 @@ class JobManager {
   // with the scheduler's reason, and so does every job behind it. Reads the
   // pending jobs only (pending_), and nothing when there are none.
   void ScheduleLocked();
-  // Keeps pending_, unfinished_, state_counts_ and finished_totals_ in step
-  // with a job moving from `from` to `to` (JOB_STATE_UNSPECIFIED: new, or
-  // forgotten).
-  void IndexStateLocked(const std::string& job_id, loom::v1::JobState from,
-                        loom::v1::JobState to);
   // A ReportEvents under mu_; the durable write it queued (if any) goes to
   // `write`, which the caller waits for after releasing mu_.
   absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEventsLocked(
@@ -369,9 +314,7 @@ class JobManager {
   void RequeueLocked(JobRecord& rec, const std::string& reason);
   void AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event);
   void ForgetWorkerRanks(const std::string& worker_id);
-  static bool IsTerminal(loom::v1::JobState s);
   static bool IsAttemptRunning(loom::v1::JobState s);
-  std::string NewJobId(const std::string& name);
 
   Store* const store_;
   const Clock* const clock_;
@@ -381,26 +324,14 @@ class JobManager {
   const RecoveryPolicy recovery_;    // what a failure or a spike leads to
 
   std::mutex mu_;
-  std::map<std::string, JobRecord> jobs_;          // by id
-  std::vector<std::string> order_;                 // job ids in submission order
-  std::map<std::string, size_t> order_index_;      // job id -> position in order_
-  // The PENDING jobs by position in order_ (the scheduler's queue), and
-  // every job not yet finished: what the periodic checks read.
-  std::set<std::pair<size_t, std::string>> pending_;
-  std::set<std::string> unfinished_;
+  JobCatalog jobs_;  // over store_; not thread-safe itself: guarded by mu_
   // What lets a heartbeat skip the scheduler: nothing changed since it last
   // ran (no job queued, no worker or slot or rendezvous port came) and no
   // waiting job's time (not_before) has come.
   bool schedule_needed_ = true;
   absl::Time schedule_at_ = absl::InfiniteFuture();
-  std::map<loom::v1::JobState, int> state_counts_;
-  RecoveryTotals finished_totals_;             // of jobs that have ended
-  std::vector<std::string> to_thin_;           // ended jobs whose series to thin
-  std::set<std::string> unpersisted_;          // jobs whose newest state is not on disk
-  int64_t store_write_failures_ = 0;
   WorkerRegistry workers_;  // not thread-safe itself: guarded by mu_
   std::multimap<std::string, std::weak_ptr<EventQueue>> watchers_;  // by job id
-  int64_t next_job_seq_ = 1;
 };
 
 }  // namespace loom::controller

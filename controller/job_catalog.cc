@@ -1,0 +1,241 @@
+#include "controller/job_catalog.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom::controller {
+namespace {
+
+using loom::v1::Job;
+using loom::v1::JobState;
+
+// The sequence number in a job id "<name>-<seq>" (ids never repeat).
+int64_t JobSequenceOf(const std::string& id) {
+  const size_t dash = id.rfind('-');
+  int64_t seq = 0;
+  if (dash == std::string::npos || !absl::SimpleAtoi(id.substr(dash + 1), &seq)) return 0;
+  return seq;
+}
+
+void AddRecoveryCounts(const Job& job, RecoveryTotals* t) {
+  t->restarts += job.restarts();
+  t->rollbacks += job.rollbacks();
+  for (const auto& e : job.events()) {
+    t->spikes += e.kind() == loom::v1::RecoveryEvent::SPIKE ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+bool IsTerminalJobState(JobState s) {
+  return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
+}
+
+absl::Status JobCatalog::Load() {
+  absl::StatusOr<std::vector<Job>> jobs = store_->LoadJobs();
+  if (!jobs.ok()) return jobs.status();
+  absl::StatusOr<int64_t> max_seq = store_->MaxJobSequence();
+  if (!max_seq.ok()) return max_seq.status();
+  next_seq_ = *max_seq + 1;
+  for (Job& job : *jobs) {
+    const std::string id = job.id();
+    const JobState state = job.state();
+    Add(id).job = std::move(job);
+    Index(id, loom::v1::JOB_STATE_UNSPECIFIED, state);
+  }
+  return absl::OkStatus();
+}
+
+std::string JobCatalog::NewJobId(const std::string& name) {
+  return absl::StrCat(name, "-", next_seq_++);
+}
+
+JobRecord& JobCatalog::Add(const std::string& id) {
+  JobRecord& rec = records_[id];
+  position_[id] = order_.size();
+  order_.push_back(id);
+  return rec;
+}
+
+absl::Status JobCatalog::StoreNew(JobRecord& rec) {
+  rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
+  const absl::Status s = store_->PutJob(rec.job, rec.job.history_size());
+  if (s.ok()) return s;
+  const std::string id = rec.job.id();
+  Index(id, rec.job.state(), loom::v1::JOB_STATE_UNSPECIFIED);
+  Remove(id);
+  return absl::UnavailableError(
+      absl::StrCat("could not record the job durably, nothing was submitted: ", s.message()));
+}
+
+void JobCatalog::Remove(const std::string& id) {
+  auto at = position_.find(id);
+  if (at != position_.end()) {
+    // Only the newest job is ever taken back, so positions stay dense.
+    if (at->second + 1 == order_.size()) order_.pop_back();
+    position_.erase(at);
+  }
+  records_.erase(id);
+}
+
+JobRecord* JobCatalog::Find(const std::string& id) {
+  auto it = records_.find(id);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+const JobRecord* JobCatalog::Find(const std::string& id) const {
+  auto it = records_.find(id);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<JobRecord*> JobCatalog::Lookup(const std::string& id) {
+  JobRecord* rec = Find(id);
+  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
+  return rec;
+}
+
+const loom::v1::StateTransition& JobCatalog::RecordTransition(JobRecord& rec, JobState to,
+                                                              const std::string& reason) {
+  Job& job = rec.job;
+  loom::v1::StateTransition* t = job.add_history();
+  t->set_from(job.state());
+  t->set_to(to);
+  t->set_time_unix_ms(clock_->NowUnixMillis());
+  t->set_reason(reason);
+  const JobState from = job.state();
+  job.set_state(to);
+  job.set_reason(reason);
+  Index(job.id(), from, to);
+  return *t;
+}
+
+void JobCatalog::Persist(JobRecord& rec, int new_transitions) {
+  rec.unstored_transitions += new_transitions;
+  rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
+  const absl::Status s = store_->PutJob(rec.job, rec.unstored_transitions);
+  if (s.ok()) {
+    rec.unstored_transitions = 0;
+    if (unpersisted_.erase(rec.job.id()) > 0) {
+      std::cerr << "loom-controller: job " << rec.job.id() << " is recorded durably again"
+                << std::endl;
+    }
+    return;
+  }
+  write_failures_ += 1;
+  if (unpersisted_.insert(rec.job.id()).second) {
+    std::cerr << "loom-controller: could not record job " << rec.job.id()
+              << " durably (kept in memory, written again every tick until the store takes "
+                 "it): "
+              << s << std::endl;
+  }
+}
+
+void JobCatalog::MarkUnpersisted(const std::string& id) {
+  write_failures_ += 1;
+  unpersisted_.insert(id);
+}
+
+void JobCatalog::RetryUnpersisted() {
+  const std::vector<std::string> ids(unpersisted_.begin(), unpersisted_.end());
+  for (const std::string& id : ids) {
+    JobRecord* rec = Find(id);
+    if (rec == nullptr) {
+      unpersisted_.erase(id);
+      continue;
+    }
+    Persist(*rec, 0);
+  }
+}
+
+void JobCatalog::Index(const std::string& id, JobState from, JobState to) {
+  if (from == to) return;
+  if (from != loom::v1::JOB_STATE_UNSPECIFIED) state_counts_[from] -= 1;
+  if (to != loom::v1::JOB_STATE_UNSPECIFIED) state_counts_[to] += 1;
+  auto at = position_.find(id);
+  const size_t position = at == position_.end() ? order_.size() : at->second;
+  if (from == loom::v1::PENDING) pending_.erase({position, id});
+  if (to == loom::v1::PENDING) pending_.insert({position, id});
+  if (to == loom::v1::JOB_STATE_UNSPECIFIED) {
+    unfinished_.erase(id);
+  } else if (IsTerminalJobState(to)) {
+    if (unfinished_.erase(id) > 0 || from == loom::v1::JOB_STATE_UNSPECIFIED) {
+      // Its recovery counts stop changing: add them to the finished part.
+      if (const JobRecord* rec = Find(id)) AddRecoveryCounts(rec->job, &finished_totals_);
+      // (Jobs found ended at Load were thinned when they ended.)
+      if (from != loom::v1::JOB_STATE_UNSPECIFIED) to_thin_.push_back(id);
+    }
+  } else {
+    unfinished_.insert(id);
+  }
+}
+
+RecoveryTotals JobCatalog::Totals() const {
+  RecoveryTotals t = finished_totals_;
+  for (const std::string& id : unfinished_) AddRecoveryCounts(records_.at(id).job, &t);
+  return t;
+}
+
+std::vector<std::string> JobCatalog::TakeEndedToThin() {
+  std::vector<std::string> out;
+  out.swap(to_thin_);
+  return out;
+}
+
+std::vector<Job> JobCatalog::List(const std::set<JobState>& states, int limit) const {
+  std::vector<Job> out;
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    const Job& job = records_.at(*it).job;
+    if (!states.empty() && !states.count(job.state())) continue;
+    out.push_back(job);
+    if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
+  }
+  return out;
+}
+
+std::vector<Job> JobCatalog::ListPage(const std::set<JobState>& states, int page_size,
+                                      int64_t before_seq, bool full,
+                                      int64_t* next_before_seq) const {
+  std::vector<Job> out;
+  *next_before_seq = 0;
+  // order_ is in submission order, so sequences increase along it.
+  auto it = order_.rbegin();
+  if (before_seq > 0) {
+    it = std::find_if(order_.rbegin(), order_.rend(),
+                      [&](const std::string& id) { return JobSequenceOf(id) < before_seq; });
+  }
+  for (; it != order_.rend(); ++it) {
+    const Job& job = records_.at(*it).job;
+    if (!states.empty() && !states.count(job.state())) continue;
+    if (static_cast<int>(out.size()) >= page_size) {
+      *next_before_seq = JobSequenceOf(out.back().id());
+      break;
+    }
+    if (full) {
+      out.push_back(job);
+      continue;
+    }
+    Job brief;
+    brief.set_id(job.id());
+    brief.mutable_spec()->set_name(job.spec().name());
+    *brief.mutable_spec()->mutable_schedule() = job.spec().schedule();
+    *brief.mutable_spec()->mutable_resources() = job.spec().resources();
+    brief.set_state(job.state());
+    brief.set_reason(job.reason());
+    brief.set_created_unix_ms(job.created_unix_ms());
+    brief.set_updated_unix_ms(job.updated_unix_ms());
+    brief.set_submitted_by(job.submitted_by());
+    *brief.mutable_summary() = job.summary();
+    brief.set_restarts(job.restarts());
+    brief.set_rollbacks(job.rollbacks());
+    brief.set_operator_rollbacks(job.operator_rollbacks());
+    brief.set_generation(job.generation());
+    *brief.mutable_ranks() = job.ranks();
+    out.push_back(std::move(brief));
+  }
+  return out;
+}
+
+}  // namespace loom::controller

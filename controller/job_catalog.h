@@ -1,0 +1,188 @@
+// The controller's jobs (issue 12, "Structure"): every job's record in
+// memory, in submission order, with the indexes the periodic checks read
+// (the PENDING queue, the unfinished jobs, counts by state, recovery totals
+// of ended jobs), and its durable copy in the Store. JobManager coordinates
+// it with the worker registry, the scheduler and the recovery policy.
+//
+// Durable writes: Persist writes a record; a write that fails is handled
+// here, not by callers: the change stands in memory, the job is marked
+// unpersisted, logged once and counted (write_failures), and every
+// RetryUnpersisted (each controller tick) writes it again, with every
+// transition not yet stored, until the store takes it.
+//
+// Not thread-safe: JobManager's mutex guards it.
+#ifndef LOOM_CONTROLLER_JOB_CATALOG_H_
+#define LOOM_CONTROLLER_JOB_CATALOG_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "controller/recovery/spike_detector.h"
+#include "controller/store.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom::controller {
+
+// A rank failure of the current attempt, not yet resolved.
+struct PendingFailure {
+  absl::Time at;
+  std::string reason;
+  bool rendezvous = false;  // a rank failed to join before any step
+  // Why restarting cannot help, when a rank's exit code says so
+  // (RecoveryPolicy::NoRestartBecause): the job fails without spending a
+  // restart. Empty: the usual policy.
+  std::string no_restart_because;
+  // Set when the cause is known better than "a rank failed" (a rank its
+  // worker killed when its lease ran out): the kCause* value.
+  std::string cause_kind;
+};
+
+// One job: its durable part (`job`) and what the controller keeps about its
+// current attempt in memory only.
+struct JobRecord {
+  loom::v1::Job job;
+  std::optional<PendingFailure> pending_failure;  // first rank failure, unresolved
+  int rendezvous_retries = 0;  // consecutive attempts placed again after one
+  std::set<int> exited_ok;     // ranks that finished with exit code 0
+  std::set<int> running_seen;
+  // (worker id, rank) of rank processes started and not yet known to have
+  // exited. A restarted job is not placed again until this is empty, so
+  // two attempts never write the same checkpoint directory at once.
+  std::set<std::pair<std::string, int>> live;
+  std::unique_ptr<recovery::SpikeDetector> detector;  // created on first step
+  int unstored_transitions = 0;  // history entries a failed write left off the disk
+  int64_t last_spike_step = -1;
+  // step -> data batch index it trained on, for the recent steps of the
+  // current attempt (bounded); used to keep skip ranges replayable.
+  std::map<int64_t, int64_t> step_batches;
+  bool skip_widened = false;
+  int64_t attempt_last_step = -1;  // last step reported by the current attempt
+  // The newest steps with a time split, for the bottleneck verdict
+  // (diagnosis.h); bounded by DiagnosisOptions::window.
+  std::deque<loom::v1::StepMetrics> recent_steps;
+  // After a controller restart: the attempt waits until this time for its
+  // ranks to be re-adopted (absl::InfinitePast(): not waiting).
+  absl::Time adopt_deadline = absl::InfinitePast();
+  std::set<int> adopted;  // ranks re-adopted (or accounted by their exit) so far
+  // The attempt was running when the controller restarted: a failure of it
+  // is attributed to the restart (kCauseControllerRestart).
+  bool across_controller_restart = false;
+  // Not placed again before this time: ranks of the previous attempt may
+  // still run on a worker whose lease has not run out.
+  absl::Time not_before = absl::InfinitePast();
+  // Generation -> rank -> node of the recent attempts (JobManager's
+  // AttemptPlacements).
+  std::map<int64_t, std::map<int, std::string>> placements;
+};
+
+// SUCCEEDED, FAILED or CANCELLED.
+bool IsTerminalJobState(loom::v1::JobState s);
+
+// Restarts, rollbacks and loss spikes over every job.
+struct RecoveryTotals {
+  int64_t restarts = 0, rollbacks = 0, spikes = 0;
+};
+
+class JobCatalog {
+ public:
+  // `store` and `clock` must outlive the catalog.
+  JobCatalog(Store* store, const Clock* clock) : store_(store), clock_(clock) {}
+  JobCatalog(const JobCatalog&) = delete;
+  JobCatalog& operator=(const JobCatalog&) = delete;
+
+  // Loads every stored job into an empty catalog (a controller start) and
+  // continues the id sequence after the largest stored. Jobs found ended
+  // count in the totals and are not thinned again. The store's error if it
+  // cannot be read.
+  absl::Status Load();
+
+  // "<name>-<seq>"; sequences never repeat (across restarts too).
+  std::string NewJobId(const std::string& name);
+  // A new record for `id`, last in submission order, in no state yet
+  // (JOB_STATE_UNSPECIFIED): give it its first transition, then StoreNew.
+  JobRecord& Add(const std::string& id);
+  // Writes a record just added and given its first transition; if the
+  // store fails, takes the record back out (the job was never submitted)
+  // and returns UNAVAILABLE saying so.
+  absl::Status StoreNew(JobRecord& rec);
+
+  // Null when there is no such job.
+  JobRecord* Find(const std::string& id);
+  const JobRecord* Find(const std::string& id) const;
+  // NOT_FOUND "no job with id ..." when there is no such job.
+  absl::StatusOr<JobRecord*> Lookup(const std::string& id);
+  // Every record by id.
+  std::map<std::string, JobRecord>& records() { return records_; }
+  const std::map<std::string, JobRecord>& records() const { return records_; }
+
+  // Appends the transition to `rec`'s history (time now), sets its state
+  // and reason and the indexes; in memory only (Persist writes it).
+  const loom::v1::StateTransition& RecordTransition(JobRecord& rec, loom::v1::JobState to,
+                                                    const std::string& reason);
+  // Writes `rec` (its updated time set now) with its `new_transitions`
+  // newest history entries added since the last write; see the file comment
+  // for a failed write.
+  void Persist(JobRecord& rec, int new_transitions);
+  // A write of `id` outside Persist failed (a step report's transaction):
+  // counted, and the job written again by RetryUnpersisted.
+  void MarkUnpersisted(const std::string& id);
+  void RetryUnpersisted();
+  int64_t write_failures() const { return write_failures_; }
+
+  // PENDING jobs by submission position: the scheduler's queue.
+  const std::set<std::pair<size_t, std::string>>& pending() const { return pending_; }
+  // Jobs not ended.
+  const std::set<std::string>& unfinished() const { return unfinished_; }
+  const std::map<loom::v1::JobState, int>& state_counts() const { return state_counts_; }
+  RecoveryTotals Totals() const;
+  // Jobs that ended since the last call, whose step series are to be
+  // thinned.
+  std::vector<std::string> TakeEndedToThin();
+
+  // Jobs in `states` (all when empty), newest first; at most `limit` (all
+  // when <= 0).
+  std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit) const;
+  // One page of them: those with a sequence below `before_seq` (0: from the
+  // newest), at most `page_size`; `full` false: the fields a listing shows
+  // (no spec beyond name, schedule and resources; no plan, history or
+  // events). *next_before_seq: where the next page starts, 0 at the end.
+  std::vector<loom::v1::Job> ListPage(const std::set<loom::v1::JobState>& states, int page_size,
+                                      int64_t before_seq, bool full,
+                                      int64_t* next_before_seq) const;
+
+ private:
+  // Keeps pending_, unfinished_, state_counts_ and finished_totals_ in step
+  // with a job moving from `from` to `to` (JOB_STATE_UNSPECIFIED: new, or
+  // forgotten).
+  void Index(const std::string& id, loom::v1::JobState from, loom::v1::JobState to);
+  void Remove(const std::string& id);
+
+  Store* const store_;
+  const Clock* const clock_;
+  std::map<std::string, JobRecord> records_;  // by id
+  std::vector<std::string> order_;            // ids in submission order
+  std::map<std::string, size_t> position_;    // id -> position in order_
+  std::set<std::pair<size_t, std::string>> pending_;
+  std::set<std::string> unfinished_;
+  std::map<loom::v1::JobState, int> state_counts_;
+  RecoveryTotals finished_totals_;        // of jobs that have ended
+  std::vector<std::string> to_thin_;      // ended jobs whose series to thin
+  std::set<std::string> unpersisted_;     // jobs whose newest state is not on disk
+  int64_t write_failures_ = 0;
+  int64_t next_seq_ = 1;
+};
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_JOB_CATALOG_H_

@@ -1,0 +1,163 @@
+#include "controller/job_catalog.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "controller/store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom::controller {
+namespace {
+
+using loom::v1::JobState;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class JobCatalogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/loom_job_catalog_test_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    OpenStore();
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void OpenStore() {
+    store_.reset();
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  // Submits a job as JobManager does: a new record, its first transition,
+  // stored.
+  std::string Submit(JobCatalog& catalog, const std::string& name) {
+    const std::string id = catalog.NewJobId(name);
+    JobRecord& rec = catalog.Add(id);
+    rec.job.set_id(id);
+    rec.job.mutable_spec()->set_name(name);
+    rec.job.set_created_unix_ms(clock_.NowUnixMillis());
+    catalog.RecordTransition(rec, loom::v1::PENDING, "submitted");
+    EXPECT_TRUE(catalog.StoreNew(rec).ok());
+    return id;
+  }
+  void Move(JobCatalog& catalog, const std::string& id, JobState to) {
+    JobRecord& rec = *catalog.Find(id);
+    catalog.RecordTransition(rec, to, "test");
+    catalog.Persist(rec, 1);
+  }
+  static std::vector<std::string> Ids(const std::vector<loom::v1::Job>& jobs) {
+    std::vector<std::string> ids;
+    for (const auto& j : jobs) ids.push_back(j.id());
+    return ids;
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+};
+
+// The indexes follow every transition: the PENDING queue in submission
+// order, the unfinished set, counts by state; ended jobs are handed out to
+// be thinned once.
+TEST_F(JobCatalogTest, IndexesFollowTransitions) {
+  JobCatalog catalog(store_.get(), &clock_);
+  const std::string a = Submit(catalog, "a"), b = Submit(catalog, "b"), c = Submit(catalog, "c");
+  EXPECT_EQ(a, "a-1");
+  EXPECT_EQ(c, "c-3");
+  ASSERT_EQ(catalog.pending().size(), 3u);
+  EXPECT_EQ(catalog.pending().begin()->second, a);
+  Move(catalog, a, loom::v1::SCHEDULED);
+  Move(catalog, b, loom::v1::SCHEDULED);
+  Move(catalog, b, loom::v1::PENDING);  // requeued: keeps its place before c
+  EXPECT_EQ(catalog.pending().begin()->second, b);
+  EXPECT_EQ(catalog.state_counts().at(loom::v1::PENDING), 2);
+  EXPECT_EQ(catalog.state_counts().at(loom::v1::SCHEDULED), 1);
+  catalog.Find(a)->job.set_restarts(2);
+  Move(catalog, a, loom::v1::SUCCEEDED);
+  EXPECT_THAT(catalog.unfinished(), ::testing::UnorderedElementsAre(b, c));
+  EXPECT_THAT(catalog.TakeEndedToThin(), ElementsAre(a));
+  EXPECT_TRUE(catalog.TakeEndedToThin().empty());
+  catalog.Find(c)->job.set_rollbacks(1);
+  const RecoveryTotals totals = catalog.Totals();
+  EXPECT_EQ(totals.restarts, 2);  // a, ended
+  EXPECT_EQ(totals.rollbacks, 1);  // c, unfinished
+  // Newest first; a page of one, then the next.
+  EXPECT_THAT(Ids(catalog.List({}, 0)), ElementsAre(c, b, a));
+  EXPECT_THAT(Ids(catalog.List({loom::v1::PENDING}, 0)), ElementsAre(c, b));
+  int64_t next = 0;
+  EXPECT_THAT(Ids(catalog.ListPage({}, 1, 0, false, &next)), ElementsAre(c));
+  EXPECT_EQ(next, 3);
+  EXPECT_THAT(Ids(catalog.ListPage({}, 5, next, false, &next)), ElementsAre(b, a));
+  EXPECT_EQ(next, 0);
+  EXPECT_EQ(catalog.Lookup("nope-9").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(catalog.Lookup("nope-9").status().message()), HasSubstr("nope-9"));
+}
+
+// A new catalog over the same store finds every job, its history and
+// state, continues the id sequence, and counts ended jobs without handing
+// them out to be thinned again.
+TEST_F(JobCatalogTest, LoadFindsWhatWasStored) {
+  std::string a, b;
+  {
+    JobCatalog catalog(store_.get(), &clock_);
+    a = Submit(catalog, "a");
+    b = Submit(catalog, "b");
+    catalog.Find(a)->job.set_restarts(1);
+    Move(catalog, a, loom::v1::FAILED);
+  }
+  JobCatalog again(store_.get(), &clock_);
+  ASSERT_TRUE(again.Load().ok());
+  ASSERT_NE(again.Find(a), nullptr);
+  EXPECT_EQ(again.Find(a)->job.state(), loom::v1::FAILED);
+  EXPECT_EQ(again.Find(a)->job.history_size(), 2);
+  EXPECT_THAT(again.unfinished(), ElementsAre(b));
+  EXPECT_EQ(again.pending().begin()->second, b);
+  EXPECT_TRUE(again.TakeEndedToThin().empty());
+  EXPECT_EQ(again.Totals().restarts, 1);
+  EXPECT_EQ(again.NewJobId("c"), "c-3");
+}
+
+// A failed write keeps the change in memory, is counted once, and lands at
+// the next RetryUnpersisted with the transitions it missed; a submission
+// the store refuses is taken back whole.
+TEST_F(JobCatalogTest, FailedWritesAreRetriedAndRefusedSubmissionsTakenBack) {
+  JobCatalog catalog(store_.get(), &clock_);
+  const std::string a = Submit(catalog, "a");
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/loom.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr), SQLITE_OK);
+  Move(catalog, a, loom::v1::CANCELLED);
+  EXPECT_EQ(catalog.write_failures(), 1);
+  EXPECT_EQ(catalog.Find(a)->job.state(), loom::v1::CANCELLED);  // in memory
+  // A submission now is refused and leaves nothing behind.
+  const std::string id = catalog.NewJobId("b");
+  JobRecord& rec = catalog.Add(id);
+  rec.job.set_id(id);
+  catalog.RecordTransition(rec, loom::v1::PENDING, "submitted");
+  const absl::Status refused = catalog.StoreNew(rec);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(catalog.Find(id), nullptr);
+  EXPECT_TRUE(catalog.pending().empty());
+  EXPECT_THAT(Ids(catalog.List({}, 0)), ElementsAre(a));
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  catalog.RetryUnpersisted();
+  EXPECT_EQ(catalog.write_failures(), 1);
+  JobCatalog again(store_.get(), &clock_);
+  ASSERT_TRUE(again.Load().ok());
+  ASSERT_NE(again.Find(a), nullptr);
+  EXPECT_EQ(again.Find(a)->job.state(), loom::v1::CANCELLED);
+  EXPECT_EQ(again.Find(a)->job.history_size(), 2);  // the missed transition too
+}
+
+}  // namespace
+}  // namespace loom::controller
