@@ -19,10 +19,11 @@ add_custom_target(loom_fuzzers)
 loom_fuzzer(loom_jobspec_fuzz SRCS ${PROJECT_SOURCE_DIR}/common/jobspec_fuzz.cc DEPS loom_jobspec)
 loom_fuzzer(loom_topology_yaml_fuzz
   SRCS ${PROJECT_SOURCE_DIR}/controller/planner/topology_yaml_fuzz.cc DEPS loom_planner)
-# The checkpoint readers alone (not the LibTorch-heavy writer and engine).
+# The checkpoint readers alone (not the LibTorch-heavy writer and engine):
+# the shard format, over the manifest and verification (no LibTorch).
 loom_library(loom_checkpoint_format_for_fuzz
   SRCS ${PROJECT_SOURCE_DIR}/worker/engine/checkpoint_format.cc
-  DEPS loom_crc32c loom_common yaml-cpp absl::str_format ${TORCH_LIBRARIES})
+  DEPS loom_checkpoint_files loom_crc32c loom_common yaml-cpp absl::str_format ${TORCH_LIBRARIES})
 loom_fuzzer(loom_checkpoint_format_fuzz
   SRCS ${PROJECT_SOURCE_DIR}/worker/engine/checkpoint_format_fuzz.cc
   DEPS loom_checkpoint_format_for_fuzz)
