@@ -251,7 +251,7 @@ class JobManager {
   // Strict FIFO over PENDING jobs: places the first one PlaceGang can hold
   // on the alive workers' free slots (and GPUs); the first that cannot wait
   // with the scheduler's reason, and so does every job behind it. Reads the
-  // pending jobs only (pending_), and nothing when there are none.
+  // pending jobs only (JobCatalog::pending), and nothing when there are none.
   void ScheduleLocked();
   // A ReportEvents under mu_; the durable write it queued (if any) goes to
   // `write`, which the caller waits for after releasing mu_.
