@@ -118,9 +118,6 @@ namespace {
 
 using checkpoint_json::DataLoss;
 using checkpoint_json::JsonString;
-using checkpoint_json::JsonDouble;
-using checkpoint_json::JsonPairs;
-using checkpoint_json::RangesAsPairs;
 using checkpoint_json::AppendStateMembers;
 using checkpoint_json::ParseJson;
 using checkpoint_json::JsonFields;
