@@ -64,7 +64,9 @@ std::optional<WorkerRegistry::DepartedWorker> WorkerRegistry::RemoveNode(
   if (old.info.alive()) {
     gone.ranks = std::move(old.ranks);
     alive_ -= 1;
+    lease_order_.erase(old.lease_entry);
   }
+  by_id_.erase(it->first);
   workers_.erase(it);
   return gone;
 }
@@ -74,6 +76,7 @@ WorkerRegistry::Worker& WorkerRegistry::Add(const loom::v1::RegisterWorkerReques
   std::string id = absl::StrFormat(
       "%s-%06x", req.node(), (nonce_ + static_cast<uint64_t>(absl::ToUnixNanos(now))) & 0xffffff);
   Worker& w = workers_[id];
+  by_id_[id] = &w;
   w.info.set_id(id);
   w.info.set_node(req.node());
   w.info.set_address(req.address());
@@ -93,8 +96,13 @@ WorkerRegistry::Worker& WorkerRegistry::Add(const loom::v1::RegisterWorkerReques
   w.info.set_block_seconds_per_activation(req.block_seconds_per_activation());
   w.info.set_allreduce_latency_seconds(req.allreduce_latency_seconds());
   w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
+  if (w.info.alive()) {  // (an id drawn twice)
+    lease_order_.erase(w.lease_entry);
+    alive_ -= 1;
+  }
   w.info.set_alive(true);
   alive_ += 1;
+  w.lease_entry = lease_order_.insert(lease_order_.end(), &w);
   worker_by_node_[req.node()] = id;
   w.last_heartbeat = now;
   return w;
@@ -109,6 +117,7 @@ absl::StatusOr<WorkerRegistry::HeartbeatRecord> WorkerRegistry::RecordHeartbeat(
                                             "register again"));
   }
   w->last_heartbeat = clock_->Now();
+  lease_order_.splice(lease_order_.end(), lease_order_, w->lease_entry);
   HeartbeatRecord record;
   record.worker = w;
   // A worker whose fresh rendezvous port was used gives the next one here.
@@ -121,10 +130,11 @@ absl::StatusOr<WorkerRegistry::HeartbeatRecord> WorkerRegistry::RecordHeartbeat(
 std::vector<WorkerRegistry::DepartedWorker> WorkerRegistry::ExpireLeases() {
   const absl::Time now = clock_->Now();
   std::vector<DepartedWorker> dead;
-  for (auto& [id, w] : workers_) {
-    if (!w.info.alive()) continue;
+  while (!lease_order_.empty()) {
+    Worker& w = *lease_order_.front();
     absl::Duration silent = now - w.last_heartbeat;
-    if (silent <= options_.worker_timeout) continue;
+    if (silent <= options_.worker_timeout) break;  // and so is everyone after it
+    lease_order_.pop_front();
     DepartedWorker gone;
     gone.info = w.info;
     gone.last_heartbeat = w.last_heartbeat;
@@ -136,17 +146,20 @@ std::vector<WorkerRegistry::DepartedWorker> WorkerRegistry::ExpireLeases() {
     w.pending_commands.clear();
     dead.push_back(std::move(gone));
   }
+  std::sort(dead.begin(), dead.end(), [](const DepartedWorker& a, const DepartedWorker& b) {
+    return a.info.id() < b.info.id();
+  });
   return dead;
 }
 
 WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) {
-  auto it = workers_.find(id);
-  return it == workers_.end() ? nullptr : &it->second;
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
 }
 
 const WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) const {
-  auto it = workers_.find(id);
-  return it == workers_.end() ? nullptr : &it->second;
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
 }
 
 WorkerRegistry::Worker* WorkerRegistry::FindAlive(const std::string& id) {

@@ -21,9 +21,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,6 +62,8 @@ class WorkerRegistry {
     // running, or exiting), with when they were last sent. A heartbeat
     // response can be lost; unconfirmed starts are sent again.
     std::map<std::pair<std::string, int>, std::pair<loom::v1::StartRank, absl::Time>> unacked;
+    // The registry's own: where an alive worker sits in the lease order.
+    std::list<Worker*>::iterator lease_entry;
   };
   // A worker that left the alive set (declared dead, or replaced by its
   // node's new worker), and what it held then.
@@ -105,7 +109,11 @@ class WorkerRegistry {
   // (exactly worker_timeout is still alive): its pending commands are
   // dropped and its slots freed. Returns those workers in id order, with
   // the slots they held, for the coordinator to fail or restart the jobs
-  // that had ranks there.
+  // that had ranks there. Costs O(log n) per worker declared dead, not a
+  // pass over every worker: it runs every tick, under the coordinator's
+  // lock, with 10,000 workers heartbeating. (The lease order is the order
+  // of heartbeats; should the clock step back, a worker is declared dead
+  // late by at most that step, never early.)
   std::vector<DepartedWorker> ExpireLeases();
 
   // The worker with `id`, alive or dead; nullptr if none.
@@ -138,8 +146,14 @@ class WorkerRegistry {
  private:
   const Clock* const clock_;
   const WorkerRegistryOptions options_;
-  std::map<std::string, Worker> workers_;              // by id
+  std::map<std::string, Worker> workers_;              // by id, in id order
+  // The same workers by id, for lookups: every heartbeat and step report
+  // makes one, and a search of an ordered tree of 10,000 workers was ~6%
+  // of the controller's CPU (perf, bench control-plane).
+  std::unordered_map<std::string, Worker*> by_id_;
   std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
+  // The alive workers, least recently heard from first.
+  std::list<Worker*> lease_order_;
   int alive_ = 0;
   uint64_t nonce_;  // makes ids of one node differ across controller runs
 };
