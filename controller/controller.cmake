@@ -35,7 +35,7 @@ loom_library(loom_controller_service SRCS controller_service.cc
 
 add_executable(loom-controller controller_main.cc)
 target_link_libraries(loom-controller PRIVATE loom_controller_service loom_health
-  absl::flags absl::flags_parse absl::flags_usage)
+  absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
 
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
 loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_metrics

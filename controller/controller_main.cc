@@ -21,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -102,6 +103,12 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // Debian builds Abseil without NDEBUG, so every absl::Mutex (gRPC's
+  // locks are) keeps a lock-order graph for deadlock detection: under
+  // 10,000 heartbeating workers that bookkeeping was ~4% of the
+  // controller's CPU (perf, bench control-plane). Loom's own locks are
+  // std::mutex; tests and sanitizer builds keep the detection.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage("Loom controller: job catalog, scheduling, worker registry.");
   absl::ParseCommandLine(argc, argv);
   using namespace loom;
@@ -209,6 +216,18 @@ int main(int argc, char** argv) {
           .Help("Durable writes of job records that failed; each is retried until it lands.")
           .Register(*registry)
           .Add({});
+  auto& store_writes_total = metrics::BuildCounter()
+                                 .Name("loom_controller_store_writes_total")
+                                 .Help("Job and step writes committed to the job store.")
+                                 .Register(*registry)
+                                 .Add({});
+  auto& store_transactions_total =
+      metrics::BuildCounter()
+          .Name("loom_controller_store_transactions_total")
+          .Help("Transactions (one fsync each) that committed those writes: writes that "
+                "arrive together share one (group commit).")
+          .Register(*registry)
+          .Add({});
   auto exposer = metrics::Exposer::Start(absl::GetFlag(FLAGS_metrics_listen));
   if (!exposer.ok()) return Fail(absl::StrCat("metrics: ", exposer.status().message()));
   (*exposer)->RegisterCollectable(registry);
@@ -245,6 +264,15 @@ int main(int argc, char** argv) {
   grpc::ResourceQuota quota("loom-controller");
   quota.SetMaxThreads(opts.max_watchers + kShortRpcThreads);
   builder.SetResourceQuota(quota);
+  // A synchronous RPC that finds fewer than MIN_POLLERS threads polling
+  // starts one, and a thread that finishes one while more than MAX_POLLERS
+  // poll exits. At gRPC's defaults (1 and 2) a thousand step reports a
+  // second, each waiting some milliseconds for its transaction's fsync,
+  // started and ended ~500 threads a second (bench control-plane). Idle
+  // threads cost a stack each; keep those the short RPCs may need.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              kShortRpcThreads);
   builder.RegisterService(&job_service);
   builder.RegisterService(&worker_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -318,6 +346,8 @@ int main(int argc, char** argv) {
       bump(rollbacks_total, totals.rollbacks);
       bump(spikes_total, totals.spikes);
       bump(store_write_failures_total, manager.StoreWriteFailures());
+      bump(store_writes_total, (*store)->writes_committed());
+      bump(store_transactions_total, (*store)->batches_committed());
       // An edited users file takes effect within a tick (revocation).
       if (absl::Status reload = (*access)->ReloadIfChanged(); !reload.ok()) {
         std::cerr << "loom-controller: users file: " << reload.message() << std::endl;

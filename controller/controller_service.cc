@@ -92,7 +92,7 @@ void RpcMetrics::Record(const std::string& method, const grpc::Status& status) {
 
 // ------------------------------------------------------------------ JobService
 
-absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContext& ctx, const AccessControl& access,
+absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx, const AccessControl& access,
                                       absl::string_view method) {
   std::string certificate_name;
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
@@ -402,9 +402,17 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
   return Finish("RegisterWorker", r.status());
 }
 
-grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
-                                          const loom::v1::HeartbeatRequest* req,
-                                          loom::v1::HeartbeatResponse* resp) {
+grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                       const loom::v1::HeartbeatRequest* req,
+                                                       loom::v1::HeartbeatResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(HandleHeartbeat(ctx, req, resp));
+  return reactor;
+}
+
+grpc::Status WorkerServiceImpl::HandleHeartbeat(const grpc::ServerContextBase* ctx,
+                                                const loom::v1::HeartbeatRequest* req,
+                                                loom::v1::HeartbeatResponse* resp) {
   LOOM_ADMIT("WorkerService", "Heartbeat");
   absl::Status s = RequireId(req->worker_id(), "worker_id");
   if (s.ok()) s = CheckWorker(*caller, req->worker_id());

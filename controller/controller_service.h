@@ -83,7 +83,15 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   LogStore* const logs_;
 };
 
-class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
+// Heartbeat, the RPC every worker makes every period (10,000 a second from
+// 10,000 workers), is served through gRPC's callback API: it runs on
+// gRPC's own threads, without the synchronous server's hand-off to a
+// thread of its pool and back (bench control-plane). Its work is short and
+// never waits on disk. The others, which may (ReportStepMetrics waits for
+// its transaction's fsync), stay synchronous.
+class WorkerServiceImpl final
+    : public loom::v1::WorkerService::WithCallbackMethod_Heartbeat<
+          loom::v1::WorkerService::Service> {
  public:
   // Only workers (access.h) may call; a worker with a certificate acts only
   // as the worker of the node it names.
@@ -94,8 +102,9 @@ class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const loom::v1::RegisterWorkerRequest* req,
                               loom::v1::RegisterWorkerResponse* resp) override;
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const loom::v1::HeartbeatRequest* req,
-                         loom::v1::HeartbeatResponse* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const loom::v1::HeartbeatRequest* req,
+                                      loom::v1::HeartbeatResponse* resp) override;
   grpc::Status ReportStepMetrics(grpc::ServerContext* ctx,
                                  const loom::v1::ReportStepMetricsRequest* req,
                                  loom::v1::ReportStepMetricsResponse* resp) override;
@@ -112,6 +121,9 @@ class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);
+  grpc::Status HandleHeartbeat(const grpc::ServerContextBase* ctx,
+                               const loom::v1::HeartbeatRequest* req,
+                               loom::v1::HeartbeatResponse* resp);
   // OK if a certificate worker `caller` is the worker `worker_id` (its
   // node); token workers are not bound to a node.
   absl::Status CheckWorker(const Principal& caller, const std::string& worker_id);
@@ -124,7 +136,7 @@ class WorkerServiceImpl final : public loom::v1::WorkerService::Service {
 // The caller of `ctx`: its verified client certificate's common name, else
 // its bearer token, through `access`; then authorized for `method`
 // ("JobService.GetJob"). UNAUTHENTICATED / PERMISSION_DENIED otherwise.
-absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContext& ctx, const AccessControl& access,
+absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx, const AccessControl& access,
                                       absl::string_view method);
 
 }  // namespace loom::controller

@@ -9,7 +9,7 @@ loom_test(loom_log_shipper_test SRCS log_shipper_test.cc DEPS loom_worker_agent)
 
 add_executable(loom-worker worker_main.cc)
 target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_health loom_blas_info
-  loom_cpu_probe loom_nvml absl::flags absl::flags_parse absl::flags_usage)
+  loom_cpu_probe loom_nvml absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
 
 # The rank process links LibTorch and protobuf messages, but no gRPC.
 add_executable(loom-rank rank_main.cc)
