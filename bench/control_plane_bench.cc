@@ -283,6 +283,18 @@ std::map<std::string, ServerHistogram> ScrapeRpcDurations(const std::string& met
   return out;
 }
 
+// The value of an unlabelled series `name` in the controller's /metrics,
+// or -1 when absent.
+double ScrapeValue(const std::string& metrics_address, const std::string& name) {
+  const std::string body = loom::testing::HttpGet(metrics_address, "/metrics").body;
+  std::istringstream lines(body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::atof(line.substr(name.size() + 1).c_str());
+  }
+  return -1;
+}
+
 // "mean 1.2 ms, p99 <= 6.4 ms" over the window (after - before); the p99
 // is the upper bound of the histogram bucket that holds it.
 std::string DescribeServerTime(const ServerHistogram& before, const ServerHistogram& after) {
@@ -476,6 +488,7 @@ int main(int argc, char** argv) {
 
   options.address = info->grpc_address;
   options.token = *worker_token;
+  options.watch_token = *token;
   options.workers = workers;
   Fleet fleet(options);
   const auto setup = Clock::now();
@@ -578,6 +591,10 @@ int main(int argc, char** argv) {
 
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
   const auto server_before = ScrapeRpcDurations(info->metrics_address);
+  const double writes_before =
+      ScrapeValue(info->metrics_address, "loom_controller_store_writes_total");
+  const double transactions_before =
+      ScrapeValue(info->metrics_address, "loom_controller_store_transactions_total");
   const double controller_cpu_before = CpuSeconds(std::to_string(pid));
   const double self_cpu_before = CpuSeconds("self");
   const MachineCpu machine_before = ReadMachineCpu();
@@ -590,6 +607,12 @@ int main(int argc, char** argv) {
   const double self_cpu = CpuSeconds("self") - self_cpu_before;
   const MachineCpu machine_after = ReadMachineCpu();
   const auto server_after = ScrapeRpcDurations(info->metrics_address);
+  // (The controller updates these every tick, 100 ms.)
+  const double writes =
+      ScrapeValue(info->metrics_address, "loom_controller_store_writes_total") - writes_before;
+  const double transactions =
+      ScrapeValue(info->metrics_address, "loom_controller_store_transactions_total") -
+      transactions_before;
   const double rss_mib = StatusField(pid, "VmRSS") / 1024;
   const double peak_rss_mib = StatusField(pid, "VmHWM") / 1024;
   const int threads = static_cast<int>(StatusField(pid, "Threads"));
@@ -636,6 +659,10 @@ int main(int argc, char** argv) {
             : DescribeServerTime(b == server_before.end() ? ServerHistogram{} : b->second,
                                  a->second));
   }
+  std::cout << absl::StrFormat(
+      "controller's store: %.0f writes in %.0f transactions (%.0f/s, %.1f writes each)\n",
+      writes, transactions, transactions / measured_s,
+      transactions > 0 ? writes / transactions : 0.0);
   const double cores = static_cast<double>(std::thread::hardware_concurrency());
   const double machine_busy = machine_after.total > machine_before.total
                                   ? (machine_after.busy - machine_before.busy) /

@@ -546,7 +546,7 @@ class Fleet::Watcher {
         tag_([this](bool ok) { OnEvent(ok); }) {}
 
   void Start() {
-    AttachToken(&context_, fleet_->options_.token);
+    AttachToken(&context_, fleet_->options_.watch_token);
     request_.set_job_id(job_id_);
     request_.set_include_history(false);
     state_ = State::kStarting;

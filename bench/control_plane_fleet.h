@@ -44,7 +44,9 @@ namespace loom::bench {
 
 struct FleetOptions {
   std::string address;  // the controller, host:port
-  std::string token;    // the cluster token (bearer)
+  std::string token;    // the workers' token (bearer)
+  // The watchers' token: a user's (a worker's role may not watch jobs).
+  std::string watch_token;
   int workers = 10000;
   int slots_per_worker = 1;
   // Connections to the controller, shared round-robin by the workers; each

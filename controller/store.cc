@@ -243,6 +243,7 @@ struct Store::PendingWrite {
   std::string job_blob;
   std::vector<std::pair<int, loom::v1::StateTransition>> transitions;  // (index, transition)
   std::vector<std::pair<int64_t, std::string>> steps;                 // (step, metrics)
+  std::chrono::steady_clock::time_point enqueued;
   bool done = false;     // guarded by queue_mu_
   absl::Status status;   // set when done
 };
@@ -265,6 +266,7 @@ Store::Ticket Store::Enqueue(const loom::v1::Job* job, int new_transitions,
   }
   w->steps.reserve(steps.size());
   for (const auto& m : steps) w->steps.emplace_back(m.step(), m.SerializeAsString());
+  w->enqueued = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(queue_mu_);
   queue_.push_back(w);
   return w;
@@ -279,6 +281,11 @@ absl::Status Store::Wait(const Ticket& ticket) {
     }
     // Not done and nobody writing: it is in the line; write the whole line.
     committing_ = true;
+    if (queue_.size() >= 2) {
+      // Others are writing too: give more of them the same transaction.
+      // (A lone writer commits at once.)
+      queue_cv_.wait_until(lock, queue_.front()->enqueued + kGroupCommitWindow);
+    }
     std::vector<Ticket> batch;
     batch.swap(queue_);
     lock.unlock();
