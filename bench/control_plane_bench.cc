@@ -25,9 +25,9 @@
 // Guard rails: at most FleetOptions::max_rpcs_in_flight (1024) RPCs are in
 // flight at once (a send due beyond it waits, and its wait counts in its
 // latency), and the controller is killed past kMaxControllerThreads
-// threads: its synchronous gRPC server runs every RPC it handles on a
-// thread of its own, with no cap, and without these a swamped controller
-// took every pid of the machine.
+// threads: its synchronous gRPC methods (all but Heartbeat) run each RPC
+// on a thread of their own, and before the controller bounded them a
+// swamped controller took every pid of the machine.
 //
 // Usage:
 //   loom_control_plane_bench BIN_DIR [WORKERS] [SECONDS] [JOBS] [WATCHERS] [WARMUP_SECONDS]
