@@ -1170,7 +1170,10 @@ TEST_F(ClusterTest, PartitionedWorkerStopsItsRanksAndTheJobResumesElsewhereBitEx
 // checkpoint verifies.
 TEST_F(ClusterTest, FrozenAttemptThawedAfterARestartIsFencedOffTheCheckpointDirectory) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2, /*worker_timeout_s=*/2, "--slots 2"));
-  constexpr int kSteps = 600;
+  // Long enough that the job is far from done when it is frozen: on a
+  // loaded machine the asynchronous checkpoints trail the steps (one full
+  // ctest run reached step 418 before two checkpoints were recorded).
+  constexpr int kSteps = 1200;
   std::string path = WriteSpec("frozen", kSteps, 1,
                                "recovery: {disable_spike_detection: true, max_restarts: 2}\n"
                                "checkpoint: {interval_steps: 10, keep: 100}\n");
