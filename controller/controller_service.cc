@@ -56,6 +56,12 @@ RpcMetrics::RpcMetrics(metrics::Registry& registry)
 void RpcMetrics::Start() { RpcStartTime() = absl::Now(); }
 
 void RpcMetrics::Record(const std::string& method, const grpc::Status& status) {
+  RecordSince(method, status, RpcStartTime());
+  RpcStartTime() = absl::InfinitePast();
+}
+
+void RpcMetrics::RecordSince(const std::string& method, const grpc::Status& status,
+                             absl::Time start) {
   static const char* kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
                                  "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
                                  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
@@ -83,11 +89,9 @@ void RpcMetrics::Record(const std::string& method, const grpc::Status& status) {
     }
   }
   counter->Increment();
-  const absl::Time start = RpcStartTime();
   if (histogram != nullptr && start != absl::InfinitePast()) {
     histogram->Observe(absl::ToDoubleSeconds(absl::Now() - start));
   }
-  RpcStartTime() = absl::InfinitePast();
 }
 
 // ------------------------------------------------------------------ JobService
@@ -422,17 +426,33 @@ grpc::Status WorkerServiceImpl::HandleHeartbeat(const grpc::ServerContextBase* c
   return Finish("Heartbeat", r.status());
 }
 
-grpc::Status WorkerServiceImpl::ReportStepMetrics(grpc::ServerContext* ctx,
-                                                  const loom::v1::ReportStepMetricsRequest* req,
-                                                  loom::v1::ReportStepMetricsResponse* resp) {
-  LOOM_ADMIT("WorkerService", "ReportStepMetrics");
-  absl::Status s = RequireId(req->worker_id(), "worker_id");
+grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStepMetrics(
+    grpc::CallbackServerContext* ctx, const loom::v1::ReportStepMetricsRequest* req,
+    loom::v1::ReportStepMetricsResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const absl::Time start = absl::Now();
+  auto answer = [this, reactor, start](const absl::Status& s) {
+    grpc::Status g = ToGrpcStatus(s);
+    metrics_->RecordSince("ReportStepMetrics", g, start);
+    reactor->Finish(g);
+  };
+  absl::StatusOr<Principal> caller =
+      AdmitCaller(*ctx, *access_, "WorkerService.ReportStepMetrics");
+  absl::Status s = caller.status();
+  if (s.ok()) s = RequireId(req->worker_id(), "worker_id");
   if (s.ok()) s = RequireId(req->job_id(), "job_id");
   if (s.ok()) s = CheckWorker(*caller, req->worker_id());
-  if (!s.ok()) return Finish("ReportStepMetrics", s);
-  auto r = manager_->ReportEvents(*req);
-  if (r.ok()) *resp = std::move(*r);
-  return Finish("ReportStepMetrics", r.status());
+  if (!s.ok()) {
+    answer(s);
+    return reactor;
+  }
+  // `resp` stays valid until the reactor is finished.
+  manager_->ReportEventsAsync(
+      *req, [resp, answer](absl::StatusOr<loom::v1::ReportStepMetricsResponse> r) {
+        if (r.ok()) *resp = std::move(*r);
+        answer(r.status());
+      });
+  return reactor;
 }
 
 grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* ctx,

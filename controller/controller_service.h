@@ -28,6 +28,9 @@ class RpcMetrics {
   // Counts the RPC by method and status code and, except for streams
   // (WatchJob), observes its duration since Start() on this thread.
   void Record(const std::string& method, const grpc::Status& status);
+  // The same for an RPC answered on another thread than the one that began
+  // it: its duration is the time since `start`.
+  void RecordSince(const std::string& method, const grpc::Status& status, absl::Time start);
 
  private:
   metrics::Family<metrics::Counter>& rpcs_;
@@ -83,15 +86,17 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   LogStore* const logs_;
 };
 
-// Heartbeat, the RPC every worker makes every period (10,000 a second from
-// 10,000 workers), is served through gRPC's callback API: it runs on
+// Heartbeat and ReportStepMetrics, the RPCs every worker makes every
+// period and every rank every few steps (10,000 and 1,000 a second in bench
+// control-plane), are served through gRPC's callback API: they run on
 // gRPC's own threads, without the synchronous server's hand-off to a
-// thread of its pool and back (bench control-plane). Its work is short and
-// never waits on disk. The others, which may (ReportStepMetrics waits for
-// its transaction's fsync), stay synchronous.
+// thread of its pool and back. Neither blocks one: a step report is
+// answered from the store's committer thread once its write is durable
+// (JobManager::ReportEventsAsync). The rarer others stay synchronous.
 class WorkerServiceImpl final
     : public loom::v1::WorkerService::WithCallbackMethod_Heartbeat<
-          loom::v1::WorkerService::Service> {
+          loom::v1::WorkerService::WithCallbackMethod_ReportStepMetrics<
+              loom::v1::WorkerService::Service>> {
  public:
   // Only workers (access.h) may call; a worker with a certificate acts only
   // as the worker of the node it names.
@@ -105,9 +110,9 @@ class WorkerServiceImpl final
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const loom::v1::HeartbeatRequest* req,
                                       loom::v1::HeartbeatResponse* resp) override;
-  grpc::Status ReportStepMetrics(grpc::ServerContext* ctx,
-                                 const loom::v1::ReportStepMetricsRequest* req,
-                                 loom::v1::ReportStepMetricsResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportStepMetrics(grpc::CallbackServerContext* ctx,
+                                              const loom::v1::ReportStepMetricsRequest* req,
+                                              loom::v1::ReportStepMetricsResponse* resp) override;
   grpc::Status ReportRankExit(grpc::ServerContext* ctx,
                               const loom::v1::ReportRankExitRequest* req,
                               loom::v1::ReportRankExitResponse* resp) override;

@@ -771,35 +771,59 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
   // there, in order; it is answered only once that write is on disk, but
   // the wait is outside the lock, so that the reports of many ranks share
   // one transaction (Store's group commit) instead of one fsync each.
-  Store::Ticket write;
-  absl::StatusOr<loom::v1::ReportStepMetricsResponse> resp;
-  int64_t last_step_before = -1, last_step_after = -1;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    JobRecord* it = jobs_.Find(req.job_id());
-    if (it != nullptr) last_step_before = it->attempt_last_step;
-    resp = ReportEventsLocked(req, &write);
-    if (it != nullptr) last_step_after = it->attempt_last_step;
+  AppliedReport applied = ApplyReport(req);
+  if (applied.write == nullptr) return std::move(applied.response);
+  absl::Status durable = store_->Wait(applied.write);
+  return FinishReport(req.job_id(), req.generation(), std::move(applied), durable);
+}
+
+void JobManager::ReportEventsAsync(
+    const loom::v1::ReportStepMetricsRequest& req,
+    std::function<void(absl::StatusOr<loom::v1::ReportStepMetricsResponse>)> done) {
+  AppliedReport applied = ApplyReport(req);
+  if (applied.write == nullptr) {
+    done(std::move(applied.response));
+    return;
   }
-  if (write == nullptr) return resp;
-  absl::Status s = store_->Wait(write);
-  if (s.ok()) return resp;
+  Store::Ticket write = applied.write;
+  store_->WhenDurable(
+      std::move(write), [this, job_id = req.job_id(), generation = req.generation(),
+                         applied = std::move(applied),
+                         done = std::move(done)](absl::Status durable) mutable {
+        done(FinishReport(job_id, generation, std::move(applied), durable));
+      });
+}
+
+JobManager::AppliedReport JobManager::ApplyReport(const loom::v1::ReportStepMetricsRequest& req) {
+  AppliedReport applied;
+  std::lock_guard<std::mutex> lock(mu_);
+  JobRecord* it = jobs_.Find(req.job_id());
+  if (it != nullptr) applied.last_step_before = it->attempt_last_step;
+  applied.response = ReportEventsLocked(req, &applied.write);
+  if (it != nullptr) applied.last_step_after = it->attempt_last_step;
+  return applied;
+}
+
+absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::FinishReport(
+    const std::string& job_id, int64_t generation, AppliedReport applied,
+    const absl::Status& durable) {
+  if (durable.ok()) return std::move(applied.response);
   {
     // The report's steps are not on disk. The worker retries an
     // UNAVAILABLE report: unless a later report moved on, let that retry
     // apply its steps again (instead of skipping them as already seen), and
     // have the job row written again.
     std::lock_guard<std::mutex> lock(mu_);
-    JobRecord* it = jobs_.Find(req.job_id());
+    JobRecord* it = jobs_.Find(job_id);
     if (it != nullptr) {
       JobRecord& rec = *it;
-      if (rec.job.generation() == req.generation() && rec.attempt_last_step == last_step_after) {
-        rec.attempt_last_step = last_step_before;
+      if (rec.job.generation() == generation && rec.attempt_last_step == applied.last_step_after) {
+        rec.attempt_last_step = applied.last_step_before;
       }
       jobs_.MarkUnpersisted(rec.job.id());
     }
   }
-  return absl::UnavailableError(absl::StrCat("could not record metrics: ", s.message()));
+  return absl::UnavailableError(absl::StrCat("could not record metrics: ", durable.message()));
 }
 
 absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLocked(

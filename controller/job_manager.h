@@ -215,6 +215,14 @@ class JobManager {
   // NOT_FOUND for an unknown worker (it retries after registering again).
   absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEvents(
       const loom::v1::ReportStepMetricsRequest& request);
+  // ReportEvents without waiting: the report is applied before it returns,
+  // and `done` gets what ReportEvents would return once its write is
+  // durable, on the store's committer thread (Store::WhenDurable), or at
+  // once when there is nothing to write. `done` must not call back into
+  // the store's waits.
+  void ReportEventsAsync(
+      const loom::v1::ReportStepMetricsRequest& request,
+      std::function<void(absl::StatusOr<loom::v1::ReportStepMetricsResponse>)> done);
   // A stale attempt's exit still frees its slot, then answers
   // FAILED_PRECONDITION.
   absl::Status ReportRankExit(const loom::v1::ReportRankExitRequest& request);
@@ -253,6 +261,21 @@ class JobManager {
   // with the scheduler's reason, and so does every job behind it. Reads the
   // pending jobs only (JobCatalog::pending), and nothing when there are none.
   void ScheduleLocked();
+  // A report applied under mu_, its durable write (if any) not yet waited
+  // for, and the job's step cursor before and after it.
+  struct AppliedReport {
+    absl::StatusOr<loom::v1::ReportStepMetricsResponse> response;
+    Store::Ticket write;
+    int64_t last_step_before = -1;
+    int64_t last_step_after = -1;
+  };
+  AppliedReport ApplyReport(const loom::v1::ReportStepMetricsRequest& request);
+  // The answer once the write is durable or failed (`durable`); a failed
+  // write lets the worker's retry apply the steps again.
+  absl::StatusOr<loom::v1::ReportStepMetricsResponse> FinishReport(const std::string& job_id,
+                                                                   int64_t generation,
+                                                                   AppliedReport applied,
+                                                                   const absl::Status& durable);
   // A ReportEvents under mu_; the durable write it queued (if any) goes to
   // `write`, which the caller waits for after releasing mu_.
   absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEventsLocked(

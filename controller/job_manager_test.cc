@@ -3,7 +3,10 @@
 #include "common/rank_exit.h"
 
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
+#include <future>
+#include <memory>
 #include <map>
 #include <set>
 #include <limits>
@@ -140,6 +143,59 @@ TEST_F(JobManagerTest, SubmitValidatesAndRecordsPending) {
   EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(rejected.status().message()), StartsWith("model.gpt.n_head"));
   EXPECT_EQ(manager_->List({}, 0).size(), 1u);
+}
+
+// The asynchronous report (the controller's ReportStepMetrics) answers as
+// the synchronous one does: a refused report at once, before it returns; an
+// applied one once its write is durable, from the store's thread, with the
+// steps in the store; a retried one again without applying it twice.
+TEST_F(JobManagerTest, ReportEventsAsyncAnswersAsReportEventsDoes) {
+  std::string w = Register("node-a");
+  Beat(w, 29500);
+  auto job = *manager_->Submit(Spec(1));
+  Beat(w, 29501);
+  Beat(w, 29502, {{job.id(), 0}});
+  ASSERT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+
+  using Answer = absl::StatusOr<loom::v1::ReportStepMetricsResponse>;
+  auto report_async = [&](const loom::v1::ReportStepMetricsRequest& req, bool* inline_answer) {
+    auto promise = std::make_shared<std::promise<Answer>>();
+    std::future<Answer> answer = promise->get_future();
+    manager_->ReportEventsAsync(req, [promise](Answer a) { promise->set_value(std::move(a)); });
+    *inline_answer = answer.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    // Bounded: a lost answer fails here instead of hanging the test.
+    EXPECT_EQ(answer.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    return answer.get();
+  };
+
+  loom::v1::ReportStepMetricsRequest unknown;
+  unknown.set_worker_id(w);
+  unknown.set_job_id("no-such-job");
+  bool at_once = false;
+  EXPECT_EQ(report_async(unknown, &at_once).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(at_once);
+
+  loom::v1::ReportStepMetricsRequest report;
+  report.set_worker_id(w);
+  report.set_job_id(job.id());
+  report.set_generation(generation_[job.id()]);
+  for (int step = 1; step <= 3; ++step) {
+    auto* m = report.add_events()->mutable_step();
+    m->set_step(step);
+    m->set_loss(6.0 - step);
+  }
+  Answer applied = report_async(report, &at_once);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(manager_->Get(job.id())->summary().last_step(), 3);
+  auto stored = store_->LoadStepMetrics(job.id(), 0);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size(), 3u);
+  // The retry of a report whose answer was lost.
+  ASSERT_TRUE(report_async(report, &at_once).ok());
+  stored = store_->LoadStepMetrics(job.id(), 0);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size(), 3u);
+  EXPECT_DOUBLE_EQ(manager_->Get(job.id())->summary().last_loss(), 3.0);
 }
 
 TEST_F(JobManagerTest, GangSchedulesOnlyWhenAllSlotsAreFree) {

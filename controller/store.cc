@@ -212,6 +212,12 @@ absl::Status Store::Migrate() {
 }
 
 Store::~Store() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  durable_cv_.notify_all();
+  if (committer_.joinable()) committer_.join();
   sqlite3_close(db_);
   close(lock_fd_);  // releases the directory
 }
@@ -303,6 +309,31 @@ absl::Status Store::Wait(const Ticket& ticket) {
     queue_cv_.notify_all();
   }
   return ticket->status;
+}
+
+void Store::WhenDurable(Ticket ticket, std::function<void(absl::Status)> done) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    durable_waits_.emplace_back(std::move(ticket), std::move(done));
+    if (!committer_.joinable()) committer_ = std::thread([this] { RunCommitter(); });
+  }
+  durable_cv_.notify_one();
+}
+
+void Store::RunCommitter() {
+  for (;;) {
+    std::vector<std::pair<Ticket, std::function<void(absl::Status)>>> waits;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      durable_cv_.wait(lock, [&] { return stopping_ || !durable_waits_.empty(); });
+      if (durable_waits_.empty()) return;  // stopping, and nothing left
+      waits.swap(durable_waits_);
+    }
+    // The first Wait commits the whole line (after the group-commit
+    // window, when others are in it); the rest are then done already,
+    // unless they were put in line after that batch began.
+    for (auto& [ticket, done] : waits) done(Wait(ticket));
+  }
 }
 
 int64_t Store::writes_committed() {

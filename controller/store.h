@@ -9,9 +9,12 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,6 +60,13 @@ class Store {
   // second share a few hundred fsyncs instead of one per two reports
   // (bench control-plane: "writes each").
   absl::Status Wait(const Ticket& ticket);
+  // Returns at once; `done` runs with what Wait would return, on the
+  // store's own committer thread (started on first use), which waits as
+  // Wait does: a server answers durable writes without a thread per
+  // waiting request. `done` must not wait for another write of this store.
+  // Writes still waited for when the store is destroyed are waited for
+  // first.
+  void WhenDurable(Ticket ticket, std::function<void(absl::Status)> done);
   // Writes handed to SQLite so far and the transactions that carried them
   // (for the load benchmark and tests: writes / batches is the grouping).
   int64_t writes_committed();
@@ -135,6 +145,12 @@ class Store {
   bool committing_ = false;     // a waiter is writing a batch; guarded by queue_mu_
   int64_t writes_committed_ = 0;   // guarded by queue_mu_
   int64_t batches_committed_ = 0;  // guarded by queue_mu_
+  // WhenDurable's waits and their thread.
+  void RunCommitter();
+  std::vector<std::pair<Ticket, std::function<void(absl::Status)>>> durable_waits_;  // queue_mu_
+  std::condition_variable durable_cv_;
+  bool stopping_ = false;  // guarded by queue_mu_
+  std::thread committer_;  // started by the first WhenDurable
 
   std::mutex mu_;
   sqlite3* db_;  // owned; guarded by mu_

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -255,6 +256,52 @@ TEST(StoreTest, ConcurrentWritesShareTransactionsInOrder) {
     ASSERT_EQ(steps->size(), 50u) << job.id();
     for (int i = 0; i < 50; ++i) EXPECT_EQ((*steps)[i].step(), i + 1);
   }
+}
+
+// WhenDurable answers from the store's own thread once the write is
+// committed, in the order the writes were put in line, grouping those that
+// wait together; writes still waited for when the store closes are
+// committed and answered first.
+TEST(StoreTest, WhenDurableAnswersFromItsOwnThreadOnceCommitted) {
+  const std::string dir = TempDir();
+  constexpr int kWrites = 200;
+  {
+    auto store = Store::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::mutex mu;
+    std::vector<int> answered;  // write numbers, in the order answered
+    int failed = 0;
+    bool on_caller_thread = false;
+    const std::thread::id caller = std::this_thread::get_id();
+    loom::v1::Job job = MakeJob("async-1", loom::v1::RUNNING, 1000);
+    for (int i = 1; i <= kWrites; ++i) {
+      loom::v1::StepMetrics m;
+      m.set_step(i);
+      job.mutable_summary()->set_last_step(i);
+      (*store)->WhenDurable((*store)->Enqueue(&job, i == 1 ? 1 : 0, {m}, job.id()),
+                            [&, i](absl::Status s) {
+                              std::lock_guard<std::mutex> lock(mu);
+                              answered.push_back(i);
+                              failed += s.ok() ? 0 : 1;
+                              on_caller_thread |= std::this_thread::get_id() == caller;
+                            });
+    }
+    // Closing the store waits for every answer (no sleep here).
+    store->reset();
+    EXPECT_EQ(failed, 0);
+    EXPECT_FALSE(on_caller_thread);
+    ASSERT_EQ(answered.size(), static_cast<size_t>(kWrites));
+    for (int i = 0; i < kWrites; ++i) ASSERT_EQ(answered[i], i + 1);
+  }
+  auto store = Store::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto steps = (*store)->LoadStepMetrics("async-1", 0);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_EQ(steps->size(), static_cast<size_t>(kWrites));
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].summary().last_step(), kWrites);
 }
 
 // A finished job's series thinned to `keep` rows keeps the first and the
