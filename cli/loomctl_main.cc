@@ -775,6 +775,7 @@ int CmdLogs(const Globals& g, const std::vector<std::string>& args) {
   int64_t generation = resp.log().generation();
   absl::Time last_progress = absl::Now();
   absl::Time last_job_check = absl::InfinitePast();
+  absl::Time finished_seen = absl::InfinitePast();  // when the job was first seen ended
   while (true) {
     std::cout.write(resp.data().data(), static_cast<std::streamsize>(resp.data().size()));
     std::cout.flush();
@@ -798,12 +799,18 @@ int CmdLogs(const Globals& g, const std::vector<std::string>& args) {
         if (!s.ok()) return Fail(s);
         continue;
       }
-      // Done: the job ended and the log is whole (or no byte came for a
-      // while: the worker that held the rest is gone).
+      // Done: the job ended and the log is whole, or no byte came for 5 s
+      // after the job was seen ended (the worker that held the rest is
+      // gone). The grace counts from the end of the job, not from the last
+      // byte: a worker ships a rank's last lines on its own clock, after
+      // the exit that ended the job, and a rank that trained quietly for
+      // minutes has still to be waited for.
       if (absl::Now() - last_job_check > absl::Seconds(1)) {
         last_job_check = absl::Now();
-        const bool finished = job_finished();
-        if (finished && (resp.log().complete() || absl::Now() - last_progress > absl::Seconds(5))) {
+        if (finished_seen == absl::InfinitePast() && job_finished()) finished_seen = absl::Now();
+        if (finished_seen != absl::InfinitePast() &&
+            (resp.log().complete() ||
+             absl::Now() - std::max(finished_seen, last_progress) > absl::Seconds(5))) {
           return 0;
         }
         if (resp.log().complete() && attempt >= 0) return 0;
