@@ -201,11 +201,11 @@ int main(int argc, char** argv) {
   std::map<int64_t, Clock::time_point> committed_at;   // written under a mutex
   std::mutex committed_mu;
   loom::engine::TrainerCallbacks callbacks;
-  callbacks.on_step = [&](const loom::engine::StepReport& r) {
-    step_end[r.step] = Clock::now();
-    step_seconds[r.step] = r.step_time_seconds;
-    std::printf("  step %lld: %.3f s, loss %.3f\n", static_cast<long long>(r.step),
-                r.step_time_seconds, r.loss);
+  callbacks.on_step = [&](const loom::v1::StepMetrics& r) {
+    step_end[r.step()] = Clock::now();
+    step_seconds[r.step()] = r.step_time_seconds();
+    std::printf("  step %lld: %.3f s, loss %.3f\n", static_cast<long long>(r.step()),
+                r.step_time_seconds(), r.loss());
     std::fflush(stdout);
   };
   callbacks.on_checkpoint_stage = [&](loom::engine::CheckpointStage stage, int64_t step) {

@@ -7,7 +7,7 @@
 // `epochs` passes over a shard of random tokens, so epoch boundaries (a new
 // permutation of the samples) fall inside the run.
 //
-// Figures: StepReport::data_wait_seconds over step_time_seconds, summed over
+// Figures: StepMetrics::data_wait_seconds over step_time_seconds, summed over
 // the steps after `warmup` (the same steps for both), per configuration.
 //
 // Usage: loom_loader_bench [steps] [warmup] [threads]
@@ -42,11 +42,11 @@ struct Outcome {
 Outcome Run(const loom::engine::TrainerConfig& config, int warmup) {
   Outcome out;
   loom::engine::TrainerCallbacks callbacks;
-  callbacks.on_step = [&](const loom::engine::StepReport& r) {
-    if (r.step <= warmup) return;
-    out.wait += r.data_wait_seconds;
-    out.step += r.step_time_seconds;
-    out.max_wait = std::max(out.max_wait, r.data_wait_seconds);
+  callbacks.on_step = [&](const loom::v1::StepMetrics& r) {
+    if (r.step() <= warmup) return;
+    out.wait += r.data_wait_seconds();
+    out.step += r.step_time_seconds();
+    out.max_wait = std::max(out.max_wait, r.data_wait_seconds());
   };
   absl::StatusOr<loom::engine::TrainResult> result =
       loom::engine::Train(config, nullptr, callbacks);

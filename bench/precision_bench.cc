@@ -12,7 +12,7 @@
 // with --child), through the real entry point loom::engine::Train on a shard
 // of uniformly random tokens, so that one configuration's allocations cannot
 // lower another's high-water mark. Per configuration:
-//   tokens/s          tokens per step / the median StepReport step time over
+//   tokens/s          tokens per step / the median StepMetrics step time over
 //                     the steps after the first `warmup`;
 //   peak tensor bytes the high-water mark of live LibTorch CPU storage over
 //                     the whole run (CpuMemoryMeter: weights, gradients,
@@ -127,9 +127,9 @@ loom::engine::TrainerConfig MakeConfig(const BenchOptions& o, const Mode& mode,
 int RunChild(const BenchOptions& o, const Mode& mode, const std::string& shard) {
   loom::engine::CpuMemoryMeter& meter = loom::engine::CpuMemoryMeter::Install();
   torch::set_num_threads(o.threads);
-  std::vector<loom::engine::StepReport> steps;
+  std::vector<loom::v1::StepMetrics> steps;
   loom::engine::TrainerCallbacks callbacks;
-  callbacks.on_step = [&steps](const loom::engine::StepReport& r) { steps.push_back(r); };
+  callbacks.on_step = [&steps](const loom::v1::StepMetrics& r) { steps.push_back(r); };
   meter.ResetPeak();
   absl::StatusOr<loom::engine::TrainResult> result =
       loom::engine::Train(MakeConfig(o, mode, shard), nullptr, callbacks);
@@ -138,7 +138,7 @@ int RunChild(const BenchOptions& o, const Mode& mode, const std::string& shard) 
     return 1;
   }
   std::vector<double> times;
-  for (size_t i = o.warmup; i < steps.size(); ++i) times.push_back(steps[i].step_time_seconds);
+  for (size_t i = o.warmup; i < steps.size(); ++i) times.push_back(steps[i].step_time_seconds());
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
   const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
@@ -163,7 +163,7 @@ int RunChild(const BenchOptions& o, const Mode& mode, const std::string& shard) 
   absl::PrintF("PRECISION_CHILD tokens_per_second=%.3f peak_tensor_bytes=%d first_loss=%.5f "
                "last_loss=%.5f fastest_step_seconds=%.4f forward_held_bytes=%d "
                "fwd_bwd_peak_bytes=%d\n",
-               tokens_per_step / median, train_peak, steps.front().loss, steps.back().loss,
+               tokens_per_step / median, train_peak, steps.front().loss(), steps.back().loss(),
                times.front(), held, step_peak);
   std::fflush(stdout);
   return 0;

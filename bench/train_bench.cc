@@ -11,7 +11,7 @@
 // Training goes through the real entry point, loom::engine::Train, on a
 // synthetic shard of uniformly random tokens written to a temporary
 // directory: no validation, no checkpoints. Throughput is the median of
-// StepReport::step_time_seconds over the steps after the first `warmup`
+// StepMetrics::step_time_seconds over the steps after the first `warmup`
 // (allocator and BLAS warm-up), as tokens per second.
 //
 // In the same process, and so on the same BLAS and threads:
@@ -455,11 +455,11 @@ int main(int argc, char** argv) {
     return false;
   };
   SgemmSampler sampler;
-  callbacks.on_step = [&](const loom::engine::StepReport& r) {
-    step_seconds.push_back(r.step_time_seconds);
-    losses.push_back(r.loss);
+  callbacks.on_step = [&](const loom::v1::StepMetrics& r) {
+    step_seconds.push_back(r.step_time_seconds());
+    losses.push_back(r.loss());
     sampler.Sample();
-    if (turns.enabled() && r.step == steps) sgemm_after = measure_sgemm();
+    if (turns.enabled() && r.step() == steps) sgemm_after = measure_sgemm();
     if (!turns.Release()) turn_lost = true;
   };
   absl::StatusOr<loom::engine::TrainResult> result =

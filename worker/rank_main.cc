@@ -328,27 +328,18 @@ int main(int argc, char** argv) {
   const char* precision = loom::engine::PrecisionName(config.model.precision);
   const int64_t total_steps = config.schedule.total_steps;
   cb.on_step = [rank, job_peak, flops_per_token, state_bytes, power, memory_limit, precision,
-                total_steps](const loom::engine::StepReport& r) {
+                total_steps](const loom::v1::StepMetrics& r) {
+    // The engine's metrics, and what this process knows besides.
     loom::v1::RankEvent e;
     auto* m = e.mutable_step();
-    m->set_step(r.step);
-    m->set_loss(r.loss);
-    m->set_lr(r.lr);
-    m->set_grad_norm(r.grad_norm);
-    m->set_step_time_seconds(r.step_time_seconds);
-    m->set_tokens_per_second(r.tokens_per_second);
-    m->set_tokens_seen(r.tokens_seen);
-    m->set_has_val_loss(r.has_val_loss);
-    m->set_val_loss(r.val_loss);
+    *m = r;
     m->set_rank(rank);
-    m->set_data_batch(r.data_batch);
-    m->set_batches_skipped(r.batches_skipped_total);
-    if (r.step > 0 && r.step_time_seconds > 0) {
-      double achieved = flops_per_token * r.tokens_per_second;
+    if (r.step() > 0 && r.step_time_seconds() > 0) {
+      double achieved = flops_per_token * r.tokens_per_second();
       m->set_model_flops_per_second(achieved);
       m->set_peak_flops_per_second(job_peak);
       m->set_mfu(job_peak > 0 ? achieved / job_peak : 0);
-      m->set_power_watts(power->Account(r.step_time_seconds));
+      m->set_power_watts(power->Account(r.step_time_seconds()));
     }
     m->set_energy_joules(power->energy_joules());
     m->set_power_source(power->source());
@@ -360,20 +351,6 @@ int main(int argc, char** argv) {
     m->set_peak_rss_bytes(rss.peak);
     m->set_memory_limit_bytes(static_cast<double>(memory_limit));
     m->set_total_steps(total_steps);
-    m->set_data_wait_seconds(r.data_wait_seconds);
-    m->set_compute_seconds(r.compute_seconds);
-    m->set_forward_seconds(r.forward_seconds);
-    m->set_pipeline_wait_seconds(r.pipeline_wait_seconds);
-    m->set_backward_seconds(r.backward_seconds);
-    m->set_host_to_device_seconds(r.host_to_device_seconds);
-    m->set_device_memory_allocated_bytes(static_cast<uint64_t>(r.device_memory_allocated_bytes));
-    m->set_device_memory_reserved_bytes(static_cast<uint64_t>(r.device_memory_reserved_bytes));
-    m->set_device_memory_peak_bytes(static_cast<uint64_t>(r.device_memory_peak_bytes));
-    m->set_comm_seconds(r.comm_seconds);
-    m->set_optimizer_seconds(r.optimizer_seconds);
-    m->set_checkpoint_stall_seconds(r.checkpoint_stall_seconds);
-    m->set_nonfinite_steps_skipped(r.nonfinite_steps_skipped);
-    m->set_loss_scale(r.loss_scale);
     m->set_precision(precision);
     m->set_time_unix_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -22,7 +22,8 @@ loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc checkpoint_coordina
                               activation_checkpoint.cc autocast.cc
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc openmp_wait.cc
                               sampler.cc
-             DEPS loom_checkpoint loom_data loom_fused_adamw_torch loom_fused_loss loom_causal_attention loom_gelu loom_rms_norm loom_swiglu loom_device_memory loom_sha256
+             DEPS loom_proto loom_checkpoint loom_data loom_fused_adamw_torch
+                  loom_fused_loss loom_causal_attention loom_gelu loom_rms_norm loom_swiglu loom_device_memory loom_sha256
                   loom_common loom_model_shape ${TORCH_LIBRARIES})
 # LibTorch with CUDA (its torch_cuda target; never Debian's CPU build) defines
 # USE_C10D_NCCL, and parallel/process_groups.cc then includes ProcessGroupNCCL.hpp, which

@@ -37,7 +37,7 @@ std::vector<uint16_t> MakeText(uint32_t seed, size_t bytes) {
 
 struct Outcome {
   absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
-  std::vector<StepReport> steps;
+  std::vector<loom::v1::StepMetrics> steps;
   std::vector<torch::Tensor> parameters;
 };
 
@@ -72,7 +72,7 @@ class PrecisionTest : public ::testing::Test {
   static Outcome RunTraining(const TrainerConfig& config) {
     Outcome out;
     TrainerCallbacks callbacks;
-    callbacks.on_step = [&out](const StepReport& r) { out.steps.push_back(r); };
+    callbacks.on_step = [&out](const loom::v1::StepMetrics& r) { out.steps.push_back(r); };
     callbacks.on_finish = [&out](const torch::nn::Module& model) {
       for (const torch::Tensor& p : model.parameters()) out.parameters.push_back(p.clone());
     };
@@ -93,19 +93,19 @@ TEST_F(PrecisionTest, Bf16ConvergesAndStartsWhereFp32Does) {
   ASSERT_EQ(bf16.steps.size(), 30u);
   // Same weights, same batch: the first loss differs only by bf16 rounding
   // inside the blocks (8 mantissa bits, ~0.4% per product, averaged out).
-  const double first32 = fp32.steps.front().loss, first16 = bf16.steps.front().loss;
+  const double first32 = fp32.steps.front().loss(), first16 = bf16.steps.front().loss();
   EXPECT_NEAR(first16, first32, 0.01 * first32);
   // And it is not silently fp32: the rounding shows.
   EXPECT_NE(first16, first32);
   // It trains: by the end the loss has fallen as far as fp32's, within 5%.
-  const double last32 = fp32.steps.back().loss, last16 = bf16.steps.back().loss;
+  const double last32 = fp32.steps.back().loss(), last16 = bf16.steps.back().loss();
   std::cout << "first-step loss fp32 " << first32 << " bf16 " << first16 << "; step 30 fp32 "
             << last32 << " bf16 " << last16 << std::endl;
   EXPECT_LT(last16, 0.6 * first16);
   EXPECT_NEAR(last16, last32, 0.05 * last32);
-  for (const StepReport& r : bf16.steps) {
-    EXPECT_TRUE(std::isfinite(r.loss));
-    EXPECT_EQ(r.loss_scale, 1.0);
+  for (const loom::v1::StepMetrics& r : bf16.steps) {
+    EXPECT_TRUE(std::isfinite(r.loss()));
+    EXPECT_EQ(r.loss_scale(), 1.0);
   }
   // Master weights stay fp32.
   for (const torch::Tensor& p : bf16.parameters) EXPECT_EQ(p.scalar_type(), torch::kFloat);
@@ -148,7 +148,7 @@ TEST_F(PrecisionTest, CheckpointingChangesNoParameter) {
   }
   ASSERT_EQ(plain.steps.size(), ckpt.steps.size());
   for (size_t i = 0; i < plain.steps.size(); ++i) {
-    EXPECT_EQ(plain.steps[i].loss, ckpt.steps[i].loss) << "step " << i + 1;
+    EXPECT_EQ(plain.steps[i].loss(), ckpt.steps[i].loss()) << "step " << i + 1;
   }
 }
 

@@ -37,7 +37,7 @@ namespace loom::engine {
 
 class CheckpointReader;  // parallel/sharded_checkpoint.h
 
-// Seconds of one step's forward and backward passes (StepReport's split).
+// Seconds of one step's forward and backward passes (StepMetrics' split).
 struct ForwardBackwardTimes {
   double forward = 0;
   double backward = 0;

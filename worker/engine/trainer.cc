@@ -185,7 +185,7 @@ uint64_t DropoutSeed(uint64_t seed, int rank, int64_t step) {
   return Mix(seed ^ Mix((static_cast<uint64_t>(rank) << 40) ^ static_cast<uint64_t>(step)));
 }
 
-// Where one optimizer step's time went, in seconds (StepReport).
+// Where one optimizer step's time went, in seconds (StepMetrics).
 struct StepSplit {
   double data_wait = 0;
   double host_to_device = 0;
@@ -555,41 +555,41 @@ absl::StatusOr<StepOutcome> TrainStep(const StepParts& parts, double carried_sta
 }
 
 // Rank 0's report of a step (TrainerCallbacks::on_step).
-StepReport MakeStepReport(const TrainerConfig& config, const StepOutcome& step,
-                          const TrainingState& state, bool validated, int64_t nonfinite_skipped,
-                          const torch::Device& device) {
+loom::v1::StepMetrics MakeStepReport(const TrainerConfig& config, const StepOutcome& step,
+                                     const TrainingState& state, bool validated,
+                                     int64_t nonfinite_skipped, const torch::Device& device) {
   const int64_t tokens_per_step = int64_t{config.global_batch} * config.model.seq_len;
-  StepReport report;
-  report.step = state.step;
-  report.loss = step.loss;
-  report.lr = step.lr;
-  report.grad_norm = step.stepped.grad_norm;
-  report.step_time_seconds = step.seconds;
-  report.tokens_per_second = step.seconds > 0 ? tokens_per_step / step.seconds : 0;
-  report.tokens_seen = state.step * tokens_per_step;
-  report.has_val_loss = validated;
-  report.val_loss = validated ? state.val_loss : 0;
-  report.data_batch = step.data_batch;
-  report.batches_skipped_total = state.next_data_batch - state.step;
-  report.data_wait_seconds = step.split.data_wait;
-  report.compute_seconds = step.split.compute;
-  report.host_to_device_seconds = step.split.host_to_device;
+  loom::v1::StepMetrics report;
+  report.set_step(state.step);
+  report.set_loss(step.loss);
+  report.set_lr(step.lr);
+  report.set_grad_norm(step.stepped.grad_norm);
+  report.set_step_time_seconds(step.seconds);
+  report.set_tokens_per_second(step.seconds > 0 ? tokens_per_step / step.seconds : 0);
+  report.set_tokens_seen(state.step * tokens_per_step);
+  report.set_has_val_loss(validated);
+  report.set_val_loss(validated ? state.val_loss : 0);
+  report.set_data_batch(step.data_batch);
+  report.set_batches_skipped(state.next_data_batch - state.step);
+  report.set_data_wait_seconds(step.split.data_wait);
+  report.set_compute_seconds(step.split.compute);
+  report.set_host_to_device_seconds(step.split.host_to_device);
   if (device.is_cuda()) {
     if (std::optional<DeviceMemory> m = CudaAllocatorMemory(device.index())) {
-      report.device_memory_allocated_bytes = m->allocated_bytes;
-      report.device_memory_reserved_bytes = m->reserved_bytes;
-      report.device_memory_peak_bytes = m->peak_allocated_bytes;
+      report.set_device_memory_allocated_bytes(static_cast<uint64_t>(m->allocated_bytes));
+      report.set_device_memory_reserved_bytes(static_cast<uint64_t>(m->reserved_bytes));
+      report.set_device_memory_peak_bytes(static_cast<uint64_t>(m->peak_allocated_bytes));
     }
   }
-  report.forward_seconds = step.split.forward;
-  report.backward_seconds = step.split.backward;
-  report.pipeline_wait_seconds = step.split.pipeline_wait;
-  report.comm_seconds = step.split.comm;
-  report.optimizer_seconds = step.split.optimizer;
-  report.checkpoint_stall_seconds = step.split.checkpoint_stall;
-  report.step_applied = step.stepped.applied;
-  report.nonfinite_steps_skipped = nonfinite_skipped;
-  report.loss_scale = step.loss_scale;
+  report.set_forward_seconds(step.split.forward);
+  report.set_backward_seconds(step.split.backward);
+  report.set_pipeline_wait_seconds(step.split.pipeline_wait);
+  report.set_comm_seconds(step.split.comm);
+  report.set_optimizer_seconds(step.split.optimizer);
+  report.set_checkpoint_stall_seconds(step.split.checkpoint_stall);
+  report.set_optimizer_step_skipped(!step.stepped.applied);
+  report.set_nonfinite_steps_skipped(nonfinite_skipped);
+  report.set_loss_scale(step.loss_scale);
   return report;
 }
 
@@ -601,14 +601,15 @@ void ReportInitialValidation(const TrainerConfig& config, RankEngine& engine,
                              const TrainerCallbacks& callbacks) {
   const double initial = engine.Evaluate(val, config.eval_batches, config.micro_batch);
   if (rank != 0 || !callbacks.on_step) return;
-  StepReport report;
-  report.step = 0;
-  report.loss = initial;
-  report.lr = LearningRateAt(config.schedule, config.optimizer.lr, 0);
-  report.has_val_loss = true;
-  report.val_loss = initial;
-  report.data_batch = -1;
-  report.batches_skipped_total = state.next_data_batch - state.step;
+  loom::v1::StepMetrics report;
+  report.set_step(0);
+  report.set_loss(initial);
+  report.set_lr(LearningRateAt(config.schedule, config.optimizer.lr, 0));
+  report.set_has_val_loss(true);
+  report.set_val_loss(initial);
+  report.set_data_batch(-1);
+  report.set_batches_skipped(state.next_data_batch - state.step);
+  report.set_loss_scale(1);
   callbacks.on_step(report);
 }
 

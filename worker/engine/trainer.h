@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "loom/v1/job.pb.h"
 #include "worker/engine/checkpoint_report.h"
 #include "worker/engine/config.h"
 
@@ -193,12 +194,12 @@ struct TrainerConfig {
   // range's end; so in a run from scratch optimizer step k (1-based) trains
   // on the k-th data batch index outside the ranges. Once anything has been
   // skipped, steps and data batch indices differ: take skip windows from
-  // StepReport::data_batch, not from step numbers. The list in
+  // StepMetrics::data_batch, not from step numbers. The list in
   // force is the union of the resumed checkpoint's list and this one; it is
   // saved in every later checkpoint, so later resumes need not repeat it.
   // A run that resumes from checkpoint c with range R reaches the same
   // parameters, bit for bit, as a run from scratch configured with R,
-  // provided R begins at or after c's data cursor (StepReport::data_batch of
+  // provided R begins at or after c's data cursor (StepMetrics::data_batch of
   // c's step, plus 1); the part of R before that cursor was already trained
   // on and has no effect on the resumed run.
   std::vector<BatchRange> skip_batches;
@@ -221,57 +222,17 @@ inline bool UsesParallelLayout(const TrainerConfig& config) {
   return config.tensor_parallel != 1 || config.pipeline_parallel != 1 || config.zero_stage != 0;
 }
 
-struct StepReport {
-  int64_t step = 0;             // 1-based optimizer step just finished
-  double loss = 0;              // mean train loss over the global batch
-  double lr = 0;
-  double grad_norm = 0;
-  double step_time_seconds = 0;
-  double tokens_per_second = 0; // global tokens / step time
-  int64_t tokens_seen = 0;      // global
-  bool has_val_loss = false;
-  double val_loss = 0;
-  // Data batch index this step trained on (see BatchRange); -1 for the
-  // step-0 report of the untrained model's validation pass.
-  int64_t data_batch = -1;
-  // Data batches passed over by skip ranges on this branch so far, from step
-  // 0 (= data cursor in batches - steps).
-  int64_t batches_skipped_total = 0;
-  // Where rank 0's step time went, in seconds; they add up to about
-  // step_time_seconds (the rest is bookkeeping): waiting for the batch,
-  // forward + backward, the gradient all-reduce and loss average (exposed:
-  // nothing overlaps it), the fused optimizer step (norm, clip, update), and
-  // training blocked by checkpoints (capturing the previous step's save and
-  // waiting for its snapshot copy).
-  double data_wait_seconds = 0;
-  double compute_seconds = 0;
-  // compute_seconds split: forward (with the loss; the fused LM head
-  // computes its gradients there) and backward, summed over micro-batches;
-  // and copying the batch to the accelerator (0 on CPU; before compute).
-  double forward_seconds = 0;
-  double backward_seconds = 0;
-  double host_to_device_seconds = 0;
-  // Pipeline layouts: the part of compute_seconds this rank spent blocked
-  // on neighbour stages (the bubble and transfers); 0 otherwise.
-  double pipeline_wait_seconds = 0;
-  double comm_seconds = 0;
-  // Training on a GPU: LibTorch's caching allocator after the step (0 on
-  // CPU, and on a build whose LibTorch has no CUDA); device_memory.h.
-  int64_t device_memory_allocated_bytes = 0;
-  int64_t device_memory_reserved_bytes = 0;
-  int64_t device_memory_peak_bytes = 0;
-  double optimizer_seconds = 0;
-  double checkpoint_stall_seconds = 0;
-  // False when a gradient held inf or NaN and the optimizer step was skipped
-  // (no parameter or moment changed); the count is over this call.
-  bool step_applied = true;
-  int64_t nonfinite_steps_skipped = 0;
-  // fp16 dynamic loss scale used for this step; 1 in fp32 and bf16.
-  double loss_scale = 1;
-};
 
 struct TrainerCallbacks {
-  std::function<void(const StepReport&)> on_step;             // rank 0 only
+  // Rank 0 only. A step's metrics travel as one type from here through the
+  // worker to the controller and /metrics: the engine fills what it
+  // measures (step, loss, lr, grad_norm, step time and tokens, validation,
+  // data_batch and batches_skipped, the time split and device memory,
+  // optimizer_step_skipped, nonfinite_steps_skipped over this call,
+  // loss_scale); the rank process adds what it knows (rank, FLOPs and MFU,
+  // power, memory, precision, total_steps). data_batch is -1 for the step-0
+  // report of the untrained model's validation pass.
+  std::function<void(const loom::v1::StepMetrics&)> on_step;
   // Rank 0 only, on the training thread, once a checkpoint has committed: at
   // the first step boundary after that, before the next checkpoint starts,
   // or before Train returns; in step order.

@@ -136,8 +136,8 @@ int main(int argc, char** argv) {
     if (by_stage && at == stage && step == kill_at_checkpoint) KillSelf();
     if (at == CheckpointStage::kCommitted) committed = step;
   };
-  callbacks.on_step = [&](const loom::engine::StepReport& report) {
-    if (!by_step || report.step != kill_at_step) return;
+  callbacks.on_step = [&](const loom::v1::StepMetrics& report) {
+    if (!by_step || report.step() != kill_at_step) return;
     // Checkpoints are saved after on_step of their step.
     const int64_t interval = c.checkpoint_interval;
     const int64_t started = interval > 0 ? (kill_at_step - 1) / interval * interval : 0;

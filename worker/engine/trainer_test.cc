@@ -155,7 +155,7 @@ void FlipMiddleByte(const std::string& path) {
 struct RankOutcome {
   absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
   std::vector<torch::Tensor> parameters;
-  std::vector<StepReport> steps;
+  std::vector<loom::v1::StepMetrics> steps;
   std::vector<CorruptCheckpoint> corrupt;  // as on_checkpoint_corrupt reported them
 };
 
@@ -205,7 +205,7 @@ class TrainerTest : public ::testing::Test {
       // should_stop is polled once before each step, on every rank.
       int64_t polls = 0;
       TrainerCallbacks callbacks;
-      callbacks.on_step = [&out](const StepReport& r) { out.steps.push_back(r); };
+      callbacks.on_step = [&out](const loom::v1::StepMetrics& r) { out.steps.push_back(r); };
       callbacks.should_stop = [&polls, limit = stop_after[rank]] {
         const int64_t steps_run = polls++;
         return limit > 0 && steps_run >= limit;
@@ -256,29 +256,29 @@ TEST_F(TrainerTest, LossFallsOnTextAndReportsEveryStep) {
   EXPECT_EQ(result.resumed_from_step, 0);
   // Step 0 is the untrained model's validation pass, then one report a step.
   ASSERT_EQ(out[0].steps.size(), 61u);
-  const StepReport& initial = out[0].steps.front();
-  EXPECT_EQ(initial.step, 0);
-  EXPECT_TRUE(initial.has_val_loss);
-  EXPECT_NEAR(initial.val_loss, std::log(256.0), 0.3);
-  EXPECT_EQ(initial.tokens_seen, 0);
-  const StepReport& first = out[0].steps[1];
-  EXPECT_EQ(first.step, 1);
-  const StepReport& last = out[0].steps.back();
+  const loom::v1::StepMetrics& initial = out[0].steps.front();
+  EXPECT_EQ(initial.step(), 0);
+  EXPECT_TRUE(initial.has_val_loss());
+  EXPECT_NEAR(initial.val_loss(), std::log(256.0), 0.3);
+  EXPECT_EQ(initial.tokens_seen(), 0);
+  const loom::v1::StepMetrics& first = out[0].steps[1];
+  EXPECT_EQ(first.step(), 1);
+  const loom::v1::StepMetrics& last = out[0].steps.back();
   // Uniform prediction over 256 bytes costs ln 256 = 5.55 nats.
-  EXPECT_NEAR(first.loss, std::log(256.0), 0.3);
-  EXPECT_LT(last.loss, first.loss - 2.0);
-  EXPECT_DOUBLE_EQ(result.final_loss, last.loss);
-  EXPECT_EQ(last.step, 60);
-  EXPECT_EQ(last.tokens_seen, 60 * 8 * 32);
-  EXPECT_GT(last.tokens_per_second, 0);
-  EXPECT_GT(first.grad_norm, 0);
-  EXPECT_DOUBLE_EQ(first.lr, 3e-3 / 5);
+  EXPECT_NEAR(first.loss(), std::log(256.0), 0.3);
+  EXPECT_LT(last.loss(), first.loss() - 2.0);
+  EXPECT_DOUBLE_EQ(result.final_loss, last.loss());
+  EXPECT_EQ(last.step(), 60);
+  EXPECT_EQ(last.tokens_seen(), 60 * 8 * 32);
+  EXPECT_GT(last.tokens_per_second(), 0);
+  EXPECT_GT(first.grad_norm(), 0);
+  EXPECT_DOUBLE_EQ(first.lr(), 3e-3 / 5);
   // Validation before training and at steps 30 and 60 only.
-  for (const StepReport& r : out[0].steps) {
-    EXPECT_EQ(r.has_val_loss, r.step == 0 || r.step == 30 || r.step == 60) << r.step;
+  for (const loom::v1::StepMetrics& r : out[0].steps) {
+    EXPECT_EQ(r.has_val_loss(), r.step() == 0 || r.step() == 30 || r.step() == 60) << r.step();
   }
-  EXPECT_TRUE(last.has_val_loss);
-  EXPECT_DOUBLE_EQ(result.final_val_loss, last.val_loss);
+  EXPECT_TRUE(last.has_val_loss());
+  EXPECT_DOUBLE_EQ(result.final_val_loss, last.val_loss());
   EXPECT_LT(result.final_val_loss, std::log(256.0) - 2.0);
 }
 
@@ -291,26 +291,26 @@ TEST_F(TrainerTest, ReportsWhereTheStepTimeWent) {
   ASSERT_TRUE(out[0].result.ok()) << out[0].result.status();
   ASSERT_EQ(out[0].steps.size(), 7u);  // step 0 (validation) and 1..6
   for (size_t i = 1; i < out[0].steps.size(); ++i) {
-    const StepReport& r = out[0].steps[i];
-    SCOPED_TRACE(r.step);
-    EXPECT_GT(r.compute_seconds, 0);
-    EXPECT_GT(r.forward_seconds, 0);
-    EXPECT_GT(r.backward_seconds, 0);
-    EXPECT_LE(r.forward_seconds + r.backward_seconds, r.compute_seconds * (1 + 1e-9));
-    EXPECT_EQ(r.host_to_device_seconds, 0);  // CPU: nothing to copy
-    EXPECT_GT(r.comm_seconds, 0);  // two ranks: the all-reduce is real
-    EXPECT_GT(r.optimizer_seconds, 0);
-    EXPECT_GE(r.data_wait_seconds, 0);
-    EXPECT_GE(r.checkpoint_stall_seconds, 0);
-    const double parts = r.data_wait_seconds + r.host_to_device_seconds + r.compute_seconds +
-                         r.comm_seconds +
-                         r.optimizer_seconds + r.checkpoint_stall_seconds;
-    EXPECT_LE(parts, r.step_time_seconds * (1 + 1e-9));
-    EXPECT_TRUE(r.step_applied);
-    EXPECT_EQ(r.nonfinite_steps_skipped, 0);
+    const loom::v1::StepMetrics& r = out[0].steps[i];
+    SCOPED_TRACE(r.step());
+    EXPECT_GT(r.compute_seconds(), 0);
+    EXPECT_GT(r.forward_seconds(), 0);
+    EXPECT_GT(r.backward_seconds(), 0);
+    EXPECT_LE(r.forward_seconds() + r.backward_seconds(), r.compute_seconds() * (1 + 1e-9));
+    EXPECT_EQ(r.host_to_device_seconds(), 0);  // CPU: nothing to copy
+    EXPECT_GT(r.comm_seconds(), 0);  // two ranks: the all-reduce is real
+    EXPECT_GT(r.optimizer_seconds(), 0);
+    EXPECT_GE(r.data_wait_seconds(), 0);
+    EXPECT_GE(r.checkpoint_stall_seconds(), 0);
+    const double parts = r.data_wait_seconds() + r.host_to_device_seconds() + r.compute_seconds() +
+                         r.comm_seconds() +
+                         r.optimizer_seconds() + r.checkpoint_stall_seconds();
+    EXPECT_LE(parts, r.step_time_seconds() * (1 + 1e-9));
+    EXPECT_FALSE(r.optimizer_step_skipped());
+    EXPECT_EQ(r.nonfinite_steps_skipped(), 0);
   }
   // Steps right after a periodic checkpoint carry its capture.
-  EXPECT_GT(out[0].steps[3].checkpoint_stall_seconds, 0);
+  EXPECT_GT(out[0].steps[3].checkpoint_stall_seconds(), 0);
 }
 
 // A save that cannot be written is reported through on_checkpoint_failed
@@ -462,16 +462,16 @@ TEST_F(TrainerTest, NonFiniteGradientsSkipTheStepAndLeaveWeightsFinite) {
   std::vector<RankOutcome> out = RunRanks(config, 1);
   ASSERT_TRUE(out[0].result.ok()) << out[0].result.status();
   int64_t skipped = 0;
-  for (const StepReport& r : out[0].steps) {
-    if (r.step == 0) continue;
-    if (!r.step_applied) {
+  for (const loom::v1::StepMetrics& r : out[0].steps) {
+    if (r.step() == 0) continue;
+    if (r.optimizer_step_skipped()) {
       ++skipped;
-      EXPECT_FALSE(std::isfinite(r.loss) && std::isfinite(r.grad_norm)) << r.step;
+      EXPECT_FALSE(std::isfinite(r.loss()) && std::isfinite(r.grad_norm())) << r.step();
     }
-    EXPECT_EQ(r.nonfinite_steps_skipped, skipped) << r.step;
+    EXPECT_EQ(r.nonfinite_steps_skipped(), skipped) << r.step();
   }
   EXPECT_GE(skipped, 1);
-  EXPECT_TRUE(out[0].steps[1].step_applied);
+  EXPECT_FALSE(out[0].steps[1].optimizer_step_skipped());
   for (const torch::Tensor& p : out[0].parameters) {
     EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
   }
@@ -520,7 +520,7 @@ TEST_F(TrainerTest, ResumesFromCheckpointAndMatchesUninterruptedRun) {
   EXPECT_EQ(second[0].result->resumed_from_step, 4);
   EXPECT_EQ(second[0].result->steps, 8);
   ASSERT_EQ(second[0].steps.size(), 4u);
-  EXPECT_EQ(second[0].steps.front().step, 5);
+  EXPECT_EQ(second[0].steps.front().step(), 5);
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, second[0].parameters), 0.0);
   EXPECT_DOUBLE_EQ(second[0].result->final_loss, straight[0].result->final_loss);
 
@@ -833,9 +833,9 @@ TEST_F(TrainerTest, SkipListMapsStepsToDataBatchesAndIsSavedInCheckpoints) {
   ASSERT_TRUE(first[0].result.ok()) << first[0].result.status();
   EXPECT_EQ(first[0].result->skip_batches, (std::vector<BatchRange>{{2, 5}}));
   std::vector<int64_t> batches, skipped;
-  for (const StepReport& r : first[0].steps) {
-    batches.push_back(r.data_batch);
-    skipped.push_back(r.batches_skipped_total);
+  for (const loom::v1::StepMetrics& r : first[0].steps) {
+    batches.push_back(r.data_batch());
+    skipped.push_back(r.batches_skipped());
   }
   // Step 0 is the validation pass before training (no batch).
   EXPECT_EQ(batches, (std::vector<int64_t>{-1, 0, 1, 5, 6, 7, 8}));
@@ -850,9 +850,9 @@ TEST_F(TrainerTest, SkipListMapsStepsToDataBatchesAndIsSavedInCheckpoints) {
   EXPECT_EQ(second[0].result->resumed_from_step, 6);
   EXPECT_EQ(second[0].result->skip_batches, (std::vector<BatchRange>{{2, 5}, {9, 10}}));
   ASSERT_EQ(second[0].steps.size(), 2u);
-  EXPECT_EQ(second[0].steps[0].data_batch, 10);
-  EXPECT_EQ(second[0].steps[1].data_batch, 11);
-  EXPECT_EQ(second[0].steps[1].batches_skipped_total, 4);
+  EXPECT_EQ(second[0].steps[0].data_batch(), 10);
+  EXPECT_EQ(second[0].steps[1].data_batch(), 11);
+  EXPECT_EQ(second[0].steps[1].batches_skipped(), 4);
   ASSERT_EQ(second[0].result->checkpoints.size(), 2u);
   EXPECT_EQ(second[0].result->checkpoints[0].step, 6);
   EXPECT_EQ(second[0].result->checkpoints[1].step, 8);
@@ -865,7 +865,7 @@ TEST_F(TrainerTest, SkipListMapsStepsToDataBatchesAndIsSavedInCheckpoints) {
   EXPECT_EQ(third[0].result->resumed_from_step, 8);
   EXPECT_EQ(third[0].result->skip_batches, (std::vector<BatchRange>{{2, 5}, {9, 10}}));
   ASSERT_EQ(third[0].steps.size(), 1u);
-  EXPECT_EQ(third[0].steps[0].data_batch, 12);
+  EXPECT_EQ(third[0].steps[0].data_batch(), 12);
   EXPECT_TRUE(third[0].result->checkpoints.size() == 1u &&
               third[0].result->checkpoints[0].step == 9);  // no rewrite of step 8
 }
@@ -894,8 +894,8 @@ TEST_F(TrainerTest, RollbackWithSkipMatchesRunFromScratchWithSkip) {
   std::vector<RankOutcome> interrupted = RunRanks(rollback, 1, {1});
   EXPECT_EQ(interrupted[0].result.status().code(), absl::StatusCode::kCancelled);
   ASSERT_EQ(interrupted[0].steps.size(), 1u);
-  EXPECT_EQ(interrupted[0].steps[0].step, 7);
-  EXPECT_EQ(interrupted[0].steps[0].data_batch, 6);
+  EXPECT_EQ(interrupted[0].steps[0].step(), 7);
+  EXPECT_EQ(interrupted[0].steps[0].data_batch(), 6);
   // The resume point now belongs to generation 1; the abandoned branch's
   // later checkpoints are still there.
   EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{6, 8, 10}));
@@ -911,9 +911,9 @@ TEST_F(TrainerTest, RollbackWithSkipMatchesRunFromScratchWithSkip) {
   EXPECT_EQ(resumed[0].result->generation, 1);
   EXPECT_EQ(resumed[0].result->skip_batches, (std::vector<BatchRange>{{7, 9}}));
   std::vector<int64_t> batches, skipped;
-  for (const StepReport& r : resumed[0].steps) {
-    batches.push_back(r.data_batch);
-    skipped.push_back(r.batches_skipped_total);
+  for (const loom::v1::StepMetrics& r : resumed[0].steps) {
+    batches.push_back(r.data_batch());
+    skipped.push_back(r.batches_skipped());
   }
   EXPECT_EQ(batches, (std::vector<int64_t>{6, 9, 10, 11}));
   EXPECT_EQ(skipped, (std::vector<int64_t>{0, 2, 2, 2}));
@@ -1132,7 +1132,7 @@ TEST_F(TrainerTest, ResumesFromVersion1And2Checkpoints) {
     EXPECT_EQ(resumed[0].result->resumed_from_step, 2);
     EXPECT_EQ(resumed[0].result->generation, 0);
     ASSERT_EQ(resumed[0].steps.size(), 2u);
-    EXPECT_EQ(resumed[0].steps[0].data_batch, 2);
+    EXPECT_EQ(resumed[0].steps[0].data_batch(), 2);
     EXPECT_EQ(MaxAbsDiff(straight[0].parameters, resumed[0].parameters), 0.0);
     // New checkpoints are directories; the legacy file stays (on the branch).
     EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), (std::vector<int64_t>{4}));

@@ -53,7 +53,7 @@ struct Layout {
 
 struct RunOutcome {
   std::vector<absl::Status> statuses;     // per rank
-  std::vector<StepReport> steps;          // rank 0's reports
+  std::vector<loom::v1::StepMetrics> steps;          // rank 0's reports
   std::vector<TrainResult> results;       // per rank (when ok)
 };
 
@@ -115,7 +115,7 @@ class LayoutTrainerTest : public ::testing::Test {
   // stop_after > 0: every rank asks to stop once that many steps ran.
   // on_step, if set, also sees rank 0's reports.
   RunOutcome Run(TrainerConfig config, const Layout& layout, int64_t stop_after = 0,
-                 std::function<void(const StepReport&)> on_step = nullptr) {
+                 std::function<void(const loom::v1::StepMetrics&)> on_step = nullptr) {
     config.tensor_parallel = layout.tensor;
     config.pipeline_parallel = layout.pipeline;
     config.zero_stage = layout.zero_stage;
@@ -147,7 +147,7 @@ class LayoutTrainerTest : public ::testing::Test {
       int64_t polls = 0;
       TrainerCallbacks callbacks;
       if (rank == 0) {
-        callbacks.on_step = [&out, &on_step](const StepReport& r) {
+        callbacks.on_step = [&out, &on_step](const loom::v1::StepMetrics& r) {
           out.steps.push_back(r);
           if (on_step) on_step(r);
         };
@@ -174,19 +174,20 @@ class LayoutTrainerTest : public ::testing::Test {
   }
 
   // Reports of optimizer steps (step >= 1), by step.
-  static std::map<int64_t, StepReport> ByStep(const std::vector<StepReport>& steps) {
-    std::map<int64_t, StepReport> by_step;
-    for (const StepReport& r : steps) {
-      if (r.step >= 1) by_step[r.step] = r;
+  static std::map<int64_t, loom::v1::StepMetrics> ByStep(
+      const std::vector<loom::v1::StepMetrics>& steps) {
+    std::map<int64_t, loom::v1::StepMetrics> by_step;
+    for (const loom::v1::StepMetrics& r : steps) {
+      if (r.step() >= 1) by_step[r.step()] = r;
     }
     return by_step;
   }
 
   // Worst relative difference of train and validation losses over the
   // steps both runs report (from `first_step` on); prints it.
-  static double WorstLossDifference(const std::vector<StepReport>& reference,
-                                    const std::vector<StepReport>& run, const std::string& what,
-                                    int64_t first_step = 1) {
+  static double WorstLossDifference(const std::vector<loom::v1::StepMetrics>& reference,
+                                    const std::vector<loom::v1::StepMetrics>& run,
+                                    const std::string& what, int64_t first_step = 1) {
     const auto want = ByStep(reference), got = ByStep(run);
     double worst = 0;
     int compared = 0;
@@ -197,10 +198,10 @@ class LayoutTrainerTest : public ::testing::Test {
         ADD_FAILURE() << what << ": no report of step " << step;
         continue;
       }
-      worst = std::max(worst, std::abs(it->second.loss - r.loss) / std::abs(r.loss));
-      if (r.has_val_loss) {
-        EXPECT_TRUE(it->second.has_val_loss) << what << " step " << step;
-        worst = std::max(worst, std::abs(it->second.val_loss - r.val_loss) / r.val_loss);
+      worst = std::max(worst, std::abs(it->second.loss() - r.loss()) / std::abs(r.loss()));
+      if (r.has_val_loss()) {
+        EXPECT_TRUE(it->second.has_val_loss()) << what << " step " << step;
+        worst = std::max(worst, std::abs(it->second.val_loss() - r.val_loss()) / r.val_loss());
       }
       ++compared;
     }
@@ -223,7 +224,7 @@ TEST_F(LayoutTrainerTest, EveryLayoutTrainsLikeOneRank) {
   const RunOutcome reference = Run(Config(), Layout{1, 1, 1, 0, /*replicated=*/true});
   ExpectAllOk(reference, "reference");
   ASSERT_EQ(ByStep(reference.steps).size(), 10u);
-  EXPECT_LT(ByStep(reference.steps).at(10).loss, ByStep(reference.steps).at(1).loss);
+  EXPECT_LT(ByStep(reference.steps).at(10).loss(), ByStep(reference.steps).at(1).loss());
   for (const Layout& layout :
        {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 4, 1}, Layout{1, 1, 2, 1},
         Layout{1, 1, 2, 2}, Layout{2, 1, 2}, Layout{2, 1, 2, 1},
@@ -239,10 +240,11 @@ TEST_F(LayoutTrainerTest, EveryLayoutTrainsLikeOneRank) {
     // inside the compute phase.
     for (const auto& [step, r] : ByStep(run.steps)) {
       if (layout.pipeline == 1) {
-        EXPECT_EQ(r.pipeline_wait_seconds, 0) << layout.Name() << " step " << step;
+        EXPECT_EQ(r.pipeline_wait_seconds(), 0) << layout.Name() << " step " << step;
       }
-      EXPECT_LE(r.pipeline_wait_seconds, r.compute_seconds) << layout.Name() << " step " << step;
-      EXPECT_GE(r.pipeline_wait_seconds, 0) << layout.Name() << " step " << step;
+      EXPECT_LE(r.pipeline_wait_seconds(), r.compute_seconds())
+          << layout.Name() << " step " << step;
+      EXPECT_GE(r.pipeline_wait_seconds(), 0) << layout.Name() << " step " << step;
     }
   }
 }
@@ -263,7 +265,7 @@ TEST_F(LayoutTrainerTest, LlamaTrainsUnderEveryLayoutLikeOneRank) {
   const RunOutcome reference = Run(config, Layout{1, 1, 1, 0, /*replicated=*/true});
   ExpectAllOk(reference, "reference");
   ASSERT_EQ(ByStep(reference.steps).size(), 10u);
-  EXPECT_LT(ByStep(reference.steps).at(10).loss, ByStep(reference.steps).at(1).loss);
+  EXPECT_LT(ByStep(reference.steps).at(10).loss(), ByStep(reference.steps).at(1).loss());
   for (const Layout& layout : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1},
                                Layout{1, 1, 2, 1}, Layout{2, 1, 2, 2}, Layout{1, 2, 2}}) {
     const RunOutcome run = Run(config, layout);
@@ -366,18 +368,18 @@ TEST_F(LayoutTrainerTest, InitFromAnotherRunsCheckpointUnderAnyLayout) {
   const RunOutcome first = Run(source, Layout{2, 1, 1});  // a sharded checkpoint
   ExpectAllOk(first, "source");
   const auto source_steps = ByStep(first.steps);
-  ASSERT_TRUE(source_steps.count(5) && source_steps.at(5).has_val_loss);
-  const double source_val = source_steps.at(5).val_loss;
+  ASSERT_TRUE(source_steps.count(5) && source_steps.at(5).has_val_loss());
+  const double source_val = source_steps.at(5).val_loss();
 
   auto initial_val = [](const RunOutcome& run) {
-    for (const StepReport& r : run.steps) {
-      if (r.step == 0 && r.has_val_loss) return r.val_loss;
+    for (const loom::v1::StepMetrics& r : run.steps) {
+      if (r.step() == 0 && r.has_val_loss()) return r.val_loss();
     }
     return -1.0;
   };
-  std::map<bool, std::vector<StepReport>> first_layout;
+  std::map<bool, std::vector<loom::v1::StepMetrics>> first_layout;
   for (bool with_optimizer : {false, true}) {
-    std::vector<StepReport>& reference = first_layout[with_optimizer];
+    std::vector<loom::v1::StepMetrics>& reference = first_layout[with_optimizer];
     for (const Layout& layout : {Layout{1, 1, 1, 0, true}, Layout{1, 2, 1}, Layout{1, 1, 2, 1}}) {
       TrainerConfig config = Config();
       config.checkpoint_dir = dir_ + "/init-" + layout.Name() + (with_optimizer ? "-opt" : "");
@@ -401,8 +403,8 @@ TEST_F(LayoutTrainerTest, InitFromAnotherRunsCheckpointUnderAnyLayout) {
   // The moments matter: the runs with and without them part after step 1.
   const auto fresh = ByStep(first_layout[false]), kept = ByStep(first_layout[true]);
   ASSERT_TRUE(fresh.count(1) && kept.count(1) && fresh.count(3) && kept.count(3));
-  EXPECT_NEAR(fresh.at(1).loss, kept.at(1).loss, 1e-6 * fresh.at(1).loss) << "same weights";
-  EXPECT_GT(std::abs(fresh.at(3).loss - kept.at(3).loss), 1e-5) << "but not the same updates";
+  EXPECT_NEAR(fresh.at(1).loss(), kept.at(1).loss(), 1e-6 * fresh.at(1).loss()) << "same weights";
+  EXPECT_GT(std::abs(fresh.at(3).loss() - kept.at(3).loss()), 1e-5) << "but not the same updates";
 
   // What cannot be used fails with IsNoGoodCheckpoint (no restart helps).
   TrainerConfig missing = Config();
@@ -432,10 +434,10 @@ TEST_F(LayoutTrainerTest, ResumeUnderTheSameLayoutIsBitExact) {
   const auto want = ByStep(uninterrupted.steps), got = ByStep(resumed.steps);
   for (int64_t step = 6; step <= 10; ++step) {
     ASSERT_TRUE(got.count(step)) << step;
-    EXPECT_EQ(got.at(step).loss, want.at(step).loss) << "step " << step;
-    EXPECT_EQ(got.at(step).grad_norm, want.at(step).grad_norm) << "step " << step;
+    EXPECT_EQ(got.at(step).loss(), want.at(step).loss()) << "step " << step;
+    EXPECT_EQ(got.at(step).grad_norm(), want.at(step).grad_norm()) << "step " << step;
   }
-  EXPECT_EQ(got.at(10).val_loss, want.at(10).val_loss);
+  EXPECT_EQ(got.at(10).val_loss(), want.at(10).val_loss());
 }
 
 // Sharded checkpoints: every rank writes its own shard, and together they
@@ -522,8 +524,8 @@ TEST_F(LayoutTrainerTest, AShardThatFailsCommitsNothing) {
   // directory with an entry: removing it fails, creating the shard fails).
   const std::string blocker = CheckpointPath(config.checkpoint_dir, 5) + ".tmp-" +
                               std::to_string(::getpid()) + "/" + ShardFileName(1);
-  const RunOutcome run = Run(config, layout, 0, [&](const StepReport& r) {
-    if (r.step == 3) fs::create_directories(blocker + "/in-the-way");
+  const RunOutcome run = Run(config, layout, 0, [&](const loom::v1::StepMetrics& r) {
+    if (r.step() == 3) fs::create_directories(blocker + "/in-the-way");
   });
   EXPECT_EQ(run.statuses[1].code(), absl::StatusCode::kInternal) << run.statuses[1];
   EXPECT_THAT(std::string(run.statuses[1].message()), ::testing::HasSubstr("checkpoint at step 5"));
