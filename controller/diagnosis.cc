@@ -33,10 +33,21 @@ const char* VerdictName(loom::v1::Diagnosis::Verdict verdict) {
 
 loom::v1::Diagnosis Diagnose(const std::vector<loom::v1::StepMetrics>& steps,
                              const DiagnosisOptions& options) {
-  std::vector<const loom::v1::StepMetrics*> usable;
-  for (const auto& m : steps) {
-    if (m.step() > 0 && m.compute_seconds() > 0 && m.step_time_seconds() > 0) usable.push_back(&m);
-  }
+  std::vector<const loom::v1::StepMetrics*> all;
+  all.reserve(steps.size());
+  for (const auto& m : steps) all.push_back(&m);
+  return Diagnose(std::move(all), options);
+}
+
+loom::v1::Diagnosis Diagnose(std::vector<const loom::v1::StepMetrics*> steps,
+                             const DiagnosisOptions& options) {
+  std::vector<const loom::v1::StepMetrics*>& usable = steps;
+  usable.erase(std::remove_if(usable.begin(), usable.end(),
+                              [](const loom::v1::StepMetrics* m) {
+                                return !(m->step() > 0 && m->compute_seconds() > 0 &&
+                                         m->step_time_seconds() > 0);
+                              }),
+               usable.end());
   std::sort(usable.begin(), usable.end(),
             [](const auto* a, const auto* b) { return a->step() > b->step(); });
   if (static_cast<int>(usable.size()) > options.window) usable.resize(options.window);

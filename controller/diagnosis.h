@@ -44,6 +44,10 @@ struct DiagnosisOptions {
 // per line, as a person would quote them.
 loom::v1::Diagnosis Diagnose(const std::vector<loom::v1::StepMetrics>& steps,
                              const DiagnosisOptions& options = {});
+// The same over steps held elsewhere (none null), so that a caller with a
+// window of steps in another container need not copy them for every verdict.
+loom::v1::Diagnosis Diagnose(std::vector<const loom::v1::StepMetrics*> steps,
+                             const DiagnosisOptions& options = {});
 
 // Human-readable name of a verdict ("data-bound", ...).
 const char* VerdictName(loom::v1::Diagnosis::Verdict verdict);

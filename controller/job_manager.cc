@@ -941,8 +941,10 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
         while (rec.recent_steps.size() > static_cast<size_t>(DiagnosisOptions().window)) {
           rec.recent_steps.pop_front();
         }
-        loom::v1::Diagnosis d = Diagnose(
-            std::vector<loom::v1::StepMetrics>(rec.recent_steps.begin(), rec.recent_steps.end()));
+        std::vector<const loom::v1::StepMetrics*> window;
+        window.reserve(rec.recent_steps.size());
+        for (const auto& r : rec.recent_steps) window.push_back(&r);
+        loom::v1::Diagnosis d = Diagnose(std::move(window));
         d.set_time_unix_ms(out.time_unix_ms());
         *rec.job.mutable_diagnosis() = std::move(d);
       }
