@@ -98,6 +98,11 @@ absl::Status RankSupervisor::Start(const std::string& job_id, int rank, int64_t 
   if (pipe2(pipefd, O_CLOEXEC) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
+  // Room for ~1,000 step events (a JSON line each), so a worker that stalls
+  // for a moment (a long disk write, a pause) does not stall its ranks'
+  // training on a full pipe. Best effort: the default 64 KiB stays if the
+  // system refuses (fs.pipe-max-size, or an unprivileged user's pipe quota).
+  (void)fcntl(pipefd[1], F_SETPIPE_SZ, 1 << 20);
   int logfd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (logfd < 0) {
     close(pipefd[0]);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/engine/checkpoint_fence.h"
 
 namespace loom::engine {
 namespace {
@@ -137,6 +138,11 @@ void CheckpointCoordinator::CompleteSharded() {
   Take(std::move(report));
 }
 
+absl::Status CheckpointCoordinator::EarlyFenceCheck() const {
+  if (!options_.fence.has_value()) return absl::OkStatus();
+  return CheckFenceHeld(options_.dir, *options_.fence);
+}
+
 void CheckpointCoordinator::Save(const TrainingState& state, bool wait) {
   if (!writer_ && !sharded_) {
     // Replicated, not rank 0: nothing to write.
@@ -148,6 +154,11 @@ void CheckpointCoordinator::Save(const TrainingState& state, bool wait) {
     saving_step_ = state.step;
     saving_state_ = state;
     in_flight_ = true;  // on every rank alike, even if Start fails below
+    if (absl::Status held = EarlyFenceCheck(); !held.ok()) {
+      finished_ = absl::StatusOr<CheckpointReport>(held);
+      if (wait) CompleteSharded();
+      return;
+    }
     absl::StatusOr<ShardContents> contents = engine_->CheckpointShard();
     absl::Status started =
         contents.ok() ? writer_->Start(*std::move(contents), state) : contents.status();
@@ -158,6 +169,10 @@ void CheckpointCoordinator::Save(const TrainingState& state, bool wait) {
   Take(writer_->Wait());
   if (!failure_.ok()) return;
   saving_step_ = state.step;
+  if (absl::Status held = EarlyFenceCheck(); !held.ok()) {
+    Fail(state.step, held);
+    return;
+  }
   absl::StatusOr<ShardContents> contents = engine_->CheckpointShard();
   absl::Status started =
       contents.ok() ? writer_->Start(*std::move(contents), state) : contents.status();

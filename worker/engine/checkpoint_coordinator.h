@@ -70,6 +70,10 @@ class CheckpointCoordinator {
   // Sharded: the save in flight has finished on every rank; gathers the
   // shards' sizes and checksums and (world rank 0) commits.
   void CompleteSharded();
+  // A newer attempt's claim on the directory, seen before a save writes
+  // anything (CheckFenceHeld): that save fails as fenced, and this attempt
+  // stops at this save point.
+  absl::Status EarlyFenceCheck() const;
   void Take(std::optional<absl::StatusOr<CheckpointReport>> outcome);
   void Fail(int64_t step, const absl::Status& error);
   // Collective: fails every rank if any rank recorded a failure.

@@ -161,6 +161,15 @@ absl::StatusOr<FenceToken> ReadFence(const std::string& dir) {
   return token;
 }
 
+absl::Status CheckFenceHeld(const std::string& dir, const FenceToken& token) {
+  // FENCE is replaced by rename, so a read without the lock sees one whole
+  // claim, the old or the new.
+  absl::StatusOr<FenceToken> holder = ReadFence(dir);
+  if (!holder.ok()) return absl::OkStatus();
+  if (holder->owner == token.owner && holder->attempt == token.attempt) return absl::OkStatus();
+  return Fenced(dir, token, *holder);
+}
+
 absl::Status ClaimCheckpointDir(const std::string& dir, const FenceToken& token,
                                 const std::function<void()>& on_claimed) {
   RETURN_IF_ERROR(CheckToken(token));

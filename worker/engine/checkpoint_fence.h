@@ -77,6 +77,16 @@ absl::Status WhileFenceHeld(const std::string& dir, const FenceToken& token,
 absl::Status ExplainSaveFailure(const std::string& dir, const FenceToken& token,
                                 absl::Status error);
 
+// A save's early look, before it writes anything: FAILED_PRECONDITION
+// marked IsCheckpointFenced if `dir`'s FENCE holds another claim than
+// `token`; OK otherwise, also when FENCE is missing, unreadable or does not
+// parse (the commit's WhileFenceHeld decides those). Takes no lock and
+// writes nothing, so it may pass a claim that lands just after; the commit
+// still refuses that one. What it adds: a stale attempt stops at its next
+// save point instead of after writing a whole checkpoint that the commit
+// would refuse.
+absl::Status CheckFenceHeld(const std::string& dir, const FenceToken& token);
+
 // The claim in force: NOT_FOUND if `dir` has none.
 absl::StatusOr<FenceToken> ReadFence(const std::string& dir);
 

@@ -100,6 +100,24 @@ TEST_F(CheckpointFenceTest, ASaveFailureUnderANewerClaimIsExplainedAsFenced) {
   EXPECT_EQ(ExplainSaveFailure(dir_, {"job-1", 4}, io), io);
   EXPECT_EQ(ReadFence(dir_)->attempt, 4);  // nothing written
 }
+// The early look a save takes before writing: only another claim in force
+// refuses it; a missing or garbled FENCE is left to the commit to judge.
+TEST_F(CheckpointFenceTest, TheEarlyCheckRefusesOnlyAnotherClaimInForce) {
+  EXPECT_TRUE(CheckFenceHeld(dir_, {"job-1", 3}).ok());  // no directory yet
+  ASSERT_TRUE(ClaimCheckpointDir(dir_, {"job-1", 3}).ok());
+  EXPECT_TRUE(CheckFenceHeld(dir_, {"job-1", 3}).ok());
+  ASSERT_TRUE(ClaimCheckpointDir(dir_, {"job-1", 4}).ok());
+  absl::Status stale = CheckFenceHeld(dir_, {"job-1", 3});
+  EXPECT_TRUE(IsCheckpointFenced(stale)) << stale;
+  EXPECT_THAT(std::string(stale.message()), HasSubstr("attempt 4 of job 'job-1' claimed it"));
+  EXPECT_TRUE(CheckFenceHeld(dir_, {"job-1", 4}).ok());
+  EXPECT_TRUE(IsCheckpointFenced(CheckFenceHeld(dir_, {"job-2", 0})));
+  std::ofstream(fs::path(dir_) / kFenceFileName) << "not a fence\n";
+  EXPECT_TRUE(CheckFenceHeld(dir_, {"job-1", 3}).ok());
+  fs::remove(fs::path(dir_) / kFenceFileName);
+  EXPECT_TRUE(CheckFenceHeld(dir_, {"job-1", 3}).ok());
+}
+
 // Another job's claim takes the directory over (the controller keeps two
 // live jobs apart); the first job is then fenced.
 TEST_F(CheckpointFenceTest, AnotherOwnerTakesTheDirectoryOver) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
@@ -332,6 +333,50 @@ TEST_F(TrainerTest, FailedCheckpointSaveIsReportedAndStopsTraining) {
   ASSERT_EQ(failures.size(), 1u);
   EXPECT_EQ(failures[0].first, 2);
   EXPECT_FALSE(failures[0].second.empty());
+}
+
+// Issue 12, a stale attempt: a newer attempt of the job claims the
+// checkpoint directory while this one trains (as the controller's restart
+// on another worker does while this one is frozen). This attempt's next
+// save point ends it as fenced, before it writes anything: no checkpoint
+// or temporary directory after the claim, and the error says who holds the
+// directory. CONTINUE (a policy for failed saves) does not keep it going.
+TEST_F(TrainerTest, AStaleAttemptStopsAtItsNextSavePointWritingNothing) {
+  TrainerConfig config = SmallConfig();
+  config.schedule.total_steps = 12;
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 2;
+  config.job_id = "job-7";
+  config.generation = 0;
+  config.continue_after_failed_save = true;
+  TrainerCallbacks callbacks;
+  std::vector<int64_t> failed_at;
+  callbacks.on_step = [&](const loom::v1::StepMetrics& m) {
+    // Step 3 is after checkpoint 2's save started; wait for it, then claim.
+    if (m.step() == 3) {
+      for (int i = 0; i < 1000 && CheckpointSteps(config.checkpoint_dir).empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ASSERT_TRUE(ClaimCheckpointDir(config.checkpoint_dir, {"job-7", 1}).ok());
+    }
+  };
+  callbacks.on_checkpoint_failed = [&](int64_t step, const absl::Status&) {
+    failed_at.push_back(step);
+  };
+  std::atomic<int64_t> newest_staged{-1};  // the writer's thread reports stages
+  callbacks.on_checkpoint_stage = [&](CheckpointStage, int64_t step) {
+    newest_staged = std::max<int64_t>(newest_staged, step);
+  };
+  absl::StatusOr<TrainResult> result = Train(config, nullptr, callbacks);
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(IsCheckpointFenced(result.status())) << result.status();
+  EXPECT_EQ(newest_staged, 2);  // checkpoint 4's writing never began
+  EXPECT_THAT(std::string(result.status().message()),
+              ::testing::HasSubstr("attempt 1 of job 'job-7' claimed it"));
+  EXPECT_EQ(failed_at, std::vector<int64_t>{4});
+  EXPECT_EQ(CheckpointSteps(config.checkpoint_dir), std::vector<int64_t>{2});
+  EXPECT_TRUE(TemporaryNames(config.checkpoint_dir).empty());
+  EXPECT_EQ(ReadFence(config.checkpoint_dir)->attempt, 1);
 }
 
 // A small tmpfs the test mounts (tests run as root), unmounted and removed
