@@ -1,13 +1,19 @@
 #include "worker/cpu_probe.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstddef>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -153,6 +159,47 @@ absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary) {
                                             " and printed \"", probe.line, "\""));
   }
   return probe;
+}
+
+std::string HostProbeLock::DefaultPath() {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  return (dir / "loom-probe.lock").string();
+}
+
+HostProbeLock::HostProbeLock(const std::string& path, double wait_seconds) {
+  // 0666 (less the umask): workers of other users on the host share it.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0) {
+    note_ = absl::StrCat("probing without the host's probe lock: open ", path, ": ",
+                         std::strerror(errno));
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+      held_ = true;
+      break;
+    }
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      note_ = absl::StrCat("probing without the host's probe lock: flock ", path, ": ",
+                           std::strerror(errno));
+      break;
+    }
+    waited_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited_seconds_ >= wait_seconds) {
+      note_ = absl::StrCat("probing without the host's probe lock: another worker held ", path,
+                           " for ", wait_seconds, " s, so the figures may be low");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+HostProbeLock::~HostProbeLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 }  // namespace loom::worker

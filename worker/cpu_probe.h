@@ -43,6 +43,35 @@ struct BlockProbe {
 // INTERNAL when the binary cannot run or prints something else.
 absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary);
 
+// The probes above measure what one rank gets from a core, so they must not
+// overlap another worker's probes on the same host (a local cluster starts
+// its workers at once: two 2-core workers probing together measured 2x the
+// per-element block cost and 5x the all-reduce latency). Holding this, a
+// worker is the only one of its host probing: flock(2) on `path` (by
+// default <temp dir>/loom-probe.lock, shared by the host's workers unless
+// they run in separate containers, where each has its own cores anyway).
+// Waits up to `wait_seconds`, then gives up and says so in `note` (the
+// probe runs anyway: a rough figure beats none); the same if the file
+// cannot be opened.
+class HostProbeLock {
+ public:
+  static std::string DefaultPath();
+  HostProbeLock(const std::string& path, double wait_seconds);
+  ~HostProbeLock();
+  HostProbeLock(const HostProbeLock&) = delete;
+  HostProbeLock& operator=(const HostProbeLock&) = delete;
+
+  bool held() const { return held_; }
+  double waited_seconds() const { return waited_seconds_; }
+  const std::string& note() const { return note_; }
+
+ private:
+  int fd_ = -1;
+  bool held_ = false;
+  double waited_seconds_ = 0;
+  std::string note_;
+};
+
 }  // namespace loom::worker
 
 #endif  // LOOM_WORKER_CPU_PROBE_H_

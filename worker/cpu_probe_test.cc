@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -82,4 +83,30 @@ TEST(BlockProbeTest, RefusesFiguresThatAreNotFiniteAndNonNegative) {
 }
 
 }  // namespace
+// Two workers of one host: the second waits while the first probes, and
+// gives up (probing anyway, saying why) after its wait.
+TEST(HostProbeLockTest, OneWorkerOfAHostProbesAtATime) {
+  char pattern[] = "/tmp/loom_probe_lockXXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string path = std::string(pattern) + "/loom-probe.lock";
+  {
+    HostProbeLock first(path, 1);
+    ASSERT_TRUE(first.held()) << first.note();
+    EXPECT_TRUE(first.note().empty());
+    // flock locks belong to the open file: a second open in this process
+    // contends as another worker's would.
+    HostProbeLock second(path, 0.2);
+    EXPECT_FALSE(second.held());
+    EXPECT_GE(second.waited_seconds(), 0.2);
+    EXPECT_THAT(second.note(), ::testing::HasSubstr("another worker held"));
+  }
+  HostProbeLock after(path, 1);
+  EXPECT_TRUE(after.held()) << after.note();
+  EXPECT_LT(after.waited_seconds(), 0.2);
+  HostProbeLock unopenable(std::string(pattern) + "/missing/dir/lock", 1);
+  EXPECT_FALSE(unopenable.held());
+  EXPECT_THAT(unopenable.note(), ::testing::HasSubstr("probing without the host's probe lock"));
+  std::filesystem::remove_all(pattern);
+}
+
 }  // namespace loom::worker

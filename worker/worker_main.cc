@@ -205,6 +205,15 @@ int main(int argc, char** argv) {
     std::cerr << "loom-worker: OPENBLAS_CORETYPE=SkylakeX for the ranks (AVX-512 CPU)" << std::endl;
   }
   // After OPENBLAS_CORETYPE is settled: the probe loads the BLAS as ranks will.
+  // One worker of a host probes at a time (cpu_probe.h, HostProbeLock).
+  auto probe_lock = std::make_unique<worker::HostProbeLock>(
+      worker::HostProbeLock::DefaultPath(), /*wait_seconds=*/60);
+  if (!probe_lock->note().empty()) std::cerr << "loom-worker: " << probe_lock->note() << std::endl;
+  if (probe_lock->waited_seconds() > 0.1) {
+    std::cerr << absl::StrFormat("loom-worker: waited %.1f s for another worker's probes",
+                                 probe_lock->waited_seconds())
+              << std::endl;
+  }
   worker::CpuProbe cpu = worker::ProbeCpu();
   opts.gemm_flops_per_second_per_thread = cpu.gemm_flops_per_second_per_thread;
   opts.memory_bandwidth_bytes_per_second = cpu.memory_bandwidth_bytes_per_second;
@@ -234,6 +243,7 @@ int main(int argc, char** argv) {
     std::cerr << "loom-worker: block probe failed, the planner counts FLOPs only: "
               << blocks.status().message() << std::endl;
   }
+  probe_lock.reset();
   auto registry = std::make_shared<metrics::Registry>();
   worker::BlasInfo blas = worker::DetectBlas();
   metrics::BuildGauge()
