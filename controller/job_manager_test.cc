@@ -722,6 +722,8 @@ TEST_F(JobManagerTest, RegisterRefusesMeasuredFiguresThatAreNotFiniteOrNegative)
        &loom::v1::RegisterWorkerRequest::set_allreduce_latency_seconds},
       {"allreduce_bytes_per_second",
        &loom::v1::RegisterWorkerRequest::set_allreduce_bytes_per_second},
+      {"tensor_collective_extra_seconds",
+       &loom::v1::RegisterWorkerRequest::set_tensor_collective_extra_seconds},
   };
   for (const auto& [name, set] : fields) {
     for (double bad : {-1.0, std::numeric_limits<double>::infinity(),

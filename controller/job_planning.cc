@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/jobspec.h"
@@ -48,6 +49,7 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   double layer_fixed = 0, layer_per_activation = 0;  // 0: no worker measured them
   double collective_latency = 0;                      // 0: no worker measured it
   double collective_bandwidth = std::numeric_limits<double>::infinity();
+  double collective_extra = 0;  // per tensor-parallel collective, beyond its ring time
   // Workers that report one host id share that machine's cores and memory
   // (several local workers, pods of one Kubernetes node). This job puts
   // about ceil(ranks / workers) ranks on each of its workers, so it puts
@@ -109,6 +111,7 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
     }
     // Collectives between ranks of one worker, as measured between two.
     if (w.allreduce_latency_seconds() > 0 && w.allreduce_bytes_per_second() > 0) {
+      collective_extra = std::max(collective_extra, w.tensor_collective_extra_seconds());
       collective_latency = std::max(collective_latency, w.allreduce_latency_seconds());
       collective_bandwidth = std::min(collective_bandwidth, w.allreduce_bytes_per_second());
     }
@@ -189,18 +192,29 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   if (collective_latency > 0 && std::isfinite(collective_bandwidth)) {
     t.intra_node_latency_seconds = collective_latency;
     t.intra_node_bandwidth_bytes_per_second = collective_bandwidth;
+    t.intra_node_collective_extra_seconds = collective_extra;
   }
   // No worker measures its network (worker/cpu_probe.h times GEMM and
   // memory copies only), so the network is the documented assumption, and
-  // the description says so.
+  // the description says so; except that workers which all share one host
+  // talk over its loopback, which is what their all-reduce probe measured.
   t.inter_node_bandwidth_bytes_per_second =
       kEstimatedNodeNetworkBytesPerSecond / t.devices_per_node;
+  const bool one_host = alive > 0 && hosts.size() == 1 &&
+                        absl::StartsWith(hosts.begin()->first, "host ");
+  std::string network = absl::StrFormat("network assumed %.0f Gb/s per worker, not measured",
+                                        kEstimatedNodeNetworkBytesPerSecond * 8 / 1e9);
+  if (one_host && collective_latency > 0 && std::isfinite(collective_bandwidth)) {
+    t.inter_node_latency_seconds = collective_latency;
+    t.inter_node_bandwidth_bytes_per_second = collective_bandwidth;
+    network = absl::StrFormat("workers on one host, their network its loopback (%.2f GB/s)",
+                              collective_bandwidth / 1e9);
+  }
   live.measured = measured;
   t.name = absl::StrFormat("%d x %d cpu", t.nodes, t.devices_per_node);
   live.description = absl::StrFormat(
-      "%s%s, %.1f GFLOP/s and %.1f GB per slot, network assumed %.0f Gb/s per worker, not "
-      "measured (%s)",
-      t.name, racks, gemm / 1e9, Gb(memory), kEstimatedNodeNetworkBytesPerSecond * 8 / 1e9,
+      "%s%s, %.1f GFLOP/s and %.1f GB per slot, %s (%s)",
+      t.name, racks, gemm / 1e9, Gb(memory), network,
       alive == 0 ? "no live workers: estimated figures"
                  : absl::StrCat(alive, " live worker(s), ",
                                 measured ? "measured GEMM" : "partly estimated figures",

@@ -123,6 +123,7 @@ TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
     w.set_block_seconds_per_activation(2e-7);
     w.set_allreduce_latency_seconds(1.5e-4);
     w.set_allreduce_bytes_per_second(6e8);
+    w.set_tensor_collective_extra_seconds(fixed / 2);
     return w;
   };
   auto apart = TopologyForSpec(TinySpec(2, 4), {worker("a", "h1", 2e-4), worker("b", "h2", 3e-4)});
@@ -131,6 +132,7 @@ TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
   // The measured loopback all-reduce is the link between ranks of a worker.
   EXPECT_DOUBLE_EQ(apart->topology.intra_node_latency_seconds, 1.5e-4);
   EXPECT_DOUBLE_EQ(apart->topology.intra_node_bandwidth_bytes_per_second, 6e8);
+  EXPECT_DOUBLE_EQ(apart->topology.intra_node_collective_extra_seconds, 1.5e-4);  // the slower's
   EXPECT_DOUBLE_EQ(apart->topology.device.layer_seconds_per_activation, 2e-7);
   // Four ranks on one 2-core host: the figures stay a core's own, and the
   // device says 2 ranks share each core (the cost model counts it).
@@ -141,6 +143,14 @@ TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
   EXPECT_DOUBLE_EQ(shared->topology.intra_node_latency_seconds, 1.5e-4);
   EXPECT_DOUBLE_EQ(shared->topology.intra_node_bandwidth_bytes_per_second, 6e8);
   EXPECT_DOUBLE_EQ(shared->topology.device.ranks_per_core, 2);
+  // Workers of one host talk over its loopback: their network is the
+  // measured all-reduce, not the assumed 10 Gb/s; on two hosts it is not.
+  EXPECT_DOUBLE_EQ(shared->topology.inter_node_latency_seconds, 1.5e-4);
+  EXPECT_DOUBLE_EQ(shared->topology.inter_node_bandwidth_bytes_per_second, 6e8);
+  EXPECT_THAT(shared->description, HasSubstr("workers on one host, their network its loopback"));
+  EXPECT_DOUBLE_EQ(apart->topology.inter_node_bandwidth_bytes_per_second,
+                   kEstimatedNodeNetworkBytesPerSecond / 2);
+  EXPECT_THAT(apart->description, HasSubstr("network assumed 10 Gb/s per worker"));
   // Not measured: FLOPs only.
   auto unmeasured = TopologyForSpec(TinySpec(1, 1), {Worker(1, 8e9)});
   ASSERT_TRUE(unmeasured.ok());

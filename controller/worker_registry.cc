@@ -35,6 +35,7 @@ absl::Status WorkerRegistry::ValidateRegistration(const loom::v1::RegisterWorker
       {"block_seconds_per_activation", req.block_seconds_per_activation()},
       {"allreduce_latency_seconds", req.allreduce_latency_seconds()},
       {"allreduce_bytes_per_second", req.allreduce_bytes_per_second()},
+      {"tensor_collective_extra_seconds", req.tensor_collective_extra_seconds()},
   };
   for (const auto& [field, value] : measured) {
     if (!(value >= 0) || !std::isfinite(value)) {
@@ -96,6 +97,7 @@ WorkerRegistry::Worker& WorkerRegistry::Add(const loom::v1::RegisterWorkerReques
   w.info.set_block_seconds_per_activation(req.block_seconds_per_activation());
   w.info.set_allreduce_latency_seconds(req.allreduce_latency_seconds());
   w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
+  w.info.set_tensor_collective_extra_seconds(req.tensor_collective_extra_seconds());
   if (w.info.alive()) {  // (an id drawn twice)
     lease_order_.erase(w.lease_entry);
     alive_ -= 1;

@@ -152,6 +152,8 @@ absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary) {
       probe.allreduce_latency_seconds = value;
     } else if (kv.first == "allreduce_bytes_per_second") {
       probe.allreduce_bytes_per_second = value;
+    } else if (kv.first == "tensor_collective_extra_seconds") {
+      probe.tensor_collective_extra_seconds = value;
     }
   }
   if (status != 0 || !have_fixed || !have_activation) {

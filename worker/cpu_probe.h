@@ -38,6 +38,9 @@ struct BlockProbe {
   // 0 = not measured.
   double allreduce_latency_seconds = 0;
   double allreduce_bytes_per_second = 0;
+  // Per tensor-parallel collective, beyond its ring time (block_probe.h);
+  // 0 = not measured.
+  double tensor_collective_extra_seconds = 0;
   std::string line;                   // what the probe printed
 };
 // INTERNAL when the binary cannot run or prints something else.

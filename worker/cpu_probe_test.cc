@@ -51,6 +51,8 @@ TEST(BlockProbeTest, ReadsWhatTheRankBinaryMeasures) {
   ASSERT_TRUE(probe.ok()) << probe.status();
   EXPECT_GT(probe->fixed_seconds, 0) << probe->line;
   EXPECT_GE(probe->seconds_per_activation, 0) << probe->line;
+  EXPECT_GE(probe->tensor_collective_extra_seconds, 0) << probe->line;
+  EXPECT_THAT(probe->line, ::testing::HasSubstr(" tensor_collective_extra_seconds="));
   EXPECT_THAT(probe->line, ::testing::StartsWith("block_fixed_seconds="));
 }
 

@@ -382,7 +382,9 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
                               : topo.inter_node_bandwidth_bytes_per_second;
     const double lat = in_node ? topo.intra_node_latency_seconds : topo.inter_node_latency_seconds;
     const double collectives = 4.0 + (l.recompute == Recompute::kFull ? 2.0 : 0.0);
-    tp_mb = layers * collectives * RingAllReduceSeconds(b * s * h * activation_bytes_, tp, bw, lat);
+    const double extra = in_node ? topo.intra_node_collective_extra_seconds : 0.0;
+    tp_mb = layers * collectives *
+            (RingAllReduceSeconds(b * s * h * activation_bytes_, tp, bw, lat) + extra);
   }
 
   // Pipeline point-to-point: each stage sends one activation forward and

@@ -149,6 +149,28 @@ TEST(TimeTest, TensorParallelAllReducesPerLayer) {
   EXPECT_NEAR(cost.Time(layout).tensor_parallel_comm, 32 * 40 * 6 * one, 1e-9);
 }
 
+// What CPU workers measured a tensor-parallel collective to cost beyond its
+// ring time is added to each one inside a node; a group that spans nodes
+// does not get it.
+TEST(TimeTest, MeasuredExtraPerTensorParallelCollectiveInsideANode) {
+  const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
+  ClusterTopology topo = A100s(32, 8);
+  topo.intra_node_collective_extra_seconds = 2e-4;
+  const CostModel cost = MakeCost(model, 1024, topo);
+  Layout layout;
+  layout.tp = 8;
+  layout.dp = 32;
+  const double one = RingAllReduceSeconds(2048.0 * 6144 * 2, 8, 300e9, 3e-6);
+  EXPECT_NEAR(cost.Time(layout).tensor_parallel_comm, 32 * 40 * 4 * (one + 2e-4), 1e-9);
+  ClusterTopology small_nodes = A100s(64, 4);
+  small_nodes.intra_node_collective_extra_seconds = 2e-4;
+  const CostModel across = MakeCost(model, 1024, small_nodes);
+  const TimeBreakdown spanning = across.Time(layout);
+  small_nodes.intra_node_collective_extra_seconds = 0;
+  EXPECT_DOUBLE_EQ(spanning.tensor_parallel_comm,
+                   MakeCost(model, 1024, small_nodes).Time(layout).tensor_parallel_comm);
+}
+
 TEST(TimeTest, RecomputeCostsTimeButNotMfu) {
   const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
   const CostModel cost = MakeCost(model, 1024, A100s(32, 8));

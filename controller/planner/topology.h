@@ -59,6 +59,11 @@ struct ClusterTopology {
   DeviceSpec device;
   double intra_node_bandwidth_bytes_per_second = 0;  // per device, per direction
   double intra_node_latency_seconds = 3e-6;          // per hop
+  // Added to every tensor-parallel collective inside a node, beyond its
+  // ring time: what CPU workers measured a 2-rank tensor-parallel block to
+  // cost beyond its parts (ranks waiting on each other where they share
+  // cores; worker/engine/block_probe.h). 0 for accelerators.
+  double intra_node_collective_extra_seconds = 0;
   double inter_node_bandwidth_bytes_per_second = 0;  // per device (its NIC share)
   double inter_node_latency_seconds = 10e-6;
   int nodes_per_rack = 0;  // 0 = no rack structure

@@ -25,7 +25,7 @@ namespace loom::engine {
 
 // And what an all-reduce between two ranks of this machine costs (the
 // tensor-parallel collectives of CPU ranks in one worker): two in-process
-// Gloo ranks on loopback time all-reduces of 4 KiB and 1 MiB, and
+// Gloo ranks on loopback time all-reduces of 4 KiB and 4 MiB, and
 //   t(bytes) = 2 x latency + bytes / bandwidth
 // (RingAllReduceSeconds for two ranks) is solved for the two.
 struct BlockCost {
@@ -35,13 +35,21 @@ struct BlockCost {
   double reference_block_seconds = 0;  // the reference shape's block, measured
   double allreduce_latency_seconds = 0;      // per ring step; 0 = not measured
   double allreduce_bytes_per_second = 0;     // the ring's bandwidth; 0 = not measured
+  // A 2-rank tensor-parallel block at the reference shape, measured, less
+  // what the figures above predict for it (half its FLOPs at the matmul
+  // rate, the fixed and per-element costs whole, 4 ring all-reduces of its
+  // activation), per all-reduce; 0 = not measured or none.
+  double tensor_collective_extra_seconds = 0;
+  double tensor_parallel_block_seconds = 0;  // that block, measured
 };
 
 BlockCost ProbeBlockCost();
 
 // "block_fixed_seconds=<x> block_seconds_per_activation=<y>
 // matmul_flops_per_second=<z> reference_block_seconds=<w>
-// allreduce_latency_seconds=<a> allreduce_bytes_per_second=<b>": one line,
+// allreduce_latency_seconds=<a> allreduce_bytes_per_second=<b>
+// tensor_parallel_block_seconds=<t> tensor_collective_extra_seconds=<e>":
+// one line,
 // what `loom-rank --probe` prints.
 std::string FormatBlockCost(const BlockCost& cost);
 
