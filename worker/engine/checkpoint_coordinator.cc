@@ -111,9 +111,16 @@ void CheckpointCoordinator::CompleteSharded() {
   if (!failed_ranks.empty()) {
     any_failed_ = !config_.continue_after_failed_save;
     if (rank == 0 && ok) {
-      Fail(saving_step_, absl::AbortedError(absl::StrCat(
-                             "checkpoint at step ", saving_step_, ": rank(s) ",
-                             absl::StrJoin(failed_ranks, ", "), " failed to write their shard")));
+      absl::Status others = absl::AbortedError(
+          absl::StrCat("checkpoint at step ", saving_step_, ": rank(s) ",
+                       absl::StrJoin(failed_ranks, ", "), " failed to write their shard"));
+      // Another rank's early fence check may have seen a newer attempt's
+      // claim that landed after this rank's: then this attempt is fenced
+      // here too, and rank 0 stops as fenced, not as a failed save.
+      if (options_.fence.has_value()) {
+        others = ExplainSaveFailure(options_.dir, *options_.fence, std::move(others));
+      }
+      Fail(saving_step_, others);
     }
     return;
   }

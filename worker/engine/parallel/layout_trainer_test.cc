@@ -24,6 +24,7 @@
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_choice.h"
 #include "worker/engine/checkpoint_inspect.h"
+#include "worker/engine/checkpoint_fence.h"
 #include "worker/engine/data.h"
 #include "worker/engine/parallel/parallel_gpt.h"
 #include "worker/engine/parallel/process_groups.h"
@@ -538,6 +539,34 @@ TEST_F(LayoutTrainerTest, AShardThatFailsCommitsNothing) {
   EXPECT_EQ(again.results[0].resumed_from_step, 0);
   EXPECT_FALSE(fs::exists(blocker));
   EXPECT_TRUE(fs::exists(CheckpointPath(config.checkpoint_dir, 10)));
+}
+
+// Issue 12 under a sharded layout: a newer attempt claims the directory
+// mid-run; at the next save point every rank stops as fenced, and nothing
+// of that save is written.
+TEST_F(LayoutTrainerTest, AStaleAttemptStopsAsFencedOnEveryRank) {
+  TrainerConfig config = Config();
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 5;
+  config.job_id = "job-3";
+  config.generation = 0;
+  const Layout layout{2, 1, 1};
+  const RunOutcome run = Run(config, layout, 0, [&](const loom::v1::StepMetrics& r) {
+    if (r.step() == 3) ASSERT_TRUE(ClaimCheckpointDir(config.checkpoint_dir, {"job-3", 1}).ok());
+  });
+  for (const absl::Status& s : run.statuses) {
+    EXPECT_TRUE(IsCheckpointFenced(s)) << s;
+  }
+  // The save after step 5 fails at once on every rank; sharded saves are
+  // agreed on at the following step boundaries, so training stops within
+  // two steps of it.
+  EXPECT_GE(run.steps.size(), 5u);
+  EXPECT_LE(run.steps.size(), 7u);
+  EXPECT_TRUE(ListCheckpoints(config.checkpoint_dir).empty());
+  for (const auto& entry : fs::directory_iterator(config.checkpoint_dir)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos)
+        << entry.path();
+  }
 }
 
 TEST_F(LayoutTrainerTest, RefusesWhatALayoutCannotRun) {
