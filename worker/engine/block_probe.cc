@@ -37,14 +37,29 @@ double Median(int runs, Fn fn) {
   return times[times.size() / 2];
 }
 
-// Forward + backward of a GPT of `layers` blocks on one micro-batch.
-double PassSeconds(int layers, int d_model, int tokens, int runs) {
+// The probe's GPT: `layers` blocks of width `d_model` (heads of 64, at
+// least `min_heads`) on `tokens` tokens of a 256-token vocabulary.
+GptConfig ProbeConfig(int layers, int d_model, int tokens, int min_heads) {
   GptConfig c;
   c.n_layer = layers;
   c.d_model = d_model;
-  c.n_head = std::max(1, d_model / 64);
+  c.n_head = std::max(min_heads, d_model / 64);
   c.seq_len = tokens;
   c.vocab_size = 256;
+  return c;
+}
+
+// Two in-process Gloo ranks on loopback.
+ParallelGroupOptions LoopbackGroupOptions() {
+  ParallelGroupOptions options;
+  options.local_addr = "127.0.0.1";
+  options.timeout_seconds = 30;
+  return options;
+}
+
+// Forward + backward of a GPT of `layers` blocks on one micro-batch.
+double PassSeconds(int layers, int d_model, int tokens, int runs) {
+  const GptConfig c = ProbeConfig(layers, d_model, tokens, 1);
   torch::manual_seed(0);
   Gpt model(c);
   model->train();
@@ -67,12 +82,7 @@ double BlockSeconds(int d_model, int tokens, int runs) {
 // each, as ranks sharing this machine's cores run): the slower rank's
 // median, or 0 when the group cannot be set up.
 double TensorParallelPassSeconds(int layers, int d_model, int tokens, int runs) {
-  GptConfig c;
-  c.n_layer = layers;
-  c.d_model = d_model;
-  c.n_head = std::max(2, d_model / 64);
-  c.seq_len = tokens;
-  c.vocab_size = 256;
+  const GptConfig c = ProbeConfig(layers, d_model, tokens, 2);
   const ParallelLayout layout{1, 2, 1};
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<double> medians(2, 0);
@@ -80,10 +90,8 @@ double TensorParallelPassSeconds(int layers, int d_model, int tokens, int runs) 
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
-      ParallelGroupOptions options;
-      options.local_addr = "127.0.0.1";
-      options.timeout_seconds = 30;
-      absl::StatusOr<ParallelGroups> groups = CreateParallelGroups(store, rank, layout, options);
+      absl::StatusOr<ParallelGroups> groups =
+          CreateParallelGroups(store, rank, layout, LoopbackGroupOptions());
       if (!groups.ok()) return;
       ParallelGpt model(nullptr);
       {
@@ -117,11 +125,8 @@ double AllReduceSeconds(int64_t floats, int runs) {
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
-      ParallelGroupOptions options;
-      options.local_addr = "127.0.0.1";
-      options.timeout_seconds = 30;
       absl::StatusOr<ParallelGroups> groups =
-          CreateParallelGroups(store, rank, ParallelLayout{2, 1, 1}, options);
+          CreateParallelGroups(store, rank, ParallelLayout{2, 1, 1}, LoopbackGroupOptions());
       if (!groups.ok()) return;
       std::vector<torch::Tensor> tensors = {torch::ones({floats})};
       medians[rank] = Median(runs, [&] { groups->world->allreduce(tensors)->wait(); });
