@@ -4,8 +4,8 @@
 //
 // Starts a real local Loom (controller + 2 workers of 2 slots; each worker
 // measures its GEMM rate and copy bandwidth at start-up and reports them),
-// and for each layout (DP2, TP2, PP2 with m = 8, TP2 x PP2, ZeRO-1 and ZeRO-2
-// DP2) asks
+// and for each layout (one rank alone, the baseline of the compute model;
+// DP2, TP2, PP2 with m = 8, TP2 x PP2, ZeRO-1 and ZeRO-2 DP2) asks
 // the controller's planner for the spec's own layout on the live cluster
 // (`loomctl -o json plan SPEC`: spec_layout.step_seconds and its split),
 // trains the same spec, and takes the median step time of its steps after
@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
   const std::string bearer = "Bearer " + std::string(absl::StripAsciiWhitespace(*token));
 
   const std::vector<Case> cases = {
-      {"DP2", 2, 2, 2, 1, 1, 0},       {"TP2", 1, 2, 1, 2, 1, 0},
+      {"1 rank", 1, 1, 1, 1, 1, 0},    {"DP2", 2, 2, 2, 1, 1, 0},
+      {"TP2", 1, 2, 1, 2, 1, 0},
       {"PP2", 2, 2, 1, 1, 2, 0},       {"TP2xPP2", 2, 4, 1, 2, 2, 0},
       {"ZeRO-1 DP2", 2, 2, 2, 1, 1, 1}, {"ZeRO-2 DP2", 2, 2, 2, 1, 1, 2},
   };

@@ -38,4 +38,25 @@ BlasInfo DetectBlas() {
   return info;
 }
 
+int SetBlasThreads(int threads) {
+  if (threads < 1) threads = 1;
+  // RTLD_DEFAULT: the definition the process's own calls resolve to (the
+  // BLAS LibTorch was linked against), not another copy dlopen could find.
+  using SetFn = void (*)(int);
+  using GetFn = int (*)();
+  if (auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(threads);
+    auto get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    return get != nullptr ? get() : threads;
+  }
+  using BlisSetFn = void (*)(long);  // NOLINT(runtime/int): BLIS's dim_t
+  using BlisGetFn = long (*)();      // NOLINT(runtime/int)
+  if (auto set = reinterpret_cast<BlisSetFn>(dlsym(RTLD_DEFAULT, "bli_thread_set_num_threads"))) {
+    set(threads);
+    auto get = reinterpret_cast<BlisGetFn>(dlsym(RTLD_DEFAULT, "bli_thread_get_num_threads"));
+    return get != nullptr ? static_cast<int>(get()) : threads;
+  }
+  return 0;
+}
+
 }  // namespace loom::worker

@@ -193,6 +193,8 @@ int main(int argc, char** argv) {
       if (absl::Status s = loom::engine::RetainFreedHostMemory(); !s.ok()) {
         std::cerr << "loom-rank: host allocator left as it is: " << s << std::endl;
       }
+      // A one-thread rank's BLAS, as the ranks train with (below).
+      loom::worker::SetBlasThreads(1);
       std::cout << loom::engine::FormatBlockCost(loom::engine::ProbeBlockCost()) << std::endl;
       return 0;
     }
@@ -239,9 +241,12 @@ int main(int argc, char** argv) {
 
   int threads = a.spec().resources().threads_per_rank() > 0 ? a.spec().resources().threads_per_rank() : 1;
   torch::set_num_threads(threads);
+  const int blas_threads = loom::worker::SetBlasThreads(threads);
   loom::worker::BlasInfo blas = loom::worker::DetectBlas();
   std::cerr << "loom-rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()
             << ": " << threads << " thread(s), BLAS " << blas.vendor << " (" << blas.path << ")"
+            << (blas_threads > 0 ? absl::StrCat(" on ", blas_threads, " thread(s)")
+                                 : std::string(" (its threads not settable)"))
             << ", OpenMP wait " << loom::engine::OpenMpWaitPolicyDescription() << std::endl;
   if (!blas.optimized) std::cerr << "WARNING: slow reference BLAS in use" << std::endl;
 

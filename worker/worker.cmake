@@ -1,4 +1,7 @@
 loom_library(loom_blas_info SRCS blas_info.cc DEPS ${CMAKE_DL_LIBS})
+# Links the OpenBLAS Debian's LibTorch links (libopenblas.so.0, libopenblas-dev).
+find_library(LOOM_OPENBLAS_LIBRARY NAMES openblas REQUIRED)
+loom_test(loom_blas_info_test SRCS blas_info_test.cc DEPS loom_blas_info ${LOOM_OPENBLAS_LIBRARY})
 loom_library(loom_cpu_probe SRCS cpu_probe.cc DEPS loom_blas_info absl::strings absl::status absl::statusor ${CMAKE_DL_LIBS})
 loom_test(loom_cpu_probe_test SRCS cpu_probe_test.cc DEPS loom_cpu_probe ${CMAKE_DL_LIBS})
 loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc log_shipper.cc
