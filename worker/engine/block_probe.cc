@@ -77,12 +77,15 @@ double BlockSeconds(int d_model, int tokens, int runs) {
                         PassSeconds(1, d_model, tokens, runs)) / 2);
 }
 
-// Forward + backward of a GPT of `layers` blocks on one micro-batch, split
-// over a 2-rank tensor-parallel group of in-process Gloo ranks (one thread
-// each, as ranks sharing this machine's cores run): the slower rank's
-// median, or 0 when the group cannot be set up.
-double TensorParallelPassSeconds(int layers, int d_model, int tokens, int runs) {
-  const GptConfig c = ProbeConfig(layers, d_model, tokens, 2);
+// One block's forward + backward on one micro-batch, split over a 2-rank
+// tensor-parallel group of in-process Gloo ranks (one thread each, as ranks
+// sharing this machine's cores run): a GPT of 3 blocks and one of 1 take
+// turns, `runs` times after a warm-up, and the median of the halved
+// differences is the slower rank's figure; 0 when the group cannot be set
+// up. Taking turns, not two separate medians, keeps a slow spell of the
+// machine from landing on one shape only: separate medians gave 9.6-19 ms
+// for the same block from run to run here.
+double TensorParallelBlockSeconds(int d_model, int tokens, int runs) {
   const ParallelLayout layout{1, 2, 1};
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<double> medians(2, 0);
@@ -93,20 +96,35 @@ double TensorParallelPassSeconds(int layers, int d_model, int tokens, int runs) 
       absl::StatusOr<ParallelGroups> groups =
           CreateParallelGroups(store, rank, layout, LoopbackGroupOptions());
       if (!groups.ok()) return;
-      ParallelGpt model(nullptr);
-      {
+      std::vector<ParallelGpt> models;
+      for (int layers : {3, 1}) {
+        const GptConfig c = ProbeConfig(layers, d_model, tokens, 2);
         std::lock_guard<std::mutex> lock(init);
         torch::manual_seed(0);
-        model = ParallelGpt(c, PartitionFor(c, layout, groups->coordinates), groups->tensor);
+        models.push_back(ParallelGpt(c, PartitionFor(c, layout, groups->coordinates),
+                                     groups->tensor));
+        models.back()->train();
       }
-      model->train();
       // The same tokens on both ranks.
-      torch::Tensor x = (torch::arange(tokens, torch::kLong) * 7 % c.vocab_size).view({1, tokens});
+      torch::Tensor x = (torch::arange(tokens, torch::kLong) * 7 % 256).view({1, tokens});
       torch::Tensor y = x.roll(-1, 1);
-      medians[rank] = Median(runs, [&] {
+      auto pass = [&](ParallelGpt& model) {
         for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+        const auto start = std::chrono::steady_clock::now();
         model->Loss(x, y).backward();
-      });
+        return Since(start);
+      };
+      for (int i = 0; i < 2; ++i) {
+        pass(models[0]);
+        pass(models[1]);
+      }
+      std::vector<double> blocks;
+      for (int i = 0; i < runs; ++i) {
+        const double three = pass(models[0]);
+        blocks.push_back((three - pass(models[1])) / 2);
+      }
+      std::sort(blocks.begin(), blocks.end());
+      medians[rank] = std::max(1e-9, blocks[blocks.size() / 2]);
     });
   }
   for (std::thread& t : ranks) t.join();
@@ -173,11 +191,9 @@ BlockCost ProbeBlockCost() {
     cost.allreduce_bytes_per_second = bytes_per_second;
     cost.allreduce_latency_seconds = std::max(0.0, (small - 4.0 * kSmall / bytes_per_second) / 2);
     // A tensor-parallel block of two ranks against what the figures above
-    // say it costs. On this project's 2-core VM it took 11.7-13.0 ms where
-    // they say ~9: the rest is the ranks waiting on each other at every
+    // say it costs: the rest is the ranks waiting on each other at every
     // collective (their one thread each shares the cores with Gloo's).
-    const double tp_block = std::max(0.0, (TensorParallelPassSeconds(3, kRefD, kRefT, 7) -
-                                           TensorParallelPassSeconds(1, kRefD, kRefT, 7)) / 2);
+    const double tp_block = std::max(0.0, TensorParallelBlockSeconds(kRefD, kRefT, 21));
     const double activation_bytes = 4.0 * kRefD * kRefT;
     const double modelled = (rate > 0 ? ref_flops / 2 / rate : 0) + cost.fixed_seconds +
                             cost.seconds_per_activation * kRefD * kRefT +
