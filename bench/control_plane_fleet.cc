@@ -4,6 +4,8 @@
 #include <cmath>
 #include <deque>
 #include <functional>
+#include <optional>
+#include <queue>
 #include <random>
 #include <thread>
 #include <utility>
@@ -97,6 +99,7 @@ void FillStep(int64_t step, int rank, int64_t total_steps, loom::v1::StepMetrics
 
 void RpcStats::Merge(const RpcStats& other) {
   latency_ms.insert(latency_ms.end(), other.latency_ms.begin(), other.latency_ms.end());
+  due_s.insert(due_s.end(), other.due_s.begin(), other.due_s.end());
   for (const auto& [code, n] : other.codes) codes[code] += n;
   sent += other.sent;
 }
@@ -124,12 +127,33 @@ void FleetStats::Merge(const FleetStats& other) {
 // flight. Only that thread touches anything here but `cq` (Finish reads
 // `stats` after the join).
 struct Fleet::Queue {
+  explicit Queue(Fleet* owner) : fleet(owner), tick_tag([this](bool) { OnTick(); }) {}
+
+  Fleet* const fleet;
   grpc::CompletionQueue cq;
   std::thread thread;
   FleetStats stats;
   std::mt19937_64 rng;
   int free_slots = 0;                         // of this queue's share of the cap
   std::deque<std::function<void()>> waiting;  // sends waiting for a slot, oldest first
+
+  // Runs `tag` (Done(true), on this queue's thread) at `when`, or up to
+  // kTimerGrain later. Only this queue's thread may call it. The caller
+  // has counted it in Fleet::in_flight_, as
+  // for an alarm of its own. One grpc::Alarm per queue serves all of its
+  // workers' and ranks' timers: with one alarm each (11,000 a second),
+  // gRPC's timer lists took ~12% of this process's CPU, which shares the
+  // machine with the controller under test.
+  void At(Clock::time_point when, Tag* tag) {
+    timers.push({when, next_timer++, tag});
+    if (in_tick) return;  // OnTick arms once its timers have run
+    if (!tick_armed) {
+      Arm();
+    } else if (when + kTimerGrain < tick_at && !tick_cancelled) {
+      tick_cancelled = true;
+      tick.Cancel();  // delivers the tick now (ok = false): it re-arms earlier
+    }
+  }
 
   // Runs `send` now, taking a slot, if one is free; else when one is
   // released. `send` must end in ReleaseSlot() (when its RPC completes, or
@@ -165,9 +189,57 @@ struct Fleet::Queue {
     }
     if (!measured) return;
     kind.latency_ms.push_back(MillisSince(due));
+    kind.due_s.push_back(std::chrono::duration<double>(due.time_since_epoch()).count());
     kind.codes[status.error_code()]++;
   }
   double Uniform(double lo, double hi) { return std::uniform_real_distribution<>(lo, hi)(rng); }
+
+ private:
+  static constexpr Clock::duration kTimerGrain = std::chrono::milliseconds(1);
+  struct Timer {
+    Clock::time_point when;
+    uint64_t seq;  // equal times run in the order they were set
+    Tag* tag;
+    bool operator>(const Timer& o) const {
+      return when != o.when ? when > o.when : seq > o.seq;
+    }
+  };
+
+  // Arms the queue's alarm for its earliest timer, at least a grain from
+  // now (so that one tick runs the timers of a millisecond together).
+  void Arm() {
+    if (timers.empty()) return;
+    tick_at = std::max(timers.top().when, Clock::now() + kTimerGrain);
+    tick_armed = true;
+    tick_cancelled = false;
+    fleet->in_flight_.fetch_add(1);
+    tick.Set(&cq, WallTimeOf(tick_at), &tick_tag);
+  }
+
+  // Runs every timer due by now (every one, once stopping: their handlers
+  // send nothing then), then arms for the next.
+  void OnTick() {
+    tick_armed = false;
+    in_tick = true;
+    const bool stopping = fleet->stopping_.load();
+    while (!timers.empty() && (stopping || timers.top().when <= Clock::now())) {
+      Tag* tag = timers.top().tag;
+      timers.pop();
+      tag->Done(true);  // may set timers (At)
+      fleet->in_flight_.fetch_sub(1);
+    }
+    in_tick = false;
+    Arm();
+  }
+
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
+  uint64_t next_timer = 0;
+  grpc::Alarm tick;
+  Tag tick_tag;
+  bool tick_armed = false;      // the alarm is set and not yet delivered
+  bool tick_cancelled = false;  // and Cancel() was called on it
+  bool in_tick = false;         // OnTick is running timers
+  Clock::time_point tick_at;
 };
 
 // ------------------------------------------------------------------ SimRank
@@ -229,23 +301,25 @@ class Fleet::SimRank {
   }
 
   // Reports the steps finished and not yet reported, or waits for the next.
-  void SendOrWait() {
+  // `timer_due`: when the timer that calls it was set for (a step's end),
+  // from which a report it sends is due; else it is due now.
+  void SendOrWait(std::optional<Clock::time_point> timer_due = std::nullopt) {
     if (!active_ || fleet_->stopping_.load()) return;
     busy_ = true;
     if (StepsDoneAt(Clock::now()) > reported_) {
-      due_ = Clock::now();
+      due_ = timer_due.value_or(Clock::now());
       measured_ = fleet_->measuring_.load();
       queue_->WhenSlotFree([this] { Send(); });
       return;
     }
+    timer_due_ = started_ + fleet_->options_.step_period * (reported_ + 1);
     fleet_->in_flight_.fetch_add(1);
-    alarm_.Set(&queue_->cq, WallTimeOf(started_ + fleet_->options_.step_period * (reported_ + 1)),
-               &alarm_tag_);
+    queue_->At(timer_due_, &alarm_tag_);
   }
 
   void OnAlarm() {
     busy_ = false;
-    SendOrWait();
+    SendOrWait(timer_due_);
   }
 
   // Holds a slot: sends every step finished by now (more may have finished
@@ -311,8 +385,8 @@ class Fleet::SimRank {
   int64_t generation_ = 0;
   Clock::time_point started_;  // of the current attempt; step k is done at + k periods
   int64_t reported_ = 0;       // last step sent
-  grpc::Alarm alarm_;
-  Tag alarm_tag_;
+  Tag alarm_tag_;  // its timer (Queue::At)
+  Clock::time_point timer_due_;  // what that timer was set for
   Tag report_tag_;
   std::unique_ptr<grpc::ClientContext> context_;
   loom::v1::ReportStepMetricsRequest request_;
@@ -341,7 +415,14 @@ class Fleet::SimWorker {
 
   // Registers for the first time; from any thread, before anything of this
   // worker is in flight (the timer fires on its queue's thread).
-  void BeginRegistration() { At(Clock::now(), Waiting::kRegistration); }
+  // Called from any thread: a grpc::Alarm of its own (thread-safe, unlike
+  // the queue's timers) hands the registration to its queue's thread.
+  void BeginRegistration() {
+    waiting_for_ = Waiting::kRegistration;
+    timer_due_ = Clock::now();
+    fleet_->in_flight_.fetch_add(1);
+    hand_over_.Set(&queue_->cq, WallTimeOf(timer_due_), &alarm_tag_);
+  }
 
  private:
   enum class Waiting { kRegistration, kHeartbeat };
@@ -404,8 +485,9 @@ class Fleet::SimWorker {
 
   void At(Clock::time_point when, Waiting what) {
     waiting_for_ = what;
+    timer_due_ = when;
     fleet_->in_flight_.fetch_add(1);
-    alarm_.Set(&queue_->cq, WallTimeOf(when), &alarm_tag_);
+    queue_->At(when, &alarm_tag_);
   }
 
   void OnAlarm() {
@@ -413,7 +495,8 @@ class Fleet::SimWorker {
     if (waiting_for_ == Waiting::kRegistration) {
       Register();
     } else {
-      due_ = Clock::now();
+      // Due when it was set for: a late timer counts in the latency.
+      due_ = timer_due_;
       measured_ = fleet_->measuring_.load();
       queue_->WhenSlotFree([this] { SendHeartbeat(); });
     }
@@ -517,8 +600,9 @@ class Fleet::SimWorker {
   const int index_;
   std::string id_;  // from the last registration
   bool registered_ = false;
-  grpc::Alarm alarm_;
   Waiting waiting_for_ = Waiting::kHeartbeat;
+  Clock::time_point timer_due_;  // what the pending timer was set for
+  grpc::Alarm hand_over_;        // BeginRegistration's, once
   Tag alarm_tag_;
   Tag register_tag_;
   Tag heartbeat_tag_;
@@ -619,7 +703,7 @@ Fleet::Fleet(FleetOptions options) : options_(std::move(options)) {
   }
   const int queues = std::max(1, options_.queues);
   for (int i = 0; i < queues; ++i) {
-    queues_.push_back(std::make_unique<Queue>());
+    queues_.push_back(std::make_unique<Queue>(this));
     queues_.back()->rng.seed(options_.seed * 1000003 + static_cast<uint64_t>(i));
     queues_.back()->free_slots = std::max(1, options_.max_rpcs_in_flight / queues);
   }

@@ -77,6 +77,8 @@ struct FleetOptions {
 // while the window was open.
 struct RpcStats {
   std::vector<double> latency_ms;
+  // For each latency, when its RPC was due: seconds on the steady clock.
+  std::vector<double> due_s;
   std::map<grpc::StatusCode, int64_t> codes;
   int64_t sent = 0;
   void Merge(const RpcStats& other);
