@@ -2,7 +2,9 @@
 // `loomctl local up` on loopback ports chosen by the OS, driven through the
 // real loomctl binary and a raw gRPC client.
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -1202,8 +1204,21 @@ TEST_F(ClusterTest, FrozenAttemptThawedAfterARestartIsFencedOffTheCheckpointDire
   ASSERT_GT(worker_pid, 0);
   const std::set<int> old_ranks = RankPids(job);
   ASSERT_EQ(old_ranks.size(), 2u);
+  // Freeze them outside the directory's fence lock. A rank frozen while it
+  // holds the lock (every commit runs under it, and with checkpoints every
+  // 10 steps that is often) keeps the next attempt from ever claiming the
+  // directory: flock on one machine's file system has no lease. That is
+  // not what this test is about, and it failed so once (the new attempt
+  // RUNNING, its claim never written). Holding the lock here, no rank is
+  // inside it; one waiting for it stays waiting, frozen.
+  const std::string lock_path = running.spec().checkpoint().dir() + "/FENCE.lock";
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(lock_fd, 0) << lock_path;
+  ASSERT_EQ(flock(lock_fd, LOCK_EX), 0);
   ASSERT_EQ(kill(worker_pid, SIGSTOP), 0);
   for (int pid : old_ranks) ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  flock(lock_fd, LOCK_UN);
+  close(lock_fd);
   // Thaw the workers in every case, so that local down can stop them.
   struct Thaw {
     std::vector<int> pids;
