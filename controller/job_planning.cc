@@ -50,6 +50,9 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
   double collective_latency = 0;                      // 0: no worker measured it
   double collective_bandwidth = std::numeric_limits<double>::infinity();
   double collective_extra = 0;  // per tensor-parallel collective, beyond its ring time
+  double slowest_collective = 0;  // the chosen worker's cost of a reference collective
+  double link_latency = 0;        // the largest any worker measured
+  double link_bandwidth = std::numeric_limits<double>::infinity();  // the smallest
   // Workers that report one host id share that machine's cores and memory
   // (several local workers, pods of one Kubernetes node). This job puts
   // about ceil(ranks / workers) ranks on each of its workers, so it puts
@@ -109,11 +112,27 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
       layer_fixed = std::max(layer_fixed, w.block_fixed_seconds());
       layer_per_activation = std::max(layer_per_activation, w.block_seconds_per_activation());
     }
-    // Collectives between ranks of one worker, as measured between two.
+    // Collectives between ranks of one worker, as measured between two:
+    // the slowest worker's figures, as one set (its cost of a collective
+    // of the probe's reference activation, 128 KiB). Mixing the largest
+    // latency of one worker with the lowest bandwidth and largest extra of
+    // others added up to more than any worker measured (2.5 ms a
+    // collective from workers that measured 1.4 and 1.6).
     if (w.allreduce_latency_seconds() > 0 && w.allreduce_bytes_per_second() > 0) {
-      collective_extra = std::max(collective_extra, w.tensor_collective_extra_seconds());
-      collective_latency = std::max(collective_latency, w.allreduce_latency_seconds());
-      collective_bandwidth = std::min(collective_bandwidth, w.allreduce_bytes_per_second());
+      // As the link between workers of one host, for data-parallel and
+      // pipeline traffic: the slowest latency and bandwidth measured.
+      link_latency = std::max(link_latency, w.allreduce_latency_seconds());
+      link_bandwidth = std::min(link_bandwidth, w.allreduce_bytes_per_second());
+      constexpr double kReferenceBytes = 4.0 * 256 * 128;
+      const double cost = 2 * w.allreduce_latency_seconds() +
+                          kReferenceBytes / w.allreduce_bytes_per_second() +
+                          w.tensor_collective_extra_seconds();
+      if (cost > slowest_collective) {
+        slowest_collective = cost;
+        collective_extra = w.tensor_collective_extra_seconds();
+        collective_latency = w.allreduce_latency_seconds();
+        collective_bandwidth = w.allreduce_bytes_per_second();
+      }
     }
     double bw = w.memory_bandwidth_bytes_per_second();
     if (!(bw > 0)) {
@@ -204,11 +223,11 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
                         absl::StartsWith(hosts.begin()->first, "host ");
   std::string network = absl::StrFormat("network assumed %.0f Gb/s per worker, not measured",
                                         kEstimatedNodeNetworkBytesPerSecond * 8 / 1e9);
-  if (one_host && collective_latency > 0 && std::isfinite(collective_bandwidth)) {
-    t.inter_node_latency_seconds = collective_latency;
-    t.inter_node_bandwidth_bytes_per_second = collective_bandwidth;
+  if (one_host && link_latency > 0 && std::isfinite(link_bandwidth)) {
+    t.inter_node_latency_seconds = link_latency;
+    t.inter_node_bandwidth_bytes_per_second = link_bandwidth;
     network = absl::StrFormat("workers on one host, their network its loopback (%.2f GB/s)",
-                              collective_bandwidth / 1e9);
+                              link_bandwidth / 1e9);
   }
   live.measured = measured;
   t.name = absl::StrFormat("%d x %d cpu", t.nodes, t.devices_per_node);

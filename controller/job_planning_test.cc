@@ -157,6 +157,33 @@ TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
   EXPECT_EQ(unmeasured->topology.device.layer_fixed_seconds, 0);
 }
 
+// The collective figures come from one worker, the slowest by its own
+// cost of a collective: not one worker's latency with another's bandwidth
+// and a third's extra, which adds up to more than any of them measured.
+TEST(TopologyForSpecTest, CollectiveFiguresAreTheSlowestWorkersAsOneSet) {
+  auto worker = [](const std::string& id, double latency, double bandwidth, double extra) {
+    loom::v1::WorkerInfo w = Worker(2, 16e9, 50e9, 12e9, /*cpus=*/2);
+    w.set_id(id);
+    w.set_host_id("h1");
+    w.set_allreduce_latency_seconds(latency);
+    w.set_allreduce_bytes_per_second(bandwidth);
+    w.set_tensor_collective_extra_seconds(extra);
+    return w;
+  };
+  // a: 2 x 0.67 ms + 131072 B / 2.39 GB/s + 0 = 1.40 ms;
+  // b: 2 x 0.20 ms + 131072 B / 0.65 GB/s + 1.0 ms = 1.60 ms, the slower.
+  auto live = TopologyForSpec(TinySpec(2, 4), {worker("a", 6.7e-4, 2.39e9, 0),
+                                               worker("b", 2.0e-4, 6.5e8, 1.0e-3)});
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_DOUBLE_EQ(live->topology.intra_node_latency_seconds, 2.0e-4);
+  EXPECT_DOUBLE_EQ(live->topology.intra_node_bandwidth_bytes_per_second, 6.5e8);
+  EXPECT_DOUBLE_EQ(live->topology.intra_node_collective_extra_seconds, 1.0e-3);
+  // The loopback between these workers (for data-parallel and pipeline
+  // traffic) is the slowest link any of them measured.
+  EXPECT_DOUBLE_EQ(live->topology.inter_node_latency_seconds, 6.7e-4);
+  EXPECT_DOUBLE_EQ(live->topology.inter_node_bandwidth_bytes_per_second, 6.5e8);
+}
+
 TEST(TopologyForSpecTest, WithoutWorkersUsesTheDocumentedEstimates) {
   auto live = TopologyForSpec(TinySpec(2, 2), {});
   ASSERT_TRUE(live.ok());

@@ -27,7 +27,10 @@ namespace loom::engine {
 // tensor-parallel collectives of CPU ranks in one worker): two in-process
 // Gloo ranks on loopback time all-reduces of 4 KiB and 4 MiB, and
 //   t(bytes) = 2 x latency + bytes / bandwidth
-// (RingAllReduceSeconds for two ranks) is solved for the two.
+// (RingAllReduceSeconds for two ranks) is solved for the two; when the
+// latency that gives leaves no room for the tensor-parallel block below
+// (the lone small all-reduce is the noisier figure), the latency is taken
+// from the block instead.
 struct BlockCost {
   double fixed_seconds = 0;           // per block, forward + backward, one micro-batch
   double seconds_per_activation = 0;  // per element of [tokens, d], forward + backward
