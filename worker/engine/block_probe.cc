@@ -57,6 +57,34 @@ ParallelGroupOptions LoopbackGroupOptions() {
   return options;
 }
 
+// One block's share of a 3-block and a 1-block model's forward + backward
+// on inputs `x` and targets `y`: the two take turns, `runs` times after two
+// warm-up pairs, and the median of the halved differences is returned (it
+// may be <= 0 on a noisy machine). Taking turns keeps a slow spell of the
+// machine (a test running beside it) from landing on one of the two only.
+// `Model` is Gpt or ParallelGpt.
+template <typename Model>
+double MedianBlockOfTurns(Model& three_blocks, Model& one_block, const torch::Tensor& x,
+                          const torch::Tensor& y, int runs) {
+  auto pass = [&](Model& model) {
+    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    const auto start = std::chrono::steady_clock::now();
+    model->Loss(x, y).backward();
+    return Since(start);
+  };
+  for (int i = 0; i < 2; ++i) {
+    pass(three_blocks);
+    pass(one_block);
+  }
+  std::vector<double> blocks;
+  for (int i = 0; i < runs; ++i) {
+    const double three = pass(three_blocks);
+    blocks.push_back((three - pass(one_block)) / 2);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  return blocks[blocks.size() / 2];
+}
+
 // One block's forward + backward on one micro-batch: a GPT of 3 blocks and
 // one of 1 take turns, `runs` times after two warm-up pairs, and the median
 // of the halved differences is the figure. Taking turns keeps a slow spell
@@ -73,23 +101,7 @@ double BlockSeconds(int d_model, int tokens, int runs) {
   }
   torch::Tensor x = torch::randint(0, 256, {1, tokens}, torch::kLong);
   torch::Tensor y = x.roll(-1, 1);
-  auto pass = [&](Gpt& model) {
-    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
-    const auto start = std::chrono::steady_clock::now();
-    model->Loss(x, y).backward();
-    return Since(start);
-  };
-  for (int i = 0; i < 2; ++i) {
-    pass(models[0]);
-    pass(models[1]);
-  }
-  std::vector<double> blocks;
-  for (int i = 0; i < runs; ++i) {
-    const double three = pass(models[0]);
-    blocks.push_back((three - pass(models[1])) / 2);
-  }
-  std::sort(blocks.begin(), blocks.end());
-  return std::max(0.0, blocks[blocks.size() / 2]);
+  return std::max(0.0, MedianBlockOfTurns(models[0], models[1], x, y, runs));
 }
 
 // One block's forward + backward on one micro-batch, split over a 2-rank
@@ -123,23 +135,7 @@ double TensorParallelBlockSeconds(int d_model, int tokens, int runs) {
       // The same tokens on both ranks.
       torch::Tensor x = (torch::arange(tokens, torch::kLong) * 7 % 256).view({1, tokens});
       torch::Tensor y = x.roll(-1, 1);
-      auto pass = [&](ParallelGpt& model) {
-        for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
-        const auto start = std::chrono::steady_clock::now();
-        model->Loss(x, y).backward();
-        return Since(start);
-      };
-      for (int i = 0; i < 2; ++i) {
-        pass(models[0]);
-        pass(models[1]);
-      }
-      std::vector<double> blocks;
-      for (int i = 0; i < runs; ++i) {
-        const double three = pass(models[0]);
-        blocks.push_back((three - pass(models[1])) / 2);
-      }
-      std::sort(blocks.begin(), blocks.end());
-      medians[rank] = std::max(1e-9, blocks[blocks.size() / 2]);
+      medians[rank] = std::max(1e-9, MedianBlockOfTurns(models[0], models[1], x, y, runs));
     });
   }
   for (std::thread& t : ranks) t.join();
