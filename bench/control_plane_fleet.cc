@@ -100,6 +100,8 @@ void FillStep(int64_t step, int rank, int64_t total_steps, loom::v1::StepMetrics
 void RpcStats::Merge(const RpcStats& other) {
   latency_ms.insert(latency_ms.end(), other.latency_ms.begin(), other.latency_ms.end());
   due_s.insert(due_s.end(), other.due_s.begin(), other.due_s.end());
+  round_trip_ms.insert(round_trip_ms.end(), other.round_trip_ms.begin(),
+                       other.round_trip_ms.end());
   for (const auto& [code, n] : other.codes) codes[code] += n;
   sent += other.sent;
 }
@@ -178,9 +180,10 @@ struct Fleet::Queue {
   }
 
   // Counts a completed RPC of `kind`, and its latency from `due` (when it
-  // was due to go, before any wait for a slot) when `measured`.
+  // was due to go, before any wait for a slot) and from `sent` (when it was
+  // started) when `measured`.
   void Record(RpcStats& kind, const char* method, bool measured, Clock::time_point due,
-              const grpc::Status& status) {
+              Clock::time_point sent, const grpc::Status& status) {
     if (!status.ok()) {
       const int code = status.error_code();
       stats.first_errors.insert(
@@ -189,6 +192,7 @@ struct Fleet::Queue {
     }
     if (!measured) return;
     kind.latency_ms.push_back(MillisSince(due));
+    kind.round_trip_ms.push_back(MillisSince(sent));
     kind.due_s.push_back(std::chrono::duration<double>(due.time_since_epoch()).count());
     kind.codes[status.error_code()]++;
   }
@@ -353,6 +357,7 @@ class Fleet::SimRank {
     }
     fleet_->in_flight_.fetch_add(1);
     call_ = stub_->PrepareAsyncReportStepMetrics(context_.get(), request_, &queue_->cq);
+    sent_ = Clock::now();
     call_->StartCall();
     call_->Finish(&response_, &status_, &report_tag_);
   }
@@ -360,7 +365,7 @@ class Fleet::SimRank {
   void OnReport() {
     busy_ = false;
     queue_->ReleaseSlot();
-    queue_->Record(queue_->stats.step, "ReportStepMetrics", measured_, due_, status_);
+    queue_->Record(queue_->stats.step, "ReportStepMetrics", measured_, due_, sent_, status_);
     // Stopped, or fenced as a stale attempt: the worker stops the rank.
     if ((status_.ok() && response_.stop()) ||
         status_.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
@@ -394,6 +399,7 @@ class Fleet::SimRank {
   grpc::Status status_;
   bool measured_ = false;   // due in the window
   Clock::time_point due_;   // when the report in flight was due
+  Clock::time_point sent_;  // when it was started
   std::unique_ptr<grpc::ClientAsyncResponseReader<loom::v1::ReportStepMetricsResponse>> call_;
 };
 
@@ -504,7 +510,8 @@ class Fleet::SimWorker {
 
   void OnRegistered() {
     queue_->ReleaseSlot();
-    queue_->Record(queue_->stats.heartbeat, "RegisterWorker", false, Clock::now(), status_);
+    queue_->Record(queue_->stats.heartbeat, "RegisterWorker", false, Clock::now(), Clock::now(),
+                   status_);
     if (!status_.ok()) {
       queue_->stats.register_errors++;
       fleet_->register_errors_.fetch_add(1);
@@ -541,13 +548,14 @@ class Fleet::SimWorker {
     if (measured_) queue_->stats.heartbeat.sent++;
     fleet_->in_flight_.fetch_add(1);
     heartbeat_call_ = stub_->PrepareAsyncHeartbeat(context_.get(), heartbeat_request_, &queue_->cq);
+    sent_ = Clock::now();
     heartbeat_call_->StartCall();
     heartbeat_call_->Finish(&heartbeat_response_, &status_, &heartbeat_tag_);
   }
 
   void OnHeartbeat() {
     queue_->ReleaseSlot();
-    queue_->Record(queue_->stats.heartbeat, "Heartbeat", measured_, due_, status_);
+    queue_->Record(queue_->stats.heartbeat, "Heartbeat", measured_, due_, sent_, status_);
     if (fleet_->stopping_.load()) return;
     if (status_.error_code() == grpc::StatusCode::NOT_FOUND) {
       // Declared dead or forgotten: register again, with the running ranks.
@@ -615,7 +623,8 @@ class Fleet::SimWorker {
   loom::v1::HeartbeatRequest heartbeat_request_;
   loom::v1::HeartbeatResponse heartbeat_response_;
   std::unique_ptr<grpc::ClientAsyncResponseReader<loom::v1::HeartbeatResponse>> heartbeat_call_;
-  Clock::time_point due_;  // when the heartbeat in flight was due
+  Clock::time_point due_;   // when the heartbeat in flight was due
+  Clock::time_point sent_;  // when it was started
   bool measured_ = false;  // due in the window
   std::vector<std::unique_ptr<SimRank>> ranks_;  // every rank ever started here
 };
@@ -666,7 +675,7 @@ class Fleet::Watcher {
       case State::kFinishing:
         if (!fleet_->stopping_.load()) {
           queue_->stats.watches_ended_early++;
-          queue_->Record(queue_->stats.step, "WatchJob", false, Clock::now(),
+          queue_->Record(queue_->stats.step, "WatchJob", false, Clock::now(), Clock::now(),
                          status_.ok() ? grpc::Status(grpc::StatusCode::UNKNOWN,
                                                      "the stream ended before the bench did")
                                       : status_);

@@ -79,6 +79,9 @@ struct RpcStats {
   std::vector<double> latency_ms;
   // For each latency, when its RPC was due: seconds on the steady clock.
   std::vector<double> due_s;
+  // For each latency, the part from when the call was started to its
+  // completion (leaves out this process's lateness in sending it).
+  std::vector<double> round_trip_ms;
   std::map<grpc::StatusCode, int64_t> codes;
   int64_t sent = 0;
   void Merge(const RpcStats& other);
