@@ -82,6 +82,13 @@ struct DeviceSpec {
   // a step takes at least this many ranks' compute and optimizer work per
   // core. The other rates above are those of a core to itself.
   double ranks_per_core = 1;
+  // On that host, the cores its ranks share, in rank-thread units (the
+  // ranks are ranks_per_core x this many); and the fraction of a
+  // collective's time a rank spends off the CPU, waiting on its peers (so
+  // that ranks time-sharing the cores run each other meanwhile; measured,
+  // worker/engine/block_probe.h; 0 = all of it holds a core).
+  int shared_host_cores = 1;
+  double collective_idle_fraction = 0;
   GemmEfficiency efficiency;
 
   // Peak for `precision`, or 0 when the device lacks it.

@@ -724,6 +724,8 @@ TEST_F(JobManagerTest, RegisterRefusesMeasuredFiguresThatAreNotFiniteOrNegative)
        &loom::v1::RegisterWorkerRequest::set_allreduce_bytes_per_second},
       {"tensor_collective_extra_seconds",
        &loom::v1::RegisterWorkerRequest::set_tensor_collective_extra_seconds},
+      {"tensor_collective_idle_fraction",
+       &loom::v1::RegisterWorkerRequest::set_tensor_collective_idle_fraction},
   };
   for (const auto& [name, set] : fields) {
     for (double bad : {-1.0, std::numeric_limits<double>::infinity(),
@@ -738,6 +740,16 @@ TEST_F(JobManagerTest, RegisterRefusesMeasuredFiguresThatAreNotFiniteOrNegative)
       EXPECT_THAT(std::string(r.status().message()), HasSubstr(name));
     }
   }
+  // A fraction is at most 1.
+  loom::v1::RegisterWorkerRequest over_one;
+  over_one.set_node("node-a");
+  over_one.set_address("127.0.0.1");
+  over_one.set_slots(1);
+  over_one.set_tensor_collective_idle_fraction(1.5);
+  auto refused = manager_->RegisterWorker(over_one);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("tensor_collective_idle_fraction: a fraction, at most 1"));
   loom::v1::RegisterWorkerRequest long_host;
   long_host.set_node("node-a");
   long_host.set_address("127.0.0.1");

@@ -92,6 +92,7 @@ TEST(TopologyForSpecTest, WorkersOfOneHostShareItsCoresAndMemory) {
   ASSERT_TRUE(shared.ok()) << shared.status();
   EXPECT_DOUBLE_EQ(shared->topology.device.peak_flops_fp32, 50e9);
   EXPECT_DOUBLE_EQ(shared->topology.device.ranks_per_core, 2);
+  EXPECT_EQ(shared->topology.device.shared_host_cores, 2);  // 4 ranks on 2 cores
   EXPECT_EQ(shared->topology.device.memory_bytes, 4000000000);
   EXPECT_THAT(shared->description, HasSubstr("up to 2 ranks per core on a shared host"));
 
@@ -160,11 +161,13 @@ TEST(TopologyForSpecTest, MeasuredBlockCostsReachTheDevice) {
 // The collective figures come from one worker, the slowest by its own
 // cost of a collective: not one worker's latency with another's bandwidth
 // and a third's extra, which adds up to more than any of them measured.
-TEST(TopologyForSpecTest, CollectiveFiguresAreTheSlowestWorkersAsOneSet) {
-  auto worker = [](const std::string& id, double latency, double bandwidth, double extra) {
+TEST(TopologyForSpecTest, CollectiveFiguresAreTheSlowestHostsAsOneSet) {
+  auto worker = [](const std::string& id, const std::string& host, double latency,
+                   double bandwidth, double extra) {
     loom::v1::WorkerInfo w = Worker(2, 16e9, 50e9, 12e9, /*cpus=*/2);
     w.set_id(id);
-    w.set_host_id("h1");
+    w.set_host_id(host);
+    w.set_tensor_collective_idle_fraction(id == "a" ? 0.3 : 0.5);
     w.set_allreduce_latency_seconds(latency);
     w.set_allreduce_bytes_per_second(bandwidth);
     w.set_tensor_collective_extra_seconds(extra);
@@ -172,16 +175,28 @@ TEST(TopologyForSpecTest, CollectiveFiguresAreTheSlowestWorkersAsOneSet) {
   };
   // a: 2 x 0.67 ms + 131072 B / 2.39 GB/s + 0 = 1.40 ms;
   // b: 2 x 0.20 ms + 131072 B / 0.65 GB/s + 1.0 ms = 1.60 ms, the slower.
-  auto live = TopologyForSpec(TinySpec(2, 4), {worker("a", 6.7e-4, 2.39e9, 0),
-                                               worker("b", 2.0e-4, 6.5e8, 1.0e-3)});
-  ASSERT_TRUE(live.ok()) << live.status();
-  EXPECT_DOUBLE_EQ(live->topology.intra_node_latency_seconds, 2.0e-4);
-  EXPECT_DOUBLE_EQ(live->topology.intra_node_bandwidth_bytes_per_second, 6.5e8);
-  EXPECT_DOUBLE_EQ(live->topology.intra_node_collective_extra_seconds, 1.0e-3);
+  // On two hosts: b's figures, together.
+  auto apart = TopologyForSpec(TinySpec(2, 4), {worker("a", "h1", 6.7e-4, 2.39e9, 0),
+                                                worker("b", "h2", 2.0e-4, 6.5e8, 1.0e-3)});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_DOUBLE_EQ(apart->topology.intra_node_latency_seconds, 2.0e-4);
+  EXPECT_DOUBLE_EQ(apart->topology.intra_node_bandwidth_bytes_per_second, 6.5e8);
+  EXPECT_DOUBLE_EQ(apart->topology.intra_node_collective_extra_seconds, 1.0e-3);
+  EXPECT_DOUBLE_EQ(apart->topology.device.collective_idle_fraction, 0.5);
+  // On one host they measured one machine: the mean of their figures
+  // (bandwidth as seconds per byte), 1.50 ms for 128 KiB.
+  auto shared = TopologyForSpec(TinySpec(2, 4), {worker("a", "h1", 6.7e-4, 2.39e9, 0),
+                                                 worker("b", "h1", 2.0e-4, 6.5e8, 1.0e-3)});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_DOUBLE_EQ(shared->topology.intra_node_latency_seconds, (6.7e-4 + 2.0e-4) / 2);
+  EXPECT_DOUBLE_EQ(shared->topology.intra_node_bandwidth_bytes_per_second,
+                   2 / (1 / 2.39e9 + 1 / 6.5e8));
+  EXPECT_DOUBLE_EQ(shared->topology.intra_node_collective_extra_seconds, 5.0e-4);
+  EXPECT_DOUBLE_EQ(shared->topology.device.collective_idle_fraction, 0.4);  // (0.3 + 0.5) / 2
   // The loopback between these workers (for data-parallel and pipeline
   // traffic) is the slowest link any of them measured.
-  EXPECT_DOUBLE_EQ(live->topology.inter_node_latency_seconds, 6.7e-4);
-  EXPECT_DOUBLE_EQ(live->topology.inter_node_bandwidth_bytes_per_second, 6.5e8);
+  EXPECT_DOUBLE_EQ(shared->topology.inter_node_latency_seconds, 6.7e-4);
+  EXPECT_DOUBLE_EQ(shared->topology.inter_node_bandwidth_bytes_per_second, 6.5e8);
 }
 
 TEST(TopologyForSpecTest, WithoutWorkersUsesTheDocumentedEstimates) {

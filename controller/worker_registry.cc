@@ -36,12 +36,18 @@ absl::Status WorkerRegistry::ValidateRegistration(const loom::v1::RegisterWorker
       {"allreduce_latency_seconds", req.allreduce_latency_seconds()},
       {"allreduce_bytes_per_second", req.allreduce_bytes_per_second()},
       {"tensor_collective_extra_seconds", req.tensor_collective_extra_seconds()},
+      {"tensor_collective_idle_fraction", req.tensor_collective_idle_fraction()},
   };
   for (const auto& [field, value] : measured) {
     if (!(value >= 0) || !std::isfinite(value)) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": must be a finite number >= 0, got ", value));
     }
+  }
+  if (req.tensor_collective_idle_fraction() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor_collective_idle_fraction: a fraction, at most 1, got ",
+                     req.tensor_collective_idle_fraction()));
   }
   if (req.host_id().size() > 256) {
     return absl::InvalidArgumentError(
@@ -98,6 +104,7 @@ WorkerRegistry::Worker& WorkerRegistry::Add(const loom::v1::RegisterWorkerReques
   w.info.set_allreduce_latency_seconds(req.allreduce_latency_seconds());
   w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
   w.info.set_tensor_collective_extra_seconds(req.tensor_collective_extra_seconds());
+  w.info.set_tensor_collective_idle_fraction(req.tensor_collective_idle_fraction());
   if (w.info.alive()) {  // (an id drawn twice)
     lease_order_.erase(w.lease_entry);
     alive_ -= 1;

@@ -154,6 +154,8 @@ absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary) {
       probe.allreduce_bytes_per_second = value;
     } else if (kv.first == "tensor_collective_extra_seconds") {
       probe.tensor_collective_extra_seconds = value;
+    } else if (kv.first == "tensor_collective_idle_fraction" && value <= 1) {
+      probe.tensor_collective_idle_fraction = value;
     }
   }
   if (status != 0 || !have_fixed || !have_activation) {

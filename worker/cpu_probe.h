@@ -41,6 +41,9 @@ struct BlockProbe {
   // Per tensor-parallel collective, beyond its ring time (block_probe.h);
   // 0 = not measured.
   double tensor_collective_extra_seconds = 0;
+  // Of those collectives' time, the fraction off the CPU (block_probe.h);
+  // 0 = not measured.
+  double tensor_collective_idle_fraction = 0;
   std::string line;                   // what the probe printed
 };
 // INTERNAL when the binary cannot run or prints something else.

@@ -53,6 +53,9 @@ TEST(BlockProbeTest, ReadsWhatTheRankBinaryMeasures) {
   EXPECT_GE(probe->seconds_per_activation, 0) << probe->line;
   EXPECT_GE(probe->tensor_collective_extra_seconds, 0) << probe->line;
   EXPECT_THAT(probe->line, ::testing::HasSubstr(" tensor_collective_extra_seconds="));
+  EXPECT_GE(probe->tensor_collective_idle_fraction, 0) << probe->line;
+  EXPECT_LE(probe->tensor_collective_idle_fraction, 1) << probe->line;
+  EXPECT_THAT(probe->line, ::testing::HasSubstr(" tensor_collective_idle_fraction="));
   EXPECT_THAT(probe->line, ::testing::StartsWith("block_fixed_seconds="));
 }
 

@@ -375,7 +375,7 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
   // al. 2021, Sec. 3); full recompute repeats the forward pair.
   // Sequence parallelism swaps each for a reduce-scatter + all-gather of the
   // same volume (Korthikanti et al. 2022, Sec. 4.2.2).
-  double tp_mb = 0;
+  double tp_mb = 0, tp_step = 0;
   if (tp > 1) {
     const bool in_node = tp <= topo.devices_per_node;
     const double bw = in_node ? topo.intra_node_bandwidth_bytes_per_second
@@ -383,8 +383,21 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
     const double lat = in_node ? topo.intra_node_latency_seconds : topo.inter_node_latency_seconds;
     const double collectives = 4.0 + (l.recompute == Recompute::kFull ? 2.0 : 0.0);
     const double extra = in_node ? topo.intra_node_collective_extra_seconds : 0.0;
-    tp_mb = layers * collectives *
-            (RingAllReduceSeconds(b * s * h * activation_bytes_, tp, bw, lat) + extra);
+    const double activation = RingAllReduceSeconds(b * s * h * activation_bytes_, tp, bw, lat) + extra;
+    // Outside the blocks (worker/engine/parallel/tensor_parallel.cc): the
+    // vocabulary-parallel embedding on the first stage sums its rows (one
+    // activation all-reduce in forward); the vocabulary-parallel LM head and
+    // cross-entropy on the last sum the head input's gradient (one in
+    // backward) and three per-token figures (the logits' maximum, the sum
+    // of exponentials, the target's logit: b s fp32 each). On a small model
+    // these are a fifth of its collectives.
+    const double per_token = RingAllReduceSeconds(b * s * 4.0, tp, bw, lat) + extra;
+    double outside_blocks = 0;
+    if (bottleneck == 0) outside_blocks += activation;
+    if (bottleneck == p - 1) outside_blocks += activation + 3.0 * per_token;
+    tp_mb = layers * collectives * activation + outside_blocks;
+    // Once a step: the global gradient norm's sum over the group.
+    tp_step = RingAllReduceSeconds(8.0, tp, bw, lat) + extra;
   }
 
   // Pipeline point-to-point: each stage sends one activation forward and
@@ -393,7 +406,7 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
   // Sec. 4.1); interleaving multiplies the sends by v (ibid., Sec. 2.2.2).
   const int replica = tp * p;
   const int per_rack = topo.nodes_per_rack > 0 ? topo.nodes_per_rack * topo.devices_per_node : 0;
-  double p2p_mb = 0;
+  double p2p_mb = 0, pp_step = 0;
   if (p > 1) {
     const bool in_node = replica <= topo.devices_per_node && topo.devices_per_node % replica == 0;
     const bool crosses_racks = per_rack > 0 && (replica > per_rack || per_rack % replica != 0);
@@ -403,14 +416,24 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
     const double lat = in_node ? topo.intra_node_latency_seconds : topo.inter_node_latency_seconds;
     const double bytes = b * s * h * activation_bytes_ / t;
     p2p_mb = 2.0 * v * (bytes / bw + lat);
+    // Once a step, over the stages: the loss and the global gradient norm
+    // are summed (worker/engine/parallel/pipeline.cc, sharded_adamw.cc),
+    // and with tied embeddings the first and last stage sum their copies'
+    // gradients and the last takes the first's updated copy again.
+    pp_step = 2.0 * RingAllReduceSeconds(8.0, p, bw, lat);
+    if (params_.output_head == 0) {
+      const double tied = static_cast<double>(params_.word_embedding) / t;
+      pp_step += RingAllReduceSeconds(tied * state_bytes_.gradients, 2, bw, lat) +
+                 tied * state_bytes_.weights / bw + lat;
+    }
   }
 
   const double mb_time = compute_mb + tp_mb + p2p_mb;
   const double md = static_cast<double>(m);
   time.compute = md * compute_mb;
   time.recompute = md * recompute_mb;
-  time.tensor_parallel_comm = md * tp_mb;
-  time.pipeline_p2p = md * p2p_mb;
+  time.tensor_parallel_comm = md * tp_mb + tp_step;
+  time.pipeline_p2p = md * p2p_mb + pp_step;
   // Bubble = (p-1)/(m v) of the ideal m x t_mb (Narayanan et al. 2021,
   // Sec. 2.2), with t_mb the bottleneck stage's (uneven stages make the
   // fill and drain no faster than their slowest member).
@@ -465,9 +488,16 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
         overlappable = md * compute_mb;
         break;
     }
-    time.data_parallel_comm = comm;
     if (topo.device.collectives_share_compute_cores) overlappable = 0;
-    time.data_parallel_exposed = comm - std::min(options_.dp_overlap_fraction * comm, overlappable);
+    // After backward, once a step: the replicas' losses are summed, and
+    // under ZeRO the global gradient norm's sum over the shards
+    // (worker/engine/parallel/layout_engine.cc, sharded_adamw.cc); nothing
+    // hides them.
+    const double after_backward =
+        RingAllReduceSeconds(8.0, d, bw, lat) * (l.zero_stage >= 1 ? 2.0 : 1.0);
+    time.data_parallel_comm = comm + after_backward;
+    time.data_parallel_exposed =
+        comm - std::min(options_.dp_overlap_fraction * comm, overlappable) + after_backward;
   }
 
   // Optimizer step: elementwise and HBM-bound, ~28 bytes per parameter it
@@ -476,20 +506,38 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
   time.optimizer = updated * OptimizerStepBytesPerParam(training_) /
                    topo.device.hbm_bandwidth_bytes_per_second;
 
-  // Time-shared cores: while a rank waits on a neighbour stage (the
-  // bubble) another computes on its core, so the step is the longer of one
-  // rank's own path and the host's work over its cores. Its collectives
-  // count as work that holds a core: Gloo moves and sums the bytes on the
-  // ranks' cores, and a rank waits at each for a partner that needs its
-  // turn on one. (Measured on 2 cores: a TP2 rank alone is busy ~71% of
-  // its step, and TP2 x PP2, 4 ranks, took 0.37-0.44 s a step, where
-  // counting only compute as work predicted 0.23-0.31.) The excess
-  // counts as compute (waiting for a core).
+  // Time-shared cores: R = k x C ranks on a host's C cores. A rank alone
+  // holds a core for its step less the bubble and less the share of its
+  // collectives it spends off the CPU waiting on peers (measured:
+  // collective_idle_fraction); call that busy fraction beta of its step.
+  // While busy it shares the cores with whichever of the other R - 1 are
+  // busy too, each with probability beta (processor sharing, independent
+  // ranks): n others busy stretch its work by max(1, (n + 1) / C). Its
+  // waits stretch alike, since they wait on ranks slowed the same way. So
+  // the step is the rank's own times that expected stretch, and never less
+  // than the host's busy work over its cores. (Measured on 2 cores, TP2 x
+  // PP2, 4 ranks: the machine 84% busy at 0.36 s a step; a rank's own path
+  // 0.25 s, busy 57% of it, gives 0.35 s. Counting all of a collective as
+  // work said 0.43-0.45 s; counting only compute, 0.23-0.31 s.) The excess
+  // over the rank's own path counts as compute (waiting for a core).
   const double k = topo.device.ranks_per_core;
   if (k > 1) {
-    const double host_work = k * (time.step() - time.pipeline_bubble);
     const double own = time.step();
-    if (host_work > own) time.compute += host_work - own;
+    const double comm = time.tensor_parallel_comm + time.pipeline_p2p + time.data_parallel_exposed;
+    const double busy = std::max(
+        0.0, own - time.pipeline_bubble - topo.device.collective_idle_fraction * comm);
+    const double beta = own > 0 ? std::min(1.0, busy / own) : 0.0;
+    const int cores = std::max(1, topo.device.shared_host_cores);
+    const int ranks = std::max(cores + 1, static_cast<int>(std::lround(k * cores)));
+    double stretch = 0, others = 1;  // others: C(ranks - 1, n) beta^n (1 - beta)^(ranks - 1 - n)
+    for (int n = 0; n < ranks; ++n) {
+      others = n == 0 ? std::pow(1 - beta, ranks - 1)
+                      : others * (ranks - n) / n * (beta < 1 ? beta / (1 - beta) : 0.0);
+      if (beta >= 1) others = n == ranks - 1 ? 1.0 : 0.0;
+      stretch += others * std::max(1.0, (n + 1.0) / cores);
+    }
+    const double shared = std::max(own * stretch, k * busy);
+    if (shared > own) time.compute += shared - own;
   }
   return time;
 }

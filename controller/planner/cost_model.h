@@ -107,8 +107,8 @@ struct TimeBreakdown {
   double gemm_efficiency = 0;       // fraction of peak the GEMMs achieve
   double compute = 0;               // m x per-micro-batch compute, incl. recompute
   double recompute = 0;             // the recompute part of `compute`
-  double tensor_parallel_comm = 0;  // m x TP all-reduces (not overlapped)
-  double pipeline_p2p = 0;          // m x stage-boundary sends
+  double tensor_parallel_comm = 0;  // m x TP all-reduces (not overlapped), + the step's norm
+  double pipeline_p2p = 0;          // m x stage-boundary sends, + the step's sums over stages
   double pipeline_bubble = 0;       // (p-1)/v x per-micro-batch time
   double data_parallel_comm = 0;    // gradient / ZeRO collectives, total
   double data_parallel_exposed = 0; // the part not hidden behind backward

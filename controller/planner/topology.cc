@@ -43,6 +43,14 @@ absl::StatusOr<DeviceSpec> LocalCpuDevice(const LocalCpuMeasurement& measured) {
     return absl::InvalidArgumentError("cpu: ranks_per_core must be >= 1");
   }
   cpu.ranks_per_core = measured.ranks_per_core;
+  if (measured.shared_host_cores < 1) {
+    return absl::InvalidArgumentError("cpu: shared_host_cores must be >= 1");
+  }
+  cpu.shared_host_cores = measured.shared_host_cores;
+  if (!(measured.collective_idle_fraction >= 0 && measured.collective_idle_fraction <= 1)) {
+    return absl::InvalidArgumentError("cpu: collective_idle_fraction must be in [0, 1]");
+  }
+  cpu.collective_idle_fraction = measured.collective_idle_fraction;
   return cpu;
 }
 

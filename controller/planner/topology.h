@@ -47,6 +47,8 @@ struct LocalCpuMeasurement {
   double layer_fixed_seconds = 0;
   double layer_seconds_per_activation = 0;
   double ranks_per_core = 1;  // DeviceSpec::ranks_per_core, >= 1
+  int shared_host_cores = 1;  // DeviceSpec::shared_host_cores, >= 1
+  double collective_idle_fraction = 0;  // DeviceSpec::collective_idle_fraction, in [0, 1]
 };
 absl::StatusOr<DeviceSpec> LocalCpuDevice(const LocalCpuMeasurement& measured);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -57,32 +59,69 @@ ParallelGroupOptions LoopbackGroupOptions() {
   return options;
 }
 
+// The median of `values` (reorders them).
+double MedianOf(std::vector<double>& values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// The mean of the middle half of `values` (reorders them): as robust to a
+// stall in either pass as the median, and steadier than it where the
+// differences spread widely, as a tensor-parallel block's do (0.5-23 ms
+// around 10 ms here, as its collectives' waits land): over 21 pairs its
+// median moved 9.3-14.7 ms from run to run, the middle half's mean
+// 9.6-11.5 over 41.
+double MiddleHalfMean(std::vector<double>& values) {
+  std::sort(values.begin(), values.end());
+  const size_t quarter = values.size() / 4;
+  double sum = 0;
+  for (size_t i = quarter; i < values.size() - quarter; ++i) sum += values[i];
+  return sum / static_cast<double>(values.size() - 2 * quarter);
+}
+
+// The process's CPU seconds so far, all its threads.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // One block's share of a 3-block and a 1-block model's forward + backward
 // on inputs `x` and targets `y`: the two take turns, `runs` times after two
-// warm-up pairs, and the median of the halved differences is returned (it
+// warm-up pairs, and `middle` of the halved differences is returned (it
 // may be <= 0 on a noisy machine). Taking turns keeps a slow spell of the
 // machine (a test running beside it) from landing on one of the two only.
-// `Model` is Gpt or ParallelGpt.
+// With `process_cpu`, also `middle` of the same differences of the
+// process's CPU time (all threads: the caller's, its peers' running the
+// same passes in step, Gloo's). `Model` is Gpt or ParallelGpt.
 template <typename Model>
-double MedianBlockOfTurns(Model& three_blocks, Model& one_block, const torch::Tensor& x,
-                          const torch::Tensor& y, int runs) {
+double CentralBlockOfTurns(Model& three_blocks, Model& one_block, const torch::Tensor& x,
+                           const torch::Tensor& y, int runs,
+                           const std::function<double(std::vector<double>&)>& middle,
+                           double* process_cpu = nullptr) {
+  double cpu = 0;
   auto pass = [&](Model& model) {
     for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    const double cpu_start = ProcessCpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     model->Loss(x, y).backward();
-    return Since(start);
+    const double wall = Since(start);
+    cpu = ProcessCpuSeconds() - cpu_start;
+    return wall;
   };
   for (int i = 0; i < 2; ++i) {
     pass(three_blocks);
     pass(one_block);
   }
-  std::vector<double> blocks;
+  std::vector<double> blocks, cpus;
   for (int i = 0; i < runs; ++i) {
     const double three = pass(three_blocks);
+    const double three_cpu = cpu;
     blocks.push_back((three - pass(one_block)) / 2);
+    cpus.push_back((three_cpu - cpu) / 2);
   }
-  std::sort(blocks.begin(), blocks.end());
-  return blocks[blocks.size() / 2];
+  if (process_cpu != nullptr) *process_cpu = middle(cpus);
+  return middle(blocks);
 }
 
 // One block's forward + backward on one micro-batch: a GPT of 3 blocks and
@@ -101,21 +140,23 @@ double BlockSeconds(int d_model, int tokens, int runs) {
   }
   torch::Tensor x = torch::randint(0, 256, {1, tokens}, torch::kLong);
   torch::Tensor y = x.roll(-1, 1);
-  return std::max(0.0, MedianBlockOfTurns(models[0], models[1], x, y, runs));
+  return std::max(0.0, CentralBlockOfTurns(models[0], models[1], x, y, runs, MedianOf));
 }
 
 // One block's forward + backward on one micro-batch, split over a 2-rank
 // tensor-parallel group of in-process Gloo ranks (one thread each, as ranks
 // sharing this machine's cores run): a GPT of 3 blocks and one of 1 take
-// turns, `runs` times after a warm-up, and the median of the halved
-// differences is the slower rank's figure; 0 when the group cannot be set
-// up. Taking turns, not two separate medians, keeps a slow spell of the
-// machine from landing on one shape only: separate medians gave 9.6-19 ms
-// for the same block from run to run here.
-double TensorParallelBlockSeconds(int d_model, int tokens, int runs) {
+// turns, `runs` times after a warm-up, and the mean of the middle half of
+// the halved differences is the slower rank's figure; 0 when the group
+// cannot be set up. Taking turns, not two separate medians, keeps a slow
+// spell of the machine from landing on one shape only: separate medians
+// gave 9.6-19 ms for the same block from run to run here. Sets
+// `*cpu_per_rank` to the same estimate of the process's CPU time, halved.
+double TensorParallelBlockSeconds(int d_model, int tokens, int runs, double* cpu_per_rank) {
   const ParallelLayout layout{1, 2, 1};
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<double> medians(2, 0);
+  double process_cpu = 0;  // rank 0's reading: both ranks' passes, Gloo's threads
   std::mutex init;  // the constructor replays draws from the global generator
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
@@ -135,10 +176,13 @@ double TensorParallelBlockSeconds(int d_model, int tokens, int runs) {
       // The same tokens on both ranks.
       torch::Tensor x = (torch::arange(tokens, torch::kLong) * 7 % 256).view({1, tokens});
       torch::Tensor y = x.roll(-1, 1);
-      medians[rank] = std::max(1e-9, MedianBlockOfTurns(models[0], models[1], x, y, runs));
+      medians[rank] = std::max(1e-9, CentralBlockOfTurns(models[0], models[1], x, y, runs,
+                                                         MiddleHalfMean,
+                                                         rank == 0 ? &process_cpu : nullptr));
     });
   }
   for (std::thread& t : ranks) t.join();
+  *cpu_per_rank = std::max(0.0, process_cpu / 2);
   return std::min(medians[0], medians[1]) > 0 ? std::max(medians[0], medians[1]) : 0;
 }
 
@@ -204,13 +248,22 @@ BlockCost ProbeBlockCost() {
     // A tensor-parallel block of two ranks against what the figures above
     // say it costs: the rest is the ranks waiting on each other at every
     // collective (their one thread each shares the cores with Gloo's).
-    const double tp_block = std::max(0.0, TensorParallelBlockSeconds(kRefD, kRefT, 21));
+    double tp_block_cpu = 0;
+    const double tp_block =
+        std::max(0.0, TensorParallelBlockSeconds(kRefD, kRefT, 41, &tp_block_cpu));
     const double activation_bytes = 4.0 * kRefD * kRefT;
     // What the block's 4 collectives took: the block less its arithmetic
     // (half the FLOPs, the fixed and per-element costs whole).
-    const double per_collective =
-        (tp_block - (rate > 0 ? ref_flops / 2 / rate : 0) - cost.fixed_seconds -
-         cost.seconds_per_activation * kRefD * kRefT) / 4;
+    const double arithmetic = (rate > 0 ? ref_flops / 2 / rate : 0) + cost.fixed_seconds +
+                              cost.seconds_per_activation * kRefD * kRefT;
+    const double per_collective = (tp_block - arithmetic) / 4;
+    // Of that, the part a rank spent off the CPU: the block's time less
+    // the CPU time a rank (and Gloo's threads for it) took.
+    if (tp_block > arithmetic && tp_block_cpu > 0) {
+      cost.tensor_parallel_block_cpu_seconds = tp_block_cpu;
+      cost.tensor_collective_idle_fraction = std::clamp(
+          (tp_block - std::max(tp_block_cpu, arithmetic)) / (tp_block - arithmetic), 0.0, 1.0);
+    }
     const double ring = 2 * cost.allreduce_latency_seconds + activation_bytes / bytes_per_second;
     cost.tensor_parallel_block_seconds = tp_block;
     if (tp_block > 0 && per_collective >= ring) {
@@ -234,11 +287,13 @@ std::string FormatBlockCost(const BlockCost& cost) {
       "block_fixed_seconds=%.9g block_seconds_per_activation=%.9g "
       "matmul_flops_per_second=%.6g reference_block_seconds=%.9g "
       "allreduce_latency_seconds=%.9g allreduce_bytes_per_second=%.6g "
-      "tensor_parallel_block_seconds=%.9g tensor_collective_extra_seconds=%.9g",
+      "tensor_parallel_block_seconds=%.9g tensor_collective_extra_seconds=%.9g "
+      "tensor_parallel_block_cpu_seconds=%.9g tensor_collective_idle_fraction=%.6g",
       cost.fixed_seconds, cost.seconds_per_activation, cost.matmul_flops_per_second,
       cost.reference_block_seconds, cost.allreduce_latency_seconds,
       cost.allreduce_bytes_per_second, cost.tensor_parallel_block_seconds,
-      cost.tensor_collective_extra_seconds);
+      cost.tensor_collective_extra_seconds, cost.tensor_parallel_block_cpu_seconds,
+      cost.tensor_collective_idle_fraction);
 }
 
 }  // namespace loom::engine

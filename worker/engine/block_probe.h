@@ -44,6 +44,14 @@ struct BlockCost {
   // activation), per all-reduce; 0 = not measured or none.
   double tensor_collective_extra_seconds = 0;
   double tensor_parallel_block_seconds = 0;  // that block, measured
+  // The CPU time one rank of that block took (its thread's and, shared out,
+  // Gloo's), and the fraction of its collectives' time (the block less its
+  // arithmetic) that was not CPU time: waiting on the other rank, wake-ups.
+  // Ranks that time-share cores can use those waits to run each other; the
+  // planner counts the rest as work holding a core. 0 = not measured (all
+  // of it then counts as work).
+  double tensor_parallel_block_cpu_seconds = 0;
+  double tensor_collective_idle_fraction = 0;
 };
 
 BlockCost ProbeBlockCost();
@@ -51,7 +59,8 @@ BlockCost ProbeBlockCost();
 // "block_fixed_seconds=<x> block_seconds_per_activation=<y>
 // matmul_flops_per_second=<z> reference_block_seconds=<w>
 // allreduce_latency_seconds=<a> allreduce_bytes_per_second=<b>
-// tensor_parallel_block_seconds=<t> tensor_collective_extra_seconds=<e>":
+// tensor_parallel_block_seconds=<t> tensor_collective_extra_seconds=<e>
+// tensor_parallel_block_cpu_seconds=<c> tensor_collective_idle_fraction=<i>":
 // one line,
 // what `loom-rank --probe` prints.
 std::string FormatBlockCost(const BlockCost& cost);
