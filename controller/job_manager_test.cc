@@ -726,6 +726,7 @@ TEST_F(JobManagerTest, RegisterRefusesMeasuredFiguresThatAreNotFiniteOrNegative)
        &loom::v1::RegisterWorkerRequest::set_tensor_collective_extra_seconds},
       {"tensor_collective_idle_fraction",
        &loom::v1::RegisterWorkerRequest::set_tensor_collective_idle_fraction},
+      {"concurrent_slowdown", &loom::v1::RegisterWorkerRequest::set_concurrent_slowdown},
   };
   for (const auto& [name, set] : fields) {
     for (double bad : {-1.0, std::numeric_limits<double>::infinity(),
@@ -750,6 +751,15 @@ TEST_F(JobManagerTest, RegisterRefusesMeasuredFiguresThatAreNotFiniteOrNegative)
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("tensor_collective_idle_fraction: a fraction, at most 1"));
+  // A slowdown is at least 1 (0: not measured).
+  loom::v1::RegisterWorkerRequest faster;
+  faster.set_node("node-a");
+  faster.set_address("127.0.0.1");
+  faster.set_slots(1);
+  faster.set_concurrent_slowdown(0.5);
+  auto slowdown = manager_->RegisterWorker(faster);
+  EXPECT_EQ(slowdown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(slowdown.status().message()), HasSubstr("concurrent_slowdown: at least 1"));
   loom::v1::RegisterWorkerRequest long_host;
   long_host.set_node("node-a");
   long_host.set_address("127.0.0.1");

@@ -63,6 +63,8 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
     int slots = 0;
     int cpus = 0;
     uint64_t memory_bytes = 0;
+    int slowdown_readings = 0;
+    double slowdown_sum = 0;  // of its workers' concurrent_slowdown readings
   };
   std::map<std::string, Host> hosts;
   // Sums of the tensor-parallel collective figures each host's workers
@@ -84,6 +86,10 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
     h.slots += std::max(1, w.slots());
     h.cpus = std::max(h.cpus, w.cpus());
     h.memory_bytes = std::max<uint64_t>(h.memory_bytes, w.host_memory_bytes());
+    if (w.concurrent_slowdown() >= 1) {
+      h.slowdown_readings += 1;
+      h.slowdown_sum += w.concurrent_slowdown();
+    }
   }
   const int ranks_per_worker = (n_ranks + n_workers - 1) / n_workers;
   int most_sharing = 1;  // ranks per core on the most loaded host (for the description)
@@ -112,17 +118,30 @@ absl::StatusOr<LiveTopology> TopologyForSpec(const loom::v1::JobSpec& spec,
         shared_host_cores = std::max(1, host.cpus / rank_threads);
       }
     }
+    // The figures below are one thread's alone on an idle host. Ranks
+    // computing on several of its cores at once run slower (shared caches
+    // and memory bandwidth): by the host's measured slowdown with every
+    // core busy (its workers' readings averaged), in proportion to the
+    // other cores this job keeps busy. (Measured on 2 cores: two ranks'
+    // compute took 5-13% longer than one rank's alone.)
+    double slower = 1.0;
+    if (host.slowdown_readings > 0 && host.cpus > rank_threads) {
+      const int cores = host.cpus / rank_threads;
+      const int busy = std::min(host_ranks, cores);
+      slower = 1.0 + (host.slowdown_sum / host.slowdown_readings - 1.0) * (busy - 1) / (cores - 1);
+    }
     double per_thread = w.gemm_flops_per_second_per_thread();
     if (!(per_thread > 0)) {
       per_thread = kEstimatedGemmFlopsPerThread;
       measured = false;
     }
-    gemm = std::min(gemm, per_thread * rank_threads);
+    gemm = std::min(gemm, per_thread * rank_threads / slower);
     // Per-layer costs beyond the FLOPs, measured on one thread alone: the
     // slowest worker's.
     if (w.block_fixed_seconds() > 0 || w.block_seconds_per_activation() > 0) {
-      layer_fixed = std::max(layer_fixed, w.block_fixed_seconds());
-      layer_per_activation = std::max(layer_per_activation, w.block_seconds_per_activation());
+      layer_fixed = std::max(layer_fixed, w.block_fixed_seconds() * slower);
+      layer_per_activation =
+          std::max(layer_per_activation, w.block_seconds_per_activation() * slower);
     }
     if (w.allreduce_latency_seconds() > 0 && w.allreduce_bytes_per_second() > 0) {
       // As the link between workers of one host, for data-parallel and

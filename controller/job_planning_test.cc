@@ -199,6 +199,38 @@ TEST(TopologyForSpecTest, CollectiveFiguresAreTheSlowestHostsAsOneSet) {
   EXPECT_DOUBLE_EQ(shared->topology.inter_node_bandwidth_bytes_per_second, 6.5e8);
 }
 
+// One thread's figures were measured alone; a job that keeps several of a
+// host's cores computing gets them slowed by the host's measured slowdown
+// with every core busy (its workers' readings averaged), in proportion to
+// the cores it keeps busy.
+TEST(TopologyForSpecTest, RanksFillingAHostComputeSlowerByItsMeasuredSlowdown) {
+  auto worker = [](const std::string& id, double slowdown) {
+    loom::v1::WorkerInfo w = Worker(2, 16e9, 50e9, 12e9, /*cpus=*/4);
+    w.set_id(id);
+    w.set_host_id("h1");
+    w.set_block_fixed_seconds(2e-4);
+    w.set_block_seconds_per_activation(4e-8);
+    w.set_concurrent_slowdown(slowdown);
+    return w;
+  };
+  const std::vector<loom::v1::WorkerInfo> host = {worker("a", 1.1), worker("b", 1.3)};
+  // 4 ranks on 4 cores: the whole 1.2.
+  auto full = TopologyForSpec(TinySpec(2, 4), host);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_DOUBLE_EQ(full->topology.device.peak_flops_fp32, 50e9 / 1.2);
+  EXPECT_DOUBLE_EQ(full->topology.device.layer_fixed_seconds, 2e-4 * 1.2);
+  EXPECT_DOUBLE_EQ(full->topology.device.layer_seconds_per_activation, 4e-8 * 1.2);
+  // 2 ranks on 4 cores: a third of it (one other core of three busy).
+  auto half = TopologyForSpec(TinySpec(2, 2), host);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_DOUBLE_EQ(half->topology.device.peak_flops_fp32, 50e9 / (1 + 0.2 / 3));
+  // One rank alone: none.
+  auto alone = TopologyForSpec(TinySpec(1, 1), host);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_DOUBLE_EQ(alone->topology.device.peak_flops_fp32, 50e9);
+  EXPECT_DOUBLE_EQ(alone->topology.device.layer_fixed_seconds, 2e-4);
+}
+
 TEST(TopologyForSpecTest, WithoutWorkersUsesTheDocumentedEstimates) {
   auto live = TopologyForSpec(TinySpec(2, 2), {});
   ASSERT_TRUE(live.ok());

@@ -37,6 +37,7 @@ absl::Status WorkerRegistry::ValidateRegistration(const loom::v1::RegisterWorker
       {"allreduce_bytes_per_second", req.allreduce_bytes_per_second()},
       {"tensor_collective_extra_seconds", req.tensor_collective_extra_seconds()},
       {"tensor_collective_idle_fraction", req.tensor_collective_idle_fraction()},
+      {"concurrent_slowdown", req.concurrent_slowdown()},
   };
   for (const auto& [field, value] : measured) {
     if (!(value >= 0) || !std::isfinite(value)) {
@@ -48,6 +49,11 @@ absl::Status WorkerRegistry::ValidateRegistration(const loom::v1::RegisterWorker
     return absl::InvalidArgumentError(
         absl::StrCat("tensor_collective_idle_fraction: a fraction, at most 1, got ",
                      req.tensor_collective_idle_fraction()));
+  }
+  if (req.concurrent_slowdown() != 0 && req.concurrent_slowdown() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("concurrent_slowdown: at least 1 (or 0: not measured), got ",
+                     req.concurrent_slowdown()));
   }
   if (req.host_id().size() > 256) {
     return absl::InvalidArgumentError(
@@ -105,6 +111,7 @@ WorkerRegistry::Worker& WorkerRegistry::Add(const loom::v1::RegisterWorkerReques
   w.info.set_allreduce_bytes_per_second(req.allreduce_bytes_per_second());
   w.info.set_tensor_collective_extra_seconds(req.tensor_collective_extra_seconds());
   w.info.set_tensor_collective_idle_fraction(req.tensor_collective_idle_fraction());
+  w.info.set_concurrent_slowdown(req.concurrent_slowdown());
   if (w.info.alive()) {  // (an id drawn twice)
     lease_order_.erase(w.lease_entry);
     alive_ -= 1;

@@ -156,6 +156,8 @@ absl::StatusOr<BlockProbe> ProbeBlocks(const std::string& rank_binary) {
       probe.tensor_collective_extra_seconds = value;
     } else if (kv.first == "tensor_collective_idle_fraction" && value <= 1) {
       probe.tensor_collective_idle_fraction = value;
+    } else if (kv.first == "concurrent_slowdown" && value >= 1) {
+      probe.concurrent_slowdown = value;
     }
   }
   if (status != 0 || !have_fixed || !have_activation) {

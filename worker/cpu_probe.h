@@ -44,6 +44,9 @@ struct BlockProbe {
   // Of those collectives' time, the fraction off the CPU (block_probe.h);
   // 0 = not measured.
   double tensor_collective_idle_fraction = 0;
+  // One thread's slowdown while every core computes (block_probe.h); 0 =
+  // not measured.
+  double concurrent_slowdown = 0;
   std::string line;                   // what the probe printed
 };
 // INTERNAL when the binary cannot run or prints something else.

@@ -56,6 +56,7 @@ TEST(BlockProbeTest, ReadsWhatTheRankBinaryMeasures) {
   EXPECT_GE(probe->tensor_collective_idle_fraction, 0) << probe->line;
   EXPECT_LE(probe->tensor_collective_idle_fraction, 1) << probe->line;
   EXPECT_THAT(probe->line, ::testing::HasSubstr(" tensor_collective_idle_fraction="));
+  EXPECT_GE(probe->concurrent_slowdown, 1) << probe->line;
   EXPECT_THAT(probe->line, ::testing::StartsWith("block_fixed_seconds="));
 }
 

@@ -327,6 +327,7 @@ absl::Status WorkerAgent::Register() {
   req.set_allreduce_latency_seconds(options_.allreduce_latency_seconds);
   req.set_tensor_collective_extra_seconds(options_.tensor_collective_extra_seconds);
   req.set_tensor_collective_idle_fraction(options_.tensor_collective_idle_fraction);
+  req.set_concurrent_slowdown(options_.concurrent_slowdown);
   req.set_allreduce_bytes_per_second(options_.allreduce_bytes_per_second);
   // Ranks still running from before (the controller restarted, or forgot
   // this worker): it re-adopts those of current attempts.

@@ -64,6 +64,7 @@ struct WorkerOptions {
   double allreduce_bytes_per_second = 0;
   double tensor_collective_extra_seconds = 0;
   double tensor_collective_idle_fraction = 0;
+  double concurrent_slowdown = 0;
   // Carbon intensity of this node's electricity, grams CO2-eq per kWh; the
   // ranks' energy times this is exported as loom_worker_co2_grams_total.
   double grid_intensity_g_per_kwh = 475;

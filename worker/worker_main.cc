@@ -233,17 +233,18 @@ int main(int argc, char** argv) {
     opts.allreduce_latency_seconds = blocks->allreduce_latency_seconds;
     opts.tensor_collective_extra_seconds = blocks->tensor_collective_extra_seconds;
     opts.tensor_collective_idle_fraction = blocks->tensor_collective_idle_fraction;
+    opts.concurrent_slowdown = blocks->concurrent_slowdown;
     opts.allreduce_bytes_per_second = blocks->allreduce_bytes_per_second;
     std::cerr << absl::StrFormat(
                      "loom-worker: block probe: %.3f ms fixed + %.1f ns per activation element "
                      "per block forward + backward; 2-rank all-reduce %.0f us per step, %.2f GB/s; "
                      "tensor-parallel collectives %.0f us more each, %.0f%% of their time "
-                     "off the CPU",
+                     "off the CPU; %.2fx slower with every core computing",
                      blocks->fixed_seconds * 1e3, blocks->seconds_per_activation * 1e9,
                      blocks->allreduce_latency_seconds * 1e6,
                      blocks->allreduce_bytes_per_second / 1e9,
                      blocks->tensor_collective_extra_seconds * 1e6,
-                     blocks->tensor_collective_idle_fraction * 100)
+                     blocks->tensor_collective_idle_fraction * 100, blocks->concurrent_slowdown)
               << std::endl;
   } else {
     std::cerr << "loom-worker: block probe failed, the planner counts FLOPs only: "

@@ -1,6 +1,9 @@
 #include "worker/engine/block_probe.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <functional>
@@ -209,6 +212,48 @@ double AllReduceSeconds(int64_t floats, int runs) {
   return std::max(medians[0], medians[1]);
 }
 
+// How much slower a one-thread rank computes while every core of this
+// process's CPU set computes too (shared caches, memory bandwidth, the
+// package's clock): one reference block's forward + backward alone, then
+// on every core at once (one thread and model each, started together),
+// then alone again; the median per-thread pass against the alone median's
+// mean. At least 1; 1 with one core.
+double ConcurrentSlowdown(int d_model, int tokens, int runs) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (cores < 2) return 1.0;
+  std::vector<Gpt> models;
+  for (int i = 0; i < cores; ++i) {
+    torch::manual_seed(0);
+    models.push_back(Gpt(ProbeConfig(1, d_model, tokens, 1)));
+    models.back()->train();
+  }
+  torch::Tensor x = (torch::arange(tokens, torch::kLong) * 7 % 256).view({1, tokens});
+  torch::Tensor y = x.roll(-1, 1);
+  auto pass = [&](Gpt& model) {
+    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    model->Loss(x, y).backward();
+  };
+  const double before = Median(runs, [&] { pass(models[0]); });
+  std::vector<double> together(cores, 0);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < cores; ++i) {
+    threads.emplace_back([&, i] {
+      torch::AutoGradMode grad(true);
+      ready.fetch_add(1);
+      while (ready.load() < cores) std::this_thread::yield();
+      together[i] = Median(runs, [&] { pass(models[i]); });
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double after = Median(runs, [&] { pass(models[0]); });
+  std::sort(together.begin(), together.end());
+  const double alone = (before + after) / 2;
+  return alone > 0 ? std::max(1.0, together[together.size() / 2] / alone) : 1.0;
+}
+
 }  // namespace
 
 BlockCost ProbeBlockCost() {
@@ -234,6 +279,7 @@ BlockCost ProbeBlockCost() {
   const double ref_flops = 3 * BlockForwardFlops(kRefD, kRefT);
   const double beyond = reference - cost.fixed_seconds - (rate > 0 ? ref_flops / rate : 0);
   cost.seconds_per_activation = std::max(0.0, beyond) / (double{kRefD} * kRefT);
+  cost.concurrent_slowdown = ConcurrentSlowdown(kRefD, kRefT, 25);
   // Two sizes: mostly latency, mostly bandwidth.
   // The large one in the regime of data-parallel gradients and ZeRO's
   // 25 MiB buckets: on this project's VM 1 MiB gave 0.44-0.84 GB/s from run
@@ -288,12 +334,13 @@ std::string FormatBlockCost(const BlockCost& cost) {
       "matmul_flops_per_second=%.6g reference_block_seconds=%.9g "
       "allreduce_latency_seconds=%.9g allreduce_bytes_per_second=%.6g "
       "tensor_parallel_block_seconds=%.9g tensor_collective_extra_seconds=%.9g "
-      "tensor_parallel_block_cpu_seconds=%.9g tensor_collective_idle_fraction=%.6g",
+      "tensor_parallel_block_cpu_seconds=%.9g tensor_collective_idle_fraction=%.6g "
+      "concurrent_slowdown=%.6g",
       cost.fixed_seconds, cost.seconds_per_activation, cost.matmul_flops_per_second,
       cost.reference_block_seconds, cost.allreduce_latency_seconds,
       cost.allreduce_bytes_per_second, cost.tensor_parallel_block_seconds,
       cost.tensor_collective_extra_seconds, cost.tensor_parallel_block_cpu_seconds,
-      cost.tensor_collective_idle_fraction);
+      cost.tensor_collective_idle_fraction, cost.concurrent_slowdown);
 }
 
 }  // namespace loom::engine

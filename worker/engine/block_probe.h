@@ -52,6 +52,11 @@ struct BlockCost {
   // of it then counts as work).
   double tensor_parallel_block_cpu_seconds = 0;
   double tensor_collective_idle_fraction = 0;
+  // A reference block's time on one thread while every core of the
+  // process's CPU set runs one too, over its time alone: >= 1 (1 with one
+  // core). Ranks filling a host compute this much slower than the figures
+  // above, which are one thread's alone.
+  double concurrent_slowdown = 1;
 };
 
 BlockCost ProbeBlockCost();
@@ -60,7 +65,8 @@ BlockCost ProbeBlockCost();
 // matmul_flops_per_second=<z> reference_block_seconds=<w>
 // allreduce_latency_seconds=<a> allreduce_bytes_per_second=<b>
 // tensor_parallel_block_seconds=<t> tensor_collective_extra_seconds=<e>
-// tensor_parallel_block_cpu_seconds=<c> tensor_collective_idle_fraction=<i>":
+// tensor_parallel_block_cpu_seconds=<c> tensor_collective_idle_fraction=<i>
+// concurrent_slowdown=<s>":
 // one line,
 // what `loom-rank --probe` prints.
 std::string FormatBlockCost(const BlockCost& cost);
