@@ -77,15 +77,17 @@ TEST(PlanCommandTest, BadTopologyNamesTheFieldAndFile) {
 }
 
 // Issue 11, devices that don't pay: the 1T GPT with a batch of 3,072 on
-// 131,072 A100s runs at 9.4% MFU on all of them; loomctl plan shows which
-// device counts pay and recommends one.
+// 131,072 A100s runs at 9.4% MFU on all of them (9.3% since the planner
+// counts the embedding's and head's tensor-parallel collectives and the
+// once-a-step sums); loomctl plan shows which device counts pay and
+// recommends one.
 TEST(PlanCommandTest, ShowsWhichDeviceCountsPayForTheOneTrillionModel) {
   auto r = RunCommand(Loomctl(absl::StrCat("plan ", kSrc, "/examples/gpt3-1t.yaml --topology ",
                                            kSrc, "/examples/topology-a100-80g-131072.yaml")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Device counts (the same request on fewer devices)"));
   EXPECT_THAT(r.out, HasSubstr("Recommended: 16,384 of 131,072 devices: "));
-  EXPECT_THAT(r.out, HasSubstr("instead of 9.4%"));
+  EXPECT_THAT(r.out, HasSubstr("instead of 9.3%"));
   r = RunCommand(Loomctl(absl::StrCat("-o json plan ", kSrc, "/examples/gpt3-1t.yaml --topology ",
                                       kSrc, "/examples/topology-a100-80g-131072.yaml")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
