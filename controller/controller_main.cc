@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -137,6 +138,12 @@ int main(int argc, char** argv) {
   controller::JobManagerOptions opts;
   opts.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout_s));
   opts.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
+  // The ticker below runs every ~100 ms; a gap of a second (or of a quarter
+  // of the timeout, if shorter) means this process was not running, and
+  // that is not its workers' silence (a VM frozen for 12 s once had two
+  // controllers declare every worker dead on waking, before any could
+  // heartbeat).
+  opts.pause_threshold = std::min(absl::Seconds(1), opts.worker_timeout / 4);
   opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
   if (opts.max_watchers < 1) return Fail("--max_watchers must be >= 1");
   opts.finished_steps_kept = absl::GetFlag(FLAGS_finished_steps_kept);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <iostream>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -75,7 +77,7 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
       catalog_(store, checkpoint_verifier),
       jobs_(store, clock),
       recovery_(RecoveryPolicyOptions{options_.max_rendezvous_retries}),
-      workers_(clock, WorkerRegistryOptions{options_.worker_timeout}) {}
+      workers_(clock, WorkerRegistryOptions{options_.worker_timeout, options_.pause_threshold}) {}
 
 bool JobManager::IsAttemptRunning(JobState s) {
   return s == loom::v1::SCHEDULED || s == loom::v1::RUNNING;
@@ -676,8 +678,13 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   const bool port_came = beat->rendezvous_port_came;
   loom::v1::HeartbeatResponse resp;
   std::set<std::pair<std::string, int>> running;
+  // With their attempts: only a rank of the start's own attempt confirms a
+  // start (an older attempt's rank still running here does not, and the
+  // worker refuses a start while it runs).
+  std::set<std::tuple<std::string, int, int64_t>> running_attempts;
   for (const auto& r : req.running()) {
     running.insert({r.job_id(), r.rank()});
+    running_attempts.insert({r.job_id(), r.rank(), r.generation()});
     JobRecord* jit = jobs_.Find(r.job_id());
     if (jit == nullptr || !IsAttemptRunning(jit->job.state())) {
       // A rank of a finished (or requeued) attempt is still alive here: ask
@@ -746,7 +753,7 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
     JobRecord* jit = jobs_.Find(start.job_id());
     bool stale = jit == nullptr || !IsAttemptRunning(jit->job.state()) ||
                  jit->job.generation() != start.generation();
-    bool seen = running.count({start.job_id(), start.rank()}) > 0;
+    bool seen = running_attempts.count({start.job_id(), start.rank(), start.generation()}) > 0;
     if (stale || seen) {
       it = w.unacked.erase(it);
       continue;
@@ -1149,7 +1156,8 @@ void JobManager::ResolveFailuresLocked() {
       if (!seen.insert(r.worker_id()).second) continue;
       const Worker* w = workers_.Find(r.worker_id());
       if (w == nullptr) continue;
-      absl::Duration silent = now - w->last_heartbeat;
+      // Counted as its lease counts it (the controller's own pauses left out).
+      absl::Duration silent = now - w->lease_from;
       if (!w->info.alive() || silent > options_.failure_settle_time) {
         cause = absl::StrFormat("worker %s on node %s stopped heartbeating (silent for %.1fs); ",
                                 r.worker_id(), r.node(), absl::ToDoubleSeconds(silent));
@@ -1403,10 +1411,15 @@ void JobManager::CheckLivenessLocked() {
       // waiting for ranks that died with the worker.
       if (!IsAttemptRunning(rec.job.state())) continue;
       std::string why = absl::StrFormat(
-          "worker %s on node %s stopped heartbeating (silent for %.1fs, timeout %.1fs); "
+          "worker %s on node %s stopped heartbeating (silent for %.1fs, timeout %.1fs%s); "
           "lost rank(s) %s",
           id, w.info.node(), absl::ToDoubleSeconds(w.silent),
-          absl::ToDoubleSeconds(options_.worker_timeout), absl::StrJoin(ranks, ","));
+          absl::ToDoubleSeconds(options_.worker_timeout),
+          w.paused > absl::ZeroDuration()
+              ? absl::StrFormat(", %.1fs of it while the controller itself was paused",
+                                absl::ToDoubleSeconds(w.paused))
+              : "",
+          absl::StrJoin(ranks, ","));
       ForgetWorkerRanks(id);
       FailOrRestartLocked(rec, why, kCauseWorkerLost);
     }

@@ -76,6 +76,12 @@ struct JobManagerOptions {
   absl::Duration worker_timeout = absl::Seconds(10);
   // See above: what a dead worker's jobs wait beyond worker_timeout.
   absl::Duration lease_margin = absl::Seconds(2);
+  // Ticks further apart than this mean the controller itself was not
+  // running (its host or VM frozen, the process stopped): the excess is not
+  // counted as its workers' silence (WorkerRegistryOptions::pause_threshold).
+  // It only delays declaring workers dead, so the lease order above holds.
+  // InfiniteDuration: off (tests that step a fake clock between ticks).
+  absl::Duration pause_threshold = absl::InfiniteDuration();
   // What workers are told to use as their heartbeat period.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // Root for default checkpoint directories: <dir>/<job id>. A spec's own

@@ -448,6 +448,93 @@ TEST_F(JobManagerTest, CancelStopsRanksAndIsFinal) {
   EXPECT_EQ(manager_->ListWorkers()[0].slots_used(), 0);
 }
 
+// A worker declared dead while alive registers again with its old
+// attempt's rank still running, and the new attempt is placed on it. The
+// worker refuses that start while the old rank runs (RankSupervisor::Start),
+// so only a rank of the start's own attempt confirms it: the start goes out
+// again once the old rank has been stopped. (Confirmed by the old rank, it
+// was never sent again and the job sat in SCHEDULED for good.)
+TEST_F(JobManagerTest, AStartIsSentAgainUntilARankOfItsOwnAttemptRunsThere) {
+  std::string w1 = Register("node-a");
+  Beat(w1, 29500);
+  auto job = *manager_->Submit(Spec(1, /*max_restarts=*/1));
+  Beat(w1, 29501, {{job.id(), 0}});
+  ASSERT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+  clock_.Advance(absl::Seconds(6));
+  manager_->Tick();  // w1 silent 6 s > 5 s: attempt 1 follows
+  ASSERT_EQ(manager_->Get(job.id())->generation(), 1);
+
+  const std::string w2 = Register("node-a");  // the same daemon, a new id
+  // Its heartbeat lists the old attempt's rank, still running there.
+  auto beat = [&](bool old_rank_runs) {
+    loom::v1::HeartbeatRequest req;
+    req.set_worker_id(w2);
+    req.set_rendezvous_port(29510);
+    if (old_rank_runs) {
+      auto* r = req.add_running();
+      r->set_job_id(job.id());
+      r->set_rank(0);
+      r->set_generation(0);
+    }
+    auto resp = manager_->Heartbeat(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    int starts = 0;
+    for (const auto& c : resp->commands()) {
+      if (c.has_start() && c.start().generation() == 1) ++starts;
+    }
+    return starts;
+  };
+  // Past the dead worker's lease and margin, attempt 1 is placed on w2 and
+  // its start goes out (the worker refuses it: the old rank runs).
+  int starts = 0;
+  for (int i = 0; i < 40 && starts == 0; ++i) {
+    clock_.Advance(absl::Milliseconds(250));
+    starts += beat(true);
+    manager_->Tick();
+  }
+  ASSERT_EQ(starts, 1) << manager_->Get(job.id())->reason();
+  ASSERT_EQ(StateOf(job.id()), loom::v1::SCHEDULED);
+  EXPECT_EQ(beat(true), 0);  // not again at once
+  clock_.Advance(absl::Seconds(2));  // past three heartbeat periods
+  // The old rank was stopped; attempt 1's start comes again.
+  EXPECT_EQ(beat(false), 1) << "the old attempt's rank confirmed the start";
+}
+
+// The controller frozen for 12 s (its VM, say) does not declare its
+// workers dead on waking: only the silence it was there to see counts, and
+// the reason says how much of the silence was its own pause.
+TEST_F(JobManagerTest, TheControllersOwnPauseIsNotCountedAsItsWorkersSilence) {
+  opts_.pause_threshold = absl::Seconds(1);
+  manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_, metrics_.get());
+  std::string w1 = Register("node-a");
+  std::string w2 = Register("node-b");
+  Beat(w1, 29500);
+  Beat(w2, 29500);
+  auto job = *manager_->Submit(Spec(1));
+  const auto started = Beat(w1, 29501, {{job.id(), 0}});
+  ASSERT_EQ(started.commands_size(), 1);  // its one rank went to w1
+  manager_->Tick();
+  ASSERT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+  clock_.Advance(absl::Seconds(12));
+  manager_->Tick();  // on waking: 1 s of the 12 counted
+  EXPECT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+  EXPECT_EQ(manager_->AliveWorkers(), 2);
+  Beat(w2, 29502);  // w2 is heard again; w1 stays silent
+  for (int i = 0; i < 8; ++i) {  // 4 s more, checks on time: 5 s, not past it
+    clock_.Advance(absl::Milliseconds(500));
+    manager_->Tick();
+  }
+  EXPECT_EQ(StateOf(job.id()), loom::v1::RUNNING);
+  clock_.Advance(absl::Milliseconds(500));
+  manager_->Tick();
+  auto failed = *manager_->Get(job.id());
+  EXPECT_EQ(failed.state(), loom::v1::FAILED);
+  EXPECT_THAT(failed.reason(),
+              HasSubstr("stopped heartbeating (silent for 16.5s, timeout 5.0s, 11.0s of it while "
+                        "the controller itself was paused)"));
+  EXPECT_EQ(manager_->AliveWorkers(), 1);  // w2, heard after the pause
+}
+
 TEST_F(JobManagerTest, SilentWorkerFailsItsJobWithReason) {
   std::string w1 = Register("node-a");
   std::string w2 = Register("node-b");

@@ -121,6 +121,7 @@ WorkerRegistry::Worker& WorkerRegistry::Add(const loom::v1::RegisterWorkerReques
   w.lease_entry = lease_order_.insert(lease_order_.end(), &w);
   worker_by_node_[req.node()] = id;
   w.last_heartbeat = now;
+  w.lease_from = now;
   return w;
 }
 
@@ -133,6 +134,7 @@ absl::StatusOr<WorkerRegistry::HeartbeatRecord> WorkerRegistry::RecordHeartbeat(
                                             "register again"));
   }
   w->last_heartbeat = clock_->Now();
+  w->lease_from = w->last_heartbeat;
   lease_order_.splice(lease_order_.end(), lease_order_, w->lease_entry);
   HeartbeatRecord record;
   record.worker = w;
@@ -145,16 +147,31 @@ absl::StatusOr<WorkerRegistry::HeartbeatRecord> WorkerRegistry::RecordHeartbeat(
 
 std::vector<WorkerRegistry::DepartedWorker> WorkerRegistry::ExpireLeases() {
   const absl::Time now = clock_->Now();
+  if (last_expiry_check_ != absl::InfinitePast() &&
+      now - last_expiry_check_ > options_.pause_threshold) {
+    // The controller was not checking: the workers heard before the gap get
+    // its excess back. Adding the same credit to a prefix of the lease order
+    // and capping at now keeps the order only up to ties with the workers
+    // heard during the gap, so it is sorted again (stable; rare).
+    const absl::Duration credit = (now - last_expiry_check_) - options_.pause_threshold;
+    for (Worker* w : lease_order_) {
+      if (w->lease_from <= last_expiry_check_) w->lease_from = std::min(now, w->lease_from + credit);
+    }
+    lease_order_.sort([](const Worker* a, const Worker* b) { return a->lease_from < b->lease_from; });
+    paused_ += credit;
+  }
+  last_expiry_check_ = now;
   std::vector<DepartedWorker> dead;
   while (!lease_order_.empty()) {
     Worker& w = *lease_order_.front();
-    absl::Duration silent = now - w.last_heartbeat;
-    if (silent <= options_.worker_timeout) break;  // and so is everyone after it
+    if (now - w.lease_from <= options_.worker_timeout) break;  // and so is everyone after it
+    const absl::Duration silent = now - w.last_heartbeat;
     lease_order_.pop_front();
     DepartedWorker gone;
     gone.info = w.info;
     gone.last_heartbeat = w.last_heartbeat;
     gone.silent = silent;
+    gone.paused = w.lease_from - w.last_heartbeat;
     gone.ranks = std::move(w.ranks);
     w.ranks.clear();
     w.info.set_alive(false);

@@ -43,6 +43,16 @@ struct WorkerRegistryOptions {
   // A worker whose last heartbeat is older than this is declared dead
   // (JobManagerOptions::worker_timeout).
   absl::Duration worker_timeout = absl::Seconds(10);
+  // The controller's own pauses are not the workers' silence. When two
+  // ExpireLeases calls are further apart than this, the controller was not
+  // running its checks (its host or VM frozen, the process stopped or
+  // starved): the time beyond this is not counted against the workers it
+  // had heard from before the gap, so a worker that heartbeats within its
+  // timeout of the controller waking is not declared dead for the
+  // controller's absence. Only declarations are delayed (never the other
+  // way), by at most the pauses; checks that keep coming late still expire a
+  // silent worker, more slowly. InfiniteDuration: no pause is credited.
+  absl::Duration pause_threshold = absl::InfiniteDuration();
 };
 
 class WorkerRegistry {
@@ -55,6 +65,9 @@ class WorkerRegistry {
   struct Worker {
     loom::v1::WorkerInfo info;
     absl::Time last_heartbeat;
+    // What its silence is counted from: last_heartbeat, moved later by the
+    // controller's own pauses since (WorkerRegistryOptions::pause_threshold).
+    absl::Time lease_from;
     int rendezvous_port = 0;  // 0 = none fresh since last use
     std::vector<loom::v1::WorkerCommand> pending_commands;
     std::vector<RankSlot> ranks;  // ranks placed here and not yet exited
@@ -71,6 +84,7 @@ class WorkerRegistry {
     loom::v1::WorkerInfo info;  // as it was; info.alive(): it was alive until now
     absl::Time last_heartbeat;
     absl::Duration silent;         // how long it had been silent then
+    absl::Duration paused;         // of that, the controller's own pauses (not counted)
     std::vector<RankSlot> ranks;   // the slots it held (none if it was dead already)
   };
   struct HeartbeatRecord {
@@ -113,8 +127,13 @@ class WorkerRegistry {
   // pass over every worker: it runs every tick, under the coordinator's
   // lock, with 10,000 workers heartbeating. (The lease order is the order
   // of heartbeats; should the clock step back, a worker is declared dead
-  // late by at most that step, never early.)
+  // late by at most that step, never early.) A gap since the previous
+  // call longer than options.pause_threshold is credited to the leases of
+  // the workers heard before it (see there): a pass over the alive workers,
+  // only then.
   std::vector<DepartedWorker> ExpireLeases();
+  // The controller pause time credited to leases so far.
+  absl::Duration paused() const { return paused_; }
 
   // The worker with `id`, alive or dead; nullptr if none.
   Worker* Find(const std::string& id);
@@ -152,8 +171,12 @@ class WorkerRegistry {
   // of the controller's CPU (perf, bench control-plane).
   std::unordered_map<std::string, Worker*> by_id_;
   std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
-  // The alive workers, least recently heard from first.
+  // The alive workers, by lease_from, oldest first.
   std::list<Worker*> lease_order_;
+  // When ExpireLeases last ran (InfinitePast: never), and the pause time
+  // credited to workers' leases so far.
+  absl::Time last_expiry_check_ = absl::InfinitePast();
+  absl::Duration paused_ = absl::ZeroDuration();
   int alive_ = 0;
   uint64_t nonce_;  // makes ids of one node differ across controller runs
 };

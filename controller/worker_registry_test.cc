@@ -196,6 +196,85 @@ TEST_F(WorkerRegistryTest, LeaseExpiresOnlyPastWorkerTimeout) {
             absl::StatusCode::kNotFound);
 }
 
+// The controller's own pause (its VM frozen, its process stopped) is not
+// its workers' silence: after a 12 s gap between checks, a worker heard
+// just before it is not declared dead on the controller's waking, and one
+// heard during the gap gets no credit. Both still die after a timeout of
+// silence the controller was there to see.
+TEST(WorkerRegistryPauseTest, TheControllersOwnPauseIsNotItsWorkersSilence) {
+  FakeClock clock;
+  WorkerRegistryOptions o;
+  o.worker_timeout = absl::Seconds(3);
+  o.pause_threshold = absl::Seconds(1);
+  WorkerRegistry registry(&clock, o);
+  const std::string a = registry.Add(Request("node-a")).info.id();
+  const std::string b = registry.Add(Request("node-b")).info.id();
+  EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
+  clock.Advance(absl::Milliseconds(500));
+  ASSERT_TRUE(registry.RecordHeartbeat(a, 0).ok());
+  ASSERT_TRUE(registry.RecordHeartbeat(b, 0).ok());
+  clock.Advance(absl::Milliseconds(100));
+  EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
+  EXPECT_EQ(registry.paused(), absl::ZeroDuration());
+
+  // Frozen for 12 s; b's heartbeat is taken in the gap (the check was late,
+  // the handlers were not).
+  clock.Advance(absl::Seconds(11));
+  ASSERT_TRUE(registry.RecordHeartbeat(b, 0).ok());
+  clock.Advance(absl::Seconds(1));
+  EXPECT_THAT(registry.ExpireLeases(), IsEmpty()) << "a was declared dead for the pause";
+  EXPECT_EQ(registry.paused(), absl::Seconds(11));  // the 12 s gap beyond 1 s
+  EXPECT_EQ(registry.alive_count(), 2);
+
+  // a's lease counts the 0.1 s before the gap and the 1 s allowed in it:
+  // with checks on time again, it dies 1.9 s later; b, heard 1 s before the
+  // waking and owed no credit, 2 s later.
+  for (int i = 0; i < 3; ++i) {
+    clock.Advance(absl::Milliseconds(500));
+    EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
+  }
+  clock.Advance(absl::Milliseconds(400));
+  EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
+  clock.Advance(absl::Nanoseconds(1));
+  auto dead = registry.ExpireLeases();
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].info.id(), a);
+  // Its silence as it was, and how much of it was the controller's pause.
+  EXPECT_EQ(dead[0].silent, absl::Seconds(14) + absl::Nanoseconds(1));
+  EXPECT_EQ(dead[0].paused, absl::Seconds(11));
+  EXPECT_EQ(dead[0].last_heartbeat, clock.Now() - dead[0].silent);
+  clock.Advance(absl::Milliseconds(100));
+  dead = registry.ExpireLeases();
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].info.id(), b);
+  EXPECT_EQ(dead[0].paused, absl::ZeroDuration());
+  EXPECT_EQ(registry.paused(), absl::Seconds(11));
+}
+
+// Checks that keep coming late (a starved controller) still expire a
+// silent worker: each late check counts the threshold as silence.
+TEST(WorkerRegistryPauseTest, ChecksThatKeepComingLateStillExpireASilentWorker) {
+  FakeClock clock;
+  auto checks_until_dead = [&](absl::Duration pause_threshold) {
+    WorkerRegistry registry(&clock, WorkerRegistryOptions{absl::Seconds(3), pause_threshold});
+    (void)registry.Add(Request("node-a"));
+    EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
+    clock.Advance(absl::Milliseconds(100));
+    EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
+    int checks = 0;
+    while (registry.alive_count() > 0 && checks < 100) {
+      clock.Advance(absl::Milliseconds(1500));
+      (void)registry.ExpireLeases();
+      ++checks;
+    }
+    return checks;
+  };
+  // 0.1 + 1 + 1 + 1 s > 3 s: dead at the third late check.
+  EXPECT_EQ(checks_until_dead(absl::Seconds(1)), 3);
+  // Off (the default), every second counts: 0.1 + 1.5 + 1.5 s, the second.
+  EXPECT_EQ(checks_until_dead(absl::InfiniteDuration()), 2);
+}
+
 // The lease order replaces a pass over every worker: against that pass,
 // over many workers heartbeating in random order, re-registering and dying
 // in between, it declares exactly the same workers dead, in id order.
