@@ -1113,11 +1113,15 @@ TEST_F(ClusterTest, PartitionedWorkerStopsItsRanksAndTheJobResumesElsewhereBitEx
         return true;
       },
       60));
-  // The job restarts on the other worker.
+  // The job restarts on the other worker: a later attempt than the cut one.
+  // (Not "generation >= 1": a rendezvous retry before the first step also
+  // counts an attempt, and one CI run had it, so the cut attempt itself,
+  // still RUNNING on the cut worker until its lease ran out at the
+  // controller, passed for the restarted one.)
   ASSERT_TRUE(WaitFor(
       [&] {
         loom::v1::Job j = Status(job);
-        return j.generation() >= 1 && j.state() == loom::v1::RUNNING &&
+        return j.generation() > running.generation() && j.state() == loom::v1::RUNNING &&
                j.summary().last_step() > 0 && j.ranks_size() == 2;
       },
       60))
@@ -1235,7 +1239,11 @@ TEST_F(ClusterTest, FrozenAttemptThawedAfterARestartIsFencedOffTheCheckpointDire
   ASSERT_TRUE(WaitFor(
       [&] {
         loom::v1::Job j = Status(job);
-        if (j.generation() < 1 || j.state() != loom::v1::RUNNING) return false;
+        // A later attempt than the frozen one (which may itself be attempt
+        // 1 after a rendezvous retry).
+        if (j.generation() <= running.generation() || j.state() != loom::v1::RUNNING) {
+          return false;
+        }
         auto fence = ReadFile(running.spec().checkpoint().dir() + "/FENCE");
         return fence.ok() && absl::EndsWith(*fence, absl::StrCat("\n", j.generation(), "\n"));
       },
@@ -1261,7 +1269,7 @@ TEST_F(ClusterTest, FrozenAttemptThawedAfterARestartIsFencedOffTheCheckpointDire
   auto rank_log = ReadFile(absl::StrCat(home_, "/workers/", node.substr(node.rfind('-') + 1),
                                         "/", job, "/rank-0.log"));
   ASSERT_TRUE(rank_log.ok());
-  EXPECT_THAT(*rank_log, HasSubstr("is fenced: attempt 0 of job '" + job + "'"));
+  EXPECT_THAT(*rank_log, HasSubstr(absl::StrCat("is fenced: attempt ", running.generation(), " of job '", job, "'")));
   ASSERT_TRUE(WaitFor(
       [&] {
         auto log = ReadFile(absl::StrCat(home_, "/logs/", worker, ".log"));
