@@ -211,6 +211,30 @@ absl::Status Store::Migrate() {
   return absl::OkStatus();
 }
 
+struct Store::BatchStatements {
+  explicit BatchStatements(sqlite3* db)
+      : begin(db, "BEGIN IMMEDIATE;"),
+        commit(db, "COMMIT;"),
+        job(db,
+            "INSERT OR REPLACE INTO jobs (id, seq, state, created_unix_ms, job) "
+            "VALUES (?, ?, ?, ?, ?);"),
+        transition(db,
+                   "INSERT OR REPLACE INTO transitions (job_id, idx, from_state, to_state, "
+                   "time_unix_ms, reason) VALUES (?, ?, ?, ?, ?, ?);"),
+        step(db, "INSERT INTO step_metrics (job_id, step, metrics) VALUES (?, ?, ?);") {}
+  bool ok() const {
+    return begin.ok() && commit.ok() && job.ok() && transition.ok() && step.ok();
+  }
+  // Back to ready, bindings dropped: no statement stays active between
+  // batches (an active one would keep a read open across transactions).
+  void ResetAll() {
+    for (Stmt* st : {&begin, &commit, &job, &transition, &step}) st->Reset();
+  }
+  Stmt begin, commit, job, transition, step;
+};
+
+Store::Store(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}
+
 Store::~Store() {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -218,6 +242,7 @@ Store::~Store() {
   }
   durable_cv_.notify_all();
   if (committer_.joinable()) committer_.join();
+  batch_statements_.reset();  // finalized before the database closes
   sqlite3_close(db_);
   close(lock_fd_);  // releases the directory
 }
@@ -353,21 +378,26 @@ absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
     if (batch[i]->has_job) last_row[batch[i]->job_id] = i;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  absl::Status s = Exec("BEGIN IMMEDIATE;");
-  if (!s.ok()) return s;
+  if (batch_statements_ == nullptr) {
+    auto prepared = std::make_unique<BatchStatements>(db_);
+    if (!prepared->ok()) return SqlError(db_, "prepare batch");
+    batch_statements_ = std::move(prepared);
+  }
+  BatchStatements& st = *batch_statements_;
+  struct ResetOnExit {
+    BatchStatements* st;
+    ~ResetOnExit() { st->ResetAll(); }
+  } reset_on_exit{&st};
+  if (st.begin.Step() != SQLITE_DONE) return SqlError(db_, "begin batch");
   auto fail = [&](absl::string_view what) {
     absl::Status err = SqlError(db_, what);
+    st.ResetAll();  // before the rollback: none may stay active
     Exec("ROLLBACK;").IgnoreError();
     return err;
   };
-  Stmt job_st(db_,
-              "INSERT OR REPLACE INTO jobs (id, seq, state, created_unix_ms, job) "
-              "VALUES (?, ?, ?, ?, ?);");
-  Stmt transition_st(db_,
-                     "INSERT OR REPLACE INTO transitions (job_id, idx, from_state, to_state, "
-                     "time_unix_ms, reason) VALUES (?, ?, ?, ?, ?, ?);");
-  Stmt step_st(db_, "INSERT INTO step_metrics (job_id, step, metrics) VALUES (?, ?, ?);");
-  if (!job_st.ok() || !transition_st.ok() || !step_st.ok()) return fail("prepare batch");
+  Stmt& job_st = st.job;
+  Stmt& transition_st = st.transition;
+  Stmt& step_st = st.step;
   for (size_t i = 0; i < batch.size(); ++i) {
     const PendingWrite& w = *batch[i];
     if (w.has_job && last_row[w.job_id] == i) {
@@ -397,7 +427,11 @@ absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
       if (step_st.Step() != SQLITE_DONE) return fail("write step metrics");
     }
   }
-  return Commit();
+  if (st.commit.Step() != SQLITE_DONE) {
+    // A failed COMMIT leaves the transaction open (as Commit() does).
+    return fail("commit batch");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
