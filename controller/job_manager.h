@@ -50,12 +50,15 @@ namespace loom::controller {
 // worker_timeout and M = lease_margin:
 //   * a worker kills its ranks itself when it has had no heartbeat answered
 //     for G, counted from when it sent the last answered one (so its
-//     deadline is never later than G after the controller last heard it);
+//     deadline is never later than G after the controller last heard it),
+//     unless one last heartbeat, answered within min(0.5 s, G/10), renews
+//     the lease (this controller answers only a worker it holds alive);
 //   * the controller declares a worker dead after G of silence, failing the
 //     attempts that had ranks there, and places those jobs again no sooner
 //     than G + M after it last heard the worker. M covers the cut-off
-//     worker's SIGKILL and reaping of its ranks and the two clocks' rates,
-//     so the old attempt's ranks are dead before a new attempt starts;
+//     worker's last heartbeat, SIGKILL and reaping of its ranks and the two
+//     clocks' rates, so the old attempt's ranks are dead before a new
+//     attempt starts;
 //   * after a controller restart, workers whose lease is still running
 //     re-register with their running ranks and the controller re-adopts
 //     the current attempts' ranks (no restart counted). A job not wholly

@@ -86,6 +86,7 @@ std::optional<WorkerRegistry::DepartedWorker> WorkerRegistry::RemoveNode(
 
 WorkerRegistry::Worker& WorkerRegistry::Add(const loom::v1::RegisterWorkerRequest& req) {
   const absl::Time now = clock_->Now();
+  CreditPause(now);  // a registration is activity too (see RecordHeartbeat)
   std::string id = absl::StrFormat(
       "%s-%06x", req.node(), (nonce_ + static_cast<uint64_t>(absl::ToUnixNanos(now))) & 0xffffff);
   Worker& w = workers_[id];
@@ -133,7 +134,11 @@ absl::StatusOr<WorkerRegistry::HeartbeatRecord> WorkerRegistry::RecordHeartbeat(
                                             "\" is not registered (or was declared dead); "
                                             "register again"));
   }
-  w->last_heartbeat = clock_->Now();
+  const absl::Time now = clock_->Now();
+  // A heartbeat taken after a pause but before the next check: the workers
+  // heard before the pause get its credit now, as the check would have.
+  CreditPause(now);
+  w->last_heartbeat = now;
   w->lease_from = w->last_heartbeat;
   lease_order_.splice(lease_order_.end(), lease_order_, w->lease_entry);
   HeartbeatRecord record;
@@ -145,22 +150,26 @@ absl::StatusOr<WorkerRegistry::HeartbeatRecord> WorkerRegistry::RecordHeartbeat(
   return record;
 }
 
-std::vector<WorkerRegistry::DepartedWorker> WorkerRegistry::ExpireLeases() {
-  const absl::Time now = clock_->Now();
-  if (last_expiry_check_ != absl::InfinitePast() &&
-      now - last_expiry_check_ > options_.pause_threshold) {
-    // The controller was not checking: the workers heard before the gap get
-    // its excess back. Adding the same credit to a prefix of the lease order
-    // and capping at now keeps the order only up to ties with the workers
-    // heard during the gap, so it is sorted again (stable; rare).
-    const absl::Duration credit = (now - last_expiry_check_) - options_.pause_threshold;
+void WorkerRegistry::CreditPause(absl::Time now) {
+  if (last_activity_ != absl::InfinitePast() &&
+      now - last_activity_ > options_.pause_threshold) {
+    // Nothing ran here for the gap: the workers heard before it get its
+    // excess back. Adding the same credit to a prefix of the lease order
+    // and capping at now keeps the order only up to ties, so it is sorted
+    // again (stable; rare).
+    const absl::Duration credit = (now - last_activity_) - options_.pause_threshold;
     for (Worker* w : lease_order_) {
-      if (w->lease_from <= last_expiry_check_) w->lease_from = std::min(now, w->lease_from + credit);
+      if (w->lease_from <= last_activity_) w->lease_from = std::min(now, w->lease_from + credit);
     }
     lease_order_.sort([](const Worker* a, const Worker* b) { return a->lease_from < b->lease_from; });
     paused_ += credit;
   }
-  last_expiry_check_ = now;
+  last_activity_ = std::max(last_activity_, now);
+}
+
+std::vector<WorkerRegistry::DepartedWorker> WorkerRegistry::ExpireLeases() {
+  const absl::Time now = clock_->Now();
+  CreditPause(now);
   std::vector<DepartedWorker> dead;
   while (!lease_order_.empty()) {
     Worker& w = *lease_order_.front();

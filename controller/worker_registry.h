@@ -43,15 +43,18 @@ struct WorkerRegistryOptions {
   // A worker whose last heartbeat is older than this is declared dead
   // (JobManagerOptions::worker_timeout).
   absl::Duration worker_timeout = absl::Seconds(10);
-  // The controller's own pauses are not the workers' silence. When two
-  // ExpireLeases calls are further apart than this, the controller was not
-  // running its checks (its host or VM frozen, the process stopped or
-  // starved): the time beyond this is not counted against the workers it
-  // had heard from before the gap, so a worker that heartbeats within its
-  // timeout of the controller waking is not declared dead for the
-  // controller's absence. Only declarations are delayed (never the other
-  // way), by at most the pauses; checks that keep coming late still expire a
-  // silent worker, more slowly. InfiniteDuration: no pause is credited.
+  // The controller's own pauses are not the workers' silence. When the
+  // registry saw nothing for longer than this (neither an ExpireLeases
+  // call, which the coordinator makes every ~100 ms, nor a heartbeat), the
+  // controller was not running (its host or VM frozen, the process stopped
+  // or starved): the time beyond this is not counted against the workers
+  // it had heard from before the gap, so a worker that heartbeats within
+  // its timeout of the controller waking is not declared dead for the
+  // controller's absence. That includes a worker heard after the last
+  // check but just before the pause. Only declarations are delayed (never
+  // the other way), by at most the pauses; checks that keep coming late
+  // still expire a silent worker, more slowly. InfiniteDuration: no pause
+  // is credited.
   absl::Duration pause_threshold = absl::InfiniteDuration();
 };
 
@@ -127,10 +130,10 @@ class WorkerRegistry {
   // pass over every worker: it runs every tick, under the coordinator's
   // lock, with 10,000 workers heartbeating. (The lease order is the order
   // of heartbeats; should the clock step back, a worker is declared dead
-  // late by at most that step, never early.) A gap since the previous
-  // call longer than options.pause_threshold is credited to the leases of
-  // the workers heard before it (see there): a pass over the alive workers,
-  // only then.
+  // late by at most that step, never early.) A gap longer than
+  // options.pause_threshold since the registry last ran is credited to the
+  // leases of the workers heard before it (see there): a pass over the
+  // alive workers, only then.
   std::vector<DepartedWorker> ExpireLeases();
   // The controller pause time credited to leases so far.
   absl::Duration paused() const { return paused_; }
@@ -173,9 +176,12 @@ class WorkerRegistry {
   std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
   // The alive workers, by lease_from, oldest first.
   std::list<Worker*> lease_order_;
-  // When ExpireLeases last ran (InfinitePast: never), and the pause time
-  // credited to workers' leases so far.
-  absl::Time last_expiry_check_ = absl::InfinitePast();
+  // Credits a pause that ends at `now` (see pause_threshold) and marks the
+  // registry active at `now`.
+  void CreditPause(absl::Time now);
+  // When ExpireLeases or RecordHeartbeat last ran (InfinitePast: never),
+  // and the pause time credited to workers' leases so far.
+  absl::Time last_activity_ = absl::InfinitePast();
   absl::Duration paused_ = absl::ZeroDuration();
   int alive_ = 0;
   uint64_t nonce_;  // makes ids of one node differ across controller runs

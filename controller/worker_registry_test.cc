@@ -197,10 +197,12 @@ TEST_F(WorkerRegistryTest, LeaseExpiresOnlyPastWorkerTimeout) {
 }
 
 // The controller's own pause (its VM frozen, its process stopped) is not
-// its workers' silence: after a 12 s gap between checks, a worker heard
-// just before it is not declared dead on the controller's waking, and one
-// heard during the gap gets no credit. Both still die after a timeout of
-// silence the controller was there to see.
+// its workers' silence: after a gap of 11 s in which the registry saw
+// nothing (no check, no heartbeat), a worker heard before it is not
+// declared dead on the controller's waking. b's heartbeat, taken when the
+// controller woke but before its next check, ends the pause: b is renewed
+// and a gets its credit then. Both still die after a timeout of silence
+// the controller was there to see.
 TEST(WorkerRegistryPauseTest, TheControllersOwnPauseIsNotItsWorkersSilence) {
   FakeClock clock;
   WorkerRegistryOptions o;
@@ -217,22 +219,20 @@ TEST(WorkerRegistryPauseTest, TheControllersOwnPauseIsNotItsWorkersSilence) {
   EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
   EXPECT_EQ(registry.paused(), absl::ZeroDuration());
 
-  // Frozen for 12 s; b's heartbeat is taken in the gap (the check was late,
-  // the handlers were not).
+  // Frozen from 0.6 s to 11.6 s, where b's heartbeat is the first thing
+  // taken; the next check comes 1 s later.
   clock.Advance(absl::Seconds(11));
   ASSERT_TRUE(registry.RecordHeartbeat(b, 0).ok());
   clock.Advance(absl::Seconds(1));
   EXPECT_THAT(registry.ExpireLeases(), IsEmpty()) << "a was declared dead for the pause";
-  EXPECT_EQ(registry.paused(), absl::Seconds(11));  // the 12 s gap beyond 1 s
+  EXPECT_EQ(registry.paused(), absl::Seconds(10));  // the 11 s gap beyond 1 s
   EXPECT_EQ(registry.alive_count(), 2);
 
-  // a's lease counts the 0.1 s before the gap and the 1 s allowed in it:
-  // with checks on time again, it dies 1.9 s later; b, heard 1 s before the
-  // waking and owed no credit, 2 s later.
-  for (int i = 0; i < 3; ++i) {
-    clock.Advance(absl::Milliseconds(500));
-    EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
-  }
+  // a's lease counts the 0.1 s before the gap, the 1 s allowed in it and
+  // the 1 s since: with checks on time again, it dies 0.9 s later; b, heard
+  // at the waking and owed no credit, 2 s later.
+  clock.Advance(absl::Milliseconds(500));
+  EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
   clock.Advance(absl::Milliseconds(400));
   EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
   clock.Advance(absl::Nanoseconds(1));
@@ -240,15 +240,46 @@ TEST(WorkerRegistryPauseTest, TheControllersOwnPauseIsNotItsWorkersSilence) {
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_EQ(dead[0].info.id(), a);
   // Its silence as it was, and how much of it was the controller's pause.
-  EXPECT_EQ(dead[0].silent, absl::Seconds(14) + absl::Nanoseconds(1));
-  EXPECT_EQ(dead[0].paused, absl::Seconds(11));
+  EXPECT_EQ(dead[0].silent, absl::Seconds(13) + absl::Nanoseconds(1));
+  EXPECT_EQ(dead[0].paused, absl::Seconds(10));
   EXPECT_EQ(dead[0].last_heartbeat, clock.Now() - dead[0].silent);
-  clock.Advance(absl::Milliseconds(100));
+  clock.Advance(absl::Milliseconds(600));
+  EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
+  clock.Advance(absl::Milliseconds(500));
   dead = registry.ExpireLeases();
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_EQ(dead[0].info.id(), b);
   EXPECT_EQ(dead[0].paused, absl::ZeroDuration());
-  EXPECT_EQ(registry.paused(), absl::Seconds(11));
+  EXPECT_EQ(registry.paused(), absl::Seconds(10));
+}
+
+// A worker heard after the controller's last check but just before it
+// froze is owed the pause too: the gap is measured from the last thing the
+// registry did, a check or a heartbeat. (Measured from the last check, it
+// was not credited, and a whole host frozen for 8 s had its one worker
+// declared dead on waking: ClusterTest.HostFrozenPastTheLease...)
+TEST(WorkerRegistryPauseTest, AWorkerHeardJustBeforeThePauseIsOwedItToo) {
+  FakeClock clock;
+  WorkerRegistry registry(&clock, WorkerRegistryOptions{absl::Seconds(3), absl::Seconds(1)});
+  const std::string a = registry.Add(Request("node-a")).info.id();
+  EXPECT_THAT(registry.ExpireLeases(), IsEmpty());
+  clock.Advance(absl::Milliseconds(50));
+  ASSERT_TRUE(registry.RecordHeartbeat(a, 0).ok());
+  clock.Advance(absl::Seconds(8));  // frozen
+  EXPECT_THAT(registry.ExpireLeases(), IsEmpty())
+      << "a, heard just before the pause, was declared dead for it";
+  EXPECT_EQ(registry.paused(), absl::Seconds(7));
+  // The 1 s allowed in the gap counts: dead 2 s after the waking.
+  for (int i = 0; i < 4; ++i) {
+    clock.Advance(absl::Milliseconds(500));
+    EXPECT_THAT(registry.ExpireLeases(), IsEmpty()) << i;
+  }
+  clock.Advance(absl::Nanoseconds(1));
+  auto dead = registry.ExpireLeases();
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].info.id(), a);
+  EXPECT_EQ(dead[0].paused, absl::Seconds(7));
+  EXPECT_EQ(dead[0].silent, absl::Seconds(10) + absl::Nanoseconds(1));
 }
 
 // Checks that keep coming late (a starved controller) still expire a

@@ -1056,6 +1056,70 @@ TEST_F(ClusterTest, ControllerDownPastTheGraceRestartsTheJobOnce) {
   EXPECT_THAT(logs, HasSubstr("lease expired"));
 }
 
+// A whole host frozen past the lease, as a paused VM is: the controller,
+// the worker and its rank stop for longer than the lease (5 s) and the
+// worker's RPC deadline (5 s), with one of the worker's heartbeats in
+// flight to the stopped controller, and resume together. The controller
+// does not count its own pause as the worker's silence, and the worker,
+// finding its lease run out, sends one last heartbeat before killing
+// anything: the controller answers it, so the rank trains on and the job
+// ends with no restart. (Before, the worker killed its rank on waking and
+// the job restarted for nothing.)
+TEST_F(ClusterTest, HostFrozenPastTheLeaseResumesWithoutARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, /*worker_timeout_s=*/5));
+  constexpr int kSteps = 2500;
+  const std::string job = Submit(WriteSpec(
+      "paused-vm", kSteps, 1, "recovery: {disable_spike_detection: true, max_restarts: 1}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 10; }, 90))
+      << Status(job).DebugString();
+  ASSERT_LT(Status(job).summary().last_step(), kSteps / 2) << "the freeze must land mid-run";
+  int controller_pid = 0;
+  int worker_pid = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == "controller") controller_pid = d.pid;
+    if (d.name == "worker-0") worker_pid = d.pid;
+  }
+  ASSERT_GT(controller_pid, 0);
+  ASSERT_GT(worker_pid, 0);
+  const std::set<int> ranks = RankPids(job);
+  ASSERT_EQ(ranks.size(), 1u);
+  // Whatever fails below, nothing stays stopped.
+  struct Thaw {
+    std::vector<int> pids;
+    ~Thaw() {
+      for (int pid : pids) kill(pid, SIGCONT);
+    }
+  } thaw{{controller_pid, worker_pid, *ranks.begin()}};
+  ASSERT_EQ(kill(controller_pid, SIGSTOP), 0);
+  // The worker heartbeats every 0.5 s: one is now waiting on the stopped
+  // controller (its deadline passes during the freeze).
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ASSERT_EQ(kill(worker_pid, SIGSTOP), 0);
+  ASSERT_EQ(kill(*ranks.begin(), SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(7));
+  // The host resumes (the controller first: a VM's processes resume at
+  // once, and the worker must find it serving).
+  ASSERT_EQ(kill(controller_pid, SIGCONT), 0);
+  ASSERT_EQ(kill(worker_pid, SIGCONT), 0);
+  ASSERT_EQ(kill(*ranks.begin(), SIGCONT), 0);
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 0) << done.DebugString();
+  for (const auto& e : done.events()) {
+    EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
+  }
+  int rendezvous_retries = 0;
+  StatesWithoutRendezvousRetries(done, &rendezvous_retries);
+  EXPECT_EQ(done.generation(), rendezvous_retries) << done.DebugString();
+  EXPECT_EQ(done.summary().last_step(), kSteps);
+  auto log = ReadFile(absl::StrCat(home_, "/logs/worker-0.log"));
+  ASSERT_TRUE(log.ok());
+  EXPECT_THAT(*log, HasSubstr("lease renewed by a last heartbeat"));
+  EXPECT_THAT(*log, ::testing::Not(HasSubstr("lease expired")));
+}
+
 // Issue 12, "Partition": the controller and two workers each in a network
 // namespace of their own; the worker running a job is cut off from the
 // controller with iptables (both directions dropped, as a dead switch port

@@ -226,7 +226,14 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
                        .Help("Ranks this worker killed because its lease with the controller "
                              "ran out.")
                        .Register(*registry_)
-                       .Add({})) {
+                       .Add({})),
+      lease_last_chance_renewals_(
+          metrics::BuildCounter()
+              .Name("loom_worker_lease_last_chance_renewals_total")
+              .Help("Leases that ran out (this host or worker paused past the grace) and were "
+                    "renewed by a last heartbeat the controller answered, so no rank was killed.")
+              .Register(*registry_)
+              .Add({})) {
   grid_intensity_.Set(options_.grid_intensity_g_per_kwh);
   RankSupervisorOptions sup;
   sup.rank_binary = options_.rank_binary;
@@ -294,10 +301,13 @@ void WorkerAgent::Stop() {
 }
 
 std::unique_ptr<grpc::ClientContext> WorkerAgent::NewContext() {
+  return NewContext(options_.rpc_timeout);
+}
+
+std::unique_ptr<grpc::ClientContext> WorkerAgent::NewContext(absl::Duration timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   AttachToken(ctx.get(), options_.token);
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    absl::ToChronoMilliseconds(options_.rpc_timeout));
+  ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
   return ctx;
 }
 
@@ -356,7 +366,7 @@ absl::Status WorkerAgent::Register() {
   return absl::OkStatus();
 }
 
-absl::Status WorkerAgent::HeartbeatOnce() {
+absl::Status WorkerAgent::HeartbeatOnce(absl::Duration timeout) {
   loom::v1::HeartbeatRequest req;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -373,7 +383,7 @@ absl::Status WorkerAgent::HeartbeatOnce() {
   req.set_rendezvous_port(PickFreePort());
   loom::v1::HeartbeatResponse resp;
   const absl::Time sent = absl::Now();
-  auto ctx = NewContext();
+  auto ctx = NewContext(timeout);
   absl::Status s = FromGrpcStatus(stub_->Heartbeat(ctx.get(), req, &resp));
   if (!s.ok()) return s;
   {
@@ -642,7 +652,7 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
   }
 }
 
-void WorkerAgent::EnforceLease() {
+void WorkerAgent::EnforceLease(bool last_chance) {
   absl::Time renewed;
   absl::Duration grace;
   {
@@ -651,10 +661,32 @@ void WorkerAgent::EnforceLease() {
     grace = lease_grace_;
   }
   if (renewed == absl::InfinitePast()) return;  // never registered: no ranks
-  const absl::Duration silent = absl::Now() - renewed;
+  absl::Duration silent = absl::Now() - renewed;
   if (silent <= grace) return;
   std::vector<RankSupervisor::RunningRank> running = supervisor_->Running();
   if (running.empty()) return;
+  if (last_chance) {
+    const absl::Status s = HeartbeatOnce(LastChance(grace));
+    absl::Time now_renewed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      now_renewed = lease_renewed_;
+    }
+    if (s.ok() && absl::Now() - now_renewed <= grace) {
+      std::cerr << LogTime() << "loom-worker: lease renewed by a last heartbeat after "
+                << absl::FormatDuration(silent) << " without an answer (grace "
+                << absl::FormatDuration(grace)
+                << "): the controller still holds this worker, so its ranks keep running"
+                << std::endl;
+      lease_last_chance_renewals_.Increment();
+      return;
+    }
+    silent = absl::Now() - now_renewed;
+    running = supervisor_->Running();
+    if (running.empty()) return;
+    std::cerr << LogTime() << "loom-worker: the last heartbeat before the lease ran out: " << s
+              << std::endl;
+  }
   std::cerr << LogTime() << "loom-worker: lease expired (no answer from the controller for "
             << absl::FormatDuration(silent) << ", grace " << absl::FormatDuration(grace)
             << "): killing " << running.size()
@@ -682,7 +714,7 @@ void WorkerAgent::Run() {
         }
       }
     } else {
-      s = HeartbeatOnce();
+      s = HeartbeatOnce(options_.rpc_timeout);
       RemoveEndedSeries(absl::Now());
       if (absl::IsNotFound(s)) {
         // The controller restarted or declared us dead: register again,
@@ -691,7 +723,7 @@ void WorkerAgent::Run() {
         std::cerr << LogTime() << "loom-worker: " << s.message() << "; registering again" << std::endl;
         registered = false;
         report(false);
-        EnforceLease();
+        EnforceLease(/*last_chance=*/false);  // it has no worker id to renew
         continue;  // at once: the lease runs
       } else if (!s.ok()) {
         heartbeats_failed_.Increment();
@@ -704,7 +736,7 @@ void WorkerAgent::Run() {
         failed_heartbeats_in_a_row_ = 0;
       }
     }
-    EnforceLease();
+    EnforceLease(/*last_chance=*/registered);
     absl::Duration wait;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -17,6 +17,7 @@
 #ifndef LOOM_WORKER_WORKER_AGENT_H_
 #define LOOM_WORKER_WORKER_AGENT_H_
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -96,12 +97,29 @@ class WorkerAgent {
     RankExit exit;
   };
   absl::Status Register();
-  absl::Status HeartbeatOnce();
+  // One heartbeat, answered within `timeout`; an answer renews the lease
+  // from when it was sent.
+  absl::Status HeartbeatOnce(absl::Duration timeout);
   // Kills every rank when no heartbeat or registration has been answered
   // for the lease grace (counted from when it was sent); see
   // controller/job_manager.h on why the controller's times are ordered
-  // after it.
-  void EnforceLease();
+  // after it. With `last_chance`, it first sends one more heartbeat,
+  // answered within LastChance(grace), and keeps the ranks if that renews
+  // the lease: the controller answers a worker's heartbeat only while it
+  // holds the worker alive, so while it has placed none of the worker's
+  // ranks elsewhere. That is the case after this host, or this worker, was
+  // paused past the grace (a VM frozen, a stall) while the controller still
+  // counts the worker alive (it does not count its own pauses either); the
+  // answer comes at once, where before the ranks were killed and the job
+  // restarted for nothing. Cut off, the worker kills its ranks at most
+  // LastChance(grace) later than without it, which the controller's lease
+  // margin covers.
+  void EnforceLease(bool last_chance);
+  // The last heartbeat's deadline: a tenth of the grace, at most 0.5 s
+  // (the controller's lease margin is 2 s).
+  static absl::Duration LastChance(absl::Duration grace) {
+    return std::min(absl::Milliseconds(500), grace / 10);
+  }
   void HandleCommand(const loom::v1::WorkerCommand& cmd);
   void SenderLoop();
   // Calls `call` with the current worker id until it is neither
@@ -112,7 +130,10 @@ class WorkerAgent {
   void OnEvent(const std::string& job_id, int rank, int64_t generation,
                const loom::v1::RankEvent& event);
   void OnExit(const RankExit& exit);
+  // A call's context with the token and a deadline `timeout` from now
+  // (rpc_timeout unless given).
   std::unique_ptr<grpc::ClientContext> NewContext();
+  std::unique_ptr<grpc::ClientContext> NewContext(absl::Duration timeout);
 
   const WorkerOptions options_;
   std::shared_ptr<loom::v1::WorkerService::StubInterface> stub_;
@@ -157,6 +178,7 @@ class WorkerAgent {
   metrics::Counter& heartbeats_failed_;
   int64_t failed_heartbeats_in_a_row_ = 0;  // touched by Run() only
   metrics::Counter& lease_kills_;
+  metrics::Counter& lease_last_chance_renewals_;
 
   // Per-job series of ranks that ended, with when: removed after
   // kSeriesGracePeriod so the last values get scraped but finished jobs do
