@@ -60,11 +60,75 @@ bench_chaos() {
 # CONTROL_PLANE_SECONDS (30) after CONTROL_PLANE_WARMUP (5) seconds, and the
 # controller's CPU. The controller's store goes under TMPDIR (default /tmp):
 # its fsyncs are part of every step report, so choose the disk to measure.
+# CONTROL_PLANE_CPUS=1.1 (root) runs the controller and the client together
+# under a CPU quota of that many cores (a cgroup made for the run and
+# removed after it): how the tail grows when the machine gives them less
+# than its cores, as a busy host or a throttled VM does, reproducibly.
 bench_control-plane() {
   build loom_control_plane_bench
-  "$BUILD_DIR/bin/loom_control_plane_bench" "$BUILD_DIR/bin" "${CONTROL_PLANE_WORKERS:-10000}" \
-    "${CONTROL_PLANE_SECONDS:-30}" "${CONTROL_PLANE_JOBS:-100}" "${CONTROL_PLANE_WATCHERS:-20}" \
-    "${CONTROL_PLANE_WARMUP:-5}"
+  local cmd=("$BUILD_DIR/bin/loom_control_plane_bench" "$BUILD_DIR/bin"
+             "${CONTROL_PLANE_WORKERS:-10000}" "${CONTROL_PLANE_SECONDS:-30}"
+             "${CONTROL_PLANE_JOBS:-100}" "${CONTROL_PLANE_WATCHERS:-20}"
+             "${CONTROL_PLANE_WARMUP:-5}")
+  if [ -n "${CONTROL_PLANE_CPUS:-}" ]; then
+    run_under_cpu_quota "$CONTROL_PLANE_CPUS" "${cmd[@]}"
+  else
+    "${cmd[@]}"
+  fi
+}
+
+# run_under_cpu_quota CORES COMMAND...: COMMAND and its children in a new
+# cgroup allowed CORES cores' worth of CPU time per 100 ms period (cgroup v2
+# cpu.max, or v1 cpu.cfs_quota_us); prints how often the quota throttled
+# them, and removes the cgroup. Needs root.
+run_under_cpu_quota() {
+  local cores=$1
+  shift
+  local quota
+  if ! quota=$(awk -v c="$cores" 'BEGIN { if (c !~ /^[0-9]*\.?[0-9]+$/ || c + 0 < 0.01) exit 1
+                                          printf "%d", c * 100000 }'); then
+    echo "CONTROL_PLANE_CPUS: a number of cores (e.g. 1.1), not \"$cores\"" >&2
+    exit 2
+  fi
+  local dir
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then  # cgroup v2
+    dir=/sys/fs/cgroup/loom-bench-$$
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
+      echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
+    mkdir "$dir"
+    echo "$quota 100000" > "$dir/cpu.max"
+  elif [ -d /sys/fs/cgroup/cpu ]; then  # cgroup v1
+    dir=/sys/fs/cgroup/cpu/loom-bench-$$
+    mkdir "$dir"
+    echo 100000 > "$dir/cpu.cfs_period_us"
+    echo "$quota" > "$dir/cpu.cfs_quota_us"
+  else
+    echo "CONTROL_PLANE_CPUS: no cgroup cpu controller under /sys/fs/cgroup" >&2
+    exit 2
+  fi
+  echo "cpu quota: the controller and the client together get $cores core(s)" \
+       "($((quota / 1000)) ms per 100 ms period, cgroup $dir)"
+  # The throttling is printed just before the command's last line, which
+  # stays the summary.
+  local statuses
+  set +e
+  (echo "$BASHPID" > "$dir/cgroup.procs" && exec "$@") 2>&1 |
+    awk -v stat="$dir/cpu.stat" '
+      NR > 1 { print last; fflush() }
+      { last = $0 }
+      END {
+        while ((getline line < stat) > 0) {
+          split(line, f, " ")
+          if (f[1] == "nr_periods") p = f[2]
+          if (f[1] == "nr_throttled") t = f[2]
+        }
+        printf "cpu quota: throttled in %d of %d periods\n", t, p
+        if (NR > 0) print last
+      }'
+  statuses=("${PIPESTATUS[@]}")
+  set -e
+  rmdir "$dir" 2>/dev/null || echo "cpu quota: could not remove $dir (still in use)" >&2
+  return "${statuses[0]}"
 }
 
 # Checkpoint write throughput against the disk's own write+fsync, and the
