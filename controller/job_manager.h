@@ -51,8 +51,10 @@ namespace loom::controller {
 //   * a worker kills its ranks itself when it has had no heartbeat answered
 //     for G, counted from when it sent the last answered one (so its
 //     deadline is never later than G after the controller last heard it),
-//     unless one last heartbeat, answered within min(0.5 s, G/10), renews
-//     the lease (this controller answers only a worker it holds alive);
+//     unless one last heartbeat, answered within L = min(0.5 s, G/10),
+//     renews the lease (this controller answers only a worker it holds
+//     alive). While it has ranks, no heartbeat of its waits for an answer
+//     past L after the lease's end, so the ranks die by G + 2L;
 //   * the controller declares a worker dead after G of silence, failing the
 //     attempts that had ranks there, and places those jobs again no sooner
 //     than G + M after it last heard the worker. M covers the cut-off

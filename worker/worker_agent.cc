@@ -652,6 +652,21 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
   }
 }
 
+absl::Duration WorkerAgent::HeartbeatTimeout() {
+  absl::Time renewed;
+  absl::Duration grace;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    renewed = lease_renewed_;
+    grace = lease_grace_;
+  }
+  if (renewed == absl::InfinitePast() || supervisor_->Running().empty()) {
+    return options_.rpc_timeout;
+  }
+  const absl::Duration left = std::max(absl::ZeroDuration(), renewed + grace - absl::Now());
+  return std::min(options_.rpc_timeout, left + LastChance(grace));
+}
+
 void WorkerAgent::EnforceLease(bool last_chance) {
   absl::Time renewed;
   absl::Duration grace;
@@ -714,7 +729,7 @@ void WorkerAgent::Run() {
         }
       }
     } else {
-      s = HeartbeatOnce(options_.rpc_timeout);
+      s = HeartbeatOnce(HeartbeatTimeout());
       RemoveEndedSeries(absl::Now());
       if (absl::IsNotFound(s)) {
         // The controller restarted or declared us dead: register again,

@@ -120,6 +120,13 @@ class WorkerAgent {
   static absl::Duration LastChance(absl::Duration grace) {
     return std::min(absl::Milliseconds(500), grace / 10);
   }
+  // A regular heartbeat's deadline: rpc_timeout, but while ranks run here
+  // no later than LastChance(grace) past the lease's end, so that a
+  // heartbeat hanging on a cut-off controller cannot hold back
+  // EnforceLease (rpc_timeout, 5 s, is longer than a short grace: with a
+  // 3 s lease the ranks were killed 5.5 s after the last answer, past the
+  // controller's 5 s, and once trained on to the end).
+  absl::Duration HeartbeatTimeout();
   void HandleCommand(const loom::v1::WorkerCommand& cmd);
   void SenderLoop();
   // Calls `call` with the current worker id until it is neither
