@@ -13,8 +13,7 @@
 // to an uninterrupted run's of the same length (the controller-down trial
 // trains 4x longer, against its own reference run, so that its ranks are
 // still training when their lease runs out), and no checkpoint the catalog
-// lists may be
-// missing or fail verification (loomctl checkpoints --verify).
+// lists may be missing or fail verification (loomctl checkpoints --verify).
 //
 // Needs root (namespaces, iptables, mount). Usage:
 //   loom_chaos_bench BIN_DIR [TRIALS (24)] [SEED (1)]
