@@ -75,8 +75,8 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
       options_(std::move(options)),
       metrics_(metrics),
       catalog_(store, checkpoint_verifier),
-      jobs_(store, clock),
       recovery_(RecoveryPolicyOptions{options_.max_rendezvous_retries}),
+      jobs_(store, clock),
       workers_(clock, WorkerRegistryOptions{options_.worker_timeout, options_.pause_threshold}) {}
 
 bool JobManager::IsAttemptRunning(JobState s) {
