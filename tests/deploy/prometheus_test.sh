@@ -50,6 +50,12 @@ scraped_all() {
 }
 wait_for 30 "Prometheus to scrape the controller and both workers" scraped_all
 
+# keep: 10 keeps every checkpoint of the 100 steps. With keep: 2 the ranks
+# keep the rollback target only while they are within twice the rollback
+# distance (40 steps) of it, and this toy job trains ~230 steps/s on a
+# fast, idle machine: a fresh-Debian run's ranks got past step 90 before
+# the stop reached them, pruned step 40, and the rollback found nothing to
+# resume from.
 cat > "$T/spiky.yaml" << YAML
 name: spiky
 model:
@@ -62,7 +68,7 @@ optimizer:
 schedule: {total_steps: 100, warmup_steps: 5, eval_interval: 50, eval_batches: 4}
 batch: {global_batch: 16, micro_batch: 8}
 resources: {workers: 2, ranks: 2}
-checkpoint: {interval_steps: 10, keep: 2}
+checkpoint: {interval_steps: 10, keep: 10}
 seed: 7
 recovery: {window: 32, min_history: 16, rollback_distance: 20, skip_before: 10, skip_after: 10,
            max_rollbacks: 2, max_restarts: 0}
