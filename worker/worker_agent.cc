@@ -652,14 +652,13 @@ void WorkerAgent::RemoveEndedSeries(absl::Time now) {
   }
 }
 
+WorkerAgent::LeaseView WorkerAgent::Lease() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {lease_renewed_, lease_grace_};
+}
+
 absl::Duration WorkerAgent::HeartbeatTimeout() {
-  absl::Time renewed;
-  absl::Duration grace;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    renewed = lease_renewed_;
-    grace = lease_grace_;
-  }
+  const auto [renewed, grace] = Lease();
   if (renewed == absl::InfinitePast() || supervisor_->Running().empty()) {
     return options_.rpc_timeout;
   }
@@ -668,13 +667,7 @@ absl::Duration WorkerAgent::HeartbeatTimeout() {
 }
 
 void WorkerAgent::EnforceLease(bool last_chance) {
-  absl::Time renewed;
-  absl::Duration grace;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    renewed = lease_renewed_;
-    grace = lease_grace_;
-  }
+  const auto [renewed, grace] = Lease();
   if (renewed == absl::InfinitePast()) return;  // never registered: no ranks
   absl::Duration silent = absl::Now() - renewed;
   if (silent <= grace) return;
@@ -682,11 +675,7 @@ void WorkerAgent::EnforceLease(bool last_chance) {
   if (running.empty()) return;
   if (last_chance) {
     const absl::Status s = HeartbeatOnce(LastChance(grace));
-    absl::Time now_renewed;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      now_renewed = lease_renewed_;
-    }
+    const absl::Time now_renewed = Lease().renewed;
     if (s.ok() && absl::Now() - now_renewed <= grace) {
       std::cerr << LogTime() << "loom-worker: lease renewed by a last heartbeat after "
                 << absl::FormatDuration(silent) << " without an answer (grace "

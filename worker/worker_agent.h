@@ -127,6 +127,13 @@ class WorkerAgent {
   // 3 s lease the ranks were killed 5.5 s after the last answer, past the
   // controller's 5 s, and once trained on to the end).
   absl::Duration HeartbeatTimeout();
+  // The lease as it stands: when it was last renewed (InfinitePast: never)
+  // and its grace.
+  struct LeaseView {
+    absl::Time renewed;
+    absl::Duration grace;
+  };
+  LeaseView Lease();
   void HandleCommand(const loom::v1::WorkerCommand& cmd);
   void SenderLoop();
   // Calls `call` with the current worker id until it is neither
