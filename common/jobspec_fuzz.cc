@@ -1,5 +1,5 @@
 // libFuzzer target: the job-spec parser (YAML and JSON) and what submit does
-// with what it parses (defaults, validation), plus the JSON round trip
+// with what it parses (defaults, both validations), plus the JSON round trip
 // loomctl relies on. Built only in the fuzz build (scripts/fuzz.sh).
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +16,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!spec.ok()) return 0;
   loom::v1::JobSpec with_defaults = *spec;
   loom::ApplyJobSpecDefaults(&with_defaults);
-  if (!loom::ValidateJobSpec(with_defaults).ok()) return 0;
+  const absl::Status run = loom::ValidateJobSpec(with_defaults);
+  // What a run accepts (or would, once Loom executes it), a plan accepts:
+  // the plan's checks are a subset of the run's (jobspec_validate.h).
+  if ((run.ok() || run.code() == absl::StatusCode::kUnimplemented) &&
+      !loom::ValidatePlanSpec(with_defaults).ok()) {
+    std::cerr << "runnable but not plannable: " << loom::ValidatePlanSpec(with_defaults)
+              << std::endl;
+    std::abort();
+  }
+  if (!run.ok()) return 0;
   // A valid spec prints as JSON that parses back to an equal message.
   const std::string json = loom::JobSpecToJson(with_defaults);
   absl::StatusOr<loom::v1::JobSpec> again = loom::ParseJobSpec(json);

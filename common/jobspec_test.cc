@@ -1098,5 +1098,165 @@ TEST(LlamaSpecTest, GptDefaultsStayGpt2) {
   EXPECT_FALSE(IsGpt2Shape(EffectiveDecoder(model)));
 }
 
+// Issue 28: what a plan needs is not what a run needs.
+constexpr char kPlanOnlyYaml[] = R"yaml(
+# A BLOOM-176B-shaped question: how should 176B parameters sit on 384
+# devices? No data, no optimizer, no schedule, no micro-batch.
+name: bloom-176b
+model:
+  gpt: {n_layer: 70, n_head: 112, d_model: 14336, seq_len: 2048, vocab_size: 250880}
+batch: {global_batch: 2048}
+precision: BF16
+parallelism: {auto: true}
+resources: {workers: 48, ranks: 384}
+)yaml";
+
+JobSpec Defaulted(const std::string& text) {
+  JobSpec spec = MustParse(text);
+  ApplyJobSpecDefaults(&spec);
+  return spec;
+}
+
+TEST(ValidatePlanSpecTest, PlansWithoutScheduleDataOrOptimizer) {
+  const JobSpec spec = Defaulted(kPlanOnlyYaml);
+  EXPECT_TRUE(ValidatePlanSpec(spec).ok()) << ValidatePlanSpec(spec);
+  // A run needs all three; the first missing one is named.
+  const absl::Status run = ValidateJobSpec(spec);
+  EXPECT_EQ(run.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(run.message()), StartsWith("data.train:"));
+}
+
+TEST(ValidatePlanSpecTest, AutoLeavesTheMicroBatchToThePlanner) {
+  // 2048 / 384 would default to 5, which no dp of 384 devices divides into
+  // 2048: the old check refused the spec with a micro-batch the user never
+  // wrote.
+  const JobSpec spec = Defaulted(kPlanOnlyYaml);
+  EXPECT_EQ(spec.batch().micro_batch(), 0);
+  EXPECT_TRUE(ValidatePlanSpec(spec).ok());
+  // A run under auto does not check ranks x micro-batch either: the
+  // planner checks dp x micro-batch per layout.
+  JobSpec run = MustParse(kGoodYaml);
+  run.mutable_batch()->set_global_batch(2048);
+  run.mutable_batch()->clear_micro_batch();
+  run.mutable_resources()->set_ranks(384);
+  run.mutable_resources()->set_workers(48);
+  run.mutable_parallelism()->set_auto_(true);
+  ApplyJobSpecDefaults(&run);
+  EXPECT_EQ(run.batch().micro_batch(), 0);
+  EXPECT_TRUE(ValidateJobSpec(run).ok()) << ValidateJobSpec(run);
+  // A micro-batch the user gives under auto is still range-checked.
+  run.mutable_batch()->set_micro_batch(4096);
+  EXPECT_THAT(std::string(ValidateJobSpec(run).message()),
+              StartsWith("batch.micro_batch: must be in [1, 2048], got 4096"));
+  EXPECT_THAT(std::string(ValidatePlanSpec(run).message()),
+              StartsWith("batch.micro_batch: must be in [1, 2048], got 4096"));
+}
+
+TEST(ValidatePlanSpecTest, PinnedLayoutUsesItsOwnDataParallelDegree) {
+  // BLOOM's published layout: tp 4 x pp 12 x dp 8, micro-batch 2.
+  JobSpec spec = MustParse(kPlanOnlyYaml);
+  auto* par = spec.mutable_parallelism();
+  par->set_auto_(false);
+  par->set_tensor(4);
+  par->set_pipeline(12);
+  par->set_data(8);
+  spec.mutable_batch()->set_micro_batch(2);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_TRUE(ValidatePlanSpec(spec).ok()) << ValidatePlanSpec(spec);
+  spec.mutable_batch()->set_micro_batch(3);
+  EXPECT_EQ(ValidatePlanSpec(spec).message(),
+            "batch.global_batch: 2048 is not divisible by parallelism.data (8) x "
+            "batch.micro_batch (3)");
+}
+
+TEST(ValidatePlanSpecTest, PlansReachTheDeviceSweepButRunsStopAtTheGang) {
+  JobSpec spec = MustParse(kPlanOnlyYaml);
+  spec.mutable_resources()->set_workers(2048);
+  spec.mutable_resources()->set_ranks(16384);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_TRUE(ValidatePlanSpec(spec).ok()) << ValidatePlanSpec(spec);
+  JobSpec run = MustParse(kGoodYaml);
+  run.mutable_resources()->set_workers(2048);
+  run.mutable_resources()->set_ranks(16384);
+  run.mutable_batch()->set_global_batch(16384);
+  run.mutable_batch()->set_micro_batch(1);
+  ApplyJobSpecDefaults(&run);
+  EXPECT_EQ(ValidateJobSpec(run).message(),
+            "resources.ranks: must be in [1, 4096], got 16384: a job's gang is at most 4096 "
+            "ranks (`loomctl plan` plans up to 131072 devices)");
+  spec.mutable_resources()->set_ranks(131073);
+  EXPECT_THAT(std::string(ValidatePlanSpec(spec).message()),
+              StartsWith("resources.ranks: must be in [1, 131072], got 131073"));
+}
+
+TEST(ValidatePlanSpecTest, StillRefusesHostileValuesWithTheFieldPath) {
+  struct Case {
+    std::function<void(JobSpec*)> mutate;
+    const char* prefix;
+  };
+  const std::vector<Case> cases = {
+      {[](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_layer(5000); },
+       "model.gpt.n_layer: must be in [1, 1024], got 5000"},
+      {[](JobSpec* s) { s->mutable_model()->clear_gpt(); }, "model: required"},
+      {[](JobSpec* s) { s->mutable_batch()->set_global_batch(0); },
+       "batch.global_batch: must be in [1, 16777216], got 0"},
+      {[](JobSpec* s) { s->mutable_batch()->set_global_batch(1 << 25); },
+       "batch.global_batch: must be in [1, 16777216]"},
+      {[](JobSpec* s) {
+         s->mutable_model()->mutable_gpt()->set_dropout(std::nan(""));
+       },
+       "model.gpt.dropout: must be finite"},
+      {[](JobSpec* s) { s->mutable_schedule()->set_total_steps(-1); },
+       "schedule.total_steps: must be in [0, 1000000000], got -1"},
+      {[](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(7); },
+       "parallelism.zero_stage: 7 is not 0, 1, 2 or 3"},
+      {[](JobSpec* s) { s->set_name("Not A Name"); }, "name: \"Not A Name\" must be"},
+      {[](JobSpec* s) {
+         s->mutable_parallelism()->set_auto_(false);
+         s->mutable_parallelism()->set_tensor(5);
+         s->mutable_parallelism()->set_data(1);
+         s->mutable_resources()->set_ranks(5);
+         s->mutable_resources()->set_workers(1);
+       },
+       "parallelism.tensor: 5 does not divide model.gpt.n_head (112)"},
+      {[](JobSpec* s) {
+         s->mutable_parallelism()->set_auto_(false);
+         s->mutable_parallelism()->set_pipeline(96);
+         s->mutable_parallelism()->set_data(4);
+       },
+       "parallelism.pipeline: 96 exceeds model.gpt.n_layer (70)"},
+      {[](JobSpec* s) { s->set_activation_checkpointing(71); },
+       "activation_checkpointing: every k-th block with k = 71 > model.gpt.n_layer (70)"},
+  };
+  for (const Case& c : cases) {
+    JobSpec spec = MustParse(kPlanOnlyYaml);
+    c.mutate(&spec);
+    ApplyJobSpecDefaults(&spec);
+    const absl::Status status = ValidatePlanSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.prefix;
+    EXPECT_THAT(std::string(status.message()), StartsWith(c.prefix));
+  }
+}
+
+TEST(ValidatePlanSpecTest, WhatLoomCannotRunYetIsWhatPlanningIsFor) {
+  // ZeRO-3, sequence parallelism, interleaving, FP16 and a 250K vocabulary:
+  // UNIMPLEMENTED for a run, fine for a plan.
+  JobSpec spec = MustParse(kPlanOnlyYaml);
+  auto* par = spec.mutable_parallelism();
+  par->set_auto_(false);
+  par->set_tensor(4);
+  par->set_pipeline(2);
+  par->set_data(8);
+  par->set_virtual_stages(7);
+  par->set_sequence_parallel(true);
+  par->set_zero_stage(3);
+  spec.mutable_resources()->set_ranks(64);
+  spec.mutable_resources()->set_workers(8);
+  spec.mutable_batch()->set_micro_batch(1);
+  spec.set_precision(v1::FP16);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_TRUE(ValidatePlanSpec(spec).ok()) << ValidatePlanSpec(spec);
+}
+
 }  // namespace
 }  // namespace loom
