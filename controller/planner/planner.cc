@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 
 namespace loom::planner {
@@ -23,6 +25,32 @@ std::vector<int64_t> Divisors(int64_t n) {
   }
   small.insert(small.end(), large.rbegin(), large.rend());
   return small;
+}
+
+// "layout.dp: 24 does not divide ..." -> "dp 24 does not divide ...": a
+// CheckLayout() reason said of one candidate shape.
+std::string ShapeReason(absl::string_view message) {
+  constexpr absl::string_view kPrefix = "layout.";
+  if (!absl::StartsWith(message, kPrefix)) return std::string(message);
+  message.remove_prefix(kPrefix.size());
+  const size_t colon = message.find(": ");
+  if (colon == absl::string_view::npos) return std::string(message);
+  return absl::StrCat(message.substr(0, colon), " ", message.substr(colon + 2));
+}
+
+// ": tp 1 x pp 1 x dp 384: dp 384 does not divide ...; tp 2 x ...", the
+// first kMaxListed shapes and how many more there were.
+std::string ListShapes(const std::vector<std::string>& shapes) {
+  constexpr size_t kMaxListed = 12;
+  if (shapes.empty()) return "";
+  std::string out = ": ";
+  for (size_t i = 0; i < shapes.size() && i < kMaxListed; ++i) {
+    absl::StrAppend(&out, i > 0 ? "; " : "", shapes[i]);
+  }
+  if (shapes.size() > kMaxListed) {
+    absl::StrAppend(&out, "; and ", shapes.size() - kMaxListed, " more shapes");
+  }
+  return out;
 }
 
 // Ranking: faster first; ties go to less memory, then the simpler layout.
@@ -167,7 +195,9 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
   const double capacity = static_cast<double>(topology.device.memory_bytes);
 
   Plan plan;
-  std::string first_invalid;
+  // Why each (tp, pp, dp) shape that was ruled out before any layout of it
+  // could be evaluated was ruled out, in search order.
+  std::vector<std::string> invalid_shapes;
   std::vector<ShapeResult> shapes;
   for (int64_t tp : Divisors(n)) {
     if (options.tp > 0 && tp != options.tp) continue;
@@ -188,11 +218,10 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
       base.pp = static_cast<int>(pp);
       base.dp = static_cast<int>(dp);
       base.sequence_parallel = options.sequence_parallel && tp > 1;
+      const std::string shape_name = absl::StrCat("tp ", tp, " x pp ", pp, " x dp ", dp);
       if (absl::Status shape_ok = cost.CheckLayout(base); !shape_ok.ok()) {
-        if (first_invalid.empty()) {
-          first_invalid = absl::StrCat("tp ", tp, " x pp ", pp, " x dp ", dp, ": ",
-                                       shape_ok.message());
-        }
+        invalid_shapes.push_back(
+            absl::StrCat(shape_name, ": ", ShapeReason(shape_ok.message())));
         continue;
       }
       std::vector<int64_t> mbs;
@@ -200,6 +229,16 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
         if (options.max_micro_batch > 0 && mb > options.max_micro_batch) break;
         if (options.micro_batch > 0 && mb != options.micro_batch) continue;
         mbs.push_back(mb);
+      }
+      if (mbs.empty()) {
+        invalid_shapes.push_back(absl::StrCat(
+            shape_name, ": ",
+            options.micro_batch > 0
+                ? absl::StrCat("micro-batch ", options.micro_batch, " does not divide the ",
+                               batch / dp, " sequences per replica")
+                : absl::StrCat("no micro-batch up to ", options.max_micro_batch,
+                               " divides the ", batch / dp, " sequences per replica")));
+        continue;
       }
       // Interleaving needs pp > 1 and equal stages of v equal chunks.
       const bool can_interleave = pp > 1 && request.model.n_layer % pp == 0;
@@ -280,8 +319,8 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
 
   if (shapes.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "no valid layout of ", n, " devices for this model and batch",
-        first_invalid.empty() ? "" : absl::StrCat(" (e.g. ", first_invalid, ")")));
+        "no valid layout of ", n, " devices for this model and batch of ", batch,
+        " sequences", ListShapes(invalid_shapes)));
   }
   std::sort(shapes.begin(), shapes.end(), [](const ShapeResult& a, const ShapeResult& b) {
     if (a.fits != b.fits) return a.fits;

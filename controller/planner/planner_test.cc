@@ -162,9 +162,14 @@ TEST(PlannerTest, NoValidLayoutSaysWhy) {
   // (With 5 layers, tp 2 x pp 4 is valid now that stages may be uneven.)
   absl::StatusOr<Plan> plan = MakePlan(Request(MegatronGpt("tiny", 1, 768, 12), 3, 1, 8));
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  // Every candidate shape with its own reason (issue 28): the layout's dp,
+  // not a micro-batch the user never set.
   EXPECT_EQ(plan.status().message(),
-            "no valid layout of 8 devices for this model and batch (e.g. tp 1 x pp 1 x dp 8: "
-            "layout.dp: 8 does not divide the global batch of 3 sequences)");
+            "no valid layout of 8 devices for this model and batch of 3 sequences: "
+            "tp 1 x pp 1 x dp 8: dp 8 does not divide the global batch of 3 sequences; "
+            "tp 2 x pp 1 x dp 4: dp 4 does not divide the global batch of 3 sequences; "
+            "tp 4 x pp 1 x dp 2: dp 2 does not divide the global batch of 3 sequences; "
+            "tp 8 x pp 1 x dp 1: tp 8 does not divide model.n_head 12");
 }
 
 TEST(PlannerTest, PlansOnTheMeasuredLocalCpu) {
