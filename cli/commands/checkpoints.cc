@@ -1,0 +1,69 @@
+// `loomctl checkpoints JOB [--verify]`: the controller's catalog of a job's
+// checkpoints, verified on disk when asked (cli/commands/commands.h).
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "cli/commands/commands.h"
+#include "cli/commands/common.h"
+
+namespace loom::cli {
+
+// `loomctl checkpoints JOB [--verify]`. Exit 0; with --verify, 1 when a
+// checkpoint on disk failed its checks (so scripts can act on it).
+int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
+  std::vector<std::string> positional;
+  bool verify = false;
+  for (const std::string& a : args) {
+    if (a == "--verify") {
+      verify = true;
+    } else if (a.rfind("--", 0) == 0) {
+      return Usage("checkpoints: unknown flag " + a);
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.size() != 1) return Usage("checkpoints: expected JOB [--verify]");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::ListCheckpointsRequest req;
+  req.set_job_id(positional[0]);
+  req.set_verify(verify);
+  loom::v1::ListCheckpointsResponse resp;
+  // Verifying reads every byte of every checkpoint: allow it time.
+  auto ctx = (*client)->Context(verify ? absl::Minutes(30) : absl::Seconds(10));
+  absl::Status s = (*client)->Check((*client)->stub->ListCheckpoints(ctx.get(), req, &resp));
+  if (!s.ok()) return Fail(s);
+  int corrupt = 0;
+  for (const auto& c : resp.checkpoints()) corrupt += c.status() == "corrupt" ? 1 : 0;
+  const int rc = verify && corrupt > 0 ? 1 : 0;
+  if (g.json) {
+    std::cout << ToJson(resp) << std::endl;
+    return rc;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"STEP", "ATTEMPT", "TIME", "SIZE", "WRITE S", "STALL S", "STATUS", "PATH"}};
+  for (const auto& c : resp.checkpoints()) {
+    rows.push_back({absl::StrCat(c.step()), absl::StrCat(c.generation()),
+                    absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(c.time_unix_ms()),
+                                     absl::LocalTimeZone()),
+                    absl::StrFormat("%.1f MB", c.bytes() / 1e6),
+                    c.write_seconds() > 0 ? absl::StrFormat("%.3f", c.write_seconds()) : "-",
+                    c.stall_seconds() > 0 ? absl::StrFormat("%.3f", c.stall_seconds()) : "-",
+                    c.status(), c.path()});
+  }
+  PrintTable(rows);
+  for (const auto& c : resp.checkpoints()) {
+    if (c.status() != "corrupt") continue;
+    std::cout << "step " << c.step() << ": " << c.corrupt_file() << " failed its "
+              << c.failed_check() << " check: " << c.error() << "\n";
+  }
+  if (verify) {
+    std::cout << "verified: " << corrupt << " of " << resp.checkpoints_size()
+              << " catalogued checkpoint(s) corrupt" << std::endl;
+  }
+  return rc;
+}
+
+}  // namespace loom::cli

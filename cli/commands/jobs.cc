@@ -1,0 +1,290 @@
+// The job commands: submit, validate, list, status, cancel, events and
+// rollback (cli/commands/commands.h). `watch` and `submit --follow` share
+// the follower in cli/commands/watch.cc.
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "cli/commands/commands.h"
+#include "cli/commands/common.h"
+#include "cli/commands/watch.h"
+#include "common/jobspec.h"
+#include "controller/job_planning.h"
+
+namespace loom::cli {
+namespace {
+
+// "A:B" -> [A, B).
+bool ParseSkipRange(const std::string& text, loom::v1::SkipRange* range) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int64_t begin = 0, end = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &begin) ||
+      !absl::SimpleAtoi(parts[1], &end)) {
+    return false;
+  }
+  range->set_begin(begin);
+  range->set_end(end);
+  return true;
+}
+
+}  // namespace
+
+int CmdSubmit(const Globals& g, const std::vector<std::string>& args) {
+  std::string file;
+  bool follow = false;
+  for (const auto& a : args) {
+    if (a == "--follow" || a == "-f") {
+      follow = true;
+    } else if (!a.empty() && a[0] == '-') {
+      return Usage("submit: unknown flag " + a);
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      return Usage("submit: one spec file at a time");
+    }
+  }
+  if (file.empty()) return Usage("submit: missing FILE");
+  auto spec = LoadJobSpecFile(file);
+  if (!spec.ok()) return Fail(spec.status());
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::SubmitJobRequest req;
+  *req.mutable_spec() = *spec;
+  loom::v1::SubmitJobResponse resp;
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::SubmitJob, req, &resp);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(resp.job()) << std::endl;
+  } else {
+    std::cout << "submitted " << resp.job().id() << std::endl;
+  }
+  if (follow) return Watch(client->get(), resp.job().id(), g.json);
+  return 0;
+}
+
+int CmdValidate(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("validate: expected FILE");
+  auto spec = LoadJobSpecFile(args[0]);
+  if (!spec.ok()) return Fail(spec.status());
+  ApplyJobSpecDefaults(&*spec);
+  absl::Status s = ValidateJobSpec(*spec);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(*spec) << std::endl;
+  } else {
+    std::cout << args[0] << ": valid" << std::endl;
+  }
+  return 0;
+}
+
+int CmdList(const Globals& g, const std::vector<std::string>& args) {
+  loom::v1::ListJobsRequest req;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--state" && i + 1 < args.size()) {
+      loom::v1::JobState st;
+      if (!loom::v1::JobState_Parse(args[++i], &st)) return Usage("list: unknown state " + args[i]);
+      req.add_states(st);
+    } else {
+      return Usage("list: unexpected " + args[i]);
+    }
+  }
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  // Page by page (summaries), so a long history never meets gRPC's 4 MiB.
+  loom::v1::ListJobsResponse resp;
+  req.set_page_size(500);
+  do {
+    loom::v1::ListJobsResponse page;
+    absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListJobs, req, &page);
+    if (!s.ok()) return Fail(s);
+    for (auto& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
+  if (g.json) {
+    std::cout << ToJson(resp) << std::endl;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "STATE", "STEP", "LOSS", "VAL LOSS", "RANKS", "AGE", "BY", "REASON"}};
+  for (const auto& j : resp.jobs()) {
+    const auto& sum = j.summary();
+    rows.push_back({j.id(), StateName(j.state()),
+                    absl::StrCat(sum.last_step(), "/", j.spec().schedule().total_steps()),
+                    sum.last_step() > 0 ? absl::StrFormat("%.4f", sum.last_loss()) : "-",
+                    sum.has_val_loss() ? absl::StrFormat("%.4f", sum.last_val_loss()) : "-",
+                    absl::StrCat(j.spec().resources().ranks()), Ago(j.created_unix_ms()),
+                    j.submitted_by().empty() ? "-" : j.submitted_by(), j.reason().substr(0, 60)});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
+int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("status: expected JOB");
+  auto fetched = FetchJob(g, args[0]);
+  if (!fetched.ok()) return Fail(fetched.status());
+  const loom::v1::Job& job = *fetched;
+  if (g.json) {
+    std::cout << ToJson(job) << std::endl;
+    return 0;
+  }
+  std::cout << "job      " << job.id() << "\nstate    " << StateName(job.state())
+            << "\nreason   " << job.reason() << "\nby       "
+            << (job.submitted_by().empty() ? "(not recorded)" : job.submitted_by()) << "\n";
+  if (job.spec().has_init_from()) {
+    const loom::v1::InitFrom& from = job.spec().init_from();
+    std::cout << "from     "
+              << (from.job().empty() ? std::string()
+                                     : absl::StrCat(from.job(), " step ", from.step(), ": "))
+              << from.path() << (from.optimizer() ? " (weights and optimizer state)" : " (weights)")
+              << "\n";
+  }
+  const auto& par = job.spec().parallelism();
+  const bool layered = par.tensor() > 1 || par.pipeline() > 1;
+  if (job.ranks_size() > 0 && !layered) {
+    std::cout << "ranks   ";
+    for (const auto& r : job.ranks()) std::cout << " " << r.rank() << "@" << r.node();
+    std::cout << "\n";
+  } else if (job.ranks_size() > 0) {
+    // Tensor / pipeline layouts: where each rank sits (issue 11).
+    std::cout << "layout   data " << par.data() << " x pipeline " << par.pipeline()
+              << " x tensor " << par.tensor() << ", ZeRO-" << par.zero_stage()
+              << "\nplacement\n";
+    // The scheduler's placement (controller/scheduler.h): each TP group on
+    // one worker, workers in rack order; RACK shows when workers carry labels.
+    bool racks = false;
+    for (const auto& r : job.ranks()) racks = racks || !r.rack().empty();
+    std::vector<std::vector<std::string>> placement = {
+        {"  RANK", "NODE", "WORKER", "DP", "PP (stage)", "TP"}};
+    if (racks) placement[0].insert(placement[0].begin() + 1, "RACK");
+    for (const auto& r : job.ranks()) {
+      std::vector<std::string> row = {absl::StrCat("  ", r.rank()), r.node(), r.worker_id(),
+                                      absl::StrCat(r.dp()), absl::StrCat(r.pp()),
+                                      absl::StrCat(r.tp())};
+      if (racks) row.insert(row.begin() + 1, r.rack().empty() ? "-" : r.rack());
+      placement.push_back(std::move(row));
+    }
+    PrintTable(placement);
+  }
+  if (job.has_plan()) {
+    std::cout << "\nplan\n" << controller::FormatJobPlan(job.plan());
+  }
+  std::cout << "\nhistory\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : job.history()) {
+    rows.push_back({"  " + absl::FormatTime("%Y-%m-%d %H:%M:%S",
+                                            absl::FromUnixMillis(t.time_unix_ms()),
+                                            absl::LocalTimeZone()),
+                    StateName(t.from()) + " -> " + StateName(t.to()), t.reason()});
+  }
+  PrintTable(rows);
+  PrintSummary(job, nullptr);
+  return 0;
+}
+
+int CmdCancel(const Globals& g, const std::vector<std::string>& args) {
+  loom::v1::CancelJobRequest req;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--reason" && i + 1 < args.size()) {
+      req.set_reason(args[++i]);
+    } else if (req.job_id().empty()) {
+      req.set_job_id(args[i]);
+    } else {
+      return Usage("cancel: unexpected " + args[i]);
+    }
+  }
+  if (req.job_id().empty()) return Usage("cancel: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::Job job;
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::CancelJob, req, &job);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(job) << std::endl;
+  } else {
+    std::cout << job.id() << " " << StateName(job.state()) << std::endl;
+  }
+  return 0;
+}
+
+int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("events: expected JOB");
+  auto fetched = FetchJob(g, args[0]);
+  if (!fetched.ok()) return Fail(fetched.status());
+  const loom::v1::Job& job = *fetched;
+  if (g.json) {
+    loom::v1::Job only;
+    *only.mutable_events() = job.events();
+    std::cout << ToJson(only) << std::endl;
+    return 0;
+  }
+  if (job.events_size() == 0) {
+    std::cout << "no recovery events for " << job.id() << " (restarts " << job.restarts()
+              << ", rollbacks " << job.rollbacks() << ")" << std::endl;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"TIME", "KIND", "CAUSE", "STEP", "LOST", "DETAIL"}};
+  for (const auto& e : job.events()) {
+    bool resumed = e.kind() == loom::v1::RecoveryEvent::ROLLBACK ||
+                   e.kind() == loom::v1::RecoveryEvent::RESTART;
+    rows.push_back({absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_unix_ms()),
+                                     absl::LocalTimeZone()),
+                    KindName(e.kind()), e.cause().empty() ? "-" : e.cause(),
+                    e.step() > 0 ? absl::StrCat(e.step()) : "-",
+                    resumed ? absl::StrCat(e.steps_lost()) : "-", e.message()});
+  }
+  PrintTable(rows);
+  std::cout << "\nrestarts " << job.restarts() << ", rollbacks " << job.rollbacks()
+            << ", operator rollbacks " << job.operator_rollbacks() << ", attempt "
+            << job.generation() << std::endl;
+  return 0;
+}
+
+int CmdRollback(const Globals& g, const std::vector<std::string>& args) {
+  loom::v1::RollbackJobRequest req;
+  bool have_step = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--to-step" && i + 1 < args.size()) {
+      int64_t step = 0;
+      if (!absl::SimpleAtoi(args[++i], &step)) return Usage("--to-step: expected a step number");
+      req.set_to_step(step);
+      have_step = true;
+    } else if (args[i] == "--skip" && i + 1 < args.size()) {
+      if (!ParseSkipRange(args[++i], req.add_skip())) {
+        return Usage("--skip: expected BEGIN:END data batch indices (half-open), e.g. 1200:1500");
+      }
+    } else if (args[i] == "--reason" && i + 1 < args.size()) {
+      req.set_reason(args[++i]);
+    } else if (!args[i].empty() && args[i][0] == '-') {
+      return Usage("rollback: unknown flag " + args[i]);
+    } else if (req.job_id().empty()) {
+      req.set_job_id(args[i]);
+    } else {
+      return Usage("rollback: unexpected " + args[i]);
+    }
+  }
+  if (req.job_id().empty() || !have_step) {
+    return Usage("rollback: expected JOB --to-step S [--skip A:B]... [--reason TEXT]");
+  }
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::Job job;
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::RollbackJob, req, &job);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(job) << std::endl;
+  } else if (job.events_size() > 0) {
+    std::cout << job.id() << " " << StateName(job.state()) << ": "
+              << job.events(job.events_size() - 1).message() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,131 @@
+// `loomctl local up|down|restart|status`: a cluster of local processes
+// under --home (cli/local_cluster.h) (cli/commands/commands.h).
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <system_error>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/commands/commands.h"
+#include "cli/commands/common.h"
+#include "cli/local_cluster.h"
+
+namespace loom::cli {
+
+int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
+  if (args.empty()) return Usage("local: expected up, down, restart or status");
+  const std::string& sub = args[0];
+  if (sub == "up") {
+    LocalClusterOptions o;
+    o.home = g.home;
+    o.bin_dir = SelfDir();
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--workers" && i + 1 < args.size()) {
+        if (!absl::SimpleAtoi(args[++i], &o.workers)) return Usage("--workers: not a number");
+      } else if (args[i] == "--slots" && i + 1 < args.size()) {
+        if (!absl::SimpleAtoi(args[++i], &o.slots_per_worker)) return Usage("--slots: not a number");
+      } else if (args[i] == "--memory" && i + 1 < args.size()) {
+        double gib = 0;
+        if (!absl::SimpleAtod(args[++i], &gib) || !(gib > 0)) {
+          return Usage("--memory: GiB per worker, > 0");
+        }
+        o.memory_bytes_per_worker = static_cast<uint64_t>(gib * (uint64_t{1} << 30));
+      } else if (args[i] == "--gpus" && i + 1 < args.size()) {
+        o.gpus_per_worker = args[++i];
+        int count = 0;
+        if (o.gpus_per_worker != "auto" &&
+            (!absl::SimpleAtoi(o.gpus_per_worker, &count) || count < 0)) {
+          return Usage("--gpus: a count or auto");
+        }
+      } else if (args[i] == "--worker-timeout" && i + 1 < args.size()) {
+        if (!absl::SimpleAtod(args[++i], &o.worker_timeout_s)) {
+          return Usage("--worker-timeout: not a number");
+        }
+      } else if (args[i] == "--data-root" && i + 1 < args.size()) {
+        std::error_code ec;
+        o.data_roots.push_back(std::filesystem::absolute(args[++i], ec).string());
+      } else {
+        return Usage("local up: unexpected " + args[i]);
+      }
+    }
+    auto daemons = LocalUp(o);
+    if (!daemons.ok()) return Fail(daemons.status());
+    // Wait until every worker has registered, so a submit right after runs.
+    auto client = Client::Connect(g);
+    if (!client.ok()) return Fail(client.status());
+    absl::Time deadline = absl::Now() + absl::Seconds(30);
+    int alive = 0;
+    while (absl::Now() < deadline) {
+      loom::v1::ListWorkersResponse resp;
+      auto ctx = (*client)->Context();
+      alive = 0;
+      if ((*client)->stub->ListWorkers(ctx.get(), {}, &resp).ok()) {
+        for (const auto& w : resp.workers()) alive += w.alive() ? 1 : 0;
+      }
+      if (alive >= o.workers) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (alive < o.workers) {
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+          alive, " of ", o.workers, " workers registered; see ", g.home, "/logs")));
+    }
+    for (const auto& d : *daemons) {
+      std::cout << absl::StrFormat("%-12s pid %-7d %s%s\n", d.name, d.pid,
+                                   d.grpc_address.empty() ? "" : "grpc " + d.grpc_address + "  ",
+                                   "metrics http://" + d.metrics_address + "/metrics");
+    }
+    std::cout << "local cluster up: state in " << g.home << ", token in " << g.home << "/token"
+              << std::endl;
+    return 0;
+  }
+  if (sub == "restart") {
+    // loomctl local restart controller|worker-<i> [--kill]
+    if (args.size() < 2) return Usage("local restart: expected controller or worker-<i>");
+    bool kill_first = false;
+    for (size_t i = 2; i < args.size(); ++i) {
+      if (args[i] == "--kill") {
+        kill_first = true;
+      } else {
+        return Usage("local restart: unexpected " + args[i]);
+      }
+    }
+    auto d = LocalRestart(g.home, args[1], kill_first);
+    if (!d.ok()) return Fail(d.status());
+    std::cout << absl::StrFormat("%-12s pid %-7d %s%s\n", d->name, d->pid,
+                                 d->grpc_address.empty() ? "" : "grpc " + d->grpc_address + "  ",
+                                 "metrics http://" + d->metrics_address + "/metrics");
+    std::cout << "restarted " << d->name << std::endl;
+    return 0;
+  }
+  if (sub == "down") {
+    absl::Status s = LocalDown(g.home);
+    if (!s.ok()) return Fail(s);
+    std::cout << "local cluster down" << std::endl;
+    return 0;
+  }
+  if (sub == "status") {
+    auto daemons = LocalStatus(g.home);
+    if (daemons.empty()) {
+      std::cout << "no local cluster under " << g.home << std::endl;
+      return 1;
+    }
+    std::vector<std::vector<std::string>> rows = {{"DAEMON", "PID", "ALIVE", "GRPC", "METRICS"}};
+    bool all = true;
+    for (const auto& d : daemons) {
+      all &= d.alive;
+      rows.push_back({d.name, absl::StrCat(d.pid), d.alive ? "yes" : "no",
+                      d.grpc_address.empty() ? "-" : d.grpc_address, d.metrics_address});
+    }
+    PrintTable(rows);
+    return all ? 0 : 1;
+  }
+  return Usage("local: unknown subcommand " + sub);
+}
+
+}  // namespace loom::cli

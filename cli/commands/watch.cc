@@ -1,0 +1,160 @@
+// `loomctl watch JOB`, and the job follower behind it that `submit --follow`
+// shares (cli/commands/watch.h): progress lines as the job's events arrive,
+// the summary at the end.
+#include "cli/commands/watch.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/commands/commands.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace loom::cli {
+namespace {
+
+std::string Bar(double frac, int width) {
+  int filled = static_cast<int>(std::round(frac * width));
+  std::string s = "[";
+  for (int i = 0; i < width; ++i) s += i < filled ? "#" : (i == filled ? ">" : ".");
+  return s + "]";
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--";
+  int s = static_cast<int>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+}
+
+}  // namespace
+
+void PrintSummary(const loom::v1::Job& job, Client* client) {
+  const auto& s = job.summary();
+  std::cout << "\njob " << job.id() << " " << StateName(job.state());
+  if (!job.reason().empty()) std::cout << " (" << job.reason() << ")";
+  std::cout << "\n";
+  std::cout << absl::StrFormat("  steps            %d / %d\n", s.last_step(),
+                               job.spec().schedule().total_steps());
+  std::cout << absl::StrFormat("  train loss       %.4f -> %.4f\n", s.first_loss(), s.last_loss());
+  if (s.has_val_loss()) {
+    std::cout << absl::StrFormat("  validation loss  %.4f -> %.4f\n", s.first_val_loss(),
+                                 s.last_val_loss());
+  }
+  std::cout << absl::StrFormat("  tokens/s         %.0f (mean over the run, all ranks; last step %.0f)\n",
+                               s.tokens_per_second(), s.last_tokens_per_second());
+  std::cout << absl::StrFormat("  tokens seen      %d\n", s.tokens_seen());
+  if (s.mfu() > 0) {
+    std::cout << absl::StrFormat("  MFU              %.1f%% of the ranks' calibrated GEMM peak\n",
+                                 100 * s.mfu());
+  }
+  if (s.energy_joules() > 0) {
+    std::cout << absl::StrFormat("  energy           %.0f J (%.4f kWh, estimated)\n",
+                                 s.energy_joules(), s.energy_joules() / 3.6e6);
+  }
+  std::cout << absl::StrFormat("  checkpoints      %d written%s\n", s.checkpoints_written(),
+                               s.last_checkpoint().empty() ? "" : ", newest " + s.last_checkpoint());
+  if (client != nullptr) {
+    loom::v1::ListWorkersResponse workers;
+    auto ctx = client->Context();
+    if (client->stub->ListWorkers(ctx.get(), {}, &workers).ok()) {
+      for (const auto& w : workers.workers()) {
+        if (w.alive()) {
+          std::cout << "  metrics          http://" << w.metrics_address() << "/metrics ("
+                    << w.node() << ")\n";
+        }
+      }
+    }
+  }
+}
+
+int Watch(Client* client, const std::string& job_id, bool json) {
+  bool tty = isatty(STDOUT_FILENO);
+  for (int attempt = 0;; ++attempt) {
+    loom::v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    req.set_include_history(true);
+    auto ctx = client->Context(absl::InfiniteDuration());
+    auto reader = client->stub->WatchJob(ctx.get(), req);
+    loom::v1::JobEvent event;
+    loom::v1::Job last;
+    bool have_job = false;
+    absl::Time last_print = absl::InfinitePast();
+    int64_t printed_step = -1;
+    while (reader->Read(&event)) {
+      last = event.job();
+      have_job = true;
+      if (json) {
+        std::string line;
+        (void)google::protobuf::util::MessageToJsonString(event, &line);
+        std::cout << line << std::endl;
+        continue;
+      }
+      if (event.has_transition()) {
+        if (tty) std::cout << "\r\033[K";
+        const auto& t = event.transition();
+        std::cout << absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(t.time_unix_ms()),
+                                      absl::LocalTimeZone())
+                  << "  " << StateName(t.to()) << "  " << t.reason() << std::endl;
+      } else if (event.has_step()) {
+        const auto& m = event.step();
+        int64_t total = last.spec().schedule().total_steps();
+        double eta = m.step_time_seconds() * static_cast<double>(total - m.step());
+        std::string line = absl::StrFormat(
+            "%s step %d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s",
+            Bar(total > 0 ? static_cast<double>(m.step()) / total : 0, 24), m.step(), total,
+            m.loss(), m.has_val_loss() ? absl::StrFormat("  val %.4f", m.val_loss()) : "",
+            m.lr(), m.tokens_per_second(), FormatDuration(eta));
+        if (tty) {
+          std::cout << "\r\033[K" << line << std::flush;
+          if (m.has_val_loss()) std::cout << std::endl;
+        } else if (m.has_val_loss() || absl::Now() - last_print > absl::Seconds(5) ||
+                   m.step() == total) {
+          // Logs and pipes get a line now and then, not a redraw per step.
+          std::cout << line << std::endl;
+          last_print = absl::Now();
+        }
+        printed_step = m.step();
+      } else if (event.has_recovery()) {
+        if (tty) std::cout << "\r\033[K";
+        std::cout << KindName(event.recovery().kind()) << ": " << event.recovery().message()
+                  << std::endl;
+      } else if (event.has_checkpoint()) {
+        if (tty) std::cout << "\r\033[K";
+        std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
+                  << event.checkpoint().path() << std::endl;
+      }
+    }
+    (void)printed_step;
+    grpc::Status s = reader->Finish();
+    if (tty && !json) std::cout << std::endl;
+    if (!s.ok()) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < 30) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;  // controller restarting: reconnect
+      }
+      return Fail(client->Check(s));
+    }
+    if (!have_job) return Fail(absl::InternalError("watch ended without any event"));
+    if (!json) PrintSummary(last, client);
+    if (last.state() == loom::v1::SUCCEEDED) return 0;
+    std::cerr << "loomctl: job " << job_id << " ended " << StateName(last.state()) << ": "
+              << last.reason() << std::endl;
+    return 1;
+  }
+}
+
+int CmdWatch(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("watch: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  return Watch(client->get(), args[0], g.json);
+}
+
+}  // namespace loom::cli
