@@ -5,6 +5,10 @@
 add_executable(loom_planner_bench ${CMAKE_CURRENT_LIST_DIR}/planner_bench.cc)
 target_link_libraries(loom_planner_bench PRIVATE loom_planner)
 
+# published_plans: plan time of every published run (issue 28) vs. unpruned.
+add_executable(loom_published_plans_bench ${CMAKE_CURRENT_LIST_DIR}/published_plans_bench.cc)
+target_link_libraries(loom_published_plans_bench PRIVATE loom_published_runs)
+
 # adamw: fused AdamW vs. a same-pattern stream kernel and torch::optim::AdamW
 # (absent when worker/engine leaves the fused AdamW targets out).
 if(TARGET loom_fused_adamw)

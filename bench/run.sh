@@ -29,6 +29,15 @@ bench_planner() {
   "$BUILD_DIR/bin/loom_planner_bench" "${PLANNER_REPETITIONS:-30}"
 }
 
+# Plan time of every published run in controller/planner/testdata/
+# published_runs.yaml, as `loomctl plan` plans it, against the same plans
+# unpruned; fails when a plan takes 1 s or more (issue 28).
+bench_published_plans() {
+  build loom_published_plans_bench
+  "$BUILD_DIR/bin/loom_published_plans_bench" controller/planner/testdata/published_runs.yaml \
+    "${PUBLISHED_PLANS_REPETITIONS:-3}"
+}
+
 # Fused AdamW bandwidth on 100M fp32 parameters, 2 threads, against a stream
 # kernel with the same access pattern and torch::optim::AdamW (issue 6).
 bench_adamw() {

@@ -33,3 +33,12 @@ loom_test(loom_planner_test
 # The topology tests read the example files under examples/.
 target_compile_definitions(loom_planner_test PRIVATE
   LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+# Published large runs as planner inputs (issue 28): the regression suite and
+# the published-plans bench read testdata/published_runs.yaml through it.
+loom_library(loom_published_runs SRCS ${LOOM_PLANNER_DIR}/published_runs.cc
+  DEPS loom_planner loom_jobspec yaml-cpp absl::status absl::statusor absl::strings)
+loom_test(loom_published_runs_test SRCS ${LOOM_PLANNER_DIR}/published_runs_test.cc
+  DEPS loom_published_runs loom_jobspec absl::str_format)
+target_compile_definitions(loom_published_runs_test PRIVATE
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
