@@ -78,6 +78,14 @@ TEST(PublishedRunsTest, CoverTheRangeTheIssueAsksFor) {
   EXPECT_TRUE(gqa && gated && untied) << "grouped-query attention, gated MLP, untied embeddings";
 }
 
+// "8x16x64 mb1 v1 none Z1 SP": tp x pp x dp, micro-batch, interleaving,
+// recompute, ZeRO stage, sequence parallelism; for the table.
+std::string Compact(const Layout& l) {
+  return absl::StrCat(l.tp, "x", l.pp, "x", l.dp, " mb", l.micro_batch, " v", l.virtual_stages,
+                      " ", RecomputeName(l.recompute), " Z", l.zero_stage,
+                      l.sequence_parallel ? " SP" : "");
+}
+
 // One row of the printed table, and what broke.
 struct Row {
   std::string name;
@@ -118,7 +126,7 @@ Row Check(const PublishedRun& run) {
     return row;
   }
   const LayoutEvaluation& chosen = plan->best;
-  row.chosen = LayoutToString(chosen.layout);
+  row.chosen = Compact(chosen.layout);
   row.chosen_mfu = chosen.step.mfu;
 
   // 3, the chosen layout on its own: TP inside a node, MFU in range.
@@ -134,7 +142,7 @@ Row Check(const PublishedRun& run) {
   }
 
   // 2. The published layout, pinned.
-  row.published = LayoutToString(run.published);
+  row.published = Compact(run.published);
   if (absl::Status v = ValidatePlanSpec(run.published_spec); !v.ok()) {
     broke("published", absl::StrCat("published spec refused: ", v.ToString()));
   }
@@ -185,13 +193,15 @@ Row Check(const PublishedRun& run) {
 TEST(PublishedRunsTest, AutoPlansAndBeatsThePublishedLayout) {
   const std::vector<PublishedRun> runs = LoadRuns();
   ASSERT_FALSE(runs.empty());
-  std::printf("%-22s %6s  %-54s %-54s %6s %6s  %-22s %7s\n", "run", "devs", "chosen", "published",
-              "MFU", "pubMFU", "published vs reported", "plan s");
+  std::printf("| %-30s | %6s | %-28s | %-28s | %6s | %6s | %-24s | %7s |\n", "run", "devices",
+              "chosen (tp x pp x dp ...)", "published", "MFU", "pubMFU",
+              "published vs reported", "plan s");
   for (const PublishedRun& run : runs) {
     const Row row = Check(run);
-    std::printf("%-22s %6lld  %-54s %-54s %6.3f %6.3f  %-22s %7.3f\n", row.name.c_str(),
-                static_cast<long long>(row.devices), row.chosen.c_str(), row.published.c_str(),
-                row.chosen_mfu, row.published_mfu, row.versus_reported.c_str(), row.plan_seconds);
+    std::printf("| %-30s | %6lld | %-28s | %-28s | %6.3f | %6.3f | %-24s | %7.3f |\n",
+                row.name.c_str(), static_cast<long long>(row.devices), row.chosen.c_str(),
+                row.published.c_str(), row.chosen_mfu, row.published_mfu,
+                row.versus_reported.c_str(), row.plan_seconds);
     // A known gap (the data file's known_gaps, each with its reason) must
     // still be one: when the model improves, the file says so.
     for (const auto& [check, what] : row.broke) {
