@@ -40,3 +40,10 @@ add_test(NAME loom_fuzz_smoke
          COMMAND ${CMAKE_COMMAND} -E env FUZZ_BUILD_DIR=${PROJECT_BINARY_DIR}/fuzz
                  ${PROJECT_SOURCE_DIR}/scripts/fuzz.sh --smoke)
 set_tests_properties(loom_fuzz_smoke PROPERTIES LABELS "fuzz;heavy" TIMEOUT 2400)
+
+# The job-spec reference (docs/jobspec.md) against proto/loom/v1/job.proto,
+# and every relative link in README.md and docs/ (standard-library Python).
+add_test(NAME loom_docs_jobspec_test
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/docs/check_jobspec_doc.py
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(loom_docs_jobspec_test PROPERTIES LABELS docs TIMEOUT 60)

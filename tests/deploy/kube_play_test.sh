@@ -43,9 +43,8 @@ chmod 0440 "$T/secret/loom-users/users"
 "$LOOM_BIN_DIR/loomctl" ca issue server controller --dir "$T/tls" --host 127.0.0.1 \
   --host loom-controller > /dev/null
 for f in ca.pem controller.pem controller.key; do install -m 0440 -g 10001 "$T/tls/$f" "$T/secret/loom-tls/$f"; done
-# loom-worker-tls: one certificate per node, as README "Deploy on
-# Kubernetes" issues them (the converted pods' spec.nodeName is the pod's
-# name).
+# loom-worker-tls: one certificate per node, as docs/kubernetes.md issues
+# them (the converted pods' spec.nodeName is the pod's name).
 for n in loom-worker-0 loom-worker-1; do
   "$LOOM_BIN_DIR/loomctl" ca issue worker "$n" --dir "$T/tls" > /dev/null
   for ext in pem key; do
