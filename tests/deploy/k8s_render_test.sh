@@ -55,6 +55,8 @@ for o in "${overlays[@]}"; do
     fail "overlay $o: a workers' token or plaintext is back: $(grep -nE -- '--(worker_)?token_file|loom-token|--allow_plaintext' "$f")"
 done
 grep -q 'nvidia.com/gpu: "8"' "$tmp/gpu.yaml" || fail "gpu overlay requests no nvidia.com/gpu"
+grep -qE 'image: [^ ]*/loom-worker-cuda:[^ ]+$' "$tmp/gpu.yaml" ||
+  fail "gpu overlay workers do not run the worker-cuda image (deploy/docker/worker-cuda.Containerfile)"
 grep -q '^kind: ServiceMonitor$' "$tmp/gpu.yaml" || fail "gpu overlay has no ServiceMonitor"
 grep -q '^kind: PodMonitor$' "$tmp/gpu.yaml" || fail "gpu overlay has no PodMonitor"
 say "required objects present in ${overlays[*]}"
