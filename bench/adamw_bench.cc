@@ -34,7 +34,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
-#include "worker/engine/fused_adamw.h"
+#include "worker/engine/ops/fused_adamw.h"
 
 namespace {
 

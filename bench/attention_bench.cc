@@ -1,5 +1,5 @@
 // Causal self-attention benchmark (issue 6, attention on CPU): Loom's
-// blocked kernel (worker/engine/causal_attention.h) against the unfused
+// blocked kernel (worker/engine/ops/causal_attention.h) against the unfused
 // LibTorch expression softmax(mask(QKᵀ/√hd))·V on the same qkv, forward +
 // backward, alternating the two every round in one process so that other
 // load falls on both alike. Default shape: issue 6's training configuration
@@ -17,7 +17,7 @@
 
 #include <torch/torch.h>
 
-#include "worker/engine/causal_attention.h"
+#include "worker/engine/ops/causal_attention.h"
 
 namespace {
 

@@ -48,7 +48,7 @@
 #include <torch/torch.h>
 
 #include "common/crc32c.h"
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/trainer.h"
 

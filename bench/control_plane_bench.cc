@@ -78,7 +78,7 @@
 #include "common/jobspec.h"
 #include "loom/v1/service.grpc.pb.h"
 #include "tests/test_util.h"
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 
 namespace {
 

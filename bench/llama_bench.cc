@@ -20,7 +20,7 @@
 #include <torch/torch.h>
 
 #include "common/model_shape.h"
-#include "worker/engine/causal_attention.h"
+#include "worker/engine/ops/causal_attention.h"
 #include "worker/engine/gpt.h"
 
 namespace {

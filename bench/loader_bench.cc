@@ -25,7 +25,7 @@
 #include <torch/torch.h>
 
 #include "bench/issue6_config.h"
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 #include "worker/engine/host_allocator.h"
 #include "worker/engine/openmp_wait.h"
 #include "worker/engine/trainer.h"

@@ -63,7 +63,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "worker/engine/cpu_memory_meter.h"
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/openmp_wait.h"
 #include "worker/engine/trainer.h"

@@ -61,9 +61,9 @@
 #include <torch/torch.h>
 
 #include "bench/issue6_config.h"
-#include "worker/engine/data.h"
-#include "worker/engine/fused_adamw_torch.h"
-#include "worker/engine/fused_loss.h"
+#include "common/formats/data.h"
+#include "worker/engine/ops/fused_adamw_torch.h"
+#include "worker/engine/ops/fused_loss.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/host_allocator.h"
 #include "worker/engine/openmp_wait.h"

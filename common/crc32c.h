@@ -1,6 +1,6 @@
 // CRC-32C (Castagnoli polynomial 0x1EDC6F41, reflected 0x82F63B78), the
 // checksum of iSCSI (RFC 3720, appendix B.4), ext4 metadata and LevelDB
-// blocks. Loom uses it for checkpoint files (worker/engine/checkpoint.h).
+// blocks. Loom uses it for checkpoint files (worker/engine/checkpoint/checkpoint.h).
 //
 // Detects torn and bit-flipped files; it is not a cryptographic hash. On
 // x86-64 CPUs with SSE4.2 the CRC32 instruction computes it (about 3 bytes

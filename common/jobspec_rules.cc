@@ -178,6 +178,8 @@ absl::Status CheckResources(const v1::ResourceSpec& resources, int32_t max_ranks
   }
   RETURN_IF_ERROR(CheckInRange("resources.ranks", resources.ranks(), 1, max_ranks));
   RETURN_IF_ERROR(CheckInRange("resources.threads_per_rank", resources.threads_per_rank(), 1, 256));
+  RETURN_IF_ERROR(CheckDefaultOrInRange("resources.collective_timeout_seconds",
+                                        resources.collective_timeout_seconds(), 1.0, 86400.0));
   if (resources.gpus_per_rank() < 0 || resources.gpus_per_rank() > 1) {
     return FieldError("resources.gpus_per_rank",
                       absl::StrCat(resources.gpus_per_rank(),

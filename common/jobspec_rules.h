@@ -83,7 +83,8 @@ absl::Status CheckModel(const loom::v1::ModelSpec& model);
 absl::Status CheckBatch(const loom::v1::JobSpec& spec);
 
 // resources.workers >= 1, ranks in [workers, max_ranks], threads_per_rank in
-// [1, 256], gpus_per_rank 0 or 1.
+// [1, 256], collective_timeout_seconds 0 (300) or in [1, 86400],
+// gpus_per_rank 0 or 1.
 absl::Status CheckResources(const loom::v1::ResourceSpec& resources, int32_t max_ranks);
 
 // parallelism.*: degrees >= 0; with a pinned layout sequence parallelism

@@ -1225,6 +1225,8 @@ TEST(ValidatePlanSpecTest, StillRefusesHostileValuesWithTheFieldPath) {
          s->mutable_parallelism()->set_data(4);
        },
        "parallelism.pipeline: 96 exceeds model.gpt.n_layer (70)"},
+      {[](JobSpec* s) { s->mutable_resources()->set_collective_timeout_seconds(0.5); },
+       "resources.collective_timeout_seconds: must be 0 (the default) or in [1, 86400], got 0.5"},
       {[](JobSpec* s) { s->set_activation_checkpointing(71); },
        "activation_checkpointing: every k-th block with k = 71 > model.gpt.n_layer (70)"},
   };

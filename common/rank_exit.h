@@ -13,7 +13,7 @@ namespace loom {
 inline constexpr int kRankExitRendezvousFailed = 75;
 
 // The job's checkpoint directory holds checkpoints and none verifies
-// (worker/engine/checkpoint_choice.h, IsNoGoodCheckpoint), and the job does
+// (worker/engine/checkpoint/checkpoint_choice.h, IsNoGoodCheckpoint), and the job does
 // not allow starting from scratch. Restarting cannot help: the controller
 // fails the job with the rank's reason, without spending a restart.
 // 65 is sysexits.h's EX_DATAERR.
@@ -26,7 +26,7 @@ inline constexpr int kRankExitNoGoodCheckpoint = 65;
 inline constexpr int kRankExitCheckpointVolumeFull = 74;
 
 // The job's checkpoint directory is fenced to another attempt
-// (worker/engine/checkpoint_fence.h): a newer attempt of this job, or
+// (worker/engine/checkpoint/checkpoint_fence.h): a newer attempt of this job, or
 // another job, claimed it, so this rank committed and deleted nothing more
 // and stopped. For a stale attempt the exit is only accounted; for the
 // current attempt the controller fails the job with the rank's reason,

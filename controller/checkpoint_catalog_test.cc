@@ -15,8 +15,9 @@
 #include "controller/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_writer.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
+#include "worker/engine/checkpoint/model_fingerprint.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer.h"
 

@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/engine/checkpoint_files.h"
+#include "common/formats/checkpoint_files.h"
 
 namespace loom::controller {
 

@@ -1,5 +1,5 @@
 // The controller's CheckpointVerifier: the engine's own verification of a
-// checkpoint's files (worker/engine/checkpoint_files.h: the manifest's
+// checkpoint's files (common/formats/checkpoint_files.h: the manifest's
 // checksum, every listed file's size and CRC-32C, a legacy file's sidecar),
 // exactly as a rank checks them at load, linked without LibTorch, so that it
 // runs wherever the controller does (its image carries no LibTorch). The

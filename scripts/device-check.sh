@@ -35,8 +35,8 @@ if [ ! -f "$absl_include/absl/types/span.h" ]; then
   absl_include=$out/absl/usr/include
 fi
 nvcc -std=c++17 -O3 -arch="$ARCH" -I. -I"$absl_include" \
-  worker/engine/fused_adamw_cuda_test.cu worker/engine/fused_adamw_cuda.cu \
-  worker/engine/fused_adamw.cc worker/engine/cpu_features.cc -Xcompiler -fopenmp,-ffp-contract=off \
+  worker/engine/ops/fused_adamw_cuda_test.cu worker/engine/ops/fused_adamw_cuda.cu \
+  worker/engine/ops/fused_adamw.cc worker/engine/ops/cpu_features.cc -Xcompiler -fopenmp,-ffp-contract=off \
   -o "$out/fused_adamw_cuda_test"
 "$out/fused_adamw_cuda_test" "$params"
 if [ "$bench" = 1 ]; then bench/gpu/run.sh; fi

@@ -22,12 +22,12 @@ loom_fuzzer(loom_topology_yaml_fuzz
 # The checkpoint readers alone (not the LibTorch-heavy writer and engine):
 # the shard format, over the manifest and verification (no LibTorch).
 loom_library(loom_checkpoint_format_for_fuzz
-  SRCS ${PROJECT_SOURCE_DIR}/worker/engine/checkpoint_format.cc
+  SRCS ${PROJECT_SOURCE_DIR}/worker/engine/checkpoint/checkpoint_format.cc
   DEPS loom_checkpoint_files loom_crc32c loom_common yaml-cpp absl::str_format ${TORCH_LIBRARIES})
 loom_fuzzer(loom_checkpoint_format_fuzz
-  SRCS ${PROJECT_SOURCE_DIR}/worker/engine/checkpoint_format_fuzz.cc
+  SRCS ${PROJECT_SOURCE_DIR}/worker/engine/checkpoint/checkpoint_format_fuzz.cc
   DEPS loom_checkpoint_format_for_fuzz)
-loom_fuzzer(loom_data_fuzz SRCS ${PROJECT_SOURCE_DIR}/worker/engine/data_fuzz.cc DEPS loom_data)
+loom_fuzzer(loom_data_fuzz SRCS ${PROJECT_SOURCE_DIR}/common/formats/data_fuzz.cc DEPS loom_data)
 loom_fuzzer(loom_job_manager_fuzz
   SRCS ${PROJECT_SOURCE_DIR}/controller/job_manager_fuzz.cc DEPS loom_job_manager)
 loom_fuzzer(loom_access_fuzz SRCS ${PROJECT_SOURCE_DIR}/controller/access_fuzz.cc DEPS loom_access)

@@ -47,3 +47,9 @@ add_test(NAME loom_docs_jobspec_test
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/docs/check_jobspec_doc.py
                  ${PROJECT_SOURCE_DIR})
 set_tests_properties(loom_docs_jobspec_test PROPERTIES LABELS docs TIMEOUT 60)
+
+# The supported LibTorch versions, checked at configure time (CMakeLists.txt).
+add_test(NAME loom_torch_version_test
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/cmake/torch_version_test.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(loom_torch_version_test PROPERTIES TIMEOUT 300)
+

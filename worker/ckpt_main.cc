@@ -38,9 +38,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
 #include "common/tokenizer.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_inspect.h"
-#include "worker/engine/checkpoint_model.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_inspect.h"
+#include "worker/engine/checkpoint/checkpoint_model.h"
 #include "worker/engine/hf_export.h"
 #include "worker/engine/sampler.h"
 

@@ -28,12 +28,12 @@
 #include "common/jobspec.h"
 #include "common/rank_exit.h"
 #include "worker/engine/block_probe.h"
-#include "worker/engine/checkpoint_choice.h"
-#include "worker/engine/checkpoint_writer.h"  // IsCheckpointVolumeFull
+#include "worker/engine/checkpoint/checkpoint_choice.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"  // IsCheckpointVolumeFull
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/host_allocator.h"
 #include "worker/engine/openmp_wait.h"
@@ -258,6 +258,11 @@ int main(int argc, char** argv) {
   g.rank = a.rank();
   g.world_size = a.world_size();
   g.local_addr = a.local_addr();
+  // The job's collective timeout: Gloo's and NCCL's (parallel/nccl_errors.h)
+  // collectives, and the rendezvous, fail after it.
+  if (a.spec().resources().collective_timeout_seconds() > 0) {
+    g.timeout_seconds = a.spec().resources().collective_timeout_seconds();
+  }
   // This attempt's keys only: a rank of another job (or of an older attempt)
   // that was handed the same port cannot be mistaken for a peer.
   g.store_namespace =

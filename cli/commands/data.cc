@@ -1,5 +1,5 @@
 // `loomctl data prepare`: text files into token shards, a validation split,
-// the tokenizer and meta.json (worker/engine/prepare_data.h)
+// the tokenizer and meta.json (common/formats/prepare_data.h)
 // (cli/commands/commands.h). Runs here; needs no controller.
 #include <cmath>
 #include <cstdio>
@@ -13,8 +13,8 @@
 #include "cli/commands/common.h"
 #include "common/file_util.h"
 #include "common/tokenizer.h"
-#include "worker/engine/data.h"
-#include "worker/engine/prepare_data.h"
+#include "common/formats/data.h"
+#include "common/formats/prepare_data.h"
 
 namespace loom::cli {
 namespace {

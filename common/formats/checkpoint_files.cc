@@ -1,7 +1,7 @@
 // Checkpoint layout, listing, verification and retention, without LibTorch
 // (checkpoint_files.h). The manifest format is in checkpoint_manifest.cc,
 // versions 1/2 in checkpoint_legacy.cc, restore in checkpoint_restore.cc.
-#include "worker/engine/checkpoint_files.h"
+#include "common/formats/checkpoint_files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -26,7 +26,7 @@
 #include "common/crc32c.h"
 #include "common/prune_log.h"
 #include "common/status_macros.h"
-#include "worker/engine/checkpoint_legacy.h"
+#include "common/formats/checkpoint_legacy.h"
 
 namespace loom::engine {
 namespace {
@@ -180,21 +180,6 @@ absl::StatusOr<VerifiedCheckpoint> VerifyDirectory(const CheckpointEntry& entry,
 }
 
 }  // namespace
-
-std::string ModelFingerprint(const GptConfig& c) {
-  std::string f = absl::StrCat("n_layer=", c.n_layer, ",n_head=", c.n_head, ",d_model=", c.d_model,
-                               ",seq_len=", c.seq_len, ",vocab_size=", c.vocab_size);
-  // GPT-2's shape keeps the fingerprint it always had (so its checkpoints
-  // stay loadable); every other member of the family names its knobs.
-  if (!IsGpt2Shape(c)) {
-    absl::StrAppend(&f, ",n_kv_head=", KvHeads(c), ",ffn_hidden=", FfnHidden(c),
-                    ",gated_mlp=", c.gated_mlp ? 1 : 0, ",bias=", c.bias ? 1 : 0,
-                    ",rms_norm=", c.rms_norm ? 1 : 0, ",rotary=", c.rotary ? 1 : 0,
-                    ",tied_embeddings=", c.tied_embeddings ? 1 : 0, ",rope_theta=", c.rope_theta,
-                    ",norm_eps=", c.norm_eps);
-  }
-  return f;
-}
 
 std::string CheckpointPath(const std::string& dir, int64_t step) {
   return (fs::path(dir) / absl::StrFormat("%s%0*d", kStepPrefix, kStepDigits, step)).string();

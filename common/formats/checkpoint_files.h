@@ -3,8 +3,8 @@
 // describes the format). The controller links this to verify checkpoints
 // (`loomctl checkpoints --verify`) without LibTorch; the shard format and
 // restore, which need tensors, are in checkpoint.h.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_FILES_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_FILES_H_
+#ifndef LOOM_COMMON_FORMATS_CHECKPOINT_FILES_H_
+#define LOOM_COMMON_FORMATS_CHECKPOINT_FILES_H_
 
 #include <cstdint>
 #include <string>
@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/engine/config.h"
+#include "common/formats/batch_range.h"
 
 namespace loom::engine {
 
@@ -52,13 +52,11 @@ enum class RestoreScope { kResume, kWeights, kWeightsAndOptimizer };
 
 // What a checkpoint must match to resume a job.
 struct CheckpointShape {
-  std::string model;      // ModelFingerprint(GptConfig)
+  std::string model;      // the engine's ModelFingerprint (checkpoint/model_fingerprint.h)
   int global_batch = 0;
   int world_size = 1;     // of the writer; not checked on load (replicated)
 };
 
-// "n_layer=2,n_head=2,d_model=64,seq_len=64,vocab_size=256".
-std::string ModelFingerprint(const GptConfig& config);
 
 // ---------------------------------------------------------------------------
 // Layout.
@@ -205,4 +203,4 @@ bool CheckpointEntryOfPath(const std::string& path, CheckpointEntry* entry);
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_FILES_H_
+#endif  // LOOM_COMMON_FORMATS_CHECKPOINT_FILES_H_

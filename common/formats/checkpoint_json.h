@@ -3,8 +3,8 @@
 // diffs and the manifest checksum line are easy) and read with yaml-cpp,
 // JSON being a subset of YAML 1.2, and the members manifests and shard
 // headers share. No LibTorch.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_JSON_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_JSON_H_
+#ifndef LOOM_COMMON_FORMATS_CHECKPOINT_JSON_H_
+#define LOOM_COMMON_FORMATS_CHECKPOINT_JSON_H_
 
 #include <cstdint>
 #include <string>
@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
-#include "worker/engine/checkpoint_files.h"
+#include "common/formats/checkpoint_files.h"
 
 namespace loom::engine::checkpoint_json {
 
@@ -134,4 +134,4 @@ void ReadStateMembers(JsonFields& f, CheckpointShape* shape, TrainingState* s);
 
 }  // namespace loom::engine::checkpoint_json
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_JSON_H_
+#endif  // LOOM_COMMON_FORMATS_CHECKPOINT_JSON_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/checkpoint_legacy.h"
+#include "common/formats/checkpoint_legacy.h"
 
 #include <algorithm>
 #include <filesystem>

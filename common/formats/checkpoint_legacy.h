@@ -4,8 +4,8 @@
 // no longer writes them; checkpoint_files.cc lists and verifies them
 // through these functions, and checkpoint_restore.cc restores them. Internal
 // to the checkpoint library. No LibTorch.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_LEGACY_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_LEGACY_H_
+#ifndef LOOM_COMMON_FORMATS_CHECKPOINT_LEGACY_H_
+#define LOOM_COMMON_FORMATS_CHECKPOINT_LEGACY_H_
 
 #include <cstdint>
 #include <string>
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/engine/checkpoint_files.h"
+#include "common/formats/checkpoint_files.h"
 
 namespace loom::engine::legacy_checkpoint {
 
@@ -35,4 +35,4 @@ absl::StatusOr<std::string> ReadVerified(const std::string& path);
 
 }  // namespace loom::engine::legacy_checkpoint
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_LEGACY_H_
+#endif  // LOOM_COMMON_FORMATS_CHECKPOINT_LEGACY_H_

@@ -1,6 +1,6 @@
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 
-#include "worker/engine/prepare_data.h"
+#include "common/formats/prepare_data.h"
 
 #include <fcntl.h>
 #include <glob.h>

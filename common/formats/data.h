@@ -4,8 +4,8 @@
 // Shard format (llm.c, dev/data/data_common.py): a header of 256 little-endian
 // int32 — [0] = 20240520 (magic), [1] = 1 (version), [2] = number of tokens —
 // followed by that many uint16 tokens.
-#ifndef LOOM_WORKER_ENGINE_DATA_H_
-#define LOOM_WORKER_ENGINE_DATA_H_
+#ifndef LOOM_COMMON_FORMATS_DATA_H_
+#define LOOM_COMMON_FORMATS_DATA_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -199,4 +199,4 @@ class BatchPrefetcher {
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_DATA_H_
+#endif  // LOOM_COMMON_FORMATS_DATA_H_

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int fd = memfd_create("shard", MFD_CLOEXEC);

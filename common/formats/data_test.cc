@@ -1,4 +1,4 @@
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 // Data preparation with a tokenizer other than bytes (BPE): declared apart
 // from data.h so that the many users of data.h do not depend on it.
-#ifndef LOOM_WORKER_ENGINE_PREPARE_DATA_H_
-#define LOOM_WORKER_ENGINE_PREPARE_DATA_H_
+#ifndef LOOM_COMMON_FORMATS_PREPARE_DATA_H_
+#define LOOM_COMMON_FORMATS_PREPARE_DATA_H_
 
 #include <cstdint>
 #include <functional>
@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 
 namespace loom::engine {
 
@@ -36,4 +36,4 @@ absl::StatusOr<PrepareResult> PrepareEncodedData(
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_PREPARE_DATA_H_
+#endif  // LOOM_COMMON_FORMATS_PREPARE_DATA_H_

@@ -85,7 +85,7 @@ struct MemoryBreakdown {
   // Where host memory is the device's (CPU ranks,
   // DeviceSpec::host_memory_is_device_memory): the asynchronous checkpoint
   // writer's staging buffer, the rank's fp32 parameters and its shard of the
-  // optimizer state, kept between saves (worker/engine/checkpoint_writer.h).
+  // optimizer state, kept between saves (worker/engine/checkpoint/checkpoint_writer.h).
   double checkpoint_staging = 0;
   double reserve = 0;                // CostOptions reserve
   double capacity = 0;               // device memory

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 
 int main(int argc, char** argv) {
   if (argc != 7) {

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "common/formats/batch_range.h"
+
 namespace loom::engine {
 
 // Arithmetic of the transformer blocks (issue 6, "Mixed precision"). Master
@@ -102,17 +104,7 @@ struct ScheduleConfig {
   double min_lr_ratio = 0.1;
 };
 
-// A half-open range [begin, end) of data batch indices. Data batch d is the
-// global batch whose samples start at data cursor d * global_batch (see
-// TokenDataset: the cursor is a global sample index in data order).
-struct BatchRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-  bool operator==(const BatchRange& other) const {
-    return begin == other.begin && end == other.end;
-  }
-  bool operator!=(const BatchRange& other) const { return !(*this == other); }
-};
+// BatchRange (data batch ranges to skip): common/formats/batch_range.h.
 
 }  // namespace loom::engine
 

@@ -1,23 +1,5 @@
-# Checkpoint files without LibTorch: layout, listing, retention, the
-# manifest and verification (the controller links this).
-loom_library(loom_checkpoint_files
-  SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_files.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_manifest.cc
-       ${CMAKE_CURRENT_LIST_DIR}/checkpoint_legacy.cc
-  DEPS loom_crc32c loom_sha256 loom_file_util loom_prune_log yaml-cpp absl::str_format
-       absl::strings absl::status absl::statusor)
-# Checkpoint shards, restore, the choice at load and the asynchronous writer.
-loom_library(loom_checkpoint
-  SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_restore.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_format.cc
-       ${CMAKE_CURRENT_LIST_DIR}/checkpoint_choice.cc
-       ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc ${CMAKE_CURRENT_LIST_DIR}/checkpoint_fence.cc
-  DEPS loom_checkpoint_files loom_crc32c loom_sha256 loom_file_util loom_prune_log loom_common
-       yaml-cpp absl::synchronization absl::str_format ${TORCH_LIBRARIES})
-loom_test(loom_checkpoint_test SRCS checkpoint_test.cc DEPS loom_checkpoint loom_engine loom_file_util)
-loom_test(loom_checkpoint_choice_test SRCS checkpoint_choice_test.cc DEPS loom_checkpoint loom_engine)
-loom_test(loom_checkpoint_fence_test SRCS checkpoint_fence_test.cc DEPS loom_checkpoint)
-
 # The LibTorch training engine of one rank: model, optimizer, training loop.
-loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc checkpoint_coordinator.cc
+loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc checkpoint/checkpoint_coordinator.cc
                               replicated_engine.cc gradient_averager.cc block_probe.cc
                               activation_checkpoint.cc autocast.cc
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc openmp_wait.cc
@@ -77,7 +59,7 @@ add_dependencies(loom_trainer_test loom_trainer_kill_helper)
 target_compile_definitions(loom_trainer_test PRIVATE
   LOOM_TRAINER_KILL_HELPER="$<TARGET_FILE:loom_trainer_kill_helper>")
 
-loom_library(loom_checkpoint_inspect SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_inspect.cc
+loom_library(loom_checkpoint_inspect SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint/checkpoint_inspect.cc
   ${CMAKE_CURRENT_LIST_DIR}/hf_export.cc
   DEPS loom_engine loom_checkpoint loom_file_util loom_sha256 loom_common ${TORCH_LIBRARIES})
 # The Hugging Face export against an independent Python reader

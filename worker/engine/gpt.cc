@@ -19,11 +19,11 @@
 #include "absl/strings/str_cat.h"
 #include "worker/engine/activation_checkpoint.h"
 #include "worker/engine/autocast.h"
-#include "worker/engine/causal_attention.h"
-#include "worker/engine/fused_loss.h"
-#include "worker/engine/gelu.h"
-#include "worker/engine/rms_norm.h"
-#include "worker/engine/swiglu.h"
+#include "worker/engine/ops/causal_attention.h"
+#include "worker/engine/ops/fused_loss.h"
+#include "worker/engine/ops/gelu.h"
+#include "worker/engine/ops/rms_norm.h"
+#include "worker/engine/ops/swiglu.h"
 
 namespace loom::engine {
 namespace {

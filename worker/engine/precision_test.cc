@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "gtest/gtest.h"
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/trainer.h"
 

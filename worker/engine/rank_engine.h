@@ -27,11 +27,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_writer.h"
-#include "worker/engine/data.h"
-#include "worker/engine/fused_adamw.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
+#include "common/formats/data.h"
+#include "worker/engine/ops/fused_adamw.h"
+#include "worker/engine/trainer_callbacks.h"
+#include "worker/engine/trainer_config.h"
 
 namespace loom::engine {
 

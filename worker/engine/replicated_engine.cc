@@ -12,8 +12,8 @@
 
 #include "common/status_macros.h"
 #include "worker/engine/autocast.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/fused_adamw_torch.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/ops/fused_adamw_torch.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/gradient_averager.h"
 #include "worker/engine/optimizer.h"

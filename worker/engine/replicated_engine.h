@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "worker/engine/collectives.h"
 #include "worker/engine/rank_engine.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/trainer_config.h"
 
 namespace loom::engine {
 

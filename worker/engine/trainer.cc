@@ -28,10 +28,10 @@
 #include "absl/strings/string_view.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_choice.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_choice.h"
 #include "worker/engine/collectives.h"
-#include "worker/engine/data.h"
+#include "common/formats/data.h"
 #include "worker/engine/device_memory.h"
 #include "worker/engine/gpt.h"  // ValidateGptConfig
 #include "worker/engine/loss_scaler.h"
@@ -39,9 +39,10 @@
 #include "worker/engine/parallel/layout_engine.h"
 #include "worker/engine/parallel/process_groups.h"
 #include "worker/engine/parallel/sharded_checkpoint.h"
-#include "worker/engine/checkpoint_coordinator.h"
+#include "worker/engine/checkpoint/checkpoint_coordinator.h"
 #include "worker/engine/rank_engine.h"
 #include "worker/engine/replicated_engine.h"
+#include "worker/engine/checkpoint/model_fingerprint.h"
 
 namespace loom::engine {
 namespace {

@@ -33,14 +33,15 @@
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_choice.h"
-#include "worker/engine/checkpoint_inspect.h"
-#include "worker/engine/checkpoint_writer.h"
-#include "worker/engine/data.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_choice.h"
+#include "worker/engine/checkpoint/checkpoint_inspect.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
+#include "common/formats/data.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/process_group_handle.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/checkpoint/model_fingerprint.h"
 
 namespace loom::engine {
 namespace {
@@ -91,7 +92,7 @@ std::shared_ptr<c10d::ProcessGroup> MakeGlooRank(const c10::intrusive_ptr<c10d::
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   return AsProcessGroup(
       store, c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options), rank,
-      world_size, /*nccl=*/false);
+      world_size, /*nccl=*/false, std::chrono::seconds(60));
 }
 
 // "<dir>/step-<9 digits>": the directory of checkpoint `step`.

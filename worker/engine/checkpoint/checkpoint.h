@@ -45,8 +45,8 @@
 // file's name, rank, size and CRC-32C. Its last member, "manifest_crc32c",
 // is the CRC-32C of every byte before the line that holds it, so a damaged
 // manifest is detected before it is believed.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_H_
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
 #include <string>
@@ -59,7 +59,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/engine/checkpoint_files.h"
+#include "common/formats/checkpoint_files.h"
 
 namespace loom::engine {
 
@@ -143,4 +143,4 @@ absl::Status RestoreCheckpoint(absl::string_view bytes, const CheckpointShape& e
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_H_
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/checkpoint_choice.h"
+#include "worker/engine/checkpoint/checkpoint_choice.h"
 
 #include <algorithm>
 #include <utility>

@@ -8,8 +8,8 @@
 // the next checkpoint in lineage order. When checkpoints exist but none
 // verifies, the run does not quietly start again from step 0: that is an
 // error (IsNoGoodCheckpoint) unless the job allows it.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHOICE_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_CHOICE_H_
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_CHOICE_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_CHOICE_H_
 
 #include <cstdint>
 #include <optional>
@@ -18,9 +18,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_fence.h"
-#include "worker/engine/checkpoint_report.h"  // CorruptCheckpoint
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_fence.h"
+#include "worker/engine/checkpoint/checkpoint_report.h"  // CorruptCheckpoint
 
 namespace loom::engine {
 
@@ -68,4 +68,4 @@ absl::Status NoGoodCheckpointError(absl::string_view message);
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHOICE_H_
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_CHOICE_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/checkpoint_choice.h"
+#include "worker/engine/checkpoint/checkpoint_choice.h"
 
 #include <unistd.h>
 
@@ -16,9 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/engine/checkpoint_writer.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/checkpoint/model_fingerprint.h"
 
 namespace loom::engine {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/engine/checkpoint_coordinator.h"
+#include "worker/engine/checkpoint/checkpoint_coordinator.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/engine/checkpoint_fence.h"
+#include "worker/engine/checkpoint/checkpoint_fence.h"
 
 namespace loom::engine {
 namespace {

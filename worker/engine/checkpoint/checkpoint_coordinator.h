@@ -13,8 +13,8 @@
 // At most one save is in flight. Every method is collective over the world
 // (ranks call them in the same order with the same arguments), on the
 // training thread. May throw c10::Error from collectives.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_COORDINATOR_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_COORDINATOR_H_
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_COORDINATOR_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_COORDINATOR_H_
 
 #include <cstdint>
 #include <memory>
@@ -22,11 +22,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_writer.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
 #include "worker/engine/collectives.h"
 #include "worker/engine/rank_engine.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/trainer_callbacks.h"
+#include "worker/engine/trainer_config.h"
 
 namespace loom::engine {
 
@@ -104,4 +105,4 @@ class CheckpointCoordinator {
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_COORDINATOR_H_
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_COORDINATOR_H_

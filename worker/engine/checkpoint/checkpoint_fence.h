@@ -28,8 +28,8 @@
 // So no attempt ever deletes or overwrites a checkpoint committed by a
 // newer one: once the newer attempt's claim is on disk, the older one's
 // every write to the directory's listing is refused.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_FENCE_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_FENCE_H_
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_FENCE_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_FENCE_H_
 
 #include <cstdint>
 #include <functional>
@@ -105,4 +105,4 @@ bool IsCheckpointVolumeFull(const absl::Status& status);
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_FENCE_H_
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_FENCE_H_

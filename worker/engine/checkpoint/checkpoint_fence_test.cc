@@ -1,4 +1,4 @@
-#include "worker/engine/checkpoint_fence.h"
+#include "worker/engine/checkpoint/checkpoint_fence.h"
 
 #include <stdlib.h>
 

@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_json.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "common/formats/checkpoint_json.h"
 
 namespace loom::engine {
 namespace {

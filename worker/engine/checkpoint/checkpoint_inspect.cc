@@ -1,6 +1,6 @@
-#include "worker/engine/checkpoint_inspect.h"
+#include "worker/engine/checkpoint/checkpoint_inspect.h"
 
-#include "worker/engine/checkpoint_model.h"
+#include "worker/engine/checkpoint/checkpoint_model.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 #include "common/file_util.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
-#include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/parallel/parallel_gpt.h"
 #include "worker/engine/parallel/sharded_checkpoint.h"
 #include "absl/strings/numbers.h"

@@ -3,8 +3,8 @@
 // when every parameter tensor is bitwise equal (names, shapes, dtypes, bytes),
 // whatever else differs between them (step, generation, optimizer state,
 // skip list). No LibTorch types in this header.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_INSPECT_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_INSPECT_H_
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_INSPECT_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_INSPECT_H_
 
 #include <string>
 
@@ -28,4 +28,4 @@ absl::StatusOr<ModelDigest> DigestCheckpointModel(const std::string& path);
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_INSPECT_H_
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_INSPECT_H_

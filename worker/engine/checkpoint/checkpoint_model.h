@@ -1,8 +1,8 @@
 // A checkpoint's model, whole, for tools that use the weights rather than
 // resume training: `loomctl sample` (loom-ckpt sample) and export. Defined
 // in checkpoint_inspect.cc.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_MODEL_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_MODEL_H_
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_MODEL_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_MODEL_H_
 
 #include <cstdint>
 #include <map>
@@ -35,4 +35,4 @@ absl::StatusOr<Gpt> BuildCheckpointModel(const CheckpointModel& checkpoint);
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_MODEL_H_
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_MODEL_H_

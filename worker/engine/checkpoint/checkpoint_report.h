@@ -1,8 +1,8 @@
 // What the trainer tells its caller about checkpoints: a committed
 // checkpoint's report, a corrupt one found at load, and the points of a save that tests can inject faults
 // at. No LibTorch.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_REPORT_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_REPORT_H_
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_REPORT_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_REPORT_H_
 
 #include <cstdint>
 #include <string>
@@ -54,4 +54,4 @@ enum class CheckpointStage {
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_REPORT_H_
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_REPORT_H_

@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_legacy.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "common/formats/checkpoint_legacy.h"
 #include "worker/engine/optimizer_state_key.h"
 
 namespace loom::engine {

@@ -1,4 +1,4 @@
-#include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint.h"
 
 #include <unistd.h>
 
@@ -21,10 +21,11 @@
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/engine/checkpoint_writer.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer_state_key.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/checkpoint/model_fingerprint.h"
 
 namespace loom::engine {
 namespace {

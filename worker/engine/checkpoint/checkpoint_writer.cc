@@ -1,4 +1,4 @@
-#include "worker/engine/checkpoint_writer.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -18,8 +18,8 @@
 // checkpoint.h describes, then prunes. The staging buffer is kept between
 // saves: it costs one more copy of the weights and optimizer state in host
 // memory for as long as the writer lives.
-#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_WRITER_H_
-#define LOOM_WORKER_ENGINE_CHECKPOINT_WRITER_H_
+#ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
+#define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
 
 #include <cstdint>
 #include <functional>
@@ -36,9 +36,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_fence.h"
-#include "worker/engine/checkpoint_report.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_fence.h"
+#include "worker/engine/checkpoint/checkpoint_report.h"
 #include "worker/engine/config.h"
 
 namespace loom::engine {
@@ -169,4 +169,4 @@ class CheckpointWriter {
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_WRITER_H_
+#endif  // LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/causal_attention.h"
+#include "worker/engine/ops/causal_attention.h"
 
 #include <dlfcn.h>
 #include <immintrin.h>
@@ -13,8 +13,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "worker/engine/cpu_features.h"
-#include "worker/engine/simd_exp.h"
+#include "worker/engine/ops/cpu_features.h"
+#include "worker/engine/ops/simd_exp.h"
 
 #if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
 #error "causal_attention.cc propagates inf/NaN; build it without -ffast-math / -ffinite-math-only"

@@ -41,8 +41,8 @@
 // infinity comes out NaN (and so do its gradients), so that the trainer's
 // non-finite checks see it. No dropout on the probabilities: callers use
 // the unfused path when attention dropout is active.
-#ifndef LOOM_WORKER_ENGINE_CAUSAL_ATTENTION_H_
-#define LOOM_WORKER_ENGINE_CAUSAL_ATTENTION_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_CAUSAL_ATTENTION_H_
+#define LOOM_WORKER_ENGINE_OPS_CAUSAL_ATTENTION_H_
 
 #include <cstdint>
 
@@ -98,4 +98,4 @@ torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_h
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CAUSAL_ATTENTION_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_CAUSAL_ATTENTION_H_

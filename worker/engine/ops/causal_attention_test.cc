@@ -1,4 +1,4 @@
-#include "worker/engine/causal_attention.h"
+#include "worker/engine/ops/causal_attention.h"
 
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "worker/engine/cpu_features.h"
+#include "worker/engine/ops/cpu_features.h"
 
 namespace loom::engine {
 

@@ -3,8 +3,8 @@
 // facts about the hardware; no LibTorch.
 //
 // Thread-safe: detection runs once, on first use.
-#ifndef LOOM_WORKER_ENGINE_CPU_FEATURES_H_
-#define LOOM_WORKER_ENGINE_CPU_FEATURES_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_CPU_FEATURES_H_
+#define LOOM_WORKER_ENGINE_OPS_CPU_FEATURES_H_
 
 namespace loom::engine {
 
@@ -22,4 +22,4 @@ SimdLevel BestSimdLevel();
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_CPU_FEATURES_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_CPU_FEATURES_H_

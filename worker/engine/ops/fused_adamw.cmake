@@ -53,7 +53,8 @@ endif()
 # FusedAdamW (fused_adamw_torch.h) runs CUDA parameters through the CUDA
 # kernel when LibTorch was built with CUDA (its torch_cuda target exists) and
 # nvcc built the kernel; otherwise CUDA parameters take its LibTorch-
-# operations path. Debian's LibTorch is CPU-only, so this is OFF there.
+# operations path. Debian 12's LibTorch is CPU-only, so this is OFF there;
+# Debian 13's libtorch-cuda-dev has CUDA.
 set(LOOM_HAVE_TORCH_CUDA OFF)
 if(TARGET loom_fused_adamw_cuda AND (TARGET torch_cuda OR TORCH_CUDA_LIBRARIES))
   set(LOOM_HAVE_TORCH_CUDA ON)

@@ -26,14 +26,14 @@
 //
 // Thread safety: the functions are reentrant; concurrent calls must not share
 // arrays that either call writes.
-#ifndef LOOM_WORKER_ENGINE_FUSED_ADAMW_H_
-#define LOOM_WORKER_ENGINE_FUSED_ADAMW_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_H_
+#define LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
-#include "worker/engine/cpu_features.h"  // SimdLevel, part of this API
+#include "worker/engine/ops/cpu_features.h"  // SimdLevel, part of this API
 
 namespace loom::engine {
 
@@ -116,4 +116,4 @@ AdamWStepResult FusedAdamWStep(absl::Span<const AdamWGroup> groups,
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_FUSED_ADAMW_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/fused_adamw_cuda.h"
+#include "worker/engine/ops/fused_adamw_cuda.h"
 
 #include <cuda_runtime.h>
 

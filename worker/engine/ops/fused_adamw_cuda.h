@@ -16,8 +16,8 @@
 //
 // Compiled only when CMake finds CUDA (worker/engine/fused_adamw.cmake) or by
 // hand, see fused_adamw_cuda_test.cu.
-#ifndef LOOM_WORKER_ENGINE_FUSED_ADAMW_CUDA_H_
-#define LOOM_WORKER_ENGINE_FUSED_ADAMW_CUDA_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_CUDA_H_
+#define LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_CUDA_H_
 
 #include <cuda_runtime_api.h>
 
@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
-#include "worker/engine/fused_adamw.h"
+#include "worker/engine/ops/fused_adamw.h"
 
 namespace loom::engine {
 
@@ -70,4 +70,4 @@ class FusedAdamWCuda {
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_FUSED_ADAMW_CUDA_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_CUDA_H_

@@ -2,8 +2,8 @@
 // its bandwidth. A plain main, not a gtest binary, so that it builds with
 // nvcc alone on a GPU machine:
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I. -I<abseil include dir>
-//     worker/engine/fused_adamw_cuda_test.cu worker/engine/fused_adamw_cuda.cu
-//     worker/engine/fused_adamw.cc -Xcompiler -fopenmp,-ffp-contract=off
+//     worker/engine/ops/fused_adamw_cuda_test.cu worker/engine/ops/fused_adamw_cuda.cu
+//     worker/engine/ops/fused_adamw.cc -Xcompiler -fopenmp,-ffp-contract=off
 //     -o fused_adamw_cuda_test
 // (one command line; no trailing backslashes here: they would continue the
 // // comment onto the next line)
@@ -24,8 +24,8 @@
 #include <random>
 #include <vector>
 
-#include "worker/engine/fused_adamw.h"
-#include "worker/engine/fused_adamw_cuda.h"
+#include "worker/engine/ops/fused_adamw.h"
+#include "worker/engine/ops/fused_adamw_cuda.h"
 
 namespace loom::engine {
 namespace {

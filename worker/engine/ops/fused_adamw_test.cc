@@ -1,4 +1,4 @@
-#include "worker/engine/fused_adamw.h"
+#include "worker/engine/ops/fused_adamw.h"
 
 #include <cmath>
 #include <cstdint>

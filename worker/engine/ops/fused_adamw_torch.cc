@@ -1,4 +1,4 @@
-#include "worker/engine/fused_adamw_torch.h"
+#include "worker/engine/ops/fused_adamw_torch.h"
 
 #include <cmath>
 #include <cstdint>
@@ -25,7 +25,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "worker/engine/fused_adamw_cuda.h"
+#include "worker/engine/ops/fused_adamw_cuda.h"
 #endif
 
 namespace loom::engine {

@@ -20,8 +20,8 @@
 //
 // Thread safety: like every torch optimizer, not safe for concurrent use.
 // It refers to the parameters' tensors; keep them alive as long as it.
-#ifndef LOOM_WORKER_ENGINE_FUSED_ADAMW_TORCH_H_
-#define LOOM_WORKER_ENGINE_FUSED_ADAMW_TORCH_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_TORCH_H_
+#define LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_TORCH_H_
 
 #include <memory>
 #include <vector>
@@ -34,7 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/fused_adamw.h"
+#include "worker/engine/ops/fused_adamw.h"
 
 namespace loom::engine {
 
@@ -126,4 +126,4 @@ absl::StatusOr<std::unique_ptr<FusedAdamW>> MakeFusedAdamW(
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_FUSED_ADAMW_TORCH_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_FUSED_ADAMW_TORCH_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/fused_adamw_torch.h"
+#include "worker/engine/ops/fused_adamw_torch.h"
 
 #include <cmath>
 #include <limits>

@@ -46,14 +46,14 @@
 // (fused_loss_test.cc). With bf16/fp16 inputs the logits carry that dtype's
 // rounding, as the unfused loss under autocast does. Non-finite logits
 // propagate to a non-finite loss and gradients.
-#ifndef LOOM_WORKER_ENGINE_FUSED_LOSS_H_
-#define LOOM_WORKER_ENGINE_FUSED_LOSS_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_FUSED_LOSS_H_
+#define LOOM_WORKER_ENGINE_OPS_FUSED_LOSS_H_
 
 #include <cstdint>
 
 #include <torch/types.h>
 
-#include "worker/engine/cpu_features.h"
+#include "worker/engine/ops/cpu_features.h"
 
 namespace loom::engine {
 
@@ -95,4 +95,4 @@ void SoftmaxCrossEntropyRows(float* logits, int64_t rows, int64_t vocab, const i
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_FUSED_LOSS_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_FUSED_LOSS_H_

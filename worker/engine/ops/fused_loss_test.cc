@@ -1,4 +1,4 @@
-#include "worker/engine/fused_loss.h"
+#include "worker/engine/ops/fused_loss.h"
 
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "worker/engine/gelu.h"
+#include "worker/engine/ops/gelu.h"
 
 #include <immintrin.h>
 
@@ -8,8 +8,8 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
-#include "worker/engine/cpu_features.h"
-#include "worker/engine/simd_exp.h"
+#include "worker/engine/ops/cpu_features.h"
+#include "worker/engine/ops/simd_exp.h"
 
 #if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
 #error "gelu.cc propagates inf/NaN; build it without -ffast-math / -ffinite-math-only"

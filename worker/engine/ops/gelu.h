@@ -10,8 +10,8 @@
 // −1) with the engine's AVX-512 exp (simd_exp.h), one pass each way,
 // OpenMP over chunks. Same results as
 // torch::gelu(x, "tanh") to ~1e-6 relative (gelu_test.cc); NaN in, NaN out.
-#ifndef LOOM_WORKER_ENGINE_GELU_H_
-#define LOOM_WORKER_ENGINE_GELU_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_GELU_H_
+#define LOOM_WORKER_ENGINE_OPS_GELU_H_
 
 #include <torch/types.h>
 
@@ -24,4 +24,4 @@ torch::Tensor GeluTanh(const torch::Tensor& x);
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_GELU_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_GELU_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/gelu.h"
+#include "worker/engine/ops/gelu.h"
 
 #include <limits>
 

@@ -1,4 +1,4 @@
-#include "worker/engine/rms_norm.h"
+#include "worker/engine/ops/rms_norm.h"
 
 #include <omp.h>
 

@@ -11,8 +11,8 @@
 // a fixed order (so it is deterministic for a given thread count). The
 // unfused expression reads and writes the [rows, d] tensor about six times
 // each way. Agrees with it to ~1e-6 relative (rms_norm_test.cc).
-#ifndef LOOM_WORKER_ENGINE_RMS_NORM_H_
-#define LOOM_WORKER_ENGINE_RMS_NORM_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_RMS_NORM_H_
+#define LOOM_WORKER_ENGINE_OPS_RMS_NORM_H_
 
 #include <torch/types.h>
 
@@ -28,4 +28,4 @@ torch::Tensor RmsNormReference(const torch::Tensor& x, const torch::Tensor& weig
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_RMS_NORM_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_RMS_NORM_H_

@@ -2,8 +2,8 @@
 // (fused_loss.cc, causal_attention.cc). Header-only: each function carries
 // its own target attribute, so callers dispatch on the CPU's SIMD level at
 // run time (BestSimdLevel in fused_adamw.h) and the files need no -mavx*.
-#ifndef LOOM_WORKER_ENGINE_SIMD_EXP_H_
-#define LOOM_WORKER_ENGINE_SIMD_EXP_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_SIMD_EXP_H_
+#define LOOM_WORKER_ENGINE_OPS_SIMD_EXP_H_
 
 #include <immintrin.h>
 
@@ -63,4 +63,4 @@ __attribute__((target("avx2,fma"))) inline __m256 Exp256(__m256 x) {
 
 }  // namespace loom::engine::simd
 
-#endif  // LOOM_WORKER_ENGINE_SIMD_EXP_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_SIMD_EXP_H_

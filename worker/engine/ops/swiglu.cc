@@ -1,4 +1,4 @@
-#include "worker/engine/swiglu.h"
+#include "worker/engine/ops/swiglu.h"
 
 #include <torch/autograd.h>
 #include <torch/torch.h>

@@ -10,8 +10,8 @@
 // and u are kept for backward (LibTorch's silu(g) * u also keeps silu(g),
 // one more [rows, f] tensor per block, and makes three passes backward).
 // Agrees with the LibTorch expression to ~1e-6 relative (swiglu_test.cc).
-#ifndef LOOM_WORKER_ENGINE_SWIGLU_H_
-#define LOOM_WORKER_ENGINE_SWIGLU_H_
+#ifndef LOOM_WORKER_ENGINE_OPS_SWIGLU_H_
+#define LOOM_WORKER_ENGINE_OPS_SWIGLU_H_
 
 #include <torch/types.h>
 
@@ -27,4 +27,4 @@ torch::Tensor SwiGluReference(const torch::Tensor& gate, const torch::Tensor& up
 
 }  // namespace loom::engine
 
-#endif  // LOOM_WORKER_ENGINE_SWIGLU_H_
+#endif  // LOOM_WORKER_ENGINE_OPS_SWIGLU_H_

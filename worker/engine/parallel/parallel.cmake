@@ -9,8 +9,15 @@ target_sources(loom_engine PRIVATE
   ${LOOM_PARALLEL_DIR}/parallel_gpt.cc ${LOOM_PARALLEL_DIR}/reduce_scatter.cc
   ${LOOM_PARALLEL_DIR}/sharded_adamw.cc ${LOOM_PARALLEL_DIR}/gradient_partitioner.cc
   ${LOOM_PARALLEL_DIR}/pipeline.cc
-  ${LOOM_PARALLEL_DIR}/sharded_checkpoint.cc ${LOOM_PARALLEL_DIR}/layout_engine.cc)
+  ${LOOM_PARALLEL_DIR}/sharded_checkpoint.cc ${LOOM_PARALLEL_DIR}/layout_engine.cc
+  ${LOOM_PARALLEL_DIR}/p2p_placement.cc)
 target_link_libraries(loom_engine PUBLIC loom_parallel_layout loom_fused_adamw)
+
+# NCCL's failure contract (nccl_errors.h): environment only, no LibTorch.
+loom_library(loom_nccl_errors SRCS ${LOOM_PARALLEL_DIR}/nccl_errors.cc)
+target_link_libraries(loom_engine PUBLIC loom_nccl_errors)
+loom_test(loom_nccl_errors_test SRCS ${LOOM_PARALLEL_DIR}/nccl_errors_test.cc DEPS loom_nccl_errors)
+loom_test(loom_p2p_placement_test SRCS ${LOOM_PARALLEL_DIR}/p2p_placement_test.cc DEPS loom_engine)
 
 loom_test(loom_reduce_scatter_test SRCS ${LOOM_PARALLEL_DIR}/reduce_scatter_test.cc
           DEPS loom_engine)

@@ -20,10 +20,10 @@
 #include "absl/strings/str_split.h"
 #include "worker/engine/activation_checkpoint.h"
 #include "worker/engine/autocast.h"
-#include "worker/engine/causal_attention.h"
-#include "worker/engine/gelu.h"
+#include "worker/engine/ops/causal_attention.h"
+#include "worker/engine/ops/gelu.h"
 #include "worker/engine/gpt.h"
-#include "worker/engine/swiglu.h"
+#include "worker/engine/ops/swiglu.h"
 
 namespace loom::engine {
 

@@ -7,6 +7,7 @@
 
 #include <torch/autograd.h>
 
+#include "worker/engine/parallel/p2p_placement.h"
 #include "worker/engine/parallel/tensor_parallel.h"
 
 namespace loom::engine {
@@ -26,9 +27,13 @@ double Now() {
 // Sends are posted and waited for later: a stage never blocks on a send, so
 // the only blocking operations are receives, which 1F1B orders so that each
 // one's matching send is already posted (Narayanan et al. 2021, sec. 2.2.1).
+// Tensors travel as the group's backend takes them (p2p_placement.h): an
+// NCCL group's on the rank's device, a Gloo group's through host memory.
 class PointToPoint {
  public:
-  explicit PointToPoint(c10d::ProcessGroup* group) : group_(group) {}
+  explicit PointToPoint(c10d::ProcessGroup* group)
+      : group_(group),
+        placement_(group ? P2pPlacementOf(*group) : P2pPlacement::kHost) {}
   ~PointToPoint() {
     // Unwinding from an error: the peers may never receive, and waiting for
     // the collective timeout would only delay the real error.
@@ -41,14 +46,15 @@ class PointToPoint {
   }
 
   void Send(const torch::Tensor& t, int peer, int tag) {
-    torch::Tensor staged = t.detach().to(torch::kCPU).contiguous();
+    torch::Tensor staged = StageForSend(t, placement_);
     std::vector<torch::Tensor> tensors = {staged};
     pending_.push_back({group_->send(tensors, peer, tag), staged});
   }
 
   torch::Tensor Recv(const std::vector<int64_t>& shape, const torch::Device& device, int peer,
                      int tag, double* wait_seconds) {
-    std::vector<torch::Tensor> tensors = {torch::empty(shape, torch::kFloat)};
+    // Stage boundaries carry the fp32 residual stream and its gradient.
+    std::vector<torch::Tensor> tensors = {ReceiveBuffer(shape, torch::kFloat, device, placement_)};
     const double start = Now();
     group_->recv(tensors, peer, tag)->wait();
     if (wait_seconds) *wait_seconds += Now() - start;
@@ -66,6 +72,7 @@ class PointToPoint {
     torch::Tensor buffer;  // kept alive until the send completes
   };
   c10d::ProcessGroup* group_;
+  P2pPlacement placement_;
   std::deque<Pending> pending_;
 };
 

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/engine/parallel/nccl_errors.h"
 #include "worker/engine/process_group_handle.h"
 
 namespace loom::engine {
@@ -31,11 +32,15 @@ std::shared_ptr<c10d::ProcessGroup> MakeBackend(const c10::intrusive_ptr<c10d::S
       std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
 #ifdef USE_C10D_NCCL
   if (options.nccl) {
+    // A timeout or NCCL error then throws in the waiting thread, as Gloo's
+    // do, instead of aborting the process from the watchdog (nccl_errors.h).
+    ConfigureNcclErrorHandling();
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    // The job's collective timeout (LibTorch's default is 10 or 30 minutes).
     nccl_options->timeout = timeout;
     return AsProcessGroup(
         scoped, c10::make_intrusive<c10d::ProcessGroupNCCL>(scoped, index, size, nccl_options),
-        index, size, /*nccl=*/true);
+        index, size, /*nccl=*/true, timeout);
   }
 #endif
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -45,7 +50,7 @@ std::shared_ptr<c10d::ProcessGroup> MakeBackend(const c10::intrusive_ptr<c10d::S
           : c10d::ProcessGroupGloo::createDeviceForHostname(options.local_addr));
   return AsProcessGroup(
       scoped, c10::make_intrusive<c10d::ProcessGroupGloo>(scoped, index, size, gloo_options),
-      index, size, /*nccl=*/false);
+      index, size, /*nccl=*/false, timeout);
 }
 
 }  // namespace
@@ -137,6 +142,12 @@ absl::StatusOr<ParallelGroups> CreateParallelGroups(const GlooGroupOptions& rend
     store_options.waitWorkers = true;
     store_options.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(rendezvous.timeout_seconds * 1000));
+#if LOOM_TORCH_AT_LEAST(2, 4)
+    // From 2.4 the store defaults to its libuv server, which a LibTorch built
+    // without libuv (Debian's 2.6) refuses at construction; the classic
+    // server is in every build.
+    store_options.useLibUV = false;
+#endif
     store = c10::make_intrusive<c10d::TCPStore>(rendezvous.master_addr, store_options);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("joining the store of rank ", rendezvous.rank,

@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/parallel_layout.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/trainer_config.h"
 
 namespace loom::engine {
 

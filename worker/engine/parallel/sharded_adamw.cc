@@ -4,7 +4,7 @@
 #include <cmath>
 #include <utility>
 
-#include "worker/engine/fused_adamw.h"
+#include "worker/engine/ops/fused_adamw.h"
 #include "worker/engine/parallel/gradient_partitioner.h"
 #include "worker/engine/parallel/tensor_parallel.h"
 

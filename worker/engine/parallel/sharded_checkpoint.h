@@ -42,8 +42,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_writer.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
 #include "worker/engine/parallel/parallel_gpt.h"
 #include "worker/engine/parallel/process_groups.h"
 #include "worker/engine/parallel/sharded_adamw.h"

@@ -113,7 +113,10 @@ void AllReduceInPlace(torch::Tensor& t, c10d::ProcessGroup* group,
   torch::NoGradGuard no_grad;
   const bool nccl = group->getBackendName() == "nccl";
   torch::Tensor staged = t;
+  // Gloo reduces host memory, NCCL device memory: a host tensor (a step's
+  // loss sum, a flag) goes to the current CUDA device for NCCL.
   if (!nccl && !staged.device().is_cpu()) staged = staged.to(torch::kCPU);
+  if (nccl && staged.device().is_cpu()) staged = staged.to(torch::Device(torch::kCUDA));
   const auto type = staged.scalar_type();
   if (type == torch::kBFloat16 || type == torch::kHalf) staged = staged.to(torch::kFloat);
   if (!staged.is_contiguous()) staged = staged.contiguous();
