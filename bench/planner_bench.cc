@@ -15,41 +15,20 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/plan_timing.h"
 #include "controller/planner/planner.h"
 #include "controller/planner/test_models.h"
 
-namespace {
-
-using loom::planner::MakePlan;
 using loom::planner::MakeTopology;
 using loom::planner::Plan;
 using loom::planner::PlanRequest;
-
-// Median wall time of `repetitions` plans, in seconds. Exits on error.
-double MedianPlanSeconds(const PlanRequest& request, int repetitions, Plan* last) {
-  std::vector<double> seconds;
-  for (int i = 0; i < repetitions; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<Plan> plan = MakePlan(request);
-    const auto stop = std::chrono::steady_clock::now();
-    if (!plan.ok()) {
-      std::fprintf(stderr, "planner: %s\n", plan.status().ToString().c_str());
-      std::exit(1);
-    }
-    seconds.push_back(std::chrono::duration<double>(stop - start).count());
-    *last = *std::move(plan);
-  }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 30;
   const auto& row = loom::planner::test_models::kMegatronRows[3];  // 1008B, 3072 GPUs
   PlanRequest request;
-  request.model = loom::planner::test_models::MegatronGpt(row.name, row.layers, row.hidden, row.heads);
+  request.model =
+      loom::planner::test_models::MegatronGpt(row.name, row.layers, row.hidden, row.heads);
   request.training.global_batch_sequences = row.batch;
   absl::StatusOr<loom::planner::ClusterTopology> topology =
       MakeTopology("A100-80GB", row.gpus / 8, 8, 25e9);
@@ -60,26 +39,29 @@ int main(int argc, char** argv) {
   request.topology = *topology;
 
   Plan plan, baseline_plan;
-  MedianPlanSeconds(request, 3, &plan);  // warm-up
-  const double planner_s = MedianPlanSeconds(request, repetitions, &plan);
+  loom::bench::MedianPlanSeconds(request, 3, &plan, "planner");  // warm-up
+  const double planner_s = loom::bench::MedianPlanSeconds(request, repetitions, &plan, "planner");
   PlanRequest exhaustive = request;
   exhaustive.options.prune = false;
-  const double baseline_s = MedianPlanSeconds(exhaustive, repetitions, &baseline_plan);
+  const double baseline_s =
+      loom::bench::MedianPlanSeconds(exhaustive, repetitions, &baseline_plan, "planner");
 
   const double candidates = static_cast<double>(plan.stats.candidates);
   const double layouts_per_s = candidates / planner_s;
-  std::printf("planner: %s on %d x A100-80GB, full search: %.0f layouts, %lld fully evaluated, "
-              "%lld fit\n",
-              row.name, row.gpus, candidates, static_cast<long long>(plan.stats.fully_evaluated),
-              static_cast<long long>(plan.stats.feasible));
+  std::printf(
+      "planner: %s on %d x A100-80GB, full search: %.0f layouts, %lld fully evaluated, "
+      "%lld fit\n",
+      row.name, row.gpus, candidates, static_cast<long long>(plan.stats.fully_evaluated),
+      static_cast<long long>(plan.stats.feasible));
   std::printf("planner: chosen %s, %.1f s/step, MFU %.1f%%\n",
               loom::planner::LayoutToString(plan.best.layout).c_str(), plan.best.step.step_seconds,
               plan.best.step.mfu * 100);
-  std::printf("planner: plan time %.3f ms (median of %d), %.2fM layouts/s, %.4f of the 1 s budget\n",
-              planner_s * 1e3, repetitions, layouts_per_s / 1e6, planner_s / 1.0);
+  std::printf(
+      "planner: plan time %.3f ms (median of %d), %.2fM layouts/s, %.4f of the 1 s budget\n",
+      planner_s * 1e3, repetitions, layouts_per_s / 1e6, planner_s / 1.0);
   std::printf("planner: baseline (no pruning, every layout evaluated) %.3f ms, same plan: %s\n",
               baseline_s * 1e3, plan.best.layout == baseline_plan.best.layout ? "yes" : "NO");
-  std::printf("planner: plan_1008B_3072gpu_ms=%.3f layouts_per_s=%.3g ratio=%.2f\n", planner_s * 1e3,
-              layouts_per_s, baseline_s / planner_s);
+  std::printf("planner: plan_1008B_3072gpu_ms=%.3f layouts_per_s=%.3g ratio=%.2f\n",
+              planner_s * 1e3, layouts_per_s, baseline_s / planner_s);
   return plan.best.layout == baseline_plan.best.layout ? 0 : 1;
 }

@@ -16,33 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/plan_timing.h"
 #include "controller/planner/published_runs.h"
 
-namespace {
-
-using loom::planner::MakePlan;
 using loom::planner::Plan;
 using loom::planner::PlanRequest;
-
-// Median wall time of `repetitions` plans, in seconds. Exits on error.
-double MedianPlanSeconds(const PlanRequest& request, int repetitions, Plan* last) {
-  std::vector<double> seconds;
-  for (int i = 0; i < repetitions; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<Plan> plan = MakePlan(request);
-    const auto stop = std::chrono::steady_clock::now();
-    if (!plan.ok()) {
-      std::fprintf(stderr, "published_plans: %s\n", plan.status().ToString().c_str());
-      std::exit(1);
-    }
-    seconds.push_back(std::chrono::duration<double>(stop - start).count());
-    *last = *std::move(plan);
-  }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -62,10 +40,12 @@ int main(int argc, char** argv) {
     PlanRequest request = run.request;
     request.options.sweep_devices = true;  // as loomctl plans
     Plan plan, baseline;
-    const double planner_s = MedianPlanSeconds(request, repetitions, &plan);
+    const double planner_s =
+        loom::bench::MedianPlanSeconds(request, repetitions, &plan, "published_plans");
     PlanRequest exhaustive = request;
     exhaustive.options.prune = false;
-    const double baseline_s = MedianPlanSeconds(exhaustive, repetitions, &baseline);
+    const double baseline_s =
+        loom::bench::MedianPlanSeconds(exhaustive, repetitions, &baseline, "published_plans");
     same = same && plan.best.layout == baseline.best.layout;
     planner_total += planner_s;
     baseline_total += baseline_s;
