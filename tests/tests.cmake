@@ -53,3 +53,12 @@ add_test(NAME loom_torch_version_test
          COMMAND ${PROJECT_SOURCE_DIR}/tests/cmake/torch_version_test.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(loom_torch_version_test PROPERTIES TIMEOUT 300)
 
+# The GPU check's rehearsal (scripts/gpu-run.sh --rehearse): the standalone
+# GPU build (bench/gpu/) against Debian's LibTorch in a build dir of its
+# own, then every check. tests/gpu/rehearsal_test.sh asserts that the parts
+# that need no GPU pass and that every GPU check skips with exit 77, so a
+# green run here is never mistaken for a GPU pass.
+add_test(NAME loom_gpu_rehearsal
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/rehearsal_test.sh ${PROJECT_SOURCE_DIR}
+                 ${PROJECT_BINARY_DIR}/gpu-rehearsal)
+set_tests_properties(loom_gpu_rehearsal PROPERTIES LABELS "gpu;heavy" TIMEOUT 3600)

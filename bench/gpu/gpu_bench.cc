@@ -50,8 +50,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "worker/engine/fused_adamw_torch.h"
-#include "worker/engine/fused_loss.h"
+#include "worker/engine/ops/fused_adamw_torch.h"
+#include "worker/engine/ops/fused_loss.h"
 #include "worker/engine/gpt.h"
 
 // LibTorch with CUDA (bench/gpu/CMakeLists.txt, bench/bench.cmake): peak

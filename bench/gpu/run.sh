@@ -9,11 +9,13 @@
 # fused loss against the unfused one; the last line reads
 #   gpu: <tok/s> tok/s ratio=<MFU> MFU (...)
 #
-# Abseil (the engine's only library besides LibTorch): from the system when
-# CMake finds it; otherwise from the Debian packages in GPU_DEBS (default
-# .cache/gpu-debs, filled on a Debian 12 machine by scripts/fetch-gpu-debs.sh
-# and carried to the GPU machine), unpacked with dpkg -x (or ar + tar where
-# there is no dpkg) into the build directory.
+# Abseil, protobuf and yaml-cpp (bench/gpu/CMakeLists.txt configures the
+# whole standalone build, of which this benchmark needs Abseil only): from
+# the system when CMake finds them; otherwise from the Debian packages in
+# GPU_DEBS (default .cache/gpu-debs, filled on a Debian 12 machine by
+# scripts/fetch-gpu-debs.sh and carried to the GPU machine), unpacked with
+# dpkg -x (or ar + tar where there is no dpkg) into the build directory.
+# scripts/gpu-run.sh builds and runs the GPU checks the same way.
 #
 # Usage: bench/gpu/run.sh [batch] [steps] [adamw_params]   (see gpu_bench.cc)
 # Environment: PYTHON (default python3), GPU_BENCH_BUILD (default
@@ -40,24 +42,7 @@ prefix_path=$torch_prefix
 # Carried Debian packages: unpack once per set of files.
 if compgen -G "$DEBS/*.deb" >/dev/null; then
   root=$BUILD/debs-root
-  stamp=$root/.unpacked
-  listing=$(cd "$DEBS" && ls -l -- *.deb)
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$listing" ]; then
-    rm -rf "$root"
-    mkdir -p "$root"
-    for deb in "$DEBS"/*.deb; do
-      if command -v dpkg >/dev/null; then
-        dpkg -x "$deb" "$root"
-      else
-        # A .deb is an ar archive whose data.tar.* member holds the files.
-        member=$(ar t "$deb" | grep '^data\.tar')
-        ar p "$deb" "$member" >"$BUILD/$member"
-        tar -x -C "$root" -f "$BUILD/$member"
-        rm -f "$BUILD/$member"
-      fi
-    done
-    printf '%s' "$listing" >"$stamp"
-  fi
+  ./scripts/unpack-debs.sh "$DEBS" "$root"
   prefix_path="$prefix_path;$root/usr"
   export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "gpu bench: Debian packages from $DEBS unpacked in $root"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# ctest loom_gpu_rehearsal: scripts/gpu-run.sh --rehearse on this CPU
+# machine (the standalone GPU build against Debian's LibTorch, then every
+# check), and then, independently of the script's own verdict, its
+# summary table: the build passed; every GPU check reports SKIP with exit
+# 77, none PASS (a skip is never a GPU pass); every part that needs no GPU
+# reports PASS, and all of those below ran.
+# Usage: tests/gpu/rehearsal_test.sh SOURCE_DIR [BUILD_DIR]
+#   BUILD_DIR defaults to SOURCE_DIR/build-gpu-rehearsal, the folder a
+#   rehearsal by hand uses; ctest passes <its build dir>/gpu-rehearsal.
+set -uo pipefail
+root=${1:?source dir}
+build=${2:-$root/build-gpu-rehearsal}
+out=$build/out
+GPU_RUN_BUILD=$build "$root/scripts/gpu-run.sh" --rehearse --out "$out"
+status=$?
+summary=$out/summary.md
+fail() { echo "rehearsal_test: FAIL: $*" >&2; exit 1; }
+[ -f "$summary" ] || fail "no $summary"
+[ "$status" = 0 ] || fail "gpu-run.sh --rehearse exited $status"
+
+# "| name | result | exit | seconds | detail |" -> "name result exit"
+table=$(awk -F' *[|] *' '/^[|] [a-z]/ && $2 != "check" { print $2, $3, $4 }' "$summary")
+result_of() { awk -v n="$1" '$1 == n { print $2 "/" $3 }' <<<"$table"; }
+
+[ "$(result_of build | cut -d/ -f1)" = PASS ] || fail "the build did not pass"
+gpu_checks=(adamw-kernel adamw gpt-precision activation-checkpointing memory nvml nccl
+            gloo-staging tp-pp resume bench)
+cpu_parts=(gpt-precision/cpu-fp32 gpt-precision/cpu-bf16 activation-checkpointing/cpu
+           nccl/cpu-gloo gloo-staging/cpu-one-rank gloo-staging/cpu tp-pp/cpu-one-rank
+           tp-pp/cpu-tp2 tp-pp/cpu-pp2 resume/cpu bench/cpu-smoke)
+for c in "${gpu_checks[@]}"; do
+  [ "$(result_of "$c")" = SKIP/77 ] || fail "$c: want SKIP with exit 77, got '$(result_of "$c")'"
+done
+for p in "${cpu_parts[@]}"; do
+  [ "$(result_of "$p")" = PASS/- ] || fail "$p: want PASS, got '$(result_of "$p")'"
+done
+rows=$(wc -l <<<"$table")
+want=$((1 + ${#gpu_checks[@]} + ${#cpu_parts[@]}))
+[ "$rows" = "$want" ] || fail "$rows rows in the table, want $want (build, checks, parts): $table"
+echo "rehearsal_test: ${#gpu_checks[@]} GPU checks skipped with exit 77, ${#cpu_parts[@]} CPU parts passed"
