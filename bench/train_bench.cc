@@ -59,6 +59,7 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "bench/issue6_config.h"
 #include "common/formats/data.h"
@@ -176,6 +177,23 @@ std::string BlasCoreName() {
   return fn != nullptr ? std::string("OpenBLAS ") + fn() : "not OpenBLAS";
 }
 
+// An event's start and duration in microseconds: LibTorch 1.13's KinetoEvent
+// reports them in microseconds, 2.x's in nanoseconds only.
+uint64_t StartUs(const torch::autograd::profiler::KinetoEvent& e) {
+#if TORCH_VERSION_MAJOR >= 2
+  return e.startNs() / 1000;
+#else
+  return e.startUs();
+#endif
+}
+double DurationUs(const torch::autograd::profiler::KinetoEvent& e) {
+#if TORCH_VERSION_MAJOR >= 2
+  return static_cast<double>(e.durationNs()) / 1000.0;
+#else
+  return static_cast<double>(e.durationUs());
+#endif
+}
+
 // Operator self time (total minus the time of nested operators) summed by
 // operator name, over the events of a profiler result. Events are nested per
 // thread by their [start, start + duration) intervals.
@@ -188,24 +206,24 @@ std::map<std::string, double> SelfSecondsByName(
   std::map<std::string, double> self;
   for (auto& [thread, indices] : by_thread) {
     std::sort(indices.begin(), indices.end(), [&](size_t a, size_t b) {
-      if (events[a].startUs() != events[b].startUs()) {
-        return events[a].startUs() < events[b].startUs();
+      if (StartUs(events[a]) != StartUs(events[b])) {
+        return StartUs(events[a]) < StartUs(events[b]);
       }
-      return events[a].durationUs() > events[b].durationUs();
+      return DurationUs(events[a]) > DurationUs(events[b]);
     });
     std::vector<double> child_us(events.size(), 0);
     std::vector<size_t> stack;
     for (size_t i : indices) {
-      const uint64_t start = events[i].startUs();
+      const uint64_t start = StartUs(events[i]);
       while (!stack.empty() &&
-             events[stack.back()].startUs() + events[stack.back()].durationUs() <= start) {
+             StartUs(events[stack.back()]) + DurationUs(events[stack.back()]) <= start) {
         stack.pop_back();
       }
-      if (!stack.empty()) child_us[stack.back()] += events[i].durationUs();
+      if (!stack.empty()) child_us[stack.back()] += DurationUs(events[i]);
       stack.push_back(i);
     }
     for (size_t i : indices) {
-      const double us = std::max(0.0, events[i].durationUs() - child_us[i]);
+      const double us = std::max(0.0, DurationUs(events[i]) - child_us[i]);
       self[events[i].name()] += us * 1e-6;
     }
   }

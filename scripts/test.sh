@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: installs dependencies if missing, builds, runs every test
-# (unit + integration) with ctest. Exit status is ctest's.
+# (unit + integration) with ctest, then (with no ctest arguments) the LibTorch
+# 2.6 compile check. Exit status: 0 when both pass.
 #
 #   ./scripts/test.sh [ctest args...]
 #   ./scripts/test.sh --sanitize [ctest args...]
@@ -42,6 +43,16 @@ fi
 # npm tools on top of the build dependencies.
 ./scripts/install-deploy-deps.sh
 ./scripts/build.sh
-cd "${BUILD_DIR:-build}"
+build_dir=${BUILD_DIR:-build}
 # Integration tests start several processes each; two at a time fits 2 cores.
-ctest --output-on-failure -j "${CTEST_JOBS:-2}" "$@"
+status=0
+(cd "$build_dir" && ctest --output-on-failure -j "${CTEST_JOBS:-2}" "$@") || status=$?
+# The whole run (no ctest arguments) also compiles every translation unit
+# that includes LibTorch against Debian 13's LibTorch 2.6, CPU and CUDA
+# headers (issue 29; scripts/check-torch2.sh: ~15 MB downloaded once into
+# ~/.cache/loom/torch2, ~1 GB more where no CUDA toolkit is installed).
+# After ctest, not beside it: its compiles would slow the timed tests.
+if [ $# -eq 0 ] && [ "${LOOM_SKIP_TORCH2_CHECK:-0}" != 1 ]; then
+  ./scripts/check-torch2.sh -j "${JOBS:-$(nproc)}" "$build_dir" || status=1
+fi
+exit "$status"
