@@ -42,6 +42,10 @@ namespace {
 
 constexpr double kTera = 1e12;
 constexpr double kGiga = 1e9;
+// Device memory is sized in binary units: the total nvidia-smi reports, in
+// MiB (an "80 GB" A100 or H100 has 80 GiB, 85.9e9 bytes, less on the H100
+// what the driver keeps back).
+constexpr int64_t kMiB = int64_t{1} << 20;
 
 // Vendor datasheet figures, dense (no 2:4 sparsity), SXM form factors.
 // NVLink bandwidth is per direction: V100 300 GB/s, A100 600 GB/s and
@@ -50,7 +54,7 @@ std::vector<DeviceSpec> Catalog() {
   std::vector<DeviceSpec> catalog;
   DeviceSpec v100;
   v100.name = "V100";
-  v100.memory_bytes = static_cast<int64_t>(32 * kGiga);
+  v100.memory_bytes = 32768 * kMiB;
   v100.peak_flops_fp32 = 15.7 * kTera;
   v100.peak_flops_fp16 = 125 * kTera;
   v100.hbm_bandwidth_bytes_per_second = 900 * kGiga;
@@ -60,7 +64,7 @@ std::vector<DeviceSpec> Catalog() {
 
   DeviceSpec a100_40;
   a100_40.name = "A100-40GB";
-  a100_40.memory_bytes = static_cast<int64_t>(40 * kGiga);
+  a100_40.memory_bytes = 40960 * kMiB;
   a100_40.peak_flops_fp32 = 19.5 * kTera;
   a100_40.peak_flops_tf32 = 156 * kTera;
   a100_40.peak_flops_bf16 = 312 * kTera;
@@ -72,13 +76,13 @@ std::vector<DeviceSpec> Catalog() {
 
   DeviceSpec a100_80 = a100_40;
   a100_80.name = "A100-80GB";
-  a100_80.memory_bytes = static_cast<int64_t>(80 * kGiga);
+  a100_80.memory_bytes = 81920 * kMiB;
   a100_80.hbm_bandwidth_bytes_per_second = 2039 * kGiga;
   catalog.push_back(a100_80);
 
   DeviceSpec h100;
   h100.name = "H100-SXM";
-  h100.memory_bytes = static_cast<int64_t>(80 * kGiga);
+  h100.memory_bytes = 81559 * kMiB;
   h100.peak_flops_fp32 = 67 * kTera;
   h100.peak_flops_tf32 = 494.7 * kTera;
   h100.peak_flops_bf16 = 989.4 * kTera;
@@ -96,7 +100,7 @@ std::vector<DeviceSpec> Catalog() {
 
   DeviceSpec h200 = h100;
   h200.name = "H200";
-  h200.memory_bytes = static_cast<int64_t>(141 * kGiga);
+  h200.memory_bytes = 143771 * kMiB;
   h200.hbm_bandwidth_bytes_per_second = 4800 * kGiga;
   catalog.push_back(h200);
   return catalog;

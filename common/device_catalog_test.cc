@@ -23,14 +23,16 @@ TEST(CatalogTest, FiguresPerPrecision) {
   EXPECT_EQ(h100->name, "H100-SXM");
   EXPECT_DOUBLE_EQ(h100->PeakFlops(MatmulPrecision::kBf16), 989.4e12);
   EXPECT_DOUBLE_EQ(h100->PeakFlops(MatmulPrecision::kFp8), 1978.9e12);
-  EXPECT_EQ(h100->memory_bytes, 80000000000);
+  // Memory as nvidia-smi reports it, in MiB: an "80 GB" H100 has 79.6 GiB.
+  EXPECT_EQ(h100->memory_bytes, int64_t{81559} << 20);
   absl::StatusOr<DeviceSpec> a100 = LookupDevice("a100_80");
   ASSERT_TRUE(a100.ok());
   EXPECT_DOUBLE_EQ(a100->PeakFlops(MatmulPrecision::kBf16), 312e12);
   EXPECT_EQ(a100->PeakFlops(MatmulPrecision::kFp8), 0);  // Ampere has no fp8
+  EXPECT_EQ(a100->memory_bytes, int64_t{80} << 30);
   absl::StatusOr<DeviceSpec> h200 = LookupDevice("H200");
   ASSERT_TRUE(h200.ok());
-  EXPECT_EQ(h200->memory_bytes, 141000000000);
+  EXPECT_EQ(h200->memory_bytes, int64_t{143771} << 20);
   absl::StatusOr<DeviceSpec> v100 = LookupDevice("V100");
   ASSERT_TRUE(v100.ok());
   EXPECT_EQ(v100->PeakFlops(MatmulPrecision::kBf16), 0);  // Volta has no bf16

@@ -78,8 +78,8 @@ const char* GroupKindName(GroupKind kind);  // "tensor", "pipeline", "data"
 // expensive stage (which sets a pipeline's pace). A block costs 1; the first
 // stage also carries the embedding (first_stage_extra, in block units) and
 // the last the LM head and loss (last_stage_extra). Uneven splits are the
-// point: 70 layers on 12 stages, or 3 on 2. Ties go to the split whose
-// earlier stages hold more blocks. Returns the number of blocks per stage.
+// point: 70 layers on 12 stages. Ties: the first stage takes the fewest blocks (most activations
+// in 1F1B), then earlier stages the most. Returns the number of blocks per stage.
 // INVALID_ARGUMENT if stages < 1, n_layer < stages, or an extra cost is
 // negative or not finite.
 absl::StatusOr<std::vector<int>> SplitLayers(int n_layer, int stages,

@@ -84,7 +84,7 @@ TEST(SplitLayersTest, EvenWhenItDivides) {
 }
 
 TEST(SplitLayersTest, UnevenSplitsKeepTheMostExpensiveStageSmallest) {
-  EXPECT_THAT(SplitLayers(3, 2).value(), ElementsAre(2, 1));
+  EXPECT_THAT(SplitLayers(3, 2).value(), ElementsAre(1, 2));
   // BLOOM-176B: 70 layers on 12 stages; the bottleneck is ceil(70/12) = 6.
   const std::vector<int> bloom = SplitLayers(70, 12).value();
   ASSERT_EQ(bloom.size(), 12u);
@@ -106,6 +106,19 @@ TEST(SplitLayersTest, EmbeddingAndHeadCostsMoveBlocksToMiddleStages) {
   EXPECT_LE(both[3] + 1, 3);
   EXPECT_LE(both[1], 3);
   EXPECT_LE(both[2], 3);
+}
+
+// Among splits with the same bottleneck, the first stage (which holds p
+// micro-batches' activations under 1F1B) gets as few blocks as it can.
+TEST(SplitLayersTest, TheFirstStageTakesTheFewestBlocksTheOptimumAllows) {
+  // Llama 3 405B: 126 blocks on 16 stages, the LM head worth 0.6 of a block
+  // on the last: Meta's split, one block off the first and the last stage.
+  const std::vector<int> llama = SplitLayers(126, 16, 0, 0.6).value();
+  EXPECT_THAT(llama, ElementsAre(7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7));
+  // No costs beyond the blocks: the short stage goes first.
+  EXPECT_THAT(SplitLayers(7, 2).value(), ElementsAre(3, 4));
+  // The bottleneck never grows for it: with a head the 4 must go first.
+  EXPECT_THAT(SplitLayers(7, 2, 0, 0.5).value(), ElementsAre(4, 3));
 }
 
 TEST(SplitLayersTest, RejectsImpossibleSplits) {

@@ -63,7 +63,7 @@ precision: BF16
   auto r = RunCommand(Loomctl(absl::StrCat("plan ", dir, "/big.yaml --topology ", dir, "/one.yaml")));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("FAILED_PRECONDITION"));
-  EXPECT_THAT(r.err, HasSubstr("GB per device before activations, device has 80 GB"));
+  EXPECT_THAT(r.err, HasSubstr("GB per device before activations, device has 85.9 GB"));
 }
 
 TEST(PlanCommandTest, BadTopologyNamesTheFieldAndFile) {

@@ -240,7 +240,7 @@ MemoryBreakdown CostModel::Memory(const Layout& l) const {
   const double b = static_cast<double>(l.micro_batch);
   const double h = static_cast<double>(model_.d_model);
   const double per_layer = ActivationBytesPerLayer(model_, l.micro_batch, l.tp, sp, l.recompute,
-                                                   activation_bytes_, options_.attention);
+                                                   activation_bytes_, options_.kernels);
 
   // Layers' worth of activations stage i holds at its peak. 1F1B: stage i
   // has p - i micro-batches in flight (at most m), so the first stage holds
@@ -267,7 +267,7 @@ MemoryBreakdown CostModel::Memory(const Layout& l) const {
   if (l.recompute != Recompute::kNone) {
     // Recomputing a layer in backward materializes what it did not keep.
     workspace = ActivationBytesPerLayer(model_, l.micro_batch, l.tp, sp, Recompute::kNone,
-                                        activation_bytes_, options_.attention) -
+                                        activation_bytes_, options_.kernels) -
                 per_layer;
   }
   const double capacity = static_cast<double>(topology_.device.memory_bytes);
@@ -366,9 +366,26 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
                              topo.device.layer_seconds_per_activation * b * s * h;
   const double recompute_extra =
       l.recompute == Recompute::kFull ? layers * layer_extra / 3.0 : 0.0;
-  const double compute_mb =
-      (model_flops + recompute_flops) / t / rate + layers * layer_extra + recompute_extra;
-  const double recompute_mb = recompute_flops / t / rate + recompute_extra;
+  // Materialized attention scores (CostOptions::kernels, kUnfused): the
+  // softmax and dropout passes over a s^2 b / t elements per layer are
+  // bound by device-memory bandwidth; their recomputed forward is recompute.
+  const double hbm = topo.device.hbm_bandwidth_bytes_per_second;
+  double score_passes = 0, score_recompute = 0;
+  if (options_.kernels.attention == AttentionKernel::kUnfused && hbm > 0) {
+    score_passes = layers * UnfusedScoreTrafficBytes(model_, l.micro_batch, tp, l.recompute,
+                                                     activation_bytes_, options_.kernels) /
+                   hbm;
+    if (l.recompute != Recompute::kNone) {
+      score_recompute = score_passes - layers *
+                                           UnfusedScoreTrafficBytes(
+                                               model_, l.micro_batch, tp, Recompute::kNone,
+                                               activation_bytes_, options_.kernels) /
+                                           hbm;
+    }
+  }
+  const double compute_mb = (model_flops + recompute_flops) / t / rate + layers * layer_extra +
+                            recompute_extra + score_passes;
+  const double recompute_mb = recompute_flops / t / rate + recompute_extra + score_recompute;
 
   // Tensor parallelism: 2 all-reduces in forward and 2 in backward per layer,
   // each of b s h elements (Shoeybi et al. 2019, Sec. 3, Fig. 4; Narayanan et
@@ -402,7 +419,7 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
 
   // Pipeline point-to-point: each stage sends one activation forward and
   // one gradient backward per micro-batch and model chunk, b s h elements,
-  // split t ways by the scatter/gather optimization (Narayanan et al. 2021,
+  // split t ways where the framework scatters and gathers them (Narayanan et al. 2021,
   // Sec. 4.1); interleaving multiplies the sends by v (ibid., Sec. 2.2.2).
   const int replica = tp * p;
   const int per_rack = topo.nodes_per_rack > 0 ? topo.nodes_per_rack * topo.devices_per_node : 0;
@@ -414,7 +431,8 @@ TimeBreakdown CostModel::Time(const Layout& l) const {
                               : crosses_racks ? topo.effective_inter_rack_bandwidth()
                                               : topo.inter_node_bandwidth_bytes_per_second;
     const double lat = in_node ? topo.intra_node_latency_seconds : topo.inter_node_latency_seconds;
-    const double bytes = b * s * h * activation_bytes_ / t;
+    const bool split = options_.pipeline_scatter_gather || (l.sequence_parallel && tp > 1);
+    const double bytes = b * s * h * activation_bytes_ / (split ? t : 1.0);
     p2p_mb = 2.0 * v * (bytes / bw + lat);
     // Once a step, over the stages: the loss and the global gradient norm
     // are summed (worker/engine/parallel/pipeline.cc, sharded_adamw.cc),
@@ -563,7 +581,7 @@ StepEstimate CostModel::Estimate(const Layout& layout, const TimeBreakdown& time
 
 std::string CostModel::InfeasibleReason(const MemoryBreakdown& mem) const {
   const double gb = 1e9;
-  const std::string capacity = absl::StrFormat("%g", mem.capacity / gb);
+  const std::string capacity = absl::StrFormat("%.1f", mem.capacity / gb);
   if (mem.state() > mem.capacity) {
     return absl::StrFormat("needs %.1f GB per device before activations, device has %s GB",
                            mem.state() / gb, capacity);

@@ -60,11 +60,20 @@ struct CostOptions {
   // with backward compute (bucketed all-reduce, ZeRO-3 prefetch); the hidden
   // part is also capped by the backward time available. 0 = none hidden.
   double dp_overlap_fraction = 0.5;
-  // The attention kernel the engine runs. Loom's engine always runs a fused
-  // one (SDPA / FlashAttention on GPU, a blocked kernel on CPU), which keeps
-  // no s x s score matrix; kUnfused reproduces Korthikanti et al. 2022's
-  // counts for a Megatron-LM-style materialized softmax.
-  AttentionKernel attention = AttentionKernel::kFused;
+  // What the kernels store and move (formulas.h Kernels). The attention
+  // kernel: Loom's engine always runs a fused one (SDPA / FlashAttention on
+  // GPU, a blocked kernel on CPU), which keeps no s x s score matrix;
+  // kUnfused reproduces Korthikanti et al. 2022's counts for a
+  // Megatron-LM-style materialized softmax and charges its memory-bound
+  // passes (UnfusedScoreTrafficBytes) against device-memory bandwidth.
+  Kernels kernels;
+  // Pipeline sends split over the TP group: each of the t ranks sends 1/t
+  // of the stage-boundary activation and the receivers all-gather it inside
+  // their node (Megatron-LM's scatter/gather, Narayanan et al. 2021, Sec.
+  // 4.1). false: every TP rank sends the whole activation (DeepSpeed's
+  // pipeline engine). With sequence parallelism the activation is already
+  // split, so it makes no difference.
+  bool pipeline_scatter_gather = true;
 };
 
 // Per-device memory on the most loaded pipeline stage, bytes.

@@ -374,7 +374,7 @@ TEST(FeasibilityTest, ReasonBeforeActivations) {
   const LayoutEvaluation eval = cost.Evaluate(Layout{});
   EXPECT_FALSE(eval.fits);
   EXPECT_EQ(eval.infeasible_reason,
-            "needs 112.0 GB per device before activations, device has 80 GB");
+            "needs 112.0 GB per device before activations, device has 85.9 GB");
 }
 
 TEST(FeasibilityTest, ReasonWithActivations) {
@@ -383,7 +383,7 @@ TEST(FeasibilityTest, ReasonWithActivations) {
   layout.micro_batch = 64;  // no recompute, 64 sequences at once
   const LayoutEvaluation eval = cost.Evaluate(layout);
   EXPECT_FALSE(eval.fits);
-  EXPECT_NE(eval.infeasible_reason.find("GB activations), device has 80 GB of which 5.0 GB is "
+  EXPECT_NE(eval.infeasible_reason.find("GB activations), device has 85.9 GB of which 5.3 GB is "
                                         "reserved"),
             std::string::npos)
       << eval.infeasible_reason;
@@ -459,7 +459,7 @@ TEST(UnevenStagesTest, ThreeLayersOnTwoStagesAreCostedByTheTwoLayerStage) {
   EXPECT_EQ(memory.stage, 0);
   EXPECT_EQ(memory.layers, 2);
   const double per_layer = ActivationBytesPerLayer(model, 1, 1, false, Recompute::kNone, 2.0,
-                                                   AttentionKernel::kFused);
+                                                   Kernels{AttentionKernel::kFused});
   EXPECT_NEAR(memory.activations, 2 * 2 * per_layer + 1024.0 * 1024 * 2, 1);
 
   // Costed like the 2-layer stage of an even 4-layer model, less its head.
@@ -494,7 +494,7 @@ TEST(UnevenStagesTest, TheHeadMovesLayersOffTheLastStage) {
 TEST(MemoryTest, FusedAttentionIsTheDefault) {
   const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
   CostOptions unfused_options;
-  unfused_options.attention = AttentionKernel::kUnfused;
+  unfused_options.kernels.attention = AttentionKernel::kUnfused;
   const CostModel fused = MakeCost(model, 1024, A100s(32, 8));
   const CostModel unfused = MakeCost(model, 1024, A100s(32, 8), unfused_options);
   Layout layout;
@@ -505,6 +505,49 @@ TEST(MemoryTest, FusedAttentionIsTheDefault) {
   // 10 layers x 4 micro-batches in flight on the first stage.
   EXPECT_NEAR(unfused.Memory(layout).activations - fused.Memory(layout).activations,
               40 * (5 * a * s * s / t - 4 * a * s / t), 1e3);
+}
+
+// Unfused attention also costs time: its score passes run at device-memory
+// bandwidth, on every layer of the bottleneck stage, every micro-batch.
+TEST(TimeTest, UnfusedAttentionChargesItsScorePassesAgainstMemoryBandwidth) {
+  const ModelSpec model = MegatronGpt("gpt", 24, 2304, 24);
+  CostOptions unfused_options;
+  unfused_options.kernels.attention = AttentionKernel::kUnfused;
+  const CostModel fused = MakeCost(model, 512, A100s(4, 8));
+  const CostModel unfused = MakeCost(model, 512, A100s(4, 8), unfused_options);
+  Layout layout;
+  layout.dp = 32;
+  layout.micro_batch = 16;
+  layout.recompute = Recompute::kFull;
+  const double per_layer = UnfusedScoreTrafficBytes(model, 16, 1, Recompute::kFull, 2.0,
+                                                    unfused_options.kernels);
+  const double passes = 24 * per_layer / A100s(4, 8).device.hbm_bandwidth_bytes_per_second;
+  const TimeBreakdown before = fused.Time(layout), after = unfused.Time(layout);
+  EXPECT_EQ(after.micro_batches, 1);
+  EXPECT_NEAR(after.compute - before.compute, passes, 1e-9);
+  // A third of the passes (the rerun forward: 9 of 29 bytes) is recompute.
+  EXPECT_NEAR(after.recompute - before.recompute, passes * 9 / 29, 1e-9);
+}
+
+// Without Megatron-LM's scatter/gather every TP rank sends the whole
+// activation between stages (DeepSpeed's pipeline engine); sequence
+// parallelism splits it anyway.
+TEST(TimeTest, PipelineSendsWithoutScatterGatherCarryTheWholeActivation) {
+  const ModelSpec model = MegatronGpt("gpt", 40, 6144, 48);
+  CostOptions whole_options;
+  whole_options.pipeline_scatter_gather = false;
+  const CostModel split = MakeCost(model, 1024, A100s(32, 8));
+  const CostModel whole = MakeCost(model, 1024, A100s(32, 8), whole_options);
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 4;
+  layout.dp = 8;
+  layout.recompute = Recompute::kFull;
+  const TimeBreakdown a = split.Time(layout), b = whole.Time(layout);
+  EXPECT_GT(b.pipeline_p2p, 4 * a.pipeline_p2p);
+  EXPECT_DOUBLE_EQ(b.compute, a.compute);
+  layout.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(whole.Time(layout).pipeline_p2p, split.Time(layout).pipeline_p2p);
 }
 
 // ZeRO-3 with pipeline parallelism: parameters sharded over the DP group,

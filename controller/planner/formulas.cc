@@ -41,7 +41,7 @@ double PipelineBubbleFraction(int pp, int64_t micro_batches, int virtual_stages)
 
 double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int tp,
                                bool sequence_parallel, Recompute recompute,
-                               double bytes_per_element, AttentionKernel attention) {
+                               double bytes_per_element, const Kernels& kernels) {
   const double s = static_cast<double>(model.seq_len);
   const double b = static_cast<double>(micro_batch);
   const double h = static_cast<double>(model.d_model);
@@ -66,11 +66,14 @@ double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int 
   //   Q 2sbh, K and V 2sbh each, out-projection input 2sbh, MLP 4h-wide
   //   activation before and after GELU 8sbh each.
   // Loom generalizes the split part to GQA (K, V are 2 s b h_kv each) and
-  // to an f-wide MLP (4sbf; gated MLPs keep gate, up, activation and
-  // product: 8sbf). For the GPT defaults it is exactly Eqs. 1-2.
-  const double replicated = 10.0 * sbh;
-  const double split = 2.0 * sbh + 4.0 * s * b * h_kv + 2.0 * sbh +
-                       (model.gated_mlp ? 8.0 : 4.0) * s * b * f;
+  // to an f-wide MLP (4sbf; a gated MLP keeps gate and up (4sbf) and the
+  // product (2sbf), and the activation too (2sbf) unless backward
+  // recomputes it). Without dropout the two masks go. For the GPT defaults
+  // it is exactly Eqs. 1-2.
+  const double replicated = (kernels.dropout ? 10.0 : 8.0) * sbh;
+  const double mlp =
+      model.gated_mlp ? (kernels.gated_activation_recomputed ? 6.0 : 8.0) : 4.0;
+  const double split = 2.0 * sbh + 4.0 * s * b * h_kv + 2.0 * sbh + mlp * s * b * f;
   // The attention scores: softmax output 2as^2b, dropout mask as^2b,
   // dropout output 2as^2b. Selective recompute drops them (Sec. 5).
   // A fused kernel never stores them (Dao et al. 2022, FlashAttention,
@@ -82,10 +85,10 @@ double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int 
   // whatever the activation precision, split over the heads' t ranks.
   double scores = 0;
   double softmax_statistics = 0;
-  if (attention == AttentionKernel::kFused) {
+  if (kernels.attention == AttentionKernel::kFused) {
     softmax_statistics = 4.0 * a * s * b / t;
   } else if (recompute != Recompute::kSelective) {
-    scores = 5.0 * a * s * s * b;
+    scores = (kernels.dropout ? 5.0 : 2.0) * a * s * s * b;
   }
   if (sp) {
     // Eq. 3 (sequence parallelism splits the replicated part too):
@@ -93,6 +96,29 @@ double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int 
     return scale * (replicated + split + scores) / t + softmax_statistics;
   }
   return scale * (replicated + (split + scores) / t) + softmax_statistics;
+}
+
+double UnfusedScoreTrafficBytes(const ModelSpec& model, int64_t micro_batch, int tp,
+                                Recompute recompute, double bytes_per_element,
+                                const Kernels& kernels) {
+  if (kernels.attention != AttentionKernel::kUnfused) return 0;
+  const double s = static_cast<double>(model.seq_len);
+  const double elements = static_cast<double>(model.n_head) * s * s *
+                          static_cast<double>(micro_batch) /
+                          static_cast<double>(std::max(1, tp));
+  // Bytes per score element at 16 bits (Megatron-LM's fused
+  // scale-mask-softmax: one read of the scores, one write of the
+  // probabilities). Forward: softmax 4; dropout reads the probabilities
+  // and writes its output and 1-byte mask, 5. Backward: dropout's reads the
+  // incoming gradient and the mask and writes, 5; softmax's reads the
+  // gradient and the probabilities and writes, 6. The two batched GEMMs that
+  // make and consume the scores are counted as FLOPs, not here.
+  const double forward = kernels.dropout ? 9.0 : 4.0;
+  const double backward = kernels.dropout ? 11.0 : 6.0;
+  // Full recompute reruns the whole forward; selective recompute exists to
+  // rerun exactly this part (Korthikanti et al. 2022, Sec. 5).
+  const double recomputed = recompute == Recompute::kNone ? 0.0 : forward;
+  return elements * (forward + backward + recomputed) * bytes_per_element / 2.0;
 }
 
 }  // namespace loom::planner

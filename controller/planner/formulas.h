@@ -46,13 +46,40 @@ enum class AttentionKernel {
   kUnfused,
 };
 
+// What the training framework's kernels keep and move that the layout does
+// not decide. The defaults are Loom's planning assumptions; the
+// published-runs suite sets them per run to the framework the run used.
+struct Kernels {
+  AttentionKernel attention = AttentionKernel::kFused;
+  // Dropout in the blocks: a 1-byte mask per element after attention and
+  // after the MLP, and on the scores with kUnfused (Korthikanti et al.
+  // 2022 count them). false for models trained without dropout (Llama 3,
+  // GPT-NeoX-20B): nothing is stored and the score passes are fewer.
+  bool dropout = true;
+  // Gated MLP: true when backward recomputes act(gate) from the stored gate
+  // (a fused SwiGLU kernel, as Megatron-Core's bias_swiglu), which keeps
+  // gate, up and their product (6sbf); false when autograd also stores the
+  // activation (8sbf, an eager framework's SiLU then multiply).
+  bool gated_activation_recomputed = false;
+};
+
 // Stored activation bytes of one transformer layer for one micro-batch of
 // `micro_batch` sequences (Korthikanti et al. 2022, Sec. 4-5, Eqs. 1-3; with
 // kFused without the 5as^2b score terms; see formulas.cc for the
-// generalization to GQA and other MLP widths).
+// generalization to GQA, other MLP widths and no dropout).
 double ActivationBytesPerLayer(const ModelSpec& model, int64_t micro_batch, int tp,
                                bool sequence_parallel, Recompute recompute,
-                               double bytes_per_element, AttentionKernel attention);
+                               double bytes_per_element, const Kernels& kernels);
+
+// Device-memory bytes that materialized attention scores (kUnfused) move
+// per layer, per micro-batch, on one of `tp` ranks, in the elementwise
+// kernels between the two score GEMMs: the softmax and dropout forward, their
+// backward, and the forward again when `recompute` reruns attention. 0 for
+// kFused, whose scores stay on chip. These passes are bound by memory
+// bandwidth, not FLOPs, and grow with s^2 (see formulas.cc).
+double UnfusedScoreTrafficBytes(const ModelSpec& model, int64_t micro_batch, int tp,
+                                Recompute recompute, double bytes_per_element,
+                                const Kernels& kernels);
 
 }  // namespace loom::planner
 

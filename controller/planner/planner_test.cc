@@ -143,7 +143,7 @@ TEST(PlannerTest, InfeasibleOnOneDeviceSaysExactlyWhy) {
   EXPECT_EQ(plan.status().message(),
             "no layout fits in memory on 1 x A100-80GB: the least memory-hungry, tp 1 | pp 1 | "
             "dp 1 | mb 1 | v 1 | recompute full | ZeRO-0, needs 112.0 GB per device before "
-            "activations, device has 80 GB");
+            "activations, device has 85.9 GB");
 }
 
 TEST(PlannerTest, InfeasibleOnAClusterNamesTheClosestLayout) {
@@ -152,7 +152,7 @@ TEST(PlannerTest, InfeasibleOnAClusterNamesTheClosestLayout) {
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(plan.status().message().find("no layout fits in memory on 8 x A100-80GB"),
             std::string::npos);
-  EXPECT_NE(plan.status().message().find("GB per device before activations, device has 80 GB"),
+  EXPECT_NE(plan.status().message().find("GB per device before activations, device has 85.9 GB"),
             std::string::npos);
 }
 
@@ -270,7 +270,7 @@ TEST(PlannerTest, ExplicitLayoutThatDoesNotFitIsRejectedWithTheReason) {
   absl::StatusOr<LayoutEvaluation> eval = EvaluateLayout(MegatronRequest(row), layout);
   ASSERT_TRUE(eval.ok());
   EXPECT_FALSE(eval->fits);
-  EXPECT_NE(eval->infeasible_reason.find("GB activations), device has 80 GB"), std::string::npos)
+  EXPECT_NE(eval->infeasible_reason.find("GB activations), device has 85.9 GB"), std::string::npos)
       << eval->infeasible_reason;
 }
 

@@ -39,6 +39,45 @@ absl::StatusOr<Recompute> ParseRecompute(const std::string& run, const std::stri
              absl::StrCat("\"", text, "\" is not none, selective or full"));
 }
 
+// The run's `framework` map (every key optional, each defaulting to
+// CostOptions' default): attention fused|unfused, dropout, a gated
+// activation recomputed in backward, pipeline scatter/gather.
+absl::Status ReadFramework(const std::string& run, const YAML::Node& node, CostOptions* options) {
+  if (!node.IsDefined()) return absl::OkStatus();
+  if (!node.IsMap()) return Bad(run, "framework", "a map is required");
+  static const char* const kKeys[] = {"attention", "dropout", "gated_activation_recomputed",
+                                      "pipeline_scatter_gather"};
+  for (const auto& entry : node) {
+    const std::string key = entry.first.as<std::string>();
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      return Bad(run, "framework." + key, "unknown key");
+    }
+  }
+  if (node["attention"]) {
+    ASSIGN_OR_RETURN(const std::string attention, Get<std::string>(node, run, "attention"));
+    if (attention == "fused") {
+      options->kernels.attention = AttentionKernel::kFused;
+    } else if (attention == "unfused") {
+      options->kernels.attention = AttentionKernel::kUnfused;
+    } else {
+      return Bad(run, "framework.attention",
+                 absl::StrCat("\"", attention, "\" is not fused or unfused"));
+    }
+  }
+  if (node["dropout"]) {
+    ASSIGN_OR_RETURN(options->kernels.dropout, Get<bool>(node, run, "dropout"));
+  }
+  if (node["gated_activation_recomputed"]) {
+    ASSIGN_OR_RETURN(options->kernels.gated_activation_recomputed,
+                     Get<bool>(node, run, "gated_activation_recomputed"));
+  }
+  if (node["pipeline_scatter_gather"]) {
+    ASSIGN_OR_RETURN(options->pipeline_scatter_gather,
+                     Get<bool>(node, run, "pipeline_scatter_gather"));
+  }
+  return absl::OkStatus();
+}
+
 // A job spec from `fields` (a YAML map), through the same parser, defaults
 // and conversion as a spec file.
 absl::StatusOr<loom::v1::JobSpec> SpecFrom(const std::string& run, const YAML::Node& fields,
@@ -120,6 +159,7 @@ absl::StatusOr<PublishedRun> ReadRun(const YAML::Node& node) {
       r.request.training.precision = Precision::kFp32;
   }
   r.request.topology = r.topology;
+  RETURN_IF_ERROR(ReadFramework(r.name, node["framework"], &r.request.options.cost));
 
   const YAML::Node reported = node["reported"];
   if (reported.IsMap()) {

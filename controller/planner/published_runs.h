@@ -29,7 +29,9 @@ struct PublishedRun {
   loom::v1::JobSpec auto_spec;
   loom::v1::JobSpec published_spec;
   // The planner's input for the run (model, batch, precision, topology),
-  // converted from auto_spec as loomctl converts it; default options.
+  // converted from auto_spec as loomctl converts it; default options but
+  // for the cost model's kernels and pipeline sends, which the data file's
+  // `framework` sets to what the run's framework did.
   PlanRequest request;
   Layout published;  // every knob, recompute included (selective too)
   // What the source reports; 0 when it does not.

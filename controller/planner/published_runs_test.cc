@@ -86,6 +86,17 @@ std::string Compact(const Layout& l) {
                       l.sequence_parallel ? " SP" : "");
 }
 
+// Where the published layout's predicted step goes, for a row whose
+// prediction is off: "step 12.3 s = compute 9.1 (recompute 2.2) + TP 0.4 +
+// PP 0.1 + bubble 2.0 + DP 0.6 + optimizer 0.1".
+std::string StepParts(const TimeBreakdown& t) {
+  return absl::StrFormat(
+      "step %.3g s = compute %.3g (recompute %.3g) + TP %.3g + PP %.3g + bubble %.3g + DP "
+      "%.3g + optimizer %.3g, %lld micro-batches",
+      t.step(), t.compute, t.recompute, t.tensor_parallel_comm, t.pipeline_p2p, t.pipeline_bubble,
+      t.data_parallel_exposed, t.optimizer, static_cast<long long>(t.micro_batches));
+}
+
 // One row of the printed table, and what broke.
 struct Row {
   std::string name;
@@ -175,16 +186,18 @@ Row Check(const PublishedRun& run) {
         absl::StrFormat("%.0f/%.0f TF (%.2f)", predicted, run.reported_tflops_per_device, ratio);
     if (std::abs(ratio - 1) > kReportedTolerance) {
       broke("reported",
-            absl::StrFormat("predicted %.0f TFLOP/s per device vs reported %.0f (%+.0f%%)",
-                            predicted, run.reported_tflops_per_device, 100 * (ratio - 1)));
+            absl::StrFormat("predicted %.0f TFLOP/s per device vs reported %.0f (%+.0f%%); %s",
+                            predicted, run.reported_tflops_per_device, 100 * (ratio - 1),
+                            StepParts(published->time)));
     }
   } else if (run.reported_mfu > 0) {
     const double ratio = published->step.mfu / run.reported_mfu;
     row.versus_reported =
         absl::StrFormat("MFU %.3f/%.3f (%.2f)", published->step.mfu, run.reported_mfu, ratio);
     if (std::abs(ratio - 1) > kReportedTolerance) {
-      broke("reported", absl::StrFormat("predicted MFU %.3f vs reported %.3f (%+.0f%%)",
-                                        published->step.mfu, run.reported_mfu, 100 * (ratio - 1)));
+      broke("reported", absl::StrFormat("predicted MFU %.3f vs reported %.3f (%+.0f%%); %s",
+                                        published->step.mfu, run.reported_mfu, 100 * (ratio - 1),
+                                        StepParts(published->time)));
     }
   }
   return row;
