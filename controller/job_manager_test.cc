@@ -1123,7 +1123,7 @@ TEST_F(JobManagerTest, SubmitEvaluatesAnExplicitLayoutAndRejectsOneThatDoesNotFi
   auto big = manager_->Submit(BigSpec(1));
   ASSERT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument) << big.status();
   EXPECT_THAT(Msg(big.status()), StartsWith("parallelism.data: layout tp 1 | pp 1 | dp 1"));
-  EXPECT_THAT(Msg(big.status()), HasSubstr("GB per device before activations, device has 8 GB"));
+  EXPECT_THAT(Msg(big.status()), HasSubstr("GB per device before activations, device has 8.0 GB"));
   EXPECT_THAT(Msg(big.status()), HasSubstr("training state alone does not fit"));
   EXPECT_EQ(manager_->List({}, 0).size(), 1u) << "nothing stored for the rejected job";
 }

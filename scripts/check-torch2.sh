@@ -44,7 +44,27 @@
 #   --list             print the selected TUs and exit
 #   --filter REGEX     only the selected TUs whose path matches REGEX (Python re.search)
 #   --errors N         print the compiler errors of the first N failing TUs (default 5)
-# Exit status: 0 when every TU compiled in every configuration, 1 otherwise.
+#   --link "T1 T2.."   also link: see "Link" below (implies --cuda-only)
+# Exit status: 0 when every TU compiled in every configuration (and, with
+# --link, every target linked and the canary failed), 1 otherwise.
+#
+# Link (--link "bin/loom-rank bin/loom-ckpt", ninja targets of BUILD_DIR; not
+# part of scripts/test.sh: it fetches Debian 13's libtorch-cuda-2.6, a 480 MB
+# .deb, 1.4 GB unpacked). The CUDA configuration's TUs in those targets are
+# compiled to objects (-c, not -fsyntax-only), with LOOM_HAVE_TORCH_CUDA=1
+# and fused_adamw_cuda.cu compiled by the machine's nvcc when there is one
+# (=0 without, CMake's configuration when it finds no nvcc). ninja's own
+# archive and link commands for the targets are rerun into
+# $cache/link/BUILD with those objects in place of the build's, with
+# Debian 12's LibTorch swapped for libtorch-cuda-2.6's libraries (torch,
+# torch_cpu, torch_cuda, c10, c10_cuda) and -Wl,--allow-shlib-undefined:
+# what LibTorch's own libraries need at run time and Debian 12 lacks (cuDNN,
+# the CUDA 12 runtime libraries, trixie's glibc and libstdc++) may stay
+# unresolved inside them, but any symbol Loom's objects reference must be
+# defined, or the link fails. Each linked binary must need libtorch_cuda. A
+# canary proves the allowance hides nothing of Loom's: the first target's
+# link again with one more object that calls an undefined function must fail
+# with "undefined reference".
 #
 # Cost, measured on a 2-core Debian 12 VM (gcc 12) while a build ran beside
 # it, -j 1 (one compile peaks at ~1.4 GB of memory: mind -j):
@@ -63,6 +83,7 @@ configs="cpu cuda"
 cuda_from_debian=0
 refresh=0
 list_only=0
+link_targets=""
 errors=5
 filter=""
 build_dir=$repo/build
@@ -72,6 +93,7 @@ while [ $# -gt 0 ]; do
     -j*) jobs=${1#-j} ;;
     --cpu-only) configs=cpu ;;
     --cuda-only) configs=cuda ;;
+    --link) link_targets=$2; configs=cuda; shift ;;
     --cuda-from-debian) cuda_from_debian=1 ;;
     --refresh) refresh=1 ;;
     --list) list_only=1 ;;
@@ -164,6 +186,9 @@ cuda_include=""
 cuda_dirs=()  # -isystem dirs of the CUDA configuration besides LibTorch's
 if [[ " $configs " == *" cuda "* ]]; then
   fetch libtorch-cuda-dev torch-cuda
+  if [ -n "$link_targets" ]; then
+    fetch libtorch-cuda-2.6 torch-cuda-lib ./usr/lib
+  fi
   # The machine's CUDA toolkit: LOOM_TORCH2_CUDA_INCLUDE, else nvcc's.
   if [ "$cuda_from_debian" = 0 ]; then
     if [ -n "${LOOM_TORCH2_CUDA_INCLUDE:-}" ]; then
@@ -206,6 +231,19 @@ export CT2_BUILD_DIR=$build_dir CT2_OLD_PREFIX=$old_prefix CT2_TORCH_DIR=$torch_
 export CT2_CACHE=$cache CT2_CONFIGS=$configs CT2_JOBS=$jobs CT2_LIST_ONLY=$list_only
 cuda_dirs_list=$(IFS=:; echo "${cuda_dirs[*]}")
 export CT2_ERRORS=$errors CT2_FILTER=$filter CT2_CUDA_DIRS=$cuda_dirs_list
+# Link mode: the targets, and nvcc with its runtime library when there is one.
+nvcc_path=""
+cudart_dir=""
+if [ -n "$link_targets" ] && command -v nvcc >/dev/null; then
+  nvcc_path=$(readlink -f "$(command -v nvcc)")
+  cuda_home=$(dirname "$(dirname "$nvcc_path")")
+  for d in "$cuda_home/lib64" "$cuda_home/targets/$(uname -m)-linux/lib"; do
+    if [ -e "$d/libcudart.so" ]; then cudart_dir=$d; break; fi
+  done
+  if [ -z "$cudart_dir" ]; then nvcc_path=""; fi
+fi
+export CT2_LINK_TARGETS=$link_targets CT2_NVCC=$nvcc_path CT2_CUDART_DIR=$cudart_dir
+export CT2_REPO=$repo
 exec python3 - <<'PY'
 import concurrent.futures, glob, json, os, re, shlex, subprocess, sys, tempfile, time
 
@@ -299,6 +337,29 @@ entries = json.load(open(os.path.join(build_dir, "compile_commands.json")))
 entries = [e for e in entries if e["file"].endswith((".cc", ".cpp", ".cxx", ".C"))]
 if env["CT2_FILTER"]:
     entries = [e for e in entries if re.search(env["CT2_FILTER"], e["file"])]
+
+# ---- Link mode: the targets' own commands ------------------------------------
+link_targets = env.get("CT2_LINK_TARGETS", "").split()
+link_dir = os.path.join(cache, "link", re.sub(r"[^A-Za-z0-9]+", "_", build_dir.strip("/")))
+ninja_commands = []
+if link_targets:
+    p = subprocess.run(["ninja", "-C", build_dir, "-t", "commands"] + link_targets,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("check-torch2: ninja -t commands %s: %s" % (" ".join(link_targets), p.stderr))
+    ninja_commands = [line for line in p.stdout.splitlines() if line.strip()]
+    closure = set()
+    for line in ninja_commands:
+        words = shlex.split(line)
+        if "-c" in words and "-o" in words:
+            closure.add(os.path.normpath(words[words.index("-o") + 1]))
+    entries = [e for e in entries
+               if os.path.normpath(os.path.relpath(
+                   os.path.join(e["directory"], e.get("output", "")), build_dir)) in closure]
+    if not entries:
+        sys.exit("check-torch2: no compile_commands.json entry builds %s (does the build "
+                 "dir write \"output\" entries?)" % " ".join(link_targets))
+    have_cuda_kernel = bool(env.get("CT2_NVCC"))
 # The source tree: CMAKE_HOME_DIRECTORY in the build's cache.
 root_dir = os.path.dirname(build_dir.rstrip("/"))
 try:
@@ -407,6 +468,10 @@ def config_args(entry, config):
         for d in env["CT2_CUDA_DIRS"].split(":"):
             new_dirs += ["-isystem", d]
         new_defines += [d[2:] for d in CUDA_DEFINES]
+        if link_targets and not have_cuda_kernel:
+            # Linking without nvcc: CMake's configuration when it finds none.
+            new_defines = [d for d in new_defines if not d.startswith("LOOM_HAVE_TORCH_CUDA")]
+            new_defines.append("LOOM_HAVE_TORCH_CUDA=0")
     args = base_args(entry)
     out = [args[0]]
     inserted = False
@@ -436,9 +501,19 @@ def config_args(entry, config):
     return out + ["-D" + d for d in new_defines] + ["-fsyntax-only"]
 
 
+def object_of(entry):
+    """Where link mode writes the entry's object: its build path under link_dir."""
+    out = os.path.relpath(os.path.join(entry["directory"], entry["output"]), build_dir)
+    return os.path.join(link_dir, "obj", out)
+
+
 def compile_one(index, entry, config, deps_dir):
     deps_file = os.path.join(deps_dir, "%d.d" % index)
     args = config_args(entry, config) + ["-MD", "-MF", deps_file]
+    if link_targets:
+        obj = object_of(entry)
+        os.makedirs(os.path.dirname(obj), exist_ok=True)
+        args = [a for a in args if a != "-fsyntax-only"] + ["-c", "-o", obj]
     start = time.time()
     rc, out, err = run(args, entry["directory"])
     seconds = time.time() - start
@@ -492,8 +567,130 @@ for config in configs:
             lines = output.splitlines()
             print("\n".join(lines[:60]) + ("\n[... %d more lines]" % (len(lines) - 60)
                                              if len(lines) > 60 else ""))
+
+
+# ---- Link ----------------------------------------------------------------------
+def link():
+    """Reruns ninja's archive and link commands for the targets with the
+    LibTorch 2.6 objects and libraries; returns the failures."""
+    new_libdir = glob.glob(os.path.join(cache, "pkg", "torch-cuda-lib", "usr", "lib", "*-linux-gnu"))
+    if not new_libdir or not os.path.exists(os.path.join(new_libdir[0], "libtorch_cuda.so.2.6.0")):
+        return ["no libtorch_cuda.so.2.6.0 under %s" % os.path.join(cache, "pkg", "torch-cuda-lib")]
+    new_libdir = new_libdir[0]
+    old_libdir = os.path.normpath(os.path.join(env["CT2_TORCH_DIR"], "../../"))
+    objects = {}  # build-relative object path -> LibTorch 2.6 object
+    for e in selected["cuda"]:
+        objects[os.path.normpath(os.path.relpath(
+            os.path.join(e["directory"], e["output"]), build_dir))] = object_of(e)
+    failures = []
+    extra_objects = []
+    if have_cuda_kernel:
+        cu = os.path.join(env["CT2_REPO"], "worker/engine/ops/fused_adamw_cuda.cu")
+        obj = os.path.join(link_dir, "obj", "fused_adamw_cuda.cu.o")
+        rc, out, err = run([env["CT2_NVCC"], "-std=c++17", "-O3", "-I", env["CT2_REPO"],
+                            "-c", cu, "-o", obj], build_dir)
+        if rc != 0:
+            return ["nvcc %s:\n%s" % (cu, (out + err)[-3000:])]
+        log("link: compiled %s with %s" % (rel(cu), env["CT2_NVCC"]))
+        extra_objects = [obj, os.path.join(env["CT2_CUDART_DIR"], "libcudart.so")]
+    archives = {}
+    torch_lib = re.compile(re.escape(old_libdir) + r"/lib(torch|torch_cpu|c10)\.so(\.[0-9.]+)?\b")
+    links = []
+    for line in ninja_commands:
+        words = shlex.split(line)
+        if "ar" in [os.path.basename(w) for w in words] and " qc " in " %s " % " ".join(words):
+            i = [os.path.basename(w) for w in words].index("ar")
+            end = words.index("&&", i) if "&&" in words[i:] else len(words)
+            archive, members = words[i + 2], words[i + 3:end]
+            new_archive = os.path.join(link_dir, archive)
+            os.makedirs(os.path.dirname(new_archive), exist_ok=True)
+            if os.path.exists(new_archive):
+                os.remove(new_archive)
+            members = [objects.get(os.path.normpath(m), m) for m in members]
+            rc, out, err = run(["ar", "qc", new_archive] + members, build_dir)
+            if rc == 0:
+                rc, out, err = run(["ranlib", new_archive], build_dir)
+            if rc != 0:
+                failures.append("ar %s: %s" % (archive, out + err))
+            archives[os.path.normpath(archive)] = new_archive
+        elif "-o" in words and "-c" not in words and words[0] == ":":
+            links.append(words)
+    if failures:
+        return failures
+    flags = ["-Wl,--allow-shlib-undefined", "-Wl,-rpath-link," + new_libdir]
+    cuda_libs = ["-Wl,--no-as-needed," + os.path.join(new_libdir, "libtorch_cuda.so.2.6.0"),
+                 os.path.join(new_libdir, "libc10_cuda.so.2.6.0"), "-Wl,--as-needed"]
+    linked = []
+    for words in links:
+        cmd = words[words.index("&&") + 1:]
+        cmd = cmd[:cmd.index("&&")] if "&&" in cmd else cmd
+        target = cmd[cmd.index("-o") + 1]
+        uses_torch = any(torch_lib.search(w) for w in cmd)
+        out_path = os.path.join(link_dir, target)
+        os.makedirs(os.path.dirname(out_path), exist_ok=True)
+        new_cmd = []
+        for j, w in enumerate(cmd):
+            if j > 0 and cmd[j - 1] == "-o":
+                new_cmd.append(out_path)
+                continue
+            w = objects.get(os.path.normpath(w), w)
+            w = archives.get(os.path.normpath(w), w)
+            w = torch_lib.sub(lambda m: os.path.join(new_libdir, "lib%s.so.2.6.0" % m.group(1)), w)
+            new_cmd.append(w)
+        if uses_torch:
+            new_cmd += cuda_libs + extra_objects
+        new_cmd += flags
+        t0 = time.time()
+        rc, out, err = run(new_cmd, build_dir)
+        seconds = time.time() - t0
+        if rc != 0:
+            undefined = [l for l in (out + err).splitlines() if "undefined reference" in l]
+            failures.append("link %s (%.0f s): %d undefined reference(s)\n%s\n$ cd %s && %s" % (
+                target, seconds, len(undefined), "\n".join(((out + err).splitlines())[-40:]),
+                build_dir, " ".join(shlex.quote(a) for a in new_cmd)))
+            continue
+        needed = subprocess.run(["readelf", "-d", out_path], capture_output=True, text=True).stdout
+        if uses_torch and "libtorch_cuda.so.2.6" not in needed:
+            failures.append("link %s: the binary does not need libtorch_cuda.so.2.6" % target)
+            continue
+        log("link: %s linked against libtorch-cuda-2.6 in %.0f s (%s)" % (
+            target, seconds, out_path if uses_torch else out_path + ", no LibTorch"))
+        linked.append((target, new_cmd, out_path))
+    if not linked or failures:
+        return failures or ["nothing linked"]
+    # The canary: Loom's own undefined references must still fail the link.
+    target, cmd, out_path = linked[0]
+    canary_src = os.path.join(link_dir, "canary.cc")
+    canary_obj = os.path.join(link_dir, "canary.o")
+    with open(canary_src, "w") as f:
+        f.write('extern "C" void loom_link_check_canary();\n'
+                'extern "C" void loom_link_check_caller() { loom_link_check_canary(); }\n')
+    rc, out, err = run(["c++", "-c", canary_src, "-o", canary_obj], link_dir)
+    canary_cmd = [out_path + ".canary" if (k > 0 and cmd[k - 1] == "-o") else w
+                  for k, w in enumerate(cmd)] + [canary_obj]
+    rc, out, err = run(canary_cmd, build_dir)
+    if rc == 0 or "undefined reference to `loom_link_check_canary'" not in out + err:
+        return ["canary: %s linked with an undefined function of its own (rc %d): the check "
+                "would hide Loom's missing symbols" % (target, rc)]
+    log("link: canary ok: an undefined function in %s's objects fails its link" % target)
+    return []
+
+
+if link_targets and exit_code == 0:
+    t0 = time.time()
+    problems = link()
+    seconds = time.time() - t0
+    summary.append("link: %s, %d problem(s), %.0f s (LOOM_HAVE_TORCH_CUDA=%d)" % (
+        " ".join(link_targets), len(problems), seconds, 1 if have_cuda_kernel else 0))
+    for problem in problems:
+        print("---- link ----\n" + problem)
+    if problems:
+        exit_code = 1
 for line in summary:
     log(line)
-log("all TUs compiled against LibTorch 2.6" if exit_code == 0 else "FAILED")
+if link_targets:
+    log("linked against libtorch-cuda-2.6" if exit_code == 0 else "FAILED")
+else:
+    log("all TUs compiled against LibTorch 2.6" if exit_code == 0 else "FAILED")
 sys.exit(exit_code)
 PY
