@@ -348,6 +348,13 @@ if link_targets:
     if p.returncode != 0:
         sys.exit("check-torch2: ninja -t commands %s: %s" % (" ".join(link_targets), p.stderr))
     ninja_commands = [line for line in p.stdout.splitlines() if line.strip()]
+    def entry_output(e):
+        """The object an entry writes: its "output", else its command's -o."""
+        if e.get("output"):
+            return e["output"]
+        args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
+        return args[args.index("-o") + 1] if "-o" in args else ""
+
     closure = set()
     for line in ninja_commands:
         words = shlex.split(line)
@@ -355,10 +362,9 @@ if link_targets:
             closure.add(os.path.normpath(words[words.index("-o") + 1]))
     entries = [e for e in entries
                if os.path.normpath(os.path.relpath(
-                   os.path.join(e["directory"], e.get("output", "")), build_dir)) in closure]
+                   os.path.join(e["directory"], entry_output(e)), build_dir)) in closure]
     if not entries:
-        sys.exit("check-torch2: no compile_commands.json entry builds %s (does the build "
-                 "dir write \"output\" entries?)" % " ".join(link_targets))
+        sys.exit("check-torch2: no compile_commands.json entry builds %s" % " ".join(link_targets))
     have_cuda_kernel = bool(env.get("CT2_NVCC"))
 # The source tree: CMAKE_HOME_DIRECTORY in the build's cache.
 root_dir = os.path.dirname(build_dir.rstrip("/"))
@@ -503,7 +509,7 @@ def config_args(entry, config):
 
 def object_of(entry):
     """Where link mode writes the entry's object: its build path under link_dir."""
-    out = os.path.relpath(os.path.join(entry["directory"], entry["output"]), build_dir)
+    out = os.path.relpath(os.path.join(entry["directory"], entry_output(entry)), build_dir)
     return os.path.join(link_dir, "obj", out)
 
 
@@ -581,7 +587,7 @@ def link():
     objects = {}  # build-relative object path -> LibTorch 2.6 object
     for e in selected["cuda"]:
         objects[os.path.normpath(os.path.relpath(
-            os.path.join(e["directory"], e["output"]), build_dir))] = object_of(e)
+            os.path.join(e["directory"], entry_output(e)), build_dir))] = object_of(e)
     failures = []
     extra_objects = []
     if have_cuda_kernel:

@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include "worker/engine/parallel/p2p_placement.h"
+
 namespace loom::engine {
 
 GradientAverager::GradientAverager(std::vector<torch::Tensor> parameters,
@@ -179,7 +181,12 @@ void GradientAverager::LaunchReadyLocked() {
 
 void GradientAverager::LaunchLocked(Bucket& bucket) {
   if (group_ == nullptr || group_->getSize() == 1) return;
-  std::vector<torch::Tensor> tensors = {bucket.flat};
+  torch::Tensor sent = bucket.flat;
+  if (NeedsCopy(P2pPlacementOf(*group_), sent.device())) {
+    torch::NoGradGuard no_grad;
+    sent = bucket.wire = StageForCollective(bucket.flat, P2pPlacementOf(*group_));
+  }
+  std::vector<torch::Tensor> tensors = {sent};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   bucket.work = group_->allreduce(tensors, options);
@@ -202,6 +209,11 @@ double GradientAverager::Finish() {
     }
   }
   for (auto& work : works) work->wait();
+  for (Bucket& bucket : buckets_) {
+    if (!bucket.wire.defined()) continue;
+    FinishStaged(bucket.flat, bucket.wire);
+    bucket.wire = torch::Tensor();
+  }
   if (average_ && group_ != nullptr && group_->getSize() > 1) {
     torch::NoGradGuard no_grad;
     const double world = group_->getSize();

@@ -123,6 +123,10 @@ class GradientAverager {
     std::vector<size_t> slots;        // indices into slots_
     int pending = 0;                  // parameters not yet ready (armed backward)
     c10::intrusive_ptr<c10d::Work> work;  // launched all-reduce, if any
+    // The host copy a group that cannot take the bucket's device reduces
+    // (Gloo, CUDA gradients: parallel/p2p_placement.h), copied back into
+    // `flat` by Finish; undefined when the group takes `flat` itself.
+    torch::Tensor wire;
   };
 
   // Cuts the buckets and installs the hooks.

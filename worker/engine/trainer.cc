@@ -235,7 +235,7 @@ absl::StatusOr<std::unique_ptr<RankEngine>> BuildEngine(const TrainerConfig& con
     std::lock_guard<std::mutex> lock(ModelInitMutex());
     torch::manual_seed(config.seed);
     if (layout) {
-      engine = MakeLayoutEngine(config, *layout);
+      engine = MakeLayoutEngine(config, *layout, device);
     } else {
       ASSIGN_OR_RETURN(engine, MakeReplicatedEngine(config, device, collectives));
     }

@@ -155,6 +155,35 @@ absl::StatusOr<AdamWStepResult> CudaKernelStep(FusedAdamWCuda& kernel,
 
 }  // namespace
 
+void AdamWUpdateOn(const torch::Device& device, absl::Span<const AdamWGroup> groups,
+                   double grad_scale, FusedAdamWPath path) {
+  if (device.is_cpu() && path == FusedAdamWPath::kAuto) {
+    AdamWUpdate(groups, grad_scale);
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  for (const AdamWGroup& group : groups) {
+    const AdamWHyperparams& h = group.hyperparams;
+    for (const AdamWTensor& t : group.tensors) {
+      if (t.size == 0) continue;
+      torch::Tensor param = torch::from_blob(t.param, {t.size}, f32);
+      const torch::Tensor grad = torch::from_blob(const_cast<float*>(t.grad), {t.size}, f32);
+      torch::Tensor exp_avg = torch::from_blob(t.exp_avg, {t.size}, f32);
+      torch::Tensor exp_avg_sq = torch::from_blob(t.exp_avg_sq, {t.size}, f32);
+      const double step = static_cast<double>(t.step);
+      const double bias_correction1 = 1 - std::pow(h.beta1, step);
+      const double bias_correction2 = 1 - std::pow(h.beta2, step);
+      const torch::Tensor g = grad_scale == 1.0 ? grad : grad.mul(grad_scale);
+      param.mul_(1 - h.lr * t.weight_decay);
+      exp_avg.mul_(h.beta1).add_(g, 1 - h.beta1);
+      exp_avg_sq.mul_(h.beta2).addcmul_(g, g, 1 - h.beta2);
+      const torch::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(h.eps);
+      param.addcdiv_(exp_avg, denom, -h.lr / bias_correction1);
+    }
+  }
+}
+
 bool FusedAdamW::HasCudaKernel() { return LOOM_HAVE_TORCH_CUDA != 0; }
 
 const char* FusedAdamW::ImplementationFor(const torch::Device& device) const {

@@ -111,6 +111,16 @@ class FusedAdamW : public torch::optim::Optimizer {
   std::shared_ptr<void> cuda_kernel_;
 };
 
+// AdamWUpdate (fused_adamw.h) over arrays that live on `device`: under
+// kAuto on the CPU it is AdamWUpdate itself; on another device (or under
+// kTorchOps) the same update as LibTorch operations over views of the
+// arrays (kTorchOps' update, in torch::optim::AdamW's order), on the
+// device's current stream. Like AdamWUpdate it checks nothing: the caller
+// has made the non-finite check. For optimizers that keep their own flat
+// buffers (parallel/sharded_adamw.h).
+void AdamWUpdateOn(const torch::Device& device, absl::Span<const AdamWGroup> groups,
+                   double grad_scale, FusedAdamWPath path = FusedAdamWPath::kAuto);
+
 // The AdamW state of `param` in `optimizer` (a FusedAdamW or a
 // torch::optim::AdamW), or nullptr before the parameter's first step.
 const torch::optim::AdamWParamState* FindAdamWState(const torch::optim::Optimizer& optimizer,

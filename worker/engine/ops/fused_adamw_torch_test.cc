@@ -389,6 +389,49 @@ TEST(FusedAdamWTorchOpsTest, MatchesTorchAdamWAndTheCpuKernel) {
   EXPECT_GT(MaxRelativeDiff(ops_params[0], MakeParams(11)[0]), 1e-3);
 }
 
+// The flat-buffer update the sharded optimizer runs on CUDA: the torch-ops
+// path of AdamWUpdateOn, run here on the CPU, against the CPU kernel.
+TEST(FusedAdamWTorchOpsTest, AdamWUpdateOnAsTorchOpsMatchesTheCpuKernel) {
+  torch::manual_seed(7);
+  const int64_t n = 1000;
+  auto arrays = [&]() {
+    std::vector<torch::Tensor> a = {torch::randn({n}), torch::randn({n}), torch::randn({n}) * 0.1,
+                                    torch::rand({n}) * 0.01};
+    return a;
+  };
+  const std::vector<torch::Tensor> kernel = arrays();
+  std::vector<torch::Tensor> ops;
+  for (const torch::Tensor& t : kernel) ops.push_back(t.clone());
+  auto group_over = [n](const std::vector<torch::Tensor>& a, int64_t step) {
+    AdamWGroup group;
+    group.hyperparams.lr = 3e-3;
+    group.hyperparams.beta1 = 0.9;
+    group.hyperparams.beta2 = 0.95;
+    group.hyperparams.eps = 1e-8;
+    for (int half = 0; half < 2; ++half) {  // two tensors: with and without decay
+      AdamWTensor t;
+      t.param = a[0].data_ptr<float>() + half * n / 2;
+      t.grad = a[1].data_ptr<float>() + half * n / 2;
+      t.exp_avg = a[2].data_ptr<float>() + half * n / 2;
+      t.exp_avg_sq = a[3].data_ptr<float>() + half * n / 2;
+      t.size = n / 2;
+      t.weight_decay = half == 0 ? 0.1 : 0.0;
+      t.step = step;
+      group.tensors.push_back(t);
+    }
+    return group;
+  };
+  for (int64_t step = 1; step <= 3; ++step) {
+    const AdamWGroup by_kernel = group_over(kernel, step), by_ops = group_over(ops, step);
+    AdamWUpdateOn(torch::kCPU, absl::MakeConstSpan(&by_kernel, 1), 0.7);
+    AdamWUpdateOn(torch::kCPU, absl::MakeConstSpan(&by_ops, 1), 0.7, FusedAdamWPath::kTorchOps);
+    for (int i : {0, 2, 3}) {
+      EXPECT_LT(MaxRelativeDiff(ops[i], kernel[i]), 1e-6) << "array " << i << " step " << step;
+    }
+  }
+  EXPECT_EQ(torch::equal(ops[1], kernel[1]), true);  // gradients are only read
+}
+
 TEST(FusedAdamWTorchOpsTest, NonFiniteGradientSkipsTheStepAndChangesNothing) {
   const std::vector<torch::Tensor> params = MakeParams(12);
   std::unique_ptr<FusedAdamW> fused = MakeFused(params);

@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include "worker/engine/parallel/p2p_placement.h"
+
 namespace loom::engine {
 namespace {
 
@@ -179,7 +181,12 @@ void GradientPartitioner::LaunchLocked(Bucket& bucket, size_t index, bool from_h
     peak_staging_bytes_ = std::max(peak_staging_bytes_, staging_bytes_);
   }
   if (group_ != nullptr && group_->getSize() > 1) {
-    std::vector<torch::Tensor> tensors = {f.staging};
+    torch::Tensor sent = f.staging;
+    if (NeedsCopy(P2pPlacementOf(*group_), sent.device())) {
+      torch::NoGradGuard no_grad;
+      sent = f.wire = StageForCollective(f.staging, P2pPlacementOf(*group_));
+    }
+    std::vector<torch::Tensor> tensors = {sent};
     c10d::ReduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.rootRank = bucket.owner;
@@ -201,7 +208,8 @@ void GradientPartitioner::CompleteOldestLocked() {
   const Bucket& bucket = buckets_[f.bucket];
   if (bucket.owner == rank_) {
     torch::NoGradGuard no_grad;
-    accumulator_.narrow(0, bucket.begin - bucket.owner * shard_, bucket.size).add_(f.staging);
+    accumulator_.narrow(0, bucket.begin - bucket.owner * shard_, bucket.size)
+        .add_(f.wire.defined() ? f.wire.to(accumulator_.device()) : f.staging);
   }
   staging_bytes_ -= f.staging.nbytes();
 }

@@ -108,6 +108,9 @@ class GradientPartitioner {
   struct InFlight {
     size_t bucket;
     torch::Tensor staging;
+    // The host copy the group reduces when it cannot take staging's device
+    // (Gloo, CUDA gradients: p2p_placement.h); undefined otherwise.
+    torch::Tensor wire;
     c10::intrusive_ptr<c10d::Work> work;  // null: a group of one
   };
 

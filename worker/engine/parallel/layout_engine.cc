@@ -5,9 +5,12 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/AutogradState.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/engine/process_group_handle.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/parallel/sharded_checkpoint.h"
@@ -24,13 +27,48 @@ double Now() {
       .count();
 }
 
+// Runs this thread's backward passes on this thread while it lives (when
+// `on`). LibTorch's autograd engine runs CUDA work on one worker thread per
+// device, shared by every graph task of the process; tensor parallelism
+// calls collectives inside backward nodes, so two in-process ranks on one
+// GPU (the GPU check's TP2, TrainInProcess) would wait on each other's
+// collectives behind that one thread until the group's timeout. Separate
+// processes are not affected. LibTorch 1.13 has no such switch (and no GPU
+// build on Debian 12): there it does nothing.
+class CallingThreadBackward {
+ public:
+  explicit CallingThreadBackward(bool on) {
+#if LOOM_TORCH_AT_LEAST(2, 0)
+    previous_ = c10::AutogradState::get_tls_state().get_multithreading_enabled();
+    if (on) c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+#else
+    (void)on;
+#endif
+  }
+  ~CallingThreadBackward() {
+#if LOOM_TORCH_AT_LEAST(2, 0)
+    c10::AutogradState::get_tls_state().set_multithreading_enabled(previous_);
+#endif
+  }
+  CallingThreadBackward(const CallingThreadBackward&) = delete;
+  CallingThreadBackward& operator=(const CallingThreadBackward&) = delete;
+
+ private:
+  bool previous_ = true;
+};
+
 class LayoutEngine : public RankEngine {
  public:
-  LayoutEngine(const TrainerConfig& config, const ParallelGroups& groups)
-      : config_(config), groups_(groups) {
+  LayoutEngine(const TrainerConfig& config, const ParallelGroups& groups,
+               const torch::Device& device)
+      : config_(config), groups_(groups), device_(device) {
     const RankCoordinates me = groups_.coordinates;
     partition_ = PartitionFor(config_.model, groups_.layout, me);
+    // Drawn on the CPU from the seeded generator (the same draws on every
+    // device), then moved before the optimizer makes the parameters views
+    // of its flat buffers.
     model_ = ParallelGpt(config_.model, partition_, groups_.tensor);
+    if (!device_.is_cpu()) model_->to(device_);
     model_->train();
     // With a tied LM head and several stages, the first and the last stage
     // each hold the wte shard (the embedding group joins them); an untied
@@ -78,13 +116,11 @@ class LayoutEngine : public RankEngine {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> parts;
     for (const torch::Tensor& p : model_->parameters()) parts.push_back(p.reshape({-1}));
-    std::vector<torch::Tensor> flat = {torch::cat(parts)};
-    c10d::BroadcastOptions options;
-    options.rootRank = 0;
-    groups_.data->broadcast(flat, options)->wait();
+    torch::Tensor flat = torch::cat(parts);
+    BroadcastInPlace(flat, groups_.data.get(), 0);
     int64_t offset = 0;
     for (torch::Tensor p : model_->parameters()) {
-      p.view({-1}).copy_(flat[0].narrow(0, offset, p.numel()));
+      p.view({-1}).copy_(flat.narrow(0, offset, p.numel()));
       offset += p.numel();
     }
   }
@@ -93,6 +129,7 @@ class LayoutEngine : public RankEngine {
                          int micro_batch, double loss_scale,
                          ForwardBackwardTimes* times) override {
     TORCH_CHECK(loss_scale == 1.0, "loss scaling is not executed under parallel layouts");
+    const CallingThreadBackward on_this_thread(device_.is_cuda());
     const int micro_steps = static_cast<int>(inputs.size(0)) / micro_batch;
     if (groups_.layout.pipeline > 1) {
       std::vector<torch::Tensor> xs, ys;
@@ -145,12 +182,8 @@ class LayoutEngine : public RankEngine {
     // stay bit-identical, as checkpoints (which store the first's) assume.
     // Costs one broadcast of the wte shard a step.
     if (stepped.applied && tied_across_stages_) {
-      torch::NoGradGuard no_grad;
-      std::vector<torch::Tensor> wte = {
-          *model_->named_parameters(/*recurse=*/true).find("wte.weight")};
-      c10d::BroadcastOptions from_first;
-      from_first.rootRank = 0;
-      groups_.embedding->broadcast(wte, from_first)->wait();
+      torch::Tensor wte = *model_->named_parameters(/*recurse=*/true).find("wte.weight");
+      BroadcastInPlace(wte, groups_.embedding.get(), 0);
     }
     AdamWStepResult result;
     result.applied = stepped.applied;
@@ -174,9 +207,11 @@ class LayoutEngine : public RankEngine {
         val.CopySample((i * micro + row) % val.num_samples(), x.data_ptr<int64_t>() + row * seq_len,
                        y.data_ptr<int64_t>() + row * seq_len);
       }
+      // Filled on the host, run where the model is.
+      const torch::Tensor xd = x.to(device_), yd = y.to(device_);
       const double loss = groups_.layout.pipeline > 1
-                              ? PipelineForwardLoss(*model_, groups_.pipeline.get(), x, y)
-                              : model_->Loss(x, y).item<double>();
+                              ? PipelineForwardLoss(*model_, groups_.pipeline.get(), xd, yd)
+                              : model_->Loss(xd, yd).item<double>();
       totals[0] += loss;
       totals[1] += 1;
     }
@@ -210,13 +245,14 @@ class LayoutEngine : public RankEngine {
   torch::nn::Module& module() override { return *model_; }
 
   std::string optimizer_implementation() const override {
-    return absl::StrCat("cpu-kernel, ZeRO-", config_.zero_stage, " over ", groups_.layout.data,
-                        " replica(s)");
+    return absl::StrCat(optimizer_->update_implementation(), ", ZeRO-", config_.zero_stage,
+                        " over ", groups_.layout.data, " replica(s)");
   }
 
  private:
   TrainerConfig config_;
   const ParallelGroups& groups_;
+  torch::Device device_;
   GptPartition partition_;
   bool tied_across_stages_ = false;
   ParallelGpt model_{nullptr};
@@ -245,16 +281,17 @@ absl::Status ValidateLayoutConfig(const TrainerConfig& c, const ParallelLayout& 
   if (c.model.precision == Precision::kFp16) {
     return invalid("precision: fp16 is not executed under tensor, pipeline or ZeRO layouts yet");
   }
-  if (c.device != "cpu") {
-    return invalid("device: tensor, pipeline and ZeRO layouts run on CPU ranks in this version (",
+  if (c.device != "cpu" && c.device != "cuda" && !absl::StartsWith(c.device, "cuda:")) {
+    return invalid("device: tensor, pipeline and ZeRO layouts run on cpu or cuda[:N] ranks (",
                    c.device, " asked for)");
   }
   return absl::OkStatus();
 }
 
 std::unique_ptr<RankEngine> MakeLayoutEngine(const TrainerConfig& config,
-                                             const ParallelGroups& groups) {
-  return std::make_unique<LayoutEngine>(config, groups);
+                                             const ParallelGroups& groups,
+                                             const torch::Device& device) {
+  return std::make_unique<LayoutEngine>(config, groups, device);
 }
 
 }  // namespace loom::engine

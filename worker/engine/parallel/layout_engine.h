@@ -20,15 +20,19 @@ namespace loom::engine {
 // checked against the world): the model splits over layout.tensor
 // (ValidateTensorParallel), pipeline <= n_layer, zero_stage in [0, 2],
 // global_batch is a multiple of data x micro_batch, and the features the
-// layout engine does not execute yet are off: fp16, CUDA devices.
+// layout engine does not execute yet are off: fp16. The device is "cpu",
+// "cuda" or "cuda:N" (CUDA ranks run NCCL groups on the device and stage
+// Gloo groups' collectives through the host, p2p_placement.h).
 // INVALID_ARGUMENT naming the field otherwise.
 absl::Status ValidateLayoutConfig(const TrainerConfig& config, const ParallelLayout& layout);
 
 // Builds the engine; call under the trainer's model-initialisation lock
 // right after seeding (the model's weights are drawn from the global
-// generator). `groups` must outlive the engine.
+// generator). `groups` must outlive the engine. The model is built on the
+// CPU and moved to `device`, where the optimizer keeps its buffers too.
 std::unique_ptr<RankEngine> MakeLayoutEngine(const TrainerConfig& config,
-                                             const ParallelGroups& groups);
+                                             const ParallelGroups& groups,
+                                             const torch::Device& device);
 
 }  // namespace loom::engine
 

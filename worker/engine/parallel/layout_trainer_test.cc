@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/parallel/layout_engine.h"
 #include "worker/engine/checkpoint/checkpoint_choice.h"
 #include "worker/engine/checkpoint/checkpoint_inspect.h"
 #include "worker/engine/checkpoint/checkpoint_fence.h"
@@ -595,6 +596,24 @@ TEST_F(LayoutTrainerTest, RefusesWhatALayoutCannotRun) {
   TrainerConfig batch = Config();
   batch.global_batch = 6;  // not a multiple of data 2 x micro_batch 2
   refused(batch, Layout{1, 1, 2, 1}, "global_batch");
+}
+
+// CUDA ranks are accepted (deciding needs no GPU); other devices are not.
+TEST_F(LayoutTrainerTest, LayoutsRunOnCpuAndCudaDevices) {
+  const ParallelLayout tp2{1, 2, 1};
+  for (const char* device : {"cpu", "cuda", "cuda:0", "cuda:3"}) {
+    TrainerConfig c = Config();
+    c.device = device;
+    EXPECT_TRUE(ValidateLayoutConfig(c, tp2).ok()) << device << ": "
+                                                    << ValidateLayoutConfig(c, tp2);
+  }
+  for (const char* device : {"mps", "xpu:0", "cudax"}) {
+    TrainerConfig c = Config();
+    c.device = device;
+    const absl::Status s = ValidateLayoutConfig(c, tp2);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << device;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("device: ")) << s;
+  }
 }
 
 }  // namespace

@@ -24,4 +24,27 @@ torch::Tensor ReceiveBuffer(const std::vector<int64_t>& shape, torch::ScalarType
   return torch::empty(shape, torch::TensorOptions().dtype(dtype).device(where));
 }
 
+bool NeedsCopy(P2pPlacement placement, const torch::Device& device) {
+  return placement == P2pPlacement::kHost ? !device.is_cpu() : !device.is_cuda();
+}
+
+torch::Tensor StageForCollective(const torch::Tensor& t, P2pPlacement placement, bool widen) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor staged = t;
+  if (NeedsCopy(placement, staged.device())) {
+    staged = staged.to(placement == P2pPlacement::kHost ? torch::Device(torch::kCPU)
+                                                        : torch::Device(torch::kCUDA));
+  }
+  const auto type = staged.scalar_type();
+  if (widen && (type == torch::kBFloat16 || type == torch::kHalf)) staged = staged.to(torch::kFloat);
+  if (!staged.is_contiguous()) staged = staged.contiguous();
+  return staged;
+}
+
+void FinishStaged(torch::Tensor& t, const torch::Tensor& staged) {
+  if (staged.is_same(t)) return;
+  torch::NoGradGuard no_grad;
+  t.copy_(staged);
+}
+
 }  // namespace loom::engine

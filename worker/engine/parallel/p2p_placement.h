@@ -38,6 +38,25 @@ torch::Tensor StageForSend(const torch::Tensor& t, P2pPlacement placement);
 torch::Tensor ReceiveBuffer(const std::vector<int64_t>& shape, torch::ScalarType dtype,
                             const torch::Device& device, P2pPlacement placement);
 
+// Collectives follow the same rule as point-to-point (tensor_parallel.h
+// AllReduceInPlace and BroadcastInPlace, reduce_scatter.h, the ZeRO-2
+// partitioner): whether a tensor on `device` must be copied before a
+// collective of `placement` runs on it. kHost needs host memory; kDevice
+// needs CUDA memory.
+bool NeedsCopy(P2pPlacement placement, const torch::Device& device);
+
+// The tensor a collective of `placement` runs on for `t`: `t` itself when it
+// is contiguous, on the right side, and (with `widen`) not a 16-bit float;
+// else a contiguous copy on the host (kHost) or the current CUDA device
+// (kDevice, for a host tensor), with bf16 and fp16 widened to fp32 when
+// `widen` (Gloo has no bf16 reduction). Copies are made without autograd.
+torch::Tensor StageForCollective(const torch::Tensor& t, P2pPlacement placement,
+                                 bool widen = false);
+
+// After the collective: copies `staged` back into `t` (keeping t's device and
+// dtype) unless StageForCollective returned `t` itself.
+void FinishStaged(torch::Tensor& t, const torch::Tensor& staged);
+
 }  // namespace loom::engine
 
 #endif  // LOOM_WORKER_ENGINE_PARALLEL_P2P_PLACEMENT_H_

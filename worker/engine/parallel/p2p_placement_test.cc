@@ -55,5 +55,45 @@ TEST(P2pPlacementTest, StagingKeepsValuesAndPlacesBuffers) {
   EXPECT_TRUE(host.device().is_cpu());
 }
 
+TEST(P2pPlacementTest, CollectivesCopyOnlyWhatIsOnTheWrongSide) {
+  // Deciding needs no GPU: a Device is a value.
+  EXPECT_FALSE(NeedsCopy(P2pPlacement::kHost, torch::Device(torch::kCPU)));
+  EXPECT_TRUE(NeedsCopy(P2pPlacement::kHost, torch::Device("cuda:1")));
+  EXPECT_TRUE(NeedsCopy(P2pPlacement::kDevice, torch::Device(torch::kCPU)));
+  EXPECT_FALSE(NeedsCopy(P2pPlacement::kDevice, torch::Device("cuda:0")));
+
+  // A contiguous host fp32 tensor is used as it is, and finishing is a no-op.
+  torch::Tensor flat = torch::arange(6, torch::kFloat);
+  torch::Tensor staged = StageForCollective(flat, P2pPlacement::kHost);
+  EXPECT_TRUE(staged.is_same(flat));
+  staged.mul_(2);
+  FinishStaged(flat, staged);
+  EXPECT_TRUE(torch::equal(flat, torch::arange(6, torch::kFloat) * 2));
+
+  // A view that is not contiguous is copied, and the result written back
+  // into the view (so into its base).
+  torch::Tensor base = torch::arange(12, torch::kFloat).view({3, 4});
+  torch::Tensor view = base.t();
+  torch::Tensor copy = StageForCollective(view, P2pPlacement::kHost);
+  EXPECT_TRUE(copy.is_contiguous());
+  EXPECT_FALSE(copy.is_same(view));
+  EXPECT_TRUE(torch::equal(copy, view));
+  copy.add_(100);
+  FinishStaged(view, copy);
+  EXPECT_EQ(base[2][3].item<float>(), 111.0f);
+  EXPECT_TRUE(view.device().is_cpu());
+
+  // bf16 is widened for the reduction and rounded back into the bf16 tensor.
+  torch::Tensor half = torch::full({4}, 1.5, torch::kBFloat16);
+  torch::Tensor wide = StageForCollective(half, P2pPlacement::kHost, /*widen=*/true);
+  EXPECT_EQ(wide.scalar_type(), torch::kFloat);
+  wide.add_(1);
+  FinishStaged(half, wide);
+  EXPECT_EQ(half.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(half[3].item<float>(), 2.5f);
+  // Without widening a bf16 host tensor is used as it is.
+  EXPECT_TRUE(StageForCollective(half, P2pPlacement::kHost).is_same(half));
+}
+
 }  // namespace
 }  // namespace loom::engine

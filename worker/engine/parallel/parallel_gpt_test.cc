@@ -120,6 +120,8 @@ struct LayoutRun {
   ParallelLayout layout;
   int zero_stage = 0;  // 0: replicated AdamW; 1, 2: ShardedAdamW
   int micro_batch = 0;  // sequences per forward; 0 = the replica's whole slice
+  // ShardedAdamW's update as LibTorch operations (its CUDA path) on the CPU.
+  bool torch_ops_update = false;
 };
 
 // Trains `run.layout` (pipeline 1) with one thread per rank: each
@@ -183,6 +185,7 @@ RunResult TrainLayout(const GptConfig& config, const LayoutRun& run_options,
         sharded = std::make_unique<ShardedAdamW>(std::move(parameters), TestOptimizer(),
                                                  run_options.zero_stage, groups->data.get(),
                                                  groups->tensor.get(), groups->pipeline.get());
+        if (run_options.torch_ops_update) sharded->set_update_path(FusedAdamWPath::kTorchOps);
       }
       const int per_replica = kGlobalBatch / layout.data;
       const int micro = run_options.micro_batch > 0 ? run_options.micro_batch : per_replica;
@@ -585,6 +588,15 @@ TEST_F(ParallelEquivalenceTest, DataParallel2WithMicroBatches) {
 TEST_F(ParallelEquivalenceTest, Zero1DataParallel2) {
   ExpectEquivalent(*reference_, TrainLayout(*config_, {{2, 1, 1}, 1, 1}, *batches_),
                    "ZeRO-1 DP2");
+}
+
+// The update CUDA ranks run (LibTorch operations over the flat buffers),
+// here on the CPU, trains like one rank too.
+TEST_F(ParallelEquivalenceTest, Zero1DataParallel2WithTheTorchOpsUpdate) {
+  LayoutRun run{{2, 1, 1}, 1, 1};
+  run.torch_ops_update = true;
+  ExpectEquivalent(*reference_, TrainLayout(*config_, run, *batches_),
+                   "ZeRO-1 DP2, torch-ops update");
 }
 
 TEST_F(ParallelEquivalenceTest, Zero2DataParallel2) {

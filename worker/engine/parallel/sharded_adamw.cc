@@ -50,25 +50,31 @@ ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
                    [&](const ShardedParameter& a, const ShardedParameter& b) {
                      return order(a) < order(b);
                    });
+  if (!parameters_.empty()) device_ = parameters_.front().tensor.device();
   for (const ShardedParameter& p : parameters_) {
     TORCH_CHECK(p.tensor.scalar_type() == torch::kFloat && p.tensor.is_contiguous() &&
-                    p.tensor.device().is_cpu(),
-                "ShardedAdamW needs contiguous fp32 CPU parameters; ", p.name, " is not");
+                    (p.tensor.device().is_cpu() || p.tensor.device().is_cuda()) &&
+                    p.tensor.device() == device_,
+                "ShardedAdamW needs contiguous fp32 parameters, all on one CPU or CUDA device; ",
+                p.name, " is not");
     offsets_.push_back(total_);
     total_ += p.tensor.numel();
   }
   const int64_t padded_total = std::max(total_, min_total_elements);
   shard_ = (padded_total + ranks_ - 1) / ranks_;
-  exp_avg_ = torch::zeros({shard_});
-  exp_avg_sq_ = torch::zeros({shard_});
+  // Every buffer lives beside the parameters; collectives stage what their
+  // group's backend cannot take (p2p_placement.h).
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
+  exp_avg_ = torch::zeros({shard_}, f32);
+  exp_avg_sq_ = torch::zeros({shard_}, f32);
   // The parameters (and, for stages 0 and 1, their gradients) become views
   // into flat buffers, so the collectives run in place on memory that lives
   // all run long (see ReduceScatterInPlace on why that matters on Gloo) and
   // nothing is copied to or from a staging buffer. Backward accumulates into
   // the gradient views in place (autograd adds into a defined .grad).
   torch::NoGradGuard no_grad;
-  flat_parameters_ = torch::zeros({shard_ * ranks_});
-  if (zero_stage_ != 2) flat_gradients_ = torch::zeros({shard_ * ranks_});
+  flat_parameters_ = torch::zeros({shard_ * ranks_}, f32);
+  if (zero_stage_ != 2) flat_gradients_ = torch::zeros({shard_ * ranks_}, f32);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     torch::Tensor p = parameters_[i].tensor;
     torch::Tensor view = flat_parameters_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
@@ -93,7 +99,7 @@ ShardedAdamW::ShardedAdamW(std::vector<ShardedParameter> parameters,
     averager_ = std::make_unique<GradientAverager>(std::move(slots), flat_gradients_, data_group_,
                                                    kGradientBucketBytes, /*average=*/false);
   } else if (zero_stage_ == 2) {
-    grad_shard_ = torch::zeros({shard_});
+    grad_shard_ = torch::zeros({shard_}, f32);
     partitioner_ = std::make_unique<GradientPartitioner>(
         std::move(slots), shard_, grad_shard_, ranks_ > 1 ? data_group_ : nullptr);
   }
@@ -184,7 +190,7 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
 
   // Global norm: [TP-sharded, replicated] squares of this shard, summed over
   // the data group, the sharded part over the tensor group, then stages.
-  torch::Tensor sums = torch::zeros({2}, torch::kDouble);
+  torch::Tensor sums = torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   for (const Piece& piece : pieces) {
     const ShardedParameter& p = parameters_[piece.parameter];
     if (!p.counted_in_norm) continue;
@@ -222,7 +228,7 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
     t.step = step_;
     group.tensors.push_back(t);
   }
-  AdamWUpdate(absl::MakeConstSpan(&group, 1), clip_coef);
+  AdamWUpdateOn(device_, absl::MakeConstSpan(&group, 1), clip_coef, update_path_);
 
   // Every rank gets every updated shard, in place: the parameters are
   // views of flat_parameters_.
@@ -234,7 +240,7 @@ ShardedStepResult ShardedAdamW::Step(double lr, double max_grad_norm) {
 void ShardedAdamW::GatherMoments(torch::Tensor* exp_avg, torch::Tensor* exp_avg_sq) const {
   torch::NoGradGuard no_grad;
   for (auto [out, mine] : {std::make_pair(exp_avg, &exp_avg_), std::make_pair(exp_avg_sq, &exp_avg_sq_)}) {
-    torch::Tensor flat = torch::zeros({shard_ * ranks_});
+    torch::Tensor flat = torch::zeros({shard_ * ranks_}, mine->options());
     flat.narrow(0, shard_begin(), shard_).copy_(*mine);
     if (ranks_ > 1) AllGatherInPlace(flat, data_group_);
     *out = flat.narrow(0, 0, total_);

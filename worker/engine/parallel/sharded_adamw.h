@@ -49,6 +49,7 @@
 #include <torch/types.h>
 
 #include "worker/engine/gradient_averager.h"
+#include "worker/engine/ops/fused_adamw_torch.h"
 #include "worker/engine/parallel/reduce_scatter.h"
 #include "worker/engine/parallel/tensor_parallel.h"
 #include "worker/engine/config.h"
@@ -59,7 +60,7 @@ class GradientPartitioner;
 
 struct ShardedParameter {
   std::string name;      // full-model name (TensorParallelSplitOf reads it)
-  torch::Tensor tensor;  // fp32, contiguous, on the CPU
+  torch::Tensor tensor;  // fp32, contiguous; all on one CPU or CUDA device
   bool decay = true;     // AdamW weight decay applies (dim() >= 2)
   bool counted_in_norm = true;  // false: another stage counts it (tied wte copy)
   // Its gradient is completed after backward (the tied wte of a pipeline's
@@ -110,6 +111,16 @@ class ShardedAdamW {
 
   int zero_stage() const { return zero_stage_; }
   int64_t step_count() const { return step_; }
+  // The device the parameters, moments and buffers live on.
+  const torch::Device& device() const { return device_; }
+  // How the update runs (fused_adamw_torch.h AdamWUpdateOn): kAuto is the
+  // CPU kernel on the CPU and LibTorch operations on CUDA; kTorchOps runs
+  // the operations on the CPU too (tests).
+  void set_update_path(FusedAdamWPath path) { update_path_ = path; }
+  // "cpu-kernel" or "torch-ops".
+  const char* update_implementation() const {
+    return device_.is_cpu() && update_path_ == FusedAdamWPath::kAuto ? "cpu-kernel" : "torch-ops";
+  }
   int64_t total_elements() const { return total_; }
   int64_t shard_elements() const { return shard_; }
   // This rank's slice [shard_begin, shard_begin + shard_elements) of the
@@ -146,6 +157,8 @@ class ShardedAdamW {
   c10d::ProcessGroup* tensor_group_;
   c10d::ProcessGroup* pipeline_group_;
   ReduceScatterAlgorithm algorithm_;
+  torch::Device device_{torch::kCPU};
+  FusedAdamWPath update_path_ = FusedAdamWPath::kAuto;
   int ranks_ = 1;  // ranks the state is sharded over (1 for stage 0)
   int rank_ = 0;   // this rank's shard
   int64_t total_ = 0;  // N

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "worker/engine/parallel/p2p_placement.h"
 
 namespace loom::engine {
 namespace {
@@ -111,20 +112,24 @@ void AllReduceInPlace(torch::Tensor& t, c10d::ProcessGroup* group,
                       c10d::ReduceOp::RedOpType op) {
   if (group == nullptr || group->getSize() == 1) return;
   torch::NoGradGuard no_grad;
-  const bool nccl = group->getBackendName() == "nccl";
-  torch::Tensor staged = t;
   // Gloo reduces host memory, NCCL device memory: a host tensor (a step's
   // loss sum, a flag) goes to the current CUDA device for NCCL.
-  if (!nccl && !staged.device().is_cpu()) staged = staged.to(torch::kCPU);
-  if (nccl && staged.device().is_cpu()) staged = staged.to(torch::Device(torch::kCUDA));
-  const auto type = staged.scalar_type();
-  if (type == torch::kBFloat16 || type == torch::kHalf) staged = staged.to(torch::kFloat);
-  if (!staged.is_contiguous()) staged = staged.contiguous();
-  std::vector<torch::Tensor> tensors = {staged};
+  std::vector<torch::Tensor> tensors = {
+      StageForCollective(t, P2pPlacementOf(*group), /*widen=*/true)};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
   group->allreduce(tensors, options)->wait();
-  if (!tensors[0].is_same(t)) t.copy_(tensors[0]);
+  FinishStaged(t, tensors[0]);
+}
+
+void BroadcastInPlace(torch::Tensor& t, c10d::ProcessGroup* group, int root) {
+  if (group == nullptr || group->getSize() == 1) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> tensors = {StageForCollective(t, P2pPlacementOf(*group))};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  group->broadcast(tensors, options)->wait();
+  FinishStaged(t, tensors[0]);
 }
 
 torch::Tensor CopyToTensorParallelRegion(const torch::Tensor& x, c10d::ProcessGroup* group) {

@@ -44,6 +44,10 @@ namespace loom::engine {
 // c10::Error or std::exception on a collective failure or timeout.
 void AllReduceInPlace(torch::Tensor& t, c10d::ProcessGroup* group,
                       c10d::ReduceOp::RedOpType op = c10d::ReduceOp::SUM);
+// Overwrites `t` on every rank of `group` with rank `root`'s (group ranks);
+// staged as AllReduceInPlace is (no widening: a broadcast copies bits).
+// Nothing when group is null or has one rank.
+void BroadcastInPlace(torch::Tensor& t, c10d::ProcessGroup* group, int root);
 
 // Megatron's f: returns x; in backward, all-reduces the gradient.
 torch::Tensor CopyToTensorParallelRegion(const torch::Tensor& x, c10d::ProcessGroup* group);
