@@ -107,3 +107,10 @@ target_link_libraries(loom_control_plane_bench PRIVATE loom_test_util loom_local
                       loom_grpc_util loom_file_util loom_jobspec loom_data absl::strings
                       absl::str_format absl::synchronization)
 add_dependencies(loom_control_plane_bench loom-controller)
+
+# scheduler: the real scheduling policy through ClusterSim over a synthetic
+# 15,000-job trace on 1,000 workers; waits, utilisation, goodput,
+# preemptions and decisions/s against bench/scheduler_thresholds.txt (issue 30).
+add_executable(loom_scheduler_bench ${CMAKE_CURRENT_LIST_DIR}/scheduler_bench.cc)
+target_link_libraries(loom_scheduler_bench PRIVATE loom_scheduling absl::strings absl::str_format
+                      absl::time)

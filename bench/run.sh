@@ -38,6 +38,18 @@ bench_published_plans() {
     "${PUBLISHED_PLANS_REPETITIONS:-3}"
 }
 
+# The scheduling policy (controller/scheduling/) driven through ClusterSim on
+# a fake clock over a synthetic trace of SCHEDULER_JOBS jobs (default 15000,
+# seed SCHEDULER_SEED) on 1,000 workers: time to admission per gang size,
+# utilisation while demand exceeds capacity, goodput, preemptions and steps
+# lost, decisions/s; fails when a figure crosses bench/scheduler_thresholds.txt
+# (issue 30).
+bench_scheduler() {
+  build loom_scheduler_bench
+  "$BUILD_DIR/bin/loom_scheduler_bench" bench/scheduler_thresholds.txt "${SCHEDULER_JOBS:-15000}" \
+    "${SCHEDULER_SEED:-30}"
+}
+
 # Fused AdamW bandwidth on 100M fp32 parameters, 2 threads, against a stream
 # kernel with the same access pattern and torch::optim::AdamW (issue 6).
 bench_adamw() {

@@ -105,6 +105,32 @@ class Cycle {
     int run;
     PreemptionReason reason;
   };
+  // The cross-queue order of OrderKey: (would borrow, weighted share,
+  // -priority, submit time, id), compared as a tuple of them would be.
+  struct Key {
+    int borrows = 0;
+    double share = 0;
+    int neg_priority = 0;
+    absl::Time submit;
+    const std::string* id = nullptr;
+    bool operator<(const Key& o) const;
+  };
+  // Orders gangs by their demands, for the per-cycle caches.
+  struct GangLess {
+    bool operator()(const std::vector<Resources>& a, const std::vector<Resources>& b) const;
+  };
+  // Room a gang may take now: free_ - claimed_ (- held_ when holds are
+  // respected), the sum of its positive parts (what FitGang's quick
+  // refusal compares), and how many workers have room for a given entry.
+  // Rebuilt on first use after an admission, claim or reservation changed
+  // free_, claimed_ or held_. Caches only: every answer is what the full
+  // computation gives.
+  struct Avail {
+    bool stale = true;
+    std::vector<Resources> room;
+    Resources total;
+    mutable std::map<std::pair<int64_t, int64_t>, int> workers_with_room;  // entry -> count
+  };
 
   void Evaluate(const PendingJob& j, int q);
   bool FitsQuota(const PendingJob& j, int q, const std::vector<int>& victims, bool respect_reserved,
@@ -112,6 +138,7 @@ class Cycle {
   std::optional<std::vector<int>> Place(const PendingJob& j, const std::vector<int>& victims,
                                         bool respect_holds) const;
   std::optional<std::vector<Candidate>> FindVictims(const PendingJob& j, int q) const;
+  bool SomeVictimsMayDo(const PendingJob& j, int q, const std::vector<Candidate>& candidates) const;
   double BorrowedShare(int q, const Resources& usage) const;
   void Admit(const PendingJob& j, int q, const std::vector<int>& at, bool opportunistic);
   void Claim(const PendingJob& j, int q, const std::vector<int>& victims);
@@ -120,7 +147,15 @@ class Cycle {
             std::string blocking = "", absl::Time start = absl::InfiniteFuture());
   int CohortOf(int q) const { return q < 0 ? -1 : queues_[q].cohort; }
   bool Shared(int q) const { return q >= 0 && !cohorts_[queues_[q].cohort].name.empty(); }
-  std::tuple<int, double, int, absl::Time, std::string> OrderKey(int q) const;
+  Key OrderKey(int q) const;
+  const Avail& AvailNow(bool respect_holds) const;
+  // False only when FitGang(gang, a.room) is certainly nullopt: no entry,
+  // more entries than workers, too little room in all, or fewer workers
+  // with room for the smallest entry than entries.
+  bool MayFit(const GangDemand& gang, const Avail& a) const;
+  int WorkersWithRoom(const Avail& a, const Resources& entry) const;
+  bool MayFitWith(const GangDemand& gang, const Avail& a, const std::vector<int>& victims) const;
+  void RoomChanged();
 
   const QueueConfig& config_;
   const absl::Time now_;
@@ -136,7 +171,86 @@ class Cycle {
   std::vector<Reservation> reservations_;
   absl::Time earliest_reservation_ = absl::InfiniteFuture();
   Decisions out_;
+
+  // Per-cycle indexes and caches (issue 30's benchmark: a cycle visits every
+  // pending job, so per-job work over all workers or all running jobs
+  // dominates). None changes a decision.
+  // Snapshot runs that may be victims at all (Preemptible) in CheaperVictim
+  // order, ties by index: FindVictims' candidates come out sorted as its
+  // stable_sort would leave them.
+  std::vector<int> victim_order_;
+  // Preemptor id -> the snapshot runs saving for it, by index.
+  std::unordered_map<std::string, std::vector<int>> saving_for_;
+  // Whether a gang fits the live workers when idle (capacity_ is fixed for
+  // the cycle).
+  mutable std::map<std::vector<Resources>, bool, GangLess> fits_idle_;
+  mutable Avail avail_[2];  // [respect_holds]
+  // DescribeShortage(gang, free_ - claimed_) by gang; cleared with avail_.
+  mutable std::map<std::vector<Resources>, std::string, GangLess> shortage_;
+  // Place's scratch: what victims add per worker (all zero between calls).
+  mutable std::vector<Resources> added_;
+  mutable std::vector<int> touched_;
 };
+
+bool Cycle::Key::operator<(const Key& o) const {
+  // As std::tuple's operator<: each element by `<` both ways.
+  if (borrows < o.borrows) return true;
+  if (o.borrows < borrows) return false;
+  if (share < o.share) return true;
+  if (o.share < share) return false;
+  if (neg_priority < o.neg_priority) return true;
+  if (o.neg_priority < neg_priority) return false;
+  if (submit < o.submit) return true;
+  if (o.submit < submit) return false;
+  return *id < *o.id;
+}
+
+bool Cycle::GangLess::operator()(const std::vector<Resources>& a,
+                                 const std::vector<Resources>& b) const {
+  return std::lexicographical_compare(
+      a.begin(), a.end(), b.begin(), b.end(), [](const Resources& x, const Resources& y) {
+        return std::tie(x.slots, x.gpus) < std::tie(y.slots, y.gpus);
+      });
+}
+
+const Cycle::Avail& Cycle::AvailNow(bool respect_holds) const {
+  Avail& a = avail_[respect_holds ? 1 : 0];
+  if (!a.stale) return a;
+  a.room = free_;
+  a.total = Resources{};
+  for (size_t w = 0; w < a.room.size(); ++w) {
+    a.room[w] -= claimed_[w];
+    if (respect_holds) a.room[w] -= held_[w];
+    a.total += Max(a.room[w], Resources{});
+  }
+  a.workers_with_room.clear();
+  a.stale = false;
+  return a;
+}
+
+int Cycle::WorkersWithRoom(const Avail& a, const Resources& entry) const {
+  auto [it, added] = a.workers_with_room.emplace(std::make_pair(entry.slots, entry.gpus), 0);
+  if (added) {
+    for (const Resources& room : a.room) it->second += entry.FitsIn(room) ? 1 : 0;
+  }
+  return it->second;
+}
+
+// FitGang puts each entry on a distinct worker with room for it, and each
+// of those has room for the componentwise smallest entry.
+bool Cycle::MayFit(const GangDemand& gang, const Avail& a) const {
+  const int n = static_cast<int>(gang.per_worker.size());
+  if (n == 0 || n > static_cast<int>(a.room.size())) return false;
+  if (!gang.Total().FitsIn(a.total)) return false;
+  Resources smallest = gang.per_worker.front();
+  for (const Resources& r : gang.per_worker) smallest = Min(smallest, r);
+  return WorkersWithRoom(a, smallest) >= n;
+}
+
+void Cycle::RoomChanged() {
+  avail_[0].stale = avail_[1].stale = true;
+  shortage_.clear();
+}
 
 Cycle::Cycle(const QueueConfig& config, const ClusterSnapshot& snapshot,
              const FairShare& fair_share, absl::Time now)
@@ -205,10 +319,19 @@ Cycle::Cycle(const QueueConfig& config, const ClusterSnapshot& snapshot,
              std::tie(a->priority, b->submit_time, b->id);
     });
   }
+  for (int r = 0; r < static_cast<int>(runs_.size()); ++r) {
+    const RunningJob& job = *runs_[r].job;
+    if (job.saving) saving_for_[job.preempted_for].push_back(r);
+    if (!runs_[r].at.empty() && Preemptible(job, config.min_run_time, now)) {
+      victim_order_.push_back(r);
+    }
+  }
+  std::stable_sort(victim_order_.begin(), victim_order_.end(),
+                   [&](int a, int b) { return CheaperVictim(*runs_[a].job, *runs_[b].job); });
 }
 
 // Dominant share of the cluster, divided by weight.
-std::tuple<int, double, int, absl::Time, std::string> Cycle::OrderKey(int q) const {
+Cycle::Key Cycle::OrderKey(int q) const {
   const Queue& queue = queues_[q];
   const PendingJob& head = *queue.jobs[queue.next];
   const bool borrows = !(queue.usage + head.gang.Total()).FitsIn(queue.spec->nominal_quota);
@@ -219,17 +342,17 @@ std::tuple<int, double, int, absl::Time, std::string> Cycle::OrderKey(int q) con
   if (cluster_.gpus > 0) {
     share = std::max(share, (queue.decayed.gpus + queue.admitted.gpus) / cluster_.gpus);
   }
-  return {borrows ? 1 : 0, share / queue.spec->weight, -head.priority, head.submit_time, head.id};
+  return {borrows ? 1 : 0, share / queue.spec->weight, -head.priority, head.submit_time, &head.id};
 }
 
 Decisions Cycle::Decide() {
   while (true) {
     int best = -1;
-    std::tuple<int, double, int, absl::Time, std::string> best_key;
+    Key best_key;
     for (int q = 0; q < static_cast<int>(queues_.size()); ++q) {
       if (queues_[q].next >= queues_[q].jobs.size()) continue;
       auto key = OrderKey(q);
-      if (best < 0 || key < best_key) best = q, best_key = std::move(key);
+      if (best < 0 || key < best_key) best = q, best_key = key;
     }
     if (best < 0) break;
     const PendingJob& j = *queues_[best].jobs[queues_[best].next++];
@@ -276,15 +399,48 @@ bool Cycle::FitsQuota(const PendingJob& j, int q, const std::vector<int>& victim
 
 std::optional<std::vector<int>> Cycle::Place(const PendingJob& j, const std::vector<int>& victims,
                                              bool respect_holds) const {
-  std::vector<Resources> avail = free_;
-  for (size_t w = 0; w < avail.size(); ++w) {
-    avail[w] -= claimed_[w];
-    if (respect_holds) avail[w] -= held_[w];
+  const Avail& a = AvailNow(respect_holds);
+  if (victims.empty()) {
+    if (!MayFit(j.gang, a)) return std::nullopt;
+    return FitGang(j.gang, a.room);
   }
+  if (!MayFitWith(j.gang, a, victims)) return std::nullopt;
+  std::vector<Resources> avail = a.room;
   for (int v : victims) {
     for (const auto& [w, amount] : runs_[v].at) avail[w] += amount;
   }
   return FitGang(j.gang, avail);
+}
+
+// MayFit's test on the room plus the victims' shares, updated on the
+// workers the victims touch only (FitGang, which copies the room, runs only
+// when it passes).
+bool Cycle::MayFitWith(const GangDemand& gang, const Avail& a,
+                       const std::vector<int>& victims) const {
+  if (added_.size() != a.room.size()) added_.assign(a.room.size(), Resources{});
+  touched_.clear();
+  for (int v : victims) {
+    for (const auto& [w, amount] : runs_[v].at) {
+      if (added_[w].IsZero()) touched_.push_back(w);
+      added_[w] += amount;
+    }
+  }
+  const int n = static_cast<int>(gang.per_worker.size());
+  Resources smallest = n > 0 ? gang.per_worker.front() : Resources{};
+  for (const Resources& r : gang.per_worker) smallest = Min(smallest, r);
+  Resources total = a.total;
+  int with_room = n > 0 ? WorkersWithRoom(a, smallest) : 0;
+  std::sort(touched_.begin(), touched_.end());
+  touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
+  for (int w : touched_) {
+    const Resources after = a.room[w] + added_[w];
+    total += Max(after, Resources{}) - Max(a.room[w], Resources{});
+    with_room += (smallest.FitsIn(after) ? 1 : 0) - (smallest.FitsIn(a.room[w]) ? 1 : 0);
+  }
+  const bool may_fit =
+      n > 0 && n <= static_cast<int>(a.room.size()) && gang.Total().FitsIn(total) && with_room >= n;
+  for (int w : touched_) added_[w] = Resources{};
+  return may_fit;
 }
 
 // max over resources of max(0, usage - nominal) / cohort capacity, / weight.
@@ -306,12 +462,9 @@ std::optional<std::vector<Cycle::Candidate>> Cycle::FindVictims(const PendingJob
   const Queue& queue = queues_[q];
   const Resources need = j.gang.Total();
   std::vector<Candidate> candidates;
-  for (int r = 0; r < static_cast<int>(runs_.size()); ++r) {
+  for (int r : victim_order_) {  // already in CheaperVictim order
     const Run& run = runs_[r];
-    if (run.gone || run.job == nullptr || run.at.empty() ||
-        !Preemptible(*run.job, config_.min_run_time, now_)) {
-      continue;
-    }
+    if (run.gone) continue;
     if (run.queue == q && queue.spec->preemption && run.priority < j.priority) {
       candidates.push_back({r, PreemptionReason::kPriority});
     } else if (run.job->opportunistic && run.priority <= j.priority) {
@@ -324,10 +477,7 @@ std::optional<std::vector<Cycle::Candidate>> Cycle::FindVictims(const PendingJob
     }
   }
   if (candidates.empty()) return std::nullopt;
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [&](const Candidate& a, const Candidate& b) {
-                     return CheaperVictim(*runs_[a.run].job, *runs_[b.run].job);
-                   });
+  if (!SomeVictimsMayDo(j, q, candidates)) return std::nullopt;
   auto runs_of = [&](const std::vector<int>& chosen) {
     std::vector<int> out;
     for (int c : chosen) out.push_back(candidates[c].run);
@@ -371,6 +521,51 @@ std::optional<std::vector<Cycle::Candidate>> Cycle::FindVictims(const PendingJob
   return victims;
 }
 
+// False only when ChooseVictims over `candidates` (with FindVictims' fits and
+// allowed) certainly finds no set. Every set it can choose holds only
+// candidates that were allowed when taken, so lies within the candidates
+// that could ever be allowed (giving up more never makes a victim's queue
+// borrow, nor the job's queue borrow less): priority and reservation ones;
+// reclaim ones from a queue that borrows now; fair-share ones whose queue's
+// share without them alone is >= the job queue's share with the job, less
+// everything the job's own queue could give up. Both halves of `fits` only
+// get harder with fewer victims (quota: usage only drops; room: FitGang
+// refuses when the positive room in all is short, and needs as many workers
+// with room as the gang has entries), so when all of those together do not
+// fit, no subset does. Amounts are >= 0 in any real
+// snapshot; with a negative one the check gives up (true).
+bool Cycle::SomeVictimsMayDo(const PendingJob& j, int q,
+                             const std::vector<Candidate>& candidates) const {
+  const Queue& queue = queues_[q];
+  const Resources need = j.gang.Total();
+  Resources own_queue;  // the most the job's queue can give up
+  for (const Candidate& c : candidates) {
+    const Run& run = runs_[c.run];
+    if (run.total.AnyNegative()) return true;
+    for (const auto& [w, amount] : run.at) {
+      if (amount.AnyNegative()) return true;
+    }
+    if (run.queue == q) own_queue += run.total;
+  }
+  const double least_share = BorrowedShare(q, queue.usage - own_queue + need);
+  std::vector<int> possible;
+  for (const Candidate& c : candidates) {
+    const Run& run = runs_[c.run];
+    const int p = run.queue;
+    bool may = true;
+    if (c.reason == PreemptionReason::kReclaim) {
+      may = !queues_[p].usage.FitsIn(queues_[p].spec->nominal_quota);
+    } else if (c.reason == PreemptionReason::kFairShare) {
+      may = BorrowedShare(p, queues_[p].usage - run.total) >= least_share;
+    }
+    if (!may) continue;
+    possible.push_back(c.run);
+  }
+  if (possible.empty()) return false;
+  return FitsQuota(j, q, possible, /*respect_reserved=*/true, nullptr) &&
+         MayFitWith(j.gang, AvailNow(/*respect_holds=*/true), possible);
+}
+
 void Cycle::Admit(const PendingJob& j, int q, const std::vector<int>& at, bool opportunistic) {
   Queue& queue = queues_[q];
   const Resources need = j.gang.Total();
@@ -390,6 +585,7 @@ void Cycle::Admit(const PendingJob& j, int q, const std::vector<int>& at, bool o
   for (size_t i = 0; i < at.size(); ++i) {
     const Resources& amount = j.gang.per_worker[i];
     free_[at[i]] -= amount;
+    RoomChanged();
     a.placement.push_back({worker_ids_[at[i]], amount});
     run.at.push_back({at[i], amount});
   }
@@ -429,6 +625,7 @@ void Cycle::Claim(const PendingJob& j, int q, const std::vector<int>& victims) {
     const Resources from_free = Max(j.gang.per_worker[i] - from_victims[w], Resources{});
     claimed_[w] += Max(Min(free_[w] - held_[w] - claimed_[w], from_free), Resources{});
   }
+  RoomChanged();
 }
 
 // Where and when `j` starts if running jobs end at their expected ends; holds
@@ -470,6 +667,7 @@ std::optional<absl::Time> Cycle::Reserve(const PendingJob& j, int q) {
     const int w = (*at)[i];
     held_[w] += Max(Min(free_[w] - held_[w] - claimed_[w], j.gang.per_worker[i]), Resources{});
   }
+  RoomChanged();
   queue.reserved += need;
   queue.has_holder = true;
   queue.holder = j.id;
@@ -494,7 +692,11 @@ void Cycle::Wait(const PendingJob& j, int q, WaitReason reason, std::string mess
 void Cycle::Evaluate(const PendingJob& j, int q) {
   Queue& queue = queues_[q];
   // Never fits the live workers, however empty: wait, reserving nothing.
-  if (!FitGang(j.gang, capacity_)) {
+  auto idle = fits_idle_.find(j.gang.per_worker);
+  if (idle == fits_idle_.end()) {
+    idle = fits_idle_.emplace(j.gang.per_worker, FitGang(j.gang, capacity_).has_value()).first;
+  }
+  if (!idle->second) {
     Wait(j, q, WaitReason::kGangDoesNotFit,
          absl::StrCat("gang does not fit the live workers even when idle: ",
                       DescribeShortage(j.gang, capacity_)));
@@ -503,10 +705,9 @@ void Cycle::Evaluate(const PendingJob& j, int q) {
 
   // Victims still saving for this job: it evicts nobody else meanwhile.
   std::vector<int> saving;
-  for (int r = 0; r < static_cast<int>(runs_.size()); ++r) {
-    const Run& run = runs_[r];
-    if (!run.gone && run.job != nullptr && run.job->saving && run.job->preempted_for == j.id) {
-      saving.push_back(r);
+  if (auto it = saving_for_.find(j.id); it != saving_for_.end()) {
+    for (int r : it->second) {
+      if (!runs_[r].gone) saving.push_back(r);
     }
   }
   if (!saving.empty()) {
@@ -593,9 +794,15 @@ void Cycle::Evaluate(const PendingJob& j, int q) {
     why = absl::StrCat("over quota: ", why);
   } else if (!Place(j, {}, /*respect_holds=*/false)) {
     reason = WaitReason::kGangDoesNotFit;
-    std::vector<Resources> unclaimed = free_;
-    for (size_t w = 0; w < unclaimed.size(); ++w) unclaimed[w] -= claimed_[w];
-    why = absl::StrCat("gang does not fit: ", DescribeShortage(j.gang, unclaimed));
+    // free_ - claimed_: the room without holds.
+    auto shortage = shortage_.find(j.gang.per_worker);
+    if (shortage == shortage_.end()) {
+      shortage = shortage_
+                     .emplace(j.gang.per_worker,
+                              DescribeShortage(j.gang, AvailNow(/*respect_holds=*/false).room))
+                     .first;
+    }
+    why = absl::StrCat("gang does not fit: ", shortage->second);
   } else if (queue.has_holder && !FitsQuota(j, q, {}, /*respect_reserved=*/true, nullptr)) {
     reason = WaitReason::kCapacityReserved;
     blocking = queue.holder;

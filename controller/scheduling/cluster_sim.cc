@@ -1,5 +1,6 @@
 #include "controller/scheduling/cluster_sim.h"
 
+#include <chrono>
 #include <set>
 #include <utility>
 
@@ -104,7 +105,9 @@ absl::StatusOr<Decisions> ClusterSim::RunCycle() {
 
   const ClusterSnapshot snapshot = Snapshot();
   fair_share_.Observe(now_, scheduling::QueueUsage(snapshot));
+  const auto decide_start = std::chrono::steady_clock::now();
   Decisions d = policy_.Decide(snapshot, fair_share_, now_);
+  decide_wall_time_ += absl::FromChrono(std::chrono::steady_clock::now() - decide_start);
 
   std::set<std::string> seen;
   for (const Waiting& w : d.waiting) {

@@ -60,6 +60,10 @@ class ClusterSim {
   int preemptions() const { return preemptions_; }
   int64_t steps_lost() const { return 0; }  // checkpoint-then-preempt: the model loses none
   const FairShare& fair_share() const { return fair_share_; }
+  // Real (wall-clock) time spent inside AdmissionPolicy::Decide over all
+  // cycles so far: what the scheduler benchmark divides its decisions by.
+  // A measurement only; no decision depends on it.
+  absl::Duration decide_wall_time() const { return decide_wall_time_; }
 
  private:
   struct Job {
@@ -85,6 +89,7 @@ class ClusterSim {
   std::map<std::string, Resources> free_;
   std::map<std::string, Job> pending_, running_, finished_;
   int preemptions_ = 0;
+  absl::Duration decide_wall_time_;
 };
 
 }  // namespace loom::scheduling

@@ -11,14 +11,6 @@ std::string Amount(int64_t n) { return n >= kUnlimited ? "unlimited" : absl::Str
 
 }  // namespace
 
-Resources Min(const Resources& a, const Resources& b) {
-  return {std::min(a.slots, b.slots), std::min(a.gpus, b.gpus)};
-}
-
-Resources Max(const Resources& a, const Resources& b) {
-  return {std::max(a.slots, b.slots), std::max(a.gpus, b.gpus)};
-}
-
 Resources Saturate(const Resources& r) {
   return {std::clamp<int64_t>(r.slots, 0, kUnlimited), std::clamp<int64_t>(r.gpus, 0, kUnlimited)};
 }

@@ -44,9 +44,14 @@ struct Resources {
   bool AnyNegative() const { return slots < 0 || gpus < 0; }
 };
 
-// Componentwise min / max.
-Resources Min(const Resources& a, const Resources& b);
-Resources Max(const Resources& a, const Resources& b);
+// Componentwise min / max. Inline: the scheduling cycle calls them per
+// worker, many times a cycle.
+inline Resources Min(const Resources& a, const Resources& b) {
+  return {a.slots < b.slots ? a.slots : b.slots, a.gpus < b.gpus ? a.gpus : b.gpus};
+}
+inline Resources Max(const Resources& a, const Resources& b) {
+  return {a.slots < b.slots ? b.slots : a.slots, a.gpus < b.gpus ? b.gpus : a.gpus};
+}
 // Each component clamped to [0, kUnlimited].
 Resources Saturate(const Resources& r);
 
