@@ -13,7 +13,7 @@ std::vector<CommandHelp> MakeCommands() {
   std::vector<CommandHelp> c;
   c.push_back({"local",
                {"local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto] "
-                "[--data-root DIR]... [--worker-timeout SECONDS]",
+                "[--data-root DIR]... [--worker-timeout SECONDS] [--queues FILE]",
                 "local down", "local restart controller|worker-N [--kill]", "local status"},
                "run a controller and workers on this machine",
                R"(up       starts a controller and N workers (default 2) on this machine, with
@@ -28,6 +28,7 @@ std::vector<CommandHelp> MakeCommands() {
            --gpus G|auto        GPUs per worker (auto: what NVML sees)
            --data-root DIR      another directory jobs may read data under
            --worker-timeout S   seconds of silence before a worker is lost
+           --queues FILE        the controller's queue file (docs/scheduling.md)
 down     stops them (the home and its state stay).
 restart  restarts one daemon at the same address: SIGTERM, or SIGKILL with
          --kill; a dead one is just started. Running jobs ride through a
@@ -37,7 +38,7 @@ status   shows the local daemons and whether each is alive.
 example: loomctl local up --workers 3 --slots 2)",
                {"up", "down", "restart", "status"},
                {"--workers", "--slots", "--memory", "--gpus", "--data-root", "--worker-timeout",
-                "--kill"},
+                "--queues", "--kill"},
                ArgKind::kNone});
   c.push_back({"submit",
                {"submit FILE [--follow]"},
@@ -380,7 +381,7 @@ _loomctl() {
   done
   case $prev in
     --home|--dir|--out|--data-root) COMPREPLY=($(compgen -d -- "$cur")); return ;;
-    --token-file|--tls-ca|--tls-cert|--tls-key|--token-out|--users-file|--topology|--cluster|--input)
+    --token-file|--tls-ca|--tls-cert|--tls-key|--token-out|--users-file|--topology|--cluster|--input|--queues)
       COMPREPLY=($(compgen -f -- "$cur")); return ;;
     -o) COMPREPLY=($(compgen -W "table json" -- "$cur")); return ;;
     --tokenizer) COMPREPLY=($(compgen -W "byte bpe" -- "$cur")); return ;;

@@ -276,6 +276,7 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
       absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)}) {
     ctl_args.push_back(std::move(arg));
   }
+  if (!o.queues_file.empty()) ctl_args.push_back("--queues=" + o.queues_file);
   std::error_code ec;
   const std::string home = std::filesystem::absolute(o.home, ec).string();
   std::vector<std::string> data_roots = o.data_roots;

@@ -41,6 +41,8 @@ struct LocalClusterOptions {
   std::string gpus_per_worker = "auto";  // loom-worker --gpus: a count or auto (NVML)
   absl::Duration start_timeout = absl::Seconds(30);  // for each daemon to become ready
   double worker_timeout_s = 10;  // passed to the controller
+  // The controller's --queues file (absolute); empty: the default queue.
+  std::string queues_file;
   // Where each daemon runs, for fault tests that give every daemon its own
   // network namespace (tests/netns_lab.h): a command line prefix that the
   // daemon's command is appended to (e.g. {"ip", "netns", "exec", "ns1"};

@@ -380,8 +380,10 @@ absl::Status ValueToJson(const YAML::Node& node, const FieldDescriptor* field,
       out->append(absl::AsciiStrToLower(text));
       return absl::OkStatus();
     default:  // CPPTYPE_STRING, string or base64 bytes
+      // scheduling.priority is an integer or a class name: both are text.
       if (IsPlain(node) && (IsFloatLiteral(text) || IsBoolLiteral(text) ||
-                            NonFiniteJson(text) != nullptr)) {
+                            NonFiniteJson(text) != nullptr) &&
+          !(field->full_name() == "loom.v1.SchedulingSpec.priority" && IsIntLiteral(text))) {
         return FieldError(path, absl::StrCat("expected a string, got ", text,
                                              " (quote it to use it as one)"));
       }

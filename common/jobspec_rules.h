@@ -34,6 +34,10 @@ inline constexpr int32_t kMaxRunRanks = 4096;
 // Devices a plan may be asked for: the top of the planner's own device
 // sweep (controller/planner/device_sweep.h), 2^17.
 inline constexpr int32_t kMaxPlanRanks = 131072;
+// scheduling.priority's integers, and the configuration's priority classes.
+inline constexpr int64_t kMaxPriority = 1000000;
+// scheduling.max_runtime_seconds: a year.
+inline constexpr int64_t kMaxRuntimeSeconds = int64_t{366} * 24 * 3600;
 
 // "<path>: <detail>"; "job spec: <detail>" when `path` is empty.
 absl::Status FieldError(absl::string_view path, absl::string_view detail);

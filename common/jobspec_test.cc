@@ -265,6 +265,40 @@ TEST(ParseJobSpecTest, BadInputsNameTheProblem) {
   }
 }
 
+// scheduling.priority is an integer or a priority class's name; both parse.
+TEST(ParseJobSpecTest, SchedulingPriorityIsAnIntegerOrAClassName) {
+  const std::string base = std::string(kGoodYaml);
+  auto ValidateJobSpec = [](JobSpec spec) {  // as submit validates: after the defaults
+    ApplyJobSpecDefaults(&spec);
+    return loom::ValidateJobSpec(spec);
+  };
+  absl::StatusOr<JobSpec> number =
+      ParseJobSpec(base + "scheduling: {queue: research, priority: 100, max_runtime_seconds: 3600}\n");
+  ASSERT_TRUE(number.ok()) << number.status();
+  EXPECT_EQ(number->scheduling().queue(), "research");
+  EXPECT_EQ(number->scheduling().priority(), "100");
+  EXPECT_EQ(number->scheduling().max_runtime_seconds(), 3600);
+  EXPECT_FALSE(number->scheduling().has_preemptible());
+  EXPECT_TRUE(ValidateJobSpec(*number).ok()) << ValidateJobSpec(*number);
+  absl::StatusOr<JobSpec> named =
+      ParseJobSpec(base + "scheduling: {priority: high, preemptible: false}\n");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->scheduling().priority(), "high");
+  EXPECT_TRUE(named->scheduling().has_preemptible());
+  EXPECT_FALSE(named->scheduling().preemptible());
+  EXPECT_TRUE(ValidateJobSpec(*named).ok()) << ValidateJobSpec(*named);
+  absl::StatusOr<JobSpec> negative = ParseJobSpec(base + "scheduling: {priority: -5}\n");
+  ASSERT_TRUE(negative.ok()) << negative.status();
+  EXPECT_EQ(negative->scheduling().priority(), "-5");
+  // Other strings still refuse numbers that are not integers.
+  absl::StatusOr<JobSpec> fraction = ParseJobSpec(base + "scheduling: {priority: 1.5}\n");
+  EXPECT_EQ(fraction.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(fraction.status().message()),
+              HasSubstr("scheduling.priority: expected a string, got 1.5"));
+  absl::StatusOr<JobSpec> queue = ParseJobSpec(base + "scheduling: {queue: 7}\n");
+  EXPECT_THAT(std::string(queue.status().message()), HasSubstr("scheduling.queue: expected a string"));
+}
+
 TEST(ApplyJobSpecDefaultsTest, FillsDocumentedDefaults) {
   JobSpec spec = MustParse(
       "name: a\noptimizer: {adamw: {lr: 0.001}}\nbatch: {global_batch: 32}\n"
@@ -658,6 +692,19 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        },
        kUnimplemented, "parallelism.sequence_parallel: sequence parallelism is planned but not "
                        "executable yet"},
+      // Where it waits on a shared cluster.
+      {"queue that is not a name",
+       [](JobSpec* s) { s->mutable_scheduling()->set_queue("Team A"); }, kInvalid,
+       "scheduling.queue: \"Team A\" must be 1-63 characters of [a-z0-9-]"},
+      {"priority out of range",
+       [](JobSpec* s) { s->mutable_scheduling()->set_priority("2000000"); }, kInvalid,
+       "scheduling.priority: must be in [-1000000, 1000000], got 2000000"},
+      {"priority that is neither a number nor a class",
+       [](JobSpec* s) { s->mutable_scheduling()->set_priority("very high"); }, kInvalid,
+       "scheduling.priority: \"very high\" is neither an integer nor a priority class name"},
+      {"negative max runtime",
+       [](JobSpec* s) { s->mutable_scheduling()->set_max_runtime_seconds(-1); }, kInvalid,
+       "scheduling.max_runtime_seconds: must be in [0, 31622400], got -1"},
   };
   ASSERT_GE(cases.size(), 20u);
 

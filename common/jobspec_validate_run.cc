@@ -28,6 +28,8 @@ using jobspec_rules::FieldError;
 using jobspec_rules::IsValidJobName;
 using jobspec_rules::kMaxDataBatch;
 using jobspec_rules::kMaxRunRanks;
+using jobspec_rules::kMaxPriority;
+using jobspec_rules::kMaxRuntimeSeconds;
 using jobspec_rules::kMaxSteps;
 
 namespace {
@@ -235,6 +237,35 @@ absl::Status ValidateSkipBatches(const google::protobuf::RepeatedPtrField<v1::Sk
   return absl::OkStatus();
 }
 
+namespace {
+
+// scheduling: the queue a name, the priority an integer in range or a
+// class name (resolved against the controller's configuration at submit),
+// max_runtime_seconds in [0, one year].
+absl::Status ValidateScheduling(const v1::SchedulingSpec& scheduling) {
+  if (!scheduling.queue().empty() && !IsValidJobName(scheduling.queue())) {
+    return FieldError("scheduling.queue",
+                      absl::StrCat("\"", absl::Utf8SafeCHexEscape(scheduling.queue()),
+                                   "\" must be 1-63 characters of [a-z0-9-], starting and "
+                                   "ending with a letter or digit"));
+  }
+  const std::string& priority = scheduling.priority();
+  int64_t value = 0;
+  if (!priority.empty() && absl::SimpleAtoi(priority, &value)) {
+    RETURN_IF_ERROR(CheckInRange<int64_t>("scheduling.priority", value, -kMaxPriority,
+                                          kMaxPriority));
+  } else if (!priority.empty() && !IsValidJobName(priority)) {
+    return FieldError("scheduling.priority",
+                      absl::StrCat("\"", absl::Utf8SafeCHexEscape(priority),
+                                   "\" is neither an integer nor a priority class name "
+                                   "(1-63 characters of [a-z0-9-])"));
+  }
+  return CheckInRange<int64_t>("scheduling.max_runtime_seconds",
+                               scheduling.max_runtime_seconds(), 0, kMaxRuntimeSeconds);
+}
+
+}  // namespace
+
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(CheckFinite(spec, ""));
   RETURN_IF_ERROR(CheckName(spec, /*required=*/true));
@@ -250,6 +281,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateRecovery(spec.recovery()));
   RETURN_IF_ERROR(ValidateSkipBatches(spec.skip_batches(), "skip_batches"));
   RETURN_IF_ERROR(ValidateInitFrom(spec));
+  RETURN_IF_ERROR(ValidateScheduling(spec.scheduling()));
   return ValidateSupported(spec);
 }
 

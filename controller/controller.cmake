@@ -22,7 +22,7 @@ loom_library(loom_job_catalog SRCS job_catalog.cc
 loom_test(loom_job_catalog_test SRCS job_catalog_test.cc DEPS loom_job_catalog loom_store SQLite::SQLite3)
 loom_library(loom_job_manager SRCS job_manager.cc path_policy.cc
   DEPS loom_job_catalog loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
-       loom_scheduler
+       loom_scheduler loom_scheduling
        loom_diagnosis loom_grpc
        loom_common absl::strings absl::str_format absl::synchronization)
 loom_library(loom_access SRCS access.cc

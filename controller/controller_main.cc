@@ -34,6 +34,7 @@
 #include "common/health_service.h"
 #include "controller/access.h"
 #include "controller/job_manager.h"
+#include "controller/scheduling/queue_config.h"
 #include "controller/log_store.h"
 #include "controller/path_policy.h"
 #include "controller/store.h"
@@ -74,6 +75,9 @@ ABSL_FLAG(int64_t, log_max_bytes, 16 << 20,
           "workers ship them (loomctl logs); at least 4096");
 ABSL_FLAG(absl::Duration, log_retention, absl::Hours(168),
           "delete a job's rank logs this long after the job ended (e.g. 72h; 0 = at once)");
+ABSL_FLAG(std::string, queues, "",
+          "YAML file of the shared cluster's queues, quotas, cohorts and priority classes "
+          "(docs/scheduling.md); reloaded on SIGHUP. Empty: one unlimited queue, \"default\"");
 ABSL_FLAG(double, worker_timeout_s, 10.0, "declare a worker dead after this many silent seconds");
 ABSL_FLAG(double, heartbeat_interval_s, 0.5, "heartbeat period workers are told to use");
 // Threads for RPCs other than watch streams (see the ResourceQuota below).
@@ -103,6 +107,7 @@ int main(int argc, char** argv) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);  // reloads --queues
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   // Debian builds Abseil without NDEBUG, so every absl::Mutex (gRPC's
   // locks are) keeps a lock-order graph for deadlock detection: under
@@ -183,6 +188,18 @@ int main(int argc, char** argv) {
   controller::FileCheckpointVerifier checkpoint_verifier;
   controller::JobManager manager(store->get(), RealClock::Get(), opts, &recovery_metrics,
                                  &checkpoint_verifier);
+  // The queue configuration: refused at start with the field at fault;
+  // on SIGHUP a bad file is reported and the running configuration kept.
+  const std::string queues_file = absl::GetFlag(FLAGS_queues);
+  auto load_queues = [&queues_file]() -> absl::StatusOr<scheduling::QueueConfig> {
+    if (queues_file.empty()) return scheduling::DefaultQueueConfig();
+    return scheduling::LoadQueueConfigFile(queues_file);
+  };
+  {
+    absl::StatusOr<scheduling::QueueConfig> queues = load_queues();
+    if (!queues.ok()) return Fail(absl::StrCat("--queues: ", queues.status().message()));
+    manager.SetQueueConfig(*std::move(queues));
+  }
   absl::Status recovered = manager.Recover();
   if (!recovered.ok()) return Fail(absl::StrCat("recovering jobs: ", recovered.message()));
 
@@ -364,7 +381,19 @@ int main(int argc, char** argv) {
   });
 
   int sig = 0;
-  sigwait(&sigs, &sig);
+  while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) {
+    absl::StatusOr<scheduling::QueueConfig> queues = load_queues();
+    if (!queues.ok()) {
+      std::cerr << "loom-controller: SIGHUP: --queues not reloaded, keeping the running "
+                   "configuration: "
+                << queues.status().message() << std::endl;
+      continue;
+    }
+    const size_t count = queues->queues.size();
+    manager.SetQueueConfig(*std::move(queues));
+    std::cerr << "loom-controller: SIGHUP: reloaded " << count << " queue(s) from "
+              << (queues_file.empty() ? "the default configuration" : queues_file) << std::endl;
+  }
   std::cerr << "loom-controller: signal " << sig << ", shutting down" << std::endl;
   shutting_down = true;
   stop = true;

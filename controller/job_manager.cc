@@ -157,6 +157,14 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submi
     }
     return valid;
   }
+  // The queue it waits in, and its priority there, as this controller's
+  // configuration defines them ("scheduling.queue: unknown queue ...").
+  {
+    ASSIGN_OR_RETURN(const scheduling::QueueSpec* queue,
+                     queues_.ResolveQueue(spec.scheduling().queue()));
+    RETURN_IF_ERROR(queues_.ResolvePriority(spec.scheduling().priority()).status());
+    spec.mutable_scheduling()->set_queue(queue->name);
+  }
   PathRoots roots;
   roots.data = options_.data_roots;
   if (!options_.checkpoint_root.empty()) roots.checkpoint.push_back(options_.checkpoint_root);
@@ -1504,6 +1512,16 @@ void JobManager::ScheduleLocked() {
     while (rec.placements.size() > kMaxPlacementsKept) rec.placements.erase(rec.placements.begin());
     Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
   }
+}
+
+void JobManager::SetQueueConfig(scheduling::QueueConfig config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queues_ = std::move(config);
+}
+
+scheduling::QueueConfig JobManager::queue_config() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queues_;
 }
 
 std::map<JobState, int> JobManager::JobCountsByState() {

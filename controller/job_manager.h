@@ -39,6 +39,7 @@
 #include "controller/recovery/spike_detector.h"
 #include "controller/recovery_metrics.h"
 #include "controller/recovery_policy.h"
+#include "controller/scheduling/queue_config.h"
 #include "controller/store.h"
 #include "controller/worker_registry.h"
 #include "loom/v1/job.pb.h"
@@ -238,6 +239,13 @@ class JobManager {
   // FAILED_PRECONDITION.
   absl::Status ReportRankExit(const loom::v1::ReportRankExitRequest& request);
 
+  // The shared cluster's queues (controller/scheduling/queue_config.h),
+  // replaced whole (the controller's --queues, again on SIGHUP). Submit
+  // refuses a job whose scheduling.queue or scheduling.priority the
+  // configuration does not define; jobs already queued keep theirs.
+  void SetQueueConfig(scheduling::QueueConfig config);
+  scheduling::QueueConfig queue_config();
+
   // Declares timed-out workers dead (failing their jobs) and starts pending
   // jobs whose gang fits. Called periodically by the controller's loop and
   // after events that free or add capacity.
@@ -365,6 +373,7 @@ class JobManager {
   bool schedule_needed_ = true;
   absl::Time schedule_at_ = absl::InfiniteFuture();
   WorkerRegistry workers_;  // not thread-safe itself: guarded by mu_
+  scheduling::QueueConfig queues_ = scheduling::DefaultQueueConfig();
   std::multimap<std::string, std::weak_ptr<EventQueue>> watchers_;  // by job id
 };
 

@@ -145,6 +145,40 @@ TEST_F(JobManagerTest, SubmitValidatesAndRecordsPending) {
   EXPECT_EQ(manager_->List({}, 0).size(), 1u);
 }
 
+// Submit resolves scheduling.queue and scheduling.priority against the
+// controller's queue configuration, naming the field when it cannot.
+TEST_F(JobManagerTest, SubmitResolvesTheQueueAndPriorityItNames) {
+  auto job = manager_->Submit(Spec(1));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().scheduling().queue(), "default");
+
+  loom::v1::JobSpec research = Spec(1);
+  research.mutable_scheduling()->set_queue("research");
+  auto unknown = manager_->Submit(research);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unknown.status().message()),
+              StartsWith("scheduling.queue: unknown queue \"research\" (queues: default)"));
+
+  absl::StatusOr<scheduling::QueueConfig> config = scheduling::ParseQueueConfig(
+      "priority_classes: {high: 100}\n"
+      "queues:\n  - name: research\n    cohort: lab\n    nominal_quota: {slots: 4}\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  manager_->SetQueueConfig(*config);
+  research.mutable_scheduling()->set_priority("high");
+  auto accepted = manager_->Submit(research);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  EXPECT_EQ(accepted->spec().scheduling().queue(), "research");
+  EXPECT_EQ(accepted->spec().scheduling().priority(), "high");
+
+  research.mutable_scheduling()->set_priority("urgent");
+  auto no_class = manager_->Submit(research);
+  EXPECT_EQ(no_class.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(no_class.status().message()),
+              StartsWith("scheduling.priority: \"urgent\" is neither an integer nor a priority "
+                         "class (classes: high)"));
+  EXPECT_EQ(manager_->List({}, 0).size(), 2u);  // the refused ones left nothing behind
+}
+
 // The asynchronous report (the controller's ReportStepMetrics) answers as
 // the synchronous one does: a refused report at once, before it returns; an
 // applied one once its write is durable, from the store's thread, with the

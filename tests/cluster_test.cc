@@ -536,6 +536,77 @@ TEST_F(ClusterTest, UsersChangeOnlyTheirOwnJobsAndRemovedUsersAreLockedOut) {
   EXPECT_EQ(Status(job).state(), loom::v1::CANCELLED);
 }
 
+// The controller's queue file (--queues, through `local up --queues`):
+// refused at start naming the field; read again on SIGHUP, where a bad file
+// leaves the running configuration in place; and submit names a queue or
+// priority class it does not define.
+TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
+  const std::string dir = loom::testing::MakeTempDir("loom_queue_files");
+  const std::string bad = dir + "/bad.yaml", good = dir + "/good.yaml";
+  std::ofstream(bad) << "queues:\n  - name: research\n    nominal_quota: {slots: -1}\n";
+  std::ofstream(good) << "priority_classes: {high: 100}\n"
+                         "queues:\n  - name: research\n    nominal_quota: {slots: 4}\n";
+  {
+    home_ = loom::testing::MakeTempDir("loom_cluster_test");
+    auto refused = Ctl("local up --workers 1 --queues " + bad);
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_THAT(refused.out + refused.err,
+                HasSubstr("--queues: " + bad + ": queues[0].nominal_quota.slots: must be >= 0, "
+                          "got -1"));
+    Ctl("local down");
+  }
+  StartCluster(1, 10, "--queues " + good);
+  auto submit = [&](const std::string& name, const std::string& scheduling) {
+    return Ctl("submit " + WriteSpec(name, 20, 1, "scheduling: " + scheduling + "\n"));
+  };
+  auto unknown = submit("lost", "{queue: reserch}");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("scheduling.queue: unknown queue \"reserch\""));
+  auto no_class = submit("lowly", "{queue: research, priority: urgent}");
+  EXPECT_EQ(no_class.exit_code, 1);
+  EXPECT_THAT(no_class.err, HasSubstr("scheduling.priority: \"urgent\" is neither an integer"));
+  auto accepted = submit("keen", "{queue: research, priority: high}");
+  ASSERT_EQ(accepted.exit_code, 0) << accepted.err;
+  std::string job(absl::StripAsciiWhitespace(accepted.out));
+  ASSERT_EQ(job.rfind("submitted ", 0), 0u) << accepted.out;
+  job = job.substr(std::string("submitted ").size());
+  EXPECT_EQ(Status(job).spec().scheduling().queue(), "research");
+  EXPECT_EQ(Status(job).spec().scheduling().priority(), "high");
+
+  // SIGHUP with a broken file: reported, the running queues kept.
+  auto ctl = cli::ReadReadyFile(home_ + "/run/controller.json");
+  ASSERT_TRUE(ctl.ok());
+  const int pid = ctl->pid;
+  ASSERT_GT(pid, 0);
+  std::ofstream(good, std::ios::trunc) << "queues: [oops\n";
+  ASSERT_EQ(kill(pid, SIGHUP), 0);
+  const std::string log = home_ + "/logs/controller.log";
+  auto log_text = [&log]() {
+    absl::StatusOr<std::string> text = ReadFile(log);
+    return text.ok() ? *text : std::string();
+  };
+  bool reported = false;
+  for (int i = 0; i < 100 && !reported; ++i) {  // bounded: 10 s
+    reported = log_text().find("SIGHUP: --queues not reloaded") != std::string::npos;
+    if (!reported) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(reported) << log_text();
+  EXPECT_EQ(submit("still", "{queue: research}").exit_code, 0);
+  // SIGHUP with a good file without `research`: new submits to it are refused.
+  std::ofstream(good, std::ios::trunc) << "queues:\n  - name: batch\n";
+  ASSERT_EQ(kill(pid, SIGHUP), 0);
+  bool reloaded = false;
+  for (int i = 0; i < 100 && !reloaded; ++i) {
+    reloaded = log_text().find("SIGHUP: reloaded 2 queue(s)") != std::string::npos;
+    if (!reloaded) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(reloaded) << log_text();
+  auto gone = submit("late", "{queue: research}");
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_THAT(gone.err, HasSubstr("scheduling.queue: unknown queue \"research\" (queues: batch, "
+                                  "default)"));
+}
+
 TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
   StartCluster(1);
   auto channel = *cli::LocalControllerChannel(home_, controller_);

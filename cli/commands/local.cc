@@ -47,6 +47,9 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
         if (!absl::SimpleAtod(args[++i], &o.worker_timeout_s)) {
           return Usage("--worker-timeout: not a number");
         }
+      } else if (args[i] == "--queues" && i + 1 < args.size()) {
+        std::error_code ec;
+        o.queues_file = std::filesystem::absolute(args[++i], ec).string();
       } else if (args[i] == "--data-root" && i + 1 < args.size()) {
         std::error_code ec;
         o.data_roots.push_back(std::filesystem::absolute(args[++i], ec).string());

@@ -130,21 +130,22 @@ MapReader::Handler Bool(bool* out) {
   };
 }
 
-// Queue, cohort and priority-class names: [a-z0-9][a-z0-9_-]*, at most 63.
+// Queue, cohort and priority-class names: what a job spec can name
+// (common/jobspec_rules.h IsValidJobName): 1-63 of [a-z0-9-], starting and
+// ending with a letter or digit.
 absl::Status CheckName(const YAML::Node& node, const std::string& path, std::string* out) {
   if (!node.IsScalar() || node.Scalar().empty()) {
     return FieldError(path, absl::StrCat("expected a name, got ", Describe(node)));
   }
   const std::string& name = node.Scalar();
-  const bool ok = name.size() <= 63 &&
-                  (absl::ascii_islower(name[0]) || absl::ascii_isdigit(name[0])) &&
+  const bool ok = name.size() <= 63 && name.front() != '-' && name.back() != '-' &&
                   std::all_of(name.begin(), name.end(), [](char c) {
-                    return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-' || c == '_';
+                    return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
                   });
   if (!ok) {
     return FieldError(path, absl::StrCat("\"", name,
-                                         "\" is not a name: lower-case letters, digits, '-' and "
-                                         "'_', starting with a letter or digit, at most 63"));
+                                         "\" is not a name: 1-63 lower-case letters, digits and "
+                                         "'-', starting and ending with a letter or digit"));
   }
   *out = name;
   return absl::OkStatus();
@@ -213,6 +214,10 @@ absl::Status ReadConfig(const YAML::Node& root, QueueConfig* config) {
       if (!PlainScalar(entry.second) || !absl::SimpleAtoi(entry.second.Scalar(), &value)) {
         return FieldError(path, absl::StrCat("expected an integer, got ", Describe(entry.second)));
       }
+      if (value < -kMaxPriority || value > kMaxPriority) {
+        return FieldError(path, absl::StrCat("must be in [", -kMaxPriority, ", ", kMaxPriority,
+                                             "], got ", value));
+      }
       if (!config->priority_classes.emplace(name, value).second) {
         return FieldError(path, "given more than once");
       }
@@ -261,7 +266,14 @@ absl::StatusOr<const QueueSpec*> QueueConfig::ResolveQueue(absl::string_view nam
 absl::StatusOr<int> QueueConfig::ResolvePriority(absl::string_view value) const {
   if (value.empty()) return 0;
   int number = 0;
-  if (absl::SimpleAtoi(value, &number)) return number;
+  if (absl::SimpleAtoi(value, &number)) {
+    if (number < -kMaxPriority || number > kMaxPriority) {
+      return absl::InvalidArgumentError(absl::StrCat("scheduling.priority: must be in [",
+                                                     -kMaxPriority, ", ", kMaxPriority,
+                                                     "], got ", number));
+    }
+    return number;
+  }
   auto it = priority_classes.find(std::string(value));
   if (it != priority_classes.end()) return it->second;
   std::vector<std::string> names;

@@ -12,7 +12,7 @@
 //     low: 0
 //     urgent: 1000
 //   queues:
-//     - name: research              # [a-z0-9][a-z0-9_-]*, unique
+//     - name: research              # 1-63 of [a-z0-9-], unique
 //       cohort: shared              # queues of one cohort lend each other
 //                                   # their unused nominal quota
 //       nominal_quota: {slots: 16, gpus: 8}   # each omitted: unlimited
@@ -47,6 +47,9 @@
 namespace loom::scheduling {
 
 inline constexpr char kDefaultQueue[] = "default";
+// Priorities, integers or classes, lie in [-kMaxPriority, kMaxPriority]
+// (as common/jobspec_rules.h bounds scheduling.priority).
+inline constexpr int kMaxPriority = 1000000;
 
 struct QueueSpec {
   std::string name;
