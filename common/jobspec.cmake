@@ -1,5 +1,5 @@
 # Bounded YAML loading (yaml_util.h): every YAML parse of untrusted text.
-loom_library(loom_yaml_util SRCS yaml_util.cc DEPS yaml-cpp)
+loom_library(loom_yaml_util SRCS yaml_util.cc DEPS yaml-cpp absl::strings)
 loom_test(loom_yaml_util_test SRCS yaml_util_test.cc DEPS loom_yaml_util)
 loom_library(loom_jobspec SRCS jobspec_parse.cc jobspec_model.cc jobspec_defaults.cc
   jobspec_rules.cc jobspec_validate_run.cc jobspec_validate_plan.cc

@@ -1,9 +1,12 @@
 #include "common/yaml_util.h"
 
 #include <sstream>
+#include <string>
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
+
+#include "absl/strings/str_cat.h"
 
 namespace loom {
 namespace {
@@ -65,6 +68,28 @@ int CountYamlDocuments(const std::string& text, int max_documents) {
     ++documents;
   }
   return documents;
+}
+
+std::string DescribeYamlNode(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar: {
+      std::string text = node.Scalar();
+      if (text.size() > 40) text = text.substr(0, 37) + "...";
+      return absl::StrCat("\"", text, "\"");
+    }
+    default:
+      return "nothing";
+  }
+}
+
+std::string JoinYamlPath(absl::string_view parent, absl::string_view key) {
+  return parent.empty() ? std::string(key) : absl::StrCat(parent, ".", key);
 }
 
 }  // namespace loom

@@ -14,6 +14,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "absl/strings/string_view.h"
+
 namespace loom {
 
 // The stream's documents as far as `max_documents` + 1 (so a caller can
@@ -22,6 +24,13 @@ namespace loom {
 // throws YAML::ParserException (at the position it stuck) like any other
 // syntax error. Throws what yaml-cpp throws otherwise.
 int CountYamlDocuments(const std::string& text, int max_documents);
+
+// For error messages about configuration files read with yaml-cpp
+// (topologies, queue files): how `node` reads ("null", "a list", "a
+// mapping", a scalar in quotes cut to 40 characters, "nothing" when
+// undefined), and a field's dotted path ("parent.key"; "key" at the top).
+std::string DescribeYamlNode(const YAML::Node& node);
+std::string JoinYamlPath(absl::string_view parent, absl::string_view key);
 
 }  // namespace loom
 

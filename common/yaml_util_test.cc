@@ -24,5 +24,19 @@ TEST(YamlUtilTest, StreamsThatHangLoadAllAreErrors) {
   }
 }
 
+TEST(YamlMessagesTest, DescribeNodesAndJoinPaths) {
+  const YAML::Node doc = YAML::Load(
+      "a: ~\nb: [1]\nc: {d: 1}\ne: short\nf: "
+      "a-scalar-much-longer-than-forty-characters-in-all\n");
+  EXPECT_EQ(DescribeYamlNode(doc["a"]), "null");
+  EXPECT_EQ(DescribeYamlNode(doc["b"]), "a list");
+  EXPECT_EQ(DescribeYamlNode(doc["c"]), "a mapping");
+  EXPECT_EQ(DescribeYamlNode(doc["e"]), "\"short\"");
+  EXPECT_EQ(DescribeYamlNode(doc["f"]), "\"a-scalar-much-longer-than-forty-chara...\"");
+  EXPECT_EQ(DescribeYamlNode(YAML::Node()), "null");
+  EXPECT_EQ(JoinYamlPath("", "queues"), "queues");
+  EXPECT_EQ(JoinYamlPath("queues[0]", "name"), "queues[0].name");
+}
+
 }  // namespace
 }  // namespace loom

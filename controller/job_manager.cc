@@ -19,6 +19,7 @@
 #include "controller/diagnosis.h"
 #include "controller/planner/topology_yaml.h"
 #include "controller/scheduler.h"
+#include "controller/scheduling/admission.h"
 
 namespace loom::controller {
 
@@ -1439,39 +1440,134 @@ void JobManager::ScheduleLocked() {
   schedule_needed_ = false;
   schedule_at_ = absl::InfiniteFuture();
   if (jobs_.pending().empty()) return;
-  // (A copy: placing a job takes it out of the queue.)
-  std::vector<std::string> queue;
-  for (const auto& [position, jid] : jobs_.pending()) queue.push_back(jid);
-  for (const std::string& jid : queue) {
+  const absl::Time now = clock_->Now();
+
+  // The cluster as the scheduling policy sees it (controller/scheduling/):
+  // what each alive worker has free, what each placed job holds, and the
+  // jobs waiting. Preemption is not executed yet (checkpoint-then-preempt
+  // is issue 30's next step), so every job counts as not preemptible: the
+  // policy then never chooses victims, and lets a job run ahead of a
+  // reserved gang only when its max_runtime_seconds says it ends first.
+  scheduling::ClusterSnapshot snapshot;
+  std::map<std::string, std::map<std::string, scheduling::Resources>> held;  // job -> worker
+  for (const loom::v1::WorkerInfo& info : workers_.Infos()) {
+    if (!info.alive()) continue;
+    const Worker* w = workers_.Find(info.id());
+    scheduling::WorkerFree free{info.id(), {info.slots(), std::max(0, info.gpus())}};
+    for (const RankSlot& slot : w->ranks) {
+      scheduling::Resources& h = held[slot.job_id][info.id()];
+      h.slots += 1;
+      free.free.slots -= 1;
+      if (slot.gpu >= 0) {
+        h.gpus += 1;
+        free.free.gpus -= 1;
+      }
+    }
+    free.free.slots = std::max<int64_t>(0, free.free.slots);
+    free.free.gpus = std::max<int64_t>(0, free.free.gpus);
+    snapshot.workers.push_back(std::move(free));
+  }
+  auto queue_of = [](const loom::v1::JobSpec& spec) {
+    const std::string& name = spec.scheduling().queue();
+    return name.empty() ? std::string(scheduling::kDefaultQueue) : name;
+  };
+  auto priority_of = [this](const loom::v1::JobSpec& spec) {
+    absl::StatusOr<int> priority = queues_.ResolvePriority(spec.scheduling().priority());
+    return priority.ok() ? *priority : 0;  // a class removed on reload: 0
+  };
+  for (const auto& [job_id, workers] : held) {
+    const JobRecord* rec = jobs_.Find(job_id);
+    scheduling::RunningJob r;
+    r.id = job_id;
+    if (rec != nullptr) {
+      r.queue = queue_of(rec->job.spec());
+      r.priority = priority_of(rec->job.spec());
+    } else {
+      r.queue = scheduling::kDefaultQueue;
+    }
+    for (const auto& [worker_id, amount] : workers) r.placement.push_back({worker_id, amount});
+    r.start_time = now;
+    r.preemptible = false;
+    snapshot.running.push_back(std::move(r));
+  }
+  for (const auto& [position, jid] : jobs_.pending()) {
     JobRecord& rec = *jobs_.Find(jid);
     if (rec.job.state() != loom::v1::PENDING) continue;
+    // A restarted job whose previous attempt may still run keeps its place
+    // at the head: the jobs behind it wait as they did under FIFO.
     if (!rec.live.empty()) {
       rec.job.set_reason(absl::StrCat("waiting for ", rec.live.size(),
                                       " rank(s) of the previous attempt to exit"));
-      return;
+      break;
     }
-    if (clock_->Now() < rec.not_before) {
+    if (now < rec.not_before) {
       schedule_at_ = rec.not_before;
       rec.job.set_reason(absl::StrFormat(
           "waiting %.1fs more for the previous attempt's ranks to be fenced (a lost worker's "
           "lease)",
-          absl::ToDoubleSeconds(rec.not_before - clock_->Now())));
-      return;
+          absl::ToDoubleSeconds(rec.not_before - now)));
+      break;
     }
+    const loom::v1::JobSpec& spec = rec.job.spec();
+    const GangRequest gang = GangRequestOf(spec);
+    scheduling::PendingJob p;
+    p.id = jid;
+    p.queue = queue_of(spec);
+    p.priority = priority_of(spec);
+    for (int ranks : RanksPerWorker(gang)) {
+      p.gang.per_worker.push_back({ranks, gang.gpu_per_rank ? int64_t{ranks} : int64_t{0}});
+    }
+    p.submit_time = rec.job.history_size() > 0
+                        ? absl::FromUnixMillis(rec.job.history(0).time_unix_ms())
+                        : now;
+    if (spec.scheduling().max_runtime_seconds() > 0) {
+      p.expected_runtime = absl::Seconds(spec.scheduling().max_runtime_seconds());
+    }
+    p.preemptible = false;
+    snapshot.pending.push_back(std::move(p));
+  }
+  if (snapshot.pending.empty()) return;
+
+  fair_share_.set_half_life(queues_.fair_share_half_life);
+  fair_share_.Observe(now, scheduling::QueueUsage(snapshot));
+  const scheduling::Decisions decisions =
+      scheduling::AdmissionPolicy(queues_).Decide(snapshot, fair_share_, now);
+
+  for (const scheduling::Waiting& w : decisions.waiting) {
+    JobRecord& rec = *jobs_.Find(w.job_id);
+    std::string why = w.message;
+    if (w.reason == scheduling::WaitReason::kGangDoesNotFit) {
+      // The placement's own words: which resource is short, and where.
+      const GangRequest gang = GangRequestOf(rec.job.spec());
+      auto placement = PlaceGang(gang, workers_.Offers(gang.gpu_per_rank));
+      if (!placement.ok()) why = std::string(placement.status().message());
+    }
+    if (rec.job.reason() != why) rec.job.set_reason(why);
+  }
+  for (const scheduling::Admission& admission : decisions.admissions) {
+    const std::string& jid = admission.job_id;
+    JobRecord& rec = *jobs_.Find(jid);
     // Where the ranks go is the scheduler's (controller/scheduler.h): the
-    // planner's placement over the alive workers' free slots and GPUs.
+    // planner's placement over the workers the policy chose.
     const GangRequest gang = GangRequestOf(rec.job.spec());
-    auto placement = PlaceGang(gang, workers_.Offers(gang.gpu_per_rank));
+    std::set<std::string> chosen;
+    for (const scheduling::WorkerShare& share : admission.placement) chosen.insert(share.worker_id);
+    std::vector<WorkerOffer> offers;
+    for (WorkerOffer& offer : workers_.Offers(gang.gpu_per_rank)) {
+      if (chosen.count(offer.info.id()) > 0) offers.push_back(std::move(offer));
+    }
+    auto placement = PlaceGang(gang, offers);
     if (!placement.ok()) {
       const std::string why(placement.status().message());
       if (rec.job.reason() != why) rec.job.set_reason(why);
-      return;  // strict FIFO: later jobs do not overtake this one
+      schedule_needed_ = true;  // the policy's view and the placement's differ: look again
+      continue;
     }
     // Rank 0's worker hosts the rendezvous.
     Worker* head = workers_.Find(placement->workers[placement->ranks[0].worker].id());
     if (head->rendezvous_port == 0) {
       rec.job.set_reason("waiting for a rendezvous port from worker " + head->info.id());
-      return;
+      continue;
     }
     int master_port = head->rendezvous_port;
     head->rendezvous_port = 0;  // used; the worker reports a fresh one next heartbeat

@@ -179,6 +179,43 @@ TEST_F(JobManagerTest, SubmitResolvesTheQueueAndPriorityItNames) {
   EXPECT_EQ(manager_->List({}, 0).size(), 2u);  // the refused ones left nothing behind
 }
 
+// Admission is the scheduling policy's (controller/scheduling/): a queue's
+// quota holds its jobs back without holding back other queues', and a
+// higher priority goes first in its queue.
+TEST_F(JobManagerTest, QueuesQuotasAndPrioritiesDecideWhoStarts) {
+  absl::StatusOr<scheduling::QueueConfig> config = scheduling::ParseQueueConfig(
+      "priority_classes: {high: 100}\n"
+      "queues:\n  - name: small\n    nominal_quota: {slots: 1}\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  manager_->SetQueueConfig(*config);
+  const std::string w = Register("node-a", /*slots=*/2);
+  Beat(w, 29500);
+
+  loom::v1::JobSpec two = Spec(1);
+  two.mutable_resources()->set_ranks(2);
+  two.mutable_scheduling()->set_queue("small");
+  auto over = *manager_->Submit(two);
+  Beat(w, 29501);
+  EXPECT_EQ(StateOf(over.id()), loom::v1::PENDING);
+  EXPECT_THAT(manager_->Get(over.id())->reason(), HasSubstr("over quota"));
+
+  // Queue default is not held back by small's quota (placed at once, with
+  // the worker's fresh rendezvous port).
+  auto other = *manager_->Submit(Spec(1));
+  EXPECT_EQ(StateOf(other.id()), loom::v1::SCHEDULED);
+
+  // One slot left: of two jobs waiting for it (and for a rendezvous port),
+  // the higher priority takes it though it came second.
+  auto low = *manager_->Submit(Spec(1));
+  loom::v1::JobSpec urgent = Spec(1);
+  urgent.mutable_scheduling()->set_priority("high");
+  auto high = *manager_->Submit(urgent);
+  Beat(w, 29503);
+  EXPECT_EQ(StateOf(high.id()), loom::v1::SCHEDULED);
+  EXPECT_EQ(StateOf(low.id()), loom::v1::PENDING);
+  EXPECT_EQ(StateOf(over.id()), loom::v1::PENDING);
+}
+
 // The asynchronous report (the controller's ReportStepMetrics) answers as
 // the synchronous one does: a refused report at once, before it returns; an
 // applied one once its write is durable, from the store's thread, with the

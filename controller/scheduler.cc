@@ -36,6 +36,19 @@ Shares SharesOf(const GangRequest& gang) {
   return s;
 }
 
+}  // namespace
+
+std::vector<int> RanksPerWorker(const GangRequest& gang) {
+  const Shares shares = SharesOf(gang);
+  std::vector<int> ranks;
+  for (int w = 0; w < gang.workers; ++w) {
+    ranks.push_back(w < shares.big_workers ? shares.big : shares.small);
+  }
+  return ranks;
+}
+
+namespace {
+
 // Ranks this worker can take for the gang now.
 int Capacity(const GangRequest& gang, const WorkerOffer& offer) {
   int cap = std::max(0, offer.free_slots);

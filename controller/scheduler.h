@@ -67,6 +67,10 @@ struct GangPlacement {
   std::vector<PlacedRank> ranks;  // ranks[i].rank == i
 };
 
+// The ranks each of the gang's workers runs, as PlaceGang splits them: the
+// workers that take one tensor group more first. gang.workers entries.
+std::vector<int> RanksPerWorker(const GangRequest& gang);
+
 // Whether the gang can ever be placed, whatever the cluster: each worker must
 // get at least one whole tensor group. INVALID_ARGUMENT naming the field.
 absl::Status CheckGangShape(const GangRequest& gang);

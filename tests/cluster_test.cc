@@ -545,7 +545,8 @@ TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
   const std::string bad = dir + "/bad.yaml", good = dir + "/good.yaml";
   std::ofstream(bad) << "queues:\n  - name: research\n    nominal_quota: {slots: -1}\n";
   std::ofstream(good) << "priority_classes: {high: 100}\n"
-                         "queues:\n  - name: research\n    nominal_quota: {slots: 4}\n";
+                         "queues:\n  - name: research\n    nominal_quota: {slots: 4}\n"
+                         "  - name: closed\n    nominal_quota: {slots: 0}\n";
   {
     home_ = loom::testing::MakeTempDir("loom_cluster_test");
     auto refused = Ctl("local up --workers 1 --queues " + bad);
@@ -572,6 +573,14 @@ TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
   job = job.substr(std::string("submitted ").size());
   EXPECT_EQ(Status(job).spec().scheduling().queue(), "research");
   EXPECT_EQ(Status(job).spec().scheduling().priority(), "high");
+  // A queue without quota holds its job back and says so.
+  auto held = submit("held", "{queue: closed}");
+  ASSERT_EQ(held.exit_code, 0) << held.err;
+  const std::string held_id(
+      absl::StripAsciiWhitespace(held.out).substr(std::string("submitted ").size()));
+  const loom::v1::Job waiting = Status(held_id);
+  EXPECT_EQ(waiting.state(), loom::v1::PENDING);
+  EXPECT_THAT(waiting.reason(), HasSubstr("over quota")) << waiting.reason();
 
   // SIGHUP with a broken file: reported, the running queues kept.
   auto ctl = cli::ReadReadyFile(home_ + "/run/controller.json");

@@ -25,24 +25,6 @@ absl::Status FieldError(absl::string_view path, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
 }
 
-std::string Join(absl::string_view parent, absl::string_view key) {
-  return parent.empty() ? std::string(key) : absl::StrCat(parent, ".", key);
-}
-
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Scalar: {
-      std::string text = node.Scalar();
-      if (text.size() > 40) text = text.substr(0, 37) + "...";
-      return absl::StrCat("\"", text, "\"");
-    }
-    default: return "nothing";
-  }
-}
-
 // Optimal string alignment distance on lowercased names.
 size_t EditDistance(absl::string_view a, absl::string_view b) {
   std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
@@ -90,7 +72,7 @@ class MapReader {
   absl::Status Read(const YAML::Node& node) const {
     if (!node.IsMap()) {
       return FieldError(path_.empty() ? "topology" : path_,
-                        absl::StrCat("expected a mapping, got ", Describe(node)));
+                        absl::StrCat("expected a mapping, got ", DescribeYamlNode(node)));
     }
     std::vector<std::string> known;
     for (const auto& [key, unused] : handlers_) known.push_back(key);
@@ -100,7 +82,7 @@ class MapReader {
         return FieldError(path_.empty() ? "topology" : path_, "keys must be plain names");
       }
       const std::string key = entry.first.Scalar();
-      const std::string path = Join(path_, key);
+      const std::string path = JoinYamlPath(path_, key);
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
         return FieldError(path, "given more than once");
       }
@@ -123,7 +105,7 @@ absl::Status ReadDouble(const YAML::Node& node, const std::string& path, double*
   double value = 0;
   if (!node.IsScalar() || node.Tag() != "?" || !absl::SimpleAtod(node.Scalar(), &value) ||
       !std::isfinite(value)) {
-    return FieldError(path, absl::StrCat("expected a number, got ", Describe(node)));
+    return FieldError(path, absl::StrCat("expected a number, got ", DescribeYamlNode(node)));
   }
   if (value < 0) return FieldError(path, absl::StrCat("must be >= 0, got ", node.Scalar()));
   *out = value;
@@ -133,7 +115,7 @@ absl::Status ReadDouble(const YAML::Node& node, const std::string& path, double*
 absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out) {
   int value = 0;
   if (!node.IsScalar() || node.Tag() != "?" || !absl::SimpleAtoi(node.Scalar(), &value)) {
-    return FieldError(path, absl::StrCat("expected an integer, got ", Describe(node)));
+    return FieldError(path, absl::StrCat("expected an integer, got ", DescribeYamlNode(node)));
   }
   if (value < 1) return FieldError(path, absl::StrCat("must be >= 1, got ", value));
   *out = value;
@@ -142,7 +124,7 @@ absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out) 
 
 absl::Status ReadString(const YAML::Node& node, const std::string& path, std::string* out) {
   if (!node.IsScalar() || node.Scalar().empty()) {
-    return FieldError(path, absl::StrCat("expected a string, got ", Describe(node)));
+    return FieldError(path, absl::StrCat("expected a string, got ", DescribeYamlNode(node)));
   }
   *out = node.Scalar();
   return absl::OkStatus();

@@ -23,28 +23,6 @@ absl::Status FieldError(absl::string_view path, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
 }
 
-std::string Join(absl::string_view parent, absl::string_view key) {
-  return parent.empty() ? std::string(key) : absl::StrCat(parent, ".", key);
-}
-
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "null";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Scalar: {
-      std::string text = node.Scalar();
-      if (text.size() > 40) text = text.substr(0, 37) + "...";
-      return absl::StrCat("\"", text, "\"");
-    }
-    default:
-      return "nothing";
-  }
-}
-
 // One YAML mapping: each key is claimed by a handler; unknown and repeated
 // keys are errors naming the path. (The planner's topology reader has the
 // same walker in its own anonymous namespace.)
@@ -59,13 +37,13 @@ class MapReader {
   absl::Status Read(const YAML::Node& node) const {
     const std::string where = path_.empty() ? "queue config" : path_;
     if (!node.IsMap()) {
-      return FieldError(where, absl::StrCat("expected a mapping, got ", Describe(node)));
+      return FieldError(where, absl::StrCat("expected a mapping, got ", DescribeYamlNode(node)));
     }
     std::set<std::string> seen;
     for (const auto& entry : node) {
       if (!entry.first.IsScalar()) return FieldError(where, "keys must be plain names");
       const std::string key = entry.first.Scalar();
-      const std::string path = Join(path_, key);
+      const std::string path = JoinYamlPath(path_, key);
       if (!seen.insert(key).second) return FieldError(path, "given more than once");
       auto it = std::find_if(handlers_.begin(), handlers_.end(),
                              [&](const auto& h) { return h.first == key; });
@@ -91,7 +69,7 @@ MapReader::Handler NonNegativeInt(int64_t* out) {
   return [out](const YAML::Node& node, const std::string& path) {
     int64_t value = 0;
     if (!PlainScalar(node) || !absl::SimpleAtoi(node.Scalar(), &value)) {
-      return FieldError(path, absl::StrCat("expected an integer, got ", Describe(node)));
+      return FieldError(path, absl::StrCat("expected an integer, got ", DescribeYamlNode(node)));
     }
     if (value < 0) return FieldError(path, absl::StrCat("must be >= 0, got ", value));
     if (value >= kUnlimited) return FieldError(path, absl::StrCat("must be < ", kUnlimited));
@@ -105,7 +83,7 @@ MapReader::Handler Seconds(absl::Duration* out, bool positive) {
   return [out, positive](const YAML::Node& node, const std::string& path) {
     double value = 0;
     if (!PlainScalar(node) || !absl::SimpleAtod(node.Scalar(), &value) || !std::isfinite(value)) {
-      return FieldError(path, absl::StrCat("expected a number of seconds, got ", Describe(node)));
+      return FieldError(path, absl::StrCat("expected a number of seconds, got ", DescribeYamlNode(node)));
     }
     if (positive ? value <= 0 : value < 0) {
       return FieldError(
@@ -124,7 +102,7 @@ MapReader::Handler Bool(bool* out) {
     } else if (text == "false") {
       *out = false;
     } else {
-      return FieldError(path, absl::StrCat("expected true or false, got ", Describe(node)));
+      return FieldError(path, absl::StrCat("expected true or false, got ", DescribeYamlNode(node)));
     }
     return absl::OkStatus();
   };
@@ -135,7 +113,7 @@ MapReader::Handler Bool(bool* out) {
 // ending with a letter or digit.
 absl::Status CheckName(const YAML::Node& node, const std::string& path, std::string* out) {
   if (!node.IsScalar() || node.Scalar().empty()) {
-    return FieldError(path, absl::StrCat("expected a name, got ", Describe(node)));
+    return FieldError(path, absl::StrCat("expected a name, got ", DescribeYamlNode(node)));
   }
   const std::string& name = node.Scalar();
   const bool ok = name.size() <= 63 && name.front() != '-' && name.back() != '-' &&
@@ -169,7 +147,7 @@ absl::Status ReadQueue(const YAML::Node& node, const std::string& path, QueueSpe
   });
   reader.On("cohort",
             [&](const YAML::Node& n, const std::string& p) { return CheckName(n, p, &q->cohort); });
-  reader.On("nominal_quota", ResourcesOf(&q->nominal_quota, Join(path, "nominal_quota")));
+  reader.On("nominal_quota", ResourcesOf(&q->nominal_quota, JoinYamlPath(path, "nominal_quota")));
   reader.On("borrowing_limit", [&](const YAML::Node& n, const std::string& p) {
     has_borrowing = true;
     return ResourcesOf(&q->borrowing_limit, p)(n, p);
@@ -177,7 +155,7 @@ absl::Status ReadQueue(const YAML::Node& node, const std::string& path, QueueSpe
   reader.On("weight", [&](const YAML::Node& n, const std::string& p) {
     double value = 0;
     if (!PlainScalar(n) || !absl::SimpleAtod(n.Scalar(), &value) || !std::isfinite(value)) {
-      return FieldError(p, absl::StrCat("expected a number, got ", Describe(n)));
+      return FieldError(p, absl::StrCat("expected a number, got ", DescribeYamlNode(n)));
     }
     if (value <= 0) return FieldError(p, absl::StrCat("must be > 0, got ", n.Scalar()));
     q->weight = value;
@@ -185,9 +163,9 @@ absl::Status ReadQueue(const YAML::Node& node, const std::string& path, QueueSpe
   });
   reader.On("preemption", Bool(&q->preemption));
   RETURN_IF_ERROR(reader.Read(node));
-  if (!has_name) return FieldError(Join(path, "name"), "required");
+  if (!has_name) return FieldError(JoinYamlPath(path, "name"), "required");
   if (has_borrowing && q->cohort.empty()) {
-    return FieldError(Join(path, "borrowing_limit"),
+    return FieldError(JoinYamlPath(path, "borrowing_limit"),
                       "needs a cohort: a queue borrows only from the other queues of its cohort");
   }
   return absl::OkStatus();
@@ -204,15 +182,15 @@ absl::Status ReadConfig(const YAML::Node& root, QueueConfig* config) {
   top.On("fair_share", [&](const YAML::Node& n, const std::string&) { return fair.Read(n); });
   top.On("preemption", [&](const YAML::Node& n, const std::string&) { return preemption.Read(n); });
   top.On("priority_classes", [&](const YAML::Node& n, const std::string& p) {
-    if (!n.IsMap()) return FieldError(p, absl::StrCat("expected a mapping, got ", Describe(n)));
+    if (!n.IsMap()) return FieldError(p, absl::StrCat("expected a mapping, got ", DescribeYamlNode(n)));
     for (const auto& entry : n) {
       std::string name;
       const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
-      const std::string path = Join(p, key);
+      const std::string path = JoinYamlPath(p, key);
       RETURN_IF_ERROR(CheckName(entry.first, path, &name));
       int value = 0;
       if (!PlainScalar(entry.second) || !absl::SimpleAtoi(entry.second.Scalar(), &value)) {
-        return FieldError(path, absl::StrCat("expected an integer, got ", Describe(entry.second)));
+        return FieldError(path, absl::StrCat("expected an integer, got ", DescribeYamlNode(entry.second)));
       }
       if (value < -kMaxPriority || value > kMaxPriority) {
         return FieldError(path, absl::StrCat("must be in [", -kMaxPriority, ", ", kMaxPriority,
@@ -225,13 +203,13 @@ absl::Status ReadConfig(const YAML::Node& root, QueueConfig* config) {
     return absl::OkStatus();
   });
   top.On("queues", [&](const YAML::Node& n, const std::string& p) {
-    if (!n.IsSequence()) return FieldError(p, absl::StrCat("expected a list, got ", Describe(n)));
+    if (!n.IsSequence()) return FieldError(p, absl::StrCat("expected a list, got ", DescribeYamlNode(n)));
     for (size_t i = 0; i < n.size(); ++i) {
       const std::string path = absl::StrCat(p, "[", i, "]");
       QueueSpec q;
       RETURN_IF_ERROR(ReadQueue(n[i], path, &q));
       if (config->Find(q.name) != nullptr) {
-        return FieldError(Join(path, "name"),
+        return FieldError(JoinYamlPath(path, "name"),
                           absl::StrCat("queue \"", q.name, "\" is defined more than once"));
       }
       config->queues.push_back(std::move(q));
