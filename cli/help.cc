@@ -205,6 +205,16 @@ what runs on them.)",
                {},
                {},
                ArgKind::kNone});
+  c.push_back({"queues",
+               {"queues"},
+               "list the shared cluster's queues",
+               R"(Lists the controller's queues (its --queues file, docs/scheduling.md): each
+one's cohort, nominal quota and borrowing limit, fair-share weight, whether
+priority preemption is on, what its placed jobs hold, and how many of its
+jobs run and wait; then the priority classes and the preemption settings.)",
+               {},
+               {},
+               ArgKind::kNone});
   c.push_back({"plan",
                {"plan FILE [--topology|--cluster T] [--top K] [--tokens N] [--executable-only]"},
                "plan data/tensor/pipeline parallelism for a spec",

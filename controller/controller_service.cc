@@ -245,6 +245,14 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx,
   return Finish("ListWorkers", absl::OkStatus());
 }
 
+grpc::Status JobServiceImpl::ListQueues(grpc::ServerContext* ctx,
+                                        const loom::v1::ListQueuesRequest*,
+                                        loom::v1::ListQueuesResponse* resp) {
+  LOOM_ADMIT("JobService", "ListQueues");
+  *resp = manager_->ListQueues();
+  return Finish("ListQueues", absl::OkStatus());
+}
+
 grpc::Status JobServiceImpl::GetStepMetrics(grpc::ServerContext* ctx,
                                             const loom::v1::GetStepMetricsRequest* req,
                                             loom::v1::GetStepMetricsResponse* resp) {

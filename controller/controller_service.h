@@ -62,6 +62,8 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
                         grpc::ServerWriter<loom::v1::JobEvent>* writer) override;
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const loom::v1::ListWorkersRequest* req,
                            loom::v1::ListWorkersResponse* resp) override;
+  grpc::Status ListQueues(grpc::ServerContext* ctx, const loom::v1::ListQueuesRequest* req,
+                          loom::v1::ListQueuesResponse* resp) override;
   grpc::Status GetStepMetrics(grpc::ServerContext* ctx,
                               const loom::v1::GetStepMetricsRequest* req,
                               loom::v1::GetStepMetricsResponse* resp) override;

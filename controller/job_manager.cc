@@ -1620,6 +1620,55 @@ scheduling::QueueConfig JobManager::queue_config() {
   return queues_;
 }
 
+loom::v1::ListQueuesResponse JobManager::ListQueues() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto limit = [](const scheduling::Resources& r, loom::v1::QueueLimit* out) {
+    out->set_slots(r.slots >= scheduling::kUnlimited ? -1 : r.slots);
+    out->set_gpus(r.gpus >= scheduling::kUnlimited ? -1 : r.gpus);
+  };
+  auto queue_of = [](const loom::v1::JobSpec& spec) {
+    const std::string& name = spec.scheduling().queue();
+    return name.empty() ? std::string(scheduling::kDefaultQueue) : name;
+  };
+  // What placed jobs hold, from the workers' rank slots (as ScheduleLocked).
+  std::map<std::string, scheduling::Resources> used;
+  std::map<std::string, std::set<std::string>> running;
+  for (const loom::v1::WorkerInfo& info : workers_.Infos()) {
+    if (!info.alive()) continue;
+    for (const RankSlot& slot : workers_.Find(info.id())->ranks) {
+      const JobRecord* rec = jobs_.Find(slot.job_id);
+      const std::string queue =
+          rec != nullptr ? queue_of(rec->job.spec()) : std::string(scheduling::kDefaultQueue);
+      used[queue] += scheduling::Resources{1, slot.gpu >= 0 ? 1 : 0};
+      running[queue].insert(slot.job_id);
+    }
+  }
+  std::map<std::string, int> pending;
+  for (const auto& [position, jid] : jobs_.pending()) {
+    if (const JobRecord* rec = jobs_.Find(jid); rec != nullptr) ++pending[queue_of(rec->job.spec())];
+  }
+  loom::v1::ListQueuesResponse resp;
+  for (const scheduling::QueueSpec& q : queues_.queues) {
+    loom::v1::QueueInfo* info = resp.add_queues();
+    info->set_name(q.name);
+    info->set_cohort(q.cohort);
+    limit(q.nominal_quota, info->mutable_nominal_quota());
+    limit(q.borrowing_limit, info->mutable_borrowing_limit());
+    info->set_weight(q.weight);
+    info->set_preemption(q.preemption);
+    limit(used[q.name], info->mutable_used());
+    info->set_pending_jobs(pending[q.name]);
+    info->set_running_jobs(static_cast<int>(running[q.name].size()));
+  }
+  for (const auto& [name, value] : queues_.priority_classes) {
+    (*resp.mutable_priority_classes())[name] = value;
+  }
+  resp.set_fair_share_half_life_seconds(absl::ToDoubleSeconds(queues_.fair_share_half_life));
+  resp.set_preemption_grace_seconds(absl::ToDoubleSeconds(queues_.preemption_grace));
+  resp.set_min_run_time_seconds(absl::ToDoubleSeconds(queues_.min_run_time));
+  return resp;
+}
+
 std::map<JobState, int> JobManager::JobCountsByState() {
   std::lock_guard<std::mutex> lock(mu_);
   return jobs_.state_counts();

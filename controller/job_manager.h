@@ -246,6 +246,9 @@ class JobManager {
   // configuration does not define; jobs already queued keep theirs.
   void SetQueueConfig(scheduling::QueueConfig config);
   scheduling::QueueConfig queue_config();
+  // The queues as the ListQueues RPC answers: the configuration, and per
+  // queue what its placed jobs hold and how many jobs wait or run in it.
+  loom::v1::ListQueuesResponse ListQueues();
 
   // Declares timed-out workers dead (failing their jobs) and starts pending
   // jobs whose gang fits. Called periodically by the controller's loop and

@@ -581,6 +581,25 @@ TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
   const loom::v1::Job waiting = Status(held_id);
   EXPECT_EQ(waiting.state(), loom::v1::PENDING);
   EXPECT_THAT(waiting.reason(), HasSubstr("over quota")) << waiting.reason();
+  // `loomctl queues` shows the configuration and each queue's jobs.
+  auto table = Ctl("queues");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("research"));
+  EXPECT_THAT(table.out, HasSubstr("priority classes: high=100"));
+  auto listed = Ctl("-o json queues");
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  loom::v1::ListQueuesResponse queues_now;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &queues_now).ok())
+      << listed.out;
+  std::map<std::string, loom::v1::QueueInfo> by_name;
+  for (const auto& q : queues_now.queues()) by_name[q.name()] = q;
+  ASSERT_EQ(by_name.count("closed"), 1u) << listed.out;
+  EXPECT_EQ(by_name["closed"].nominal_quota().slots(), 0);
+  EXPECT_EQ(by_name["closed"].pending_jobs(), 1);
+  EXPECT_EQ(by_name["research"].nominal_quota().slots(), 4);
+  EXPECT_EQ(by_name["research"].borrowing_limit().slots(), -1);  // unlimited
+  EXPECT_EQ(by_name.count("default"), 1u);
+  EXPECT_EQ(queues_now.priority_classes().at("high"), 100);
 
   // SIGHUP with a broken file: reported, the running queues kept.
   auto ctl = cli::ReadReadyFile(home_ + "/run/controller.json");

@@ -58,6 +58,7 @@ int CmdPlan(const Globals& g, const std::vector<std::string>& args);
 
 // workers.cc
 int CmdWorkers(const Globals& g, const std::vector<std::string>& args);
+int CmdQueues(const Globals& g, const std::vector<std::string>& args);
 
 // data.cc: `data prepare ...` (args[0] is the subcommand).
 int CmdData(const Globals& g, const std::vector<std::string>& args);

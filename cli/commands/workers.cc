@@ -1,9 +1,13 @@
-// `loomctl workers`: the controller's registered workers
-// (cli/commands/commands.h).
+// `loomctl workers` and `loomctl queues`: the controller's registered
+// workers and its queues (cli/commands/commands.h).
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cli/commands/commands.h"
 #include "cli/commands/common.h"
 
@@ -34,6 +38,48 @@ int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
                     Ago(w.last_heartbeat_unix_ms()) + " ago", w.metrics_address()});
   }
   PrintTable(rows);
+  return 0;
+}
+
+int CmdQueues(const Globals& g, const std::vector<std::string>& args) {
+  if (!args.empty()) return Usage("queues: takes no arguments");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::ListQueuesResponse resp;
+  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListQueues,
+                                   loom::v1::ListQueuesRequest(), &resp);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(resp) << std::endl;
+    return 0;
+  }
+  // "4 slots, 2 gpus", "unlimited"; "-" for none.
+  auto limit = [](const loom::v1::QueueLimit& l) {
+    if (l.slots() < 0 && l.gpus() < 0) return std::string("unlimited");
+    auto one = [](int64_t v, const char* what) {
+      return v < 0 ? absl::StrCat("any ", what) : absl::StrCat(v, " ", what);
+    };
+    return absl::StrCat(one(l.slots(), "slots"), ", ", one(l.gpus(), "gpus"));
+  };
+  std::vector<std::vector<std::string>> rows = {{"QUEUE", "COHORT", "NOMINAL", "BORROW", "WEIGHT",
+                                                 "PREEMPT", "USED", "RUNNING", "PENDING"}};
+  for (const auto& q : resp.queues()) {
+    rows.push_back({q.name(), q.cohort().empty() ? "-" : q.cohort(), limit(q.nominal_quota()),
+                    q.cohort().empty() ? "-" : limit(q.borrowing_limit()),
+                    absl::StrFormat("%g", q.weight()), q.preemption() ? "yes" : "no",
+                    absl::StrCat(q.used().slots(), " slots, ", q.used().gpus(), " gpus"),
+                    absl::StrCat(q.running_jobs()), absl::StrCat(q.pending_jobs())});
+  }
+  PrintTable(rows);
+  std::vector<std::string> classes;
+  for (const auto& [name, value] : resp.priority_classes()) {
+    classes.push_back(absl::StrCat(name, "=", value));
+  }
+  std::sort(classes.begin(), classes.end());
+  std::cout << "priority classes: " << (classes.empty() ? "none" : absl::StrJoin(classes, " "))
+            << "; fair-share half-life " << resp.fair_share_half_life_seconds()
+            << " s; preemption grace " << resp.preemption_grace_seconds()
+            << " s, minimum run " << resp.min_run_time_seconds() << " s" << std::endl;
   return 0;
 }
 
