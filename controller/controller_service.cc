@@ -149,7 +149,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                        loom::v1::SubmitJobResponse* resp) {
   LOOM_ADMIT("JobService", "SubmitJob");
   if (!req->has_spec()) return Finish("SubmitJob", absl::InvalidArgumentError("spec: required"));
-  auto job = manager_->Submit(req->spec(), caller->name);
+  auto job = manager_->Submit(req->spec(), caller->name, RoleName(caller->role));
   if (job.ok()) *resp->mutable_job() = std::move(*job);
   return Finish("SubmitJob", job.status());
 }

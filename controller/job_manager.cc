@@ -144,7 +144,8 @@ void JobManager::Publish(const std::string& job_id, JobEvent event) {
   if (terminal) watchers_.erase(job_id);
 }
 
-absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submitted_by) {
+absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submitted_by,
+                                       absl::string_view role) {
   ApplyJobSpecDefaults(&spec);
   absl::Status valid = ValidateJobSpec(spec);
   std::lock_guard<std::mutex> lock(mu_);
@@ -164,6 +165,13 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submi
     ASSIGN_OR_RETURN(const scheduling::QueueSpec* queue,
                      queues_.ResolveQueue(spec.scheduling().queue()));
     RETURN_IF_ERROR(queues_.ResolvePriority(spec.scheduling().priority()).status());
+    if (!role.empty() && !queue->AcceptsRole(role)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "scheduling.queue: queue \"", queue->name, "\" takes jobs from ",
+          absl::StrJoin(queue->submit_roles, " and "), " roles only; ",
+          submitted_by.empty() ? std::string("the caller") : absl::StrCat("'", submitted_by, "'"),
+          " is a ", role));
+    }
     spec.mutable_scheduling()->set_queue(queue->name);
   }
   PathRoots roots;

@@ -153,7 +153,11 @@ class JobManager {
   // UNIMPLEMENTED from validation; INVALID_ARGUMENT naming the parallelism
   // field when the layout does not fit the registered workers.
   // `submitted_by` is recorded in the job (access.h: who may change it).
-  absl::StatusOr<loom::v1::Job> Submit(loom::v1::JobSpec spec, std::string submitted_by = "");
+  // `role` ("user", "admin"; empty: not checked) must be one the job's
+  // queue takes (QueueSpec::submit_roles), else PERMISSION_DENIED naming
+  // scheduling.queue.
+  absl::StatusOr<loom::v1::Job> Submit(loom::v1::JobSpec spec, std::string submitted_by = "",
+                                       absl::string_view role = "");
   // Plans a spec (defaults applied, validated; layouts that do not execute
   // yet are allowed) on the topology given as YAML, or else on the live
   // workers. INVALID_ARGUMENT for a bad spec, topology or top_k;

@@ -177,6 +177,19 @@ TEST_F(JobManagerTest, SubmitResolvesTheQueueAndPriorityItNames) {
               StartsWith("scheduling.priority: \"urgent\" is neither an integer nor a priority "
                          "class (classes: high)"));
   EXPECT_EQ(manager_->List({}, 0).size(), 2u);  // the refused ones left nothing behind
+
+  // A queue that takes only admins' jobs.
+  config = scheduling::ParseQueueConfig("queues:\n  - name: prod\n    submit_roles: [admin]\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  manager_->SetQueueConfig(*config);
+  loom::v1::JobSpec prod = Spec(1);
+  prod.mutable_scheduling()->set_queue("prod");
+  auto denied = manager_->Submit(prod, "alice", "user");
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(denied.status().message(),
+            "scheduling.queue: queue \"prod\" takes jobs from admin roles only; 'alice' is a user");
+  EXPECT_TRUE(manager_->Submit(prod, "root", "admin").ok());
+  EXPECT_TRUE(manager_->Submit(Spec(1), "alice", "user").ok());  // default takes everyone
 }
 
 // Admission is the scheduling policy's (controller/scheduling/): a queue's

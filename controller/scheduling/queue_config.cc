@@ -162,6 +162,22 @@ absl::Status ReadQueue(const YAML::Node& node, const std::string& path, QueueSpe
     return absl::OkStatus();
   });
   reader.On("preemption", Bool(&q->preemption));
+  reader.On("submit_roles", [&](const YAML::Node& n, const std::string& p) {
+    if (!n.IsSequence() || n.size() == 0) {
+      return FieldError(p, absl::StrCat("expected a list of roles (user, admin), got ",
+                                        DescribeYamlNode(n)));
+    }
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string at = absl::StrCat(p, "[", i, "]");
+      if (!n[i].IsScalar() || (n[i].Scalar() != "user" && n[i].Scalar() != "admin")) {
+        return FieldError(at, absl::StrCat("expected user or admin (the roles that may submit), "
+                                           "got ",
+                                           DescribeYamlNode(n[i])));
+      }
+      q->submit_roles.push_back(n[i].Scalar());
+    }
+    return absl::OkStatus();
+  });
   RETURN_IF_ERROR(reader.Read(node));
   if (!has_name) return FieldError(JoinYamlPath(path, "name"), "required");
   if (has_borrowing && q->cohort.empty()) {
@@ -220,6 +236,11 @@ absl::Status ReadConfig(const YAML::Node& root, QueueConfig* config) {
 }
 
 }  // namespace
+
+bool QueueSpec::AcceptsRole(absl::string_view role) const {
+  if (submit_roles.empty()) return true;
+  return std::find(submit_roles.begin(), submit_roles.end(), role) != submit_roles.end();
+}
 
 Resources QueueSpec::Limit() const {
   return cohort.empty() ? nominal_quota : Saturate(nominal_quota + borrowing_limit);

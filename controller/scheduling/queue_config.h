@@ -21,6 +21,8 @@
 //       weight: 1                   # fair-share weight; > 0 (default 1)
 //       preemption: true            # higher priority preempts lower within
 //                                   # this queue (default true)
+//       submit_roles: [admin]       # who may submit: user, admin (default
+//                                   # both)
 //
 // A queue named `default` always exists: when the file does not define it,
 // it is added with unlimited quota, weight 1, no cohort, preemption on, so a
@@ -68,7 +70,12 @@ struct QueueSpec {
   // Within-queue priority preemption: a pending job preempts running jobs
   // of the same queue with a strictly lower priority.
   bool preemption = true;
+  // The roles whose members may submit to the queue ("user", "admin"; the
+  // controller's access.h roles that may submit at all). Empty: both.
+  std::vector<std::string> submit_roles;
 
+  // Whether a caller of `role` ("user", "admin") may submit to the queue.
+  bool AcceptsRole(absl::string_view role) const;
   // nominal_quota + borrowing_limit with a cohort, nominal_quota without;
   // saturated at kUnlimited.
   Resources Limit() const;

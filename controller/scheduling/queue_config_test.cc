@@ -131,5 +131,20 @@ TEST(QueueConfigTest, JobFieldsResolveWithTheirPath) {
                         "class (classes: high, low)"));
 }
 
+TEST(QueueConfigTest, SubmitRolesNameWhoMaySubmit) {
+  absl::StatusOr<QueueConfig> config = ParseQueueConfig(
+      "queues:\n  - name: prod\n    submit_roles: [admin]\n  - name: research\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->Find("prod")->AcceptsRole("admin"));
+  EXPECT_FALSE(config->Find("prod")->AcceptsRole("user"));
+  EXPECT_TRUE(config->Find("research")->AcceptsRole("user"));
+  EXPECT_TRUE(config->Find("default")->AcceptsRole("user"));
+  EXPECT_EQ(ParseQueueConfig("queues:\n  - name: a\n    submit_roles: [reader]\n").status().message(),
+            "queues[0].submit_roles[0]: expected user or admin (the roles that may submit), got "
+            "\"reader\"");
+  EXPECT_EQ(ParseQueueConfig("queues:\n  - name: a\n    submit_roles: []\n").status().message(),
+            "queues[0].submit_roles: expected a list of roles (user, admin), got a list");
+}
+
 }  // namespace
 }  // namespace loom::scheduling
