@@ -61,13 +61,16 @@ with its defaults.)",
                {},
                ArgKind::kFile});
   c.push_back({"list",
-               {"list [--state STATE]"},
+               {"list [--state STATE] [--pending]"},
                "list jobs, newest first",
                R"(Lists jobs with their state, progress and submitter, newest first.
   --state STATE   only jobs in STATE (PENDING, SCHEDULED, RUNNING, SUCCEEDED,
-                  FAILED, CANCELLED))",
+                  FAILED, CANCELLED)
+  --pending       the waiting jobs by queue, in the order they would start:
+                  each one's priority, position and what it waits for (over
+                  quota, gang does not fit, capacity reserved))",
                {},
-               {"--state"},
+               {"--state", "--pending"},
                ArgKind::kNone});
   c.push_back({"status",
                {"status JOB"},

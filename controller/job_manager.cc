@@ -1543,6 +1543,8 @@ void JobManager::ScheduleLocked() {
 
   for (const scheduling::Waiting& w : decisions.waiting) {
     JobRecord& rec = *jobs_.Find(w.job_id);
+    rec.job.set_queue_position(w.position);
+    rec.job.set_wait_reason(scheduling::WaitReasonName(w.reason));
     std::string why = w.message;
     if (w.reason == scheduling::WaitReason::kGangDoesNotFit) {
       // The placement's own words: which resource is short, and where.
@@ -1614,6 +1616,8 @@ void JobManager::ScheduleLocked() {
     std::map<int, std::string>& placed = rec.placements[rec.job.generation()];
     for (const auto& r : rec.job.ranks()) placed[r.rank()] = r.node();
     while (rec.placements.size() > kMaxPlacementsKept) rec.placements.erase(rec.placements.begin());
+    rec.job.clear_queue_position();
+    rec.job.clear_wait_reason();
     Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
   }
 }

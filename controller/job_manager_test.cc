@@ -211,6 +211,8 @@ TEST_F(JobManagerTest, QueuesQuotasAndPrioritiesDecideWhoStarts) {
   Beat(w, 29501);
   EXPECT_EQ(StateOf(over.id()), loom::v1::PENDING);
   EXPECT_THAT(manager_->Get(over.id())->reason(), HasSubstr("over quota"));
+  EXPECT_EQ(manager_->Get(over.id())->wait_reason(), "over quota");
+  EXPECT_EQ(manager_->Get(over.id())->queue_position(), 1);
 
   // Queue default is not held back by small's quota (placed at once, with
   // the worker's fresh rendezvous port).
@@ -225,7 +227,10 @@ TEST_F(JobManagerTest, QueuesQuotasAndPrioritiesDecideWhoStarts) {
   auto high = *manager_->Submit(urgent);
   Beat(w, 29503);
   EXPECT_EQ(StateOf(high.id()), loom::v1::SCHEDULED);
+  EXPECT_EQ(manager_->Get(high.id())->queue_position(), 0);  // placed: no longer waiting
   EXPECT_EQ(StateOf(low.id()), loom::v1::PENDING);
+  EXPECT_EQ(manager_->Get(low.id())->queue_position(), 1);
+  EXPECT_EQ(manager_->Get(low.id())->wait_reason(), "gang does not fit");
   EXPECT_EQ(StateOf(over.id()), loom::v1::PENDING);
 }
 

@@ -581,6 +581,11 @@ TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
   const loom::v1::Job waiting = Status(held_id);
   EXPECT_EQ(waiting.state(), loom::v1::PENDING);
   EXPECT_THAT(waiting.reason(), HasSubstr("over quota")) << waiting.reason();
+  auto pending = Ctl("list --pending");
+  ASSERT_EQ(pending.exit_code, 0) << pending.err;
+  EXPECT_THAT(pending.out, HasSubstr("WAITS FOR"));
+  EXPECT_THAT(pending.out, HasSubstr("over quota"));
+  EXPECT_THAT(pending.out, HasSubstr(held_id));
   // `loomctl queues` shows the configuration and each queue's jobs.
   auto table = Ctl("queues");
   ASSERT_EQ(table.exit_code, 0) << table.err;

@@ -1,6 +1,7 @@
 // The job commands: submit, validate, list, status, cancel, events and
 // rollback (cli/commands/commands.h). `watch` and `submit --follow` share
 // the follower in cli/commands/watch.cc.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -85,8 +86,12 @@ int CmdValidate(const Globals& g, const std::vector<std::string>& args) {
 
 int CmdList(const Globals& g, const std::vector<std::string>& args) {
   loom::v1::ListJobsRequest req;
+  bool pending = false;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--state" && i + 1 < args.size()) {
+    if (args[i] == "--pending") {
+      pending = true;
+      req.add_states(loom::v1::PENDING);
+    } else if (args[i] == "--state" && i + 1 < args.size()) {
       loom::v1::JobState st;
       if (!loom::v1::JobState_Parse(args[++i], &st)) return Usage("list: unknown state " + args[i]);
       req.add_states(st);
@@ -108,6 +113,32 @@ int CmdList(const Globals& g, const std::vector<std::string>& args) {
   } while (!req.page_token().empty());
   if (g.json) {
     std::cout << ToJson(resp) << std::endl;
+    return 0;
+  }
+  if (pending) {
+    // The waiting jobs by queue, in the order they would start.
+    std::vector<const loom::v1::Job*> waiting;
+    for (const auto& j : resp.jobs()) waiting.push_back(&j);
+    std::stable_sort(waiting.begin(), waiting.end(), [](const auto* a, const auto* b) {
+      const std::string qa = a->spec().scheduling().queue(), qb = b->spec().scheduling().queue();
+      if (qa != qb) return qa < qb;
+      const int pa = a->queue_position() > 0 ? a->queue_position() : 1 << 30;
+      const int pb = b->queue_position() > 0 ? b->queue_position() : 1 << 30;
+      return pa < pb;
+    });
+    std::vector<std::vector<std::string>> rows = {
+        {"ID", "QUEUE", "PRIORITY", "POSITION", "WAITS FOR", "RANKS", "AGE", "BY", "REASON"}};
+    for (const loom::v1::Job* j : waiting) {
+      const auto& sched = j->spec().scheduling();
+      rows.push_back({j->id(), sched.queue().empty() ? "default" : sched.queue(),
+                      sched.priority().empty() ? "0" : sched.priority(),
+                      j->queue_position() > 0 ? absl::StrCat(j->queue_position()) : "-",
+                      j->wait_reason().empty() ? "-" : j->wait_reason(),
+                      absl::StrCat(j->spec().resources().ranks()), Ago(j->created_unix_ms()),
+                      j->submitted_by().empty() ? "-" : j->submitted_by(),
+                      j->reason().substr(0, 60)});
+    }
+    PrintTable(rows);
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
