@@ -60,23 +60,7 @@ std::string JoinPath(absl::string_view parent, absl::string_view name) {
 bool IsPlain(const YAML::Node& node) { return node.Tag() == "?"; }
 
 // How a node reads in an error message.
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "null";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Scalar: {
-      std::string text = node.Scalar();
-      if (text.size() > 64) text = text.substr(0, 61) + "...";
-      return absl::StrCat("\"", absl::Utf8SafeCHexEscape(text), "\"");
-    }
-    default:
-      return "nothing";
-  }
-}
+std::string Describe(const YAML::Node& node) { return DescribeYamlNode(node, 64); }
 
 // YAML 1.2 core schema, decimal only: [-+]?[0-9]+
 bool IsIntLiteral(absl::string_view s) {

@@ -6,6 +6,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace loom {
@@ -70,7 +71,7 @@ int CountYamlDocuments(const std::string& text, int max_documents) {
   return documents;
 }
 
-std::string DescribeYamlNode(const YAML::Node& node) {
+std::string DescribeYamlNode(const YAML::Node& node, size_t max_chars) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
       return "null";
@@ -80,8 +81,8 @@ std::string DescribeYamlNode(const YAML::Node& node) {
       return "a mapping";
     case YAML::NodeType::Scalar: {
       std::string text = node.Scalar();
-      if (text.size() > 40) text = text.substr(0, 37) + "...";
-      return absl::StrCat("\"", text, "\"");
+      if (text.size() > max_chars && max_chars > 3) text = text.substr(0, max_chars - 3) + "...";
+      return absl::StrCat("\"", absl::Utf8SafeCHexEscape(text), "\"");
     }
     default:
       return "nothing";

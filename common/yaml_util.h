@@ -25,11 +25,12 @@ namespace loom {
 // syntax error. Throws what yaml-cpp throws otherwise.
 int CountYamlDocuments(const std::string& text, int max_documents);
 
-// For error messages about configuration files read with yaml-cpp
-// (topologies, queue files): how `node` reads ("null", "a list", "a
-// mapping", a scalar in quotes cut to 40 characters, "nothing" when
-// undefined), and a field's dotted path ("parent.key"; "key" at the top).
-std::string DescribeYamlNode(const YAML::Node& node);
+// For error messages about YAML input (job specs, topologies, queue
+// files): how `node` reads ("null", "a list", "a mapping", a scalar in
+// quotes, C-escaped where not printable UTF-8 and cut to `max_chars`,
+// "nothing" when undefined), and a field's dotted path ("parent.key"; "key"
+// at the top).
+std::string DescribeYamlNode(const YAML::Node& node, size_t max_chars = 40);
 std::string JoinYamlPath(absl::string_view parent, absl::string_view key);
 
 }  // namespace loom
