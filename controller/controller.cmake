@@ -6,7 +6,6 @@ loom_library(loom_scheduler SRCS scheduler.cc
 loom_test(loom_scheduler_test SRCS scheduler_test.cc DEPS loom_scheduler)
 loom_library(loom_diagnosis SRCS diagnosis.cc DEPS loom_proto absl::str_format)
 loom_test(loom_diagnosis_test SRCS diagnosis_test.cc DEPS loom_diagnosis)
-loom_library(loom_recovery_metrics SRCS recovery_metrics.cc DEPS loom_metrics loom_proto)
 loom_library(loom_checkpoint_catalog SRCS checkpoint_catalog.cc checkpoint_verifier.cc
   DEPS loom_store loom_proto loom_prune_log loom_checkpoint_files absl::strings)
 loom_test(loom_checkpoint_catalog_test SRCS checkpoint_catalog_test.cc
@@ -14,9 +13,6 @@ loom_test(loom_checkpoint_catalog_test SRCS checkpoint_catalog_test.cc
 loom_library(loom_worker_registry SRCS worker_registry.cc
   DEPS loom_scheduler loom_common absl::strings absl::str_format)
 loom_test(loom_worker_registry_test SRCS worker_registry_test.cc DEPS loom_worker_registry)
-loom_library(loom_recovery_policy SRCS recovery_policy.cc
-  DEPS loom_spike_detector loom_recovery_metrics loom_proto absl::strings)
-loom_test(loom_recovery_policy_test SRCS recovery_policy_test.cc DEPS loom_recovery_policy)
 loom_library(loom_job_catalog SRCS job_catalog.cc
   DEPS loom_store loom_proto loom_spike_detector loom_common absl::strings absl::status)
 loom_test(loom_job_catalog_test SRCS job_catalog_test.cc DEPS loom_job_catalog loom_store SQLite::SQLite3)

@@ -4,7 +4,7 @@
 // is controller/worker_registry.h), gang scheduling of ranks onto worker
 // slots (where each rank goes is controller/scheduler.h's PlaceGang),
 // carrying out recovery (what a failure or a loss spike leads to is
-// controller/recovery_policy.h's), and fan-out of job events to watchers.
+// controller/recovery/recovery_policy.h's), and fan-out of job events to watchers.
 // No gRPC types: the service adapters in controller_service.cc translate
 // requests into these calls.
 //
@@ -37,8 +37,8 @@
 #include "controller/job_catalog.h"
 #include "controller/job_planning.h"
 #include "controller/recovery/spike_detector.h"
-#include "controller/recovery_metrics.h"
-#include "controller/recovery_policy.h"
+#include "controller/recovery/recovery_metrics.h"
+#include "controller/recovery/recovery_policy.h"
 #include "controller/scheduling/fair_share.h"
 #include "controller/scheduling/queue_config.h"
 #include "controller/store.h"

@@ -2,3 +2,9 @@
 set(_dir ${CMAKE_CURRENT_LIST_DIR})
 loom_library(loom_spike_detector SRCS ${_dir}/spike_detector.cc DEPS absl::str_format)
 loom_test(loom_spike_detector_test SRCS ${_dir}/spike_detector_test.cc DEPS loom_spike_detector)
+# What a failure or a loss spike leads to (restart, rollback, give up), and
+# the recovery metrics the controller exports.
+loom_library(loom_recovery_metrics SRCS ${_dir}/recovery_metrics.cc DEPS loom_metrics loom_proto)
+loom_library(loom_recovery_policy SRCS ${_dir}/recovery_policy.cc
+  DEPS loom_spike_detector loom_recovery_metrics loom_proto absl::strings)
+loom_test(loom_recovery_policy_test SRCS ${_dir}/recovery_policy_test.cc DEPS loom_recovery_policy)

@@ -1,4 +1,4 @@
-#include "controller/recovery_metrics.h"
+#include "controller/recovery/recovery_metrics.h"
 
 #include <algorithm>
 

@@ -1,11 +1,11 @@
-#include "controller/recovery_policy.h"
+#include "controller/recovery/recovery_policy.h"
 
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/rank_exit.h"
-#include "controller/recovery_metrics.h"
+#include "controller/recovery/recovery_metrics.h"
 
 namespace loom::controller {
 

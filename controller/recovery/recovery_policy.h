@@ -22,8 +22,8 @@
 // times; then the job fails.
 //
 // Thread-safe: no mutable state.
-#ifndef LOOM_CONTROLLER_RECOVERY_POLICY_H_
-#define LOOM_CONTROLLER_RECOVERY_POLICY_H_
+#ifndef LOOM_CONTROLLER_RECOVERY_RECOVERY_POLICY_H_
+#define LOOM_CONTROLLER_RECOVERY_RECOVERY_POLICY_H_
 
 #include <cstdint>
 #include <functional>
@@ -159,4 +159,4 @@ class RecoveryPolicy {
 
 }  // namespace loom::controller
 
-#endif  // LOOM_CONTROLLER_RECOVERY_POLICY_H_
+#endif  // LOOM_CONTROLLER_RECOVERY_RECOVERY_POLICY_H_

@@ -1,11 +1,11 @@
-#include "controller/recovery_policy.h"
+#include "controller/recovery/recovery_policy.h"
 
 #include <functional>
 #include <map>
 #include <vector>
 
 #include "common/rank_exit.h"
-#include "controller/recovery_metrics.h"
+#include "controller/recovery/recovery_metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -21,8 +21,8 @@
 // kind is "rollback" or "restart"; cause is one of kCause* below. Counters
 // start at zero when the controller starts (Prometheus handles resets).
 // Thread-safe (the metric types are).
-#ifndef LOOM_CONTROLLER_RECOVERY_METRICS_H_
-#define LOOM_CONTROLLER_RECOVERY_METRICS_H_
+#ifndef LOOM_CONTROLLER_RECOVERY_RECOVERY_METRICS_H_
+#define LOOM_CONTROLLER_RECOVERY_RECOVERY_METRICS_H_
 
 #include <cstdint>
 #include <string>
@@ -72,4 +72,4 @@ class RecoveryMetrics {
 
 }  // namespace loom::controller
 
-#endif  // LOOM_CONTROLLER_RECOVERY_METRICS_H_
+#endif  // LOOM_CONTROLLER_RECOVERY_RECOVERY_METRICS_H_
