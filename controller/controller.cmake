@@ -26,8 +26,11 @@ loom_library(loom_access SRCS access.cc
 loom_test(loom_access_test SRCS access_test.cc DEPS loom_access loom_file_util)
 loom_library(loom_log_store SRCS log_store.cc DEPS absl::strings absl::str_format absl::status absl::statusor)
 loom_test(loom_log_store_test SRCS log_store_test.cc DEPS loom_log_store)
+loom_library(loom_rank_logs SRCS rank_logs.cc DEPS loom_log_store loom_grpc absl::strings)
+loom_test(loom_rank_logs_test SRCS rank_logs_test.cc DEPS loom_rank_logs)
 loom_library(loom_controller_service SRCS controller_service.cc
-  DEPS loom_access loom_job_manager loom_grpc loom_grpc_util loom_metrics loom_log_store)
+  DEPS loom_access loom_job_manager loom_grpc loom_grpc_util loom_metrics loom_log_store
+       loom_rank_logs)
 
 add_executable(loom-controller controller_main.cc)
 target_link_libraries(loom-controller PRIVATE loom_controller_service loom_health

@@ -129,7 +129,9 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
       access_(access),
       metrics_(metrics),
       shutting_down_(shutting_down),
-      logs_(logs) {}
+      rank_logs_(logs, [manager](const std::string& job_id) {
+        return manager->AttemptPlacements(job_id);
+      }) {}
 
 grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
   grpc::Status g = ToGrpcStatus(s);
@@ -311,76 +313,21 @@ grpc::Status JobServiceImpl::GetRankLog(grpc::ServerContext* ctx,
                                         const loom::v1::GetRankLogRequest* req,
                                         loom::v1::GetRankLogResponse* resp) {
   LOOM_ADMIT("JobService", "GetRankLog");
-  absl::Status s = RequireId(req->job_id(), "job_id");
-  if (s.ok() && req->rank() < 0) s = absl::InvalidArgumentError("rank: must be >= 0");
-  if (s.ok() && req->has_generation() && req->generation() < 0) {
-    s = absl::InvalidArgumentError("generation: must be >= 0");
-  }
-  if (s.ok() && req->has_offset() && req->offset() < 0) {
-    s = absl::InvalidArgumentError("offset: must be >= 0");
-  }
-  if (s.ok() && req->tail_lines() < 0) s = absl::InvalidArgumentError("tail_lines: must be >= 0");
-  constexpr int64_t kMaxBytes = (4 << 20) - (64 << 10);
-  if (s.ok() && (req->max_bytes() < 0 || req->max_bytes() > kMaxBytes)) {
-    s = absl::InvalidArgumentError(absl::StrCat("max_bytes: must be in [0, ", kMaxBytes, "]"));
-  }
-  if (!s.ok()) return Finish("GetRankLog", s);
-  absl::StatusOr<JobManager::Placements> placements = manager_->AttemptPlacements(req->job_id());
-  if (!placements.ok()) return Finish("GetRankLog", placements.status());
-  const std::vector<LogInfo> logs = logs_->List(req->job_id());
-  auto describe = [&](const LogInfo& info, loom::v1::RankLogInfo* out) {
-    out->set_rank(info.key.rank);
-    out->set_generation(info.key.generation);
-    out->set_end(info.end);
-    out->set_first_kept(info.first_kept);
-    out->set_complete(info.complete);
-    auto attempt = placements->find(info.key.generation);
-    if (attempt != placements->end()) {
-      auto node = attempt->second.find(info.key.rank);
-      if (node != attempt->second.end()) out->set_node(node->second);
-    }
-  };
-  std::set<int> ranks_with_logs;
-  int64_t generation = -1;
-  for (const LogInfo& info : logs) {
-    describe(info, resp->add_logs());
-    ranks_with_logs.insert(info.key.rank);
-    if (info.key.rank != req->rank()) continue;
-    if (req->has_generation() ? info.key.generation == req->generation()
-                              : info.key.generation > generation) {
-      generation = info.key.generation;
-    }
-  }
-  if (generation < 0) {
-    return Finish(
-        "GetRankLog",
-        absl::NotFoundError(absl::StrCat(
-            "no log of rank ", req->rank(),
-            req->has_generation() ? absl::StrCat(" in attempt ", req->generation()) : "",
-            " of job ", req->job_id(), " yet",
-            ranks_with_logs.empty()
-                ? " (no rank's log has reached the controller: a rank's log follows it within "
-                  "about a second once it starts)"
-                : absl::StrCat(" (ranks with logs: ", absl::StrJoin(ranks_with_logs, ", "), ")"))));
-  }
-  const LogKey key{req->job_id(), req->rank(), generation};
-  const int64_t max_bytes = req->max_bytes() > 0 ? req->max_bytes() : int64_t{1} << 20;
-  absl::StatusOr<LogStore::Slice> slice =
-      req->has_offset() ? logs_->Read(key, req->offset(), max_bytes)
-                        : logs_->Tail(key, req->tail_lines(), max_bytes);
-  if (!slice.ok()) return Finish("GetRankLog", slice.status());
-  describe(slice->info, resp->mutable_log());
-  resp->set_offset(slice->offset);
-  resp->set_next_offset(slice->offset + static_cast<int64_t>(slice->data.size()));
-  resp->set_data(std::move(slice->data));
-  return Finish("GetRankLog", absl::OkStatus());
+  absl::StatusOr<loom::v1::GetRankLogResponse> got = rank_logs_.Get(*req);
+  if (got.ok()) *resp = *std::move(got);
+  return Finish("GetRankLog", got.status());
 }
 
 // --------------------------------------------------------------- WorkerService
 
 WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, const AccessControl* access,
                                      RpcMetrics* metrics, LogStore* logs)
-    : manager_(manager), access_(access), metrics_(metrics), logs_(logs) {}
+    : manager_(manager),
+      access_(access),
+      metrics_(metrics),
+      rank_logs_(logs, [manager](const std::string& job_id) {
+        return manager->AttemptPlacements(job_id);
+      }) {}
 
 absl::Status WorkerServiceImpl::CheckWorker(const Principal& caller, const std::string& worker_id) {
   if (caller.name.empty()) return absl::OkStatus();  // the shared worker token
@@ -480,47 +427,13 @@ grpc::Status WorkerServiceImpl::AppendRankLogs(grpc::ServerContext* ctx,
                                                loom::v1::AppendRankLogsResponse* resp) {
   LOOM_ADMIT("WorkerService", "AppendRankLogs");
   absl::Status s = RequireId(req->worker_id(), "worker_id");
-  for (int i = 0; s.ok() && i < req->chunks_size(); ++i) {
-    const loom::v1::RankLogChunk& c = req->chunks(i);
-    s = CheckLogJobId(c.job_id());
-    if (!s.ok()) {
-      s = absl::InvalidArgumentError(absl::StrCat("chunks[", i, "].", s.message()));
-    } else if (c.rank() < 0) {
-      s = absl::InvalidArgumentError(absl::StrCat("chunks[", i, "].rank: must be >= 0"));
-    } else if (c.generation() < 0) {
-      s = absl::InvalidArgumentError(absl::StrCat("chunks[", i, "].generation: must be >= 0"));
-    } else if (c.offset() < 0) {
-      s = absl::InvalidArgumentError(absl::StrCat("chunks[", i, "].offset: must be >= 0"));
-    }
-  }
+  if (s.ok()) s = RankLogs::ValidateAppend(*req);
   if (s.ok()) s = CheckWorker(*caller, req->worker_id());
   absl::StatusOr<std::string> node = s.ok() ? manager_->WorkerNode(req->worker_id()) : s;
   if (!node.ok()) return Finish("AppendRankLogs", node.status());
-  // Placements of each job the request names, looked up once.
-  std::map<std::string, absl::StatusOr<JobManager::Placements>> placements;
-  for (const loom::v1::RankLogChunk& c : req->chunks()) {
-    auto it = placements.find(c.job_id());
-    if (it == placements.end()) {
-      it = placements.emplace(c.job_id(), manager_->AttemptPlacements(c.job_id())).first;
-    }
-    bool ours = false;
-    if (it->second.ok()) {
-      auto attempt = it->second->find(c.generation());
-      if (attempt != it->second->end()) {
-        auto rank = attempt->second.find(c.rank());
-        ours = rank != attempt->second.end() && rank->second == *node;
-      }
-    }
-    if (!ours) {
-      resp->add_next_offset(-1);
-      continue;
-    }
-    absl::StatusOr<int64_t> end =
-        logs_->Append({c.job_id(), c.rank(), c.generation()}, c.offset(), c.data(), c.complete());
-    if (!end.ok()) return Finish("AppendRankLogs", end.status());
-    resp->add_next_offset(*end);
-  }
-  return Finish("AppendRankLogs", absl::OkStatus());
+  absl::StatusOr<loom::v1::AppendRankLogsResponse> appended = rank_logs_.Append(*req, *node);
+  if (appended.ok()) *resp = *std::move(appended);
+  return Finish("AppendRankLogs", appended.status());
 }
 
 }  // namespace loom::controller

@@ -14,6 +14,7 @@
 #include "controller/access.h"
 #include "controller/job_manager.h"
 #include "controller/log_store.h"
+#include "controller/rank_logs.h"
 #include "loom/v1/service.grpc.pb.h"
 
 namespace loom::controller {
@@ -85,7 +86,7 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   const AccessControl* const access_;
   RpcMetrics* const metrics_;
   const std::atomic<bool>* const shutting_down_;
-  LogStore* const logs_;
+  RankLogs rank_logs_;  // over the LogStore and the manager's placements
 };
 
 // Heartbeat and ReportStepMetrics, the RPCs every worker makes every
@@ -137,7 +138,7 @@ class WorkerServiceImpl final
   JobManager* const manager_;
   const AccessControl* const access_;
   RpcMetrics* const metrics_;
-  LogStore* const logs_;
+  RankLogs rank_logs_;  // over the LogStore and the manager's placements
 };
 
 // The caller of `ctx`: its verified client certificate's common name, else
