@@ -26,6 +26,8 @@ loom_library(loom_access SRCS access.cc
 loom_test(loom_access_test SRCS access_test.cc DEPS loom_access loom_file_util)
 loom_library(loom_log_store SRCS log_store.cc DEPS absl::strings absl::str_format absl::status absl::statusor)
 loom_test(loom_log_store_test SRCS log_store_test.cc DEPS loom_log_store)
+loom_library(loom_goodput SRCS goodput.cc DEPS loom_proto absl::time)
+loom_test(loom_goodput_test SRCS goodput_test.cc DEPS loom_goodput)
 loom_library(loom_rank_logs SRCS rank_logs.cc DEPS loom_log_store loom_grpc absl::strings)
 loom_test(loom_rank_logs_test SRCS rank_logs_test.cc DEPS loom_rank_logs)
 loom_library(loom_controller_service SRCS controller_service.cc

@@ -1,0 +1,108 @@
+#include "controller/goodput.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace loom::controller {
+namespace {
+
+bool Terminal(loom::v1::JobState s) {
+  return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
+}
+
+double Seconds(int64_t from_ms, int64_t to_ms) {
+  return static_cast<double>(std::max<int64_t>(0, to_ms - from_ms)) / 1000.0;
+}
+
+}  // namespace
+
+double GoodputBuckets::ettr() const {
+  const double training_time = wall - queued - preempted_waiting;
+  return training_time > 0 ? productive / training_time : 0.0;
+}
+
+GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
+                              const std::vector<loom::v1::StepMetrics>& steps, absl::Time now) {
+  GoodputBuckets b;
+  if (job.history_size() == 0) return b;
+  const int64_t created = job.history(0).time_unix_ms();
+  const loom::v1::StateTransition& last = job.history(job.history_size() - 1);
+  const int64_t end = Terminal(last.to()) ? last.time_unix_ms() : absl::ToUnixMillis(now);
+  b.wall = Seconds(created, end);
+
+  // The placed stretches (attempts): from a SCHEDULED to the next
+  // transition out of SCHEDULED/RUNNING (or the end).
+  struct Attempt {
+    int64_t begin = 0, end = 0;
+  };
+  std::vector<Attempt> attempts;
+  bool placed_before = false;
+  for (int i = 0; i < job.history_size(); ++i) {
+    const loom::v1::StateTransition& t = job.history(i);
+    const int64_t until = i + 1 < job.history_size() ? job.history(i + 1).time_unix_ms() : end;
+    if (t.to() == loom::v1::PENDING) {
+      (placed_before ? b.recovery_waiting : b.queued) += Seconds(t.time_unix_ms(), until);
+    } else if (t.to() == loom::v1::SCHEDULED) {
+      placed_before = true;
+      attempts.push_back({t.time_unix_ms(), until});
+    } else if (t.to() == loom::v1::RUNNING && !attempts.empty()) {
+      attempts.back().end = until;  // the attempt goes on while it runs
+    }
+  }
+
+  // Each attempt's reported steps: training time and its stalls; the gap
+  // from the placement to its first step's start is start-up.
+  std::vector<const loom::v1::StepMetrics*> sorted;
+  for (const loom::v1::StepMetrics& s : steps) sorted.push_back(&s);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto* a, const auto* c) { return a->time_unix_ms() < c->time_unix_ms(); });
+  std::vector<double> median_step(attempts.size(), 0.0);
+  for (size_t a = 0; a < attempts.size(); ++a) {
+    const Attempt& at = attempts[a];
+    std::vector<double> times;
+    double first_start = -1;
+    for (const loom::v1::StepMetrics* s : sorted) {
+      if (s->time_unix_ms() <= at.begin || s->time_unix_ms() > at.end) continue;
+      const double step = std::max(0.0, s->step_time_seconds());
+      if (first_start < 0) {
+        first_start = std::max(0.0, Seconds(at.begin, s->time_unix_ms()) - step);
+      }
+      times.push_back(step);
+      const double data = std::clamp(s->data_wait_seconds(), 0.0, step);
+      const double save = std::clamp(s->checkpoint_stall_seconds(), 0.0, step - data);
+      b.data_stall += data;
+      b.checkpoint_stall += save;
+      b.productive += step - data - save;
+    }
+    b.startup += first_start >= 0 ? first_start : Seconds(at.begin, at.end);
+    if (!times.empty()) {
+      std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+      median_step[a] = times[times.size() / 2];
+    }
+  }
+
+  // Steps a rollback or restart undid were trained twice: the undone copy
+  // is redone work, not productive. The event's attempt (generation) is
+  // the one it starts, so the lost steps belong to the attempt before.
+  for (const loom::v1::RecoveryEvent& e : job.events()) {
+    if (e.kind() != loom::v1::RecoveryEvent::ROLLBACK &&
+        e.kind() != loom::v1::RecoveryEvent::RESTART) {
+      continue;
+    }
+    if (e.steps_lost() <= 0) continue;
+    // The attempt that ran when the event came.
+    double median = 0;
+    for (size_t a = 0; a < attempts.size(); ++a) {
+      if (attempts[a].begin <= e.time_unix_ms()) median = median_step[a];
+    }
+    const double lost = std::min(b.productive, static_cast<double>(e.steps_lost()) * median);
+    b.redone += lost;
+    b.productive -= lost;
+  }
+  b.unaccounted = b.wall - (b.queued + b.preempted_waiting + b.recovery_waiting + b.startup +
+                            b.productive + b.data_stall + b.checkpoint_stall + b.redone);
+  return b;
+}
+
+}  // namespace loom::controller

@@ -1,0 +1,61 @@
+// A job's wall time split into goodput buckets (issue 30), after Google's
+// ML Productivity Goodput, extended: what share of the time a job has
+// existed trained the model, and where the rest went. A pure function of
+// the job record (its state transitions and recovery events) and its
+// step reports; the controller's exports (Prometheus, `loomctl status`, the
+// report, the dashboard) are to read it.
+//
+// Buckets, from the job's history:
+//   queued             PENDING before its first placement;
+//   recovery_waiting   PENDING again after a failure or a rollback (and,
+//                      once preemption runs, preempted_waiting after one);
+//   startup            from a placement to the start of the attempt's first
+//                      reported step: launch, rendezvous, probe and the
+//                      checkpoint restore, which ranks do not report apart
+//                      yet;
+//   productive         reported step time, less what follows;
+//   data_stall         the steps' waits for the loader;
+//   checkpoint_stall   the steps' checkpoint-save stalls;
+//   redone             the steps a rollback or restart undid (its
+//                      steps_lost, at the attempt's median step time):
+//                      trained twice, counted once as productive;
+//   unaccounted        the rest of the wall time while placed (steps not
+//                      reported, the time after the last step to the end).
+// They sum to the wall time, except where reports overlap it (clocks of
+// different hosts); unaccounted is then negative, and the caller sees it.
+// ETTR (effective training time ratio) = productive / (wall - queued -
+// preempted_waiting).
+#ifndef LOOM_CONTROLLER_GOODPUT_H_
+#define LOOM_CONTROLLER_GOODPUT_H_
+
+#include <vector>
+
+#include "absl/time/time.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom::controller {
+
+struct GoodputBuckets {
+  double wall = 0;  // seconds from submission to the end (or `now`)
+  double queued = 0;
+  double preempted_waiting = 0;
+  double recovery_waiting = 0;
+  double startup = 0;
+  double productive = 0;
+  double data_stall = 0;
+  double checkpoint_stall = 0;
+  double redone = 0;
+  double unaccounted = 0;
+
+  // productive / (wall - queued - preempted_waiting); 0 before any of it.
+  double ettr() const;
+};
+
+// `steps`: the job's step reports, any order (StepMetrics.time_unix_ms is
+// when a step ended). `now` ends the wall time of a job still going.
+GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
+                              const std::vector<loom::v1::StepMetrics>& steps, absl::Time now);
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_GOODPUT_H_

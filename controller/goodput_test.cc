@@ -1,0 +1,86 @@
+#include "controller/goodput.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace loom::controller {
+namespace {
+
+void Transition(loom::v1::Job* job, loom::v1::JobState to, double at_seconds) {
+  auto* t = job->add_history();
+  t->set_to(to);
+  t->set_time_unix_ms(static_cast<int64_t>(at_seconds * 1000));
+}
+
+// `count` steps of 1 s each, the first ending at `first_end`, each waiting
+// 0.1 s for data; the step ending at `stall_at` also stalls 0.5 s on a save.
+void Steps(std::vector<loom::v1::StepMetrics>* steps, double first_end, int count,
+           double stall_at = -1) {
+  for (int i = 0; i < count; ++i) {
+    loom::v1::StepMetrics s;
+    s.set_step(static_cast<int64_t>(steps->size()) + 1);
+    s.set_time_unix_ms(static_cast<int64_t>((first_end + i) * 1000));
+    s.set_step_time_seconds(1.0);
+    s.set_data_wait_seconds(0.1);
+    if (first_end + i == stall_at) s.set_checkpoint_stall_seconds(0.5);
+    steps->push_back(s);
+  }
+}
+
+// Queued 10 s; an attempt whose first step starts 4 s after its placement,
+// 10 steps, then a failure that loses 3 steps; 5 s waiting again; a second
+// attempt of 10 steps; the end.
+TEST(GoodputTest, SplitsAJobsWallTimeIntoBucketsThatAddUp) {
+  loom::v1::Job job;
+  std::vector<loom::v1::StepMetrics> steps;
+  Transition(&job, loom::v1::PENDING, 0);
+  Transition(&job, loom::v1::SCHEDULED, 10);
+  Transition(&job, loom::v1::RUNNING, 12);
+  Steps(&steps, 15, 10, /*stall_at=*/20);
+  Transition(&job, loom::v1::PENDING, 25);
+  auto* restart = job.add_events();
+  restart->set_kind(loom::v1::RecoveryEvent::RESTART);
+  restart->set_time_unix_ms(25000);
+  restart->set_steps_lost(3);
+  Transition(&job, loom::v1::SCHEDULED, 30);
+  Transition(&job, loom::v1::RUNNING, 31);
+  Steps(&steps, 33, 10);
+  Transition(&job, loom::v1::SUCCEEDED, 43);
+
+  const GoodputBuckets b = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
+  EXPECT_DOUBLE_EQ(b.wall, 43);  // ended: `now` does not count
+  EXPECT_DOUBLE_EQ(b.queued, 10);
+  EXPECT_DOUBLE_EQ(b.recovery_waiting, 5);
+  EXPECT_DOUBLE_EQ(b.preempted_waiting, 0);
+  EXPECT_DOUBLE_EQ(b.startup, 4 + 2);
+  EXPECT_NEAR(b.data_stall, 2.0, 1e-9);
+  EXPECT_NEAR(b.checkpoint_stall, 0.5, 1e-9);
+  EXPECT_NEAR(b.redone, 3.0, 1e-9);            // 3 steps at the median 1 s
+  EXPECT_NEAR(b.productive, 20 - 2.0 - 0.5 - 3.0, 1e-9);
+  EXPECT_NEAR(b.unaccounted, 2.0, 1e-9);       // 24..25 and 42..43: after the last steps
+  const double sum = b.queued + b.preempted_waiting + b.recovery_waiting + b.startup +
+                     b.productive + b.data_stall + b.checkpoint_stall + b.redone + b.unaccounted;
+  EXPECT_NEAR(sum, b.wall, 1e-9);
+  EXPECT_NEAR(b.ettr(), 14.5 / 33.0, 1e-9);
+}
+
+TEST(GoodputTest, AJobStillGoingEndsAtNowAndOneNeverPlacedIsAllQueue) {
+  loom::v1::Job job;
+  Transition(&job, loom::v1::PENDING, 100);
+  const GoodputBuckets waiting = ComputeGoodput(job, {}, absl::FromUnixSeconds(160));
+  EXPECT_DOUBLE_EQ(waiting.wall, 60);
+  EXPECT_DOUBLE_EQ(waiting.queued, 60);
+  EXPECT_DOUBLE_EQ(waiting.unaccounted, 0);
+  EXPECT_EQ(waiting.ettr(), 0);
+  // Placed, no step reported yet: all start-up so far.
+  Transition(&job, loom::v1::SCHEDULED, 130);
+  const GoodputBuckets starting = ComputeGoodput(job, {}, absl::FromUnixSeconds(160));
+  EXPECT_DOUBLE_EQ(starting.queued, 30);
+  EXPECT_DOUBLE_EQ(starting.startup, 30);
+  EXPECT_DOUBLE_EQ(starting.unaccounted, 0);
+  EXPECT_EQ(ComputeGoodput(loom::v1::Job(), {}, absl::FromUnixSeconds(1)).wall, 0);
+}
+
+}  // namespace
+}  // namespace loom::controller
