@@ -327,6 +327,15 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   EXPECT_EQ(job.state(), loom::v1::SUCCEEDED);
   ASSERT_EQ(job.ranks_size(), 2);
   EXPECT_NE(job.ranks(0).node(), job.ranks(1).node()) << "ranks spread over both workers";
+  // Where its wall time went (controller/goodput.h), as `loomctl status` says.
+  auto text = Ctl("status tiny-1");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const size_t goodput = text.out.find("goodput  ");
+  ASSERT_NE(goodput, std::string::npos) << text.out;
+  const std::string line = text.out.substr(goodput, text.out.find('\n', goodput) - goodput);
+  std::printf("%s\n", line.c_str());
+  EXPECT_THAT(line, HasSubstr("s productive of"));
+  EXPECT_THAT(line, HasSubstr("ETTR 0."));
   EXPECT_EQ(job.summary().last_step(), 60);
   EXPECT_LT(job.summary().last_loss(), job.summary().first_loss() - 0.5)
       << "training loss must fall";

@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cli/commands/commands.h"
+#include "controller/goodput.h"
 #include "cli/commands/common.h"
 #include "cli/commands/watch.h"
 #include "common/jobspec.h"
@@ -216,6 +218,25 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
   }
   PrintTable(rows);
   PrintSummary(job, nullptr);
+  // Where its wall time went (controller/goodput.h), from its step reports.
+  auto client = Client::Connect(g);
+  loom::v1::GetStepMetricsRequest steps_req;
+  steps_req.set_job_id(job.id());
+  loom::v1::GetStepMetricsResponse steps;
+  absl::Status fetched_steps =
+      client.ok() ? (*client)->Call(&loom::v1::JobService::Stub::GetStepMetrics, steps_req, &steps)
+                  : client.status();
+  if (!fetched_steps.ok()) {
+    std::cout << "\ngoodput  unavailable: " << fetched_steps.message() << "\n";
+    return 0;
+  }
+  const std::vector<loom::v1::StepMetrics> step_list(steps.steps().begin(), steps.steps().end());
+  const controller::GoodputBuckets b = controller::ComputeGoodput(job, step_list, absl::Now());
+  std::cout << absl::StrFormat(
+      "\ngoodput  %.1f s productive of %.1f s (ETTR %.2f): queued %.1f, recovery waiting %.1f, "
+      "start-up %.1f, data stall %.1f, checkpoint stall %.1f, redone %.1f, unaccounted %.1f\n",
+      b.productive, b.wall, b.ettr(), b.queued + b.preempted_waiting, b.recovery_waiting,
+      b.startup, b.data_stall, b.checkpoint_stall, b.redone, b.unaccounted);
   return 0;
 }
 
