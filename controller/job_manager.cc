@@ -1539,18 +1539,28 @@ void JobManager::ScheduleLocked() {
   fair_share_.set_half_life(queues_.fair_share_half_life);
   fair_share_.Observe(now, scheduling::QueueUsage(snapshot));
   const scheduling::Decisions decisions =
-      scheduling::AdmissionPolicy(queues_).Decide(snapshot, fair_share_, now);
+      policy_.Decide(snapshot, fair_share_, now);
 
+  // The placement's own words for a gang that does not fit (which resource
+  // is short, and where), once per gang shape this cycle.
+  std::map<std::tuple<int, int, int, int, bool>, std::string> shortage;
   for (const scheduling::Waiting& w : decisions.waiting) {
     JobRecord& rec = *jobs_.Find(w.job_id);
     rec.job.set_queue_position(w.position);
     rec.job.set_wait_reason(scheduling::WaitReasonName(w.reason));
     std::string why = w.message;
     if (w.reason == scheduling::WaitReason::kGangDoesNotFit) {
-      // The placement's own words: which resource is short, and where.
       const GangRequest gang = GangRequestOf(rec.job.spec());
-      auto placement = PlaceGang(gang, workers_.Offers(gang.gpu_per_rank));
-      if (!placement.ok()) why = std::string(placement.status().message());
+      const auto shape = std::make_tuple(gang.workers, gang.layout.data, gang.layout.tensor,
+                                         gang.layout.pipeline, gang.gpu_per_rank);
+      auto it = shortage.find(shape);
+      if (it == shortage.end()) {
+        auto placement = PlaceGang(gang, workers_.Offers(gang.gpu_per_rank));
+        it = shortage.emplace(shape, placement.ok() ? w.message
+                                                    : std::string(placement.status().message()))
+                 .first;
+      }
+      why = it->second;
     }
     if (rec.job.reason() != why) rec.job.set_reason(why);
   }
@@ -1624,6 +1634,7 @@ void JobManager::ScheduleLocked() {
 
 void JobManager::SetQueueConfig(scheduling::QueueConfig config) {
   std::lock_guard<std::mutex> lock(mu_);
+  policy_ = scheduling::AdmissionPolicy(config);
   queues_ = std::move(config);
 }
 

@@ -39,6 +39,7 @@
 #include "controller/recovery/spike_detector.h"
 #include "controller/recovery/recovery_metrics.h"
 #include "controller/recovery/recovery_policy.h"
+#include "controller/scheduling/admission.h"
 #include "controller/scheduling/fair_share.h"
 #include "controller/scheduling/queue_config.h"
 #include "controller/store.h"
@@ -382,6 +383,8 @@ class JobManager {
   absl::Time schedule_at_ = absl::InfiniteFuture();
   WorkerRegistry workers_;  // not thread-safe itself: guarded by mu_
   scheduling::QueueConfig queues_ = scheduling::DefaultQueueConfig();
+  // Over queues_; rebuilt by SetQueueConfig, not every scheduling cycle.
+  scheduling::AdmissionPolicy policy_{scheduling::DefaultQueueConfig()};
   // The queues' decayed usage, observed every scheduling cycle.
   scheduling::FairShare fair_share_{absl::Hours(1)};
   std::multimap<std::string, std::weak_ptr<EventQueue>> watchers_;  // by job id
