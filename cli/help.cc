@@ -65,7 +65,7 @@ with its defaults.)",
                "list jobs, newest first",
                R"(Lists jobs with their state, progress and submitter, newest first.
   --state STATE   only jobs in STATE (PENDING, SCHEDULED, RUNNING, SUCCEEDED,
-                  FAILED, CANCELLED)
+                  FAILED, CANCELLED, PREEMPTED)
   --pending       the waiting jobs by queue, in the order they would start:
                   each one's priority, position and what it waits for (over
                   quota, gang does not fit, capacity reserved))",
@@ -399,7 +399,7 @@ _loomctl() {
     -o) COMPREPLY=($(compgen -W "table json" -- "$cur")); return ;;
     --tokenizer) COMPREPLY=($(compgen -W "byte bpe" -- "$cur")); return ;;
     --role) COMPREPLY=($(compgen -W "reader user admin" -- "$cur")); return ;;
-    --state) COMPREPLY=($(compgen -W "PENDING SCHEDULED RUNNING SUCCEEDED FAILED CANCELLED" -- "$cur")); return ;;
+    --state) COMPREPLY=($(compgen -W "PENDING SCHEDULED RUNNING SUCCEEDED FAILED CANCELLED PREEMPTED" -- "$cur")); return ;;
     --controller|--workers|--slots|--memory|--gpus|--worker-timeout|--reason|--to-step|--skip|--top|--tokens|--val-fraction|--host|--vocab-size|--prompt|--step|--temperature|--top-k|--seed)
       return ;;
   esac

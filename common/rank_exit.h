@@ -34,6 +34,14 @@ inline constexpr int kRankExitCheckpointVolumeFull = 74;
 // whoever holds it). 77 is sysexits.h's EX_NOPERM.
 inline constexpr int kRankExitCheckpointFenced = 77;
 
+// Checkpoint-then-preempt: the rank was asked to save and stop (SIGUSR1,
+// StopRank.checkpoint_first), and every rank of the job agreed at a step
+// boundary, saved the state reached (or found it already saved) and
+// stopped with that checkpoint committed. The controller requeues the job
+// as PREEMPTED, to resume from that checkpoint, without counting a restart.
+// 79 is Loom's own (past sysexits.h's range).
+inline constexpr int kRankExitSavedAndStopped = 79;
+
 }  // namespace loom
 
 #endif  // LOOM_COMMON_RANK_EXIT_H_

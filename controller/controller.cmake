@@ -16,7 +16,7 @@ loom_test(loom_worker_registry_test SRCS worker_registry_test.cc DEPS loom_worke
 loom_library(loom_job_catalog SRCS job_catalog.cc
   DEPS loom_store loom_proto loom_spike_detector loom_common absl::strings absl::status)
 loom_test(loom_job_catalog_test SRCS job_catalog_test.cc DEPS loom_job_catalog loom_store SQLite::SQLite3)
-loom_library(loom_job_manager SRCS job_manager.cc path_policy.cc
+loom_library(loom_job_manager SRCS job_manager.cc job_scheduling.cc path_policy.cc
   DEPS loom_job_catalog loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
        loom_scheduler loom_scheduling
        loom_diagnosis loom_grpc
@@ -39,7 +39,7 @@ target_link_libraries(loom-controller PRIVATE loom_controller_service loom_healt
   absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
 
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
-loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_metrics
+loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_goodput loom_metrics
           SQLite::SQLite3)
 loom_test(loom_path_policy_test SRCS path_policy_test.cc DEPS loom_job_manager)
 loom_test(loom_job_planning_test SRCS job_planning_test.cc DEPS loom_job_planning loom_jobspec)

@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
         }
       }
       auto counts = manager.JobCountsByState();
-      for (int s = loom::v1::PENDING; s <= loom::v1::CANCELLED; ++s) {
+      for (int s = loom::v1::PENDING; s <= loom::v1::PREEMPTED; ++s) {
         auto state = static_cast<loom::v1::JobState>(s);
         jobs_gauge.Add({{"state", loom::v1::JobState_Name(state)}})
             .Set(counts.count(state) ? counts[state] : 0);

@@ -43,6 +43,8 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
     const int64_t until = i + 1 < job.history_size() ? job.history(i + 1).time_unix_ms() : end;
     if (t.to() == loom::v1::PENDING) {
       (placed_before ? b.recovery_waiting : b.queued) += Seconds(t.time_unix_ms(), until);
+    } else if (t.to() == loom::v1::PREEMPTED) {
+      b.preempted_waiting += Seconds(t.time_unix_ms(), until);
     } else if (t.to() == loom::v1::SCHEDULED) {
       placed_before = true;
       attempts.push_back({t.time_unix_ms(), until});
@@ -82,12 +84,13 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
     }
   }
 
-  // Steps a rollback or restart undid were trained twice: the undone copy
+  // Steps a rollback, restart or preemption undid were trained twice: the undone copy
   // is redone work, not productive. The event's attempt (generation) is
   // the one it starts, so the lost steps belong to the attempt before.
   for (const loom::v1::RecoveryEvent& e : job.events()) {
     if (e.kind() != loom::v1::RecoveryEvent::ROLLBACK &&
-        e.kind() != loom::v1::RecoveryEvent::RESTART) {
+        e.kind() != loom::v1::RecoveryEvent::RESTART &&
+        e.kind() != loom::v1::RecoveryEvent::PREEMPTED) {
       continue;
     }
     if (e.steps_lost() <= 0) continue;

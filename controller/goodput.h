@@ -7,8 +7,8 @@
 //
 // Buckets, from the job's history:
 //   queued             PENDING before its first placement;
-//   recovery_waiting   PENDING again after a failure or a rollback (and,
-//                      once preemption runs, preempted_waiting after one);
+//   preempted_waiting  PREEMPTED: back in its queue after a preemption;
+//   recovery_waiting   PENDING again after a failure or a rollback;
 //   startup            from a placement to the start of the attempt's first
 //                      reported step: launch, rendezvous, probe and the
 //                      checkpoint restore, which ranks do not report apart
@@ -16,7 +16,7 @@
 //   productive         reported step time, less what follows;
 //   data_stall         the steps' waits for the loader;
 //   checkpoint_stall   the steps' checkpoint-save stalls;
-//   redone             the steps a rollback or restart undid (its
+//   redone             the steps a rollback, restart or preemption undid (its
 //                      steps_lost, at the attempt's median step time):
 //                      trained twice, counted once as productive;
 //   unaccounted        the rest of the wall time while placed (steps not

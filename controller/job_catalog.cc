@@ -34,6 +34,8 @@ bool IsTerminalJobState(JobState s) {
   return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
 }
 
+bool IsQueuedJobState(JobState s) { return s == loom::v1::PENDING || s == loom::v1::PREEMPTED; }
+
 absl::Status JobCatalog::Load() {
   absl::StatusOr<std::vector<Job>> jobs = store_->LoadJobs();
   if (!jobs.ok()) return jobs.status();
@@ -156,8 +158,8 @@ void JobCatalog::Index(const std::string& id, JobState from, JobState to) {
   if (to != loom::v1::JOB_STATE_UNSPECIFIED) state_counts_[to] += 1;
   auto at = position_.find(id);
   const size_t position = at == position_.end() ? order_.size() : at->second;
-  if (from == loom::v1::PENDING) pending_.erase({position, id});
-  if (to == loom::v1::PENDING) pending_.insert({position, id});
+  if (IsQueuedJobState(from)) pending_.erase({position, id});
+  if (IsQueuedJobState(to)) pending_.insert({position, id});
   if (to == loom::v1::JOB_STATE_UNSPECIFIED) {
     unfinished_.erase(id);
   } else if (IsTerminalJobState(to)) {

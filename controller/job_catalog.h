@@ -48,6 +48,18 @@ struct PendingFailure {
   std::string cause_kind;
 };
 
+// Checkpoint-then-preempt under way for the current attempt: its ranks
+// were asked to save at their next step boundary and stop.
+struct PreemptionInProgress {
+  absl::Time since;
+  absl::Time deadline;  // since + the queue's grace: then a plain stop
+  std::string for_job_id;
+  std::string reason;   // scheduling::PreemptionReasonName
+  std::string message;
+  int64_t step_at_ask = -1;  // the last step reported when asked
+  bool forced = false;       // the grace ran out and a plain stop was sent
+};
+
 // One job: its durable part (`job`) and what the controller keeps about its
 // current attempt in memory only.
 struct JobRecord {
@@ -84,10 +96,20 @@ struct JobRecord {
   // Generation -> rank -> node of the recent attempts (JobManager's
   // AttemptPlacements).
   std::map<int64_t, std::map<int, std::string>> placements;
+  std::optional<PreemptionInProgress> preempting;
+  // The current attempt was admitted into capacity reserved for another
+  // gang (scheduling::Admission::opportunistic): the first to preempt.
+  bool opportunistic = false;
+  // The newest committed checkpoint's step this controller has heard of
+  // (0: none yet, or none since it started): the work a preemption would
+  // redo is attempt_last_step minus this.
+  int64_t newest_checkpoint_step = 0;
 };
 
 // SUCCEEDED, FAILED or CANCELLED.
 bool IsTerminalJobState(loom::v1::JobState s);
+// PENDING or PREEMPTED: waiting in its queue to be placed.
+bool IsQueuedJobState(loom::v1::JobState s);
 
 // Restarts, rollbacks and loss spikes over every job.
 struct RecoveryTotals {
@@ -140,7 +162,7 @@ class JobCatalog {
   void RetryUnpersisted();
   int64_t write_failures() const { return write_failures_; }
 
-  // PENDING jobs by submission position: the scheduler's queue.
+  // PENDING and PREEMPTED jobs by submission position: the scheduler's queue.
   const std::set<std::pair<size_t, std::string>>& pending() const { return pending_; }
   // Jobs not ended.
   const std::set<std::string>& unfinished() const { return unfinished_; }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec.h"
+#include "common/rank_exit.h"
 #include "common/status_macros.h"
 #include "controller/path_policy.h"
 #include "controller/diagnosis.h"
@@ -112,7 +113,7 @@ int64_t JobManager::StoreWriteFailures() {
 
 const loom::v1::StateTransition& JobManager::RecordTransitionLocked(JobRecord& rec, JobState to,
                                                                   const std::string& reason) {
-  if (to == loom::v1::PENDING) schedule_needed_ = true;
+  if (IsQueuedJobState(to)) schedule_needed_ = true;
   return jobs_.RecordTransition(rec, to, reason);
 }
 
@@ -1021,6 +1022,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
         return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
       }
       sum->set_checkpoints_written(sum->checkpoints_written() + 1);
+      rec.newest_checkpoint_step = info.step();
       if (metrics_ != nullptr) metrics_->RecordCheckpoint(rec.job.id(), info);
       sum->set_last_checkpoint(info.path());
       *out.mutable_checkpoint() = std::move(info);
@@ -1067,6 +1069,34 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
       return absl::FailedPreconditionError(absl::StrCat(
           "rank ", req.rank(), " of ", req.job_id(), " is not placed on worker ", req.worker_id()));
     }
+  }
+  if (current && (rec.preempting || req.exit_code() == kRankExitSavedAndStopped) &&
+      !rec.pending_failure) {
+    // Checkpoint-then-preempt: every exit of a preempted attempt is part of
+    // the preemption (a rank may end it by finishing training, by saving and
+    // stopping, or by the plain stop after the grace). Ranks that saved and
+    // stopped while no preemption was known (across a controller restart)
+    // are taken as one too. Once every rank is gone the job goes back to
+    // its queue, unless all of them finished training.
+    if (!rec.preempting) {
+      PreemptionInProgress p;
+      p.since = clock_->Now();
+      p.deadline = absl::InfiniteFuture();
+      p.message = "its ranks saved and stopped while the controller was away";
+      p.step_at_ask = rec.attempt_last_step;
+      rec.preempting = std::move(p);
+    }
+    if (req.exit_code() == 0 && req.signal() == 0) rec.exited_ok.insert(req.rank());
+    if (static_cast<int>(rec.exited_ok.size()) == rec.job.ranks_size()) {
+      rec.preempting.reset();
+      Transition(rec, loom::v1::SUCCEEDED,
+                 absl::StrCat("all ", rec.job.ranks_size(),
+                              " ranks finished training before the preemption took effect"));
+    } else if (rec.live.empty()) {
+      FinishPreemptionLocked(rec);
+    }
+    ScheduleLocked();
+    return absl::OkStatus();
   }
   if (current) {
     if (req.exit_code() == 0 && req.signal() == 0) {
@@ -1125,6 +1155,7 @@ void JobManager::Tick() {
     CheckAdoptionsLocked();
     CheckLivenessLocked();
     ResolveFailuresLocked();
+    CheckPreemptionsLocked();
     ScheduleLocked();
   }
   ThinFinishedStepSeries();
@@ -1232,9 +1263,11 @@ void JobManager::ForgetWorkerRanks(const std::string& worker_id) {
   }
 }
 
-void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason) {
+void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason, JobState to) {
   StopJobRanks(rec, reason, "");
   rec.pending_failure.reset();
+  rec.preempting.reset();
+  rec.opportunistic = false;
   rec.exited_ok.clear();
   rec.running_seen.clear();
   rec.attempt_last_step = -1;
@@ -1243,7 +1276,7 @@ void JobManager::RequeueLocked(JobRecord& rec, const std::string& reason) {
   rec.across_controller_restart = false;
   rec.job.clear_ranks();
   rec.job.set_generation(rec.job.generation() + 1);
-  Transition(rec, loom::v1::PENDING, reason);
+  Transition(rec, to, reason);
 }
 
 int64_t JobManager::NewestCheckpointLocked(const JobRecord& rec, int64_t max_step) {
@@ -1442,254 +1475,6 @@ void JobManager::CheckLivenessLocked() {
     }
     ForgetWorkerRanks(id);
   }
-}
-
-void JobManager::ScheduleLocked() {
-  schedule_needed_ = false;
-  schedule_at_ = absl::InfiniteFuture();
-  if (jobs_.pending().empty()) return;
-  const absl::Time now = clock_->Now();
-
-  // The cluster as the scheduling policy sees it (controller/scheduling/):
-  // what each alive worker has free, what each placed job holds, and the
-  // jobs waiting. Preemption is not executed yet (checkpoint-then-preempt
-  // is issue 30's next step), so every job counts as not preemptible: the
-  // policy then never chooses victims, and lets a job run ahead of a
-  // reserved gang only when its max_runtime_seconds says it ends first.
-  scheduling::ClusterSnapshot snapshot;
-  std::map<std::string, std::map<std::string, scheduling::Resources>> held;  // job -> worker
-  for (const loom::v1::WorkerInfo& info : workers_.Infos()) {
-    if (!info.alive()) continue;
-    const Worker* w = workers_.Find(info.id());
-    scheduling::WorkerFree free{info.id(), {info.slots(), std::max(0, info.gpus())}};
-    for (const RankSlot& slot : w->ranks) {
-      scheduling::Resources& h = held[slot.job_id][info.id()];
-      h.slots += 1;
-      free.free.slots -= 1;
-      if (slot.gpu >= 0) {
-        h.gpus += 1;
-        free.free.gpus -= 1;
-      }
-    }
-    free.free.slots = std::max<int64_t>(0, free.free.slots);
-    free.free.gpus = std::max<int64_t>(0, free.free.gpus);
-    snapshot.workers.push_back(std::move(free));
-  }
-  auto queue_of = [](const loom::v1::JobSpec& spec) {
-    const std::string& name = spec.scheduling().queue();
-    return name.empty() ? std::string(scheduling::kDefaultQueue) : name;
-  };
-  auto priority_of = [this](const loom::v1::JobSpec& spec) {
-    absl::StatusOr<int> priority = queues_.ResolvePriority(spec.scheduling().priority());
-    return priority.ok() ? *priority : 0;  // a class removed on reload: 0
-  };
-  for (const auto& [job_id, workers] : held) {
-    const JobRecord* rec = jobs_.Find(job_id);
-    scheduling::RunningJob r;
-    r.id = job_id;
-    if (rec != nullptr) {
-      r.queue = queue_of(rec->job.spec());
-      r.priority = priority_of(rec->job.spec());
-    } else {
-      r.queue = scheduling::kDefaultQueue;
-    }
-    for (const auto& [worker_id, amount] : workers) r.placement.push_back({worker_id, amount});
-    r.start_time = now;
-    r.preemptible = false;
-    snapshot.running.push_back(std::move(r));
-  }
-  for (const auto& [position, jid] : jobs_.pending()) {
-    JobRecord& rec = *jobs_.Find(jid);
-    if (rec.job.state() != loom::v1::PENDING) continue;
-    // A restarted job whose previous attempt may still run keeps its place
-    // at the head: the jobs behind it wait as they did under FIFO.
-    if (!rec.live.empty()) {
-      rec.job.set_reason(absl::StrCat("waiting for ", rec.live.size(),
-                                      " rank(s) of the previous attempt to exit"));
-      break;
-    }
-    if (now < rec.not_before) {
-      schedule_at_ = rec.not_before;
-      rec.job.set_reason(absl::StrFormat(
-          "waiting %.1fs more for the previous attempt's ranks to be fenced (a lost worker's "
-          "lease)",
-          absl::ToDoubleSeconds(rec.not_before - now)));
-      break;
-    }
-    const loom::v1::JobSpec& spec = rec.job.spec();
-    const GangRequest gang = GangRequestOf(spec);
-    scheduling::PendingJob p;
-    p.id = jid;
-    p.queue = queue_of(spec);
-    p.priority = priority_of(spec);
-    for (int ranks : RanksPerWorker(gang)) {
-      p.gang.per_worker.push_back({ranks, gang.gpu_per_rank ? int64_t{ranks} : int64_t{0}});
-    }
-    p.submit_time = rec.job.history_size() > 0
-                        ? absl::FromUnixMillis(rec.job.history(0).time_unix_ms())
-                        : now;
-    if (spec.scheduling().max_runtime_seconds() > 0) {
-      p.expected_runtime = absl::Seconds(spec.scheduling().max_runtime_seconds());
-    }
-    p.preemptible = false;
-    snapshot.pending.push_back(std::move(p));
-  }
-  if (snapshot.pending.empty()) return;
-
-  fair_share_.set_half_life(queues_.fair_share_half_life);
-  fair_share_.Observe(now, scheduling::QueueUsage(snapshot));
-  const scheduling::Decisions decisions =
-      policy_.Decide(snapshot, fair_share_, now);
-
-  // The placement's own words for a gang that does not fit (which resource
-  // is short, and where), once per gang shape this cycle.
-  std::map<std::tuple<int, int, int, int, bool>, std::string> shortage;
-  for (const scheduling::Waiting& w : decisions.waiting) {
-    JobRecord& rec = *jobs_.Find(w.job_id);
-    rec.job.set_queue_position(w.position);
-    rec.job.set_wait_reason(scheduling::WaitReasonName(w.reason));
-    std::string why = w.message;
-    if (w.reason == scheduling::WaitReason::kGangDoesNotFit) {
-      const GangRequest gang = GangRequestOf(rec.job.spec());
-      const auto shape = std::make_tuple(gang.workers, gang.layout.data, gang.layout.tensor,
-                                         gang.layout.pipeline, gang.gpu_per_rank);
-      auto it = shortage.find(shape);
-      if (it == shortage.end()) {
-        auto placement = PlaceGang(gang, workers_.Offers(gang.gpu_per_rank));
-        it = shortage.emplace(shape, placement.ok() ? w.message
-                                                    : std::string(placement.status().message()))
-                 .first;
-      }
-      why = it->second;
-    }
-    if (rec.job.reason() != why) rec.job.set_reason(why);
-  }
-  for (const scheduling::Admission& admission : decisions.admissions) {
-    const std::string& jid = admission.job_id;
-    JobRecord& rec = *jobs_.Find(jid);
-    // Where the ranks go is the scheduler's (controller/scheduler.h): the
-    // planner's placement over the workers the policy chose.
-    const GangRequest gang = GangRequestOf(rec.job.spec());
-    std::set<std::string> chosen;
-    for (const scheduling::WorkerShare& share : admission.placement) chosen.insert(share.worker_id);
-    std::vector<WorkerOffer> offers;
-    for (WorkerOffer& offer : workers_.Offers(gang.gpu_per_rank)) {
-      if (chosen.count(offer.info.id()) > 0) offers.push_back(std::move(offer));
-    }
-    auto placement = PlaceGang(gang, offers);
-    if (!placement.ok()) {
-      const std::string why(placement.status().message());
-      if (rec.job.reason() != why) rec.job.set_reason(why);
-      schedule_needed_ = true;  // the policy's view and the placement's differ: look again
-      continue;
-    }
-    // Rank 0's worker hosts the rendezvous.
-    Worker* head = workers_.Find(placement->workers[placement->ranks[0].worker].id());
-    if (head->rendezvous_port == 0) {
-      rec.job.set_reason("waiting for a rendezvous port from worker " + head->info.id());
-      continue;
-    }
-    int master_port = head->rendezvous_port;
-    head->rendezvous_port = 0;  // used; the worker reports a fresh one next heartbeat
-    const int n_ranks = gang.layout.world_size();
-    rec.job.clear_ranks();
-    for (const PlacedRank& p : placement->ranks) {
-      Worker* w = workers_.Find(placement->workers[p.worker].id());
-      const int rank = p.rank;
-      const int gpu = p.gpu;
-      auto* a = rec.job.add_ranks();
-      a->set_rank(rank);
-      a->set_worker_id(w->info.id());
-      a->set_node(w->info.node());
-      a->set_dp(p.at.dp);
-      a->set_pp(p.at.pp);
-      a->set_tp(p.at.tp);
-      a->set_rack(RackLabel(w->info));
-      if (gpu >= 0) a->set_gpu(gpu);
-      workers_.HoldSlot(*w, {jid, rank, gpu});
-      rec.live.insert({w->info.id(), rank});
-      loom::v1::WorkerCommand cmd;
-      auto* start = cmd.mutable_start();
-      start->set_job_id(jid);
-      *start->mutable_spec() = rec.job.spec();
-      start->set_rank(rank);
-      start->set_world_size(n_ranks);
-      start->set_master_addr(head->info.address());
-      start->set_master_port(master_port);
-      start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
-      start->set_generation(rec.job.generation());
-      start->set_resume_step(rec.job.resume_step());
-      *start->mutable_skip_batches() = rec.job.skip_batches();
-      if (gpu >= 0) start->set_gpu(gpu);
-      w->pending_commands.push_back(std::move(cmd));
-    }
-    std::map<int, std::string>& placed = rec.placements[rec.job.generation()];
-    for (const auto& r : rec.job.ranks()) placed[r.rank()] = r.node();
-    while (rec.placements.size() > kMaxPlacementsKept) rec.placements.erase(rec.placements.begin());
-    rec.job.clear_queue_position();
-    rec.job.clear_wait_reason();
-    Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
-  }
-}
-
-void JobManager::SetQueueConfig(scheduling::QueueConfig config) {
-  std::lock_guard<std::mutex> lock(mu_);
-  policy_ = scheduling::AdmissionPolicy(config);
-  queues_ = std::move(config);
-}
-
-scheduling::QueueConfig JobManager::queue_config() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queues_;
-}
-
-loom::v1::ListQueuesResponse JobManager::ListQueues() {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto limit = [](const scheduling::Resources& r, loom::v1::QueueLimit* out) {
-    out->set_slots(r.slots >= scheduling::kUnlimited ? -1 : r.slots);
-    out->set_gpus(r.gpus >= scheduling::kUnlimited ? -1 : r.gpus);
-  };
-  auto queue_of = [](const loom::v1::JobSpec& spec) {
-    const std::string& name = spec.scheduling().queue();
-    return name.empty() ? std::string(scheduling::kDefaultQueue) : name;
-  };
-  // What placed jobs hold, from the workers' rank slots (as ScheduleLocked).
-  std::map<std::string, scheduling::Resources> used;
-  std::map<std::string, std::set<std::string>> running;
-  for (const loom::v1::WorkerInfo& info : workers_.Infos()) {
-    if (!info.alive()) continue;
-    for (const RankSlot& slot : workers_.Find(info.id())->ranks) {
-      const JobRecord* rec = jobs_.Find(slot.job_id);
-      const std::string queue =
-          rec != nullptr ? queue_of(rec->job.spec()) : std::string(scheduling::kDefaultQueue);
-      used[queue] += scheduling::Resources{1, slot.gpu >= 0 ? 1 : 0};
-      running[queue].insert(slot.job_id);
-    }
-  }
-  std::map<std::string, int> pending;
-  for (const auto& [position, jid] : jobs_.pending()) {
-    if (const JobRecord* rec = jobs_.Find(jid); rec != nullptr) ++pending[queue_of(rec->job.spec())];
-  }
-  loom::v1::ListQueuesResponse resp;
-  for (const scheduling::QueueSpec& q : queues_.queues) {
-    loom::v1::QueueInfo* info = resp.add_queues();
-    info->set_name(q.name);
-    info->set_cohort(q.cohort);
-    limit(q.nominal_quota, info->mutable_nominal_quota());
-    limit(q.borrowing_limit, info->mutable_borrowing_limit());
-    info->set_weight(q.weight);
-    info->set_preemption(q.preemption);
-    limit(used[q.name], info->mutable_used());
-    info->set_pending_jobs(pending[q.name]);
-    info->set_running_jobs(static_cast<int>(running[q.name].size()));
-  }
-  for (const auto& [name, value] : queues_.priority_classes) {
-    (*resp.mutable_priority_classes())[name] = value;
-  }
-  resp.set_fair_share_half_life_seconds(absl::ToDoubleSeconds(queues_.fair_share_half_life));
-  resp.set_preemption_grace_seconds(absl::ToDoubleSeconds(queues_.preemption_grace));
-  resp.set_min_run_time_seconds(absl::ToDoubleSeconds(queues_.min_run_time));
-  return resp;
 }
 
 std::map<JobState, int> JobManager::JobCountsByState() {

@@ -362,7 +362,20 @@ class JobManager {
   absl::Status ResolveInitFromLocked(loom::v1::JobSpec* spec);
   // Ends the current attempt: stops its ranks, resets per-attempt state,
   // bumps the generation, and puts the job back to PENDING.
-  void RequeueLocked(JobRecord& rec, const std::string& reason);
+  // `to` is PENDING, or PREEMPTED for a preempted job.
+  void RequeueLocked(JobRecord& rec, const std::string& reason,
+                     loom::v1::JobState to = loom::v1::PENDING);
+  // Checkpoint-then-preempt (job_scheduling.cc). PreemptLocked carries out
+  // one of the policy's preemptions: the victim's ranks are asked to save
+  // at their next step boundary and stop (StopRank.checkpoint_first); a
+  // victim not yet training is requeued at once. CheckPreemptionsLocked
+  // (each tick) sends a plain stop to victims whose grace ran out.
+  // FinishPreemptionLocked, once every rank of the victim has exited,
+  // records PREEMPTED (the checkpoint it resumes from, the steps lost) and
+  // requeues it as PREEMPTED: no restart is counted.
+  void PreemptLocked(JobRecord& rec, const scheduling::Preemption& preemption);
+  void CheckPreemptionsLocked();
+  void FinishPreemptionLocked(JobRecord& rec);
   void AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event);
   void ForgetWorkerRanks(const std::string& worker_id);
   static bool IsAttemptRunning(loom::v1::JobState s);

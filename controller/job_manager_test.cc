@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/parallel_layout.h"
 #include "common/rank_exit.h"
+#include "controller/goodput.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -232,6 +233,253 @@ TEST_F(JobManagerTest, QueuesQuotasAndPrioritiesDecideWhoStarts) {
   EXPECT_EQ(manager_->Get(low.id())->queue_position(), 1);
   EXPECT_EQ(manager_->Get(low.id())->wait_reason(), "gang does not fit");
   EXPECT_EQ(StateOf(over.id()), loom::v1::PENDING);
+}
+
+// Checkpoint-then-preempt, driven as the workers would drive it: a
+// high-priority job preempts a running low-priority gang; the victim's ranks
+// are asked to save (StopRank.checkpoint_first), save at the step they
+// reached and exit with kRankExitSavedAndStopped; the victim becomes
+// PREEMPTED with 0 steps lost and no restart counted, waits behind the
+// preemptor at its old place, and resumes from that checkpoint once room
+// frees.
+class PreemptionTest : public JobManagerTest {
+ protected:
+  void SetUp() override {
+    JobManagerTest::SetUp();
+    absl::StatusOr<scheduling::QueueConfig> config = scheduling::ParseQueueConfig(
+        "preemption: {grace_seconds: 3, min_run_time_seconds: 0}\n"
+        "priority_classes: {high: 100}\n");
+    ASSERT_TRUE(config.ok()) << config.status();
+    manager_->SetQueueConfig(*config);
+    w1_ = Register("node-a");
+    w2_ = Register("node-b");
+    Beat(w1_, 29500);
+    Beat(w2_, 29500);
+    low_ = manager_->Submit(Spec(2))->id();
+    Beat(w1_, 29501, {{low_, 0}});
+    Beat(w2_, 29501, {{low_, 1}});
+    ASSERT_EQ(StateOf(low_), loom::v1::RUNNING);
+    // Steps 1-6, a checkpoint at step 5.
+    Report(low_, {1, 2, 3, 4, 5, 6}, {5});
+  }
+
+  void Report(const std::string& job, std::vector<int> steps, std::vector<int> checkpoints) {
+    loom::v1::ReportStepMetricsRequest r;
+    r.set_worker_id(w1_);
+    r.set_job_id(job);
+    r.set_generation(generation_[job]);
+    const std::string dir = manager_->Get(job)->spec().checkpoint().dir();
+    for (int t : steps) {
+      auto* m = r.add_events()->mutable_step();
+      m->set_step(t);
+      m->set_loss(3);
+    }
+    for (int c : checkpoints) {
+      std::filesystem::create_directories(absl::StrCat(dir, "/step-", c));
+      auto* info = r.add_events()->mutable_checkpoint();
+      info->set_step(c);
+      info->set_path(absl::StrCat(dir, "/step-", c));
+    }
+    ASSERT_TRUE(manager_->ReportEvents(r).ok());
+  }
+
+  // The stop commands a heartbeat of `worker` carries for `job`.
+  std::vector<loom::v1::StopRank> Stops(const loom::v1::HeartbeatResponse& r,
+                                        const std::string& job) {
+    std::vector<loom::v1::StopRank> out;
+    for (const auto& c : r.commands()) {
+      if (c.has_stop() && c.stop().job_id() == job) out.push_back(c.stop());
+    }
+    return out;
+  }
+
+  // Submits the high-priority job; returns the first heartbeats' commands.
+  std::string SubmitHigh() {
+    loom::v1::JobSpec urgent = Spec(2);
+    urgent.set_name("urgent");
+    urgent.mutable_scheduling()->set_priority("high");
+    return manager_->Submit(urgent)->id();
+  }
+
+  std::string w1_, w2_, low_;
+};
+
+TEST_F(PreemptionTest, SavesStopsAndRequeuesWithZeroStepsLostAndNoRestart) {
+  const std::string high = SubmitHigh();
+  const auto b1 = Beat(w1_, 29502, {{low_, 0}});
+  const auto b2 = Beat(w2_, 29502, {{low_, 1}});
+  for (const auto* b : {&b1, &b2}) {
+    const std::vector<loom::v1::StopRank> stops = Stops(*b, low_);
+    ASSERT_EQ(stops.size(), 1u);
+    EXPECT_TRUE(stops[0].checkpoint_first());
+    EXPECT_EQ(stops[0].generation(), generation_[low_]);
+  }
+  loom::v1::Job victim = *manager_->Get(low_);
+  EXPECT_EQ(victim.state(), loom::v1::RUNNING) << "it runs until its ranks have saved";
+  EXPECT_THAT(victim.reason(), HasSubstr("preempting for job " + high));
+  ASSERT_GE(victim.events_size(), 1);
+  EXPECT_EQ(victim.events(victim.events_size() - 1).kind(), loom::v1::RecoveryEvent::PREEMPTING);
+  EXPECT_EQ(victim.events(victim.events_size() - 1).cause(), "priority");
+  EXPECT_EQ(victim.events(victim.events_size() - 1).step(), 6);
+  EXPECT_EQ(StateOf(high), loom::v1::PENDING);
+  EXPECT_EQ(manager_->Get(high)->wait_reason(), "preempting");
+  // Asked once: later cycles neither ask again nor choose more victims.
+  manager_->Tick();
+  EXPECT_TRUE(Stops(Beat(w1_, 29503, {{low_, 0}}), low_).empty());
+
+  // Rank 0 saves at step 7 (it trained one more step before the boundary);
+  // both ranks exit as having saved and stopped.
+  Report(low_, {7}, {7});
+  ASSERT_TRUE(Exit(w2_, low_, 1, kRankExitSavedAndStopped, "saved and stopped").ok());
+  EXPECT_EQ(StateOf(low_), loom::v1::RUNNING) << "rank 0 has not exited yet";
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(Exit(w1_, low_, 0, kRankExitSavedAndStopped, "saved and stopped").ok());
+  victim = *manager_->Get(low_);
+  ASSERT_EQ(victim.state(), loom::v1::PREEMPTED);
+  EXPECT_EQ(victim.restarts(), 0);
+  EXPECT_EQ(victim.preemptions(), 1);
+  const loom::v1::RecoveryEvent& done = victim.events(victim.events_size() - 1);
+  EXPECT_EQ(done.kind(), loom::v1::RecoveryEvent::PREEMPTED);
+  EXPECT_EQ(done.checkpoint_step(), 7);
+  EXPECT_EQ(done.steps_lost(), 0);
+  EXPECT_THAT(done.message(), HasSubstr("0 steps lost"));
+  EXPECT_THAT(MetricsText(),
+              HasSubstr("loom_controller_preemptions_total{job_id=\"" + low_ +
+                        "\",queue=\"default\",reason=\"priority\"} 1"));
+
+  // The preemptor starts on the freed slots; the victim waits, first in its
+  // queue.
+  const int64_t victim_attempt = victim.generation();
+  Beat(w1_, 29504);
+  Beat(w2_, 29504);
+  EXPECT_EQ(StateOf(high), loom::v1::SCHEDULED);
+  victim = *manager_->Get(low_);
+  EXPECT_EQ(victim.state(), loom::v1::PREEMPTED);
+  EXPECT_EQ(victim.queue_position(), 1);
+  EXPECT_EQ(victim.wait_reason(), "gang does not fit");
+
+  // Once the preemptor ends, the victim resumes from the newest checkpoint.
+  clock_.Advance(absl::Seconds(5));
+  Beat(w1_, 29505, {{high, 0}});
+  Beat(w2_, 29505, {{high, 1}});
+  ASSERT_TRUE(Exit(w1_, high, 0, 0).ok());
+  ASSERT_TRUE(Exit(w2_, high, 1, 0).ok());
+  EXPECT_EQ(StateOf(high), loom::v1::SUCCEEDED);
+  const auto r1 = Beat(w1_, 29506);
+  Beat(w2_, 29506);
+  victim = *manager_->Get(low_);
+  ASSERT_EQ(victim.state(), loom::v1::SCHEDULED);
+  EXPECT_EQ(victim.generation(), victim_attempt);
+  bool started = false;
+  for (const auto& c : r1.commands()) {
+    if (!c.has_start() || c.start().job_id() != low_) continue;
+    started = true;
+    EXPECT_EQ(c.start().resume_step(), -1) << "from the newest checkpoint (step 7)";
+    EXPECT_EQ(c.start().generation(), victim_attempt);
+  }
+  EXPECT_TRUE(started);
+  EXPECT_EQ(victim.restarts(), 0);
+  // Its wall time shows the wait after the preemption apart from the queue.
+  const GoodputBuckets b = ComputeGoodput(victim, {}, clock_.Now());
+  EXPECT_NEAR(b.preempted_waiting, 5.0, 0.01);
+}
+
+TEST_F(PreemptionTest, ASaveThatDoesNotCommitWithinTheGraceIsStoppedAndLosesOnlyItsSteps) {
+  const std::string high = SubmitHigh();
+  Beat(w1_, 29502, {{low_, 0}});
+  Beat(w2_, 29502, {{low_, 1}});
+  // The ranks do not answer (a rank hangs in its save). Within the grace
+  // nothing more happens; past it, a plain stop goes out.
+  clock_.Advance(absl::Seconds(2));
+  manager_->Tick();
+  EXPECT_TRUE(Stops(Beat(w1_, 29503, {{low_, 0}}), low_).empty());
+  Beat(w2_, 29503, {{low_, 1}});
+  clock_.Advance(absl::Seconds(1.5));
+  manager_->Tick();
+  const auto b1 = Beat(w1_, 29504, {{low_, 0}});
+  const std::vector<loom::v1::StopRank> stops = Stops(b1, low_);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_FALSE(stops[0].checkpoint_first());
+  EXPECT_THAT(stops[0].reason(), HasSubstr("within the grace"));
+  Beat(w2_, 29504, {{low_, 1}});
+  // One rank ends at the stop, the other is killed.
+  ASSERT_TRUE(Exit(w1_, low_, 0, 143, "stopped on request").ok());
+  loom::v1::ReportRankExitRequest killed;
+  killed.set_generation(generation_[low_]);
+  killed.set_worker_id(w2_);
+  killed.set_job_id(low_);
+  killed.set_rank(1);
+  killed.set_signal(9);
+  ASSERT_TRUE(manager_->ReportRankExit(killed).ok());
+  const loom::v1::Job victim = *manager_->Get(low_);
+  ASSERT_EQ(victim.state(), loom::v1::PREEMPTED);
+  EXPECT_EQ(victim.restarts(), 0);
+  const loom::v1::RecoveryEvent& done = victim.events(victim.events_size() - 1);
+  EXPECT_EQ(done.kind(), loom::v1::RecoveryEvent::PREEMPTED);
+  EXPECT_EQ(done.checkpoint_step(), 5);
+  EXPECT_EQ(done.steps_lost(), 1);
+  EXPECT_THAT(done.message(), HasSubstr("without a save (the grace ran out)"));
+  EXPECT_THAT(done.message(), HasSubstr("1 step(s) after it are lost"));
+  EXPECT_THAT(MetricsText(),
+              HasSubstr("loom_controller_steps_lost_total{cause=\"preemption\",job_id=\"" + low_ +
+                        "\"} 1"));
+  Beat(w1_, 29505);
+  Beat(w2_, 29505);
+  EXPECT_EQ(StateOf(high), loom::v1::SCHEDULED);
+}
+
+TEST_F(PreemptionTest, NonPreemptibleJobsAndJobsWithinTheirMinimumRunTimeAreLeftRunning) {
+  // A queue file whose minimum run time protects the running job.
+  absl::StatusOr<scheduling::QueueConfig> config = scheduling::ParseQueueConfig(
+      "preemption: {grace_seconds: 3, min_run_time_seconds: 600}\n"
+      "priority_classes: {high: 100}\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  manager_->SetQueueConfig(*config);
+  const std::string high = SubmitHigh();
+  // Preempted once within its minimum run time is allowed (it was never
+  // preempted); the first preemption happens.
+  Beat(w1_, 29502, {{low_, 0}});
+  Beat(w2_, 29502, {{low_, 1}});
+  ASSERT_TRUE(Exit(w1_, low_, 0, kRankExitSavedAndStopped).ok());
+  ASSERT_TRUE(Exit(w2_, low_, 1, kRankExitSavedAndStopped).ok());
+  ASSERT_EQ(StateOf(low_), loom::v1::PREEMPTED);
+  Beat(w1_, 29503);
+  Beat(w2_, 29503);
+  ASSERT_EQ(StateOf(high), loom::v1::SCHEDULED);
+  Beat(w1_, 29504, {{high, 0}});
+  Beat(w2_, 29504, {{high, 1}});
+  ASSERT_TRUE(Exit(w1_, high, 0, 0).ok());
+  ASSERT_TRUE(Exit(w2_, high, 1, 0).ok());
+  Beat(w1_, 29505);
+  Beat(w2_, 29505);
+  ASSERT_EQ(StateOf(low_), loom::v1::SCHEDULED);
+  Beat(w1_, 29506, {{low_, 0}});
+  Beat(w2_, 29506, {{low_, 1}});
+  ASSERT_EQ(StateOf(low_), loom::v1::RUNNING);
+  // Preempted again within 600 s of its last preemption: not allowed.
+  const std::string second = SubmitHigh();
+  const auto b = Beat(w1_, 29507, {{low_, 0}});
+  EXPECT_TRUE(Stops(b, low_).empty());
+  EXPECT_EQ(StateOf(second), loom::v1::PENDING);
+  EXPECT_EQ(manager_->Get(low_)->preemptions(), 1);
+
+  // A job that says it is not preemptible is never asked.
+  ASSERT_TRUE(manager_->Cancel(second, "").ok());
+  ASSERT_TRUE(manager_->Cancel(low_, "").ok());
+  Beat(w1_, 29508);
+  Beat(w2_, 29508);
+  loom::v1::JobSpec pinned = Spec(2);
+  pinned.set_name("pinned");
+  pinned.mutable_scheduling()->set_preemptible(false);
+  const std::string keep = manager_->Submit(pinned)->id();
+  Beat(w1_, 29509);
+  Beat(w2_, 29509);
+  Beat(w1_, 29510, {{keep, 0}});
+  Beat(w2_, 29510, {{keep, 1}});
+  ASSERT_EQ(StateOf(keep), loom::v1::RUNNING);
+  const std::string third = SubmitHigh();
+  EXPECT_TRUE(Stops(Beat(w1_, 29511, {{keep, 0}}), keep).empty());
+  EXPECT_EQ(StateOf(third), loom::v1::PENDING);
 }
 
 // The asynchronous report (the controller's ReportStepMetrics) answers as

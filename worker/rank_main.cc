@@ -47,6 +47,9 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void OnTerm(int) { g_stop = true; }
+// SIGUSR1: checkpoint-then-preempt (StopRank.checkpoint_first).
+std::atomic<bool> g_save_and_stop{false};
+void OnSaveAndStop(int) { g_save_and_stop = true; }
 
 void Emit(const loom::v1::RankEvent& event) {
   std::string line;
@@ -206,6 +209,10 @@ int main(int argc, char** argv) {
   sa.sa_flags = SA_RESTART;  // a stop request must not fail an interrupted read or write
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  struct sigaction save {};
+  save.sa_handler = OnSaveAndStop;
+  save.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &save, nullptr);
   // This process exists to train: keep freed host memory for the next step
   // instead of page-faulting it back in (host_allocator.h).
   if (absl::Status s = loom::engine::RetainFreedHostMemory(); !s.ok()) {
@@ -411,6 +418,7 @@ int main(int argc, char** argv) {
     Emit(e);
   };
   cb.should_stop = [] { return g_stop.load(); };
+  cb.should_save_and_stop = [] { return g_save_and_stop.load(); };
 
   auto result = layout_groups ? loom::engine::TrainWithGroups(config, *layout_groups, cb)
                               : loom::engine::Train(config, pg, cb);
@@ -431,6 +439,11 @@ int main(int argc, char** argv) {
           loom::kRankExitCheckpointVolumeFull);
     }
     Die(absl::StrCat("training failed: ", result.status().ToString()));
+  }
+  if (result->saved_and_stopped) {
+    Die(absl::StrCat("saved a checkpoint at step ", result->steps,
+                     " and stopped, as asked (preempted)"),
+        loom::kRankExitSavedAndStopped);
   }
   std::cerr << "loom-rank " << rank << ": finished " << result->steps << " steps, final loss "
             << result->final_loss << std::endl;

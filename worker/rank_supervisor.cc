@@ -238,6 +238,15 @@ void RankSupervisor::Stop(const std::string& job_id, int64_t generation) {
   }
 }
 
+void RankSupervisor::SaveAndStop(const std::string& job_id, int64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, child] : children_) {
+    if (key.first != job_id || child->stopping) continue;
+    if (generation > 0 && child->generation > generation) continue;
+    kill(-child->pid, SIGUSR1);
+  }
+}
+
 void RankSupervisor::StopAll() {
   std::vector<std::string> jobs;
   {

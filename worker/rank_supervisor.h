@@ -74,6 +74,11 @@ class RankSupervisor {
   // attempt or older), SIGKILL after stop_grace. Returns at once; exits
   // arrive through on_exit.
   void Stop(const std::string& job_id, int64_t generation = 0);
+  // SIGUSR1 to every rank of the job (generation as for Stop): each saves
+  // a checkpoint at its next step boundary and exits (checkpoint-then-
+  // preempt, rank_exit.h). No SIGKILL follows; a later Stop still applies
+  // its grace. Returns at once; exits arrive through on_exit.
+  void SaveAndStop(const std::string& job_id, int64_t generation = 0);
   void StopAll();
   // SIGKILL to every rank now (a fence: no grace to write anything more).
   void KillAll();

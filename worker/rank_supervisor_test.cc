@@ -140,6 +140,37 @@ TEST_F(RankSupervisorTest, StopWithTermEndsCooperativeRank) {
   EXPECT_EQ(exit.reason, "stopped");
 }
 
+TEST_F(RankSupervisorTest, SaveAndStopSignalsUsr1WithoutEscalating) {
+  // Saves (says so) on SIGUSR1 but stays up, as a rank whose save is slow:
+  // no SIGKILL comes past the stop grace; a plain Stop afterwards still ends
+  // it through its grace.
+  auto sup = Make(Script("trap 'echo saving >&2' USR1\ntrap '' TERM\n"
+                         "while true; do sleep 0.1; done"),
+                  absl::Milliseconds(300));
+  ASSERT_TRUE(sup->Start("job-7", 0, 0, "{}").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  sup->SaveAndStop("job-7");
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));  // 3 stop graces
+  ASSERT_EQ(sup->Running().size(), 1u);
+  sup->Stop("job-7");
+  RankExit exit = WaitExit();
+  EXPECT_EQ(exit.signal, SIGKILL);
+}
+
+TEST_F(RankSupervisorTest, SaveAndStopEndsARankThatSavesAndExits) {
+  auto sup = Make(Script("trap 'echo saved at step 3 >&2; exit 79' USR1\n"
+                         "while true; do sleep 0.1; done"));
+  ASSERT_TRUE(sup->Start("job-8", 0, 2, "{}").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  sup->SaveAndStop("job-8", /*generation=*/1);  // an older attempt's: not this one
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(sup->Running().size(), 1u);
+  sup->SaveAndStop("job-8", /*generation=*/2);
+  RankExit exit = WaitExit();
+  EXPECT_EQ(exit.exit_code, 79);
+  EXPECT_EQ(exit.reason, "saved at step 3");
+}
+
 TEST_F(RankSupervisorTest, MissingBinaryExitsWith127) {
   auto sup = Make(dir_ + "/does-not-exist");
   ASSERT_TRUE(sup->Start("job-6", 0, 0, "{}").ok());

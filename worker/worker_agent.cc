@@ -416,9 +416,16 @@ void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
                 << " of " << start.job_id() << std::endl;
     }
   } else if (cmd.has_stop()) {
-    std::cerr << LogTime() << "loom-worker: stopping ranks of " << cmd.stop().job_id() << ": "
+    std::cerr << LogTime() << "loom-worker: "
+              << (cmd.stop().checkpoint_first() ? "asking the ranks of " : "stopping ranks of ")
+              << cmd.stop().job_id()
+              << (cmd.stop().checkpoint_first() ? " to save and stop: " : ": ")
               << cmd.stop().reason() << std::endl;
-    supervisor_->Stop(cmd.stop().job_id(), cmd.stop().generation());
+    if (cmd.stop().checkpoint_first()) {
+      supervisor_->SaveAndStop(cmd.stop().job_id(), cmd.stop().generation());
+    } else {
+      supervisor_->Stop(cmd.stop().job_id(), cmd.stop().generation());
+    }
   }
 }
 

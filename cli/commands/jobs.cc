@@ -93,6 +93,7 @@ int CmdList(const Globals& g, const std::vector<std::string>& args) {
     if (args[i] == "--pending") {
       pending = true;
       req.add_states(loom::v1::PENDING);
+      req.add_states(loom::v1::PREEMPTED);
     } else if (args[i] == "--state" && i + 1 < args.size()) {
       loom::v1::JobState st;
       if (!loom::v1::JobState_Parse(args[++i], &st)) return Usage("list: unknown state " + args[i]);
@@ -233,9 +234,10 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
   const std::vector<loom::v1::StepMetrics> step_list(steps.steps().begin(), steps.steps().end());
   const controller::GoodputBuckets b = controller::ComputeGoodput(job, step_list, absl::Now());
   std::cout << absl::StrFormat(
-      "\ngoodput  %.1f s productive of %.1f s (ETTR %.2f): queued %.1f, recovery waiting %.1f, "
-      "start-up %.1f, data stall %.1f, checkpoint stall %.1f, redone %.1f, unaccounted %.1f\n",
-      b.productive, b.wall, b.ettr(), b.queued + b.preempted_waiting, b.recovery_waiting,
+      "\ngoodput  %.1f s productive of %.1f s (ETTR %.2f): queued %.1f, preempted waiting %.1f, "
+      "recovery waiting %.1f, start-up %.1f, data stall %.1f, checkpoint stall %.1f, redone "
+      "%.1f, unaccounted %.1f\n",
+      b.productive, b.wall, b.ettr(), b.queued, b.preempted_waiting, b.recovery_waiting,
       b.startup, b.data_stall, b.checkpoint_stall, b.redone, b.unaccounted);
   return 0;
 }
@@ -278,14 +280,16 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   }
   if (job.events_size() == 0) {
     std::cout << "no recovery events for " << job.id() << " (restarts " << job.restarts()
-              << ", rollbacks " << job.rollbacks() << ")" << std::endl;
+              << ", rollbacks " << job.rollbacks() << ", preemptions " << job.preemptions() << ")"
+              << std::endl;
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
       {"TIME", "KIND", "CAUSE", "STEP", "LOST", "DETAIL"}};
   for (const auto& e : job.events()) {
     bool resumed = e.kind() == loom::v1::RecoveryEvent::ROLLBACK ||
-                   e.kind() == loom::v1::RecoveryEvent::RESTART;
+                   e.kind() == loom::v1::RecoveryEvent::RESTART ||
+                   e.kind() == loom::v1::RecoveryEvent::PREEMPTED;
     rows.push_back({absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_unix_ms()),
                                      absl::LocalTimeZone()),
                     KindName(e.kind()), e.cause().empty() ? "-" : e.cause(),
@@ -294,7 +298,8 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   }
   PrintTable(rows);
   std::cout << "\nrestarts " << job.restarts() << ", rollbacks " << job.rollbacks()
-            << ", operator rollbacks " << job.operator_rollbacks() << ", attempt "
+            << ", operator rollbacks " << job.operator_rollbacks() << ", preemptions "
+            << job.preemptions() << ", attempt "
             << job.generation() << std::endl;
   return 0;
 }

@@ -27,6 +27,11 @@ RecoveryMetrics::RecoveryMetrics(metrics::Registry& r)
                                "Data batches a job was told to skip by rollbacks.")),
       checkpoints_(Counter(r, "loom_controller_checkpoints_total",
                            "Checkpoints committed by a job.")),
+      preemptions_(Counter(r, "loom_controller_preemptions_total",
+                           "Times a job was preempted (saved at a step boundary, stopped and "
+                           "requeued) to make room for another, by queue and reason (priority, "
+                           "reclaim, fair_share, reservation). Its steps lost are counted in "
+                           "loom_controller_steps_lost_total{cause=\"preemption\"}.")),
       checkpoint_failures_(Counter(r, "loom_controller_checkpoint_failures_total",
                                    "Checkpoint saves of a job that a rank reported failed.")),
       checkpoint_bytes_total_(Counter(r, "loom_controller_checkpoint_bytes_total",
@@ -63,6 +68,13 @@ void RecoveryMetrics::RecordRecovery(const std::string& job_id, const std::strin
       .Increment(static_cast<double>(std::max<int64_t>(0, steps_lost)));
   auto& skipped = batches_skipped_.Add({{"job_id", job_id}});
   if (batches_skipped > 0) skipped.Increment(static_cast<double>(batches_skipped));
+}
+
+void RecoveryMetrics::RecordPreemption(const std::string& job_id, const std::string& queue,
+                                       const std::string& reason, int64_t steps_lost) {
+  preemptions_.Add({{"job_id", job_id}, {"queue", queue}, {"reason", reason}}).Increment();
+  steps_lost_.Add({{"job_id", job_id}, {"cause", kCausePreemption}})
+      .Increment(static_cast<double>(std::max<int64_t>(0, steps_lost)));
 }
 
 void RecoveryMetrics::RecordCheckpointFailure(const std::string& job_id) {

@@ -15,6 +15,7 @@
 //   loom_controller_last_checkpoint_write_seconds{job_id}      gauge
 //   loom_controller_last_checkpoint_stall_seconds{job_id}      gauge
 //   loom_controller_last_checkpoint_step{job_id}               gauge
+//   loom_controller_preemptions_total{job_id, queue, reason}   counter
 //   loom_controller_checkpoint_write_duration_seconds          histogram
 //   loom_controller_checkpoint_stall_duration_seconds          histogram
 //
@@ -39,6 +40,8 @@ inline constexpr char kCauseRankFailure[] = "rank_failure";
 inline constexpr char kCauseWorkerLost[] = "worker_lost";
 inline constexpr char kCauseControllerRestart[] = "controller_restart";
 inline constexpr char kCauseCheckpointFailed[] = "checkpoint_failed";
+// steps_lost_total's cause for preemptions (0 when the save committed).
+inline constexpr char kCausePreemption[] = "preemption";
 
 class RecoveryMetrics {
  public:
@@ -48,6 +51,11 @@ class RecoveryMetrics {
   // A rollback or restart was decided. `kind` "rollback" or "restart".
   void RecordRecovery(const std::string& job_id, const std::string& kind,
                       const std::string& cause, int64_t steps_lost, int64_t batches_skipped);
+  // A preempted job's ranks have stopped (RecoveryEvent PREEMPTED): `reason`
+  // is the policy's ("priority", "reclaim", "fair_share", "reservation"),
+  // `steps_lost` the steps after the checkpoint it resumes from.
+  void RecordPreemption(const std::string& job_id, const std::string& queue,
+                        const std::string& reason, int64_t steps_lost);
   // A checkpoint was committed.
   void RecordCheckpoint(const std::string& job_id, const loom::v1::CheckpointInfo& info);
   // A rank reported a checkpoint save that failed.
@@ -58,6 +66,7 @@ class RecoveryMetrics {
   metrics::Family<metrics::Counter>& steps_lost_;
   metrics::Family<metrics::Counter>& batches_skipped_;
   metrics::Family<metrics::Counter>& checkpoints_;
+  metrics::Family<metrics::Counter>& preemptions_;
   metrics::Family<metrics::Counter>& checkpoint_failures_;
   metrics::Family<metrics::Counter>& checkpoint_bytes_total_;
   metrics::Family<metrics::Counter>& checkpoint_write_total_;

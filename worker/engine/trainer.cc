@@ -668,6 +668,10 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     ReportInitialValidation(config, *engine, *data->val, state, rank, callbacks);
   }
 
+  // The step of the newest checkpoint saved, or resumed from (or 0 from
+  // scratch, where a fresh start repeats the same state): a save-and-stop
+  // there has nothing new to save.
+  int64_t saved_step = state.step;
   const StepParts parts{config, *engine, batches, checkpoints, scaler, rank};
   const int64_t total_steps = config.schedule.total_steps;
   int64_t nonfinite_skipped = 0;  // optimizer steps skipped for inf/NaN
@@ -676,8 +680,25 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     // Step boundary: a stop request from any rank, or a failed save on rank
     // 0, ends every rank here. A save in flight at a stop is finished and
     // reported first: it is a valid checkpoint.
-    const bool stop = callbacks.should_stop && callbacks.should_stop();
-    RETURN_IF_ERROR(checkpoints.AtStepBoundary(stop, state.step + 1));
+    StopRequest asked = StopRequest::kNone;
+    if (callbacks.should_save_and_stop && callbacks.should_save_and_stop()) {
+      asked = StopRequest::kSaveAndStop;
+    }
+    if (callbacks.should_stop && callbacks.should_stop()) asked = StopRequest::kStop;
+    ASSIGN_OR_RETURN(const StopRequest agreed, checkpoints.AtStepBoundary(asked, state.step + 1));
+    if (agreed == StopRequest::kSaveAndStop) {
+      if (config.checkpoint_dir.empty()) {
+        return absl::CancelledError(absl::StrCat("stopped before step ", state.step + 1,
+                                                 " without a save: the job has no checkpoint "
+                                                 "directory"));
+      }
+      if (saved_step != state.step) checkpoints.Save(state, /*wait=*/true);
+      RETURN_IF_ERROR(checkpoints.Finish());
+      result.steps = state.step;
+      result.final_loss = state.loss;
+      result.saved_and_stopped = true;
+      return result;
+    }
     ASSIGN_OR_RETURN(const StepOutcome step, TrainStep(parts, pending_stall, &state));
     pending_stall = 0;
     if (!step.stepped.applied) nonfinite_skipped += 1;
@@ -699,6 +720,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
         (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0))) {
       const auto save_start = std::chrono::steady_clock::now();
       checkpoints.Save(state, /*wait=*/last || !config.checkpoint_async);
+      saved_step = state.step;
       pending_stall = SecondsSince(save_start);
     }
   }

@@ -46,6 +46,15 @@ struct TrainerCallbacks {
   // left waiting in a collective). Steps and checkpoints already finished
   // stay valid; a checkpoint save in flight is finished (and reported) first.
   std::function<bool()> should_stop;
+  // Polled with should_stop. When it returns true on any rank, every rank
+  // saves a checkpoint of the state reached at that step boundary (unless
+  // the newest save, or the checkpoint resumed from, is already of that
+  // step; a save in flight is finished first), waits for it to commit, and
+  // Train returns OK with TrainResult::saved_and_stopped (a failed save is
+  // Train's error, as at the end of a run). A should_stop asked at the same
+  // boundary (by any rank) wins: no save. Needs checkpoint_dir; without one
+  // the ranks only stop (CANCELLED).
+  std::function<bool()> should_save_and_stop;
   // Rank 0 only, on the training thread, while choosing where to resume
   // (before the first step, and before Train returns an error about it):
   // once for each checkpoint that failed verification (checkpoint_choice.h),
@@ -81,6 +90,9 @@ struct TrainResult {
   // What ran the fused AdamW step (FusedAdamW::ImplementationFor):
   // "cpu-kernel", "cuda-kernel" or "torch-ops".
   std::string optimizer_implementation;
+  // Stopped early by should_save_and_stop with the state reached saved and
+  // committed (steps is the step it stopped at; on_finish was not called).
+  bool saved_and_stopped = false;
 };
 
 }  // namespace loom::engine

@@ -198,9 +198,13 @@ class TrainerTest : public ::testing::Test {
   // Runs Train() on every rank of an in-process Gloo group (world_size 1
   // runs without a group). stop_after[r] > 0 makes rank r ask to stop once
   // that many steps have run in this call.
+  // save_after[r] > 0 likewise makes rank r ask to save and stop
+  // (checkpoint-then-preempt).
   std::vector<RankOutcome> RunRanks(const TrainerConfig& config, int world_size,
-                                    std::vector<int64_t> stop_after = {}) {
+                                    std::vector<int64_t> stop_after = {},
+                                    std::vector<int64_t> save_after = {}) {
     stop_after.resize(world_size, 0);
+    save_after.resize(world_size, 0);
     std::vector<RankOutcome> outcomes(world_size);
     auto run = [&](int rank, std::shared_ptr<c10d::ProcessGroup> group) {
       RankOutcome& out = outcomes[rank];
@@ -210,6 +214,11 @@ class TrainerTest : public ::testing::Test {
       callbacks.on_step = [&out](const loom::v1::StepMetrics& r) { out.steps.push_back(r); };
       callbacks.should_stop = [&polls, limit = stop_after[rank]] {
         const int64_t steps_run = polls++;
+        return limit > 0 && steps_run >= limit;
+      };
+      int64_t save_polls = 0;
+      callbacks.should_save_and_stop = [&save_polls, limit = save_after[rank]] {
+        const int64_t steps_run = save_polls++;
         return limit > 0 && steps_run >= limit;
       };
       callbacks.on_finish = [&out](const torch::nn::Module& m) { out.parameters = Snapshot(m); };
@@ -600,6 +609,54 @@ TEST_F(TrainerTest, ResumesFromCheckpointAndMatchesUninterruptedRun) {
   EXPECT_TRUE(third[0].steps.empty());
   EXPECT_DOUBLE_EQ(third[0].result->final_loss, straight[0].result->final_loss);
   EXPECT_EQ(MaxAbsDiff(straight[0].parameters, third[0].parameters), 0.0);
+}
+
+// Checkpoint-then-preempt: one rank asks to save and stop between checkpoint
+// intervals; every rank agrees at the step boundary, the state reached is
+// saved and committed, Train returns OK with saved_and_stopped, and the run
+// resumed from that checkpoint ends bitwise equal to an uninterrupted one.
+// Asked right after an interval's save, nothing is saved twice.
+TEST_F(TrainerTest, SaveAndStopCommitsTheStepReachedAndResumesBitExactly) {
+  TrainerConfig config = SmallConfig();
+  std::vector<RankOutcome> straight = RunRanks(config, 2);
+  ASSERT_TRUE(straight[0].result.ok()) << straight[0].result.status();
+
+  config.checkpoint_dir = dir_ + "/ckpt";
+  config.checkpoint_interval = 4;
+  std::vector<RankOutcome> first = RunRanks(config, 2, {}, {0, 3});
+  for (const RankOutcome& out : first) {
+    ASSERT_TRUE(out.result.ok()) << out.result.status();
+    EXPECT_TRUE(out.result->saved_and_stopped);
+    EXPECT_EQ(out.result->steps, 3);
+  }
+  ASSERT_EQ(first[0].result->checkpoints.size(), 1u);
+  EXPECT_EQ(first[0].result->checkpoints[0].step, 3);
+  EXPECT_TRUE(first[0].parameters.empty()) << "on_finish is not called for a stop";
+  ASSERT_TRUE(fs::exists(StepDir(config.checkpoint_dir, 3) + "/MANIFEST.json"));
+
+  // Asked at step 4, just after the interval's save of step 4: stops with
+  // that one.
+  std::vector<RankOutcome> second = RunRanks(config, 2, {}, {1, 0});
+  for (const RankOutcome& out : second) {
+    ASSERT_TRUE(out.result.ok()) << out.result.status();
+    EXPECT_TRUE(out.result->saved_and_stopped);
+    EXPECT_EQ(out.result->steps, 4);
+  }
+  EXPECT_EQ(second[0].result->resumed_from_step, 3);
+  ASSERT_EQ(second[0].result->checkpoints.size(), 1u);
+  EXPECT_EQ(second[0].result->checkpoints[0].step, 4);
+
+  // A plain stop asked at the same boundary wins: no save.
+  std::vector<RankOutcome> third = RunRanks(config, 2, {0, 1}, {1, 0});
+  EXPECT_EQ(third[0].result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(fs::exists(StepDir(config.checkpoint_dir, 5)));
+
+  std::vector<RankOutcome> last = RunRanks(config, 2);
+  ASSERT_TRUE(last[0].result.ok()) << last[0].result.status();
+  EXPECT_EQ(last[0].result->resumed_from_step, 4);
+  EXPECT_FALSE(last[0].result->saved_and_stopped);
+  EXPECT_EQ(MaxAbsDiff(straight[0].parameters, last[0].parameters), 0.0);
+  EXPECT_DOUBLE_EQ(last[0].result->final_loss, straight[0].result->final_loss);
 }
 
 // Issue 12: when checkpoints exist and none verifies, a resume does not

@@ -190,7 +190,8 @@ void CheckpointCoordinator::Save(const TrainingState& state, bool wait) {
   if (wait) Take(writer_->Wait());
 }
 
-absl::Status CheckpointCoordinator::AtStepBoundary(bool stop, int64_t next_step) {
+absl::StatusOr<StopRequest> CheckpointCoordinator::AtStepBoundary(StopRequest stop,
+                                                                   int64_t next_step) {
   int64_t unfinished = 0;
   if (sharded_) {
     if (in_flight_ && !finished_.has_value()) finished_ = writer_->Poll();
@@ -199,7 +200,7 @@ absl::Status CheckpointCoordinator::AtStepBoundary(bool stop, int64_t next_step)
     Take(writer_->Poll());
   }
   const std::vector<int64_t> flags = collectives_->Max(
-      {stop ? 1 : 0, failure_.ok() ? 0 : failed_step_ + 1, unfinished});
+      {static_cast<int64_t>(stop), failure_.ok() ? 0 : failed_step_ + 1, unfinished});
   if (flags[1] != 0) {
     if (!failure_.ok()) return failure_;
     return absl::AbortedError(absl::StrCat(sharded_ ? "a rank" : "rank 0",
@@ -213,12 +214,15 @@ absl::Status CheckpointCoordinator::AtStepBoundary(bool stop, int64_t next_step)
     } else if (writer_) {
       Take(writer_->Wait());
     }
+    if (flags[0] == static_cast<int64_t>(StopRequest::kSaveAndStop)) {
+      return StopRequest::kSaveAndStop;
+    }
     return absl::CancelledError(absl::StrCat(
         "stopped before step ", next_step,
         failure_.ok() ? "" : "; the last checkpoint save failed: ",
         failure_.ok() ? "" : failure_.message()));
   }
-  return absl::OkStatus();
+  return StopRequest::kNone;
 }
 
 double CheckpointCoordinator::WaitForSnapshot() {

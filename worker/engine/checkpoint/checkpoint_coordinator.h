@@ -31,6 +31,15 @@
 
 namespace loom::engine {
 
+// What a rank asks at a step boundary; the largest asked by any rank wins,
+// so a plain stop (a cancel, or a preemption's grace run out) overrides a
+// save-and-stop.
+enum class StopRequest : int64_t {
+  kNone = 0,
+  kSaveAndStop = 1,  // save the state reached, then stop (preemption)
+  kStop = 2,         // stop now (a save in flight is finished first)
+};
+
 class CheckpointCoordinator {
  public:
   // No checkpoints unless config.checkpoint_dir is set. `engine`,
@@ -49,12 +58,14 @@ class CheckpointCoordinator {
   // tried as usual (space may have been freed).
   void Save(const TrainingState& state, bool wait);
 
-  // Step boundary: hears of finished saves, and tells every rank whether
-  // any rank asked to stop (`stop` on any rank) and whether a save failed
-  // anywhere. Returns OK to go on; CANCELLED (a save in flight is finished
-  // and reported first); the save's error on the rank that saw it, ABORTED
-  // on the others.
-  absl::Status AtStepBoundary(bool stop, int64_t next_step);
+  // Step boundary: hears of finished saves, and tells every rank what the
+  // ranks asked (the largest StopRequest of any rank) and whether a save
+  // failed anywhere. Returns kNone to go on; kSaveAndStop with the save in
+  // flight finished and reported (the caller saves the state reached and
+  // calls Finish); CANCELLED for kStop (a save in flight is finished and
+  // reported first); the save's error on the rank that saw it, ABORTED on
+  // the others.
+  absl::StatusOr<StopRequest> AtStepBoundary(StopRequest stop, int64_t next_step);
 
   // Before the optimizer step: waits until the save in flight has copied
   // the tensors the step overwrites. Returns the seconds blocked.

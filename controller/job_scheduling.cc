@@ -1,0 +1,435 @@
+// JobManager's scheduling: the cluster snapshot it hands the policy
+// (controller/scheduling/), the admissions it places, and the preemptions it
+// carries out (checkpoint-then-preempt), plus the queue configuration.
+// Members of JobManager (job_manager.h), called with mu_ held unless named
+// otherwise.
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/rank_exit.h"
+#include "controller/job_manager.h"
+#include "controller/scheduler.h"
+#include "controller/scheduling/admission.h"
+
+namespace loom::controller {
+
+using loom::v1::JobState;
+
+namespace {
+
+// Whether the policy may preempt the job: it says so (default true) and it
+// has a checkpoint directory to save into, so a preemption loses nothing.
+bool IsPreemptible(const loom::v1::JobSpec& spec) {
+  const bool allowed = !spec.scheduling().has_preemptible() || spec.scheduling().preemptible();
+  return allowed && !spec.checkpoint().dir().empty();
+}
+
+// When the job last entered `state`; nullopt if never.
+std::optional<absl::Time> LastTransitionTo(const loom::v1::Job& job, JobState state) {
+  for (int i = job.history_size() - 1; i >= 0; --i) {
+    if (job.history(i).to() == state) return absl::FromUnixMillis(job.history(i).time_unix_ms());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void JobManager::ScheduleLocked() {
+  schedule_needed_ = false;
+  schedule_at_ = absl::InfiniteFuture();
+  if (jobs_.pending().empty()) return;
+  const absl::Time now = clock_->Now();
+
+  // The cluster as the scheduling policy sees it (controller/scheduling/):
+  // what each alive worker has free, what each placed job holds (a job
+  // saving for a preemption still holds its slots), and the jobs waiting.
+  scheduling::ClusterSnapshot snapshot;
+  std::map<std::string, std::map<std::string, scheduling::Resources>> held;  // job -> worker
+  for (const loom::v1::WorkerInfo& info : workers_.Infos()) {
+    if (!info.alive()) continue;
+    const Worker* w = workers_.Find(info.id());
+    scheduling::WorkerFree free{info.id(), {info.slots(), std::max(0, info.gpus())}};
+    for (const RankSlot& slot : w->ranks) {
+      scheduling::Resources& h = held[slot.job_id][info.id()];
+      h.slots += 1;
+      free.free.slots -= 1;
+      if (slot.gpu >= 0) {
+        h.gpus += 1;
+        free.free.gpus -= 1;
+      }
+    }
+    free.free.slots = std::max<int64_t>(0, free.free.slots);
+    free.free.gpus = std::max<int64_t>(0, free.free.gpus);
+    snapshot.workers.push_back(std::move(free));
+  }
+  auto queue_of = [](const loom::v1::JobSpec& spec) {
+    const std::string& name = spec.scheduling().queue();
+    return name.empty() ? std::string(scheduling::kDefaultQueue) : name;
+  };
+  auto priority_of = [this](const loom::v1::JobSpec& spec) {
+    absl::StatusOr<int> priority = queues_.ResolvePriority(spec.scheduling().priority());
+    return priority.ok() ? *priority : 0;  // a class removed on reload: 0
+  };
+  for (const auto& [job_id, workers] : held) {
+    const JobRecord* rec = jobs_.Find(job_id);
+    scheduling::RunningJob r;
+    r.id = job_id;
+    r.opportunistic = rec != nullptr && rec->opportunistic;
+    r.start_time = now;
+    if (rec != nullptr && IsAttemptRunning(rec->job.state())) {
+      const loom::v1::JobSpec& spec = rec->job.spec();
+      r.queue = queue_of(spec);
+      r.priority = priority_of(spec);
+      r.preemptible = IsPreemptible(spec);
+      r.start_time = LastTransitionTo(rec->job, loom::v1::SCHEDULED).value_or(now);
+      r.last_preempted =
+          LastTransitionTo(rec->job, loom::v1::PREEMPTED).value_or(absl::InfinitePast());
+      if (spec.scheduling().max_runtime_seconds() > 0) {
+        r.expected_end = r.start_time + absl::Seconds(spec.scheduling().max_runtime_seconds());
+      }
+      r.steps_since_checkpoint =
+          std::max<int64_t>(0, rec->attempt_last_step - rec->newest_checkpoint_step);
+      if (rec->preempting) {
+        r.saving = true;
+        r.preempted_for = rec->preempting->for_job_id;
+      }
+    } else {
+      // Ranks of an ended or requeued attempt still exiting: their slots
+      // free themselves; nothing to preempt.
+      r.queue = rec != nullptr ? queue_of(rec->job.spec()) : std::string(scheduling::kDefaultQueue);
+      r.preemptible = false;
+      r.saving = true;
+    }
+    for (const auto& [worker_id, amount] : workers) r.placement.push_back({worker_id, amount});
+    snapshot.running.push_back(std::move(r));
+  }
+  for (const auto& [position, jid] : jobs_.pending()) {
+    JobRecord& rec = *jobs_.Find(jid);
+    if (!IsQueuedJobState(rec.job.state())) continue;
+    // A restarted job whose previous attempt may still run keeps its place
+    // at the head: the jobs behind it wait as they did under FIFO.
+    if (!rec.live.empty()) {
+      rec.job.set_reason(absl::StrCat("waiting for ", rec.live.size(),
+                                      " rank(s) of the previous attempt to exit"));
+      break;
+    }
+    if (now < rec.not_before) {
+      schedule_at_ = rec.not_before;
+      rec.job.set_reason(absl::StrFormat(
+          "waiting %.1fs more for the previous attempt's ranks to be fenced (a lost worker's "
+          "lease)",
+          absl::ToDoubleSeconds(rec.not_before - now)));
+      break;
+    }
+    const loom::v1::JobSpec& spec = rec.job.spec();
+    const GangRequest gang = GangRequestOf(spec);
+    scheduling::PendingJob p;
+    p.id = jid;
+    p.queue = queue_of(spec);
+    p.priority = priority_of(spec);
+    for (int ranks : RanksPerWorker(gang)) {
+      p.gang.per_worker.push_back({ranks, gang.gpu_per_rank ? int64_t{ranks} : int64_t{0}});
+    }
+    p.submit_time = rec.job.history_size() > 0
+                        ? absl::FromUnixMillis(rec.job.history(0).time_unix_ms())
+                        : now;
+    if (spec.scheduling().max_runtime_seconds() > 0) {
+      p.expected_runtime = absl::Seconds(spec.scheduling().max_runtime_seconds());
+    }
+    p.preemptible = IsPreemptible(spec);
+    snapshot.pending.push_back(std::move(p));
+  }
+  if (snapshot.pending.empty()) return;
+
+  fair_share_.set_half_life(queues_.fair_share_half_life);
+  fair_share_.Observe(now, scheduling::QueueUsage(snapshot));
+  const scheduling::Decisions decisions =
+      policy_.Decide(snapshot, fair_share_, now);
+
+  for (const scheduling::Preemption& preemption : decisions.preemptions) {
+    if (JobRecord* victim = jobs_.Find(preemption.victim_id); victim != nullptr) {
+      PreemptLocked(*victim, preemption);
+    }
+  }
+
+  // The placement's own words for a gang that does not fit (which resource
+  // is short, and where), once per gang shape this cycle.
+  std::map<std::tuple<int, int, int, int, bool>, std::string> shortage;
+  for (const scheduling::Waiting& w : decisions.waiting) {
+    JobRecord& rec = *jobs_.Find(w.job_id);
+    rec.job.set_queue_position(w.position);
+    rec.job.set_wait_reason(scheduling::WaitReasonName(w.reason));
+    std::string why = w.message;
+    if (w.reason == scheduling::WaitReason::kGangDoesNotFit) {
+      const GangRequest gang = GangRequestOf(rec.job.spec());
+      const auto shape = std::make_tuple(gang.workers, gang.layout.data, gang.layout.tensor,
+                                         gang.layout.pipeline, gang.gpu_per_rank);
+      auto it = shortage.find(shape);
+      if (it == shortage.end()) {
+        auto placement = PlaceGang(gang, workers_.Offers(gang.gpu_per_rank));
+        it = shortage.emplace(shape, placement.ok() ? w.message
+                                                    : std::string(placement.status().message()))
+                 .first;
+      }
+      why = it->second;
+    }
+    if (rec.job.reason() != why) rec.job.set_reason(why);
+  }
+  for (const scheduling::Admission& admission : decisions.admissions) {
+    const std::string& jid = admission.job_id;
+    JobRecord& rec = *jobs_.Find(jid);
+    // Where the ranks go is the scheduler's (controller/scheduler.h): the
+    // planner's placement over the workers the policy chose.
+    const GangRequest gang = GangRequestOf(rec.job.spec());
+    std::set<std::string> chosen;
+    for (const scheduling::WorkerShare& share : admission.placement) chosen.insert(share.worker_id);
+    std::vector<WorkerOffer> offers;
+    for (WorkerOffer& offer : workers_.Offers(gang.gpu_per_rank)) {
+      if (chosen.count(offer.info.id()) > 0) offers.push_back(std::move(offer));
+    }
+    auto placement = PlaceGang(gang, offers);
+    if (!placement.ok()) {
+      const std::string why(placement.status().message());
+      if (rec.job.reason() != why) rec.job.set_reason(why);
+      schedule_needed_ = true;  // the policy's view and the placement's differ: look again
+      continue;
+    }
+    // Rank 0's worker hosts the rendezvous.
+    Worker* head = workers_.Find(placement->workers[placement->ranks[0].worker].id());
+    if (head->rendezvous_port == 0) {
+      rec.job.set_reason("waiting for a rendezvous port from worker " + head->info.id());
+      continue;
+    }
+    int master_port = head->rendezvous_port;
+    head->rendezvous_port = 0;  // used; the worker reports a fresh one next heartbeat
+    const int n_ranks = gang.layout.world_size();
+    rec.job.clear_ranks();
+    for (const PlacedRank& p : placement->ranks) {
+      Worker* w = workers_.Find(placement->workers[p.worker].id());
+      const int rank = p.rank;
+      const int gpu = p.gpu;
+      auto* a = rec.job.add_ranks();
+      a->set_rank(rank);
+      a->set_worker_id(w->info.id());
+      a->set_node(w->info.node());
+      a->set_dp(p.at.dp);
+      a->set_pp(p.at.pp);
+      a->set_tp(p.at.tp);
+      a->set_rack(RackLabel(w->info));
+      if (gpu >= 0) a->set_gpu(gpu);
+      workers_.HoldSlot(*w, {jid, rank, gpu});
+      rec.live.insert({w->info.id(), rank});
+      loom::v1::WorkerCommand cmd;
+      auto* start = cmd.mutable_start();
+      start->set_job_id(jid);
+      *start->mutable_spec() = rec.job.spec();
+      start->set_rank(rank);
+      start->set_world_size(n_ranks);
+      start->set_master_addr(head->info.address());
+      start->set_master_port(master_port);
+      start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
+      start->set_generation(rec.job.generation());
+      start->set_resume_step(rec.job.resume_step());
+      *start->mutable_skip_batches() = rec.job.skip_batches();
+      if (gpu >= 0) start->set_gpu(gpu);
+      w->pending_commands.push_back(std::move(cmd));
+    }
+    std::map<int, std::string>& placed = rec.placements[rec.job.generation()];
+    for (const auto& r : rec.job.ranks()) placed[r.rank()] = r.node();
+    while (rec.placements.size() > kMaxPlacementsKept) rec.placements.erase(rec.placements.begin());
+    rec.job.clear_queue_position();
+    rec.job.clear_wait_reason();
+    rec.opportunistic = admission.opportunistic;
+    Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
+  }
+}
+
+// ------------------------------------------------ checkpoint-then-preempt
+
+void JobManager::PreemptLocked(JobRecord& rec, const scheduling::Preemption& preemption) {
+  if (!IsAttemptRunning(rec.job.state()) || rec.preempting || rec.pending_failure) return;
+  const absl::Time now = clock_->Now();
+  PreemptionInProgress p;
+  p.since = now;
+  p.deadline = now + queues_.preemption_grace;
+  p.for_job_id = preemption.for_job_id;
+  p.reason = scheduling::PreemptionReasonName(preemption.reason);
+  p.message = preemption.message;
+  p.step_at_ask = rec.attempt_last_step;
+  loom::v1::RecoveryEvent ev;
+  ev.set_kind(loom::v1::RecoveryEvent::PREEMPTING);
+  ev.set_cause(p.reason);
+  ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
+  ev.set_generation(rec.job.generation());
+  if (rec.job.state() == loom::v1::SCHEDULED) {
+    // No step of this attempt has run: its newest checkpoint is where it
+    // started, so a plain stop loses nothing.
+    ev.set_message(absl::StrCat(preemption.message, "; its ranks had not started training, so "
+                                                    "they stop without a save"));
+    p.forced = true;
+    rec.preempting = std::move(p);
+    AddEvent(rec, ev);
+    FinishPreemptionLocked(rec);
+    return;
+  }
+  ev.set_message(absl::StrFormat(
+      "%s; asked its ranks to save a checkpoint at the next step boundary and stop (grace %.0fs)",
+      preemption.message, absl::ToDoubleSeconds(queues_.preemption_grace)));
+  rec.preempting = std::move(p);
+  AddEvent(rec, ev);
+  rec.job.set_reason(absl::StrCat("preempting for job ", preemption.for_job_id,
+                                  ": saving a checkpoint at the next step boundary"));
+  std::set<std::string> workers;
+  for (const auto& r : rec.job.ranks()) workers.insert(r.worker_id());
+  for (const std::string& wid : workers) {
+    Worker* w = workers_.FindAlive(wid);
+    if (w == nullptr) continue;
+    loom::v1::WorkerCommand cmd;
+    loom::v1::StopRank* stop = cmd.mutable_stop();
+    stop->set_job_id(rec.job.id());
+    stop->set_generation(rec.job.generation());
+    stop->set_checkpoint_first(true);
+    stop->set_reason(absl::StrCat("preempted for job ", preemption.for_job_id,
+                                  ": save a checkpoint, then stop"));
+    w->pending_commands.push_back(std::move(cmd));
+  }
+}
+
+void JobManager::CheckPreemptionsLocked() {
+  const absl::Time now = clock_->Now();
+  for (const std::string& jid : jobs_.unfinished()) {
+    JobRecord& rec = *jobs_.Find(jid);
+    if (!rec.preempting) continue;
+    if (!IsAttemptRunning(rec.job.state())) {
+      rec.preempting.reset();  // cancelled, failed or requeued meanwhile
+      continue;
+    }
+    PreemptionInProgress& p = *rec.preempting;
+    if (p.forced || now < p.deadline) continue;
+    p.forced = true;
+    const std::string why = absl::StrFormat(
+        "preempted for job %s: no checkpoint committed within the grace of %.0fs; stopping "
+        "without one",
+        p.for_job_id, absl::ToDoubleSeconds(now - p.since));
+    rec.job.set_reason(why);
+    StopJobRanks(rec, why, "");
+  }
+}
+
+void JobManager::FinishPreemptionLocked(JobRecord& rec) {
+  const absl::Time now = clock_->Now();
+  PreemptionInProgress p = rec.preempting.value_or(PreemptionInProgress{});
+  rec.preempting.reset();
+  const int64_t checkpoint = NewestCheckpointLocked(rec, -1);
+  const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
+  rec.job.set_preemptions(rec.job.preemptions() + 1);
+  rec.job.set_resume_step(-1);
+  loom::v1::RecoveryEvent ev;
+  ev.set_kind(loom::v1::RecoveryEvent::PREEMPTED);
+  ev.set_cause(p.reason);
+  ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
+  ev.set_checkpoint_step(checkpoint);
+  ev.set_steps_lost(lost);
+  ev.set_resume_step(-1);
+  ev.set_generation(rec.job.generation() + 1);
+  const std::string for_job =
+      p.for_job_id.empty() ? std::string("another job") : absl::StrCat("job ", p.for_job_id);
+  std::string message;
+  if (p.step_at_ask < 0) {
+    message = absl::StrFormat(
+        "preempted for %s before its ranks trained a step; nothing lost. It waits in its queue "
+        "and resumes from %s",
+        for_job, checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint)
+                                : std::string("the start"));
+  } else if (lost == 0) {
+    message = absl::StrFormat(
+        "preempted for %s: every rank stopped %.1fs after the request, with the checkpoint at "
+        "step %d committed; 0 steps lost. It waits in its queue and resumes from that checkpoint",
+        for_job, absl::ToDoubleSeconds(now - p.since), checkpoint);
+  } else {
+    message = absl::StrFormat(
+        "preempted for %s: the ranks stopped %.1fs after the request%s; the newest checkpoint is "
+        "at step %d, so %d step(s) after it are lost. It waits in its queue and resumes from that "
+        "checkpoint",
+        for_job, absl::ToDoubleSeconds(now - p.since),
+        p.forced ? " without a save (the grace ran out)" : "", checkpoint, lost);
+  }
+  ev.set_message(message);
+  AddEvent(rec, ev);
+  if (metrics_ != nullptr) {
+    const std::string queue = rec.job.spec().scheduling().queue().empty()
+                                  ? std::string(scheduling::kDefaultQueue)
+                                  : rec.job.spec().scheduling().queue();
+    metrics_->RecordPreemption(rec.job.id(), queue, p.reason, lost);
+  }
+  RequeueLocked(rec, message, loom::v1::PREEMPTED);
+}
+
+void JobManager::SetQueueConfig(scheduling::QueueConfig config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_ = scheduling::AdmissionPolicy(config);
+  queues_ = std::move(config);
+}
+
+scheduling::QueueConfig JobManager::queue_config() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queues_;
+}
+
+loom::v1::ListQueuesResponse JobManager::ListQueues() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto limit = [](const scheduling::Resources& r, loom::v1::QueueLimit* out) {
+    out->set_slots(r.slots >= scheduling::kUnlimited ? -1 : r.slots);
+    out->set_gpus(r.gpus >= scheduling::kUnlimited ? -1 : r.gpus);
+  };
+  auto queue_of = [](const loom::v1::JobSpec& spec) {
+    const std::string& name = spec.scheduling().queue();
+    return name.empty() ? std::string(scheduling::kDefaultQueue) : name;
+  };
+  // What placed jobs hold, from the workers' rank slots (as ScheduleLocked).
+  std::map<std::string, scheduling::Resources> used;
+  std::map<std::string, std::set<std::string>> running;
+  for (const loom::v1::WorkerInfo& info : workers_.Infos()) {
+    if (!info.alive()) continue;
+    for (const RankSlot& slot : workers_.Find(info.id())->ranks) {
+      const JobRecord* rec = jobs_.Find(slot.job_id);
+      const std::string queue =
+          rec != nullptr ? queue_of(rec->job.spec()) : std::string(scheduling::kDefaultQueue);
+      used[queue] += scheduling::Resources{1, slot.gpu >= 0 ? 1 : 0};
+      running[queue].insert(slot.job_id);
+    }
+  }
+  std::map<std::string, int> pending;
+  for (const auto& [position, jid] : jobs_.pending()) {
+    if (const JobRecord* rec = jobs_.Find(jid); rec != nullptr) ++pending[queue_of(rec->job.spec())];
+  }
+  loom::v1::ListQueuesResponse resp;
+  for (const scheduling::QueueSpec& q : queues_.queues) {
+    loom::v1::QueueInfo* info = resp.add_queues();
+    info->set_name(q.name);
+    info->set_cohort(q.cohort);
+    limit(q.nominal_quota, info->mutable_nominal_quota());
+    limit(q.borrowing_limit, info->mutable_borrowing_limit());
+    info->set_weight(q.weight);
+    info->set_preemption(q.preemption);
+    limit(used[q.name], info->mutable_used());
+    info->set_pending_jobs(pending[q.name]);
+    info->set_running_jobs(static_cast<int>(running[q.name].size()));
+  }
+  for (const auto& [name, value] : queues_.priority_classes) {
+    (*resp.mutable_priority_classes())[name] = value;
+  }
+  resp.set_fair_share_half_life_seconds(absl::ToDoubleSeconds(queues_.fair_share_half_life));
+  resp.set_preemption_grace_seconds(absl::ToDoubleSeconds(queues_.preemption_grace));
+  resp.set_min_run_time_seconds(absl::ToDoubleSeconds(queues_.min_run_time));
+  return resp;
+}
+
+}  // namespace loom::controller
