@@ -649,6 +649,145 @@ TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
                                   "default)"));
 }
 
+// Issue 30, checkpoint-then-preempt on a real local cluster: a 2-rank
+// low-priority job is preempted by a high-priority one mid-interval. Its
+// ranks save the step they reached and stop; it waits PREEMPTED, resumes
+// from that checkpoint once the preemptor is done, loses 0 steps (no step is
+// trained twice), counts no restart, and ends with parameters bitwise equal
+// to its uninterrupted run's (SHA-256 of the final checkpoint, loom-ckpt).
+TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise) {
+  const std::string queues = loom::testing::MakeTempDir("loom_preempt") + "/queues.yaml";
+  std::ofstream(queues) << "preemption: {grace_seconds: 60, min_run_time_seconds: 0}\n"
+                           "priority_classes: {high: 100}\n";
+  StartCluster(2, /*worker_timeout_s=*/10, "--queues " + queues);
+  constexpr int kSteps = 1500;
+  const std::string extra =
+      "recovery: {disable_spike_detection: true}\n"
+      "checkpoint: {interval_steps: 100, keep: 100}\n";
+  const std::string reference = Submit(WriteSpec("uncut", kSteps, 2, extra));
+  ASSERT_TRUE(WaitFor([&] { return Status(reference).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(reference).DebugString();
+  const std::string want = Digest(CheckpointPathAt(reference, kSteps));
+  ASSERT_FALSE(want.empty());
+
+  const std::string job = Submit(WriteSpec("low", kSteps, 2, extra));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 230; }, 120))
+      << Status(job).DebugString();
+  ASSERT_LT(Status(job).summary().last_step(), kSteps / 2) << "the preemption must land mid-run";
+  const std::string urgent =
+      Submit(WriteSpec("urgent", 40, 2, "scheduling: {priority: high}\n" + extra));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::PREEMPTED; }, 60))
+      << Status(job).DebugString();
+  EXPECT_TRUE(RankPids(job).empty());
+  ASSERT_TRUE(WaitFor([&] { return Status(urgent).state() == loom::v1::SUCCEEDED; }, 120))
+      << Status(urgent).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.preemptions(), 1);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
+  EXPECT_THAT(StatesWithoutRendezvousRetries(done),
+              ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED, loom::v1::RUNNING,
+                                     loom::v1::PREEMPTED, loom::v1::SCHEDULED, loom::v1::RUNNING,
+                                     loom::v1::SUCCEEDED))
+      << done.DebugString();
+  const loom::v1::RecoveryEvent* asked = nullptr;
+  const loom::v1::RecoveryEvent* stopped = nullptr;
+  for (const auto& e : done.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::PREEMPTING) asked = &e;
+    if (e.kind() == loom::v1::RecoveryEvent::PREEMPTED) stopped = &e;
+    EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
+  }
+  ASSERT_NE(asked, nullptr) << done.DebugString();
+  ASSERT_NE(stopped, nullptr) << done.DebugString();
+  EXPECT_EQ(asked->cause(), "priority");
+  EXPECT_THAT(asked->message(), HasSubstr(urgent));
+  EXPECT_EQ(stopped->steps_lost(), 0) << stopped->message();
+  // Saved at the step boundary it reached, past the step reported when
+  // asked, and not at an interval's checkpoint (it came mid-interval).
+  const int64_t saved = stopped->checkpoint_step();
+  EXPECT_GE(saved, asked->step());
+  EXPECT_THAT(stopped->message(), HasSubstr("0 steps lost"));
+  EXPECT_FALSE(CheckpointPathAt(job, saved).empty()) << "the save at step " << saved;
+  // Every step trained once: the second attempt starts right after the save.
+  loom::v1::GetStepMetricsResponse steps;
+  ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &steps));
+  std::map<int64_t, int> trained;
+  for (const auto& m : steps.steps()) {
+    if (m.step() > 0) trained[m.step()] += 1;  // (step 0: the initial validation)
+  }
+  for (const auto& [step, times] : trained) EXPECT_EQ(times, 1) << "step " << step;
+  EXPECT_EQ(trained.size(), static_cast<size_t>(kSteps));
+  // Bitwise the uninterrupted run's parameters.
+  EXPECT_EQ(Digest(CheckpointPathAt(job, kSteps)), want);
+
+  auto events = Ctl("events " + job);
+  EXPECT_EQ(events.exit_code, 0) << events.err;
+  EXPECT_THAT(events.out, HasSubstr("PREEMPTED"));
+  EXPECT_THAT(events.out, HasSubstr("preemptions 1"));
+  std::cout << "preemption, loomctl events " << job << ":\n" << events.out << std::endl;
+  auto status = Ctl("status " + job);
+  std::cout << status.out.substr(status.out.find("goodput")) << std::endl;
+  EXPECT_THAT(status.out, ::testing::ContainsRegex("preempted waiting [1-9]"));
+  CheckMetrics(controller_metrics_,
+               {"loom_controller_preemptions_total{job_id=\"" + job +
+                    "\",queue=\"default\",reason=\"priority\"} 1",
+                "loom_controller_jobs{state=\"PREEMPTED\"}"});
+}
+
+// A preemption whose save cannot commit within the grace: one rank of the
+// victim is frozen (SIGSTOP, as a hung host), so no step boundary is
+// reached. After the grace the controller stops the ranks without a save;
+// the job loses only the steps after its last checkpoint, says how many,
+// counts no restart, and still finishes.
+TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLost) {
+  const std::string queues = loom::testing::MakeTempDir("loom_preempt") + "/queues.yaml";
+  std::ofstream(queues) << "preemption: {grace_seconds: 2, min_run_time_seconds: 0}\n"
+                           "priority_classes: {high: 100}\n";
+  StartCluster(2, /*worker_timeout_s=*/10, "--queues " + queues);
+  constexpr int kSteps = 1500;
+  const std::string extra =
+      "recovery: {disable_spike_detection: true}\n"
+      "checkpoint: {interval_steps: 100, keep: 100}\n";
+  const std::string job = Submit(WriteSpec("stuck", kSteps, 2, extra));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 150; }, 120))
+      << Status(job).DebugString();
+  const std::set<int> ranks = RankPids(job);
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(kill(*ranks.begin(), SIGSTOP), 0);
+  const int64_t frozen_at = Status(job).summary().last_step();
+  const std::string urgent =
+      Submit(WriteSpec("urgent", 40, 2, "scheduling: {priority: high}\n" + extra));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::PREEMPTED; }, 60))
+      << Status(job).DebugString();
+  for (int pid : ranks) EXPECT_FALSE(loom::testing::ProcessAlive(pid));
+  ASSERT_TRUE(WaitFor([&] { return Status(urgent).state() == loom::v1::SUCCEEDED; }, 120))
+      << Status(urgent).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.preemptions(), 1);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
+  const loom::v1::RecoveryEvent* stopped = nullptr;
+  for (const auto& e : done.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::PREEMPTED) stopped = &e;
+  }
+  ASSERT_NE(stopped, nullptr) << done.DebugString();
+  EXPECT_THAT(stopped->message(), HasSubstr("without a save (the grace ran out)"));
+  // The last step reported before the freeze, less the newest checkpoint
+  // (the step-100 one: the freeze came before step 200).
+  EXPECT_GE(stopped->step(), frozen_at);
+  EXPECT_EQ(stopped->checkpoint_step(), stopped->step() >= 200 ? 200 : 100) << stopped->message();
+  EXPECT_EQ(stopped->steps_lost(), stopped->step() - stopped->checkpoint_step());
+  EXPECT_GT(stopped->steps_lost(), 0);
+  EXPECT_THAT(stopped->message(),
+              HasSubstr(absl::StrCat(stopped->steps_lost(), " step(s) after it are lost")));
+  std::cout << "preemption past the grace: " << stopped->message() << std::endl;
+}
+
 TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
   StartCluster(1);
   auto channel = *cli::LocalControllerChannel(home_, controller_);
