@@ -7,8 +7,11 @@
 // would), kill -9 one rank process, kill -9 the controller and start it
 // again within the workers' lease, kill -9 it and keep it down past the
 // lease, cut a worker off from the controller with iptables and heal it
-// once the job has moved, or fill the checkpoint volume (a small tmpfs)
-// during saves and free it again. Every trial must end SUCCEEDED with final
+// once the job has moved, fill the checkpoint volume (a small tmpfs)
+// during saves and free it again, or preempt it (issue 30): at random steps,
+// three times, a high-priority 2-rank job arrives and takes the job's slots
+// (checkpoint-then-preempt); every preemption must lose 0 steps and count no
+// restart. Every trial must end SUCCEEDED with final
 // parameters bitwise equal (SHA-256 over every parameter, loom-ckpt digest)
 // to an uninterrupted run's of the same length (the controller-down trial
 // trains 4x longer, against its own reference run, so that its ranks are
@@ -16,8 +19,9 @@
 // lists may be missing or fail verification (loomctl checkpoints --verify).
 //
 // Needs root (namespaces, iptables, mount). Usage:
-//   loom_chaos_bench BIN_DIR [TRIALS (24)] [SEED (1)]
-// Last line: chaos: <n>/<n> trials bit-exact, <k> checkpoints lost ratio=<passed/n>
+//   loom_chaos_bench BIN_DIR [TRIALS (32)] [SEED (1)]
+// Last line: chaos: <n>/<n> trials bit-exact, <k> checkpoints lost, <p>
+// preemptions (<s> steps lost) ratio=<passed/n>
 #include <signal.h>
 #include <sys/mount.h>
 #include <dirent.h>
@@ -59,6 +63,10 @@ constexpr int kSteps = 1000;
 // saw the ranks finish within the lease (restarts=0: no lease tested).
 constexpr int kLongSteps = 4 * kSteps;
 constexpr int kWorkers = 3;
+// Preemptions per "preempt" trial, and those trials in the default mix:
+// 8 x 3 = 24 random preemptions.
+constexpr int kPreemptionsPerTrial = 3;
+constexpr int kPreemptTrials = 8;
 
 int Die(const std::string& msg) {
   std::cerr << "chaos bench: " << msg << std::endl;
@@ -180,7 +188,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return Die("usage: loom_chaos_bench BIN_DIR [TRIALS] [SEED]");
   if (geteuid() != 0) return Die("needs root (network namespaces, iptables, a tmpfs mount)");
   const std::string bin = argv[1];
-  const int trials = argc > 2 ? std::max(6, atoi(argv[2])) : 24;
+  const int trials = argc > 2 ? std::max(6 + kPreemptTrials, atoi(argv[2])) : 32;
   const uint64_t seed = argc > 3 ? strtoull(argv[3], nullptr, 10) : 1;
   std::mt19937_64 rng(seed);
 
@@ -195,6 +203,10 @@ int main(int argc, char** argv) {
   // The lease: long enough that a killed controller is back (start-up and
   // the workers' reconnection) well within it.
   o.worker_timeout_s = 4;
+  // Preemption within the default queue, at once (no minimum run time).
+  o.queues_file = home + "/queues.yaml";
+  std::ofstream(o.queues_file) << "preemption: {grace_seconds: 30, min_run_time_seconds: 0}\n"
+                                  "priority_classes: {urgent: 1000}\n";
   o.controller_prefix = (*lab)->prefix(0);
   o.controller_host = (*lab)->address(0);
   for (int i = 0; i < kWorkers; ++i) {
@@ -259,12 +271,13 @@ int main(int argc, char** argv) {
   // The trial mix: at least one of each rare kind, the rest kills.
   std::vector<std::string> kinds = {"controller-kill", "controller-kill", "controller-down",
                                     "partition", "disk-full"};
+  for (int i = 0; i < kPreemptTrials; ++i) kinds.push_back("preempt");
   while (static_cast<int>(kinds.size()) < trials) {
     kinds.push_back(kinds.size() % 2 == 0 ? "worker-kill" : "rank-kill");
   }
   std::shuffle(kinds.begin(), kinds.end(), rng);
 
-  int passed = 0, lost_total = 0;
+  int passed = 0, lost_total = 0, preemptions = 0, preempted_steps_lost = 0;
   for (int t = 0; t < trials; ++t) {
     const std::string& kind = kinds[t];
     const auto start = std::chrono::steady_clock::now();
@@ -337,6 +350,44 @@ int main(int argc, char** argv) {
             60);
         if (!moved()) out.note += "; the job did not move";
         (void)cluster.lab().Heal(w + 1, 0);
+      } else if (kind == "preempt") {
+        // Three preemptions at increasing random steps; each waits until the
+        // job is PREEMPTED, the preemptor has finished and the job trains
+        // again.
+        std::vector<int> at_steps = {at};
+        for (int k = 1; k < kPreemptionsPerTrial; ++k) {
+          at_steps.push_back(at_steps.back() +
+                             std::uniform_int_distribution<int>(60, 140)(rng));
+        }
+        out.note = "preempted at steps";
+        for (int k = 0; k < kPreemptionsPerTrial; ++k) {
+          if (k > 0 && !WaitFor([&] { return step() >= at_steps[k] ||
+                                             j.state() == loom::v1::SUCCEEDED; }, 120)) {
+            break;
+          }
+          if (j.state() == loom::v1::SUCCEEDED) break;
+          const int before = j.preemptions();
+          const int64_t reached = j.summary().last_step();
+          const std::string urgent_spec = WriteSpec(
+              home, absl::StrCat(name, "-urgent", k), "scheduling: {priority: urgent}\n" + regular,
+              40);
+          const std::string urgent = cluster.Submit(urgent_spec);
+          loom::v1::Job u;
+          const bool preempted = WaitFor([&] {
+            return cluster.Status(job, &j) &&
+                   (j.preemptions() > before || j.state() == loom::v1::SUCCEEDED);
+          }, 60) && j.preemptions() > before;
+          const bool urgent_done = WaitFor([&] {
+            return cluster.Status(urgent, &u) && u.state() == loom::v1::SUCCEEDED;
+          }, 120);
+          absl::StrAppend(&out.note, k > 0 ? "," : "", " ", reached,
+                          preempted ? "" : " (not preempted)",
+                          urgent_done ? "" : " (the preemptor did not finish)");
+          // Back to training before the next one.
+          WaitFor([&] {
+            return step() > reached && j.state() == loom::v1::RUNNING;
+          }, 120);
+        }
       } else if (full) {
         // Fill the volume until a save fails, then free it.
         const std::string filler = full_dir + "/filler";
@@ -363,6 +414,18 @@ int main(int argc, char** argv) {
               done.state() == loom::v1::CANCELLED);
     }, 300);
     out.succeeded = done.state() == loom::v1::SUCCEEDED;
+    int trial_lost = 0;
+    for (const auto& e : done.events()) {
+      if (e.kind() != loom::v1::RecoveryEvent::PREEMPTED) continue;
+      preemptions += 1;
+      trial_lost += static_cast<int>(e.steps_lost());
+    }
+    preempted_steps_lost += trial_lost;
+    if (kind == "preempt") {
+      absl::StrAppend(&out.note, "; ", done.preemptions(), " preemption(s), ", trial_lost,
+                      " step(s) lost");
+      if (done.preemptions() < kPreemptionsPerTrial) out.note += " (FEWER THAN ASKED)";
+    }
     if (kind == "controller-down" && done.restarts() == 0) {
       out.note += "; the ranks finished within the lease, which this trial did not test";
     }
@@ -378,7 +441,9 @@ int main(int argc, char** argv) {
     out.bit_exact = out.succeeded && !final_path.empty() &&
                     cluster.Digest(final_path) == (steps == kLongSteps ? want_long : want);
     lost_total += out.lost;
-    passed += out.bit_exact && out.lost == 0;
+    passed += out.bit_exact && out.lost == 0 && trial_lost == 0 &&
+              (kind != "preempt" || (done.preemptions() == kPreemptionsPerTrial &&
+                                     done.restarts() == 0));
     std::cout << absl::StrFormat(
                      "trial %2d %-16s %-9s restarts=%d %s lost=%d  %5.1f s  (%s)\n", t, kind,
                      loom::v1::JobState_Name(done.state()), done.restarts(),
@@ -389,8 +454,10 @@ int main(int argc, char** argv) {
               << std::flush;
     if (full) RunCommand(absl::StrCat("rm -rf ", ShellQuote(full_dir + "/" + name)));
   }
-  std::cout << absl::StrFormat("chaos: %d/%d trials bit-exact, %d checkpoints lost ratio=%.3f\n",
-                               passed, trials, lost_total,
-                               static_cast<double>(passed) / trials);
+  std::cout << absl::StrFormat(
+      "chaos: %d/%d trials bit-exact, %d checkpoints lost, %d preemptions (%d steps lost) "
+      "ratio=%.3f\n",
+      passed, trials, lost_total, preemptions, preempted_steps_lost,
+      static_cast<double>(passed) / trials);
   return 0;
 }

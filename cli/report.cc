@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "controller/goodput.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom::cli {
@@ -299,7 +300,8 @@ std::string HtmlEscape(const std::string& text) {
 
 std::string RenderJobReport(const loom::v1::Job& job,
                             const std::vector<loom::v1::StepMetrics>& steps_in,
-                            const std::vector<loom::v1::CheckpointInfo>& checkpoints) {
+                            const std::vector<loom::v1::CheckpointInfo>& checkpoints,
+                            absl::Time now) {
   // The latest report of each step (a replayed step after a restart or
   // rollback replaces the earlier one), in step order.
   std::map<int64_t, loom::v1::StepMetrics> by_step;
@@ -388,6 +390,32 @@ std::string RenderJobReport(const loom::v1::Job& job,
                               job.submitted_by().empty() ? "?" : job.submitted_by(), " · ",
                               job.restarts(), " restart(s), ", job.events_size(), " event(s)")),
       "</p>\n<p id=\"self-check\"></p>\n<div id=\"readout\"></div>\n");
+  // Where the job's wall time went (controller/goodput.h).
+  const controller::GoodputBuckets gp = controller::ComputeGoodput(job, steps_in, now);
+  absl::StrAppend(&html, "<h2>Goodput</h2>\n<p>",
+                  HtmlEscape(absl::StrFormat(
+                      "%.1f s of %.1f s trained the model: ETTR (productive time over the time "
+                      "not queued) %.2f; %d preemption(s), %d restart(s).",
+                      gp.productive, gp.wall, gp.ettr(), job.preemptions(), job.restarts())),
+                  "</p>\n");
+  std::vector<std::vector<std::string>> buckets = {{"bucket", "seconds", "share of wall time"}};
+  const std::pair<const char*, double> rows[] = {
+      {"queued", gp.queued},
+      {"preempted, waiting", gp.preempted_waiting},
+      {"waiting after a failure or rollback", gp.recovery_waiting},
+      {"start-up (launch, rendezvous, probe)", gp.startup},
+      {"checkpoint restore", gp.checkpoint_restore},
+      {"productive steps", gp.productive},
+      {"data stall", gp.data_stall},
+      {"checkpoint-save stall", gp.checkpoint_stall},
+      {"redone after a failure, rollback or preemption", gp.redone},
+      {"unaccounted", gp.unaccounted},
+  };
+  for (const auto& [name, seconds] : rows) {
+    buckets.push_back({name, absl::StrFormat("%.1f", seconds),
+                       gp.wall > 0 ? absl::StrFormat("%.1f%%", 100 * seconds / gp.wall) : "-"});
+  }
+  html += Table(buckets);
   absl::StrAppend(&html, "<h2>Loss</h2>\n",
                   Chart("loss", "Train and validation loss (markers: recovery events; shaded: "
                                 "skipped data)",

@@ -25,16 +25,21 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom::cli {
 
 // The page. `steps` in any order (several attempts may report a step: the
 // latest report of each step is drawn); `checkpoints` as ListCheckpoints
-// returns them. HTML-escapes every string that comes from the job.
+// returns them. HTML-escapes every string that comes from the job. Its
+// goodput buckets (controller/goodput.h) end at `now` while the job has not
+// ended.
 std::string RenderJobReport(const loom::v1::Job& job,
                             const std::vector<loom::v1::StepMetrics>& steps,
-                            const std::vector<loom::v1::CheckpointInfo>& checkpoints);
+                            const std::vector<loom::v1::CheckpointInfo>& checkpoints,
+                            absl::Time now = absl::Now());
 
 // Text with &, <, >, " and ' escaped for HTML.
 std::string HtmlEscape(const std::string& text);

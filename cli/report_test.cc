@@ -95,6 +95,14 @@ TEST(ReportTest, EveryChartHasDataAndThePageFetchesNothing) {
   EXPECT_THAT(html, HasSubstr("llama-&lt;x&gt;-1"));
   EXPECT_THAT(html, HasSubstr("fits &amp; fast"));
   EXPECT_THAT(html, HasSubstr("/ckpt/step-000000050"));
+  // Where the wall time went: every goodput bucket, with ETTR.
+  EXPECT_THAT(html, HasSubstr("<h2>Goodput</h2>"));
+  EXPECT_THAT(html, HasSubstr("ETTR"));
+  for (const char* bucket : {"queued", "preempted, waiting", "checkpoint restore",
+                             "productive steps", "data stall", "checkpoint-save stall", "redone",
+                             "unaccounted"}) {
+    EXPECT_THAT(html, HasSubstr("<td>" + std::string(bucket))) << bucket;
+  }
 }
 
 TEST(ReportTest, ReplayedStepsShowTheirLatestReportAndLongRunsAreThinned) {

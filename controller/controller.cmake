@@ -16,7 +16,7 @@ loom_test(loom_worker_registry_test SRCS worker_registry_test.cc DEPS loom_worke
 loom_library(loom_job_catalog SRCS job_catalog.cc
   DEPS loom_store loom_proto loom_spike_detector loom_common absl::strings absl::status)
 loom_test(loom_job_catalog_test SRCS job_catalog_test.cc DEPS loom_job_catalog loom_store SQLite::SQLite3)
-loom_library(loom_job_manager SRCS job_manager.cc job_scheduling.cc path_policy.cc
+loom_library(loom_job_manager SRCS job_manager.cc job_scheduling.cc job_progress.cc rank_reconciler.cc path_policy.cc
   DEPS loom_job_catalog loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
        loom_scheduler loom_scheduling
        loom_diagnosis loom_grpc
@@ -26,7 +26,7 @@ loom_library(loom_access SRCS access.cc
 loom_test(loom_access_test SRCS access_test.cc DEPS loom_access loom_file_util)
 loom_library(loom_log_store SRCS log_store.cc DEPS absl::strings absl::str_format absl::status absl::statusor)
 loom_test(loom_log_store_test SRCS log_store_test.cc DEPS loom_log_store)
-loom_library(loom_goodput SRCS goodput.cc DEPS loom_proto absl::time)
+loom_library(loom_goodput SRCS goodput.cc DEPS loom_proto loom_metrics absl::time)
 loom_test(loom_goodput_test SRCS goodput_test.cc DEPS loom_goodput)
 loom_library(loom_rank_logs SRCS rank_logs.cc DEPS loom_log_store loom_grpc absl::strings)
 loom_test(loom_rank_logs_test SRCS rank_logs_test.cc DEPS loom_rank_logs)
@@ -35,13 +35,15 @@ loom_library(loom_controller_service SRCS controller_service.cc
        loom_rank_logs)
 
 add_executable(loom-controller controller_main.cc)
-target_link_libraries(loom-controller PRIVATE loom_controller_service loom_health
+target_link_libraries(loom-controller PRIVATE loom_controller_service loom_goodput loom_health
   absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
 
 loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
 loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_goodput loom_metrics
           SQLite::SQLite3)
 loom_test(loom_path_policy_test SRCS path_policy_test.cc DEPS loom_job_manager)
+loom_test(loom_job_progress_test SRCS job_progress_test.cc DEPS loom_job_manager)
+loom_test(loom_rank_reconciler_test SRCS rank_reconciler_test.cc DEPS loom_job_manager)
 loom_test(loom_job_planning_test SRCS job_planning_test.cc DEPS loom_job_planning loom_jobspec)
 include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake)

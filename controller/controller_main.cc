@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "controller/controller_service.h"
 #include "common/health_service.h"
 #include "controller/access.h"
+#include "controller/goodput.h"
 #include "controller/job_manager.h"
 #include "controller/scheduling/queue_config.h"
 #include "controller/log_store.h"
@@ -214,6 +216,7 @@ int main(int argc, char** argv) {
                          .Name("loom_controller_jobs")
                          .Help("Jobs known to the controller, by state.")
                          .Register(*registry);
+  controller::GoodputMetrics goodput_metrics(*registry);
   auto& workers_gauge = metrics::BuildGauge()
                             .Name("loom_controller_workers_alive")
                             .Help("Workers currently heartbeating.")
@@ -229,6 +232,13 @@ int main(int argc, char** argv) {
                               .Help("Loss-spike rollbacks (resume earlier, skip data).")
                               .Register(*registry)
                               .Add({});
+  auto& preemptions_total =
+      metrics::BuildCounter()
+          .Name("loom_controller_job_preemptions_total")
+          .Help("Preemptions of jobs (checkpoint-then-preempt), all jobs; per job and reason: "
+                "loom_controller_preemptions_total.")
+          .Register(*registry)
+          .Add({});
   auto& spikes_total = metrics::BuildCounter()
                            .Name("loom_controller_loss_spikes_total")
                            .Help("Loss spikes declared by the detector.")
@@ -338,8 +348,34 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::thread ticker([&] {
     absl::Time next_log_sweep = absl::Now();
+    absl::Time next_goodput = absl::Now();
+    std::set<std::string> goodput_unfinished;  // jobs not ended at the last refresh
     while (!stop.load()) {
       manager.Tick();
+      // Every job's goodput buckets (controller/goodput.h), every 5 s for the
+      // jobs not ended, and once more for each job that ended since.
+      if (absl::Now() >= next_goodput) {
+        next_goodput = absl::Now() + absl::Seconds(5);
+        std::set<std::string> unfinished;
+        auto record = [&](const loom::v1::Job& job) {
+          absl::StatusOr<std::vector<loom::v1::StepMetrics>> steps =
+              manager.StepMetrics(job.id(), 0);
+          if (!steps.ok()) return;
+          goodput_metrics.Record(job.id(), controller::ComputeGoodput(job, *steps, absl::Now()));
+        };
+        for (const loom::v1::Job& job :
+             manager.List({loom::v1::PENDING, loom::v1::SCHEDULED, loom::v1::RUNNING,
+                           loom::v1::PREEMPTED},
+                          0)) {
+          unfinished.insert(job.id());
+          record(job);
+        }
+        for (const std::string& id : goodput_unfinished) {
+          if (unfinished.count(id) > 0) continue;
+          if (absl::StatusOr<loom::v1::Job> ended = manager.Get(id); ended.ok()) record(*ended);
+        }
+        goodput_unfinished = std::move(unfinished);
+      }
       // Rank logs of jobs that ended more than --log_retention ago (or that
       // the controller no longer knows) go, once a minute.
       if (absl::Now() >= next_log_sweep) {
@@ -368,6 +404,7 @@ int main(int argc, char** argv) {
       };
       bump(restarts_total, totals.restarts);
       bump(rollbacks_total, totals.rollbacks);
+      bump(preemptions_total, totals.preemptions);
       bump(spikes_total, totals.spikes);
       bump(store_write_failures_total, manager.StoreWriteFailures());
       bump(store_writes_total, (*store)->writes_committed());

@@ -64,11 +64,14 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
     const Attempt& at = attempts[a];
     std::vector<double> times;
     double first_start = -1;
+    double restore = 0;
     for (const loom::v1::StepMetrics* s : sorted) {
       if (s->time_unix_ms() <= at.begin || s->time_unix_ms() > at.end) continue;
       const double step = std::max(0.0, s->step_time_seconds());
       if (first_start < 0) {
         first_start = std::max(0.0, Seconds(at.begin, s->time_unix_ms()) - step);
+        // The restore happened before the first step, within that gap.
+        restore = std::clamp(s->checkpoint_restore_seconds(), 0.0, first_start);
       }
       times.push_back(step);
       const double data = std::clamp(s->data_wait_seconds(), 0.0, step);
@@ -77,7 +80,8 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
       b.checkpoint_stall += save;
       b.productive += step - data - save;
     }
-    b.startup += first_start >= 0 ? first_start : Seconds(at.begin, at.end);
+    b.checkpoint_restore += restore;
+    b.startup += first_start >= 0 ? first_start - restore : Seconds(at.begin, at.end);
     if (!times.empty()) {
       std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
       median_step[a] = times[times.size() / 2];
@@ -104,8 +108,41 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
     b.productive -= lost;
   }
   b.unaccounted = b.wall - (b.queued + b.preempted_waiting + b.recovery_waiting + b.startup +
-                            b.productive + b.data_stall + b.checkpoint_stall + b.redone);
+                            b.checkpoint_restore + b.productive + b.data_stall +
+                            b.checkpoint_stall + b.redone);
   return b;
+}
+
+GoodputMetrics::GoodputMetrics(metrics::Registry& registry)
+    : seconds_(metrics::BuildGauge()
+                   .Name("loom_controller_job_goodput_seconds")
+                   .Help("A job's wall time so far, split into goodput buckets (queued, "
+                         "preempted_waiting, recovery_waiting, startup, checkpoint_restore, "
+                         "productive, data_stall, checkpoint_stall, redone, unaccounted).")
+                   .Register(registry)),
+      ettr_(metrics::BuildGauge()
+                .Name("loom_controller_job_ettr")
+                .Help("A job's effective training time ratio: productive seconds over its "
+                      "wall time less the time it waited in its queue.")
+                .Register(registry)) {}
+
+void GoodputMetrics::Record(const std::string& job_id, const GoodputBuckets& b) {
+  const std::pair<const char*, double> buckets[] = {
+      {"queued", b.queued},
+      {"preempted_waiting", b.preempted_waiting},
+      {"recovery_waiting", b.recovery_waiting},
+      {"startup", b.startup},
+      {"checkpoint_restore", b.checkpoint_restore},
+      {"productive", b.productive},
+      {"data_stall", b.data_stall},
+      {"checkpoint_stall", b.checkpoint_stall},
+      {"redone", b.redone},
+      {"unaccounted", b.unaccounted},
+  };
+  for (const auto& [bucket, seconds] : buckets) {
+    seconds_.Add({{"job_id", job_id}, {"bucket", bucket}}).Set(seconds);
+  }
+  ettr_.Add({{"job_id", job_id}}).Set(b.ettr());
 }
 
 }  // namespace loom::controller

@@ -10,9 +10,11 @@
 //   preempted_waiting  PREEMPTED: back in its queue after a preemption;
 //   recovery_waiting   PENDING again after a failure or a rollback;
 //   startup            from a placement to the start of the attempt's first
-//                      reported step: launch, rendezvous, probe and the
-//                      checkpoint restore, which ranks do not report apart
-//                      yet;
+//                      reported step: launch, rendezvous, probe, less the
+//                      restore;
+//   checkpoint_restore loading the checkpoint an attempt resumed from (rank
+//                      0's StepMetrics.checkpoint_restore_seconds on its
+//                      first step report);
 //   productive         reported step time, less what follows;
 //   data_stall         the steps' waits for the loader;
 //   checkpoint_stall   the steps' checkpoint-save stalls;
@@ -28,9 +30,11 @@
 #ifndef LOOM_CONTROLLER_GOODPUT_H_
 #define LOOM_CONTROLLER_GOODPUT_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom::controller {
@@ -41,6 +45,7 @@ struct GoodputBuckets {
   double preempted_waiting = 0;
   double recovery_waiting = 0;
   double startup = 0;
+  double checkpoint_restore = 0;
   double productive = 0;
   double data_stall = 0;
   double checkpoint_stall = 0;
@@ -55,6 +60,24 @@ struct GoodputBuckets {
 // when a step ended). `now` ends the wall time of a job still going.
 GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
                               const std::vector<loom::v1::StepMetrics>& steps, absl::Time now);
+
+// The buckets as Prometheus series, per job (the controller refreshes the
+// jobs not ended, and each job once more when it ends):
+//   loom_controller_job_goodput_seconds{job_id, bucket}   gauge
+//   loom_controller_job_ettr{job_id}                       gauge
+// bucket is one of queued, preempted_waiting, recovery_waiting, startup,
+// checkpoint_restore, productive, data_stall, checkpoint_stall, redone,
+// unaccounted. Thread-safe (the metric types are).
+class GoodputMetrics {
+ public:
+  // Registers the families in `registry`, which must outlive this object.
+  explicit GoodputMetrics(metrics::Registry& registry);
+  void Record(const std::string& job_id, const GoodputBuckets& buckets);
+
+ private:
+  metrics::Family<metrics::Gauge>& seconds_;
+  metrics::Family<metrics::Gauge>& ettr_;
+};
 
 }  // namespace loom::controller
 

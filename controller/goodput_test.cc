@@ -60,9 +60,51 @@ TEST(GoodputTest, SplitsAJobsWallTimeIntoBucketsThatAddUp) {
   EXPECT_NEAR(b.productive, 20 - 2.0 - 0.5 - 3.0, 1e-9);
   EXPECT_NEAR(b.unaccounted, 2.0, 1e-9);       // 24..25 and 42..43: after the last steps
   const double sum = b.queued + b.preempted_waiting + b.recovery_waiting + b.startup +
-                     b.productive + b.data_stall + b.checkpoint_stall + b.redone + b.unaccounted;
+                     b.checkpoint_restore + b.productive + b.data_stall + b.checkpoint_stall + b.redone + b.unaccounted;
   EXPECT_NEAR(sum, b.wall, 1e-9);
   EXPECT_NEAR(b.ettr(), 14.5 / 33.0, 1e-9);
+}
+
+// Queued 5 s; an attempt of 5 steps; preempted with 0 steps lost and 7 s
+// back in the queue; the second attempt spends 1.5 s of its 3 s start-up
+// loading the checkpoint, then 5 steps.
+TEST(GoodputTest, PreemptedWaitingAndTheRestoreAreBucketsOfTheirOwn) {
+  loom::v1::Job job;
+  std::vector<loom::v1::StepMetrics> steps;
+  Transition(&job, loom::v1::PENDING, 0);
+  Transition(&job, loom::v1::SCHEDULED, 5);
+  Transition(&job, loom::v1::RUNNING, 6);
+  Steps(&steps, 8, 5);
+  Transition(&job, loom::v1::PREEMPTED, 13);
+  auto* preempted = job.add_events();
+  preempted->set_kind(loom::v1::RecoveryEvent::PREEMPTED);
+  preempted->set_time_unix_ms(13000);
+  preempted->set_steps_lost(0);
+  Transition(&job, loom::v1::SCHEDULED, 20);
+  Transition(&job, loom::v1::RUNNING, 21);
+  const size_t first_resumed = steps.size();
+  Steps(&steps, 24, 5);
+  steps[first_resumed].set_checkpoint_restore_seconds(1.5);
+  Transition(&job, loom::v1::SUCCEEDED, 28);
+
+  const GoodputBuckets b = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
+  EXPECT_DOUBLE_EQ(b.wall, 28);
+  EXPECT_DOUBLE_EQ(b.queued, 5);
+  EXPECT_DOUBLE_EQ(b.preempted_waiting, 7);
+  EXPECT_DOUBLE_EQ(b.recovery_waiting, 0);
+  EXPECT_NEAR(b.checkpoint_restore, 1.5, 1e-9);
+  EXPECT_NEAR(b.startup, 2 + 1.5, 1e-9);
+  EXPECT_NEAR(b.redone, 0, 1e-9);
+  EXPECT_NEAR(b.data_stall, 1.0, 1e-9);
+  EXPECT_NEAR(b.productive, 9.0, 1e-9);
+  EXPECT_NEAR(b.unaccounted, 1.0, 1e-9);  // 12..13: after the first attempt's last step
+  EXPECT_NEAR(b.ettr(), 9.0 / 16.0, 1e-9);
+
+  // A preemption that lost steps: they are redone work.
+  preempted->set_steps_lost(2);
+  const GoodputBuckets lost = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
+  EXPECT_NEAR(lost.redone, 2.0, 1e-9);
+  EXPECT_NEAR(lost.productive, 7.0, 1e-9);
 }
 
 TEST(GoodputTest, AJobStillGoingEndsAtNowAndOneNeverPlacedIsAllQueue) {

@@ -23,6 +23,7 @@ int64_t JobSequenceOf(const std::string& id) {
 void AddRecoveryCounts(const Job& job, RecoveryTotals* t) {
   t->restarts += job.restarts();
   t->rollbacks += job.rollbacks();
+  t->preemptions += job.preemptions();
   for (const auto& e : job.events()) {
     t->spikes += e.kind() == loom::v1::RecoveryEvent::SPIKE ? 1 : 0;
   }

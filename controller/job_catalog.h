@@ -111,9 +111,9 @@ bool IsTerminalJobState(loom::v1::JobState s);
 // PENDING or PREEMPTED: waiting in its queue to be placed.
 bool IsQueuedJobState(loom::v1::JobState s);
 
-// Restarts, rollbacks and loss spikes over every job.
+// Restarts, rollbacks, loss spikes and preemptions over every job.
 struct RecoveryTotals {
-  int64_t restarts = 0, rollbacks = 0, spikes = 0;
+  int64_t restarts = 0, rollbacks = 0, spikes = 0, preemptions = 0;
 };
 
 class JobCatalog {

@@ -18,6 +18,8 @@
 #include "common/status_macros.h"
 #include "controller/path_policy.h"
 #include "controller/diagnosis.h"
+#include "controller/job_progress.h"
+#include "controller/rank_reconciler.h"
 #include "controller/planner/topology_yaml.h"
 #include "controller/scheduler.h"
 #include "controller/scheduling/admission.h"
@@ -82,7 +84,7 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
       workers_(clock, WorkerRegistryOptions{options_.worker_timeout, options_.pause_threshold}) {}
 
 bool JobManager::IsAttemptRunning(JobState s) {
-  return s == loom::v1::SCHEDULED || s == loom::v1::RUNNING;
+  return IsAttemptRunningState(s);
 }
 
 absl::Status JobManager::Recover() {
@@ -695,63 +697,17 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   // that may let a job waiting for it be placed.
   const bool port_came = beat->rendezvous_port_came;
   loom::v1::HeartbeatResponse resp;
-  std::set<std::pair<std::string, int>> running;
-  // With their attempts: only a rank of the start's own attempt confirms a
-  // start (an older attempt's rank still running here does not, and the
-  // worker refuses a start while it runs).
-  std::set<std::tuple<std::string, int, int64_t>> running_attempts;
-  for (const auto& r : req.running()) {
-    running.insert({r.job_id(), r.rank()});
-    running_attempts.insert({r.job_id(), r.rank(), r.generation()});
-    JobRecord* jit = jobs_.Find(r.job_id());
-    if (jit == nullptr || !IsAttemptRunning(jit->job.state())) {
-      // A rank of a finished (or requeued) attempt is still alive here: ask
-      // again to stop it.
-      bool queued = std::any_of(w.pending_commands.begin(), w.pending_commands.end(),
-                                [&](const auto& c) {
-                                  return c.has_stop() && c.stop().job_id() == r.job_id();
-                                });
-      if (!queued) {
-        auto* stop = resp.add_commands()->mutable_stop();
-        stop->set_job_id(r.job_id());
-        stop->set_reason(jit == nullptr ? "unknown job" : "job already ended");
-      }
-      continue;
-    }
-    JobRecord& rec = *jit;
-    bool placed_here = false;
-    for (const auto& a : rec.job.ranks()) {
-      placed_here |= a.rank() == r.rank() && a.worker_id() == w.info.id();
-    }
-    if (r.generation() != rec.job.generation() || !placed_here) {
-      // An older attempt's rank (or one this worker was never given, or not
-      // re-adopted): fenced off. Stop that attempt's ranks here, once.
-      bool queued = std::any_of(w.pending_commands.begin(), w.pending_commands.end(),
-                                [&](const auto& c) {
-                                  return c.has_stop() && c.stop().job_id() == r.job_id() &&
-                                         c.stop().generation() == r.generation();
-                                });
-      if (!queued && r.generation() < rec.job.generation()) {
-        auto* stop = resp.add_commands()->mutable_stop();
-        stop->set_job_id(r.job_id());
-        stop->set_generation(r.generation());
-        stop->set_reason(absl::StrCat("attempt ", r.generation(), " is stale (the job runs attempt ",
-                                      rec.job.generation(), ")"));
-      } else if (!queued && !placed_here && rec.adopt_deadline == absl::InfinitePast()) {
-        auto* stop = resp.add_commands()->mutable_stop();
-        stop->set_job_id(r.job_id());
-        stop->set_generation(r.generation());
-        stop->set_reason(absl::StrCat("rank ", r.rank(), " of attempt ", r.generation(),
-                                      " is not placed on worker ", w.info.id()));
-      }
-      continue;
-    }
-    rec.running_seen.insert(r.rank());
+  // What the worker runs against the records (rank_reconciler.h).
+  RankReconciliation seen = ReconcileRunningRanks(req, w, jobs_);
+  for (loom::v1::StopRank& stop : seen.stops) *resp.add_commands()->mutable_stop() = std::move(stop);
+  for (const auto& [job_id, rank] : seen.confirmed) {
+    JobRecord& rec = *jobs_.Find(job_id);
+    rec.running_seen.insert(rank);
     if (rec.job.state() == loom::v1::SCHEDULED) {
-      Transition(rec, loom::v1::RUNNING,
-                 absl::StrCat("rank ", r.rank(), " started on ", w.info.node()));
+      Transition(rec, loom::v1::RUNNING, absl::StrCat("rank ", rank, " started on ", w.info.node()));
     }
   }
+  const std::set<std::pair<std::string, int>>& running = seen.running;
   // Slots held by ranks of ended jobs that are no longer running here are free.
   const bool freed = workers_.ReleaseSlotsIf(w, [&](const RankSlot& s) {
     JobRecord* jit = jobs_.Find(s.job_id);
@@ -765,22 +721,10 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   if (schedule_needed_ || clock_->Now() >= schedule_at_) ScheduleLocked();
   // Confirmed starts; starts of attempts that ended are forgotten; the
   // rest are sent again after three heartbeat periods without a sign.
-  absl::Time now = clock_->Now();
-  for (auto it = w.unacked.begin(); it != w.unacked.end();) {
-    const loom::v1::StartRank& start = it->second.first;
-    JobRecord* jit = jobs_.Find(start.job_id());
-    bool stale = jit == nullptr || !IsAttemptRunning(jit->job.state()) ||
-                 jit->job.generation() != start.generation();
-    bool seen = running_attempts.count({start.job_id(), start.rank(), start.generation()}) > 0;
-    if (stale || seen) {
-      it = w.unacked.erase(it);
-      continue;
-    }
-    if (now - it->second.second > 3 * options_.heartbeat_interval) {
-      *resp.add_commands()->mutable_start() = start;
-      it->second.second = now;
-    }
-    ++it;
+  const absl::Time now = clock_->Now();
+  for (loom::v1::StartRank& start :
+       DueStarts(seen.running_attempts, jobs_, now, 3 * options_.heartbeat_interval, &w)) {
+    *resp.add_commands()->mutable_start() = std::move(start);
   }
   for (auto& c : w.pending_commands) {
     if (c.has_start()) w.unacked[{c.start().job_id(), c.start().rank()}] = {c.start(), now};
@@ -915,7 +859,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
     Transition(rec, loom::v1::RUNNING, "first step reported");
   }
   std::vector<loom::v1::StepMetrics> steps;
-  loom::v1::JobSummary* sum = rec.job.mutable_summary();
+  loom::v1::JobSummary* sum = rec.job.mutable_summary();  // checkpoints
   for (const auto& ev : req.events()) {
     JobEvent out;
     out.set_time_unix_ms(clock_->NowUnixMillis());
@@ -927,59 +871,8 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
     if (ev.has_step()) {
       loom::v1::StepMetrics m = ev.step();
       if (m.time_unix_ms() == 0) m.set_time_unix_ms(out.time_unix_ms());
-      // Step 0 is the untrained model's validation pass: it sets the first
-      // validation loss but is not a training step.
-      if (m.step() > 0) {
-        if (sum->last_step() == 0) {
-          sum->set_first_loss(m.loss());
-          sum->set_first_step_unix_ms(m.time_unix_ms());
-          sum->set_first_step_tokens(m.tokens_seen());
-          sum->set_tokens_per_second(m.tokens_per_second());
-        }
-        sum->set_last_step(m.step());
-        sum->set_last_loss(m.loss());
-        sum->set_last_tokens_per_second(m.tokens_per_second());
-        sum->set_tokens_seen(m.tokens_seen());
-        sum->set_last_step_unix_ms(m.time_unix_ms());
-        if (m.peak_flops_per_second() > 0) sum->set_mfu(m.mfu());
-        sum->set_energy_joules(m.energy_joules() * std::max(1, rec.job.ranks_size()));
-        // Mean throughput from step 1 on (start-up and data loading of the
-        // first step excluded), by wall clock of the reports.
-        int64_t span_ms = m.time_unix_ms() - sum->first_step_unix_ms();
-        if (span_ms > 0) {
-          sum->set_tokens_per_second(
-              static_cast<double>(m.tokens_seen() - sum->first_step_tokens()) * 1000.0 / span_ms);
-        }
-      }
-      if (m.has_val_loss()) {
-        if (!sum->has_val_loss()) sum->set_first_val_loss(m.val_loss());
-        sum->set_has_val_loss(true);
-        sum->set_last_val_loss(m.val_loss());
-      }
+      ApplyStepReport(m, out.time_unix_ms(), &rec);
       steps.push_back(m);
-      if (m.step() > 0 && m.compute_seconds() > 0) {
-        // A new attempt (rollback, restart) starts the window afresh.
-        if (!rec.recent_steps.empty() && m.step() <= rec.recent_steps.back().step()) {
-          rec.recent_steps.clear();
-        }
-        rec.recent_steps.push_back(m);
-        while (rec.recent_steps.size() > static_cast<size_t>(DiagnosisOptions().window)) {
-          rec.recent_steps.pop_front();
-        }
-        std::vector<const loom::v1::StepMetrics*> window;
-        window.reserve(rec.recent_steps.size());
-        for (const auto& r : rec.recent_steps) window.push_back(&r);
-        loom::v1::Diagnosis d = Diagnose(std::move(window));
-        d.set_time_unix_ms(out.time_unix_ms());
-        *rec.job.mutable_diagnosis() = std::move(d);
-      }
-      if (m.step() > 0) {
-        rec.attempt_last_step = m.step();
-        rec.rendezvous_retries = 0;  // this attempt's ranks did join
-        rec.step_batches.erase(rec.step_batches.lower_bound(m.step()), rec.step_batches.end());
-        rec.step_batches[m.step()] = m.data_batch();
-        while (rec.step_batches.size() > 4096) rec.step_batches.erase(rec.step_batches.begin());
-      }
       if (rec.detector && m.step() > 0) {
         recovery::SpikeVerdict verdict = rec.detector->Observe(m.step(), m.loss(), m.grad_norm());
         if (verdict.spike) {

@@ -409,22 +409,41 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   EXPECT_EQ(with_loss, 1) << "rank 0's worker exports the job's loss\n" << all_bodies;
 
   // Every metric the dashboard and the Prometheus rules use is exported.
-  std::string scraped;
-  for (const auto& d : Daemons()) scraped += loom::testing::HttpGet(d.metrics_address, "/metrics").body;
+  // (The controller refreshes the goodput series every 5 s: scrape until
+  // they are there, 15 s at most.)
+  std::map<std::string, std::set<std::string>> used;  // file -> metrics
   for (const char* file : {"/dashboards/grafana/loom-training.json",
                            "/dashboards/prometheus/loom-rules.yml"}) {
     auto text = ReadFile(std::string(LOOM_SOURCE_DIR) + file);
     ASSERT_TRUE(text.ok()) << file;
     std::regex metric(R"(\bloom_(controller|worker)_[a-z0-9_]+)");
-    std::set<std::string> used;
     for (std::sregex_iterator it(text->begin(), text->end(), metric), end; it != end; ++it) {
-      used.insert(it->str());
+      used[file].insert(it->str());
     }
-    EXPECT_GE(used.size(), 5u) << file;
-    for (const auto& name : used) {
-      EXPECT_TRUE(scraped.find("\n" + name + "{") != std::string::npos ||
-                  scraped.find("\n" + name + " ") != std::string::npos)
-          << file << " uses " << name << ", which no daemon exports";
+    EXPECT_GE(used[file].size(), 5u) << file;
+  }
+  std::string scraped;
+  auto exported = [&scraped](const std::string& name) {
+    return scraped.find("\n" + name + "{") != std::string::npos ||
+           scraped.find("\n" + name + " ") != std::string::npos;
+  };
+  WaitFor(
+      [&] {
+        scraped.clear();
+        for (const auto& d : Daemons()) {
+          scraped += loom::testing::HttpGet(d.metrics_address, "/metrics").body;
+        }
+        for (const auto& [file, names] : used) {
+          for (const auto& name : names) {
+            if (!exported(name)) return false;
+          }
+        }
+        return true;
+      },
+      15);
+  for (const auto& [file, names] : used) {
+    for (const auto& name : names) {
+      EXPECT_TRUE(exported(name)) << file << " uses " << name << ", which no daemon exports";
     }
   }
   EXPECT_GT(job.summary().mfu(), 0.0);

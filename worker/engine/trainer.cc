@@ -647,8 +647,11 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   CheckpointCoordinator checkpoints(config, shape, engine.get(), &collectives, callbacks, &result);
 
   TrainingState state;
+  const auto restore_start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const ResumeOutcome resumed,
                    Resume(config, shape, *engine, collectives, callbacks, &state, &result));
+  // Reported once, with the first step report (checkpoint_restore_seconds).
+  double unreported_restore = resumed.restored ? SecondsSince(restore_start) : 0.0;
   if (!resumed.restored && !config.init_from.empty()) {
     RETURN_IF_ERROR(InitializeFrom(config, shape, *engine, collectives));
   }
@@ -713,8 +716,11 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     }
     if (rank == 0 && callbacks.on_step &&
         (last || validate || state.step % config.log_interval == 0)) {
-      callbacks.on_step(
-          MakeStepReport(config, step, state, validate, nonfinite_skipped, device));
+      loom::v1::StepMetrics report =
+          MakeStepReport(config, step, state, validate, nonfinite_skipped, device);
+      report.set_checkpoint_restore_seconds(unreported_restore);
+      unreported_restore = 0;
+      callbacks.on_step(report);
     }
     if (!config.checkpoint_dir.empty() &&
         (last || (config.checkpoint_interval > 0 && state.step % config.checkpoint_interval == 0))) {
