@@ -349,32 +349,28 @@ int main(int argc, char** argv) {
   std::thread ticker([&] {
     absl::Time next_log_sweep = absl::Now();
     absl::Time next_goodput = absl::Now();
-    std::set<std::string> goodput_unfinished;  // jobs not ended at the last refresh
     while (!stop.load()) {
       manager.Tick();
-      // Every job's goodput buckets (controller/goodput.h), every 5 s for the
-      // jobs not ended, and once more for each job that ended since.
+      // Every job's goodput buckets (controller/goodput.h): each job that
+      // ended, within a tick (its final figures); the jobs not ended, every
+      // 5 s.
+      auto record = [&](const loom::v1::Job& job) {
+        absl::StatusOr<std::vector<loom::v1::StepMetrics>> steps =
+            manager.StepMetrics(job.id(), 0);
+        if (!steps.ok()) return;
+        goodput_metrics.Record(job.id(), controller::ComputeGoodput(job, *steps, absl::Now()));
+      };
+      for (const std::string& id : manager.TakeRecentlyEnded()) {
+        if (absl::StatusOr<loom::v1::Job> ended = manager.Get(id); ended.ok()) record(*ended);
+      }
       if (absl::Now() >= next_goodput) {
         next_goodput = absl::Now() + absl::Seconds(5);
-        std::set<std::string> unfinished;
-        auto record = [&](const loom::v1::Job& job) {
-          absl::StatusOr<std::vector<loom::v1::StepMetrics>> steps =
-              manager.StepMetrics(job.id(), 0);
-          if (!steps.ok()) return;
-          goodput_metrics.Record(job.id(), controller::ComputeGoodput(job, *steps, absl::Now()));
-        };
         for (const loom::v1::Job& job :
              manager.List({loom::v1::PENDING, loom::v1::SCHEDULED, loom::v1::RUNNING,
                            loom::v1::PREEMPTED},
                           0)) {
-          unfinished.insert(job.id());
           record(job);
         }
-        for (const std::string& id : goodput_unfinished) {
-          if (unfinished.count(id) > 0) continue;
-          if (absl::StatusOr<loom::v1::Job> ended = manager.Get(id); ended.ok()) record(*ended);
-        }
-        goodput_unfinished = std::move(unfinished);
       }
       // Rank logs of jobs that ended more than --log_retention ago (or that
       // the controller no longer knows) go, once a minute.

@@ -65,20 +65,42 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
     std::vector<double> times;
     double first_start = -1;
     double restore = 0;
+    // The step the attempt resumed after: 0 for the first; else the
+    // checkpoint of the rollback, restart or preemption before it (unknown
+    // after a rendezvous retry: its first report then stands for itself).
+    int64_t previous_step = a == 0 ? 0 : -1;
+    for (const loom::v1::RecoveryEvent& e : job.events()) {
+      if (a > 0 && e.time_unix_ms() <= at.begin &&
+          (e.kind() == loom::v1::RecoveryEvent::ROLLBACK ||
+           e.kind() == loom::v1::RecoveryEvent::RESTART ||
+           e.kind() == loom::v1::RecoveryEvent::PREEMPTED)) {
+        previous_step = e.checkpoint_step();
+      }
+    }
     for (const loom::v1::StepMetrics* s : sorted) {
       if (s->time_unix_ms() <= at.begin || s->time_unix_ms() > at.end) continue;
       const double step = std::max(0.0, s->step_time_seconds());
+      // A report stands for the steps since the attempt's previous one: runs
+      // report every log_interval steps, and a finished job's series is
+      // thinned (JobManagerOptions::finished_steps_kept).
+      const double weight = previous_step >= 0 && s->step() > previous_step
+                                ? static_cast<double>(s->step() - previous_step)
+                                : 1.0;
+      if (s->step() > 0) previous_step = s->step();
       if (first_start < 0) {
-        first_start = std::max(0.0, Seconds(at.begin, s->time_unix_ms()) - step);
+        // Its first report's steps ran back to back before it ended.
+        first_start = std::max(0.0, Seconds(at.begin, s->time_unix_ms()) - weight * step);
         // The restore happened before the first step, within that gap.
         restore = std::clamp(s->checkpoint_restore_seconds(), 0.0, first_start);
       }
       times.push_back(step);
       const double data = std::clamp(s->data_wait_seconds(), 0.0, step);
+      // A save stalls the one step after it, seen only when that step is
+      // reported; it is not multiplied.
       const double save = std::clamp(s->checkpoint_stall_seconds(), 0.0, step - data);
-      b.data_stall += data;
+      b.data_stall += weight * data;
       b.checkpoint_stall += save;
-      b.productive += step - data - save;
+      b.productive += weight * (step - data) - save;
     }
     b.checkpoint_restore += restore;
     b.startup += first_start >= 0 ? first_start - restore : Seconds(at.begin, at.end);

@@ -15,7 +15,9 @@
 //   checkpoint_restore loading the checkpoint an attempt resumed from (rank
 //                      0's StepMetrics.checkpoint_restore_seconds on its
 //                      first step report);
-//   productive         reported step time, less what follows;
+//   productive         reported step time, less what follows; a report
+//                      stands for the steps since the attempt's previous
+//                      report (log_interval > 1, or a thinned series);
 //   data_stall         the steps' waits for the loader;
 //   checkpoint_stall   the steps' checkpoint-save stalls;
 //   redone             the steps a rollback, restart or preemption undid (its

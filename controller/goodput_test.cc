@@ -43,6 +43,7 @@ TEST(GoodputTest, SplitsAJobsWallTimeIntoBucketsThatAddUp) {
   restart->set_kind(loom::v1::RecoveryEvent::RESTART);
   restart->set_time_unix_ms(25000);
   restart->set_steps_lost(3);
+  restart->set_checkpoint_step(10);  // the second attempt's steps are 11-20
   Transition(&job, loom::v1::SCHEDULED, 30);
   Transition(&job, loom::v1::RUNNING, 31);
   Steps(&steps, 33, 10);
@@ -80,6 +81,7 @@ TEST(GoodputTest, PreemptedWaitingAndTheRestoreAreBucketsOfTheirOwn) {
   preempted->set_kind(loom::v1::RecoveryEvent::PREEMPTED);
   preempted->set_time_unix_ms(13000);
   preempted->set_steps_lost(0);
+  preempted->set_checkpoint_step(5);
   Transition(&job, loom::v1::SCHEDULED, 20);
   Transition(&job, loom::v1::RUNNING, 21);
   const size_t first_resumed = steps.size();
@@ -105,6 +107,33 @@ TEST(GoodputTest, PreemptedWaitingAndTheRestoreAreBucketsOfTheirOwn) {
   const GoodputBuckets lost = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
   EXPECT_NEAR(lost.redone, 2.0, 1e-9);
   EXPECT_NEAR(lost.productive, 7.0, 1e-9);
+}
+
+// A run that reports every 10th step (or whose series was thinned): each
+// report stands for the 10 steps since the previous one.
+TEST(GoodputTest, SparseReportsStandForTheStepsBetweenThem) {
+  loom::v1::Job job;
+  Transition(&job, loom::v1::PENDING, 0);
+  Transition(&job, loom::v1::SCHEDULED, 0);
+  Transition(&job, loom::v1::RUNNING, 1);
+  std::vector<loom::v1::StepMetrics> steps;
+  for (int i = 1; i <= 10; ++i) {  // steps 10, 20, ..., 100, 1 s each
+    loom::v1::StepMetrics s;
+    s.set_step(10 * i);
+    s.set_time_unix_ms((2 + 10 * i) * 1000);
+    s.set_step_time_seconds(1.0);
+    s.set_data_wait_seconds(0.1);
+    if (i == 5) s.set_checkpoint_stall_seconds(0.5);
+    steps.push_back(s);
+  }
+  Transition(&job, loom::v1::SUCCEEDED, 102);
+  const GoodputBuckets b = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
+  // Steps 1-10 ran back to back before the first report at 12 s.
+  EXPECT_DOUBLE_EQ(b.startup, 2);
+  EXPECT_NEAR(b.data_stall, 10.0, 1e-9);
+  EXPECT_NEAR(b.checkpoint_stall, 0.5, 1e-9);
+  EXPECT_NEAR(b.productive, 100 - 10.0 - 0.5, 1e-9);
+  EXPECT_NEAR(b.unaccounted, 0, 1e-9);
 }
 
 TEST(GoodputTest, AJobStillGoingEndsAtNowAndOneNeverPlacedIsAllQueue) {

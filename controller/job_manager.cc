@@ -116,6 +116,9 @@ int64_t JobManager::StoreWriteFailures() {
 const loom::v1::StateTransition& JobManager::RecordTransitionLocked(JobRecord& rec, JobState to,
                                                                   const std::string& reason) {
   if (IsQueuedJobState(to)) schedule_needed_ = true;
+  if (IsTerminalJobState(to) && recently_ended_.size() < kMaxRecentlyEnded) {
+    recently_ended_.push_back(rec.job.id());
+  }
   return jobs_.RecordTransition(rec, to, reason);
 }
 
@@ -807,26 +810,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
   JobRecord& rec = *it;
   if (absl::Status valid = ValidateCheckpointEvents(req); !valid.ok()) return valid;
   loom::v1::ReportStepMetricsResponse resp;
-  if (req.generation() < rec.job.generation()) {
-    // A fenced attempt's report: refused, and its ranks are stopped. Its
-    // checkpoints were committed while it was current (a new attempt starts
-    // only once the old one's ranks are gone or fenced) and are on disk,
-    // where the next attempt resumes from, so the catalog records them.
-    for (const auto& ev : req.events()) {
-      if (!ev.has_checkpoint() || ev.checkpoint().status() == "failed") continue;
-      if (ev.checkpoint().status() == kCheckpointCorrupt) continue;  // its load was stale too
-      loom::v1::CheckpointInfo info = ev.checkpoint();
-      info.set_generation(req.generation());
-      info.set_time_unix_ms(clock_->NowUnixMillis());
-      absl::Status cs = catalog_.RecordCommitted(rec.job.id(), info);
-      if (!cs.ok()) {
-        return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
-      }
-    }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "stale attempt: the report is from attempt ", req.generation(), " of ", req.job_id(),
-        ", which now runs attempt ", rec.job.generation(), "; its ranks must stop"));
-  }
+  if (req.generation() < rec.job.generation()) return RefuseStaleReportLocked(rec, req);
   if (req.generation() != rec.job.generation()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "generation: ", req.generation(), " is newer than job ", req.job_id(),
@@ -859,7 +843,6 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
     Transition(rec, loom::v1::RUNNING, "first step reported");
   }
   std::vector<loom::v1::StepMetrics> steps;
-  loom::v1::JobSummary* sum = rec.job.mutable_summary();  // checkpoints
   for (const auto& ev : req.events()) {
     JobEvent out;
     out.set_time_unix_ms(clock_->NowUnixMillis());
@@ -886,39 +869,11 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
         }
       }
       *out.mutable_step() = std::move(m);
-    } else if (ev.has_checkpoint() && ev.checkpoint().status() == "failed") {
-      // A save that failed never enters the catalog; the rank stops with the
-      // error next, and the failure handling restarts from the newest good
-      // checkpoint. The event tells watchers why.
-      loom::v1::RecoveryEvent failed;
-      failed.set_time_unix_ms(out.time_unix_ms());
-      failed.set_kind(loom::v1::RecoveryEvent::CHECKPOINT_FAILED);
-      failed.set_step(ev.checkpoint().step());
-      failed.set_cause(kCauseCheckpointFailed);
-      failed.set_message(absl::StrCat("checkpoint at step ", ev.checkpoint().step(),
-                                      " failed: ", ev.checkpoint().error()));
-      failed.set_generation(rec.job.generation());
-      AddEvent(rec, failed);
-      if (metrics_ != nullptr) metrics_->RecordCheckpointFailure(rec.job.id());
-      continue;
-    } else if (ev.has_checkpoint() && ev.checkpoint().status() == kCheckpointCorrupt) {
-      absl::Status cs = RecordCorruptCheckpointLocked(rec, ev.checkpoint());
-      if (!cs.ok()) return cs;
-      continue;
     } else if (ev.has_checkpoint()) {
-      loom::v1::CheckpointInfo info = ev.checkpoint();
-      info.set_generation(rec.job.generation());
-      info.set_time_unix_ms(out.time_unix_ms());
-      absl::Status cs = catalog_.RecordCommitted(rec.job.id(), info);
-      info.set_status(kCheckpointCommitted);
-      if (!cs.ok()) {
-        return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
-      }
-      sum->set_checkpoints_written(sum->checkpoints_written() + 1);
-      rec.newest_checkpoint_step = info.step();
-      if (metrics_ != nullptr) metrics_->RecordCheckpoint(rec.job.id(), info);
-      sum->set_last_checkpoint(info.path());
-      *out.mutable_checkpoint() = std::move(info);
+      ASSIGN_OR_RETURN(std::optional<loom::v1::CheckpointInfo> committed,
+                       ApplyCheckpointEventLocked(rec, ev.checkpoint(), out.time_unix_ms()));
+      if (!committed.has_value()) continue;
+      *out.mutable_checkpoint() = *std::move(committed);
     } else {
       continue;
     }
@@ -927,6 +882,66 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
   rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
   *write = store_->Enqueue(&rec.job, 0, steps, rec.job.id());
   return resp;
+}
+
+absl::Status JobManager::RefuseStaleReportLocked(JobRecord& rec,
+                                                const loom::v1::ReportStepMetricsRequest& req) {
+  // A fenced attempt's report: refused, and its ranks are stopped. Its
+  // checkpoints were committed while it was current (a new attempt starts
+  // only once the old one's ranks are gone or fenced) and are on disk,
+  // where the next attempt resumes from, so the catalog records them.
+  for (const auto& ev : req.events()) {
+    if (!ev.has_checkpoint() || ev.checkpoint().status() == "failed") continue;
+    if (ev.checkpoint().status() == kCheckpointCorrupt) continue;  // its load was stale too
+    loom::v1::CheckpointInfo info = ev.checkpoint();
+    info.set_generation(req.generation());
+    info.set_time_unix_ms(clock_->NowUnixMillis());
+    absl::Status cs = catalog_.RecordCommitted(rec.job.id(), info);
+    if (!cs.ok()) {
+      return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stale attempt: the report is from attempt ", req.generation(), " of ", req.job_id(),
+      ", which now runs attempt ", rec.job.generation(), "; its ranks must stop"));
+}
+
+absl::StatusOr<std::optional<loom::v1::CheckpointInfo>> JobManager::ApplyCheckpointEventLocked(
+    JobRecord& rec, const loom::v1::CheckpointInfo& reported, int64_t now_unix_ms) {
+  if (reported.status() == "failed") {
+    // A save that failed never enters the catalog; the rank stops with the
+    // error next, and the failure handling restarts from the newest good
+    // checkpoint. The event tells watchers why.
+    loom::v1::RecoveryEvent failed;
+    failed.set_time_unix_ms(now_unix_ms);
+    failed.set_kind(loom::v1::RecoveryEvent::CHECKPOINT_FAILED);
+    failed.set_step(reported.step());
+    failed.set_cause(kCauseCheckpointFailed);
+    failed.set_message(
+        absl::StrCat("checkpoint at step ", reported.step(), " failed: ", reported.error()));
+    failed.set_generation(rec.job.generation());
+    AddEvent(rec, failed);
+    if (metrics_ != nullptr) metrics_->RecordCheckpointFailure(rec.job.id());
+    return std::nullopt;
+  }
+  if (reported.status() == kCheckpointCorrupt) {
+    RETURN_IF_ERROR(RecordCorruptCheckpointLocked(rec, reported));
+    return std::nullopt;
+  }
+  loom::v1::CheckpointInfo info = reported;
+  info.set_generation(rec.job.generation());
+  info.set_time_unix_ms(now_unix_ms);
+  absl::Status cs = catalog_.RecordCommitted(rec.job.id(), info);
+  info.set_status(kCheckpointCommitted);
+  if (!cs.ok()) {
+    return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", cs.message()));
+  }
+  loom::v1::JobSummary* sum = rec.job.mutable_summary();
+  sum->set_checkpoints_written(sum->checkpoints_written() + 1);
+  sum->set_last_checkpoint(info.path());
+  rec.newest_checkpoint_step = info.step();
+  if (metrics_ != nullptr) metrics_->RecordCheckpoint(rec.job.id(), info);
+  return info;
 }
 
 absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& req) {
@@ -1378,6 +1393,13 @@ std::map<JobState, int> JobManager::JobCountsByState() {
 JobManager::RecoveryTotals JobManager::RecoveryCounts() {
   std::lock_guard<std::mutex> lock(mu_);
   return jobs_.Totals();
+}
+
+std::vector<std::string> JobManager::TakeRecentlyEnded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  out.swap(recently_ended_);
+  return out;
 }
 
 int JobManager::AliveWorkers() {

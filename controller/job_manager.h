@@ -269,6 +269,10 @@ class JobManager {
   // Finished jobs' part is kept as they end; only unfinished jobs are read.
   using RecoveryTotals = loom::controller::RecoveryTotals;
   RecoveryTotals RecoveryCounts();
+  // Jobs that ended since the last call (at most kMaxRecentlyEnded kept
+  // between calls), for the controller's goodput series.
+  std::vector<std::string> TakeRecentlyEnded();
+  static constexpr size_t kMaxRecentlyEnded = 10000;
 
  private:
   using Worker = WorkerRegistry::Worker;
@@ -306,6 +310,16 @@ class JobManager {
                                                                    const absl::Status& durable);
   // A ReportEvents under mu_; the durable write it queued (if any) goes to
   // `write`, which the caller waits for after releasing mu_.
+  // A report of an older attempt: records the checkpoints it committed
+  // while it was current, and answers FAILED_PRECONDITION (its ranks stop).
+  absl::Status RefuseStaleReportLocked(JobRecord& rec,
+                                       const loom::v1::ReportStepMetricsRequest& req);
+  // A checkpoint event of the current attempt: a failed save becomes a
+  // CHECKPOINT_FAILED event, a corrupt one is marked in the catalog (both
+  // nullopt); a committed one enters the catalog and the job's summary and
+  // is returned as recorded. UNAVAILABLE if the catalog cannot record it.
+  absl::StatusOr<std::optional<loom::v1::CheckpointInfo>> ApplyCheckpointEventLocked(
+      JobRecord& rec, const loom::v1::CheckpointInfo& reported, int64_t now_unix_ms);
   absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEventsLocked(
       const loom::v1::ReportStepMetricsRequest& request, Store::Ticket* write);
   // Thins finished jobs' step series (finished_steps_kept), outside mu_.
@@ -380,6 +394,7 @@ class JobManager {
   void ForgetWorkerRanks(const std::string& worker_id);
   static bool IsAttemptRunning(loom::v1::JobState s);
 
+  std::vector<std::string> recently_ended_;  // TakeRecentlyEnded
   Store* const store_;
   const Clock* const clock_;
   const JobManagerOptions options_;

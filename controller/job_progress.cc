@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/jobspec_model.h"
 #include "controller/diagnosis.h"
 
 namespace loom::controller {
@@ -71,6 +72,22 @@ void ApplyStepReport(const loom::v1::StepMetrics& m, int64_t now_unix_ms, JobRec
       rec->step_batches.erase(rec->step_batches.begin());
     }
   }
+}
+
+absl::Duration EstimatedRemainingRuntime(const loom::v1::Job& job) {
+  const loom::v1::JobSpec& spec = job.spec();
+  const int64_t left =
+      std::max<int64_t>(0, spec.schedule().total_steps() - job.summary().last_step());
+  const double tokens_per_step =
+      static_cast<double>(spec.batch().global_batch()) * EffectiveDecoder(spec.model()).seq_len();
+  if (job.summary().last_tokens_per_second() > 0 && tokens_per_step > 0) {
+    const double step = tokens_per_step / job.summary().last_tokens_per_second();
+    return absl::Seconds(1.2 * step * static_cast<double>(left));
+  }
+  if (job.plan().layout().step_seconds() > 0) {
+    return absl::Seconds(2.0 * job.plan().layout().step_seconds() * static_cast<double>(left));
+  }
+  return absl::InfiniteDuration();
 }
 
 }  // namespace loom::controller

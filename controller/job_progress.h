@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "absl/time/time.h"
 #include "controller/job_catalog.h"
 #include "loom/v1/job.pb.h"
 
@@ -27,6 +28,14 @@ inline constexpr size_t kMaxStepBatchesKept = 4096;
 // window starts the diagnosis window afresh (a new attempt). The verdict is
 // stamped with `now_unix_ms`.
 void ApplyStepReport(const loom::v1::StepMetrics& m, int64_t now_unix_ms, JobRecord* rec);
+
+// How long the job still needs to run, for backfill past a reservation
+// when its spec gives no scheduling.max_runtime_seconds: the steps left
+// (total_steps less the last reported) at its measured step time (from the
+// last step's tokens/s) with a 1.2x margin, or, before any step, at the
+// planner's predicted step time with a 2x margin (plan accuracy varies by
+// machine). InfiniteDuration when neither is known.
+absl::Duration EstimatedRemainingRuntime(const loom::v1::Job& job);
 
 }  // namespace loom::controller
 

@@ -81,5 +81,22 @@ TEST(JobProgressTest, TheBatchesKeptAreBounded) {
   EXPECT_EQ(rec.step_batches.begin()->first, 11);
 }
 
+TEST(JobProgressTest, RemainingRuntimeFromTheMeasuredStepElseThePlanElseUnknown) {
+  loom::v1::Job job;
+  job.mutable_spec()->mutable_schedule()->set_total_steps(1000);
+  job.mutable_spec()->mutable_batch()->set_global_batch(8);
+  job.mutable_spec()->mutable_model()->mutable_gpt()->set_seq_len(128);
+  EXPECT_EQ(EstimatedRemainingRuntime(job), absl::InfiniteDuration());
+  // Planned at 0.5 s a step: 1,000 steps, twice over.
+  job.mutable_plan()->mutable_layout()->set_step_seconds(0.5);
+  EXPECT_EQ(EstimatedRemainingRuntime(job), absl::Seconds(1000));
+  // 600 steps done at 2,048 tokens/s, 1,024 tokens a step: 400 x 0.5 s x 1.2.
+  job.mutable_summary()->set_last_step(600);
+  job.mutable_summary()->set_last_tokens_per_second(2048);
+  EXPECT_EQ(EstimatedRemainingRuntime(job), absl::Seconds(240));
+  job.mutable_summary()->set_last_step(1000);
+  EXPECT_EQ(EstimatedRemainingRuntime(job), absl::ZeroDuration());
+}
+
 }  // namespace
 }  // namespace loom::controller

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/rank_exit.h"
 #include "controller/job_manager.h"
+#include "controller/job_progress.h"
 #include "controller/scheduler.h"
 #include "controller/scheduling/admission.h"
 
@@ -93,6 +94,9 @@ void JobManager::ScheduleLocked() {
           LastTransitionTo(rec->job, loom::v1::PREEMPTED).value_or(absl::InfinitePast());
       if (spec.scheduling().max_runtime_seconds() > 0) {
         r.expected_end = r.start_time + absl::Seconds(spec.scheduling().max_runtime_seconds());
+      } else if (const absl::Duration left = EstimatedRemainingRuntime(rec->job);
+                 left != absl::InfiniteDuration()) {
+        r.expected_end = now + left;
       }
       r.steps_since_checkpoint =
           std::max<int64_t>(0, rec->attempt_last_step - rec->newest_checkpoint_step);
@@ -140,9 +144,9 @@ void JobManager::ScheduleLocked() {
     p.submit_time = rec.job.history_size() > 0
                         ? absl::FromUnixMillis(rec.job.history(0).time_unix_ms())
                         : now;
-    if (spec.scheduling().max_runtime_seconds() > 0) {
-      p.expected_runtime = absl::Seconds(spec.scheduling().max_runtime_seconds());
-    }
+    p.expected_runtime = spec.scheduling().max_runtime_seconds() > 0
+                             ? absl::Seconds(spec.scheduling().max_runtime_seconds())
+                             : EstimatedRemainingRuntime(rec.job);
     p.preemptible = IsPreemptible(spec);
     snapshot.pending.push_back(std::move(p));
   }
