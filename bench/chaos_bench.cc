@@ -356,37 +356,38 @@ int main(int argc, char** argv) {
         // again.
         std::vector<int> at_steps = {at};
         for (int k = 1; k < kPreemptionsPerTrial; ++k) {
-          at_steps.push_back(at_steps.back() +
-                             std::uniform_int_distribution<int>(60, 140)(rng));
+          at_steps.push_back(at_steps.back() + std::uniform_int_distribution<int>(60, 140)(rng));
         }
         out.note = "preempted at steps";
         for (int k = 0; k < kPreemptionsPerTrial; ++k) {
-          if (k > 0 && !WaitFor([&] { return step() >= at_steps[k] ||
-                                             j.state() == loom::v1::SUCCEEDED; }, 120)) {
+          if (k > 0 &&
+              !WaitFor([&] { return step() >= at_steps[k] || j.state() == loom::v1::SUCCEEDED; },
+                       120)) {
             break;
           }
           if (j.state() == loom::v1::SUCCEEDED) break;
           const int before = j.preemptions();
           const int64_t reached = j.summary().last_step();
-          const std::string urgent_spec = WriteSpec(
-              home, absl::StrCat(name, "-urgent", k), "scheduling: {priority: urgent}\n" + regular,
-              40);
+          const std::string urgent_spec =
+              WriteSpec(home, absl::StrCat(name, "-urgent", k),
+                        "scheduling: {priority: urgent}\n" + regular, 40);
           const std::string urgent = cluster.Submit(urgent_spec);
           loom::v1::Job u;
-          const bool preempted = WaitFor([&] {
-            return cluster.Status(job, &j) &&
-                   (j.preemptions() > before || j.state() == loom::v1::SUCCEEDED);
-          }, 60) && j.preemptions() > before;
-          const bool urgent_done = WaitFor([&] {
-            return cluster.Status(urgent, &u) && u.state() == loom::v1::SUCCEEDED;
-          }, 120);
+          const bool preempted =
+              WaitFor(
+                  [&] {
+                    return cluster.Status(job, &j) &&
+                           (j.preemptions() > before || j.state() == loom::v1::SUCCEEDED);
+                  },
+                  60) &&
+              j.preemptions() > before;
+          const bool urgent_done = WaitFor(
+              [&] { return cluster.Status(urgent, &u) && u.state() == loom::v1::SUCCEEDED; }, 120);
           absl::StrAppend(&out.note, k > 0 ? "," : "", " ", reached,
                           preempted ? "" : " (not preempted)",
                           urgent_done ? "" : " (the preemptor did not finish)");
           // Back to training before the next one.
-          WaitFor([&] {
-            return step() > reached && j.state() == loom::v1::RUNNING;
-          }, 120);
+          WaitFor([&] { return step() > reached && j.state() == loom::v1::RUNNING; }, 120);
         }
       } else if (full) {
         // Fill the volume until a save fails, then free it.
@@ -441,9 +442,9 @@ int main(int argc, char** argv) {
     out.bit_exact = out.succeeded && !final_path.empty() &&
                     cluster.Digest(final_path) == (steps == kLongSteps ? want_long : want);
     lost_total += out.lost;
-    passed += out.bit_exact && out.lost == 0 && trial_lost == 0 &&
-              (kind != "preempt" || (done.preemptions() == kPreemptionsPerTrial &&
-                                     done.restarts() == 0));
+    passed +=
+        out.bit_exact && out.lost == 0 && trial_lost == 0 &&
+        (kind != "preempt" || (done.preemptions() == kPreemptionsPerTrial && done.restarts() == 0));
     std::cout << absl::StrFormat(
                      "trial %2d %-16s %-9s restarts=%d %s lost=%d  %5.1f s  (%s)\n", t, kind,
                      loom::v1::JobState_Name(done.state()), done.restarts(),

@@ -408,6 +408,7 @@ std::string RenderJobReport(const loom::v1::Job& job,
       {"productive steps", gp.productive},
       {"data stall", gp.data_stall},
       {"checkpoint-save stall", gp.checkpoint_stall},
+      {"evaluation (validation passes)", gp.evaluation},
       {"redone after a failure, rollback or preemption", gp.redone},
       {"unaccounted", gp.unaccounted},
   };

@@ -98,9 +98,9 @@ TEST(ReportTest, EveryChartHasDataAndThePageFetchesNothing) {
   // Where the wall time went: every goodput bucket, with ETTR.
   EXPECT_THAT(html, HasSubstr("<h2>Goodput</h2>"));
   EXPECT_THAT(html, HasSubstr("ETTR"));
-  for (const char* bucket : {"queued", "preempted, waiting", "checkpoint restore",
-                             "productive steps", "data stall", "checkpoint-save stall", "redone",
-                             "unaccounted"}) {
+  for (const char* bucket :
+       {"queued", "preempted, waiting", "checkpoint restore", "productive steps", "data stall",
+        "checkpoint-save stall", "evaluation", "redone", "unaccounted"}) {
     EXPECT_THAT(html, HasSubstr("<td>" + std::string(bucket))) << bucket;
   }
 }

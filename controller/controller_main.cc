@@ -1,4 +1,7 @@
 // loom-controller: flags and wiring only; the logic lives in JobManager.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,30 +18,26 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/resource_quota.h>
-#include <grpcpp/health_check_service_interface.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/grpc_util.h"
+#include "common/health_service.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
+#include "controller/access.h"
 #include "controller/checkpoint_verifier.h"
 #include "controller/controller_service.h"
-#include "common/health_service.h"
-#include "controller/access.h"
 #include "controller/goodput.h"
 #include "controller/job_manager.h"
-#include "controller/scheduling/queue_config.h"
 #include "controller/log_store.h"
 #include "controller/path_policy.h"
+#include "controller/scheduling/queue_config.h"
 #include "controller/store.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address (port 0 = pick one)");
@@ -235,8 +234,9 @@ int main(int argc, char** argv) {
   auto& preemptions_total =
       metrics::BuildCounter()
           .Name("loom_controller_job_preemptions_total")
-          .Help("Preemptions of jobs (checkpoint-then-preempt), all jobs; per job and reason: "
-                "loom_controller_preemptions_total.")
+          .Help(
+              "Preemptions of jobs (checkpoint-then-preempt), all jobs; per job and reason: "
+              "loom_controller_preemptions_total.")
           .Register(*registry)
           .Add({});
   auto& spikes_total = metrics::BuildCounter()
@@ -355,8 +355,7 @@ int main(int argc, char** argv) {
       // ended, within a tick (its final figures); the jobs not ended, every
       // 5 s.
       auto record = [&](const loom::v1::Job& job) {
-        absl::StatusOr<std::vector<loom::v1::StepMetrics>> steps =
-            manager.StepMetrics(job.id(), 0);
+        absl::StatusOr<std::vector<loom::v1::StepMetrics>> steps = manager.StepMetrics(job.id(), 0);
         if (!steps.ok()) return;
         goodput_metrics.Record(job.id(), controller::ComputeGoodput(job, *steps, absl::Now()));
       };
@@ -365,10 +364,9 @@ int main(int argc, char** argv) {
       }
       if (absl::Now() >= next_goodput) {
         next_goodput = absl::Now() + absl::Seconds(5);
-        for (const loom::v1::Job& job :
-             manager.List({loom::v1::PENDING, loom::v1::SCHEDULED, loom::v1::RUNNING,
-                           loom::v1::PREEMPTED},
-                          0)) {
+        for (const loom::v1::Job& job : manager.List(
+                 {loom::v1::PENDING, loom::v1::SCHEDULED, loom::v1::RUNNING, loom::v1::PREEMPTED},
+                 0)) {
           record(job);
         }
       }

@@ -99,6 +99,7 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
       // reported; it is not multiplied.
       const double save = std::clamp(s->checkpoint_stall_seconds(), 0.0, step - data);
       b.data_stall += weight * data;
+      b.evaluation += std::max(0.0, s->eval_seconds());
       b.checkpoint_stall += save;
       b.productive += weight * (step - data) - save;
     }
@@ -131,7 +132,7 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
   }
   b.unaccounted = b.wall - (b.queued + b.preempted_waiting + b.recovery_waiting + b.startup +
                             b.checkpoint_restore + b.productive + b.data_stall +
-                            b.checkpoint_stall + b.redone);
+                            b.checkpoint_stall + b.evaluation + b.redone);
   return b;
 }
 
@@ -140,7 +141,8 @@ GoodputMetrics::GoodputMetrics(metrics::Registry& registry)
                    .Name("loom_controller_job_goodput_seconds")
                    .Help("A job's wall time so far, split into goodput buckets (queued, "
                          "preempted_waiting, recovery_waiting, startup, checkpoint_restore, "
-                         "productive, data_stall, checkpoint_stall, redone, unaccounted).")
+                         "productive, data_stall, checkpoint_stall, evaluation, redone, "
+                         "unaccounted).")
                    .Register(registry)),
       ettr_(metrics::BuildGauge()
                 .Name("loom_controller_job_ettr")
@@ -158,6 +160,7 @@ void GoodputMetrics::Record(const std::string& job_id, const GoodputBuckets& b) 
       {"productive", b.productive},
       {"data_stall", b.data_stall},
       {"checkpoint_stall", b.checkpoint_stall},
+      {"evaluation", b.evaluation},
       {"redone", b.redone},
       {"unaccounted", b.unaccounted},
   };

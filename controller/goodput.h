@@ -20,6 +20,7 @@
 //                      report (log_interval > 1, or a thinned series);
 //   data_stall         the steps' waits for the loader;
 //   checkpoint_stall   the steps' checkpoint-save stalls;
+//   evaluation         validation passes (StepMetrics.eval_seconds);
 //   redone             the steps a rollback, restart or preemption undid (its
 //                      steps_lost, at the attempt's median step time):
 //                      trained twice, counted once as productive;
@@ -51,6 +52,7 @@ struct GoodputBuckets {
   double productive = 0;
   double data_stall = 0;
   double checkpoint_stall = 0;
+  double evaluation = 0;
   double redone = 0;
   double unaccounted = 0;
 
@@ -68,8 +70,8 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
 //   loom_controller_job_goodput_seconds{job_id, bucket}   gauge
 //   loom_controller_job_ettr{job_id}                       gauge
 // bucket is one of queued, preempted_waiting, recovery_waiting, startup,
-// checkpoint_restore, productive, data_stall, checkpoint_stall, redone,
-// unaccounted. Thread-safe (the metric types are).
+// checkpoint_restore, productive, data_stall, checkpoint_stall, evaluation,
+// redone, unaccounted. Thread-safe (the metric types are).
 class GoodputMetrics {
  public:
   // Registers the families in `registry`, which must outlive this object.

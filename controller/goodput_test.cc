@@ -61,7 +61,8 @@ TEST(GoodputTest, SplitsAJobsWallTimeIntoBucketsThatAddUp) {
   EXPECT_NEAR(b.productive, 20 - 2.0 - 0.5 - 3.0, 1e-9);
   EXPECT_NEAR(b.unaccounted, 2.0, 1e-9);       // 24..25 and 42..43: after the last steps
   const double sum = b.queued + b.preempted_waiting + b.recovery_waiting + b.startup +
-                     b.checkpoint_restore + b.productive + b.data_stall + b.checkpoint_stall + b.redone + b.unaccounted;
+                     b.checkpoint_restore + b.evaluation + b.productive + b.data_stall +
+                     b.checkpoint_stall + b.redone + b.unaccounted;
   EXPECT_NEAR(sum, b.wall, 1e-9);
   EXPECT_NEAR(b.ettr(), 14.5 / 33.0, 1e-9);
 }
@@ -124,16 +125,18 @@ TEST(GoodputTest, SparseReportsStandForTheStepsBetweenThem) {
     s.set_step_time_seconds(1.0);
     s.set_data_wait_seconds(0.1);
     if (i == 5) s.set_checkpoint_stall_seconds(0.5);
+    if (i == 10) s.set_eval_seconds(0.75);  // validated after step 100
     steps.push_back(s);
   }
-  Transition(&job, loom::v1::SUCCEEDED, 102);
+  Transition(&job, loom::v1::SUCCEEDED, 103);
   const GoodputBuckets b = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
   // Steps 1-10 ran back to back before the first report at 12 s.
   EXPECT_DOUBLE_EQ(b.startup, 2);
   EXPECT_NEAR(b.data_stall, 10.0, 1e-9);
   EXPECT_NEAR(b.checkpoint_stall, 0.5, 1e-9);
   EXPECT_NEAR(b.productive, 100 - 10.0 - 0.5, 1e-9);
-  EXPECT_NEAR(b.unaccounted, 0, 1e-9);
+  EXPECT_NEAR(b.evaluation, 0.75, 1e-9);
+  EXPECT_NEAR(b.unaccounted, 1 - 0.75, 1e-9);
 }
 
 TEST(GoodputTest, AJobStillGoingEndsAtNowAndOneNeverPlacedIsAllQueue) {

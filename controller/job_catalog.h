@@ -54,7 +54,7 @@ struct PreemptionInProgress {
   absl::Time since;
   absl::Time deadline;  // since + the queue's grace: then a plain stop
   std::string for_job_id;
-  std::string reason;   // scheduling::PreemptionReasonName
+  std::string reason;  // scheduling::PreemptionReasonName
   std::string message;
   int64_t step_at_ask = -1;  // the last step reported when asked
   bool forced = false;       // the grace ran out and a plain stop was sent

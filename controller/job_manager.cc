@@ -16,11 +16,11 @@
 #include "common/jobspec.h"
 #include "common/rank_exit.h"
 #include "common/status_macros.h"
-#include "controller/path_policy.h"
 #include "controller/diagnosis.h"
 #include "controller/job_progress.h"
-#include "controller/rank_reconciler.h"
+#include "controller/path_policy.h"
 #include "controller/planner/topology_yaml.h"
+#include "controller/rank_reconciler.h"
 #include "controller/scheduler.h"
 #include "controller/scheduling/admission.h"
 
@@ -83,9 +83,7 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
       jobs_(store, clock),
       workers_(clock, WorkerRegistryOptions{options_.worker_timeout, options_.pause_threshold}) {}
 
-bool JobManager::IsAttemptRunning(JobState s) {
-  return IsAttemptRunningState(s);
-}
+bool JobManager::IsAttemptRunning(JobState s) { return IsAttemptRunningState(s); }
 
 absl::Status JobManager::Recover() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -702,12 +700,14 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   loom::v1::HeartbeatResponse resp;
   // What the worker runs against the records (rank_reconciler.h).
   RankReconciliation seen = ReconcileRunningRanks(req, w, jobs_);
-  for (loom::v1::StopRank& stop : seen.stops) *resp.add_commands()->mutable_stop() = std::move(stop);
+  for (loom::v1::StopRank& stop : seen.stops)
+    *resp.add_commands()->mutable_stop() = std::move(stop);
   for (const auto& [job_id, rank] : seen.confirmed) {
     JobRecord& rec = *jobs_.Find(job_id);
     rec.running_seen.insert(rank);
     if (rec.job.state() == loom::v1::SCHEDULED) {
-      Transition(rec, loom::v1::RUNNING, absl::StrCat("rank ", rank, " started on ", w.info.node()));
+      Transition(rec, loom::v1::RUNNING,
+                 absl::StrCat("rank ", rank, " started on ", w.info.node()));
     }
   }
   const std::set<std::pair<std::string, int>>& running = seen.running;
@@ -885,7 +885,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
 }
 
 absl::Status JobManager::RefuseStaleReportLocked(JobRecord& rec,
-                                                const loom::v1::ReportStepMetricsRequest& req) {
+                                                 const loom::v1::ReportStepMetricsRequest& req) {
   // A fenced attempt's report: refused, and its ranks are stopped. Its
   // checkpoints were committed while it was current (a new attempt starts
   // only once the old one's ranks are gone or fenced) and are on disk,

@@ -1,19 +1,17 @@
 #include "controller/job_manager.h"
 
-#include "common/rank_exit.h"
-
-#include <cstdlib>
-#include <chrono>
-#include <filesystem>
-#include <future>
-#include <memory>
-#include <map>
-#include <set>
-#include <limits>
-#include <string>
-
 #include <sqlite3.h>
 #include <sys/stat.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/parallel_layout.h"
@@ -343,9 +341,8 @@ TEST_F(PreemptionTest, SavesStopsAndRequeuesWithZeroStepsLostAndNoRestart) {
   EXPECT_EQ(done.checkpoint_step(), 7);
   EXPECT_EQ(done.steps_lost(), 0);
   EXPECT_THAT(done.message(), HasSubstr("0 steps lost"));
-  EXPECT_THAT(MetricsText(),
-              HasSubstr("loom_controller_preemptions_total{job_id=\"" + low_ +
-                        "\",queue=\"default\",reason=\"priority\"} 1"));
+  EXPECT_THAT(MetricsText(), HasSubstr("loom_controller_preemptions_total{job_id=\"" + low_ +
+                                       "\",queue=\"default\",reason=\"priority\"} 1"));
 
   // The preemptor starts on the freed slots; the victim waits, first in its
   // queue.
@@ -379,6 +376,10 @@ TEST_F(PreemptionTest, SavesStopsAndRequeuesWithZeroStepsLostAndNoRestart) {
   }
   EXPECT_TRUE(started);
   EXPECT_EQ(victim.restarts(), 0);
+  const loom::v1::RecoveryEvent& resumed = victim.events(victim.events_size() - 1);
+  EXPECT_EQ(resumed.kind(), loom::v1::RecoveryEvent::RESUMED);
+  EXPECT_EQ(resumed.checkpoint_step(), 7);
+  EXPECT_THAT(resumed.message(), HasSubstr("resume from the checkpoint at step 7"));
   // Its wall time shows the wait after the preemption apart from the queue.
   const GoodputBuckets b = ComputeGoodput(victim, {}, clock_.Now());
   EXPECT_NEAR(b.preempted_waiting, 5.0, 0.01);

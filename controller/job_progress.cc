@@ -29,8 +29,8 @@ void UpdateSummary(const loom::v1::StepMetrics& m, int ranks, loom::v1::JobSumma
     // first step excluded), by wall clock of the reports.
     const int64_t span_ms = m.time_unix_ms() - sum->first_step_unix_ms();
     if (span_ms > 0) {
-      sum->set_tokens_per_second(
-          static_cast<double>(m.tokens_seen() - sum->first_step_tokens()) * 1000.0 / span_ms);
+      sum->set_tokens_per_second(static_cast<double>(m.tokens_seen() - sum->first_step_tokens()) *
+                                 1000.0 / span_ms);
     }
   }
   if (m.has_val_loss()) {

@@ -141,9 +141,8 @@ void JobManager::ScheduleLocked() {
     for (int ranks : RanksPerWorker(gang)) {
       p.gang.per_worker.push_back({ranks, gang.gpu_per_rank ? int64_t{ranks} : int64_t{0}});
     }
-    p.submit_time = rec.job.history_size() > 0
-                        ? absl::FromUnixMillis(rec.job.history(0).time_unix_ms())
-                        : now;
+    p.submit_time =
+        rec.job.history_size() > 0 ? absl::FromUnixMillis(rec.job.history(0).time_unix_ms()) : now;
     p.expected_runtime = spec.scheduling().max_runtime_seconds() > 0
                              ? absl::Seconds(spec.scheduling().max_runtime_seconds())
                              : EstimatedRemainingRuntime(rec.job);
@@ -154,8 +153,7 @@ void JobManager::ScheduleLocked() {
 
   fair_share_.set_half_life(queues_.fair_share_half_life);
   fair_share_.Observe(now, scheduling::QueueUsage(snapshot));
-  const scheduling::Decisions decisions =
-      policy_.Decide(snapshot, fair_share_, now);
+  const scheduling::Decisions decisions = policy_.Decide(snapshot, fair_share_, now);
 
   for (const scheduling::Preemption& preemption : decisions.preemptions) {
     if (JobRecord* victim = jobs_.Find(preemption.victim_id); victim != nullptr) {
@@ -178,8 +176,9 @@ void JobManager::ScheduleLocked() {
       auto it = shortage.find(shape);
       if (it == shortage.end()) {
         auto placement = PlaceGang(gang, workers_.Offers(gang.gpu_per_rank));
-        it = shortage.emplace(shape, placement.ok() ? w.message
-                                                    : std::string(placement.status().message()))
+        it = shortage
+                 .emplace(shape,
+                          placement.ok() ? w.message : std::string(placement.status().message()))
                  .first;
       }
       why = it->second;
@@ -251,6 +250,21 @@ void JobManager::ScheduleLocked() {
     rec.job.clear_queue_position();
     rec.job.clear_wait_reason();
     rec.opportunistic = admission.opportunistic;
+    if (rec.job.state() == loom::v1::PREEMPTED) {
+      const int64_t checkpoint = NewestCheckpointLocked(rec, -1);
+      const std::optional<absl::Time> since = LastTransitionTo(rec.job, loom::v1::PREEMPTED);
+      loom::v1::RecoveryEvent resumed;
+      resumed.set_kind(loom::v1::RecoveryEvent::RESUMED);
+      resumed.set_checkpoint_step(checkpoint);
+      resumed.set_step(checkpoint);
+      resumed.set_generation(rec.job.generation());
+      resumed.set_message(
+          absl::StrFormat("placed again after %.1fs in its queue; its ranks resume from %s",
+                          since.has_value() ? absl::ToDoubleSeconds(now - *since) : 0.0,
+                          checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint)
+                                         : std::string("the start")));
+      AddEvent(rec, resumed);
+    }
     Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
   }
 }
@@ -275,8 +289,9 @@ void JobManager::PreemptLocked(JobRecord& rec, const scheduling::Preemption& pre
   if (rec.job.state() == loom::v1::SCHEDULED) {
     // No step of this attempt has run: its newest checkpoint is where it
     // started, so a plain stop loses nothing.
-    ev.set_message(absl::StrCat(preemption.message, "; its ranks had not started training, so "
-                                                    "they stop without a save"));
+    ev.set_message(absl::StrCat(preemption.message,
+                                "; its ranks had not started training, so "
+                                "they stop without a save"));
     p.forced = true;
     rec.preempting = std::move(p);
     AddEvent(rec, ev);
@@ -350,8 +365,9 @@ void JobManager::FinishPreemptionLocked(JobRecord& rec) {
     message = absl::StrFormat(
         "preempted for %s before its ranks trained a step; nothing lost. It waits in its queue "
         "and resumes from %s",
-        for_job, checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint)
-                                : std::string("the start"));
+        for_job,
+        checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint)
+                       : std::string("the start"));
   } else if (lost == 0) {
     message = absl::StrFormat(
         "preempted for %s: every rank stopped %.1fs after the request, with the checkpoint at "
@@ -412,7 +428,8 @@ loom::v1::ListQueuesResponse JobManager::ListQueues() {
   }
   std::map<std::string, int> pending;
   for (const auto& [position, jid] : jobs_.pending()) {
-    if (const JobRecord* rec = jobs_.Find(jid); rec != nullptr) ++pending[queue_of(rec->job.spec())];
+    if (const JobRecord* rec = jobs_.Find(jid); rec != nullptr)
+      ++pending[queue_of(rec->job.spec())];
   }
   loom::v1::ListQueuesResponse resp;
   for (const scheduling::QueueSpec& q : queues_.queues) {

@@ -50,11 +50,10 @@ RankReconciliation ReconcileRunningRanks(const loom::v1::HeartbeatRequest& req,
       }
       continue;
     }
-    const bool placed_here =
-        std::any_of(rec->job.ranks().begin(), rec->job.ranks().end(),
-                    [&](const loom::v1::RankAssignment& a) {
-                      return a.rank() == r.rank() && a.worker_id() == worker_id;
-                    });
+    const bool placed_here = std::any_of(
+        rec->job.ranks().begin(), rec->job.ranks().end(), [&](const loom::v1::RankAssignment& a) {
+          return a.rank() == r.rank() && a.worker_id() == worker_id;
+        });
     if (r.generation() == rec->job.generation() && placed_here) {
       out.confirmed.push_back({r.job_id(), r.rank()});
       continue;
@@ -63,10 +62,10 @@ RankReconciliation ReconcileRunningRanks(const loom::v1::HeartbeatRequest& req,
     // re-adopted): fenced off. Stop that attempt's ranks here, once.
     if (StopQueued(worker, r.job_id(), r.generation())) continue;
     if (r.generation() < rec->job.generation()) {
-      out.stops.push_back(Stop(r.job_id(), r.generation(),
-                               absl::StrCat("attempt ", r.generation(),
-                                            " is stale (the job runs attempt ",
-                                            rec->job.generation(), ")")));
+      out.stops.push_back(
+          Stop(r.job_id(), r.generation(),
+               absl::StrCat("attempt ", r.generation(), " is stale (the job runs attempt ",
+                            rec->job.generation(), ")")));
     } else if (!placed_here && rec->adopt_deadline == absl::InfinitePast()) {
       out.stops.push_back(Stop(r.job_id(), r.generation(),
                                absl::StrCat("rank ", r.rank(), " of attempt ", r.generation(),
@@ -77,9 +76,8 @@ RankReconciliation ReconcileRunningRanks(const loom::v1::HeartbeatRequest& req,
 }
 
 std::vector<loom::v1::StartRank> DueStarts(
-    const std::set<std::tuple<std::string, int, int64_t>>& running_attempts,
-    const JobCatalog& jobs, absl::Time now, absl::Duration resend_after,
-    WorkerRegistry::Worker* worker) {
+    const std::set<std::tuple<std::string, int, int64_t>>& running_attempts, const JobCatalog& jobs,
+    absl::Time now, absl::Duration resend_after, WorkerRegistry::Worker* worker) {
   std::vector<loom::v1::StartRank> due;
   for (auto it = worker->unacked.begin(); it != worker->unacked.end();) {
     const loom::v1::StartRank& start = it->second.first;

@@ -51,9 +51,8 @@ RankReconciliation ReconcileRunningRanks(const loom::v1::HeartbeatRequest& req,
 // (`running_attempts`), and returns those last sent more than
 // `resend_after` before `now`, marking them sent at `now`.
 std::vector<loom::v1::StartRank> DueStarts(
-    const std::set<std::tuple<std::string, int, int64_t>>& running_attempts,
-    const JobCatalog& jobs, absl::Time now, absl::Duration resend_after,
-    WorkerRegistry::Worker* worker);
+    const std::set<std::tuple<std::string, int, int64_t>>& running_attempts, const JobCatalog& jobs,
+    absl::Time now, absl::Duration resend_after, WorkerRegistry::Worker* worker);
 
 }  // namespace loom::controller
 

@@ -122,8 +122,8 @@ TEST_F(RankReconcilerTest, DueStartsForgetsConfirmedAndStaleOnesAndResendsTheRes
   start("c-3", 1, t0);
   const std::set<std::tuple<std::string, int, int64_t>> running = {{"b-2", 0, 1}};
   // Not yet due: nothing resent, but the confirmed and the stale are gone.
-  EXPECT_TRUE(DueStarts(running, *jobs_, t0 + absl::Seconds(1), absl::Seconds(3), &worker_)
-                  .empty());
+  EXPECT_TRUE(
+      DueStarts(running, *jobs_, t0 + absl::Seconds(1), absl::Seconds(3), &worker_).empty());
   ASSERT_EQ(worker_.unacked.size(), 1u);
   const std::vector<loom::v1::StartRank> due =
       DueStarts({}, *jobs_, t0 + absl::Seconds(4), absl::Seconds(3), &worker_);

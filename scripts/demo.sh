@@ -58,6 +58,8 @@ echo "  checkpoints kept: $(find "$LOOM_HOME"/controller/checkpoints -mindepth 2
 "$LOOMCTL" checkpoints "$(ls "$LOOM_HOME"/controller/checkpoints | tail -1)" || true
 echo "  rank 1's last log lines, through the controller (loomctl logs $job --rank 1 --tail 3):"
 "$LOOMCTL" logs "$job" --rank 1 --tail 3 | sed 's/^/    /' || true
+echo "  where the job's wall time went (goodput buckets; loomctl status $job):"
+"$LOOMCTL" status "$job" | sed -n 's/^goodput  /    /p' || true
 echo "  daemon logs: $LOOM_HOME/logs"
 "$LOOMCTL" local down
 trap - EXIT

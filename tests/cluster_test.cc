@@ -714,13 +714,17 @@ TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise
       << done.DebugString();
   const loom::v1::RecoveryEvent* asked = nullptr;
   const loom::v1::RecoveryEvent* stopped = nullptr;
+  const loom::v1::RecoveryEvent* resumed = nullptr;
   for (const auto& e : done.events()) {
     if (e.kind() == loom::v1::RecoveryEvent::PREEMPTING) asked = &e;
     if (e.kind() == loom::v1::RecoveryEvent::PREEMPTED) stopped = &e;
+    if (e.kind() == loom::v1::RecoveryEvent::RESUMED) resumed = &e;
     EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
   }
   ASSERT_NE(asked, nullptr) << done.DebugString();
   ASSERT_NE(stopped, nullptr) << done.DebugString();
+  ASSERT_NE(resumed, nullptr) << done.DebugString();
+  EXPECT_EQ(resumed->checkpoint_step(), stopped->checkpoint_step());
   EXPECT_EQ(asked->cause(), "priority");
   EXPECT_THAT(asked->message(), HasSubstr(urgent));
   EXPECT_EQ(stopped->steps_lost(), 0) << stopped->message();
@@ -745,15 +749,15 @@ TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise
   auto events = Ctl("events " + job);
   EXPECT_EQ(events.exit_code, 0) << events.err;
   EXPECT_THAT(events.out, HasSubstr("PREEMPTED"));
+  EXPECT_THAT(events.out, HasSubstr("RESUMED"));
   EXPECT_THAT(events.out, HasSubstr("preemptions 1"));
   std::cout << "preemption, loomctl events " << job << ":\n" << events.out << std::endl;
   auto status = Ctl("status " + job);
   std::cout << status.out.substr(status.out.find("goodput")) << std::endl;
   EXPECT_THAT(status.out, ::testing::ContainsRegex("preempted waiting [1-9]"));
-  CheckMetrics(controller_metrics_,
-               {"loom_controller_preemptions_total{job_id=\"" + job +
-                    "\",queue=\"default\",reason=\"priority\"} 1",
-                "loom_controller_jobs{state=\"PREEMPTED\"}"});
+  CheckMetrics(controller_metrics_, {"loom_controller_preemptions_total{job_id=\"" + job +
+                                         "\",queue=\"default\",reason=\"priority\"} 1",
+                                     "loom_controller_jobs{state=\"PREEMPTED\"}"});
 }
 
 // A preemption whose save cannot commit within the grace: one rank of the

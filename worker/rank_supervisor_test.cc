@@ -158,8 +158,9 @@ TEST_F(RankSupervisorTest, SaveAndStopSignalsUsr1WithoutEscalating) {
 }
 
 TEST_F(RankSupervisorTest, SaveAndStopEndsARankThatSavesAndExits) {
-  auto sup = Make(Script("trap 'echo saved at step 3 >&2; exit 79' USR1\n"
-                         "while true; do sleep 0.1; done"));
+  auto sup =
+      Make(Script("trap 'echo saved at step 3 >&2; exit 79' USR1\n"
+                  "while true; do sleep 0.1; done"));
   ASSERT_TRUE(sup->Start("job-8", 0, 2, "{}").ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   sup->SaveAndStop("job-8", /*generation=*/1);  // an older attempt's: not this one

@@ -235,10 +235,11 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
   const controller::GoodputBuckets b = controller::ComputeGoodput(job, step_list, absl::Now());
   std::cout << absl::StrFormat(
       "\ngoodput  %.1f s productive of %.1f s (ETTR %.2f): queued %.1f, preempted waiting %.1f, "
-      "recovery waiting %.1f, start-up %.1f, data stall %.1f, checkpoint stall %.1f, redone "
-      "%.1f, unaccounted %.1f\n",
-      b.productive, b.wall, b.ettr(), b.queued, b.preempted_waiting, b.recovery_waiting,
-      b.startup, b.data_stall, b.checkpoint_stall, b.redone, b.unaccounted);
+      "recovery waiting %.1f, start-up %.1f, checkpoint restore %.1f, data stall %.1f, "
+      "checkpoint stall %.1f, evaluation %.1f, redone %.1f, unaccounted %.1f\n",
+      b.productive, b.wall, b.ettr(), b.queued, b.preempted_waiting, b.recovery_waiting, b.startup,
+      b.checkpoint_restore, b.data_stall, b.checkpoint_stall, b.evaluation, b.redone,
+      b.unaccounted);
   return 0;
 }
 
@@ -299,8 +300,7 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   PrintTable(rows);
   std::cout << "\nrestarts " << job.restarts() << ", rollbacks " << job.rollbacks()
             << ", operator rollbacks " << job.operator_rollbacks() << ", preemptions "
-            << job.preemptions() << ", attempt "
-            << job.generation() << std::endl;
+            << job.preemptions() << ", attempt " << job.generation() << std::endl;
   return 0;
 }
 

@@ -25,8 +25,8 @@ RecoveryMetrics::RecoveryMetrics(metrics::Registry& r)
                           "reported step minus the checkpoint resumed from), by cause.")),
       batches_skipped_(Counter(r, "loom_controller_batches_skipped_total",
                                "Data batches a job was told to skip by rollbacks.")),
-      checkpoints_(Counter(r, "loom_controller_checkpoints_total",
-                           "Checkpoints committed by a job.")),
+      checkpoints_(
+          Counter(r, "loom_controller_checkpoints_total", "Checkpoints committed by a job.")),
       preemptions_(Counter(r, "loom_controller_preemptions_total",
                            "Times a job was preempted (saved at a step boundary, stopped and "
                            "requeued) to make room for another, by queue and reason (priority, "

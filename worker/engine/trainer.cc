@@ -600,9 +600,11 @@ loom::v1::StepMetrics MakeStepReport(const TrainerConfig& config, const StepOutc
 void ReportInitialValidation(const TrainerConfig& config, RankEngine& engine,
                              const TokenDataset& val, const TrainingState& state, int rank,
                              const TrainerCallbacks& callbacks) {
+  const auto eval_start = std::chrono::steady_clock::now();
   const double initial = engine.Evaluate(val, config.eval_batches, config.micro_batch);
   if (rank != 0 || !callbacks.on_step) return;
   loom::v1::StepMetrics report;
+  report.set_eval_seconds(SecondsSince(eval_start));
   report.set_step(0);
   report.set_loss(initial);
   report.set_lr(LearningRateAt(config.schedule, config.optimizer.lr, 0));
@@ -710,15 +712,19 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     const bool validate = data->val.has_value() &&
                           (last || (config.eval_interval > 0 &&
                                     state.step % config.eval_interval == 0));
+    double eval_seconds = 0;
     if (validate) {
+      const auto eval_start = std::chrono::steady_clock::now();
       state.val_loss = engine->Evaluate(*data->val, config.eval_batches, config.micro_batch);
       state.has_val_loss = true;
+      eval_seconds = SecondsSince(eval_start);
     }
     if (rank == 0 && callbacks.on_step &&
         (last || validate || state.step % config.log_interval == 0)) {
       loom::v1::StepMetrics report =
           MakeStepReport(config, step, state, validate, nonfinite_skipped, device);
       report.set_checkpoint_restore_seconds(unreported_restore);
+      report.set_eval_seconds(eval_seconds);
       unreported_restore = 0;
       callbacks.on_step(report);
     }

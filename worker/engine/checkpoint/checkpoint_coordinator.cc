@@ -191,7 +191,7 @@ void CheckpointCoordinator::Save(const TrainingState& state, bool wait) {
 }
 
 absl::StatusOr<StopRequest> CheckpointCoordinator::AtStepBoundary(StopRequest stop,
-                                                                   int64_t next_step) {
+                                                                  int64_t next_step) {
   int64_t unfinished = 0;
   if (sharded_) {
     if (in_flight_ && !finished_.has_value()) finished_ = writer_->Poll();
