@@ -365,131 +365,91 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
   const absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
   const absl::StatusCode kUnimplemented = absl::StatusCode::kUnimplemented;
   const std::vector<BadSpecCase> cases = {
-      {"empty name", [](JobSpec* s) { s->clear_name(); }, kInvalid,
-       "name: required"},
+      {"empty name", [](JobSpec* s) { s->clear_name(); }, kInvalid, "name: required"},
       {"uppercase name", [](JobSpec* s) { s->set_name("Tiny_Run"); }, kInvalid,
        "name: \"Tiny_Run\" must be 1-63 characters"},
-      {"name starts with dash", [](JobSpec* s) { s->set_name("-run"); },
-       kInvalid, "name: "},
-      {"name of 64 chars",
-       [](JobSpec* s) { s->set_name(std::string(64, 'a')); }, kInvalid,
+      {"name starts with dash", [](JobSpec* s) { s->set_name("-run"); }, kInvalid, "name: "},
+      {"name of 64 chars", [](JobSpec* s) { s->set_name(std::string(64, 'a')); }, kInvalid,
        "name: "},
       {"no model", [](JobSpec* s) { s->clear_model(); }, kInvalid,
        "model: required: model.gpt (GPT-2 family) or model.llama (Llama family)"},
-      {"no layers",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_layer(0); },
-       kInvalid, "model.gpt.n_layer: must be in [1, 1024], got 0"},
-      {"negative heads",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_head(-2); },
+      {"no layers", [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_layer(0); }, kInvalid,
+       "model.gpt.n_layer: must be in [1, 1024], got 0"},
+      {"negative heads", [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_head(-2); },
        kInvalid, "model.gpt.n_head: must be in [1, 1024], got -2"},
-      {"no width",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_d_model(0); },
-       kInvalid, "model.gpt.d_model: "},
+      {"no width", [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_d_model(0); }, kInvalid,
+       "model.gpt.d_model: "},
       {"heads do not divide width",
        [](JobSpec* s) {
          s->mutable_model()->mutable_gpt()->set_n_head(5);
          s->mutable_model()->mutable_gpt()->set_d_model(768);
        },
        kInvalid, "model.gpt.n_head: 5 does not divide model.gpt.d_model 768"},
-      {"no context",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_seq_len(0); },
+      {"no context", [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_seq_len(0); },
        kInvalid, "model.gpt.seq_len: must be in [1, 65536], got 0"},
       {"context too long",
-       [](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->set_seq_len(65537);
-       },
-       kInvalid, "model.gpt.seq_len: "},
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_seq_len(65537); }, kInvalid,
+       "model.gpt.seq_len: "},
       {"vocabulary beyond uint16",
-       [](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->set_vocab_size(65537);
-       },
+       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_vocab_size(65537); },
        absl::StatusCode::kUnimplemented, "model.gpt.vocab_size: 65537 tokens do not fit"},
-      {"dropout of 1",
-       [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_dropout(1.0); },
+      {"dropout of 1", [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_dropout(1.0); },
        kInvalid, "model.gpt.dropout: must be in [0, 1), got 1"},
       {"infinite dropout",
-       [&](JobSpec* s) {
-         s->mutable_model()->mutable_gpt()->set_dropout(kInf);
-       },
-       kInvalid, "model.gpt.dropout: must be finite, got inf"},
-      {"no training data", [](JobSpec* s) { s->mutable_data()->clear_train(); },
-       kInvalid, "data.train: at least one shard is required"},
-      {"empty training path",
-       [](JobSpec* s) { s->mutable_data()->add_train(""); }, kInvalid,
+       [&](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_dropout(kInf); }, kInvalid,
+       "model.gpt.dropout: must be finite, got inf"},
+      {"no training data", [](JobSpec* s) { s->mutable_data()->clear_train(); }, kInvalid,
+       "data.train: at least one shard is required"},
+      {"empty training path", [](JobSpec* s) { s->mutable_data()->add_train(""); }, kInvalid,
        "data.train[1]: empty path"},
-      {"empty validation path",
-       [](JobSpec* s) { s->mutable_data()->set_validation(0, ""); }, kInvalid,
-       "data.validation[0]: empty path"},
-      {"negative prefetch depth",
-       [](JobSpec* s) { s->mutable_data()->set_prefetch_depth(-1); }, kInvalid,
-       "data.prefetch_depth"},
-      {"absurd prefetch depth",
-       [](JobSpec* s) { s->mutable_data()->set_prefetch_depth(1000); }, kInvalid,
-       "data.prefetch_depth"},
+      {"empty validation path", [](JobSpec* s) { s->mutable_data()->set_validation(0, ""); },
+       kInvalid, "data.validation[0]: empty path"},
+      {"negative prefetch depth", [](JobSpec* s) { s->mutable_data()->set_prefetch_depth(-1); },
+       kInvalid, "data.prefetch_depth"},
+      {"absurd prefetch depth", [](JobSpec* s) { s->mutable_data()->set_prefetch_depth(1000); },
+       kInvalid, "data.prefetch_depth"},
       {"no optimizer", [](JobSpec* s) { s->clear_optimizer(); }, kInvalid,
        "optimizer.adamw: required"},
-      {"zero learning rate",
-       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_lr(0); },
+      {"zero learning rate", [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_lr(0); },
        kInvalid, "optimizer.adamw.lr: must be in (0, 1], got 0"},
       {"learning rate above 1",
-       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_lr(3); },
-       kInvalid, "optimizer.adamw.lr: must be in (0, 1], got 3"},
+       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_lr(3); }, kInvalid,
+       "optimizer.adamw.lr: must be in (0, 1], got 3"},
       {"NaN learning rate",
-       [&](JobSpec* s) {
-         s->mutable_optimizer()->mutable_adamw()->set_lr(kNaN);
-       },
-       kInvalid, "optimizer.adamw.lr: must be finite, got nan"},
+       [&](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_lr(kNaN); }, kInvalid,
+       "optimizer.adamw.lr: must be finite, got nan"},
       {"beta1 negative",
-       [](JobSpec* s) {
-         s->mutable_optimizer()->mutable_adamw()->set_beta1(-0.5);
-       },
-       kInvalid, "optimizer.adamw.beta1: must be in [0, 1), got -0.5"},
-      {"beta2 of 1",
-       [](JobSpec* s) {
-         s->mutable_optimizer()->mutable_adamw()->set_beta2(1);
-       },
+       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_beta1(-0.5); }, kInvalid,
+       "optimizer.adamw.beta1: must be in [0, 1), got -0.5"},
+      {"beta2 of 1", [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_beta2(1); },
        kInvalid, "optimizer.adamw.beta2: must be in [0, 1), got 1"},
-      {"negative eps",
-       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_eps(-1); },
+      {"negative eps", [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_eps(-1); },
        kInvalid, "optimizer.adamw.eps: must be > 0, got -1"},
       {"negative weight decay",
-       [](JobSpec* s) {
-         s->mutable_optimizer()->mutable_adamw()->set_weight_decay(-0.1);
-       },
+       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_weight_decay(-0.1); },
        kInvalid, "optimizer.adamw.weight_decay: must be >= 0, got -0.1"},
       {"negative grad clip",
-       [](JobSpec* s) {
-         s->mutable_optimizer()->mutable_adamw()->set_grad_clip(-1);
-       },
-       kInvalid, "optimizer.adamw.grad_clip: must be >= 0, got -1"},
-      {"no steps",
-       [](JobSpec* s) { s->mutable_schedule()->set_total_steps(0); }, kInvalid,
+       [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_grad_clip(-1); }, kInvalid,
+       "optimizer.adamw.grad_clip: must be >= 0, got -1"},
+      {"no steps", [](JobSpec* s) { s->mutable_schedule()->set_total_steps(0); }, kInvalid,
        "schedule.total_steps: must be in [1, 1000000000], got 0"},
-      {"too many steps",
-       [](JobSpec* s) { s->mutable_schedule()->set_total_steps(2000000000); },
+      {"too many steps", [](JobSpec* s) { s->mutable_schedule()->set_total_steps(2000000000); },
        kInvalid, "schedule.total_steps: "},
       {"warmup as long as training",
-       [](JobSpec* s) { s->mutable_schedule()->set_warmup_steps(1000); },
-       kInvalid,
+       [](JobSpec* s) { s->mutable_schedule()->set_warmup_steps(1000); }, kInvalid,
        "schedule.warmup_steps: must be in [0, schedule.total_steps 1000), "
        "got 1000"},
-      {"negative warmup",
-       [](JobSpec* s) { s->mutable_schedule()->set_warmup_steps(-1); },
-       kInvalid, "schedule.warmup_steps: "},
-      {"min lr ratio above 1",
-       [](JobSpec* s) { s->mutable_schedule()->set_min_lr_ratio(1.5); },
+      {"negative warmup", [](JobSpec* s) { s->mutable_schedule()->set_warmup_steps(-1); }, kInvalid,
+       "schedule.warmup_steps: "},
+      {"min lr ratio above 1", [](JobSpec* s) { s->mutable_schedule()->set_min_lr_ratio(1.5); },
        kInvalid, "schedule.min_lr_ratio: must be in [0, 1], got 1.5"},
-      {"negative eval interval",
-       [](JobSpec* s) { s->mutable_schedule()->set_eval_interval(-1); },
+      {"negative eval interval", [](JobSpec* s) { s->mutable_schedule()->set_eval_interval(-1); },
        kInvalid, "schedule.eval_interval: must be in [0, 1000000000], got -1"},
-      {"negative eval batches",
-       [](JobSpec* s) { s->mutable_schedule()->set_eval_batches(-3); },
+      {"negative eval batches", [](JobSpec* s) { s->mutable_schedule()->set_eval_batches(-3); },
        kInvalid, "schedule.eval_batches: must be in [1, 1000000], got -3"},
-      {"negative log interval",
-       [](JobSpec* s) { s->mutable_schedule()->set_log_interval(-1); },
+      {"negative log interval", [](JobSpec* s) { s->mutable_schedule()->set_log_interval(-1); },
        kInvalid, "schedule.log_interval: "},
-      {"negative workers",
-       [](JobSpec* s) { s->mutable_resources()->set_workers(-1); }, kInvalid,
+      {"negative workers", [](JobSpec* s) { s->mutable_resources()->set_workers(-1); }, kInvalid,
        "resources.workers: must be >= 1, got -1"},
       {"fewer ranks than workers",
        [](JobSpec* s) {
@@ -498,21 +458,16 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
          s->mutable_batch()->set_micro_batch(1);
        },
        kInvalid, "resources.ranks: 2 is less than resources.workers (4)"},
-      {"too many ranks",
-       [](JobSpec* s) { s->mutable_resources()->set_ranks(5000); }, kInvalid,
+      {"too many ranks", [](JobSpec* s) { s->mutable_resources()->set_ranks(5000); }, kInvalid,
        "resources.ranks: must be in [1, 4096], got 5000"},
-      {"two GPUs per rank",
-       [](JobSpec* s) { s->mutable_resources()->set_gpus_per_rank(2); }, kInvalid,
-       "resources.gpus_per_rank: 2 is not 0 (CPU) or 1 (one GPU per rank)"},
-      {"too many threads",
-       [](JobSpec* s) { s->mutable_resources()->set_threads_per_rank(300); },
+      {"two GPUs per rank", [](JobSpec* s) { s->mutable_resources()->set_gpus_per_rank(2); },
+       kInvalid, "resources.gpus_per_rank: 2 is not 0 (CPU) or 1 (one GPU per rank)"},
+      {"too many threads", [](JobSpec* s) { s->mutable_resources()->set_threads_per_rank(300); },
        kInvalid, "resources.threads_per_rank: must be in [1, 256], got 300"},
-      {"negative global batch",
-       [](JobSpec* s) { s->mutable_batch()->set_global_batch(-32); }, kInvalid,
-       "batch.global_batch: must be in [1, 16777216], got -32"},
-      {"negative micro batch",
-       [](JobSpec* s) { s->mutable_batch()->set_micro_batch(-4); }, kInvalid,
-       "batch.micro_batch: must be in [1, 32], got -4"},
+      {"negative global batch", [](JobSpec* s) { s->mutable_batch()->set_global_batch(-32); },
+       kInvalid, "batch.global_batch: must be in [1, 16777216], got -32"},
+      {"negative micro batch", [](JobSpec* s) { s->mutable_batch()->set_micro_batch(-4); },
+       kInvalid, "batch.micro_batch: must be in [1, 32], got -4"},
       {"batch does not split over ranks",
        [](JobSpec* s) {
          s->mutable_batch()->set_global_batch(10);
@@ -529,12 +484,10 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        kInvalid,
        "batch.global_batch: 2 is not divisible by resources.ranks (4) x "
        "batch.micro_batch (1)"},
-      {"data degree differs from ranks",
-       [](JobSpec* s) { s->mutable_parallelism()->set_data(2); }, kInvalid,
-       "parallelism.data: 2 does not equal resources.ranks (4)"},
-      {"negative tensor degree",
-       [](JobSpec* s) { s->mutable_parallelism()->set_tensor(-1); }, kInvalid,
-       "parallelism.tensor: must be >= 0, got -1"},
+      {"data degree differs from ranks", [](JobSpec* s) { s->mutable_parallelism()->set_data(2); },
+       kInvalid, "parallelism.data: 2 does not equal resources.ranks (4)"},
+      {"negative tensor degree", [](JobSpec* s) { s->mutable_parallelism()->set_tensor(-1); },
+       kInvalid, "parallelism.tensor: must be >= 0, got -1"},
       {"degrees multiply to the wrong rank count",
        [](JobSpec* s) {
          s->mutable_parallelism()->set_data(4);
@@ -544,13 +497,12 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        "parallelism.data: 4 x tensor (2) x pipeline (1) = 8 does not equal "
        "resources.ranks (4)"},
       {"unknown precision number",
-       [](JobSpec* s) { s->set_precision(static_cast<v1::Precision>(7)); },
-       kInvalid, "precision: unknown value 7"},
+       [](JobSpec* s) { s->set_precision(static_cast<v1::Precision>(7)); }, kInvalid,
+       "precision: unknown value 7"},
       {"negative checkpoint interval",
-       [](JobSpec* s) { s->mutable_checkpoint()->set_interval_steps(-5); },
-       kInvalid, "checkpoint.interval_steps: must be in [0, 1000000000], got -5"},
-      {"negative keep",
-       [](JobSpec* s) { s->mutable_checkpoint()->set_keep(-1); }, kInvalid,
+       [](JobSpec* s) { s->mutable_checkpoint()->set_interval_steps(-5); }, kInvalid,
+       "checkpoint.interval_steps: must be in [0, 1000000000], got -5"},
+      {"negative keep", [](JobSpec* s) { s->mutable_checkpoint()->set_keep(-1); }, kInvalid,
        "checkpoint.keep: must be in [1, 100000], got -1"},
       {"invalid beats unimplemented",
        [](JobSpec* s) {
@@ -580,11 +532,9 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
          s->mutable_parallelism()->set_pipeline(4);
        },
        kInvalid, "parallelism.pipeline: 4 exceeds model.gpt.n_layer (2)"},
-      {"ZeRO-3",
-       [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(3); },
-       kUnimplemented, "parallelism.zero_stage: ZeRO-3"},
-      {"ZeRO stage out of range",
-       [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(7); },
+      {"ZeRO-3", [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(3); }, kUnimplemented,
+       "parallelism.zero_stage: ZeRO-3"},
+      {"ZeRO stage out of range", [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(7); },
        kInvalid, "parallelism.zero_stage: 7 is not 0, 1, 2 or 3"},
       {"layout on GPU ranks",
        [](JobSpec* s) {
@@ -599,13 +549,14 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
          s->mutable_parallelism()->set_tensor(2);
          s->mutable_batch()->set_global_batch(12);
        },
-       kInvalid, "batch.global_batch: 12 is not divisible by parallelism.data (2) x "
-                 "batch.micro_batch (4)"},
+       kInvalid,
+       "batch.global_batch: 12 is not divisible by parallelism.data (2) x "
+       "batch.micro_batch (4)"},
       {"fp16", [](JobSpec* s) { s->set_precision(v1::FP16); }, kUnimplemented,
        "precision: FP16 is planned but not executable yet: it needs GPU "
        "workers"},
-      {"activation checkpointing below -1",
-       [](JobSpec* s) { s->set_activation_checkpointing(-2); }, kInvalid,
+      {"activation checkpointing below -1", [](JobSpec* s) { s->set_activation_checkpointing(-2); },
+       kInvalid,
        "activation_checkpointing: must be 0 (off), k >= 1 (every k-th block) "
        "or -1"},
       // Model family (issue 11): malformed values are INVALID_ARGUMENT,
@@ -690,12 +641,12 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
          s->mutable_parallelism()->set_tensor(2);
          s->mutable_parallelism()->set_sequence_parallel(true);
        },
-       kUnimplemented, "parallelism.sequence_parallel: sequence parallelism is planned but not "
-                       "executable yet"},
+       kUnimplemented,
+       "parallelism.sequence_parallel: sequence parallelism is planned but not "
+       "executable yet"},
       // Where it waits on a shared cluster.
-      {"queue that is not a name",
-       [](JobSpec* s) { s->mutable_scheduling()->set_queue("Team A"); }, kInvalid,
-       "scheduling.queue: \"Team A\" must be 1-63 characters of [a-z0-9-]"},
+      {"queue that is not a name", [](JobSpec* s) { s->mutable_scheduling()->set_queue("Team A"); },
+       kInvalid, "scheduling.queue: \"Team A\" must be 1-63 characters of [a-z0-9-]"},
       {"priority out of range",
        [](JobSpec* s) { s->mutable_scheduling()->set_priority("2000000"); }, kInvalid,
        "scheduling.priority: must be in [-1000000, 1000000], got 2000000"},
@@ -705,6 +656,19 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
       {"negative max runtime",
        [](JobSpec* s) { s->mutable_scheduling()->set_max_runtime_seconds(-1); }, kInvalid,
        "scheduling.max_runtime_seconds: must be in [0, 31622400], got -1"},
+      // Elastic bounds around the gang it is submitted with.
+      {"elastic min_ranks of 0",
+       [](JobSpec* s) {
+         s->mutable_elastic()->set_min_ranks(0);
+         s->mutable_elastic()->set_max_ranks(s->resources().ranks());
+       },
+       kInvalid, "elastic.min_ranks: must be in [1, resources.ranks = "},
+      {"elastic max_ranks below the gang",
+       [](JobSpec* s) {
+         s->mutable_elastic()->set_min_ranks(1);
+         s->mutable_elastic()->set_max_ranks(s->resources().ranks() - 1);
+       },
+       kInvalid, "elastic.max_ranks: must be in [resources.ranks = "},
   };
   ASSERT_GE(cases.size(), 20u);
 

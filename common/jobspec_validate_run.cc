@@ -264,6 +264,23 @@ absl::Status ValidateScheduling(const v1::SchedulingSpec& scheduling) {
                                scheduling.max_runtime_seconds(), 0, kMaxRuntimeSeconds);
 }
 
+// elastic: min_ranks <= resources.ranks <= max_ranks <= kMaxRunRanks.
+absl::Status ValidateElastic(const v1::JobSpec& spec) {
+  if (!spec.has_elastic()) return absl::OkStatus();
+  const v1::ElasticSpec& e = spec.elastic();
+  const int32_t ranks = spec.resources().ranks();
+  if (e.min_ranks() < 1 || e.min_ranks() > ranks) {
+    return FieldError("elastic.min_ranks", absl::StrCat("must be in [1, resources.ranks = ", ranks,
+                                                        "], got ", e.min_ranks()));
+  }
+  if (e.max_ranks() < ranks || e.max_ranks() > kMaxRunRanks) {
+    return FieldError("elastic.max_ranks",
+                      absl::StrCat("must be in [resources.ranks = ", ranks, ", ", kMaxRunRanks,
+                                   "], got ", e.max_ranks()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
@@ -282,6 +299,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateSkipBatches(spec.skip_batches(), "skip_batches"));
   RETURN_IF_ERROR(ValidateInitFrom(spec));
   RETURN_IF_ERROR(ValidateScheduling(spec.scheduling()));
+  RETURN_IF_ERROR(ValidateElastic(spec));
   return ValidateSupported(spec);
 }
 

@@ -1150,6 +1150,8 @@ void JobManager::ResolveFailuresLocked() {
       FailWithoutRestartLocked(rec, why, failure.no_restart_because);
       continue;
     }
+    // A worker of an elastic job went silent: it goes on without it.
+    if (settled.worker_went_silent && ReplanLocked(rec, why, kCauseWorkerLost)) continue;
     FailOrRestartLocked(rec, why, decision.cause_kind);
   }
 }
@@ -1379,6 +1381,8 @@ void JobManager::CheckLivenessLocked() {
               : "",
           absl::StrJoin(ranks, ","));
       ForgetWorkerRanks(id);
+      // An elastic job goes on with what the cluster has left.
+      if (ReplanLocked(rec, why, kCauseWorkerLost)) continue;
       FailOrRestartLocked(rec, why, kCauseWorkerLost);
     }
     ForgetWorkerRanks(id);

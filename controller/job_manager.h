@@ -388,6 +388,13 @@ class JobManager {
   // records PREEMPTED (the checkpoint it resumes from, the steps lost) and
   // requeues it as PREEMPTED: no restart is counted.
   void PreemptLocked(JobRecord& rec, const scheduling::Preemption& preemption);
+  // Elastic jobs (job_elastic.cc): re-plans `rec` for the slots the live
+  // cluster can give it now (elastic.h; the planner's best executable
+  // layout for the largest gang that plans), records REPLANNED and requeues
+  // it under the new layout without counting a restart. False (nothing
+  // changed) when the job is not elastic or no gang of at least
+  // elastic.min_ranks plans.
+  bool ReplanLocked(JobRecord& rec, const std::string& cause, const std::string& cause_kind);
   void CheckPreemptionsLocked();
   void FinishPreemptionLocked(JobRecord& rec);
   void AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event);

@@ -483,6 +483,85 @@ TEST_F(PreemptionTest, NonPreemptibleJobsAndJobsWithinTheirMinimumRunTimeAreLeft
   EXPECT_EQ(StateOf(third), loom::v1::PENDING);
 }
 
+// Issue 31: an elastic job whose worker is lost is re-planned for the two
+// workers left (the planner's layout for the same global batch), resumes
+// from its newest checkpoint under it, and counts no restart.
+TEST_F(JobManagerTest, ElasticJobThatLosesAWorkerIsReplannedForTheWorkersLeft) {
+  const std::string w1 = Register("node-a"), w2 = Register("node-b"), w3 = Register("node-c");
+  for (const std::string& w : {w1, w2, w3}) Beat(w, 29500);
+  loom::v1::JobSpec spec = Spec(3);
+  spec.mutable_batch()->set_global_batch(12);
+  spec.mutable_batch()->set_micro_batch(2);
+  spec.mutable_elastic()->set_min_ranks(1);
+  spec.mutable_elastic()->set_max_ranks(3);
+  absl::StatusOr<loom::v1::Job> submitted = manager_->Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string job = submitted->id();
+  Beat(w1, 29501, {{job, 0}});
+  Beat(w2, 29501, {{job, 1}});
+  Beat(w3, 29501, {{job, 2}});
+  ASSERT_EQ(StateOf(job), loom::v1::RUNNING);
+  const std::string before = manager_->Get(job)->plan().layout().summary();
+  // Steps 1-6, a checkpoint at step 4.
+  loom::v1::ReportStepMetricsRequest r;
+  r.set_worker_id(w1);
+  r.set_job_id(job);
+  r.set_generation(generation_[job]);
+  for (int t = 1; t <= 6; ++t) r.add_events()->mutable_step()->set_step(t);
+  const std::string dir = manager_->Get(job)->spec().checkpoint().dir();
+  std::filesystem::create_directories(dir + "/step-4");
+  auto* c = r.add_events()->mutable_checkpoint();
+  c->set_step(4);
+  c->set_path(dir + "/step-4");
+  ASSERT_TRUE(manager_->ReportEvents(r).ok());
+
+  // node-c goes silent past its lease.
+  for (int i = 0; i < 30 && StateOf(job) == loom::v1::RUNNING; ++i) {
+    clock_.Advance(absl::Milliseconds(500));
+    Beat(w1, 29502, {{job, 0}});
+    Beat(w2, 29502, {{job, 1}});
+    manager_->Tick();
+  }
+  loom::v1::Job j = *manager_->Get(job);
+  ASSERT_EQ(j.state(), loom::v1::PENDING) << j.reason();
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_EQ(j.layout_generation(), 1);
+  EXPECT_EQ(j.spec().resources().ranks(), 2);
+  EXPECT_EQ(j.spec().resources().workers(), 2);
+  EXPECT_EQ(j.spec().batch().global_batch(), 12);
+  EXPECT_TRUE(j.spec().parallelism().auto_());
+  ASSERT_GE(j.events_size(), 1);
+  const loom::v1::RecoveryEvent& e = j.events(j.events_size() - 1);
+  EXPECT_EQ(e.kind(), loom::v1::RecoveryEvent::REPLANNED);
+  EXPECT_EQ(e.cause(), "worker_lost");
+  EXPECT_EQ(e.from_layout(), before);
+  EXPECT_EQ(e.to_layout(), j.plan().layout().summary());
+  EXPECT_THAT(e.to_layout(), HasSubstr("dp 2"));
+  EXPECT_EQ(e.checkpoint_step(), 4);
+  EXPECT_EQ(e.steps_lost(), 2);
+  EXPECT_THAT(e.message(), HasSubstr("re-planned from 3 to 2 rank(s) on 2 worker(s)"));
+
+  // Once node-c's lease has run out for its ranks too, the new gang starts
+  // on the two workers left, from the newest checkpoint.
+  int starts = 0;
+  for (int i = 0; i < 40 && starts < 2; ++i) {
+    clock_.Advance(absl::Milliseconds(250));
+    manager_->Tick();
+    for (const std::string& w : {w1, w2}) {
+      const loom::v1::HeartbeatResponse beat = Beat(w, 29503 + i);
+      for (const auto& cmd : beat.commands()) {
+        if (!cmd.has_start() || cmd.start().job_id() != job) continue;
+        ++starts;
+        EXPECT_EQ(cmd.start().world_size(), 2);
+        EXPECT_EQ(cmd.start().resume_step(), -1);
+        EXPECT_EQ(cmd.start().spec().resources().ranks(), 2);
+      }
+    }
+  }
+  EXPECT_EQ(starts, 2) << manager_->Get(job)->reason();
+  EXPECT_EQ(StateOf(job), loom::v1::SCHEDULED);
+}
+
 // The asynchronous report (the controller's ReportStepMetrics) answers as
 // the synchronous one does: a refused report at once, before it returns; an
 // applied one once its write is durable, from the store's thread, with the

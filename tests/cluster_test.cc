@@ -1634,6 +1634,100 @@ TEST_F(ClusterTest, FrozenAttemptThawedAfterARestartIsFencedOffTheCheckpointDire
 // its stages: it restarts from its newest checkpoint on the remaining
 // workers and replays the lost steps bit for bit (every step reported by
 // both attempts has the same loss).
+// Issue 31, elastic shrinking on a real local cluster: a 3-rank elastic job
+// loses a worker (kill -9 of its daemon, and the rank with it). The
+// controller re-plans it for the two workers left (the same global batch,
+// now over 2 data-parallel ranks), it resumes from its newest checkpoint
+// under that layout with no restart counted, and finishes. Its losses after
+// the re-plan follow the uninterrupted 3-rank run's: only the reduction
+// order differs (1e-5 relative for the first 20 steps, 1% after).
+TEST_F(ClusterTest, ElasticJobLosesAWorkerIsReplannedAndFollowsTheUninterruptedLosses) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3, /*worker_timeout_s=*/2));
+  constexpr int kSteps = 600;
+  auto spec = [&](const std::string& name, bool elastic) {
+    const std::string path = absl::StrCat(home_, "/", name, ".yaml");
+    std::ofstream(path) << "name: " << name << R"(
+model:
+  gpt: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 32, vocab_size: 256}
+data:
+  train: ["data/train_*.bin"]
+optimizer:
+  adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: )"
+                        << kSteps << R"(, warmup_steps: 5}
+batch: {global_batch: 12, micro_batch: 2}
+resources: {workers: 3, ranks: 3}
+checkpoint: {interval_steps: 50, keep: 100}
+recovery: {disable_spike_detection: true}
+seed: 9
+)" << (elastic ? "elastic: {min_ranks: 1, max_ranks: 3}\n" : "");
+    return path;
+  };
+  const std::string reference = Submit(spec("whole", false));
+  ASSERT_TRUE(WaitFor([&] { return Status(reference).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(reference).DebugString();
+  const std::string job = Submit(spec("elastic", true));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 120; }, 120))
+      << Status(job).DebugString();
+  loom::v1::Job running = Status(job);
+  ASSERT_EQ(running.ranks_size(), 3);
+  ASSERT_LT(running.summary().last_step(), kSteps / 2) << "the kill must land mid-run";
+  const std::string victim_node = running.ranks(2).node();
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOnNode(victim_node));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.layout_generation(), 1);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
+  ASSERT_EQ(done.ranks_size(), 2);
+  for (const auto& r : done.ranks()) EXPECT_NE(r.node(), victim_node);
+  const loom::v1::RecoveryEvent* replanned = nullptr;
+  for (const auto& e : done.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::REPLANNED) replanned = &e;
+    EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
+  }
+  ASSERT_NE(replanned, nullptr) << done.DebugString();
+  EXPECT_THAT(replanned->from_layout(), HasSubstr("dp 3"));
+  EXPECT_THAT(replanned->to_layout(), HasSubstr("dp 2"));
+  EXPECT_GT(replanned->predicted_step_seconds(), 0);
+
+  // The losses after the re-plan (the last report of each step) against the
+  // uninterrupted run's.
+  auto losses = [&](const std::string& id) {
+    loom::v1::GetStepMetricsResponse steps;
+    GetStepMetrics(id, &steps);
+    std::map<int64_t, double> out;
+    for (const auto& m : steps.steps()) {
+      if (m.step() > 0) out[m.step()] = m.loss();
+    }
+    return out;
+  };
+  const std::map<int64_t, double> want = losses(reference);
+  const std::map<int64_t, double> got = losses(job);
+  const int64_t resumed = replanned->checkpoint_step();
+  double first20 = 0, later = 0;
+  for (const auto& [step, loss] : got) {
+    if (step <= resumed) continue;
+    ASSERT_EQ(want.count(step), 1u) << step;
+    const double rel = std::abs(loss - want.at(step)) / std::abs(want.at(step));
+    double& worst = step <= resumed + 20 ? first20 : later;
+    worst = std::max(worst, rel);
+  }
+  std::printf(
+      "elastic re-plan at step %lld (%s -> %s): loss max rel diff %.3g over the first 20 "
+      "steps, %.3g after\n",
+      static_cast<long long>(resumed), replanned->from_layout().c_str(),
+      replanned->to_layout().c_str(), first20, later);
+  EXPECT_LE(first20, 1e-5);
+  EXPECT_LE(later, 1e-2);
+  auto events = Ctl("events " + job);
+  EXPECT_EQ(events.exit_code, 0) << events.err;
+  EXPECT_THAT(events.out, HasSubstr("REPLANNED"));
+  std::cout << "elastic, loomctl events " << job << ":\n" << events.out << std::endl;
+}
+
 TEST_F(ClusterTest, KilledWorkerTensorPipelineJobResumesBitExactly) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(3, /*worker_timeout_s=*/2, "--slots 2"));
   const std::string path = absl::StrCat(home_, "/tp-pp.yaml");

@@ -290,7 +290,8 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   for (const auto& e : job.events()) {
     bool resumed = e.kind() == loom::v1::RecoveryEvent::ROLLBACK ||
                    e.kind() == loom::v1::RecoveryEvent::RESTART ||
-                   e.kind() == loom::v1::RecoveryEvent::PREEMPTED;
+                   e.kind() == loom::v1::RecoveryEvent::PREEMPTED ||
+                   e.kind() == loom::v1::RecoveryEvent::REPLANNED;
     rows.push_back({absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_unix_ms()),
                                      absl::LocalTimeZone()),
                     KindName(e.kind()), e.cause().empty() ? "-" : e.cause(),
