@@ -58,6 +58,10 @@ struct PreemptionInProgress {
   std::string message;
   int64_t step_at_ask = -1;  // the last step reported when asked
   bool forced = false;       // the grace ran out and a plain stop was sent
+  // Not a preemption: an elastic job saving to grow (JobManager::
+  // GrowElasticJobsLocked); once its ranks are gone it is re-planned.
+  bool grow = false;
+  int grow_to = 0;  // the gang it saw room for
 };
 
 // One job: its durable part (`job`) and what the controller keeps about its
@@ -97,6 +101,8 @@ struct JobRecord {
   // AttemptPlacements).
   std::map<int64_t, std::map<int, std::string>> placements;
   std::optional<PreemptionInProgress> preempting;
+  // Elastic jobs: when the controller last looked for room to grow.
+  absl::Time grow_checked = absl::InfinitePast();
   // The current attempt was admitted into capacity reserved for another
   // gang (scheduling::Admission::opportunistic): the first to preempt.
   bool opportunistic = false;

@@ -1,11 +1,14 @@
 // JobManager's elastic re-planning (issue 31): an elastic job that lost a
 // worker is re-planned for the slots the live cluster can give it now
-// (controller/elastic.h), instead of waiting for its whole gang. Members of
-// JobManager (job_manager.h), called with mu_ held.
+// (controller/elastic.h), instead of waiting for its whole gang; one below
+// its max_ranks grows back when room returns. Members of JobManager
+// (job_manager.h), called with mu_ held.
 #include <algorithm>
 #include <iostream>
-#include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,20 +16,26 @@
 #include "controller/elastic.h"
 #include "controller/job_manager.h"
 #include "controller/job_planning.h"
+#include "controller/job_progress.h"
 #include "controller/scheduler.h"
 
 namespace loom::controller {
+namespace {
 
-bool JobManager::ReplanLocked(JobRecord& rec, const std::string& cause,
-                              const std::string& cause_kind) {
-  const loom::v1::JobSpec& spec = rec.job.spec();
-  if (!spec.has_elastic() || IsTerminalJobState(rec.job.state())) return false;
-  const bool gpu = spec.resources().gpus_per_rank() > 0;
-  // What each alive worker could give the job: its slots (GPUs for a GPU
-  // job) less what other jobs' ranks hold there.
-  std::vector<loom::v1::WorkerInfo> alive;
-  std::vector<int> free;
+// A gang the planner found an executable layout for.
+struct PlannedShape {
+  ElasticShape shape;
+  loom::v1::JobSpec spec;
+  loom::v1::JobPlan plan;
+};
+
+}  // namespace
+
+std::vector<int> JobManager::ElasticFreeSlotsLocked(const JobRecord& rec,
+                                                    std::vector<loom::v1::WorkerInfo>* alive) {
+  const bool gpu = rec.job.spec().resources().gpus_per_rank() > 0;
   const absl::Time now = clock_->Now();
+  std::vector<int> free;
   for (const loom::v1::WorkerInfo& info : workers_.Infos()) {
     if (!info.alive()) continue;
     const Worker* w = workers_.Find(info.id());
@@ -37,62 +46,138 @@ bool JobManager::ReplanLocked(JobRecord& rec, const std::string& cause,
     for (const RankSlot& slot : w->ranks) {
       if (slot.job_id != rec.job.id() && (!gpu || slot.gpu >= 0)) ++others;
     }
-    alive.push_back(info);
+    alive->push_back(info);
     free.push_back(std::max(0, (gpu ? info.gpus() : info.slots()) - others));
   }
-  std::string tried;
-  for (const ElasticShape& shape :
-       ElasticCandidates(free, spec.elastic().min_ranks(), spec.elastic().max_ranks())) {
+  return free;
+}
+
+// The first of `candidates` the planner finds an executable layout for on
+// `alive`; `tried` collects why the others did not.
+static std::optional<PlannedShape> FirstThatPlans(const loom::v1::JobSpec& spec,
+                                                  const std::vector<ElasticShape>& candidates,
+                                                  const std::vector<loom::v1::WorkerInfo>& alive,
+                                                  std::string* tried) {
+  for (const ElasticShape& shape : candidates) {
     loom::v1::JobSpec candidate = SpecForShape(spec, shape);
     absl::StatusOr<LiveTopology> topology = TopologyForSpec(candidate, alive);
-    if (!topology.ok()) continue;
-    absl::StatusOr<loom::v1::JobPlan> plan = PlanAtSubmit(&candidate, *topology);
+    absl::StatusOr<loom::v1::JobPlan> plan =
+        topology.ok() ? PlanAtSubmit(&candidate, *topology) : topology.status();
     if (plan.ok() && !plan->layout().fits()) {
-      plan = absl::FailedPreconditionError("does not fit");
+      plan = absl::FailedPreconditionError(plan->layout().infeasible_reason());
     }
     if (plan.ok()) {
-      if (absl::Status shape_ok = CheckGangShape(GangRequestOf(candidate)); !shape_ok.ok()) {
-        plan = shape_ok;
-      }
+      if (absl::Status gang = CheckGangShape(GangRequestOf(candidate)); !gang.ok()) plan = gang;
     }
     if (!plan.ok()) {
-      absl::StrAppend(&tried, tried.empty() ? "" : "; ", shape.ranks, " rank(s) on ", shape.workers,
+      absl::StrAppend(tried, tried->empty() ? "" : "; ", shape.ranks, " rank(s) on ", shape.workers,
                       " worker(s): ", plan.status().message());
       continue;
     }
-    plan->set_time_unix_ms(clock_->NowUnixMillis());
-    const int64_t checkpoint = NewestCheckpointLocked(rec, -1);
-    const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
-    loom::v1::RecoveryEvent ev;
-    ev.set_kind(loom::v1::RecoveryEvent::REPLANNED);
-    ev.set_cause(cause_kind);
-    ev.set_from_layout(rec.job.plan().layout().summary());
-    ev.set_to_layout(plan->layout().summary());
-    ev.set_predicted_step_seconds(plan->layout().step_seconds());
-    ev.set_checkpoint_step(checkpoint);
-    ev.set_resume_step(-1);
-    ev.set_steps_lost(lost);
-    ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
-    ev.set_generation(rec.job.generation() + 1);
-    ev.set_message(absl::StrFormat(
-        "%s; re-planned from %d to %d rank(s) on %d worker(s) for the live cluster: %s -> %s "
-        "(predicted %.3f s a step), resuming from the checkpoint at step %d (%d step(s) after it "
-        "lost); no restart counted",
-        cause, spec.resources().ranks(), shape.ranks, shape.workers, ev.from_layout(),
-        ev.to_layout(), ev.predicted_step_seconds(), checkpoint, lost));
-    AddEvent(rec, ev);
-    if (metrics_ != nullptr) metrics_->RecordRecovery(rec.job.id(), "replan", cause_kind, lost, 0);
-    rec.job.set_layout_generation(rec.job.layout_generation() + 1);
-    rec.job.set_resume_step(-1);
-    *rec.job.mutable_spec() = std::move(candidate);
-    *rec.job.mutable_plan() = *std::move(plan);
-    RequeueLocked(rec, ev.message());
-    return true;
+    return PlannedShape{shape, std::move(candidate), *std::move(plan)};
   }
-  std::cerr << "loom-controller: elastic job " << rec.job.id() << " could not be re-planned ("
-            << (tried.empty() ? "fewer than elastic.min_ranks slots are free" : tried)
-            << "); it waits for its gang" << std::endl;
-  return false;
+  return std::nullopt;
+}
+
+bool JobManager::ReplanLocked(JobRecord& rec, const std::string& cause,
+                              const std::string& cause_kind) {
+  const loom::v1::JobSpec& spec = rec.job.spec();
+  if (!spec.has_elastic() || IsTerminalJobState(rec.job.state())) return false;
+  std::vector<loom::v1::WorkerInfo> alive;
+  const std::vector<int> free = ElasticFreeSlotsLocked(rec, &alive);
+  std::string tried;
+  std::optional<PlannedShape> chosen = FirstThatPlans(
+      spec, ElasticCandidates(free, spec.elastic().min_ranks(), spec.elastic().max_ranks()), alive,
+      &tried);
+  if (!chosen.has_value()) {
+    std::cerr << "loom-controller: elastic job " << rec.job.id() << " could not be re-planned ("
+              << (tried.empty() ? "fewer than elastic.min_ranks slots are free" : tried)
+              << "); it waits for its gang" << std::endl;
+    return false;
+  }
+  chosen->plan.set_time_unix_ms(clock_->NowUnixMillis());
+  const int64_t checkpoint = NewestCheckpointLocked(rec, -1);
+  const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
+  loom::v1::RecoveryEvent ev;
+  ev.set_kind(loom::v1::RecoveryEvent::REPLANNED);
+  ev.set_cause(cause_kind);
+  ev.set_from_layout(rec.job.plan().layout().summary());
+  ev.set_to_layout(chosen->plan.layout().summary());
+  ev.set_predicted_step_seconds(chosen->plan.layout().step_seconds());
+  ev.set_checkpoint_step(checkpoint);
+  ev.set_resume_step(-1);
+  ev.set_steps_lost(lost);
+  ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
+  ev.set_generation(rec.job.generation() + 1);
+  ev.set_message(absl::StrFormat(
+      "%s; re-planned from %d to %d rank(s) on %d worker(s) for the live cluster: %s -> %s "
+      "(predicted %.3f s a step), resuming from the checkpoint at step %d (%d step(s) after it "
+      "lost); no restart counted",
+      cause, spec.resources().ranks(), chosen->shape.ranks, chosen->shape.workers, ev.from_layout(),
+      ev.to_layout(), ev.predicted_step_seconds(), checkpoint, lost));
+  AddEvent(rec, ev);
+  if (metrics_ != nullptr) metrics_->RecordRecovery(rec.job.id(), "replan", cause_kind, lost, 0);
+  rec.job.set_layout_generation(rec.job.layout_generation() + 1);
+  rec.job.set_resume_step(-1);
+  *rec.job.mutable_spec() = std::move(chosen->spec);
+  *rec.job.mutable_plan() = std::move(chosen->plan);
+  RequeueLocked(rec, ev.message());
+  return true;
+}
+
+void JobManager::GrowElasticJobsLocked() {
+  // Free room goes to the jobs waiting for it first.
+  if (!jobs_.pending().empty()) return;
+  const absl::Time now = clock_->Now();
+  for (const std::string& jid : jobs_.unfinished()) {
+    JobRecord& rec = *jobs_.Find(jid);
+    const loom::v1::JobSpec& spec = rec.job.spec();
+    if (!spec.has_elastic() || rec.job.state() != loom::v1::RUNNING || rec.preempting ||
+        rec.pending_failure || rec.attempt_last_step < 0 ||
+        spec.resources().ranks() >= spec.elastic().max_ranks()) {
+      continue;
+    }
+    // Not again before the queues' minimum run time (no thrash), and the
+    // planner asked at most every 5 s.
+    const absl::Time started = LastTransitionTo(rec.job, loom::v1::SCHEDULED).value_or(now);
+    if (now - started < queues_.min_run_time || now - rec.grow_checked < absl::Seconds(5)) {
+      continue;
+    }
+    rec.grow_checked = now;
+    std::vector<loom::v1::WorkerInfo> alive;
+    const std::vector<int> free = ElasticFreeSlotsLocked(rec, &alive);
+    std::string tried;
+    const std::optional<PlannedShape> larger = FirstThatPlans(
+        spec, ElasticCandidates(free, spec.resources().ranks() + 1, spec.elastic().max_ranks()),
+        alive, &tried);
+    if (!larger.has_value()) continue;
+    PreemptionInProgress p;
+    p.since = now;
+    p.deadline = now + queues_.preemption_grace;
+    p.reason = kCauseCapacityReturned;
+    p.step_at_ask = rec.attempt_last_step;
+    p.grow = true;
+    p.grow_to = larger->shape.ranks;
+    rec.preempting = std::move(p);
+    rec.job.set_reason(absl::StrCat("growing to ", larger->shape.ranks,
+                                    " rank(s): saving a checkpoint at the next step boundary"));
+    for (const std::string& wid : [&] {
+           std::set<std::string> ids;
+           for (const auto& r : rec.job.ranks()) ids.insert(r.worker_id());
+           return ids;
+         }()) {
+      Worker* w = workers_.FindAlive(wid);
+      if (w == nullptr) continue;
+      loom::v1::WorkerCommand cmd;
+      loom::v1::StopRank* stop = cmd.mutable_stop();
+      stop->set_job_id(rec.job.id());
+      stop->set_generation(rec.job.generation());
+      stop->set_checkpoint_first(true);
+      stop->set_reason(absl::StrCat("room for ", larger->shape.ranks,
+                                    " rank(s): save a checkpoint, then stop to grow"));
+      w->pending_commands.push_back(std::move(cmd));
+    }
+  }
 }
 
 }  // namespace loom::controller

@@ -1064,6 +1064,7 @@ void JobManager::Tick() {
     CheckLivenessLocked();
     ResolveFailuresLocked();
     CheckPreemptionsLocked();
+    GrowElasticJobsLocked();
     ScheduleLocked();
   }
   ThinFinishedStepSeries();

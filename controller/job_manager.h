@@ -395,6 +395,16 @@ class JobManager {
   // changed) when the job is not elastic or no gang of at least
   // elastic.min_ranks plans.
   bool ReplanLocked(JobRecord& rec, const std::string& cause, const std::string& cause_kind);
+  // Each tick: a running elastic job below elastic.max_ranks, running for
+  // at least the queues' min_run_time, while no job waits, with room on the
+  // live cluster for a larger gang that plans, is asked to save at its next
+  // step boundary and stop (as a preemption's victim is); once its ranks are
+  // gone it is re-planned for the larger gang (FinishPreemptionLocked).
+  void GrowElasticJobsLocked();
+  // What each alive, heartbeating worker could give `rec` (its slots, or
+  // GPUs for a GPU job, less what other jobs hold), and those workers.
+  std::vector<int> ElasticFreeSlotsLocked(const JobRecord& rec,
+                                          std::vector<loom::v1::WorkerInfo>* alive);
   void CheckPreemptionsLocked();
   void FinishPreemptionLocked(JobRecord& rec);
   void AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event);

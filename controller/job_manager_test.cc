@@ -560,6 +560,46 @@ TEST_F(JobManagerTest, ElasticJobThatLosesAWorkerIsReplannedForTheWorkersLeft) {
   }
   EXPECT_EQ(starts, 2) << manager_->Get(job)->reason();
   EXPECT_EQ(StateOf(job), loom::v1::SCHEDULED);
+  Beat(w1, 29600, {{job, 0}});
+  Beat(w2, 29600, {{job, 1}});
+  ASSERT_EQ(StateOf(job), loom::v1::RUNNING);
+  loom::v1::ReportStepMetricsRequest resumed;
+  resumed.set_worker_id(w1);
+  resumed.set_job_id(job);
+  resumed.set_generation(generation_[job]);
+  resumed.add_events()->mutable_step()->set_step(5);
+  ASSERT_TRUE(manager_->ReportEvents(resumed).ok());
+
+  // node-c comes back. With no job waiting and no minimum run time, the job
+  // saves at its next step boundary and stops, then grows back to 3 ranks.
+  absl::StatusOr<scheduling::QueueConfig> config =
+      scheduling::ParseQueueConfig("preemption: {min_run_time_seconds: 0}\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  manager_->SetQueueConfig(*config);
+  const std::string w3_again = Register("node-c");
+  Beat(w3_again, 29601);
+  manager_->Tick();
+  int asked = 0;
+  for (const std::string& w : {w1, w2}) {
+    const loom::v1::HeartbeatResponse beat = Beat(w, 29602, {{job, w == w1 ? 0 : 1}});
+    for (const auto& cmd : beat.commands()) {
+      asked += cmd.has_stop() && cmd.stop().job_id() == job && cmd.stop().checkpoint_first();
+    }
+  }
+  ASSERT_EQ(asked, 2);
+  EXPECT_THAT(manager_->Get(job)->reason(), HasSubstr("growing to 3 rank(s)"));
+  ASSERT_TRUE(Exit(w1, job, 0, kRankExitSavedAndStopped).ok());
+  ASSERT_TRUE(Exit(w2, job, 1, kRankExitSavedAndStopped).ok());
+  j = *manager_->Get(job);
+  EXPECT_EQ(j.preemptions(), 0) << "growing is not a preemption";
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_EQ(j.layout_generation(), 2);
+  EXPECT_EQ(j.spec().resources().ranks(), 3);
+  const loom::v1::RecoveryEvent& grew = j.events(j.events_size() - 1);
+  EXPECT_EQ(grew.kind(), loom::v1::RecoveryEvent::REPLANNED);
+  EXPECT_EQ(grew.cause(), "capacity_returned");
+  EXPECT_THAT(grew.to_layout(), HasSubstr("dp 3"));
+  EXPECT_NE(j.state(), loom::v1::RUNNING);
 }
 
 // The asynchronous report (the controller's ReportStepMetrics) answers as

@@ -74,6 +74,13 @@ void ApplyStepReport(const loom::v1::StepMetrics& m, int64_t now_unix_ms, JobRec
   }
 }
 
+std::optional<absl::Time> LastTransitionTo(const loom::v1::Job& job, loom::v1::JobState state) {
+  for (int i = job.history_size() - 1; i >= 0; --i) {
+    if (job.history(i).to() == state) return absl::FromUnixMillis(job.history(i).time_unix_ms());
+  }
+  return std::nullopt;
+}
+
 absl::Duration EstimatedRemainingRuntime(const loom::v1::Job& job) {
   const loom::v1::JobSpec& spec = job.spec();
   const int64_t left =

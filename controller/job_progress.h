@@ -12,6 +12,7 @@
 #define LOOM_CONTROLLER_JOB_PROGRESS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/time/time.h"
 #include "controller/job_catalog.h"
@@ -36,6 +37,9 @@ void ApplyStepReport(const loom::v1::StepMetrics& m, int64_t now_unix_ms, JobRec
 // planner's predicted step time with a 2x margin (plan accuracy varies by
 // machine). InfiniteDuration when neither is known.
 absl::Duration EstimatedRemainingRuntime(const loom::v1::Job& job);
+
+// When the job last entered `state` (its history); nullopt if never.
+std::optional<absl::Time> LastTransitionTo(const loom::v1::Job& job, loom::v1::JobState state);
 
 }  // namespace loom::controller
 

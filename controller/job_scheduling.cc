@@ -32,14 +32,6 @@ bool IsPreemptible(const loom::v1::JobSpec& spec) {
   return allowed && !spec.checkpoint().dir().empty();
 }
 
-// When the job last entered `state`; nullopt if never.
-std::optional<absl::Time> LastTransitionTo(const loom::v1::Job& job, JobState state) {
-  for (int i = job.history_size() - 1; i >= 0; --i) {
-    if (job.history(i).to() == state) return absl::FromUnixMillis(job.history(i).time_unix_ms());
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 void JobManager::ScheduleLocked() {
@@ -334,9 +326,10 @@ void JobManager::CheckPreemptionsLocked() {
     if (p.forced || now < p.deadline) continue;
     p.forced = true;
     const std::string why = absl::StrFormat(
-        "preempted for job %s: no checkpoint committed within the grace of %.0fs; stopping "
-        "without one",
-        p.for_job_id, absl::ToDoubleSeconds(now - p.since));
+        "%s: no checkpoint committed within the grace of %.0fs; stopping without one",
+        p.grow ? absl::StrCat("growing to ", p.grow_to, " rank(s)")
+               : absl::StrCat("preempted for job ", p.for_job_id),
+        absl::ToDoubleSeconds(now - p.since));
     rec.job.set_reason(why);
     StopJobRanks(rec, why, "");
   }
@@ -346,6 +339,17 @@ void JobManager::FinishPreemptionLocked(JobRecord& rec) {
   const absl::Time now = clock_->Now();
   PreemptionInProgress p = rec.preempting.value_or(PreemptionInProgress{});
   rec.preempting.reset();
+  if (p.grow) {
+    // An elastic job saved to grow: re-plan it for what the cluster has now
+    // (its own slots included); if that no longer plans, it goes back as it was.
+    const std::string why = absl::StrFormat(
+        "room for %d rank(s) came back; the ranks saved and stopped %.1fs after the request",
+        p.grow_to, absl::ToDoubleSeconds(now - p.since));
+    if (!ReplanLocked(rec, why, kCauseCapacityReturned)) {
+      RequeueLocked(rec, why + "; the larger gang no longer plans: resuming as it was");
+    }
+    return;
+  }
   const int64_t checkpoint = NewestCheckpointLocked(rec, -1);
   const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
   rec.job.set_preemptions(rec.job.preemptions() + 1);

@@ -42,6 +42,8 @@ inline constexpr char kCauseControllerRestart[] = "controller_restart";
 inline constexpr char kCauseCheckpointFailed[] = "checkpoint_failed";
 // steps_lost_total's cause for preemptions (0 when the save committed).
 inline constexpr char kCausePreemption[] = "preemption";
+// An elastic job grew back: workers returned (RecoveryEvent REPLANNED).
+inline constexpr char kCauseCapacityReturned[] = "capacity_returned";
 
 class RecoveryMetrics {
  public:
