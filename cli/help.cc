@@ -157,6 +157,20 @@ example: loomctl report llama-tiny-1 --out report.html)",
                {},
                {"--out"},
                ArgKind::kJob});
+  c.push_back({"steps",
+               {"steps JOB [--last N]"},
+               "the job's per-step records",
+               R"(Lists the job's step records in the order they were reported: step, training
+and validation loss, gradient norm, tokens/s, the attempt that trained it and
+the layout generation it ran under (an elastic job's re-plans raise it). A
+step that a restart, rollback or re-plan trained again appears once per
+attempt. `-o json` prints every field of every record, for your own plots.
+  --last N   only the newest N records
+
+example: loomctl -o json steps llama-tiny-1 --last 100)",
+               {},
+               {"--last"},
+               ArgKind::kJob});
   c.push_back({"events",
                {"events JOB"},
                "recovery events: spikes, rollbacks, restarts",

@@ -36,7 +36,7 @@ const std::map<std::string, Runner>& Runners() {
       {"completion", CmdCompletion}, {"help", CmdHelp},
       {"sample", CmdSample},         {"export", CmdExport},
       {"report", CmdReport},         {"logs", CmdLogs},
-      {"queues", CmdQueues},
+      {"queues", CmdQueues},         {"steps", CmdSteps},
   };
   return *runners;
 }

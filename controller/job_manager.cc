@@ -854,6 +854,8 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
     if (ev.has_step()) {
       loom::v1::StepMetrics m = ev.step();
       if (m.time_unix_ms() == 0) m.set_time_unix_ms(out.time_unix_ms());
+      m.set_generation(rec.job.generation());
+      m.set_layout_generation(rec.job.layout_generation());
       ApplyStepReport(m, out.time_unix_ms(), &rec);
       steps.push_back(m);
       if (rec.detector && m.step() > 0) {

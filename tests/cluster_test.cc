@@ -1751,6 +1751,23 @@ seed: 9
       static_cast<long long>(replans[1]->checkpoint_step()), first20, later);
   EXPECT_LE(first20, 1e-5);
   EXPECT_LE(later, 1e-2);
+  // `loomctl steps` names each record's attempt and layout generation.
+  auto listed = Ctl("-o json steps " + job);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  loom::v1::GetStepMetricsResponse records;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &records).ok());
+  std::set<int> layouts;
+  std::set<std::pair<int64_t, int64_t>> step_attempts;
+  for (const auto& m : records.steps()) {
+    layouts.insert(m.layout_generation());
+    EXPECT_TRUE(step_attempts.insert({m.step(), m.generation()}).second)
+        << "step " << m.step() << " recorded twice by attempt " << m.generation();
+  }
+  EXPECT_EQ(layouts, (std::set<int>{0, 1, 2}));
+  auto table = Ctl("steps " + job + " --last 3");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("LAYOUT"));
+  EXPECT_THAT(table.out, HasSubstr(absl::StrCat(kSteps)));
   auto events = Ctl("events " + job);
   EXPECT_EQ(events.exit_code, 0) << events.err;
   EXPECT_THAT(events.out, HasSubstr("REPLANNED"));

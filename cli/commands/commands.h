@@ -78,6 +78,7 @@ int CmdExport(const Globals& g, const std::vector<std::string>& args);
 
 // report.cc
 int CmdReport(const Globals& g, const std::vector<std::string>& args);
+int CmdSteps(const Globals& g, const std::vector<std::string>& args);
 
 // completion.cc. CmdJobIds runs the hidden `__jobs`, which has no help
 // entry: silent, and exit 1 when the controller cannot be asked.

@@ -268,6 +268,49 @@ int CmdCancel(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+// `loomctl steps JOB [--last N]`: the job's per-step records.
+int CmdSteps(const Globals& g, const std::vector<std::string>& args) {
+  loom::v1::GetStepMetricsRequest req;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--last" && i + 1 < args.size()) {
+      int last = 0;
+      if (!absl::SimpleAtoi(args[++i], &last) || last < 1) {
+        return Usage("steps: --last takes a count >= 1, got " + args[i]);
+      }
+      req.set_limit(last);
+    } else if (!args[i].empty() && args[i][0] == '-') {
+      return Usage("steps: unknown flag " + args[i]);
+    } else if (req.job_id().empty()) {
+      req.set_job_id(args[i]);
+    } else {
+      return Usage("steps: one job at a time");
+    }
+  }
+  if (req.job_id().empty()) return Usage("steps: expected JOB");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::GetStepMetricsResponse resp;
+  if (absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::GetStepMetrics, req, &resp);
+      !s.ok()) {
+    return Fail(s);
+  }
+  if (g.json) {
+    std::cout << ToJson(resp) << std::endl;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"STEP", "LOSS", "VAL LOSS", "GRAD NORM", "TOKENS/S", "ATTEMPT", "LAYOUT"}};
+  for (const loom::v1::StepMetrics& m : resp.steps()) {
+    rows.push_back({absl::StrCat(m.step()), absl::StrFormat("%.4f", m.loss()),
+                    m.has_val_loss() ? absl::StrFormat("%.4f", m.val_loss()) : "-",
+                    absl::StrFormat("%.3f", m.grad_norm()),
+                    absl::StrFormat("%.0f", m.tokens_per_second()), absl::StrCat(m.generation()),
+                    absl::StrCat(m.layout_generation())});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
 int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
   if (args.size() != 1) return Usage("events: expected JOB");
   auto fetched = FetchJob(g, args[0]);
