@@ -12,7 +12,7 @@ loom_library(loom_cli_commands
     commands/local.cc commands/users.cc commands/ca.cc commands/model.cc commands/report.cc
     commands/completion.cc
   DEPS loom_cli_help loom_report loom_tokenizer loom_access loom_local_cluster loom_plan_command
-    loom_diagnosis loom_goodput loom_grpc loom_grpc_util loom_jobspec loom_data absl::strings
+    loom_diagnosis loom_goodput loom_data_ledger loom_grpc loom_grpc_util loom_jobspec loom_data absl::strings
     absl::str_format absl::time)
 add_executable(loomctl loomctl_main.cc)
 target_link_libraries(loomctl PRIVATE loom_cli_commands loom_cli_help)

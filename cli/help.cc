@@ -158,7 +158,7 @@ example: loomctl report llama-tiny-1 --out report.html)",
                {"--out"},
                ArgKind::kJob});
   c.push_back({"steps",
-               {"steps JOB [--last N]"},
+               {"steps JOB [--last N] [--ledger]"},
                "the job's per-step records",
                R"(Lists the job's step records in the order they were reported: step, training
 and validation loss, gradient norm, tokens/s, the attempt that trained it and
@@ -166,10 +166,15 @@ the layout generation it ran under (an elastic job's re-plans raise it). A
 step that a restart, rollback or re-plan trained again appears once per
 attempt. `-o json` prints every field of every record, for your own plots.
   --last N   only the newest N records
+  --ledger   the data ledger instead: of the committed trajectory (each step's
+             newest attempt), which data batches were trained, how many were
+             skipped (outside the job's skip ranges) or trained twice, and how
+             many step records a later attempt replayed; exits 1 if any batch
+             was skipped or duplicated
 
 example: loomctl -o json steps llama-tiny-1 --last 100)",
                {},
-               {"--last"},
+               {"--last", "--ledger"},
                ArgKind::kJob});
   c.push_back({"events",
                {"events JOB"},

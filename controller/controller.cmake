@@ -28,6 +28,8 @@ loom_library(loom_log_store SRCS log_store.cc DEPS absl::strings absl::str_forma
 loom_test(loom_log_store_test SRCS log_store_test.cc DEPS loom_log_store)
 loom_library(loom_goodput SRCS goodput.cc DEPS loom_proto loom_metrics absl::time)
 loom_test(loom_goodput_test SRCS goodput_test.cc DEPS loom_goodput)
+loom_library(loom_data_ledger SRCS data_ledger.cc DEPS loom_proto)
+loom_test(loom_data_ledger_test SRCS data_ledger_test.cc DEPS loom_data_ledger)
 loom_library(loom_rank_logs SRCS rank_logs.cc DEPS loom_log_store loom_grpc absl::strings)
 loom_test(loom_rank_logs_test SRCS rank_logs_test.cc DEPS loom_rank_logs)
 loom_library(loom_controller_service SRCS controller_service.cc

@@ -1,6 +1,8 @@
 #include "controller/job_progress.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <utility>
 #include <vector>
 

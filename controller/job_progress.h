@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "controller/job_catalog.h"

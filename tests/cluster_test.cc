@@ -1764,6 +1764,14 @@ seed: 9
         << "step " << m.step() << " recorded twice by attempt " << m.generation();
   }
   EXPECT_EQ(layouts, (std::set<int>{0, 1, 2}));
+  // Every data batch of the committed trajectory trained exactly once,
+  // across both layout changes.
+  auto ledger = Ctl("steps " + job + " --ledger");
+  EXPECT_EQ(ledger.exit_code, 0) << ledger.out << ledger.err;
+  EXPECT_THAT(ledger.out, HasSubstr(absl::StrCat(kSteps, " committed step(s) trained data batches 0..",
+                                                 kSteps - 1, " under 3 layout(s): 0 skipped, 0 "
+                                                 "duplicated")));
+  std::cout << ledger.out;
   auto table = Ctl("steps " + job + " --last 3");
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("LAYOUT"));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cli/commands/commands.h"
+#include "controller/data_ledger.h"
 #include "controller/goodput.h"
 #include "cli/commands/common.h"
 #include "cli/commands/watch.h"
@@ -271,8 +272,11 @@ int CmdCancel(const Globals& g, const std::vector<std::string>& args) {
 // `loomctl steps JOB [--last N]`: the job's per-step records.
 int CmdSteps(const Globals& g, const std::vector<std::string>& args) {
   loom::v1::GetStepMetricsRequest req;
+  bool ledger = false;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--last" && i + 1 < args.size()) {
+    if (args[i] == "--ledger") {
+      ledger = true;
+    } else if (args[i] == "--last" && i + 1 < args.size()) {
       int last = 0;
       if (!absl::SimpleAtoi(args[++i], &last) || last < 1) {
         return Usage("steps: --last takes a count >= 1, got " + args[i]);
@@ -293,6 +297,37 @@ int CmdSteps(const Globals& g, const std::vector<std::string>& args) {
   if (absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::GetStepMetrics, req, &resp);
       !s.ok()) {
     return Fail(s);
+  }
+  if (ledger) {
+    if (req.limit() > 0) return Usage("steps: --ledger reads every record; drop --last");
+    absl::StatusOr<loom::v1::Job> job = FetchJob(g, req.job_id());
+    if (!job.ok()) return Fail(job.status());
+    const controller::DataLedger l = controller::ComputeDataLedger(
+        std::vector<loom::v1::StepMetrics>(resp.steps().begin(), resp.steps().end()),
+        std::vector<loom::v1::SkipRange>(job->skip_batches().begin(), job->skip_batches().end()));
+    if (g.json) {
+      std::cout << absl::StrFormat(
+                       "{\"steps\": %d, \"first_batch\": %d, \"last_batch\": %d, "
+                       "\"skipped\": %d, \"duplicated\": %d, \"replayed\": %d, "
+                       "\"missing_steps\": %d, \"layout_generations\": %d}",
+                       l.steps, l.first_batch, l.last_batch, l.skipped, l.duplicated, l.replayed,
+                       l.missing_steps, l.layout_generations)
+                << std::endl;
+    } else {
+      std::cout << absl::StrFormat(
+                       "data ledger of %s: %d committed step(s) trained data batches %d..%d "
+                       "under %d layout(s): %d skipped, %d duplicated; %d step record(s) "
+                       "replayed by a later attempt%s",
+                       req.job_id(), l.steps, l.first_batch, l.last_batch, l.layout_generations,
+                       l.skipped, l.duplicated, l.replayed,
+                       l.missing_steps > 0
+                           ? absl::StrCat("; ", l.missing_steps,
+                                          " step(s) without a record (log_interval > 1): "
+                                          "skips not checked")
+                           : "")
+                << std::endl;
+    }
+    return l.skipped == 0 && l.duplicated == 0 ? 0 : 1;
   }
   if (g.json) {
     std::cout << ToJson(resp) << std::endl;
