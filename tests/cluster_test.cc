@@ -1678,6 +1678,7 @@ seed: 9
   ASSERT_LT(running.summary().last_step(), kSteps / 4) << "the kill must land early";
   const std::string victim_node = running.ranks(2).node();
   const auto killed_at = std::chrono::steady_clock::now();
+  const int64_t killed_ms = absl::ToUnixMillis(absl::Now());
   ASSERT_NO_FATAL_FAILURE(KillWorkerOnNode(victim_node));
   // Shrunk: running on the two workers left.
   ASSERT_TRUE(WaitFor(
@@ -1764,6 +1765,31 @@ seed: 9
         << "step " << m.step() << " recorded twice by attempt " << m.generation();
   }
   EXPECT_EQ(layouts, (std::set<int>{0, 1, 2}));
+  // Time to recover from the loss, in parts: from the re-plan (the
+  // controller declaring the worker lost) to the new gang's placement, its
+  // ranks running, the checkpoint loaded and its first step started.
+  {
+    const int64_t replanned_ms = replans[0]->time_unix_ms();
+    int64_t placed_ms = 0, running_ms = 0;
+    for (const auto& t : done.history()) {
+      if (t.time_unix_ms() < replanned_ms) continue;
+      if (t.to() == loom::v1::SCHEDULED && placed_ms == 0) placed_ms = t.time_unix_ms();
+      if (t.to() == loom::v1::RUNNING && running_ms == 0) running_ms = t.time_unix_ms();
+    }
+    const loom::v1::StepMetrics* first = nullptr;
+    for (const auto& m : records.steps()) {
+      if (m.layout_generation() == 1 && (first == nullptr || m.step() < first->step())) first = &m;
+    }
+    ASSERT_NE(first, nullptr);
+    const double first_step_start_s =
+        (first->time_unix_ms() - replanned_ms) / 1000.0 - first->step_time_seconds();
+    std::printf("elastic recovery: the kill to the re-plan %.1f s (lease and failure settling); "
+                "then placed %.2f s, ranks running %.2f s, checkpoint loaded in %.3f s, first "
+                "step started %.2f s after the re-plan\n",
+                (replanned_ms - killed_ms) / 1000.0,
+                (placed_ms - replanned_ms) / 1000.0, (running_ms - replanned_ms) / 1000.0,
+                first->checkpoint_restore_seconds(), first_step_start_s);
+  }
   // Every data batch of the committed trajectory trained exactly once,
   // across both layout changes.
   auto ledger = Ctl("steps " + job + " --ledger");
