@@ -37,9 +37,9 @@ DataLedger ComputeDataLedger(const std::vector<loom::v1::StepMetrics>& records,
   if (ledger.missing_steps == 0) {
     for (int64_t b = 0; b <= ledger.last_batch; ++b) {
       if (trained.count(b) > 0) continue;
-      const bool covered = std::any_of(
-          skip_ranges.begin(), skip_ranges.end(),
-          [b](const loom::v1::SkipRange& r) { return b >= r.begin() && b < r.end(); });
+      const bool covered =
+          std::any_of(skip_ranges.begin(), skip_ranges.end(),
+                      [b](const loom::v1::SkipRange& r) { return b >= r.begin() && b < r.end(); });
       if (!covered) ++ledger.skipped;
     }
   }

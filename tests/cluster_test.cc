@@ -1783,20 +1783,22 @@ seed: 9
     ASSERT_NE(first, nullptr);
     const double first_step_start_s =
         (first->time_unix_ms() - replanned_ms) / 1000.0 - first->step_time_seconds();
-    std::printf("elastic recovery: the kill to the re-plan %.1f s (lease and failure settling); "
-                "then placed %.2f s, ranks running %.2f s, checkpoint loaded in %.3f s, first "
-                "step started %.2f s after the re-plan\n",
-                (replanned_ms - killed_ms) / 1000.0,
-                (placed_ms - replanned_ms) / 1000.0, (running_ms - replanned_ms) / 1000.0,
-                first->checkpoint_restore_seconds(), first_step_start_s);
+    std::printf(
+        "elastic recovery: the kill to the re-plan %.1f s (lease and failure settling); "
+        "then placed %.2f s, ranks running %.2f s, checkpoint loaded in %.3f s, first "
+        "step started %.2f s after the re-plan\n",
+        (replanned_ms - killed_ms) / 1000.0, (placed_ms - replanned_ms) / 1000.0,
+        (running_ms - replanned_ms) / 1000.0, first->checkpoint_restore_seconds(),
+        first_step_start_s);
   }
   // Every data batch of the committed trajectory trained exactly once,
   // across both layout changes.
   auto ledger = Ctl("steps " + job + " --ledger");
   EXPECT_EQ(ledger.exit_code, 0) << ledger.out << ledger.err;
-  EXPECT_THAT(ledger.out, HasSubstr(absl::StrCat(kSteps, " committed step(s) trained data batches 0..",
-                                                 kSteps - 1, " under 3 layout(s): 0 skipped, 0 "
-                                                 "duplicated")));
+  EXPECT_THAT(ledger.out, HasSubstr(absl::StrCat(
+                              kSteps, " committed step(s) trained data batches 0..", kSteps - 1,
+                              " under 3 layout(s): 0 skipped, 0 "
+                              "duplicated")));
   std::cout << ledger.out;
   auto table = Ctl("steps " + job + " --last 3");
   ASSERT_EQ(table.exit_code, 0) << table.err;

@@ -8,17 +8,17 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands/commands.h"
-#include "controller/data_ledger.h"
-#include "controller/goodput.h"
 #include "cli/commands/common.h"
 #include "cli/commands/watch.h"
 #include "common/jobspec.h"
+#include "controller/data_ledger.h"
+#include "controller/goodput.h"
 #include "controller/job_planning.h"
 
 namespace loom::cli {
