@@ -70,7 +70,7 @@ bench_recovery() {
 # full checkpoint volume; every job must end bit-exact (issue 12). Root.
 bench_chaos() {
   build loom_chaos_bench
-  "$BUILD_DIR/bin/loom_chaos_bench" "$BUILD_DIR/bin" "${CHAOS_TRIALS:-32}" "${CHAOS_SEED:-1}"
+  "$BUILD_DIR/bin/loom_chaos_bench" "$BUILD_DIR/bin" "${CHAOS_TRIALS:-41}" "${CHAOS_SEED:-1}"
 }
 
 # The controller under a large cluster's load (issue 12): CONTROL_PLANE_WORKERS

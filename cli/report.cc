@@ -399,20 +399,9 @@ std::string RenderJobReport(const loom::v1::Job& job,
                       gp.productive, gp.wall, gp.ettr(), job.preemptions(), job.restarts())),
                   "</p>\n");
   std::vector<std::vector<std::string>> buckets = {{"bucket", "seconds", "share of wall time"}};
-  const std::pair<const char*, double> rows[] = {
-      {"queued", gp.queued},
-      {"preempted, waiting", gp.preempted_waiting},
-      {"waiting after a failure or rollback", gp.recovery_waiting},
-      {"start-up (launch, rendezvous, probe)", gp.startup},
-      {"checkpoint restore", gp.checkpoint_restore},
-      {"productive steps", gp.productive},
-      {"data stall", gp.data_stall},
-      {"checkpoint-save stall", gp.checkpoint_stall},
-      {"evaluation (validation passes)", gp.evaluation},
-      {"redone after a failure, rollback or preemption", gp.redone},
-      {"unaccounted", gp.unaccounted},
-  };
-  for (const auto& [name, seconds] : rows) {
+  for (const controller::GoodputBuckets::Named& bucket : gp.List()) {
+    const std::string name = bucket.description;
+    const double seconds = bucket.seconds;
     buckets.push_back({name, absl::StrFormat("%.1f", seconds),
                        gp.wall > 0 ? absl::StrFormat("%.1f%%", 100 * seconds / gp.wall) : "-"});
   }

@@ -150,22 +150,25 @@ GoodputMetrics::GoodputMetrics(metrics::Registry& registry)
                       "wall time less the time it waited in its queue.")
                 .Register(registry)) {}
 
-void GoodputMetrics::Record(const std::string& job_id, const GoodputBuckets& b) {
-  const std::pair<const char*, double> buckets[] = {
-      {"queued", b.queued},
-      {"preempted_waiting", b.preempted_waiting},
-      {"recovery_waiting", b.recovery_waiting},
-      {"startup", b.startup},
-      {"checkpoint_restore", b.checkpoint_restore},
-      {"productive", b.productive},
-      {"data_stall", b.data_stall},
-      {"checkpoint_stall", b.checkpoint_stall},
-      {"evaluation", b.evaluation},
-      {"redone", b.redone},
-      {"unaccounted", b.unaccounted},
+std::vector<GoodputBuckets::Named> GoodputBuckets::List() const {
+  return {
+      {"queued", "queued", queued},
+      {"preempted_waiting", "preempted, waiting", preempted_waiting},
+      {"recovery_waiting", "waiting after a failure or rollback", recovery_waiting},
+      {"startup", "start-up (launch, rendezvous, probe)", startup},
+      {"checkpoint_restore", "checkpoint restore", checkpoint_restore},
+      {"productive", "productive steps", productive},
+      {"data_stall", "data stall", data_stall},
+      {"checkpoint_stall", "checkpoint-save stall", checkpoint_stall},
+      {"evaluation", "evaluation (validation passes)", evaluation},
+      {"redone", "redone after a failure, rollback or preemption", redone},
+      {"unaccounted", "unaccounted", unaccounted},
   };
-  for (const auto& [bucket, seconds] : buckets) {
-    seconds_.Add({{"job_id", job_id}, {"bucket", bucket}}).Set(seconds);
+}
+
+void GoodputMetrics::Record(const std::string& job_id, const GoodputBuckets& b) {
+  for (const GoodputBuckets::Named& bucket : b.List()) {
+    seconds_.Add({{"job_id", job_id}, {"bucket", bucket.label}}).Set(bucket.seconds);
   }
   ettr_.Add({{"job_id", job_id}}).Set(b.ettr());
 }

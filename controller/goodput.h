@@ -58,6 +58,16 @@ struct GoodputBuckets {
 
   // productive / (wall - queued - preempted_waiting); 0 before any of it.
   double ettr() const;
+
+  // Every bucket (all but wall) in a fixed order: its series label
+  // ("preempted_waiting"), how a person reads it ("preempted, waiting") and
+  // its seconds.
+  struct Named {
+    const char* label;
+    const char* description;
+    double seconds;
+  };
+  std::vector<Named> List() const;
 };
 
 // `steps`: the job's step reports, any order (StepMetrics.time_unix_ms is

@@ -161,22 +161,8 @@ void JobManager::GrowElasticJobsLocked() {
     rec.preempting = std::move(p);
     rec.job.set_reason(absl::StrCat("growing to ", larger->shape.ranks,
                                     " rank(s): saving a checkpoint at the next step boundary"));
-    for (const std::string& wid : [&] {
-           std::set<std::string> ids;
-           for (const auto& r : rec.job.ranks()) ids.insert(r.worker_id());
-           return ids;
-         }()) {
-      Worker* w = workers_.FindAlive(wid);
-      if (w == nullptr) continue;
-      loom::v1::WorkerCommand cmd;
-      loom::v1::StopRank* stop = cmd.mutable_stop();
-      stop->set_job_id(rec.job.id());
-      stop->set_generation(rec.job.generation());
-      stop->set_checkpoint_first(true);
-      stop->set_reason(absl::StrCat("room for ", larger->shape.ranks,
-                                    " rank(s): save a checkpoint, then stop to grow"));
-      w->pending_commands.push_back(std::move(cmd));
-    }
+    AskToSaveAndStopLocked(rec, absl::StrCat("room for ", larger->shape.ranks,
+                                             " rank(s): save a checkpoint, then stop to grow"));
   }
 }
 

@@ -388,6 +388,8 @@ class JobManager {
   // records PREEMPTED (the checkpoint it resumes from, the steps lost) and
   // requeues it as PREEMPTED: no restart is counted.
   void PreemptLocked(JobRecord& rec, const scheduling::Preemption& preemption);
+  // StopRank{checkpoint_first} to the workers of rec's current attempt.
+  void AskToSaveAndStopLocked(const JobRecord& rec, const std::string& reason);
   // Elastic jobs (job_elastic.cc): re-plans `rec` for the slots the live
   // cluster can give it now (elastic.h; the planner's best executable
   // layout for the largest gang that plans), records REPLANNED and requeues

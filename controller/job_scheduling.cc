@@ -297,6 +297,11 @@ void JobManager::PreemptLocked(JobRecord& rec, const scheduling::Preemption& pre
   AddEvent(rec, ev);
   rec.job.set_reason(absl::StrCat("preempting for job ", preemption.for_job_id,
                                   ": saving a checkpoint at the next step boundary"));
+  AskToSaveAndStopLocked(rec, absl::StrCat("preempted for job ", preemption.for_job_id,
+                                           ": save a checkpoint, then stop"));
+}
+
+void JobManager::AskToSaveAndStopLocked(const JobRecord& rec, const std::string& reason) {
   std::set<std::string> workers;
   for (const auto& r : rec.job.ranks()) workers.insert(r.worker_id());
   for (const std::string& wid : workers) {
@@ -307,8 +312,7 @@ void JobManager::PreemptLocked(JobRecord& rec, const scheduling::Preemption& pre
     stop->set_job_id(rec.job.id());
     stop->set_generation(rec.job.generation());
     stop->set_checkpoint_first(true);
-    stop->set_reason(absl::StrCat("preempted for job ", preemption.for_job_id,
-                                  ": save a checkpoint, then stop"));
+    stop->set_reason(reason);
     w->pending_commands.push_back(std::move(cmd));
   }
 }

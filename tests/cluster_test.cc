@@ -80,6 +80,15 @@ int CountRankProcesses(const std::string& needle) {
 
 class ClusterTest : public ::testing::Test {
  protected:
+  // Two workers, a queue file with priority class `high` and preemption
+  // after a grace of `grace_s` (no minimum run time).
+  void StartPreemptionCluster(int grace_s) {
+    const std::string queues = loom::testing::MakeTempDir("loom_preempt") + "/queues.yaml";
+    std::ofstream(queues) << "preemption: {grace_seconds: " << grace_s
+                          << ", min_run_time_seconds: 0}\npriority_classes: {high: 100}\n";
+    StartCluster(2, /*worker_timeout_s=*/10, "--queues " + queues);
+  }
+
   void StartCluster(int workers, double worker_timeout_s = 10, const std::string& extra = "") {
     home_ = loom::testing::MakeTempDir("loom_cluster_test");
     auto r = Ctl(absl::StrCat("local up --workers ", workers, " --worker-timeout ",
@@ -674,15 +683,15 @@ TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
 // from that checkpoint once the preemptor is done, loses 0 steps (no step is
 // trained twice), counts no restart, and ends with parameters bitwise equal
 // to its uninterrupted run's (SHA-256 of the final checkpoint, loom-ckpt).
+// The preemption tests' spec tail: checkpoints every 100 steps, all kept.
+constexpr char kPreemptionSpecTail[] =
+    "recovery: {disable_spike_detection: true}\n"
+    "checkpoint: {interval_steps: 100, keep: 100}\n";
+
 TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise) {
-  const std::string queues = loom::testing::MakeTempDir("loom_preempt") + "/queues.yaml";
-  std::ofstream(queues) << "preemption: {grace_seconds: 60, min_run_time_seconds: 0}\n"
-                           "priority_classes: {high: 100}\n";
-  StartCluster(2, /*worker_timeout_s=*/10, "--queues " + queues);
+  ASSERT_NO_FATAL_FAILURE(StartPreemptionCluster(/*grace_s=*/60));
   constexpr int kSteps = 1500;
-  const std::string extra =
-      "recovery: {disable_spike_detection: true}\n"
-      "checkpoint: {interval_steps: 100, keep: 100}\n";
+  const std::string extra = kPreemptionSpecTail;
   const std::string reference = Submit(WriteSpec("uncut", kSteps, 2, extra));
   ASSERT_TRUE(WaitFor([&] { return Status(reference).state() == loom::v1::SUCCEEDED; }, 240))
       << Status(reference).DebugString();
@@ -766,14 +775,9 @@ TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise
 // the job loses only the steps after its last checkpoint, says how many,
 // counts no restart, and still finishes.
 TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLost) {
-  const std::string queues = loom::testing::MakeTempDir("loom_preempt") + "/queues.yaml";
-  std::ofstream(queues) << "preemption: {grace_seconds: 2, min_run_time_seconds: 0}\n"
-                           "priority_classes: {high: 100}\n";
-  StartCluster(2, /*worker_timeout_s=*/10, "--queues " + queues);
+  ASSERT_NO_FATAL_FAILURE(StartPreemptionCluster(/*grace_s=*/2));
   constexpr int kSteps = 1500;
-  const std::string extra =
-      "recovery: {disable_spike_detection: true}\n"
-      "checkpoint: {interval_steps: 100, keep: 100}\n";
+  const std::string extra = kPreemptionSpecTail;
   const std::string job = Submit(WriteSpec("stuck", kSteps, 2, extra));
   ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 150; }, 120))
       << Status(job).DebugString();
