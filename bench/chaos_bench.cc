@@ -379,6 +379,16 @@ int main(int argc, char** argv) {
   int passed = 0, lost_total = 0, preemptions = 0, preempted_steps_lost = 0;
   int layout_generations = 0;
   std::map<std::string, Usage> peak;  // daemon -> the most it used after any trial
+  auto sample_daemons = [&] {
+    for (const auto& d : loom::cli::LocalStatus(home)) {
+      if (!d.alive) continue;
+      const Usage u = UsageOf(d.pid);
+      Usage& p = peak[d.name];
+      p.files = std::max(p.files, u.files);
+      p.threads = std::max(p.threads, u.threads);
+      p.rss = std::max(p.rss, u.rss);
+    }
+  };
   for (int t = 0; t < trials; ++t) {
     const std::string& kind = kinds[t];
     const auto start = std::chrono::steady_clock::now();
@@ -479,14 +489,7 @@ int main(int argc, char** argv) {
                  note, std::string(absl::StripAsciiWhitespace(ledger.out)),
                  forward ? "" : "; ATTEMPTS WENT BACKWARDS")
           << std::flush;
-      for (const auto& d : loom::cli::LocalStatus(home)) {
-        if (!d.alive) continue;
-        const Usage u = UsageOf(d.pid);
-        Usage& p = peak[d.name];
-        p.files = std::max(p.files, u.files);
-        p.threads = std::max(p.threads, u.threads);
-        p.rss = std::max(p.rss, u.rss);
-      }
+      sample_daemons();
       continue;
     }
     // The controller-down trial trains kLongSteps: struck by step 500, its
@@ -662,14 +665,7 @@ int main(int argc, char** argv) {
                      out.note)
               << std::flush;
     if (full) RunCommand(absl::StrCat("rm -rf ", ShellQuote(full_dir + "/" + name)));
-    for (const auto& d : loom::cli::LocalStatus(home)) {
-      if (!d.alive) continue;
-      const Usage u = UsageOf(d.pid);
-      Usage& p = peak[d.name];
-      p.files = std::max(p.files, u.files);
-      p.threads = std::max(p.threads, u.threads);
-      p.rss = std::max(p.rss, u.rss);
-    }
+    sample_daemons();
   }
   bool bounded = true;
   for (const auto& [name, u] : peak) {
