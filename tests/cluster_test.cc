@@ -809,7 +809,8 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
   EXPECT_GE(stopped->step(), frozen_at);
   EXPECT_EQ(stopped->checkpoint_step(), stopped->step() >= 200 ? 200 : 100) << stopped->message();
   EXPECT_EQ(stopped->steps_lost(), stopped->step() - stopped->checkpoint_step());
-  EXPECT_GT(stopped->steps_lost(), 0);
+  // (0 only if the freeze came right after a checkpoint's step.)
+  if (stopped->step() % 100 != 0) EXPECT_GT(stopped->steps_lost(), 0);
   EXPECT_THAT(stopped->message(),
               HasSubstr(absl::StrCat(stopped->steps_lost(), " step(s) after it are lost")));
   std::cout << "preemption past the grace: " << stopped->message() << std::endl;
@@ -1651,7 +1652,9 @@ TEST_F(ClusterTest, ElasticJobShrinksWhenAWorkerIsLostAndGrowsBackWhenItReturns)
   const std::string queues = loom::testing::MakeTempDir("loom_elastic") + "/queues.yaml";
   std::ofstream(queues) << "preemption: {min_run_time_seconds: 0}\n";
   ASSERT_NO_FATAL_FAILURE(StartCluster(3, /*worker_timeout_s=*/2, "--queues " + queues));
-  constexpr int kSteps = 3000;
+  // Long enough that the job still trains when the worker is back and it
+  // grows (about 9 s after the kill here; it ends some 15 s after that).
+  constexpr int kSteps = 4500;
   auto spec = [&](const std::string& name, bool elastic) {
     const std::string path = absl::StrCat(home_, "/", name, ".yaml");
     std::ofstream(path) << "name: " << name << R"(
