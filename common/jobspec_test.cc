@@ -669,6 +669,25 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
          s->mutable_elastic()->set_max_ranks(s->resources().ranks() - 1);
        },
        kInvalid, "elastic.max_ranks: must be in [resources.ranks = "},
+      // Slow ranks.
+      {"slow-rank action that is not one",
+       [](JobSpec* s) { s->mutable_recovery()->mutable_slow_rank()->set_action("evict"); },
+       kInvalid, "recovery.slow_rank.action: \"evict\" is not one of \"report\", \"cordon\""},
+      {"slow-rank re-plan around the rank",
+       [](JobSpec* s) { s->mutable_recovery()->mutable_slow_rank()->set_action("replan"); },
+       kUnimplemented, "recovery.slow_rank.action: \"replan\" (uneven pipeline stages"},
+      {"slow-rank slowdown that any jitter reaches",
+       [](JobSpec* s) { s->mutable_recovery()->mutable_slow_rank()->set_min_slowdown(1.01); },
+       kInvalid, "recovery.slow_rank.min_slowdown: must be 0 (the default) or in [1.1, 1000]"},
+      {"slow-rank window shorter than its confirmation",
+       [](JobSpec* s) {
+         s->mutable_recovery()->mutable_slow_rank()->set_confirm_reports(8);
+         s->mutable_recovery()->mutable_slow_rank()->set_window(4);
+       },
+       kInvalid, "recovery.slow_rank.window: must be 0 (the default) or in [8, 4096], got 4"},
+      {"slow-rank cordon of a negative time",
+       [](JobSpec* s) { s->mutable_recovery()->mutable_slow_rank()->set_cordon_seconds(-5); },
+       kInvalid, "recovery.slow_rank.cordon_seconds: must be 0 (the default) or in [1, 604800]"},
   };
   ASSERT_GE(cases.size(), 20u);
 

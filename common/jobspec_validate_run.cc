@@ -93,6 +93,30 @@ absl::Status ValidateCheckpoint(const v1::CheckpointSpec& checkpoint) {
   return CheckInRange("checkpoint.keep", checkpoint.keep(), 1, 100000);
 }
 
+// recovery.slow_rank (issue 31).
+absl::Status ValidateSlowRank(const v1::SlowRankSpec& s) {
+  const std::string& action = s.action();
+  if (action == "replan") {
+    return absl::UnimplementedError(
+        "recovery.slow_rank.action: \"replan\" (uneven pipeline stages sized by the slow "
+        "rank's measured speed) is not executable yet; use \"cordon\" (its worker takes no "
+        "ranks for a while and an elastic job shrinks without it) or \"report\"");
+  }
+  if (!action.empty() && action != "report" && action != "cordon") {
+    return FieldError("recovery.slow_rank.action",
+                      absl::StrCat("\"", action, "\" is not one of \"report\", \"cordon\""));
+  }
+  RETURN_IF_ERROR(
+      CheckDefaultOrInRange("recovery.slow_rank.min_slowdown", s.min_slowdown(), 1.1, 1000.0));
+  RETURN_IF_ERROR(CheckDefaultOrInRange("recovery.slow_rank.threshold", s.threshold(), 1.0, 1e6));
+  RETURN_IF_ERROR(
+      CheckDefaultOrInRange("recovery.slow_rank.confirm_reports", s.confirm_reports(), 1, 64));
+  const int32_t confirm = s.confirm_reports() > 0 ? s.confirm_reports() : 4;
+  RETURN_IF_ERROR(CheckDefaultOrInRange("recovery.slow_rank.window", s.window(), confirm, 4096));
+  return CheckDefaultOrInRange<int64_t>("recovery.slow_rank.cordon_seconds", s.cordon_seconds(), 1,
+                                        7 * 24 * 3600);
+}
+
 absl::Status ValidateRecovery(const v1::RecoverySpec& r) {
   if (r.has_max_restarts()) {
     RETURN_IF_ERROR(CheckInRange("recovery.max_restarts", r.max_restarts(), 0, 10000));
@@ -109,7 +133,9 @@ absl::Status ValidateRecovery(const v1::RecoverySpec& r) {
                                                  r.rollback_distance(), 1, kMaxSteps));
   RETURN_IF_ERROR(
       CheckDefaultOrInRange<int64_t>("recovery.skip_before", r.skip_before(), 1, kMaxSteps));
-  return CheckDefaultOrInRange<int64_t>("recovery.skip_after", r.skip_after(), 1, kMaxSteps);
+  RETURN_IF_ERROR(
+      CheckDefaultOrInRange<int64_t>("recovery.skip_after", r.skip_after(), 1, kMaxSteps));
+  return ValidateSlowRank(r.slow_rank());
 }
 
 // init_from: a job (and step) or a path; a job's own name is not a source.

@@ -14,9 +14,9 @@ loom_library(loom_worker_registry SRCS worker_registry.cc
   DEPS loom_scheduler loom_common absl::strings absl::str_format)
 loom_test(loom_worker_registry_test SRCS worker_registry_test.cc DEPS loom_worker_registry)
 loom_library(loom_job_catalog SRCS job_catalog.cc
-  DEPS loom_store loom_proto loom_spike_detector loom_common absl::strings absl::status)
+  DEPS loom_store loom_proto loom_spike_detector loom_slow_rank_detector loom_common absl::strings absl::status)
 loom_test(loom_job_catalog_test SRCS job_catalog_test.cc DEPS loom_job_catalog loom_store SQLite::SQLite3)
-loom_library(loom_job_manager SRCS job_manager.cc job_scheduling.cc job_elastic.cc elastic.cc job_progress.cc rank_reconciler.cc path_policy.cc
+loom_library(loom_job_manager SRCS job_manager.cc job_scheduling.cc job_elastic.cc job_slow_ranks.cc elastic.cc job_progress.cc rank_reconciler.cc path_policy.cc
   DEPS loom_job_catalog loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
        loom_scheduler loom_scheduling
        loom_diagnosis loom_grpc

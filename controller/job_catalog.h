@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "controller/recovery/slow_rank_detector.h"
 #include "controller/recovery/spike_detector.h"
 #include "controller/store.h"
 #include "loom/v1/job.pb.h"
@@ -62,6 +63,11 @@ struct PreemptionInProgress {
   // GrowElasticJobsLocked); once its ranks are gone it is re-planned.
   bool grow = false;
   int grow_to = 0;  // the gang it saw room for
+  // Not a preemption either: a slow rank's node was cordoned
+  // (recovery.slow_rank.action "cordon", JobManager::HandleSlowRankLocked);
+  // once the ranks are gone the job is re-planned (elastic) or placed again
+  // (not elastic) without it.
+  std::string away_from_node;
 };
 
 // One job: its durable part (`job`) and what the controller keeps about its
@@ -77,6 +83,10 @@ struct JobRecord {
   // two attempts never write the same checkpoint directory at once.
   std::set<std::pair<std::string, int>> live;
   std::unique_ptr<recovery::SpikeDetector> detector;  // created on first step
+  // Slow ranks of the current attempt (created on its first report with
+  // per-rank compute times; slow_ranks_generation is the attempt's).
+  std::unique_ptr<recovery::SlowRankDetector> slow_ranks;
+  int64_t slow_ranks_generation = -1;
   int unstored_transitions = 0;  // history entries a failed write left off the disk
   int64_t last_spike_step = -1;
   // step -> data batch index it trained on, for the recent steps of the

@@ -42,6 +42,7 @@ std::vector<int> JobManager::ElasticFreeSlotsLocked(const JobRecord& rec,
     // A worker silent for longer than a failure takes to settle is the one
     // being lost (its lease may not have run out yet).
     if (now - w->lease_from > options_.failure_settle_time) continue;
+    if (workers_.IsCordoned(info.node())) continue;  // a slow rank there (SlowRankSpec)
     int others = 0;
     for (const RankSlot& slot : w->ranks) {
       if (slot.job_id != rec.job.id() && (!gpu || slot.gpu >= 0)) ++others;
@@ -123,6 +124,18 @@ bool JobManager::ReplanLocked(JobRecord& rec, const std::string& cause,
   *rec.job.mutable_plan() = std::move(chosen->plan);
   RequeueLocked(rec, ev.message());
   return true;
+}
+
+bool JobManager::ElasticGangPlansLocked(const JobRecord& rec) {
+  const loom::v1::JobSpec& spec = rec.job.spec();
+  if (!spec.has_elastic()) return false;
+  std::vector<loom::v1::WorkerInfo> alive;
+  const std::vector<int> free = ElasticFreeSlotsLocked(rec, &alive);
+  std::string tried;
+  return FirstThatPlans(
+             spec, ElasticCandidates(free, spec.elastic().min_ranks(), spec.elastic().max_ranks()),
+             alive, &tried)
+      .has_value();
 }
 
 void JobManager::GrowElasticJobsLocked() {

@@ -857,7 +857,11 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
       m.set_generation(rec.job.generation());
       m.set_layout_generation(rec.job.layout_generation());
       ApplyStepReport(m, out.time_unix_ms(), &rec);
+      ObserveRankComputeLocked(rec, m, recovery);
+      // Per-rank times are for the detector and live watchers; the stored
+      // series stays one row per step whatever the world size.
       steps.push_back(m);
+      steps.back().clear_rank_compute_seconds();
       if (rec.detector && m.step() > 0) {
         recovery::SpikeVerdict verdict = rec.detector->Observe(m.step(), m.loss(), m.grad_norm());
         if (verdict.spike) {

@@ -407,6 +407,23 @@ class JobManager {
   // GPUs for a GPU job, less what other jobs hold), and those workers.
   std::vector<int> ElasticFreeSlotsLocked(const JobRecord& rec,
                                           std::vector<loom::v1::WorkerInfo>* alive);
+  // Whether an elastic gang of at least elastic.min_ranks plans on what
+  // the live cluster could give `rec` now (ElasticFreeSlotsLocked).
+  bool ElasticGangPlansLocked(const JobRecord& rec);
+  // Slow ranks (job_slow_ranks.cc). A step report with per-rank compute
+  // times feeds the attempt's detector; each rank it names gets a
+  // SLOW_RANK event and recovery.slow_rank.action: "report" stops there;
+  // "cordon" cordons the rank's node and, when the job can run without it
+  // (an elastic gang that plans, or room elsewhere for its gang), asks the
+  // ranks to save at their next step boundary and stop, after which
+  // FinishPreemptionLocked re-plans or places it again. Nothing is lost.
+  void ObserveRankComputeLocked(JobRecord& rec, const loom::v1::StepMetrics& m,
+                                const RecoveryOptions& recovery);
+  void HandleSlowRankLocked(JobRecord& rec, const recovery::SlowRankFinding& finding,
+                            const RecoveryOptions& recovery);
+  // Whether rec's gang, as it is, could be placed with its own slots free
+  // (the cordoned nodes left out, as Offers does).
+  bool GangFitsElsewhereLocked(const JobRecord& rec);
   void CheckPreemptionsLocked();
   void FinishPreemptionLocked(JobRecord& rec);
   void AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event);

@@ -606,6 +606,154 @@ TEST_F(JobManagerTest, ElasticJobThatLosesAWorkerIsReplannedForTheWorkersLeft) {
 // the synchronous one does: a refused report at once, before it returns; an
 // applied one once its write is durable, from the store's thread, with the
 // steps in the store; a retried one again without applying it twice.
+// Slow ranks (issue 31): step reports with per-rank compute times.
+class SlowRankTest : public JobManagerTest {
+ protected:
+  // A two-rank job on node-a and node-b (node-c free when `third`), with
+  // recovery.slow_rank.action `action`.
+  void StartJob(const std::string& action, bool third) {
+    a_ = Register("node-a");
+    b_ = Register("node-b");
+    if (third) c_ = Register("node-c");
+    loom::v1::JobSpec spec = Spec(2);
+    spec.mutable_schedule()->set_total_steps(1000);
+    if (!action.empty()) spec.mutable_recovery()->mutable_slow_rank()->set_action(action);
+    job_ = manager_->Submit(spec)->id();
+    for (int port : {29500, 29501}) {
+      Beat(a_, port, {{job_, 0}});
+      Beat(b_, port, {{job_, 1}});
+      if (third) Beat(c_, port);
+    }
+    ASSERT_EQ(StateOf(job_), loom::v1::RUNNING);
+    const loom::v1::Job j = *manager_->Get(job_);
+    for (const auto& r : j.ranks()) node_of_rank_[r.rank()] = r.node();
+  }
+
+  // Steps [from, to]; rank 1 computes `slow` times longer than rank 0.
+  void Report(int from, int to, double slow, std::vector<int> checkpoints = {}) {
+    loom::v1::ReportStepMetricsRequest r;
+    r.set_worker_id(a_);
+    r.set_job_id(job_);
+    r.set_generation(generation_[job_]);
+    for (int t = from; t <= to; ++t) {
+      auto* m = r.add_events()->mutable_step();
+      m->set_step(t);
+      m->set_loss(3);
+      m->add_rank_compute_seconds(0.1 + 0.001 * (t % 3));
+      m->add_rank_compute_seconds(0.1 * slow + 0.001 * (t % 2));
+    }
+    const std::string dir = manager_->Get(job_)->spec().checkpoint().dir();
+    for (int c : checkpoints) {
+      std::filesystem::create_directories(absl::StrCat(dir, "/step-", c));
+      auto* info = r.add_events()->mutable_checkpoint();
+      info->set_step(c);
+      info->set_path(absl::StrCat(dir, "/step-", c));
+    }
+    ASSERT_TRUE(manager_->ReportEvents(r).ok());
+  }
+
+  std::vector<loom::v1::RecoveryEvent> Events(loom::v1::RecoveryEvent::Kind kind) {
+    std::vector<loom::v1::RecoveryEvent> out;
+    const loom::v1::Job j = *manager_->Get(job_);
+    for (const auto& e : j.events()) {
+      if (e.kind() == kind) out.push_back(e);
+    }
+    return out;
+  }
+
+  bool AskedToSave(const loom::v1::HeartbeatResponse& r) {
+    for (const auto& c : r.commands()) {
+      if (c.has_stop() && c.stop().job_id() == job_ && c.stop().checkpoint_first()) return true;
+    }
+    return false;
+  }
+
+  std::string a_, b_, c_, job_;
+  std::map<int, std::string> node_of_rank_;
+};
+
+TEST_F(SlowRankTest, ReportOnlyNamesTheRankWithItsEvidenceAndChangesNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartJob("", /*third=*/false));
+  Report(1, 30, 1.0);
+  EXPECT_TRUE(Events(loom::v1::RecoveryEvent::SLOW_RANK).empty());
+  Report(31, 33, 3.0);
+  EXPECT_TRUE(Events(loom::v1::RecoveryEvent::SLOW_RANK).empty()) << "3 reports, 4 confirm";
+  Report(34, 34, 3.0);
+  const std::vector<loom::v1::RecoveryEvent> named = Events(loom::v1::RecoveryEvent::SLOW_RANK);
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].rank(), 1);
+  EXPECT_EQ(named[0].step(), 34);
+  EXPECT_EQ(named[0].cause(), "slow_rank");
+  EXPECT_EQ(named[0].signal(), "compute_seconds");
+  EXPECT_EQ(named[0].worker_id(), node_of_rank_[1] == "node-a" ? a_ : b_);
+  EXPECT_NEAR(named[0].baseline(), 0.101, 0.002);
+  EXPECT_NEAR(named[0].value(), 0.3, 0.002);
+  EXPECT_GT(named[0].slowdown(), 2.9);
+  EXPECT_THAT(named[0].message(), HasSubstr("from step 31 to 34"));
+  EXPECT_THAT(named[0].message(), HasSubstr("\"report\": nothing else is done"));
+  // Named once per attempt; nothing is stopped or cordoned.
+  Report(35, 60, 3.0);
+  EXPECT_EQ(Events(loom::v1::RecoveryEvent::SLOW_RANK).size(), 1u);
+  EXPECT_FALSE(AskedToSave(Beat(a_, 29502, {{job_, 0}})));
+  EXPECT_EQ(StateOf(job_), loom::v1::RUNNING);
+  for (const auto& w : manager_->ListWorkers()) {
+    EXPECT_EQ(w.cordoned_until_unix_ms(), 0) << w.node();
+  }
+  EXPECT_THAT(
+      MetricsText(),
+      HasSubstr("loom_controller_slow_ranks_total{action=\"report\",job_id=\"" + job_ + "\"} 1"));
+}
+
+TEST_F(SlowRankTest, CordonMovesTheJobOffTheNodeWithoutLosingAStepWhenItsGangFitsElsewhere) {
+  ASSERT_NO_FATAL_FAILURE(StartJob("cordon", /*third=*/true));
+  const std::string slow_node = node_of_rank_[1];
+  const std::string slow_worker = slow_node == "node-a" ? a_ : b_;
+  Report(1, 30, 1.0, {30});
+  Report(31, 34, 4.0);
+  ASSERT_EQ(Events(loom::v1::RecoveryEvent::SLOW_RANK).size(), 1u);
+  EXPECT_THAT(Events(loom::v1::RecoveryEvent::SLOW_RANK)[0].message(),
+              HasSubstr("node " + slow_node + " is cordoned for 600s, and the ranks save"));
+  bool cordoned = false;
+  for (const auto& w : manager_->ListWorkers()) {
+    if (w.node() != slow_node) continue;
+    cordoned = true;
+    EXPECT_EQ(w.cordoned_until_unix_ms(), absl::ToUnixMillis(clock_.Now() + absl::Seconds(600)));
+    EXPECT_THAT(w.cordon_reason(), HasSubstr("rank 1 of job " + job_));
+  }
+  EXPECT_TRUE(cordoned);
+  EXPECT_TRUE(AskedToSave(Beat(a_, 29502, {{job_, 0}})));
+  EXPECT_TRUE(AskedToSave(Beat(b_, 29502, {{job_, 1}})));
+  // They save at step 35 and stop.
+  Report(35, 35, 4.0, {35});
+  ASSERT_TRUE(Exit(a_, job_, 0, kRankExitSavedAndStopped, "saved and stopped").ok());
+  ASSERT_TRUE(Exit(b_, job_, 1, kRankExitSavedAndStopped, "saved and stopped").ok());
+  // Placed again on the two other nodes, from the newest checkpoint.
+  for (const std::string& w : {a_, b_, c_}) Beat(w, 29503);
+  loom::v1::Job j = *manager_->Get(job_);
+  ASSERT_EQ(j.state(), loom::v1::SCHEDULED) << j.reason();
+  for (const auto& r : j.ranks()) EXPECT_NE(r.node(), slow_node);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_EQ(j.resume_step(), -1);
+  // A cordon lasts its time, then the node takes ranks again.
+  clock_.Advance(absl::Seconds(601));
+  for (const auto& w : manager_->ListWorkers()) {
+    EXPECT_EQ(w.cordoned_until_unix_ms(), 0) << w.node();
+  }
+  (void)slow_worker;
+}
+
+TEST_F(SlowRankTest, CordonWithNowhereElseToGoKeepsTheJobRunning) {
+  ASSERT_NO_FATAL_FAILURE(StartJob("cordon", /*third=*/false));
+  Report(1, 30, 1.0);
+  Report(31, 34, 4.0);
+  const std::vector<loom::v1::RecoveryEvent> named = Events(loom::v1::RecoveryEvent::SLOW_RANK);
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_THAT(named[0].message(), HasSubstr("its gang does not fit elsewhere, so the job keeps "
+                                            "running there"));
+  EXPECT_FALSE(AskedToSave(Beat(a_, 29502, {{job_, 0}})));
+  EXPECT_EQ(StateOf(job_), loom::v1::RUNNING);
+}
+
 TEST_F(JobManagerTest, ReportEventsAsyncAnswersAsReportEventsDoes) {
   std::string w = Register("node-a");
   Beat(w, 29500);

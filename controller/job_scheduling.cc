@@ -60,6 +60,11 @@ void JobManager::ScheduleLocked() {
     }
     free.free.slots = std::max<int64_t>(0, free.free.slots);
     free.free.gpus = std::max<int64_t>(0, free.free.gpus);
+    if (const std::optional<absl::Time> until = workers_.CordonedUntil(info.node())) {
+      // Cordoned (a slow rank there): nothing new goes on it until then.
+      free.free = {0, 0};
+      schedule_at_ = std::min(schedule_at_, *until);
+    }
     snapshot.workers.push_back(std::move(free));
   }
   auto queue_of = [](const loom::v1::JobSpec& spec) {
@@ -331,8 +336,9 @@ void JobManager::CheckPreemptionsLocked() {
     p.forced = true;
     const std::string why = absl::StrFormat(
         "%s: no checkpoint committed within the grace of %.0fs; stopping without one",
-        p.grow ? absl::StrCat("growing to ", p.grow_to, " rank(s)")
-               : absl::StrCat("preempted for job ", p.for_job_id),
+        !p.away_from_node.empty() ? absl::StrCat("moving off slow node ", p.away_from_node)
+        : p.grow                  ? absl::StrCat("growing to ", p.grow_to, " rank(s)")
+                                  : absl::StrCat("preempted for job ", p.for_job_id),
         absl::ToDoubleSeconds(now - p.since));
     rec.job.set_reason(why);
     StopJobRanks(rec, why, "");
@@ -343,6 +349,18 @@ void JobManager::FinishPreemptionLocked(JobRecord& rec) {
   const absl::Time now = clock_->Now();
   PreemptionInProgress p = rec.preempting.value_or(PreemptionInProgress{});
   rec.preempting.reset();
+  if (!p.away_from_node.empty()) {
+    // Moving off a slow rank's cordoned node: re-planned without it
+    // (elastic), or placed again as it was on the other workers.
+    const std::string why = absl::StrFormat(
+        "a slow rank's node %s is cordoned; the ranks saved and stopped %.1fs after the request",
+        p.away_from_node, absl::ToDoubleSeconds(now - p.since));
+    if (!ReplanLocked(rec, why, kCauseSlowRank)) {
+      rec.job.set_resume_step(-1);
+      RequeueLocked(rec, why + "; placed again without it");
+    }
+    return;
+  }
   if (p.grow) {
     // An elastic job saved to grow: re-plan it for what the cluster has now
     // (its own slots included); if that no longer plans, it goes back as it was.

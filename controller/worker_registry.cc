@@ -212,7 +212,7 @@ WorkerRegistry::Worker* WorkerRegistry::FindAlive(const std::string& id) {
 std::vector<WorkerOffer> WorkerRegistry::Offers(bool with_free_gpus) const {
   std::vector<WorkerOffer> offers;
   for (const auto& [id, w] : workers_) {
-    if (!w.info.alive()) continue;
+    if (!w.info.alive() || IsCordoned(w.info.node())) continue;
     WorkerOffer offer;
     offer.info = w.info;
     offer.free_slots = w.info.slots() - static_cast<int>(w.ranks.size());
@@ -243,6 +243,10 @@ std::vector<loom::v1::WorkerInfo> WorkerRegistry::List() const {
     loom::v1::WorkerInfo info = w.info;
     info.set_slots_used(static_cast<int>(w.ranks.size()));
     info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_heartbeat));
+    if (auto c = cordons_.find(w.info.node()); c != cordons_.end() && IsCordoned(w.info.node())) {
+      info.set_cordoned_until_unix_ms(absl::ToUnixMillis(c->second.until));
+      info.set_cordon_reason(c->second.reason);
+    }
     out.push_back(std::move(info));
   }
   return out;
@@ -266,6 +270,16 @@ void WorkerRegistry::ReleaseJobSlots(const std::string& job_id) {
   for (auto& [id, w] : workers_) {
     ReleaseSlotsIf(w, [&](const RankSlot& s) { return s.job_id == job_id; });
   }
+}
+
+void WorkerRegistry::Cordon(const std::string& node, absl::Time until, std::string reason) {
+  cordons_[node] = CordonEntry{until, std::move(reason)};
+}
+
+std::optional<absl::Time> WorkerRegistry::CordonedUntil(const std::string& node) const {
+  auto it = cordons_.find(node);
+  if (it == cordons_.end() || clock_->Now() >= it->second.until) return std::nullopt;
+  return it->second.until;
 }
 
 }  // namespace loom::controller

@@ -165,6 +165,15 @@ class WorkerRegistry {
   // Frees every slot `job_id` holds, on every worker.
   void ReleaseJobSlots(const std::string& job_id);
 
+  // --- cordons (by node: a worker that registers again keeps its node's)
+  // Until `until`, the workers of `node` are offered to no new rank (Offers
+  // leaves them out; ranks already there keep running). A later call
+  // replaces an earlier one.
+  void Cordon(const std::string& node, absl::Time until, std::string reason);
+  // Whether `node` is cordoned now, and until when.
+  bool IsCordoned(const std::string& node) const { return CordonedUntil(node).has_value(); }
+  std::optional<absl::Time> CordonedUntil(const std::string& node) const;
+
  private:
   const Clock* const clock_;
   const WorkerRegistryOptions options_;
@@ -174,6 +183,11 @@ class WorkerRegistry {
   // of the controller's CPU (perf, bench control-plane).
   std::unordered_map<std::string, Worker*> by_id_;
   std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
+  struct CordonEntry {
+    absl::Time until;
+    std::string reason;
+  };
+  std::map<std::string, CordonEntry> cordons_;  // by node; expired ones linger harmlessly
   // The alive workers, by lease_from, oldest first.
   std::list<Worker*> lease_order_;
   // Credits a pause that ends at `now` (see pause_threshold) and marks the

@@ -396,6 +396,33 @@ TEST_F(WorkerRegistryTest, OffersAreTheAliveWorkersFreeSlotsAndGpus) {
   EXPECT_EQ(registry_.Infos().size(), 2u);
 }
 
+TEST_F(WorkerRegistryTest, ACordonedNodeIsOfferedToNoRankUntilItsCordonEnds) {
+  const std::string a = Add("node-a", 2, 0);
+  const std::string b = Add("node-b", 2, 0);
+  registry_.Cordon("node-a", clock_.Now() + absl::Seconds(3), "a slow rank");
+  EXPECT_TRUE(registry_.IsCordoned("node-a"));
+  EXPECT_FALSE(registry_.IsCordoned("node-b"));
+  auto offers = registry_.Offers(false);
+  ASSERT_EQ(offers.size(), 1u);
+  EXPECT_EQ(offers[0].info.id(), b);
+  auto listed = registry_.List();
+  EXPECT_EQ(listed[0].cordoned_until_unix_ms(),
+            absl::ToUnixMillis(clock_.Now() + absl::Seconds(3)));
+  EXPECT_EQ(listed[0].cordon_reason(), "a slow rank");
+  EXPECT_EQ(listed[1].cordoned_until_unix_ms(), 0);
+  // By node: the node's next worker is cordoned too, until the time is up.
+  ASSERT_TRUE(registry_.RemoveNode("node-a").has_value());
+  const std::string a2 = Add("node-a", 2, 0);
+  EXPECT_EQ(registry_.Offers(false).size(), 1u);
+  ASSERT_TRUE(registry_.RecordHeartbeat(b, 0).ok());
+  ASSERT_TRUE(registry_.RecordHeartbeat(a2, 0).ok());
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_FALSE(registry_.IsCordoned("node-a"));
+  EXPECT_EQ(registry_.Offers(false).size(), 2u);
+  EXPECT_EQ(registry_.List()[0].cordoned_until_unix_ms(), 0);
+  (void)a;
+}
+
 TEST_F(WorkerRegistryTest, SlotsAreReleasedByExitByPredicateAndByJob) {
   const std::string a = Add("node-a", 4);
   const std::string b = Add("node-b", 4);

@@ -3,27 +3,26 @@
 // real loomctl binary and a raw gRPC client.
 #include <dirent.h>
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 #include <regex>
 #include <set>
-#include <tuple>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
-#include "grpc/health/v1/health.grpc.pb.h"
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -31,15 +30,17 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "cli/local_cluster.h"
-#include "controller/access.h"
 #include "common/file_util.h"
+#include "common/formats/data.h"
+#include "controller/access.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "loom/v1/service.grpc.pb.h"
+#include "tests/cpu_quota.h"
 #include "tests/netns_lab.h"
 #include "tests/test_util.h"
-#include "common/formats/data.h"
 
 namespace loom {
 namespace {
@@ -1815,6 +1816,139 @@ seed: 9
   EXPECT_EQ(events.exit_code, 0) << events.err;
   EXPECT_THAT(events.out, HasSubstr("REPLANNED"));
   std::cout << "elastic, loomctl events " << job << ":\n" << events.out << std::endl;
+}
+
+// A rank slowed by a CPU quota on a cgroup the test makes (its worker and
+// the worker's rank processes moved in) is named by the controller within a
+// few step reports and shown by `loomctl diagnose`; with
+// recovery.slow_rank.action "cordon" its node is cordoned and the elastic
+// job saves, re-plans without it and goes on: nothing lost, no restart.
+TEST_F(ClusterTest, SlowRankIsNamedItsNodeCordonedAndTheElasticJobShrinksAwayFromIt) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3, /*worker_timeout_s=*/10));
+  const std::string path = home_ + "/slow.yaml";
+  std::ofstream(path) << R"(name: slow
+model:
+  gpt: {n_layer: 4, n_head: 4, d_model: 128, seq_len: 64, vocab_size: 256}
+data:
+  train: ["data/train_*.bin"]
+optimizer:
+  adamw: {lr: 0.001, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: 100000, warmup_steps: 5}
+batch: {global_batch: 12, micro_batch: 2}
+resources: {workers: 3, ranks: 3}
+checkpoint: {interval_steps: 50, keep: 3}
+recovery:
+  disable_spike_detection: true
+  slow_rank: {action: cordon, cordon_seconds: 600}
+elastic: {min_ranks: 1, max_ranks: 3}
+seed: 5
+)";
+  const std::string job = Submit(path);
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 60; }, 120))
+      << Status(job).DebugString();
+  // Tokens per second reported by an attempt, median of its last `n` steps.
+  auto throughput = [&](int layout_generation, int n) {
+    loom::v1::GetStepMetricsResponse steps;
+    GetStepMetrics(job, &steps);
+    std::vector<double> tps;
+    for (const auto& m : steps.steps()) {
+      if (m.step() > 0 && m.layout_generation() == layout_generation) {
+        tps.push_back(m.tokens_per_second());
+      }
+    }
+    if (tps.size() > static_cast<size_t>(n)) tps.erase(tps.begin(), tps.end() - n);
+    std::sort(tps.begin(), tps.end());
+    return tps.empty() ? 0.0 : tps[tps.size() / 2];
+  };
+  const double healthy = throughput(0, 40);
+  loom::v1::Job before = Status(job);
+  ASSERT_EQ(before.ranks_size(), 3);
+  for (const auto& e : before.events()) {
+    EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::SLOW_RANK)
+        << "a healthy rank named slow: " << e.message();
+  }
+  // Rank 1's worker (and its rank) get 15% of one CPU.
+  std::string victim_node;
+  for (const auto& a : before.ranks()) {
+    if (a.rank() == 1) victim_node = a.node();
+  }
+  const std::string daemon = "worker-" + victim_node.substr(victim_node.rfind('-') + 1);
+  int worker_pid = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == daemon) worker_pid = d.pid;
+  }
+  ASSERT_GT(worker_pid, 0) << daemon;
+  auto slow = loom::testing::CpuQuotaGroup::Create("loom-slow-rank", 0.15);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  ASSERT_TRUE((*slow)->Add(worker_pid).ok());
+  for (int child : loom::testing::ChildPids(worker_pid)) {
+    ASSERT_TRUE((*slow)->Add(child).ok()) << child;
+  }
+  const int64_t slowed_step = Status(job).summary().last_step();
+  const int64_t slowed_ms = absl::ToUnixMillis(absl::Now());
+
+  std::optional<loom::v1::RecoveryEvent> named;
+  loom::v1::Job j;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        j = Status(job);
+        for (const auto& e : j.events()) {
+          if (e.kind() == loom::v1::RecoveryEvent::SLOW_RANK) named = e;
+        }
+        return named.has_value();
+      },
+      60))
+      << j.DebugString();
+  EXPECT_EQ(named->rank(), 1) << named->message();
+  EXPECT_EQ(named->cause(), "slow_rank");
+  EXPECT_GE(named->slowdown(), 1.5);
+  EXPECT_GT(named->value(), named->baseline());
+  EXPECT_THAT(named->message(), HasSubstr("node " + victim_node + " is cordoned"));
+  const int64_t detect_steps = named->step() - slowed_step;
+  const double detect_s = (named->time_unix_ms() - slowed_ms) / 1000.0;
+  // Shrunk away from it: two ranks, none on the cordoned node.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        j = Status(job);
+        return j.layout_generation() == 1 && j.state() == loom::v1::RUNNING && j.ranks_size() == 2;
+      },
+      90))
+      << j.DebugString();
+  for (const auto& a : j.ranks()) EXPECT_NE(a.node(), victim_node);
+  const int64_t resumed_at = j.summary().last_step();
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= resumed_at + 60; }, 120));
+  const double after = throughput(1, 40);
+  j = Status(job);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_EQ(j.preemptions(), 0);
+  const loom::v1::RecoveryEvent* replan = nullptr;
+  for (const auto& e : j.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::REPLANNED) replan = &e;
+    EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
+  }
+  ASSERT_NE(replan, nullptr);
+  EXPECT_EQ(replan->cause(), "slow_rank");
+  EXPECT_EQ(replan->steps_lost(), 0) << replan->message();
+  EXPECT_THAT(replan->to_layout(), HasSubstr("dp 2"));
+  std::printf(
+      "slow rank: named %lld step(s) and %.1f s after the quota (%.2fx its peers, z %.1f); "
+      "throughput healthy %.0f tok/s, after shrinking away %.0f tok/s (%.2f)\n",
+      static_cast<long long>(detect_steps), detect_s, named->slowdown(), named->score(), healthy,
+      after, healthy > 0 ? after / healthy : 0.0);
+  EXPECT_GT(after, 0);
+
+  auto diagnose = Ctl("diagnose " + job);
+  EXPECT_EQ(diagnose.exit_code, 0) << diagnose.err;
+  EXPECT_THAT(diagnose.out, HasSubstr("slow ranks (1)"));
+  EXPECT_THAT(diagnose.out, HasSubstr("rank 1 computes"));
+  std::cout << diagnose.out;
+  auto workers = Ctl("workers");
+  EXPECT_EQ(workers.exit_code, 0) << workers.err;
+  EXPECT_THAT(workers.out, HasSubstr("cordoned: " + victim_node));
+  auto events = Ctl("events " + job);
+  std::cout << events.out;
+  auto cancel = Ctl("cancel " + job);
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
 }
 
 TEST_F(ClusterTest, KilledWorkerTensorPipelineJobResumesBitExactly) {

@@ -1,4 +1,4 @@
-add_library(loom_test_util STATIC test_util.cc netns_lab.cc)
+add_library(loom_test_util STATIC test_util.cc netns_lab.cc cpu_quota.cc)
 target_link_libraries(loom_test_util PUBLIC absl::status absl::statusor absl::strings)
 target_include_directories(loom_test_util PUBLIC ${PROJECT_SOURCE_DIR})
 

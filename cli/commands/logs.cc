@@ -163,9 +163,25 @@ int CmdDiagnose(const Globals& g, const std::vector<std::string>& args) {
     std::cout << ToJson(job.diagnosis()) << std::endl;
     return 0;
   }
+  // Slow ranks the controller named (SLOW_RANK events), newest first.
+  std::vector<const loom::v1::RecoveryEvent*> slow;
+  for (const auto& e : job.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::SLOW_RANK) slow.push_back(&e);
+  }
+  std::reverse(slow.begin(), slow.end());
+  auto print_slow = [&] {
+    if (slow.empty()) return;
+    std::cout << "slow ranks (" << slow.size() << ")\n";
+    for (size_t i = 0; i < slow.size() && i < 5; ++i) {
+      const loom::v1::RecoveryEvent& e = *slow[i];
+      std::cout << "  - attempt " << e.generation() << ", step " << e.step() << ": " << e.message()
+                << "\n";
+    }
+  };
   if (!job.has_diagnosis()) {
     std::cout << job.id() << ": no diagnosis yet (no training step with a time split has "
               << "been reported; state " << StateName(job.state()) << ")" << std::endl;
+    print_slow();
     return 0;
   }
   const loom::v1::Diagnosis& d = job.diagnosis();
@@ -179,6 +195,8 @@ int CmdDiagnose(const Globals& g, const std::vector<std::string>& args) {
   }
   std::cout << "as of step " << d.step() << " (" << d.steps_considered() << " steps considered)"
             << std::endl;
+  print_slow();
+  std::cout << std::flush;
   return 0;
 }
 

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cli/commands/commands.h"
 #include "cli/commands/common.h"
 
@@ -38,6 +40,14 @@ int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
                     Ago(w.last_heartbeat_unix_ms()) + " ago", w.metrics_address()});
   }
   PrintTable(rows);
+  for (const auto& w : resp.workers()) {
+    if (w.cordoned_until_unix_ms() <= 0) continue;
+    std::cout << "cordoned: " << w.node() << " takes no new ranks for "
+              << std::max<int64_t>(
+                     0, (w.cordoned_until_unix_ms() - absl::ToUnixMillis(absl::Now())) / 1000)
+              << " s more (" << w.cordon_reason() << ")\n";
+  }
+  std::cout << std::flush;
   return 0;
 }
 

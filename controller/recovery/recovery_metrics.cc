@@ -32,6 +32,10 @@ RecoveryMetrics::RecoveryMetrics(metrics::Registry& r)
                            "requeued) to make room for another, by queue and reason (priority, "
                            "reclaim, fair_share, reservation). Its steps lost are counted in "
                            "loom_controller_steps_lost_total{cause=\"preemption\"}.")),
+      slow_ranks_(Counter(r, "loom_controller_slow_ranks_total",
+                          "Ranks the slow-rank detector named (compute time above their peers' "
+                          "for recovery.slow_rank.confirm_reports reports), by what was done "
+                          "(report, cordon).")),
       checkpoint_failures_(Counter(r, "loom_controller_checkpoint_failures_total",
                                    "Checkpoint saves of a job that a rank reported failed.")),
       checkpoint_bytes_total_(Counter(r, "loom_controller_checkpoint_bytes_total",
@@ -75,6 +79,10 @@ void RecoveryMetrics::RecordPreemption(const std::string& job_id, const std::str
   preemptions_.Add({{"job_id", job_id}, {"queue", queue}, {"reason", reason}}).Increment();
   steps_lost_.Add({{"job_id", job_id}, {"cause", kCausePreemption}})
       .Increment(static_cast<double>(std::max<int64_t>(0, steps_lost)));
+}
+
+void RecoveryMetrics::RecordSlowRank(const std::string& job_id, const std::string& action) {
+  slow_ranks_.Add({{"job_id", job_id}, {"action", action}}).Increment();
 }
 
 void RecoveryMetrics::RecordCheckpointFailure(const std::string& job_id) {

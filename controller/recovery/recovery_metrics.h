@@ -16,6 +16,7 @@
 //   loom_controller_last_checkpoint_stall_seconds{job_id}      gauge
 //   loom_controller_last_checkpoint_step{job_id}               gauge
 //   loom_controller_preemptions_total{job_id, queue, reason}   counter
+//   loom_controller_slow_ranks_total{job_id, action}           counter
 //   loom_controller_checkpoint_write_duration_seconds          histogram
 //   loom_controller_checkpoint_stall_duration_seconds          histogram
 //
@@ -44,6 +45,8 @@ inline constexpr char kCauseCheckpointFailed[] = "checkpoint_failed";
 inline constexpr char kCausePreemption[] = "preemption";
 // An elastic job grew back: workers returned (RecoveryEvent REPLANNED).
 inline constexpr char kCauseCapacityReturned[] = "capacity_returned";
+// A slow rank's worker was cordoned and the job re-planned without it.
+inline constexpr char kCauseSlowRank[] = "slow_rank";
 
 class RecoveryMetrics {
  public:
@@ -58,6 +61,9 @@ class RecoveryMetrics {
   // `steps_lost` the steps after the checkpoint it resumes from.
   void RecordPreemption(const std::string& job_id, const std::string& queue,
                         const std::string& reason, int64_t steps_lost);
+  // The slow-rank detector named a rank; `action` is what was done
+  // ("report", "cordon").
+  void RecordSlowRank(const std::string& job_id, const std::string& action);
   // A checkpoint was committed.
   void RecordCheckpoint(const std::string& job_id, const loom::v1::CheckpointInfo& info);
   // A rank reported a checkpoint save that failed.
@@ -69,6 +75,7 @@ class RecoveryMetrics {
   metrics::Family<metrics::Counter>& batches_skipped_;
   metrics::Family<metrics::Counter>& checkpoints_;
   metrics::Family<metrics::Counter>& preemptions_;
+  metrics::Family<metrics::Counter>& slow_ranks_;
   metrics::Family<metrics::Counter>& checkpoint_failures_;
   metrics::Family<metrics::Counter>& checkpoint_bytes_total_;
   metrics::Family<metrics::Counter>& checkpoint_write_total_;

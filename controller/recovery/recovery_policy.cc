@@ -21,6 +21,15 @@ RecoveryOptions RecoveryPolicy::EffectiveRecovery(const loom::v1::RecoverySpec& 
   if (spec.skip_before() > 0) o.skip_before = spec.skip_before();
   if (spec.skip_after() > 0) o.skip_after = spec.skip_after();
   if (spec.has_max_rollbacks()) o.max_rollbacks = std::max(0, spec.max_rollbacks());
+  const loom::v1::SlowRankSpec& slow = spec.slow_rank();
+  o.detect_slow_ranks = !slow.disabled();
+  if (slow.min_slowdown() > 0) o.slow_ranks.min_slowdown = slow.min_slowdown();
+  if (slow.threshold() > 0) o.slow_ranks.threshold = slow.threshold();
+  if (slow.confirm_reports() > 0) o.slow_ranks.confirm_reports = slow.confirm_reports();
+  if (slow.window() > 0) o.slow_ranks.window = slow.window();
+  o.slow_ranks.window = std::max(o.slow_ranks.window, o.slow_ranks.confirm_reports);
+  if (!slow.action().empty()) o.slow_rank_action = slow.action();
+  if (slow.cordon_seconds() > 0) o.cordon_seconds = slow.cordon_seconds();
   return o;
 }
 

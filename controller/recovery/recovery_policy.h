@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "controller/recovery/slow_rank_detector.h"
 #include "controller/recovery/spike_detector.h"
 #include "loom/v1/job.pb.h"
 
@@ -46,6 +47,11 @@ struct RecoveryOptions {
   int64_t skip_before = 100;
   int64_t skip_after = 200;
   int max_rollbacks = 5;
+  // Slow ranks (recovery.slow_rank): detection, and what a finding leads to.
+  bool detect_slow_ranks = true;
+  recovery::SlowRankOptions slow_ranks;
+  std::string slow_rank_action = "report";  // "report" or "cordon"
+  int64_t cordon_seconds = 600;
 };
 
 struct RecoveryPolicyOptions {

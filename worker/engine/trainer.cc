@@ -719,10 +719,19 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       state.has_val_loss = true;
       eval_seconds = SecondsSince(eval_start);
     }
-    if (rank == 0 && callbacks.on_step &&
-        (last || validate || state.step % config.log_interval == 0)) {
+    const bool report_step = last || validate || state.step % config.log_interval == 0;
+    // Every rank's own compute time, gathered on report steps for the
+    // controller's slow-rank detector (StepMetrics.rank_compute_seconds).
+    std::vector<double> rank_compute;
+    if (report_step && collectives.world_size() > 1) {
+      rank_compute.assign(collectives.world_size(), 0.0);
+      rank_compute[rank] = step.split.forward + step.split.backward;
+      rank_compute = collectives.Sum(std::move(rank_compute));
+    }
+    if (rank == 0 && callbacks.on_step && report_step) {
       loom::v1::StepMetrics report =
           MakeStepReport(config, step, state, validate, nonfinite_skipped, device);
+      for (double seconds : rank_compute) report.add_rank_compute_seconds(seconds);
       report.set_checkpoint_restore_seconds(unreported_restore);
       report.set_eval_seconds(eval_seconds);
       unreported_restore = 0;
