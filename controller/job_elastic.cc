@@ -18,6 +18,7 @@
 #include "controller/job_planning.h"
 #include "controller/job_progress.h"
 #include "controller/scheduler.h"
+#include "controller/scheduling/snapshot.h"
 
 namespace loom::controller {
 namespace {
@@ -81,15 +82,17 @@ static std::optional<PlannedShape> FirstThatPlans(const loom::v1::JobSpec& spec,
 }
 
 bool JobManager::ReplanLocked(JobRecord& rec, const std::string& cause,
-                              const std::string& cause_kind) {
+                              const std::string& cause_kind, int max_ranks) {
   const loom::v1::JobSpec& spec = rec.job.spec();
   if (!spec.has_elastic() || IsTerminalJobState(rec.job.state())) return false;
+  const int most =
+      max_ranks > 0 ? std::min(max_ranks, spec.elastic().max_ranks()) : spec.elastic().max_ranks();
+  if (most < spec.elastic().min_ranks()) return false;
   std::vector<loom::v1::WorkerInfo> alive;
   const std::vector<int> free = ElasticFreeSlotsLocked(rec, &alive);
   std::string tried;
   std::optional<PlannedShape> chosen = FirstThatPlans(
-      spec, ElasticCandidates(free, spec.elastic().min_ranks(), spec.elastic().max_ranks()), alive,
-      &tried);
+      spec, ElasticCandidates(free, spec.elastic().min_ranks(), most), alive, &tried);
   if (!chosen.has_value()) {
     std::cerr << "loom-controller: elastic job " << rec.job.id() << " could not be re-planned ("
               << (tried.empty() ? "fewer than elastic.min_ranks slots are free" : tried)
@@ -124,6 +127,41 @@ bool JobManager::ReplanLocked(JobRecord& rec, const std::string& cause,
   *rec.job.mutable_plan() = std::move(chosen->plan);
   RequeueLocked(rec, ev.message());
   return true;
+}
+
+void JobManager::ShrinkWaitingElasticJobLocked(const scheduling::ClusterSnapshot& snapshot,
+                                               const scheduling::Decisions& decisions) {
+  // Slots about to come back (ranks saving or exiting): look again then.
+  for (const scheduling::RunningJob& r : snapshot.running) {
+    if (r.saving) return;
+  }
+  // Only when the one job waiting for capacity is an elastic gang that does
+  // not fit: a smaller gang then takes room nobody else is waiting for (no
+  // reservation is bypassed, no earlier gang overtaken).
+  JobRecord* candidate = nullptr;
+  for (const scheduling::Waiting& w : decisions.waiting) {
+    if (w.reason == scheduling::WaitReason::kOverQuota ||
+        w.reason == scheduling::WaitReason::kUnknownQueue) {
+      continue;
+    }
+    JobRecord* rec = jobs_.Find(w.job_id);
+    const bool shrinkable =
+        rec != nullptr && w.reason == scheduling::WaitReason::kGangDoesNotFit &&
+        rec->job.spec().has_elastic() && rec->live.empty() &&
+        rec->job.spec().resources().ranks() > rec->job.spec().elastic().min_ranks();
+    if (!shrinkable || candidate != nullptr) return;
+    candidate = rec;
+  }
+  if (candidate == nullptr) return;
+  JobRecord& rec = *candidate;
+  const bool preempted = rec.job.state() == loom::v1::PREEMPTED;
+  const std::string why =
+      absl::StrCat(preempted ? "preempted, and its whole gang of " : "its gang of ",
+                   rec.job.spec().resources().ranks(), " rank(s) does not fit the free slots");
+  if (ReplanLocked(rec, why, preempted ? kCausePreemption : kCauseCapacityShort,
+                   rec.job.spec().resources().ranks() - 1)) {
+    schedule_needed_ = true;
+  }
 }
 
 bool JobManager::ElasticGangPlansLocked(const JobRecord& rec) {

@@ -396,7 +396,16 @@ class JobManager {
   // it under the new layout without counting a restart. False (nothing
   // changed) when the job is not elastic or no gang of at least
   // elastic.min_ranks plans.
-  bool ReplanLocked(JobRecord& rec, const std::string& cause, const std::string& cause_kind);
+  // `max_ranks` > 0 caps the gang below elastic.max_ranks.
+  bool ReplanLocked(JobRecord& rec, const std::string& cause, const std::string& cause_kind,
+                    int max_ranks = 0);
+  // After a scheduling cycle: when the only job waiting for capacity is an
+  // elastic gang that does not fit (a preemption took part of its room, or
+  // workers are gone) and no slots are about to come back, it is re-planned
+  // for a smaller gang that fits the free slots (at least
+  // elastic.min_ranks); it grows back later (GrowElasticJobsLocked).
+  void ShrinkWaitingElasticJobLocked(const scheduling::ClusterSnapshot& snapshot,
+                                     const scheduling::Decisions& decisions);
   // Each tick: a running elastic job below elastic.max_ranks, running for
   // at least the queues' min_run_time, while no job waits, with room on the
   // live cluster for a larger gang that plans, is asked to save at its next

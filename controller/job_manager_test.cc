@@ -486,6 +486,67 @@ TEST_F(PreemptionTest, NonPreemptibleJobsAndJobsWithinTheirMinimumRunTimeAreLeft
 // Issue 31: an elastic job whose worker is lost is re-planned for the two
 // workers left (the planner's layout for the same global batch), resumes
 // from its newest checkpoint under it, and counts no restart.
+TEST_F(PreemptionTest, APreemptionThatNeedsPartOfAnElasticJobsSlotsShrinksIt) {
+  // An elastic 3-rank job on three workers; a high-priority 1-rank job
+  // needs one slot.
+  const std::string w3 = Register("node-c");
+  Beat(w3, 29500);
+  Beat(w3, 29501);
+  ASSERT_TRUE(manager_->Cancel(low_, "").ok());
+  for (const std::string& w : {w1_, w2_, w3}) Beat(w, 29502);
+  ASSERT_TRUE(Exit(w1_, low_, 0, 143).ok());
+  ASSERT_TRUE(Exit(w2_, low_, 1, 143).ok());
+  loom::v1::JobSpec spec = Spec(3);
+  spec.set_name("stretchy");
+  spec.mutable_schedule()->set_total_steps(1000);
+  spec.mutable_batch()->set_global_batch(12);
+  spec.mutable_batch()->set_micro_batch(2);
+  spec.mutable_elastic()->set_min_ranks(1);
+  spec.mutable_elastic()->set_max_ranks(3);
+  const std::string job = manager_->Submit(spec)->id();
+  Beat(w1_, 29503, {{job, 0}});
+  Beat(w2_, 29503, {{job, 1}});
+  Beat(w3, 29503, {{job, 2}});
+  ASSERT_EQ(StateOf(job), loom::v1::RUNNING);
+  Report(job, {1, 2, 3, 4}, {4});
+
+  loom::v1::JobSpec urgent = Spec(1);
+  urgent.set_name("urgent");
+  urgent.mutable_scheduling()->set_priority("high");
+  const std::string high = manager_->Submit(urgent)->id();
+  Beat(w1_, 29504, {{job, 0}});
+  Beat(w2_, 29504, {{job, 1}});
+  Beat(w3, 29504, {{job, 2}});
+  // It saves at step 5 and stops; the urgent job takes one slot, and the
+  // elastic job comes back at once on the two others, re-planned for them.
+  Report(job, {5}, {5});
+  ASSERT_TRUE(Exit(w1_, job, 0, kRankExitSavedAndStopped).ok());
+  ASSERT_TRUE(Exit(w2_, job, 1, kRankExitSavedAndStopped).ok());
+  ASSERT_TRUE(Exit(w3, job, 2, kRankExitSavedAndStopped).ok());
+  for (int i = 0; i < 3; ++i) {
+    for (const std::string& w : {w1_, w2_, w3}) Beat(w, 29505 + i);
+    manager_->Tick();
+  }
+  EXPECT_EQ(StateOf(high), loom::v1::SCHEDULED);
+  const loom::v1::Job j = *manager_->Get(job);
+  ASSERT_EQ(j.state(), loom::v1::SCHEDULED) << j.reason();
+  EXPECT_EQ(j.spec().resources().ranks(), 2);
+  EXPECT_EQ(j.ranks_size(), 2);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_EQ(j.preemptions(), 1);
+  const loom::v1::Job placed_high = *manager_->Get(high);
+  for (const auto& r : j.ranks()) EXPECT_NE(r.node(), placed_high.ranks(0).node());
+  std::vector<loom::v1::RecoveryEvent> replans;
+  for (const auto& e : j.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::REPLANNED) replans.push_back(e);
+  }
+  ASSERT_EQ(replans.size(), 1u);
+  EXPECT_EQ(replans[0].cause(), "preemption");
+  EXPECT_EQ(replans[0].checkpoint_step(), 5);
+  EXPECT_EQ(replans[0].steps_lost(), 0);
+  EXPECT_THAT(replans[0].message(), HasSubstr("re-planned from 3 to 2 rank(s)"));
+}
+
 TEST_F(JobManagerTest, ElasticJobThatLosesAWorkerIsReplannedForTheWorkersLeft) {
   const std::string w1 = Register("node-a"), w2 = Register("node-b"), w3 = Register("node-c");
   for (const std::string& w : {w1, w2, w3}) Beat(w, 29500);

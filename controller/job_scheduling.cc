@@ -264,6 +264,7 @@ void JobManager::ScheduleLocked() {
     }
     Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
   }
+  ShrinkWaitingElasticJobLocked(snapshot, decisions);
 }
 
 // ------------------------------------------------ checkpoint-then-preempt

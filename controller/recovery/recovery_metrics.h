@@ -45,6 +45,9 @@ inline constexpr char kCauseCheckpointFailed[] = "checkpoint_failed";
 inline constexpr char kCausePreemption[] = "preemption";
 // An elastic job grew back: workers returned (RecoveryEvent REPLANNED).
 inline constexpr char kCauseCapacityReturned[] = "capacity_returned";
+// An elastic job waiting for a gang that does not fit the free slots was
+// re-planned smaller.
+inline constexpr char kCauseCapacityShort[] = "capacity_short";
 // A slow rank's worker was cordoned and the job re-planned without it.
 inline constexpr char kCauseSlowRank[] = "slow_rank";
 
