@@ -114,3 +114,11 @@ add_dependencies(loom_control_plane_bench loom-controller)
 add_executable(loom_scheduler_bench ${CMAKE_CURRENT_LIST_DIR}/scheduler_bench.cc)
 target_link_libraries(loom_scheduler_bench PRIVATE loom_scheduling absl::strings absl::str_format
                       absl::time)
+
+# elastic: one elastic job through a worker kill, its return, a partial
+# preemption, a slow rank (a CPU-quota cgroup) and a controller kill on 4
+# local workers; recovery times, steps lost, ETTR (issue 31). Root only.
+add_executable(loom_elastic_bench ${CMAKE_CURRENT_LIST_DIR}/elastic_bench.cc)
+target_link_libraries(loom_elastic_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
+                      loom_goodput absl::strings absl::str_format)
+add_dependencies(loom_elastic_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)

@@ -73,6 +73,18 @@ bench_chaos() {
   "$BUILD_DIR/bin/loom_chaos_bench" "$BUILD_DIR/bin" "${CHAOS_TRIALS:-41}" "${CHAOS_SEED:-1}"
 }
 
+# One elastic job on 4 local workers through a fault every 30-50 s: a worker
+# kill -9 and its return, part of it preempted, a slow rank (a CPU-quota
+# cgroup), a controller kill; recovery time and steps lost per fault, ETTR,
+# loss against an uninterrupted run (issue 31). Root. ELASTIC_STEPS sets the
+# run's length (3000), ELASTIC_CLEAN_SECONDS adds a clean run that long in
+# which no rank may be named slow.
+bench_elastic() {
+  build loom_elastic_bench
+  "$BUILD_DIR/bin/loom_elastic_bench" "$BUILD_DIR/bin" "${ELASTIC_STEPS:-3000}" \
+    "${ELASTIC_CLEAN_SECONDS:-0}"
+}
+
 # The controller under a large cluster's load (issue 12): CONTROL_PLANE_WORKERS
 # simulated workers (default 10000) heartbeating at 1 Hz, CONTROL_PLANE_JOBS
 # one-rank jobs (100) reporting steps at 10 Hz and CONTROL_PLANE_WATCHERS job

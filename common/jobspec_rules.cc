@@ -224,6 +224,26 @@ absl::Status CheckDegreesAgainstModel(const v1::JobSpec& spec) {
                       absl::StrCat(parallelism.pipeline(), " exceeds ", at, ".n_layer (",
                                    gpt.n_layer(), "): every stage needs at least one block"));
   }
+  if (parallelism.stage_layers_size() > 0) {
+    const int stages = std::max(parallelism.pipeline(), 1);
+    if (parallelism.stage_layers_size() != stages) {
+      return FieldError("parallelism.stage_layers",
+                        absl::StrCat(parallelism.stage_layers_size(), " entries for ", stages,
+                                     " pipeline stage(s)"));
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < parallelism.stage_layers_size(); ++i) {
+      if (parallelism.stage_layers(i) < 1) {
+        return FieldError(absl::StrCat("parallelism.stage_layers[", i, "]"),
+                          absl::StrCat("must be >= 1, got ", parallelism.stage_layers(i)));
+      }
+      sum += parallelism.stage_layers(i);
+    }
+    if (sum != gpt.n_layer()) {
+      return FieldError("parallelism.stage_layers", absl::StrCat("sums to ", sum, ", not ", at,
+                                                                 ".n_layer (", gpt.n_layer(), ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -240,7 +260,13 @@ absl::Status CheckParallelism(const v1::JobSpec& spec) {
     return FieldError("parallelism.zero_stage",
                       absl::StrCat(parallelism.zero_stage(), " is not 0, 1, 2 or 3"));
   }
-  if (parallelism.auto_()) return absl::OkStatus();
+  if (parallelism.auto_()) {
+    if (parallelism.stage_layers_size() > 0) {
+      return FieldError("parallelism.stage_layers",
+                        "needs a pinned layout: the planner chooses the stages under auto");
+    }
+    return absl::OkStatus();
+  }
   if (parallelism.sequence_parallel() && parallelism.tensor() <= 1) {
     return FieldError("parallelism.sequence_parallel",
                       absl::StrCat("needs parallelism.tensor > 1 (it splits activations "

@@ -672,10 +672,38 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
       // Slow ranks.
       {"slow-rank action that is not one",
        [](JobSpec* s) { s->mutable_recovery()->mutable_slow_rank()->set_action("evict"); },
-       kInvalid, "recovery.slow_rank.action: \"evict\" is not one of \"report\", \"cordon\""},
-      {"slow-rank re-plan around the rank",
-       [](JobSpec* s) { s->mutable_recovery()->mutable_slow_rank()->set_action("replan"); },
-       kUnimplemented, "recovery.slow_rank.action: \"replan\" (uneven pipeline stages"},
+       kInvalid,
+       "recovery.slow_rank.action: \"evict\" is not one of \"report\", \"cordon\", "
+       "\"replan\""},
+      {"stage layers that do not sum to the layers",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_pipeline(2);
+         s->mutable_parallelism()->set_data(s->resources().ranks() / 2);
+         s->mutable_parallelism()->add_stage_layers(1);
+         s->mutable_parallelism()->add_stage_layers(s->model().gpt().n_layer());
+       },
+       kInvalid, "parallelism.stage_layers: sums to "},
+      {"stage layers for another number of stages",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_pipeline(2);
+         s->mutable_parallelism()->set_data(s->resources().ranks() / 2);
+         s->mutable_parallelism()->add_stage_layers(s->model().gpt().n_layer());
+       },
+       kInvalid, "parallelism.stage_layers: 1 entries for 2 pipeline stage(s)"},
+      {"an empty stage",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_pipeline(2);
+         s->mutable_parallelism()->set_data(s->resources().ranks() / 2);
+         s->mutable_parallelism()->add_stage_layers(0);
+         s->mutable_parallelism()->add_stage_layers(s->model().gpt().n_layer());
+       },
+       kInvalid, "parallelism.stage_layers[0]: must be >= 1, got 0"},
+      {"stage layers under auto",
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_auto_(true);
+         s->mutable_parallelism()->add_stage_layers(1);
+       },
+       kInvalid, "parallelism.stage_layers: needs a pinned layout"},
       {"slow-rank slowdown that any jitter reaches",
        [](JobSpec* s) { s->mutable_recovery()->mutable_slow_rank()->set_min_slowdown(1.01); },
        kInvalid, "recovery.slow_rank.min_slowdown: must be 0 (the default) or in [1.1, 1000]"},

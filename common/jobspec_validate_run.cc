@@ -96,15 +96,10 @@ absl::Status ValidateCheckpoint(const v1::CheckpointSpec& checkpoint) {
 // recovery.slow_rank (issue 31).
 absl::Status ValidateSlowRank(const v1::SlowRankSpec& s) {
   const std::string& action = s.action();
-  if (action == "replan") {
-    return absl::UnimplementedError(
-        "recovery.slow_rank.action: \"replan\" (uneven pipeline stages sized by the slow "
-        "rank's measured speed) is not executable yet; use \"cordon\" (its worker takes no "
-        "ranks for a while and an elastic job shrinks without it) or \"report\"");
-  }
-  if (!action.empty() && action != "report" && action != "cordon") {
-    return FieldError("recovery.slow_rank.action",
-                      absl::StrCat("\"", action, "\" is not one of \"report\", \"cordon\""));
+  if (!action.empty() && action != "report" && action != "cordon" && action != "replan") {
+    return FieldError(
+        "recovery.slow_rank.action",
+        absl::StrCat("\"", action, "\" is not one of \"report\", \"cordon\", \"replan\""));
   }
   RETURN_IF_ERROR(
       CheckDefaultOrInRange("recovery.slow_rank.min_slowdown", s.min_slowdown(), 1.1, 1000.0));

@@ -109,7 +109,8 @@ const char* GroupKindName(GroupKind kind) {
 }
 
 absl::StatusOr<std::vector<int>> SplitLayers(int n_layer, int stages, double first_stage_extra,
-                                             double last_stage_extra) {
+                                             double last_stage_extra,
+                                             const std::vector<double>& stage_slowdown) {
   if (stages < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("parallelism.pipeline must be >= 1, got ", stages));
@@ -123,10 +124,22 @@ absl::StatusOr<std::vector<int>> SplitLayers(int n_layer, int stages, double fir
       first_stage_extra < 0 || last_stage_extra < 0) {
     return absl::InvalidArgumentError("pipeline stage extra costs must be finite and >= 0");
   }
+  if (!stage_slowdown.empty()) {
+    if (static_cast<int>(stage_slowdown.size()) != stages) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage slowdowns: ", stage_slowdown.size(), " for ", stages, " stages"));
+    }
+    for (double f : stage_slowdown) {
+      if (!std::isfinite(f) || f < 0.01) {
+        return absl::InvalidArgumentError("stage slowdowns must be finite and >= 0.01");
+      }
+    }
+  }
   const double kInf = std::numeric_limits<double>::infinity();
   auto cost = [&](int stage, int blocks) {
-    return blocks + (stage == 0 ? first_stage_extra : 0.0) +
-           (stage == stages - 1 ? last_stage_extra : 0.0);
+    const double factor = stage_slowdown.empty() ? 1.0 : stage_slowdown[stage];
+    return factor * (blocks + (stage == 0 ? first_stage_extra : 0.0) +
+                     (stage == stages - 1 ? last_stage_extra : 0.0));
   };
   // suffix[k][i]: the smallest achievable maximum stage cost when blocks
   // i..n_layer-1 go to stages k..stages-1, each stage non-empty.

@@ -80,11 +80,15 @@ const char* GroupKindName(GroupKind kind);  // "tensor", "pipeline", "data"
 // the last the LM head and loss (last_stage_extra). Uneven splits are the
 // point: 70 layers on 12 stages. Ties: the first stage takes the fewest blocks (most activations
 // in 1F1B), then earlier stages the most. Returns the number of blocks per stage.
-// INVALID_ARGUMENT if stages < 1, n_layer < stages, or an extra cost is
-// negative or not finite.
-absl::StatusOr<std::vector<int>> SplitLayers(int n_layer, int stages,
-                                             double first_stage_extra = 0,
-                                             double last_stage_extra = 0);
+// `stage_slowdown` (empty: all 1) multiplies each stage's cost: a stage on
+// a device measured 2x slower than its peers costs twice as much per block
+// (a slow-rank re-plan, recovery.slow_rank.action "replan").
+// INVALID_ARGUMENT if stages < 1, n_layer < stages, an extra cost is
+// negative or not finite, or stage_slowdown is not empty and not one
+// finite factor >= 0.01 per stage.
+absl::StatusOr<std::vector<int>> SplitLayers(int n_layer, int stages, double first_stage_extra = 0,
+                                             double last_stage_extra = 0,
+                                             const std::vector<double>& stage_slowdown = {});
 
 // Index of the first block of stage `stage` under `blocks_per_stage`.
 int FirstBlockOfStage(const std::vector<int>& blocks_per_stage, int stage);

@@ -1,5 +1,6 @@
 #include "common/parallel_layout.h"
 
+#include <cmath>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -81,6 +82,21 @@ int Sum(const std::vector<int>& v) { return std::accumulate(v.begin(), v.end(), 
 TEST(SplitLayersTest, EvenWhenItDivides) {
   EXPECT_THAT(SplitLayers(8, 4).value(), ElementsAre(2, 2, 2, 2));
   EXPECT_THAT(SplitLayers(5, 1).value(), ElementsAre(5));
+}
+
+TEST(SplitLayersTest, ASlowStageGetsFewerBlocksInProportionToItsSpeed) {
+  // Stage 1 computes 3x slower: 6 + 2 blocks cost 6 and 6.
+  EXPECT_THAT(SplitLayers(8, 2, 0, 0, {1.0, 3.0}).value(), ElementsAre(6, 2));
+  EXPECT_THAT(SplitLayers(8, 2, 0, 0, {3.0, 1.0}).value(), ElementsAre(2, 6));
+  // Every stage keeps a block however slow.
+  EXPECT_THAT(SplitLayers(4, 2, 0, 0, {1.0, 50.0}).value(), ElementsAre(3, 1));
+  // Factors of 1 are the even split; the extras still count, scaled.
+  EXPECT_EQ(SplitLayers(12, 4, 0.5, 2, {1, 1, 1, 1}).value(), SplitLayers(12, 4, 0.5, 2).value());
+  // The first stage takes the fewest blocks that keep the optimum (3).
+  EXPECT_THAT(SplitLayers(8, 4, 0, 0, {1, 1, 2, 1}).value(), ElementsAre(1, 3, 1, 3));
+  EXPECT_FALSE(SplitLayers(8, 2, 0, 0, {1.0}).ok());
+  EXPECT_FALSE(SplitLayers(8, 2, 0, 0, {1.0, 0.0}).ok());
+  EXPECT_FALSE(SplitLayers(8, 2, 0, 0, {1.0, std::nan("")}).ok());
 }
 
 TEST(SplitLayersTest, UnevenSplitsKeepTheMostExpensiveStageSmallest) {

@@ -38,6 +38,7 @@ loom::v1::JobSpec SpecForShape(const loom::v1::JobSpec& spec, ElasticShape shape
   par->set_tensor(0);
   par->set_pipeline(0);
   par->set_zero_stage(0);
+  par->clear_stage_layers();  // the planner splits the new stages
   return out;
 }
 

@@ -22,6 +22,13 @@ double GoodputBuckets::ettr() const {
   return training_time > 0 ? productive / training_time : 0.0;
 }
 
+// Events after which the next attempt resumes from their checkpoint_step,
+// having lost their steps_lost.
+static bool ResumesFromACheckpoint(loom::v1::RecoveryEvent::Kind kind) {
+  return kind == loom::v1::RecoveryEvent::ROLLBACK || kind == loom::v1::RecoveryEvent::RESTART ||
+         kind == loom::v1::RecoveryEvent::PREEMPTED || kind == loom::v1::RecoveryEvent::REPLANNED;
+}
+
 GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
                               const std::vector<loom::v1::StepMetrics>& steps, absl::Time now) {
   GoodputBuckets b;
@@ -70,10 +77,7 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
     // after a rendezvous retry: its first report then stands for itself).
     int64_t previous_step = a == 0 ? 0 : -1;
     for (const loom::v1::RecoveryEvent& e : job.events()) {
-      if (a > 0 && e.time_unix_ms() <= at.begin &&
-          (e.kind() == loom::v1::RecoveryEvent::ROLLBACK ||
-           e.kind() == loom::v1::RecoveryEvent::RESTART ||
-           e.kind() == loom::v1::RecoveryEvent::PREEMPTED)) {
+      if (a > 0 && e.time_unix_ms() <= at.begin && ResumesFromACheckpoint(e.kind())) {
         previous_step = e.checkpoint_step();
       }
     }
@@ -111,15 +115,12 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
     }
   }
 
-  // Steps a rollback, restart or preemption undid were trained twice: the undone copy
+  // Steps a rollback, restart, preemption or re-plan undid were trained
+  // twice: the undone copy
   // is redone work, not productive. The event's attempt (generation) is
   // the one it starts, so the lost steps belong to the attempt before.
   for (const loom::v1::RecoveryEvent& e : job.events()) {
-    if (e.kind() != loom::v1::RecoveryEvent::ROLLBACK &&
-        e.kind() != loom::v1::RecoveryEvent::RESTART &&
-        e.kind() != loom::v1::RecoveryEvent::PREEMPTED) {
-      continue;
-    }
+    if (!ResumesFromACheckpoint(e.kind())) continue;
     if (e.steps_lost() <= 0) continue;
     // The attempt that ran when the event came.
     double median = 0;

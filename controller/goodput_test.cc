@@ -139,6 +139,63 @@ TEST(GoodputTest, SparseReportsStandForTheStepsBetweenThem) {
   EXPECT_NEAR(b.unaccounted, 1 - 0.75, 1e-9);
 }
 
+// An elastic job preempted at step 5, then re-planned twice (a worker lost
+// after step 10 with 2 steps lost, and grown back at step 13): each attempt
+// resumes from its own event's checkpoint, not an older event's, and the
+// steps a re-plan undid are redone work.
+TEST(GoodputTest, ReplannedAttemptsResumeFromTheirOwnCheckpoint) {
+  loom::v1::Job job;
+  std::vector<loom::v1::StepMetrics> steps;
+  auto event = [&](loom::v1::RecoveryEvent::Kind kind, double at, int64_t checkpoint,
+                   int64_t lost) {
+    auto* e = job.add_events();
+    e->set_kind(kind);
+    e->set_time_unix_ms(static_cast<int64_t>(at * 1000));
+    e->set_checkpoint_step(checkpoint);
+    e->set_steps_lost(lost);
+  };
+  auto steps_from = [&](int64_t first, int count, double first_end) {
+    for (int i = 0; i < count; ++i) {
+      loom::v1::StepMetrics s;
+      s.set_step(first + i);
+      s.set_time_unix_ms(static_cast<int64_t>((first_end + i) * 1000));
+      s.set_step_time_seconds(1.0);
+      steps.push_back(s);
+    }
+  };
+  Transition(&job, loom::v1::PENDING, 0);
+  Transition(&job, loom::v1::SCHEDULED, 0);
+  Transition(&job, loom::v1::RUNNING, 1);
+  steps_from(1, 5, 2);  // steps 1-5 end at 2..6
+  event(loom::v1::RecoveryEvent::PREEMPTED, 7, 5, 0);
+  Transition(&job, loom::v1::PREEMPTED, 7);
+  event(loom::v1::RecoveryEvent::REPLANNED, 7, 5, 0);  // back at once, smaller
+  Transition(&job, loom::v1::PENDING, 7);
+  Transition(&job, loom::v1::SCHEDULED, 7);
+  Transition(&job, loom::v1::RUNNING, 8);
+  steps_from(6, 7, 9);                                   // steps 6-12 end at 9..15
+  event(loom::v1::RecoveryEvent::REPLANNED, 16, 10, 2);  // lost 11-12
+  Transition(&job, loom::v1::PENDING, 16);
+  Transition(&job, loom::v1::SCHEDULED, 17);
+  Transition(&job, loom::v1::RUNNING, 18);
+  steps_from(11, 3, 19);                                 // steps 11-13 end at 19..21
+  event(loom::v1::RecoveryEvent::REPLANNED, 22, 13, 0);  // grown back
+  Transition(&job, loom::v1::PENDING, 22);
+  Transition(&job, loom::v1::SCHEDULED, 22);
+  Transition(&job, loom::v1::RUNNING, 23);
+  steps_from(14, 2, 24);  // steps 14-15 end at 24..25
+  Transition(&job, loom::v1::SUCCEEDED, 25);
+
+  const GoodputBuckets b = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
+  // 17 steps of 1 s trained, 2 of them redone; each attempt's first step
+  // starts 1 s after its placement.
+  EXPECT_NEAR(b.redone, 2.0, 1e-9);
+  EXPECT_NEAR(b.productive, 15.0, 1e-9);
+  EXPECT_NEAR(b.startup, 4 * 1.0, 1e-9);
+  EXPECT_LE(b.productive, b.wall);
+  EXPECT_NEAR(b.ettr(), 15.0 / 25.0, 1e-9);
+}
+
 TEST(GoodputTest, AJobStillGoingEndsAtNowAndOneNeverPlacedIsAllQueue) {
   loom::v1::Job job;
   Transition(&job, loom::v1::PENDING, 100);

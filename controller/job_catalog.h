@@ -68,6 +68,10 @@ struct PreemptionInProgress {
   // once the ranks are gone the job is re-planned (elastic) or placed again
   // (not elastic) without it.
   std::string away_from_node;
+  // Not a preemption either: a slow rank's pipeline stage is to get fewer
+  // blocks (recovery.slow_rank.action "replan"); once the ranks are gone the
+  // job is placed again, its stages split for the nodes' measured speeds.
+  bool replan_around = false;
 };
 
 // One job: its durable part (`job`) and what the controller keeps about its
@@ -87,6 +91,13 @@ struct JobRecord {
   // per-rank compute times; slow_ranks_generation is the attempt's).
   std::unique_ptr<recovery::SlowRankDetector> slow_ranks;
   int64_t slow_ranks_generation = -1;
+  // recovery.slow_rank.action "replan": node -> its measured slowdown. At
+  // each placement the pipeline stages are split for the slowest node of
+  // each stage (JobManager::StageLayersForPlacementLocked).
+  std::map<std::string, double> node_slowdown;
+  // The blocks per stage the current attempt was started with (empty: the
+  // engine's own split).
+  std::vector<int> stage_layers_now;
   int unstored_transitions = 0;  // history entries a failed write left off the disk
   int64_t last_spike_step = -1;
   // step -> data batch index it trained on, for the recent steps of the

@@ -88,6 +88,12 @@ bool JobManager::IsAttemptRunning(JobState s) { return IsAttemptRunningState(s);
 absl::Status JobManager::Recover() {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(jobs_.Load());
+  // Cordons still in force (slow ranks) outlive the restart.
+  ASSIGN_OR_RETURN(const std::vector<Store::CordonRow> cordons,
+                   store_->LoadCordons(clock_->NowUnixMillis()));
+  for (const Store::CordonRow& c : cordons) {
+    workers_.Cordon(c.node, absl::FromUnixMillis(c.until_unix_ms), c.reason);
+  }
   for (const std::string& id : jobs_.unfinished()) {
     JobRecord& rec = *jobs_.Find(id);
     const JobState s = rec.job.state();

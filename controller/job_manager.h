@@ -430,6 +430,16 @@ class JobManager {
                                 const RecoveryOptions& recovery);
   void HandleSlowRankLocked(JobRecord& rec, const recovery::SlowRankFinding& finding,
                             const RecoveryOptions& recovery);
+  // The blocks per pipeline stage for rec's ranks placed as `node_stage`
+  // says ((node, stage) per rank), each stage's cost scaled by the slowest
+  // rec.node_slowdown of its nodes (SplitLayers); empty when the job has no
+  // pipeline stages or none of its stages is on a slow node.
+  std::vector<int> StageLayersForPlacementLocked(
+      const JobRecord& rec, const std::vector<std::pair<std::string, int>>& node_stage);
+  // (node, pipeline stage) of each of rec's ranks as placed now.
+  static std::vector<std::pair<std::string, int>> NodeStagesOf(const JobRecord& rec);
+  // "stages 3+1 blocks": `split`, or the engine's own split when empty.
+  static std::string StageSplitText(const JobRecord& rec, const std::vector<int>& split);
   // Whether rec's gang, as it is, could be placed with its own slots free
   // (the cordoned nodes left out, as Offers does).
   bool GangFitsElsewhereLocked(const JobRecord& rec);

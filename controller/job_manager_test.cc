@@ -795,12 +795,96 @@ TEST_F(SlowRankTest, CordonMovesTheJobOffTheNodeWithoutLosingAStepWhenItsGangFit
   for (const auto& r : j.ranks()) EXPECT_NE(r.node(), slow_node);
   EXPECT_EQ(j.restarts(), 0);
   EXPECT_EQ(j.resume_step(), -1);
+  // The cordon outlives a controller restart.
+  manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_, metrics_.get());
+  ASSERT_TRUE(manager_->Recover().ok());
+  Register(slow_node);
+  bool still = false;
+  for (const auto& w : manager_->ListWorkers()) {
+    if (w.node() == slow_node && w.alive()) still = w.cordoned_until_unix_ms() > 0;
+  }
+  EXPECT_TRUE(still);
   // A cordon lasts its time, then the node takes ranks again.
   clock_.Advance(absl::Seconds(601));
   for (const auto& w : manager_->ListWorkers()) {
     EXPECT_EQ(w.cordoned_until_unix_ms(), 0) << w.node();
   }
   (void)slow_worker;
+}
+
+TEST_F(SlowRankTest, ReplanGivesTheSlowRanksPipelineStageFewerBlocks) {
+  a_ = Register("node-a");
+  b_ = Register("node-b");
+  loom::v1::JobSpec spec = Spec(2);
+  spec.mutable_model()->mutable_gpt()->set_n_layer(8);
+  spec.mutable_schedule()->set_total_steps(1000);
+  spec.mutable_parallelism()->set_pipeline(2);
+  spec.mutable_parallelism()->set_data(1);
+  spec.mutable_resources()->set_ranks(2);
+  spec.mutable_recovery()->mutable_slow_rank()->set_action("replan");
+  absl::StatusOr<loom::v1::Job> submitted = manager_->Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  job_ = submitted->id();
+  for (int port : {29500, 29501}) {
+    Beat(a_, port, {{job_, 0}});
+    Beat(b_, port, {{job_, 1}});
+  }
+  ASSERT_EQ(StateOf(job_), loom::v1::RUNNING);
+  int slow_stage = -1;
+  std::string slow_node;
+  const loom::v1::Job placed = *manager_->Get(job_);
+  for (const auto& r : placed.ranks()) {
+    node_of_rank_[r.rank()] = r.node();
+    if (r.rank() == 1) {
+      slow_stage = r.pp();
+      slow_node = r.node();
+    }
+  }
+  ASSERT_GE(slow_stage, 0);
+  Report(1, 30, 1.0, {30});
+  Report(31, 34, 3.0);
+  const std::vector<loom::v1::RecoveryEvent> named = Events(loom::v1::RecoveryEvent::SLOW_RANK);
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_THAT(named[0].message(), HasSubstr("re-split for node " + slow_node + "'s speed"));
+  EXPECT_TRUE(AskedToSave(Beat(a_, 29502, {{job_, 0}})));
+  EXPECT_TRUE(AskedToSave(Beat(b_, 29502, {{job_, 1}})));
+  Report(35, 35, 3.0, {35});
+  ASSERT_TRUE(Exit(a_, job_, 0, kRankExitSavedAndStopped).ok());
+  ASSERT_TRUE(Exit(b_, job_, 1, kRankExitSavedAndStopped).ok());
+  std::map<int, std::vector<int>> split_of_rank;
+  for (int i = 0; i < 3; ++i) {
+    for (const std::string& w : {a_, b_}) {
+      const loom::v1::HeartbeatResponse beat = Beat(w, 29503 + i);
+      for (const auto& c : beat.commands()) {
+        if (!c.has_start() || c.start().job_id() != job_) continue;
+        const auto& layers = c.start().spec().parallelism().stage_layers();
+        split_of_rank[c.start().rank()] = {layers.begin(), layers.end()};
+      }
+    }
+  }
+  const loom::v1::Job j = *manager_->Get(job_);
+  ASSERT_EQ(j.state(), loom::v1::SCHEDULED) << j.reason();
+  ASSERT_EQ(split_of_rank.size(), 2u);
+  EXPECT_EQ(split_of_rank[0], split_of_rank[1]);
+  const std::vector<int>& split = split_of_rank[0];
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[0] + split[1], 8);
+  // The stage now on the slow node has the fewer blocks.
+  int stage_now = -1;
+  for (const auto& r : j.ranks()) {
+    if (r.node() == slow_node) stage_now = r.pp();
+  }
+  ASSERT_GE(stage_now, 0);
+  EXPECT_LT(split[stage_now], split[1 - stage_now]) << split[0] << "+" << split[1];
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_EQ(j.layout_generation(), 1);
+  const std::vector<loom::v1::RecoveryEvent> replans = Events(loom::v1::RecoveryEvent::REPLANNED);
+  ASSERT_EQ(replans.size(), 1u);
+  EXPECT_EQ(replans[0].cause(), "slow_rank");
+  EXPECT_EQ(replans[0].steps_lost(), 0);
+  EXPECT_THAT(replans[0].from_layout(), HasSubstr("stages 4+4 blocks"));
+  EXPECT_THAT(replans[0].to_layout(),
+              HasSubstr(absl::StrCat("stages ", split[0], "+", split[1], " blocks")));
 }
 
 TEST_F(SlowRankTest, CordonWithNowhereElseToGoKeepsTheJobRunning) {

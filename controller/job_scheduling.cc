@@ -211,6 +211,14 @@ void JobManager::ScheduleLocked() {
     head->rendezvous_port = 0;  // used; the worker reports a fresh one next heartbeat
     const int n_ranks = gang.layout.world_size();
     rec.job.clear_ranks();
+    // After a slow-rank re-plan: the stages split for these nodes' speeds.
+    {
+      std::vector<std::pair<std::string, int>> node_stage;
+      for (const PlacedRank& p : placement->ranks) {
+        node_stage.push_back({placement->workers[p.worker].node(), p.at.pp});
+      }
+      rec.stage_layers_now = StageLayersForPlacementLocked(rec, node_stage);
+    }
     for (const PlacedRank& p : placement->ranks) {
       Worker* w = workers_.Find(placement->workers[p.worker].id());
       const int rank = p.rank;
@@ -235,6 +243,9 @@ void JobManager::ScheduleLocked() {
       start->set_master_addr(head->info.address());
       start->set_master_port(master_port);
       start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
+      for (int blocks : rec.stage_layers_now) {
+        start->mutable_spec()->mutable_parallelism()->add_stage_layers(blocks);
+      }
       start->set_generation(rec.job.generation());
       start->set_resume_step(rec.job.resume_step());
       *start->mutable_skip_batches() = rec.job.skip_batches();
@@ -350,6 +361,36 @@ void JobManager::FinishPreemptionLocked(JobRecord& rec) {
   const absl::Time now = clock_->Now();
   PreemptionInProgress p = rec.preempting.value_or(PreemptionInProgress{});
   rec.preempting.reset();
+  if (p.replan_around) {
+    // A slow rank's stage gets fewer blocks: placed again, its stages split
+    // for its nodes' speeds there (StageLayersForPlacementLocked).
+    const std::vector<int> split = StageLayersForPlacementLocked(rec, NodeStagesOf(rec));
+    const int64_t checkpoint = NewestCheckpointLocked(rec, -1);
+    const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
+    loom::v1::RecoveryEvent ev;
+    ev.set_kind(loom::v1::RecoveryEvent::REPLANNED);
+    ev.set_cause(kCauseSlowRank);
+    const std::string summary = rec.job.plan().layout().summary();
+    ev.set_from_layout(absl::StrCat(summary, " | ", StageSplitText(rec, rec.stage_layers_now)));
+    ev.set_to_layout(absl::StrCat(summary, " | ", StageSplitText(rec, split)));
+    ev.set_checkpoint_step(checkpoint);
+    ev.set_resume_step(-1);
+    ev.set_steps_lost(lost);
+    ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
+    ev.set_generation(rec.job.generation() + 1);
+    ev.set_message(absl::StrFormat(
+        "re-split the pipeline around a slow rank: %s -> %s (for these nodes; split again for "
+        "the nodes it is placed on), resuming from the checkpoint at step %d (%d step(s) after "
+        "it lost); no restart counted",
+        ev.from_layout(), ev.to_layout(), checkpoint, lost));
+    AddEvent(rec, ev);
+    if (metrics_ != nullptr)
+      metrics_->RecordRecovery(rec.job.id(), "replan", kCauseSlowRank, lost, 0);
+    rec.job.set_layout_generation(rec.job.layout_generation() + 1);
+    rec.job.set_resume_step(-1);
+    RequeueLocked(rec, ev.message());
+    return;
+  }
   if (!p.away_from_node.empty()) {
     // Moving off a slow rank's cordoned node: re-planned without it
     // (elastic), or placed again as it was on the other workers.

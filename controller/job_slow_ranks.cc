@@ -4,16 +4,71 @@
 // (SLOW_RANK) and handled as the job's recovery.slow_rank.action says.
 // Members of JobManager (job_manager.h), called with mu_ held.
 #include <algorithm>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/jobspec_model.h"
+#include "common/parallel_layout.h"
 #include "controller/job_manager.h"
 #include "controller/scheduler.h"
 
 namespace loom::controller {
+namespace {
+
+// The engine's estimate of the LM head and loss in block units
+// (worker/engine/parallel/parallel_gpt.h LastStageExtraBlocks), from the spec.
+double LastStageExtraBlocks(const loom::v1::JobSpec& spec) {
+  const loom::v1::GptModel gpt = EffectiveDecoder(spec.model());
+  return static_cast<double>(gpt.vocab_size()) / (12.0 * gpt.d_model() + 2.0 * gpt.seq_len());
+}
+
+// The split the engine runs without stage_layers.
+std::vector<int> EvenSplit(const loom::v1::JobSpec& spec) {
+  const int stages = std::max(1, spec.parallelism().pipeline());
+  absl::StatusOr<std::vector<int>> split = SplitLayers(EffectiveDecoder(spec.model()).n_layer(),
+                                                       stages, 0.0, LastStageExtraBlocks(spec));
+  return split.ok() ? *split : std::vector<int>();
+}
+
+std::string DescribeSplit(const std::vector<int>& split) {
+  return absl::StrCat("stages ", absl::StrJoin(split, "+"), " blocks");
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, int>> JobManager::NodeStagesOf(const JobRecord& rec) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const loom::v1::RankAssignment& a : rec.job.ranks()) out.push_back({a.node(), a.pp()});
+  return out;
+}
+
+std::string JobManager::StageSplitText(const JobRecord& rec, const std::vector<int>& split) {
+  return DescribeSplit(split.empty() ? EvenSplit(rec.job.spec()) : split);
+}
+
+std::vector<int> JobManager::StageLayersForPlacementLocked(
+    const JobRecord& rec, const std::vector<std::pair<std::string, int>>& node_stage) {
+  const loom::v1::JobSpec& spec = rec.job.spec();
+  const int stages = spec.parallelism().pipeline();
+  if (stages <= 1 || rec.node_slowdown.empty()) return {};
+  std::vector<double> factor(stages, 1.0);
+  bool slow = false;
+  for (const auto& [node, stage] : node_stage) {
+    auto it = rec.node_slowdown.find(node);
+    if (it == rec.node_slowdown.end() || stage < 0 || stage >= stages) continue;
+    factor[stage] = std::max(factor[stage], it->second);
+    slow = true;
+  }
+  if (!slow) return {};
+  absl::StatusOr<std::vector<int>> split = SplitLayers(
+      EffectiveDecoder(spec.model()).n_layer(), stages, 0.0, LastStageExtraBlocks(spec), factor);
+  return split.ok() ? *split : std::vector<int>();
+}
 
 void JobManager::ObserveRankComputeLocked(JobRecord& rec, const loom::v1::StepMetrics& m,
                                           const RecoveryOptions& recovery) {
@@ -22,8 +77,30 @@ void JobManager::ObserveRankComputeLocked(JobRecord& rec, const loom::v1::StepMe
     rec.slow_ranks = std::make_unique<recovery::SlowRankDetector>(recovery.slow_ranks);
     rec.slow_ranks_generation = rec.job.generation();
   }
-  const std::vector<double> seconds(m.rank_compute_seconds().begin(),
-                                    m.rank_compute_seconds().end());
+  std::vector<double> seconds(m.rank_compute_seconds().begin(), m.rank_compute_seconds().end());
+  // Pipeline stages do different amounts of work (their blocks, the LM head
+  // on the last): each rank's time is scaled to the average stage's work,
+  // so that only a rank slow for its work stands out.
+  const int stages = rec.job.spec().parallelism().pipeline();
+  if (stages > 1) {
+    const std::vector<int> split =
+        rec.stage_layers_now.empty() ? EvenSplit(rec.job.spec()) : rec.stage_layers_now;
+    if (static_cast<int>(split.size()) == stages) {
+      const double extra = LastStageExtraBlocks(rec.job.spec());
+      std::vector<double> work(stages);
+      double mean = 0;
+      for (int s = 0; s < stages; ++s) {
+        work[s] = split[s] + (s == stages - 1 ? extra : 0.0);
+        mean += work[s] / stages;
+      }
+      for (const loom::v1::RankAssignment& a : rec.job.ranks()) {
+        if (a.rank() >= 0 && a.rank() < static_cast<int>(seconds.size()) && a.pp() >= 0 &&
+            a.pp() < stages) {
+          seconds[a.rank()] *= mean / work[a.pp()];
+        }
+      }
+    }
+  }
   for (const recovery::SlowRankFinding& f : rec.slow_ranks->Observe(m.step(), seconds)) {
     // One action per attempt: a cordon in progress already moves the job.
     HandleSlowRankLocked(rec, f, recovery);
@@ -47,7 +124,7 @@ bool JobManager::GangFitsElsewhereLocked(const JobRecord& rec) {
 
 void JobManager::HandleSlowRankLocked(JobRecord& rec, const recovery::SlowRankFinding& f,
                                       const RecoveryOptions& recovery) {
-  const absl::Time now = clock_->Now();
+  const absl::Time now_time = clock_->Now();
   std::string worker_id, node;
   for (const loom::v1::RankAssignment& a : rec.job.ranks()) {
     if (a.rank() == f.rank) {
@@ -71,16 +148,61 @@ void JobManager::HandleSlowRankLocked(JobRecord& rec, const recovery::SlowRankFi
       node.empty() ? std::string() : absl::StrCat(" on worker ", worker_id, " (node ", node, ")");
   std::string action = recovery.slow_rank_action;
   std::string outcome;
+  std::string fallback;  // why another action than the spec's was taken
   const bool moving = rec.preempting.has_value() || rec.pending_failure.has_value() ||
                       rec.job.state() != loom::v1::RUNNING;
-  if (action == "cordon" && node.empty()) {
+  if (action == "replan" && !node.empty() && rec.job.spec().parallelism().pipeline() > 1 &&
+      !moving) {
+    const std::vector<int> now =
+        rec.stage_layers_now.empty() ? EvenSplit(rec.job.spec()) : rec.stage_layers_now;
+    double& recorded = rec.node_slowdown[node];
+    recorded = std::max(recorded, f.slowdown);
+    const std::vector<int> after = StageLayersForPlacementLocked(rec, NodeStagesOf(rec));
+    if (after.empty() || after == now) {
+      outcome = absl::StrFormat(
+          "; re-planning around it cannot help: the split for its measured speed is the one in "
+          "force (%s)",
+          DescribeSplit(now));
+    } else {
+      outcome = absl::StrFormat(
+          "; the ranks save a checkpoint at the next step boundary and stop, and the job resumes "
+          "with its pipeline re-split for node %s's speed: %s -> %s (no step lost, no restart "
+          "counted)",
+          node, DescribeSplit(now), DescribeSplit(after));
+      PreemptionInProgress p;
+      p.since = now_time;
+      p.deadline = now_time + queues_.preemption_grace;
+      p.reason = kCauseSlowRank;
+      p.step_at_ask = rec.attempt_last_step;
+      p.replan_around = true;
+      rec.preempting = std::move(p);
+      rec.job.set_reason(absl::StrCat("re-splitting its pipeline around slow node ", node,
+                                      ": saving a checkpoint at the next step boundary"));
+      AskToSaveAndStopLocked(rec, absl::StrCat("rank ", f.rank,
+                                               " is slow: save a checkpoint, "
+                                               "then stop to re-split the pipeline"));
+    }
+  } else if (action == "replan" && !moving) {
+    action = "cordon";
+    fallback = "; the layout has no pipeline stages to re-split, so it cordons instead";
+  }
+  if (action == "replan") {
+    if (moving) outcome = "; the job is already stopping or moving";
+  } else if (action == "cordon" && node.empty()) {
     action = "report";
     outcome = "; its worker is not known, so nothing is cordoned";
   } else if (action == "cordon") {
-    const absl::Time until = now + absl::Seconds(recovery.cordon_seconds);
-    workers_.Cordon(node, until,
-                    absl::StrFormat("rank %d of job %s was %.2fx slower than its peers at step %d",
-                                    f.rank, rec.job.id(), f.slowdown, f.step));
+    const absl::Time until = now_time + absl::Seconds(recovery.cordon_seconds);
+    const std::string reason =
+        absl::StrFormat("rank %d of job %s was %.2fx slower than its peers at step %d", f.rank,
+                        rec.job.id(), f.slowdown, f.step);
+    workers_.Cordon(node, until, reason);
+    // Kept across a controller restart; a failed write only shortens it to
+    // this controller's life.
+    if (absl::Status s = store_->PutCordon({node, absl::ToUnixMillis(until), reason}); !s.ok()) {
+      std::cerr << "loom-controller: could not record the cordon of " << node << ": " << s
+                << std::endl;
+    }
     schedule_needed_ = true;
     const bool elastic = rec.job.spec().has_elastic();
     if (moving) {
@@ -94,8 +216,8 @@ void JobManager::HandleSlowRankLocked(JobRecord& rec, const recovery::SlowRankFi
           node, recovery.cordon_seconds,
           elastic ? "re-plan the elastic job" : "place the job again");
       PreemptionInProgress p;
-      p.since = now;
-      p.deadline = now + queues_.preemption_grace;
+      p.since = now_time;
+      p.deadline = now_time + queues_.preemption_grace;
       p.reason = kCauseSlowRank;
       p.step_at_ask = rec.attempt_last_step;
       p.away_from_node = node;
@@ -114,7 +236,10 @@ void JobManager::HandleSlowRankLocked(JobRecord& rec, const recovery::SlowRankFi
   } else {
     outcome = "; recovery.slow_rank.action is \"report\": nothing else is done";
   }
-  ev.set_message(absl::StrCat(f.Describe(), where, outcome));
+  ev.set_message(absl::StrCat(
+      f.Describe(),
+      rec.job.spec().parallelism().pipeline() > 1 ? " (times scaled to equal work per stage)" : "",
+      where, fallback, outcome));
   AddEvent(rec, ev);
   if (metrics_ != nullptr) metrics_->RecordSlowRank(rec.job.id(), action);
 }

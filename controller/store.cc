@@ -100,6 +100,11 @@ CREATE TABLE IF NOT EXISTS workers (
   zone TEXT NOT NULL DEFAULT '',
   rack TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS cordons (
+  node TEXT PRIMARY KEY,
+  until_unix_ms INTEGER NOT NULL,
+  reason TEXT NOT NULL
+);
 )sql";
 
 // Columns added to existing tables since their first release, in order:
@@ -629,6 +634,32 @@ absl::Status Store::PutWorker(const WorkerRow& worker) {
   st.BindText(6, worker.rack);
   if (st.Step() != SQLITE_DONE) return SqlError(db_, "write worker");
   return absl::OkStatus();
+}
+
+absl::Status Store::PutCordon(const CordonRow& cordon) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "INSERT OR REPLACE INTO cordons (node, until_unix_ms, reason) VALUES (?, ?, ?);");
+  if (!st.ok()) return SqlError(db_, "prepare cordon");
+  st.BindText(1, cordon.node);
+  st.BindInt(2, cordon.until_unix_ms);
+  st.BindText(3, cordon.reason);
+  if (st.Step() != SQLITE_DONE) return SqlError(db_, "write cordon");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Store::CordonRow>> Store::LoadCordons(int64_t after_unix_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "SELECT node, until_unix_ms, reason FROM cordons WHERE until_unix_ms > ? ORDER BY node;");
+  if (!st.ok()) return SqlError(db_, "prepare load cordons");
+  st.BindInt(1, after_unix_ms);
+  std::vector<CordonRow> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    out.push_back({st.ColumnText(0), st.ColumnInt(1), st.ColumnText(2)});
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "load cordons");
+  return out;
 }
 
 absl::StatusOr<std::vector<Store::WorkerRow>> Store::LoadWorkers() {

@@ -132,6 +132,18 @@ class Store {
   // Every recorded registration, oldest first.
   absl::StatusOr<std::vector<WorkerRow>> LoadWorkers();
 
+  // A node cordoned until a time (a slow rank there; WorkerRegistry::Cordon),
+  // kept across controller restarts.
+  struct CordonRow {
+    std::string node;
+    int64_t until_unix_ms = 0;
+    std::string reason;
+  };
+  // Records (or replaces) the node's cordon.
+  absl::Status PutCordon(const CordonRow& cordon);
+  // The cordons that end after `after_unix_ms`, by node.
+  absl::StatusOr<std::vector<CordonRow>> LoadCordons(int64_t after_unix_ms);
+
   // Largest numeric suffix used in job ids so far (ids never repeat).
   absl::StatusOr<int64_t> MaxJobSequence();
 

@@ -166,6 +166,28 @@ TEST(StoreTest, WorkersKeepZoneAndRack) {
   EXPECT_EQ((*workers)[1].rack, "");
 }
 
+TEST(StoreTest, CordonsSurviveReopenAndExpire) {
+  std::string dir = TempDir();
+  {
+    auto store = Store::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutCordon({"node-a", 5000, "slow rank 1"}).ok());
+    ASSERT_TRUE((*store)->PutCordon({"node-b", 9000, "slow rank 2"}).ok());
+    ASSERT_TRUE((*store)->PutCordon({"node-a", 7000, "slow again"}).ok());  // replaces
+  }
+  auto store = Store::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto cordons = (*store)->LoadCordons(6000);
+  ASSERT_TRUE(cordons.ok()) << cordons.status();
+  ASSERT_EQ(cordons->size(), 2u);
+  EXPECT_EQ((*cordons)[0].node, "node-a");
+  EXPECT_EQ((*cordons)[0].until_unix_ms, 7000);
+  EXPECT_EQ((*cordons)[0].reason, "slow again");
+  EXPECT_EQ((*cordons)[1].node, "node-b");
+  EXPECT_EQ((*store)->LoadCordons(8000)->size(), 1u);
+  EXPECT_TRUE((*store)->LoadCordons(9000)->empty());
+}
+
 // A database written before workers had zone and rack (the workers table as
 // first released) opens, keeps its rows, and takes new registrations.
 TEST(StoreTest, OldWorkersTableIsMigrated) {

@@ -1951,6 +1951,135 @@ seed: 5
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
 }
 
+// recovery.slow_rank.action "replan": a pipeline stage whose worker gets 40%
+// of a CPU is named slow; the job saves, stops and resumes on the same
+// workers with that stage given fewer blocks, losing no step, and its losses
+// stay with an uninterrupted run's (the same model, split otherwise).
+TEST_F(ClusterTest, SlowPipelineStageIsReplannedWithFewerBlocks) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, /*worker_timeout_s=*/10));
+  constexpr int kSteps = 700;
+  auto spec = [&](const std::string& name, bool replan) {
+    const std::string path = absl::StrCat(home_, "/", name, ".yaml");
+    std::ofstream(path) << "name: " << name << R"(
+model:
+  gpt: {n_layer: 4, n_head: 4, d_model: 128, seq_len: 64, vocab_size: 256}
+data:
+  train: ["data/train_*.bin"]
+optimizer:
+  adamw: {lr: 0.001, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: )"
+                        << kSteps << R"(, warmup_steps: 5}
+batch: {global_batch: 12, micro_batch: 2}
+resources: {workers: 2, ranks: 2}
+parallelism: {data: 1, tensor: 1, pipeline: 2}
+checkpoint: {interval_steps: 50, keep: 3}
+seed: 5
+recovery:
+  disable_spike_detection: true
+)" << (replan ? "  slow_rank: {action: replan}\n" : "  slow_rank: {disabled: true}\n");
+    return path;
+  };
+  const std::string reference = Submit(spec("even", false));
+  ASSERT_TRUE(WaitFor([&] { return Status(reference).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(reference).DebugString();
+  const std::string job = Submit(spec("resplit", true));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 60; }, 120))
+      << Status(job).DebugString();
+  loom::v1::Job before = Status(job);
+  std::string slow_node;
+  int slow_stage = -1;
+  for (const auto& a : before.ranks()) {
+    if (a.rank() == 1) {
+      slow_node = a.node();
+      slow_stage = a.pp();
+    }
+  }
+  ASSERT_EQ(slow_stage, 1);
+  const std::string daemon = "worker-" + slow_node.substr(slow_node.rfind('-') + 1);
+  int worker_pid = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == daemon) worker_pid = d.pid;
+  }
+  ASSERT_GT(worker_pid, 0);
+  // The worker and the ranks it starts stay slow for the rest of the run.
+  auto slow = loom::testing::CpuQuotaGroup::Create("loom-slow-stage", 0.4);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  ASSERT_TRUE((*slow)->Add(worker_pid).ok());
+  for (int child : loom::testing::ChildPids(worker_pid)) ASSERT_TRUE((*slow)->Add(child).ok());
+  const int64_t slowed_step = Status(job).summary().last_step();
+
+  loom::v1::Job j;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        j = Status(job);
+        return j.layout_generation() == 1 && j.state() == loom::v1::RUNNING;
+      },
+      120))
+      << j.DebugString();
+  std::optional<loom::v1::RecoveryEvent> named, replan;
+  for (const auto& e : j.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::SLOW_RANK) named = e;
+    if (e.kind() == loom::v1::RecoveryEvent::REPLANNED) replan = e;
+  }
+  ASSERT_TRUE(named.has_value() && replan.has_value()) << j.DebugString();
+  EXPECT_EQ(named->rank(), 1);
+  EXPECT_EQ(replan->cause(), "slow_rank");
+  EXPECT_EQ(replan->steps_lost(), 0);
+  EXPECT_THAT(replan->from_layout(), HasSubstr("stages 2+2 blocks"));
+  EXPECT_THAT(replan->to_layout(), HasSubstr("stages 3+1 blocks"));
+  int replans = 0;
+  for (const auto& a : j.ranks()) {
+    if (a.node() == slow_node) EXPECT_EQ(a.pp(), 1) << "placed as before";
+  }
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  j = Status(job);
+  EXPECT_EQ(j.restarts(), 0);
+  // Once re-split, the stages' unequal work is not taken for a slow rank.
+  for (const auto& e : j.events()) replans += e.kind() == loom::v1::RecoveryEvent::REPLANNED;
+  EXPECT_EQ(replans, 1) << Ctl("events " + job).out;
+  EXPECT_EQ(j.layout_generation(), 1);
+  // Throughput: healthy, slowed, and re-split (medians of each stretch).
+  loom::v1::GetStepMetricsResponse steps;
+  GetStepMetrics(job, &steps);
+  std::vector<double> healthy, slowed, resplit;
+  for (const auto& m : steps.steps()) {
+    if (m.step() <= 10) continue;
+    if (m.layout_generation() == 1) {
+      resplit.push_back(m.tokens_per_second());
+    } else if (m.step() < slowed_step) {
+      healthy.push_back(m.tokens_per_second());
+    } else if (m.step() > slowed_step + 2) {
+      slowed.push_back(m.tokens_per_second());
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  // Losses against the even split's, step by step.
+  std::map<int64_t, double> want, got;
+  loom::v1::GetStepMetricsResponse ref_steps;
+  GetStepMetrics(reference, &ref_steps);
+  for (const auto& m : ref_steps.steps()) want[m.step()] = m.loss();
+  for (const auto& m : steps.steps()) got[m.step()] = m.loss();
+  double worst = 0;
+  for (const auto& [step, loss] : got) {
+    if (step <= 0) continue;
+    ASSERT_EQ(want.count(step), 1u) << step;
+    worst = std::max(worst, std::abs(loss - want.at(step)) / std::abs(want.at(step)));
+  }
+  std::printf(
+      "slow stage: quota at step %lld, named at step %lld (%.2fx); re-split %s -> %s; "
+      "throughput healthy %.0f, slowed %.0f, re-split %.0f tok/s; loss max rel diff %.3g "
+      "against the even split\n",
+      static_cast<long long>(slowed_step), static_cast<long long>(named->step()), named->slowdown(),
+      replan->from_layout().c_str(), replan->to_layout().c_str(), median(healthy), median(slowed),
+      median(resplit), worst);
+  EXPECT_LE(worst, 1e-2);
+  std::cout << Ctl("events " + job).out;
+}
+
 TEST_F(ClusterTest, KilledWorkerTensorPipelineJobResumesBitExactly) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(3, /*worker_timeout_s=*/2, "--slots 2"));
   const std::string path = absl::StrCat(home_, "/tp-pp.yaml");

@@ -140,6 +140,7 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.tensor_parallel = par.tensor() > 0 ? par.tensor() : 1;
   c.pipeline_parallel = par.pipeline() > 0 ? par.pipeline() : 1;
   c.zero_stage = par.zero_stage();
+  c.stage_layers.assign(par.stage_layers().begin(), par.stage_layers().end());
   c.retain_distance_steps = rec.disable_spike_detection()
                                 ? 0
                                 : 2 * (rec.rollback_distance() > 0 ? rec.rollback_distance() : 100);

@@ -198,6 +198,9 @@ struct TrainerConfig {
   int pipeline_parallel = 1;
   int zero_stage = 0;  // 0: replicated optimizer state; 1: sharded over the
                        // data group; 2: gradients sharded too
+  // Blocks per pipeline stage (parallelism.stage_layers); empty: the
+  // engine's balanced split.
+  std::vector<int> stage_layers;
 };
 
 // Whether `config` asks for the layout engine (TrainWithGroups).

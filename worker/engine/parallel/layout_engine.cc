@@ -63,7 +63,7 @@ class LayoutEngine : public RankEngine {
                const torch::Device& device)
       : config_(config), groups_(groups), device_(device) {
     const RankCoordinates me = groups_.coordinates;
-    partition_ = PartitionFor(config_.model, groups_.layout, me);
+    partition_ = PartitionFor(config_.model, groups_.layout, me, config_.stage_layers);
     // Drawn on the CPU from the seeded generator (the same draws on every
     // device), then moved before the optimizer makes the parameters views
     // of its flat buffers.

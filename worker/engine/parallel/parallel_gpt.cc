@@ -156,9 +156,21 @@ double LastStageExtraBlocks(const GptConfig& c) {
 }
 
 GptPartition PartitionFor(const GptConfig& config, const ParallelLayout& layout,
-                          const RankCoordinates& coordinates) {
-  const absl::StatusOr<std::vector<int>> split =
-      SplitLayers(config.n_layer, layout.pipeline, 0.0, LastStageExtraBlocks(config));
+                          const RankCoordinates& coordinates,
+                          const std::vector<int>& stage_layers) {
+  absl::StatusOr<std::vector<int>> split = stage_layers;
+  if (stage_layers.empty()) {
+    split = SplitLayers(config.n_layer, layout.pipeline, 0.0, LastStageExtraBlocks(config));
+  } else {
+    int sum = 0;
+    for (int blocks : stage_layers) {
+      TORCH_CHECK(blocks >= 1, "stage_layers: every stage needs a block");
+      sum += blocks;
+    }
+    TORCH_CHECK(static_cast<int>(stage_layers.size()) == layout.pipeline && sum == config.n_layer,
+                "stage_layers: ", stage_layers.size(), " stages summing to ", sum, " for ",
+                layout.pipeline, " stages of ", config.n_layer, " blocks");
+  }
   TORCH_CHECK(split.ok(), split.status().ToString());
   GptPartition p;
   p.tp_rank = coordinates.tp;

@@ -95,11 +95,13 @@ TORCH_MODULE(ParallelGpt);
 double LastStageExtraBlocks(const GptConfig& config);
 
 // The part of the model that the rank at `coordinates` holds under
-// `layout`: its TP slot, its stage's blocks (SplitLayers with
+// `layout`: its TP slot, its stage's blocks (`stage_layers` when given, one
+// entry per stage summing to n_layer; else SplitLayers with
 // LastStageExtraBlocks; the layout must have pipeline <= n_layer), and the
 // embedding / head flags of the first / last stage.
 GptPartition PartitionFor(const GptConfig& config, const ParallelLayout& layout,
-                          const RankCoordinates& coordinates);
+                          const RankCoordinates& coordinates,
+                          const std::vector<int>& stage_layers = {});
 
 // Full-model parameter names of Gpt(config) in registration order, with
 // their full shapes (the order Gpt's initialisation draws in).

@@ -388,6 +388,28 @@ TEST(ParallelGptTest, WholeModelOnOneRankStartsWithGptsWeights) {
   EXPECT_TRUE(torch::equal(torch::rand({4}), after_gpt));
 }
 
+TEST(ParallelGptTest, PartitionsFollowGivenStageLayers) {
+  GptConfig config = TinyConfig();
+  config.n_layer = 4;
+  const ParallelLayout layout{1, 1, 2};
+  RankCoordinates first, last;
+  first.pp = 0;
+  last.pp = 1;
+  // The balanced split, then one that leaves the last stage a single block.
+  EXPECT_EQ(PartitionFor(config, layout, first).end_block, 2);
+  const GptPartition a = PartitionFor(config, layout, first, {3, 1});
+  const GptPartition b = PartitionFor(config, layout, last, {3, 1});
+  EXPECT_EQ(a.first_block, 0);
+  EXPECT_EQ(a.end_block, 3);
+  EXPECT_TRUE(a.embedding);
+  EXPECT_EQ(b.first_block, 3);
+  EXPECT_EQ(b.end_block, 4);
+  EXPECT_TRUE(b.head);
+  EXPECT_THROW(PartitionFor(config, layout, first, {4, 0}), c10::Error);
+  EXPECT_THROW(PartitionFor(config, layout, first, {2, 1}), c10::Error);
+  EXPECT_THROW(PartitionFor(config, layout, first, {4}), c10::Error);
+}
+
 TEST(OneFOneBScheduleTest, WarmUpSteadyStateCoolDown) {
   using P = PipelineOp;
   // Stage 0 of 4 with 6 micro-batches: 3 warm-up forwards, then F/B pairs.
