@@ -108,6 +108,8 @@ absl::Status ValidateSlowRank(const v1::SlowRankSpec& s) {
       CheckDefaultOrInRange("recovery.slow_rank.confirm_reports", s.confirm_reports(), 1, 64));
   const int32_t confirm = s.confirm_reports() > 0 ? s.confirm_reports() : 4;
   RETURN_IF_ERROR(CheckDefaultOrInRange("recovery.slow_rank.window", s.window(), confirm, 4096));
+  RETURN_IF_ERROR(CheckDefaultOrInRange("recovery.slow_rank.confirm_seconds", s.confirm_seconds(),
+                                        0.001, 3600.0));
   return CheckDefaultOrInRange<int64_t>("recovery.slow_rank.cordon_seconds", s.cordon_seconds(), 1,
                                         7 * 24 * 3600);
 }

@@ -62,7 +62,7 @@ loom::v1::Diagnosis Diagnose(std::vector<const loom::v1::StepMetrics*> steps,
     return d;
   }
 
-  double step = 0, data = 0, compute = 0, comm = 0, optimizer = 0, stall = 0, mfu = 0;
+  double step = 0, data = 0, compute = 0, comm = 0, optimizer = 0, stall = 0, control = 0, mfu = 0;
   double peak_rss = 0, limit = 0;
   int with_mfu = 0;
   for (const auto* m : usable) {
@@ -72,6 +72,7 @@ loom::v1::Diagnosis Diagnose(std::vector<const loom::v1::StepMetrics*> steps,
     comm += m->comm_seconds();
     optimizer += m->optimizer_seconds();
     stall += m->checkpoint_stall_seconds();
+    control += m->control_seconds();
     if (m->peak_flops_per_second() > 0) {
       mfu += m->mfu();
       ++with_mfu;
@@ -84,16 +85,17 @@ loom::v1::Diagnosis Diagnose(std::vector<const loom::v1::StepMetrics*> steps,
   const double n = static_cast<double>(usable.size());
   const double mean_step = step / n;
   const double f_data = data / step, f_compute = compute / step, f_comm = comm / step,
-               f_opt = optimizer / step, f_stall = stall / step;
+               f_opt = optimizer / step, f_stall = stall / step, f_control = control / step;
   const double mean_mfu = with_mfu > 0 ? mfu / with_mfu : 0;
   const double f_memory = limit > 0 ? peak_rss / limit : 0;
 
   d.add_evidence(absl::StrFormat("mean step %.3f s over steps %d-%d (%d steps)", mean_step,
                                  usable.back()->step(), usable.front()->step(), usable.size()));
-  d.add_evidence(absl::StrFormat(
-      "split: data wait %s, compute (fwd+bwd) %s, exposed comm %s, optimizer %s, "
-      "checkpoint stall %s",
-      Percent(f_data), Percent(f_compute), Percent(f_comm), Percent(f_opt), Percent(f_stall)));
+  d.add_evidence(
+      absl::StrFormat("split: data wait %s, compute (fwd+bwd) %s, exposed comm %s, optimizer %s, "
+                      "checkpoint stall %s, step loop %s",
+                      Percent(f_data), Percent(f_compute), Percent(f_comm), Percent(f_opt),
+                      Percent(f_stall), Percent(f_control)));
   if (with_mfu > 0) {
     d.add_evidence(absl::StrFormat("MFU %s of the calibrated peak", Percent(mean_mfu)));
   }

@@ -700,6 +700,7 @@ class SlowRankTest : public JobManagerTest {
       auto* m = r.add_events()->mutable_step();
       m->set_step(t);
       m->set_loss(3);
+      m->set_time_unix_ms(1700000000000 + int64_t{t} * 1000);  // a step a second
       m->add_rank_compute_seconds(0.1 + 0.001 * (t % 3));
       m->add_rank_compute_seconds(0.1 * slow + 0.001 * (t % 2));
     }
@@ -750,7 +751,7 @@ TEST_F(SlowRankTest, ReportOnlyNamesTheRankWithItsEvidenceAndChangesNothing) {
   EXPECT_NEAR(named[0].baseline(), 0.101, 0.002);
   EXPECT_NEAR(named[0].value(), 0.3, 0.002);
   EXPECT_GT(named[0].slowdown(), 2.9);
-  EXPECT_THAT(named[0].message(), HasSubstr("from step 31 to 34"));
+  EXPECT_THAT(named[0].message(), HasSubstr("over 4 reports in 3.0 s from step 31 to 34"));
   EXPECT_THAT(named[0].message(), HasSubstr("\"report\": nothing else is done"));
   // Named once per attempt; nothing is stopped or cordoned.
   Report(35, 60, 3.0);

@@ -101,7 +101,8 @@ void JobManager::ObserveRankComputeLocked(JobRecord& rec, const loom::v1::StepMe
       }
     }
   }
-  for (const recovery::SlowRankFinding& f : rec.slow_ranks->Observe(m.step(), seconds)) {
+  for (const recovery::SlowRankFinding& f :
+       rec.slow_ranks->Observe(m.step(), m.time_unix_ms() / 1000.0, seconds)) {
     // One action per attempt: a cordon in progress already moves the job.
     HandleSlowRankLocked(rec, f, recovery);
   }

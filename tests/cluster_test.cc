@@ -302,6 +302,18 @@ std::vector<loom::v1::JobState> StatesWithoutRendezvousRetries(const loom::v1::J
   return states;
 }
 
+// `job`'s recovery events but SLOW_RANK ones: slow-rank detection runs on
+// every multi-rank job and, on a machine loaded by the other tests, may name
+// a rank; with the default action ("report") that changes nothing, and the
+// tests of other recoveries check their own events' sequence.
+std::vector<loom::v1::RecoveryEvent> RecoveryEvents(const loom::v1::Job& job) {
+  std::vector<loom::v1::RecoveryEvent> out;
+  for (const auto& e : job.events()) {
+    if (e.kind() != loom::v1::RecoveryEvent::SLOW_RANK) out.push_back(e);
+  }
+  return out;
+}
+
 // Pids of `job`'s rank processes.
 std::set<int> RankPids(const std::string& job) {
   std::set<int> pids;
@@ -1094,9 +1106,10 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
   EXPECT_EQ(done.restarts(), 1);
   EXPECT_EQ(done.generation(), 1 + rendezvous_retries) << done.DebugString();
   EXPECT_EQ(done.summary().last_step(), kSteps);
-  ASSERT_GE(done.events_size(), 1);
-  EXPECT_EQ(done.events(0).kind(), loom::v1::RecoveryEvent::RESTART);
-  EXPECT_THAT(done.events(0).message(), HasSubstr(victim_node));
+  const std::vector<loom::v1::RecoveryEvent> recovery = RecoveryEvents(done);
+  ASSERT_GE(recovery.size(), 1u);
+  EXPECT_EQ(recovery[0].kind(), loom::v1::RecoveryEvent::RESTART);
+  EXPECT_THAT(recovery[0].message(), HasSubstr(victim_node));
   for (const auto& r : done.ranks()) EXPECT_NE(r.node(), victim_node);
   EXPECT_THAT(states, ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED,
                                              loom::v1::RUNNING, loom::v1::PENDING,
@@ -1178,10 +1191,11 @@ TEST_F(ClusterTest, CorruptCheckpointIsReportedVerifiedAndSkipped) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("SUCCEEDED"));
   loom::v1::Job job = Status("longer-2");
-  ASSERT_GE(job.events_size(), 1) << job.DebugString();
-  EXPECT_EQ(job.events(0).kind(), loom::v1::RecoveryEvent::CHECKPOINT_CORRUPT);
-  EXPECT_THAT(job.events(0).message(), HasSubstr(shard));
-  EXPECT_THAT(job.events(0).message(), HasSubstr("crc32c"));
+  const std::vector<loom::v1::RecoveryEvent> recovery = RecoveryEvents(job);
+  ASSERT_GE(recovery.size(), 1u) << job.DebugString();
+  EXPECT_EQ(recovery[0].kind(), loom::v1::RecoveryEvent::CHECKPOINT_CORRUPT);
+  EXPECT_THAT(recovery[0].message(), HasSubstr(shard));
+  EXPECT_THAT(recovery[0].message(), HasSubstr("crc32c"));
   loom::v1::GetStepMetricsResponse steps;
   ASSERT_NO_FATAL_FAILURE(GetStepMetrics("longer-2", &steps));
   ASSERT_GT(steps.steps_size(), 0);
@@ -2371,9 +2385,10 @@ seed: 7
   ASSERT_EQ(recovered.state(), loom::v1::SUCCEEDED);
   EXPECT_EQ(recovered.rollbacks(), 1);
   EXPECT_EQ(recovered.restarts(), 0);
-  ASSERT_EQ(recovered.events_size(), 2) << recovered.DebugString();
-  const auto& spike = recovered.events(0);
-  const auto& rollback = recovered.events(1);
+  const std::vector<loom::v1::RecoveryEvent> recovery = RecoveryEvents(recovered);
+  ASSERT_EQ(recovery.size(), 2u) << recovered.DebugString();
+  const auto& spike = recovery[0];
+  const auto& rollback = recovery[1];
   EXPECT_EQ(spike.kind(), loom::v1::RecoveryEvent::SPIKE);
   EXPECT_EQ(spike.step(), kPoisonBegin + 1) << "step 61 trains data batch 60, the first poisoned";
   EXPECT_GT(spike.score(), 6.0);
@@ -2391,7 +2406,7 @@ seed: 7
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   loom::v1::Job replay = Status("replay-2");
   ASSERT_EQ(replay.state(), loom::v1::SUCCEEDED);
-  EXPECT_EQ(replay.events_size(), 0) << "no spike: the poison is skipped";
+  EXPECT_EQ(RecoveryEvents(replay).size(), 0u) << "no spike: the poison is skipped";
 
   auto digest = RunCommand(absl::StrCat(kBin, "/loom-ckpt digest ",
                                         recovered.summary().last_checkpoint(), " ",
@@ -2607,11 +2622,12 @@ seed: 7
   ASSERT_EQ(done.skip_batches_size(), 1);
   EXPECT_EQ(done.skip_batches(0).begin(), skip_begin);
   EXPECT_EQ(done.skip_batches(0).end(), skip_end);
-  ASSERT_EQ(done.events_size(), 1) << done.DebugString();
-  EXPECT_EQ(done.events(0).kind(), loom::v1::RecoveryEvent::ROLLBACK);
-  EXPECT_EQ(done.events(0).cause(), "operator");
-  EXPECT_EQ(done.events(0).checkpoint_step(), checkpoint);
-  EXPECT_GE(done.events(0).steps_lost(), at - checkpoint);
+  const std::vector<loom::v1::RecoveryEvent> recovery = RecoveryEvents(done);
+  ASSERT_EQ(recovery.size(), 1u) << done.DebugString();
+  EXPECT_EQ(recovery[0].kind(), loom::v1::RecoveryEvent::ROLLBACK);
+  EXPECT_EQ(recovery[0].cause(), "operator");
+  EXPECT_EQ(recovery[0].checkpoint_step(), checkpoint);
+  EXPECT_GE(recovery[0].steps_lost(), at - checkpoint);
 
   // The second attempt resumed after the checkpoint and trained around the
   // skip: step c+1 trained batch c, step c+6 batch c+15.

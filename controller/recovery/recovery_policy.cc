@@ -27,6 +27,7 @@ RecoveryOptions RecoveryPolicy::EffectiveRecovery(const loom::v1::RecoverySpec& 
   if (slow.threshold() > 0) o.slow_ranks.threshold = slow.threshold();
   if (slow.confirm_reports() > 0) o.slow_ranks.confirm_reports = slow.confirm_reports();
   if (slow.window() > 0) o.slow_ranks.window = slow.window();
+  if (slow.confirm_seconds() > 0) o.slow_ranks.confirm_seconds = slow.confirm_seconds();
   o.slow_ranks.window = std::max(o.slow_ranks.window, o.slow_ranks.confirm_reports);
   if (!slow.action().empty()) o.slow_rank_action = slow.action();
   if (slow.cordon_seconds() > 0) o.cordon_seconds = slow.cordon_seconds();

@@ -28,7 +28,7 @@ TEST(SlowRankDetectorTest, CleanNoisyRunsNameNoRank) {
       for (int step = 1; step <= 3000; ++step) {
         // The whole job slows down now and then (a checkpoint, another job).
         const double base = (step / 200) % 2 == 0 ? 0.05 : 0.2;
-        EXPECT_TRUE(detector.Observe(step, Report(rng, ranks, base)).empty())
+        EXPECT_TRUE(detector.Observe(step, step, Report(rng, ranks, base)).empty())
             << ranks << " ranks, seed " << seed << ", step " << step;
       }
     }
@@ -39,12 +39,12 @@ TEST(SlowRankDetectorTest, NamesARankThatStaysSlowWithinTheConfirmingReports) {
   std::mt19937 rng(7);
   SlowRankDetector detector;
   for (int step = 1; step <= 100; ++step) {
-    ASSERT_TRUE(detector.Observe(step, Report(rng, 4, 0.1)).empty());
+    ASSERT_TRUE(detector.Observe(step, step, Report(rng, 4, 0.1)).empty());
   }
   std::vector<SlowRankFinding> found;
   int step = 101;
   for (; step <= 120 && found.empty(); ++step) {
-    found = detector.Observe(step, Report(rng, 4, 0.1, /*slow=*/2, /*factor=*/3));
+    found = detector.Observe(step, step, Report(rng, 4, 0.1, /*slow=*/2, /*factor=*/3));
   }
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].rank, 2);
@@ -59,16 +59,16 @@ TEST(SlowRankDetectorTest, NamesARankThatStaysSlowWithinTheConfirmingReports) {
   EXPECT_NE(found[0].Describe().find("rank 2"), std::string::npos);
   // Once per attempt.
   for (int more = 0; more < 20; ++more) {
-    EXPECT_TRUE(detector.Observe(step++, Report(rng, 4, 0.1, 2, 3)).empty());
+    EXPECT_TRUE(detector.Observe(step++, step++, Report(rng, 4, 0.1, 2, 3)).empty());
   }
   EXPECT_EQ(detector.named().count(2), 1u);
   // A new attempt starts again.
   detector.Reset();
   for (int i = 0; i < 3; ++i)
-    EXPECT_TRUE(detector.Observe(step++, Report(rng, 4, 0.1, 2, 3)).empty());
+    EXPECT_TRUE(detector.Observe(step++, step++, Report(rng, 4, 0.1, 2, 3)).empty());
   found.clear();
   for (int i = 0; i < 4 && found.empty(); ++i)
-    found = detector.Observe(step++, Report(rng, 4, 0.1, 2, 3));
+    found = detector.Observe(step++, step++, Report(rng, 4, 0.1, 2, 3));
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].rank, 2);
 }
@@ -76,14 +76,14 @@ TEST(SlowRankDetectorTest, NamesARankThatStaysSlowWithinTheConfirmingReports) {
 TEST(SlowRankDetectorTest, TwoRanksAreEnoughAndModestSlowdownsBelowTheFloorAreNot) {
   std::mt19937 rng(3);
   SlowRankDetector detector;
-  for (int step = 1; step <= 50; ++step) detector.Observe(step, Report(rng, 2, 0.1));
+  for (int step = 1; step <= 50; ++step) detector.Observe(step, step, Report(rng, 2, 0.1));
   // 1.2x stays under min_slowdown 1.5.
   for (int step = 51; step <= 300; ++step) {
-    EXPECT_TRUE(detector.Observe(step, Report(rng, 2, 0.1, 1, 1.2)).empty()) << step;
+    EXPECT_TRUE(detector.Observe(step, step, Report(rng, 2, 0.1, 1, 1.2)).empty()) << step;
   }
   std::vector<SlowRankFinding> found;
   for (int step = 301; step <= 310 && found.empty(); ++step) {
-    found = detector.Observe(step, Report(rng, 2, 0.1, 1, 4));
+    found = detector.Observe(step, step, Report(rng, 2, 0.1, 1, 4));
   }
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].rank, 1);
@@ -98,8 +98,48 @@ TEST(SlowRankDetectorTest, SingleOutliersAndWholeJobSlowdownsAreNotSlowRanks) {
     if (step >= 200 && step < 260) {
       for (double& x : r) x *= 4;  // all ranks slow together
     }
-    EXPECT_TRUE(detector.Observe(step, r).empty()) << step;
+    EXPECT_TRUE(detector.Observe(step, step, r).empty()) << step;
   }
+}
+
+TEST(SlowRankDetectorTest, ASlowStretchOfTinyStepsMustLastSeconds) {
+  SlowRankDetector detector;  // confirm_seconds 3
+  double t = 0;
+  int step = 1;
+  for (; step <= 50; ++step, t += 0.002) detector.Observe(step, t, {0.001, 0.001, 0.001});
+  // Rank 1 held back for 200 ms of 2 ms steps: 100 reports in a row.
+  for (int i = 0; i < 100; ++i, ++step, t += 0.002) {
+    EXPECT_TRUE(detector.Observe(step, t, {0.001, 0.004, 0.001}).empty()) << step;
+  }
+  for (int i = 0; i < 1500; ++i, ++step, t += 0.002) {
+    EXPECT_TRUE(detector.Observe(step, t, {0.001, 0.001, 0.001}).empty()) << step;
+  }
+  // Held back for good: named once three in four of its newest 1,024
+  // reports (2 s of them) are slow.
+  std::vector<SlowRankFinding> found;
+  const double from = t;
+  while (found.empty() && t < from + 10) {
+    found = detector.Observe(step++, t, {0.001, 0.004, 0.001});
+    t += 0.002;
+  }
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].rank, 1);
+  EXPECT_NEAR(t - from, 0.75 * 1024 * 0.002, 0.01);
+  EXPECT_EQ(found[0].reports, 1024);
+  EXPECT_NEAR(found[0].slowdown, 4.0, 1e-9);
+}
+
+TEST(SlowRankDetectorTest, OneFastReportAmongSlowOnesDoesNotClearIt) {
+  SlowRankDetector detector;
+  int step = 1;
+  for (; step <= 20; ++step) detector.Observe(step, step, {0.1, 0.1, 0.1, 0.1});
+  // Every fifth report of rank 3 is at its peers' pace: still slow.
+  std::vector<SlowRankFinding> found;
+  for (int i = 0; i < 10 && found.empty(); ++i, ++step) {
+    found = detector.Observe(step, step, {0.1, 0.1, 0.1, i % 5 == 4 ? 0.1 : 0.25});
+  }
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].rank, 3);
 }
 
 TEST(SlowRankDetectorTest, NothingIsDecidedOnTheAttemptsFirstReportsOrNonMeasurements) {
@@ -107,20 +147,20 @@ TEST(SlowRankDetectorTest, NothingIsDecidedOnTheAttemptsFirstReportsOrNonMeasure
   // A rank slow from the very start is named once min_history reports passed.
   std::vector<SlowRankFinding> found;
   int step = 1;
-  for (; step <= 3; ++step) EXPECT_TRUE(detector.Observe(step, {0.1, 0.1, 0.5}).empty());
-  for (; step <= 6; ++step) EXPECT_TRUE(detector.Observe(step, {0.1, 0.1, 0.5}).empty());
-  found = detector.Observe(step++, {0.1, 0.1, 0.5});
+  for (; step <= 3; ++step) EXPECT_TRUE(detector.Observe(step, step, {0.1, 0.1, 0.5}).empty());
+  for (; step <= 6; ++step) EXPECT_TRUE(detector.Observe(step, step, {0.1, 0.1, 0.5}).empty());
+  found = detector.Observe(step++, step++, {0.1, 0.1, 0.5});
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].rank, 2);
   // A world of one, and non-finite values, are not judged.
   SlowRankDetector other;
-  for (int i = 0; i < 50; ++i) EXPECT_TRUE(other.Observe(i, {0.1}).empty());
-  for (int i = 0; i < 50; ++i) EXPECT_TRUE(other.Observe(i, {0.1, NAN}).empty());
+  for (int i = 0; i < 50; ++i) EXPECT_TRUE(other.Observe(i, i, {0.1}).empty());
+  for (int i = 0; i < 50; ++i) EXPECT_TRUE(other.Observe(i, i, {0.1, NAN}).empty());
   // A new rank count (a re-plan) starts the history again.
   SlowRankDetector layout;
-  for (int i = 1; i <= 6; ++i) layout.Observe(i, {0.1, 0.1, 0.1, 0.1});
-  for (int i = 7; i <= 12; ++i) EXPECT_TRUE(layout.Observe(i, {0.1, 0.5, 0.1}).empty()) << i;
-  EXPECT_EQ(layout.Observe(13, {0.1, 0.5, 0.1}).size(), 1u);
+  for (int i = 1; i <= 6; ++i) layout.Observe(i, i, {0.1, 0.1, 0.1, 0.1});
+  for (int i = 7; i <= 12; ++i) EXPECT_TRUE(layout.Observe(i, i, {0.1, 0.5, 0.1}).empty()) << i;
+  EXPECT_EQ(layout.Observe(13, 13, {0.1, 0.5, 0.1}).size(), 1u);
 }
 
 }  // namespace

@@ -197,6 +197,7 @@ struct StepSplit {
   double comm = 0;
   double optimizer = 0;
   double checkpoint_stall = 0;
+  double control = 0;  // the loop's own work since the previous step
 };
 
 // ---------------------------------------------------------------------------
@@ -500,13 +501,17 @@ struct StepParts {
 // forward and backward over this rank's rows (the data-parallel reduction
 // overlapping backward), the rest of the gradient reduction, and the fused
 // optimizer step; advances `state`. `carried_stall`: seconds the capture of
-// the previous step's checkpoint blocked training, charged to this step.
-absl::StatusOr<StepOutcome> TrainStep(const StepParts& parts, double carried_stall,
+// the previous step's checkpoint blocked training, and `control`: seconds
+// of the loop's own work since the previous step (the step-boundary
+// agreement, the per-rank time gather, the step report), both charged to
+// this step.
+absl::StatusOr<StepOutcome> TrainStep(const StepParts& parts, double carried_stall, double control,
                                       TrainingState* state) {
   const TrainerConfig& config = parts.config;
   const auto start = std::chrono::steady_clock::now();
   StepOutcome out;
   out.split.checkpoint_stall = carried_stall;
+  out.split.control = control;
   if (config.model.dropout > 0) {
     torch::manual_seed(DropoutSeed(config.seed, parts.rank, state->step));
   }
@@ -551,7 +556,7 @@ absl::StatusOr<StepOutcome> TrainStep(const StepParts& parts, double carried_sta
   state->step += 1;
   state->next_data_batch = out.data_batch + 1;
   state->loss = out.loss;
-  out.seconds = SecondsSince(start) + carried_stall;
+  out.seconds = SecondsSince(start) + carried_stall + control;
   return out;
 }
 
@@ -588,6 +593,7 @@ loom::v1::StepMetrics MakeStepReport(const TrainerConfig& config, const StepOutc
   report.set_comm_seconds(step.split.comm);
   report.set_optimizer_seconds(step.split.optimizer);
   report.set_checkpoint_stall_seconds(step.split.checkpoint_stall);
+  report.set_control_seconds(step.split.control);
   report.set_optimizer_step_skipped(!step.stepped.applied);
   report.set_nonfinite_steps_skipped(nonfinite_skipped);
   report.set_loss_scale(step.loss_scale);
@@ -681,6 +687,9 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   const int64_t total_steps = config.schedule.total_steps;
   int64_t nonfinite_skipped = 0;  // optimizer steps skipped for inf/NaN
   double pending_stall = 0;       // seconds the last checkpoint's capture took
+  double eval_seconds = 0;        // seconds the last validation pass took
+  // When the previous step's TrainStep returned (none yet in this attempt).
+  std::optional<std::chrono::steady_clock::time_point> previous_step_end;
   while (state.step < total_steps) {
     // Step boundary: a stop request from any rank, or a failed save on rank
     // 0, ends every rank here. A save in flight at a stop is finished and
@@ -704,7 +713,14 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       result.saved_and_stopped = true;
       return result;
     }
-    ASSIGN_OR_RETURN(const StepOutcome step, TrainStep(parts, pending_stall, &state));
+    // The loop's own work since the previous step ended, less what is
+    // counted elsewhere (validation, the checkpoint capture).
+    const double control =
+        previous_step_end.has_value()
+            ? std::max(0.0, SecondsSince(*previous_step_end) - pending_stall - eval_seconds)
+            : 0.0;
+    ASSIGN_OR_RETURN(const StepOutcome step, TrainStep(parts, pending_stall, control, &state));
+    previous_step_end = std::chrono::steady_clock::now();
     pending_stall = 0;
     if (!step.stepped.applied) nonfinite_skipped += 1;
 
@@ -712,7 +728,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
     const bool validate = data->val.has_value() &&
                           (last || (config.eval_interval > 0 &&
                                     state.step % config.eval_interval == 0));
-    double eval_seconds = 0;
+    eval_seconds = 0;
     if (validate) {
       const auto eval_start = std::chrono::steady_clock::now();
       state.val_loss = engine->Evaluate(*data->val, config.eval_batches, config.micro_batch);
