@@ -111,6 +111,9 @@ void JobManager::ScheduleLocked() {
     for (const auto& [worker_id, amount] : workers) r.placement.push_back({worker_id, amount});
     snapshot.running.push_back(std::move(r));
   }
+  // A job waiting for its previous attempt's ranks (below) keeps its claim:
+  // no job of lower priority is admitted ahead of it meanwhile.
+  const JobRecord* held_back = nullptr;
   for (const auto& [position, jid] : jobs_.pending()) {
     JobRecord& rec = *jobs_.Find(jid);
     if (!IsQueuedJobState(rec.job.state())) continue;
@@ -119,6 +122,7 @@ void JobManager::ScheduleLocked() {
     if (!rec.live.empty()) {
       rec.job.set_reason(absl::StrCat("waiting for ", rec.live.size(),
                                       " rank(s) of the previous attempt to exit"));
+      held_back = &rec;
       break;
     }
     if (now < rec.not_before) {
@@ -127,6 +131,7 @@ void JobManager::ScheduleLocked() {
           "waiting %.1fs more for the previous attempt's ranks to be fenced (a lost worker's "
           "lease)",
           absl::ToDoubleSeconds(rec.not_before - now)));
+      held_back = &rec;
       break;
     }
     const loom::v1::JobSpec& spec = rec.job.spec();
@@ -145,6 +150,21 @@ void JobManager::ScheduleLocked() {
                              : EstimatedRemainingRuntime(rec.job);
     p.preemptible = IsPreemptible(spec);
     snapshot.pending.push_back(std::move(p));
+  }
+  if (held_back != nullptr) {
+    // E.g. a preemptor whose first start failed its rendezvous, placed
+    // again once those ranks exit: the job it preempted, ahead of it in
+    // submission order, does not take the slots back meanwhile.
+    const int claim = priority_of(held_back->job.spec());
+    auto lower =
+        std::remove_if(snapshot.pending.begin(), snapshot.pending.end(),
+                       [&](const scheduling::PendingJob& p) { return p.priority < claim; });
+    for (auto it = lower; it != snapshot.pending.end(); ++it) {
+      jobs_.Find(it->id)->job.set_reason(
+          absl::StrCat("waiting behind job ", held_back->job.id(), " (priority ", claim,
+                       "), which waits for its previous attempt's ranks"));
+    }
+    snapshot.pending.erase(lower, snapshot.pending.end());
   }
   if (snapshot.pending.empty()) return;
 

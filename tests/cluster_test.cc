@@ -809,12 +809,22 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
       << Status(job).DebugString();
   const loom::v1::Job done = Status(job);
   EXPECT_EQ(done.restarts(), 0);
-  EXPECT_EQ(done.preemptions(), 1);
   EXPECT_EQ(done.summary().last_step(), kSteps);
+  // One preemption past the grace. (Once, under ctest -j2, the job was
+  // placed again before the urgent job started and was preempted a second
+  // time before training a step, losing nothing; such extra preemptions
+  // are allowed, the one that stopped training is checked.)
   const loom::v1::RecoveryEvent* stopped = nullptr;
   for (const auto& e : done.events()) {
-    if (e.kind() == loom::v1::RecoveryEvent::PREEMPTED) stopped = &e;
+    if (e.kind() != loom::v1::RecoveryEvent::PREEMPTED) continue;
+    if (stopped == nullptr) {
+      stopped = &e;
+    } else {
+      EXPECT_THAT(e.message(), HasSubstr("before its ranks trained a step; nothing lost"));
+    }
   }
+  EXPECT_GE(done.preemptions(), 1);
+  if (done.preemptions() > 1) std::cout << Ctl("events " + job).out;
   ASSERT_NE(stopped, nullptr) << done.DebugString();
   EXPECT_THAT(stopped->message(), HasSubstr("without a save (the grace ran out)"));
   // The last step reported before the freeze, less the newest checkpoint
