@@ -4,6 +4,7 @@
 // its max_ranks grows back when room returns. Members of JobManager
 // (job_manager.h), called with mu_ held.
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -100,33 +101,47 @@ bool JobManager::ReplanLocked(JobRecord& rec, const std::string& cause,
     return false;
   }
   chosen->plan.set_time_unix_ms(clock_->NowUnixMillis());
+  const std::string message = RecordReplanLocked(
+      rec, cause_kind, rec.job.plan().layout().summary(), chosen->plan.layout().summary(),
+      chosen->plan.layout().step_seconds(), [&](int64_t checkpoint, int64_t lost) {
+        return absl::StrFormat(
+            "%s; re-planned from %d to %d rank(s) on %d worker(s) for the live cluster: %s -> %s "
+            "(predicted %.3f s a step), resuming from the checkpoint at step %d (%d step(s) after "
+            "it lost); no restart counted",
+            cause, spec.resources().ranks(), chosen->shape.ranks, chosen->shape.workers,
+            rec.job.plan().layout().summary(), chosen->plan.layout().summary(),
+            chosen->plan.layout().step_seconds(), checkpoint, lost);
+      });
+  *rec.job.mutable_spec() = std::move(chosen->spec);
+  *rec.job.mutable_plan() = std::move(chosen->plan);
+  RequeueLocked(rec, message);
+  return true;
+}
+
+std::string JobManager::RecordReplanLocked(
+    JobRecord& rec, const std::string& cause_kind, const std::string& from_layout,
+    const std::string& to_layout, double predicted_step_seconds,
+    const std::function<std::string(int64_t checkpoint, int64_t lost)>& describe) {
   const int64_t checkpoint = NewestCheckpointLocked(rec, -1);
   const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
   loom::v1::RecoveryEvent ev;
   ev.set_kind(loom::v1::RecoveryEvent::REPLANNED);
   ev.set_cause(cause_kind);
-  ev.set_from_layout(rec.job.plan().layout().summary());
-  ev.set_to_layout(chosen->plan.layout().summary());
-  ev.set_predicted_step_seconds(chosen->plan.layout().step_seconds());
+  ev.set_from_layout(from_layout);
+  ev.set_to_layout(to_layout);
+  ev.set_predicted_step_seconds(predicted_step_seconds);
   ev.set_checkpoint_step(checkpoint);
   ev.set_resume_step(-1);
   ev.set_steps_lost(lost);
   ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
   ev.set_generation(rec.job.generation() + 1);
-  ev.set_message(absl::StrFormat(
-      "%s; re-planned from %d to %d rank(s) on %d worker(s) for the live cluster: %s -> %s "
-      "(predicted %.3f s a step), resuming from the checkpoint at step %d (%d step(s) after it "
-      "lost); no restart counted",
-      cause, spec.resources().ranks(), chosen->shape.ranks, chosen->shape.workers, ev.from_layout(),
-      ev.to_layout(), ev.predicted_step_seconds(), checkpoint, lost));
-  AddEvent(rec, ev);
+  ev.set_message(describe(checkpoint, lost));
+  const std::string message = ev.message();
+  AddEvent(rec, std::move(ev));
   if (metrics_ != nullptr) metrics_->RecordRecovery(rec.job.id(), "replan", cause_kind, lost, 0);
   rec.job.set_layout_generation(rec.job.layout_generation() + 1);
   rec.job.set_resume_step(-1);
-  *rec.job.mutable_spec() = std::move(chosen->spec);
-  *rec.job.mutable_plan() = std::move(chosen->plan);
-  RequeueLocked(rec, ev.message());
-  return true;
+  return message;
 }
 
 void JobManager::ShrinkWaitingElasticJobLocked(const scheduling::ClusterSnapshot& snapshot,
@@ -202,18 +217,12 @@ void JobManager::GrowElasticJobsLocked() {
         spec, ElasticCandidates(free, spec.resources().ranks() + 1, spec.elastic().max_ranks()),
         alive, &tried);
     if (!larger.has_value()) continue;
-    PreemptionInProgress p;
-    p.since = now;
-    p.deadline = now + queues_.preemption_grace;
-    p.reason = kCauseCapacityReturned;
-    p.step_at_ask = rec.attempt_last_step;
+    PreemptionInProgress& p = SaveAndStopToMoveLocked(
+        rec, kCauseCapacityReturned, absl::StrCat("growing to ", larger->shape.ranks, " rank(s)"),
+        absl::StrCat("room for ", larger->shape.ranks,
+                     " rank(s): save a checkpoint, then stop to grow"));
     p.grow = true;
     p.grow_to = larger->shape.ranks;
-    rec.preempting = std::move(p);
-    rec.job.set_reason(absl::StrCat("growing to ", larger->shape.ranks,
-                                    " rank(s): saving a checkpoint at the next step boundary"));
-    AskToSaveAndStopLocked(rec, absl::StrCat("room for ", larger->shape.ranks,
-                                             " rank(s): save a checkpoint, then stop to grow"));
   }
 }
 

@@ -390,6 +390,14 @@ class JobManager {
   void PreemptLocked(JobRecord& rec, const scheduling::Preemption& preemption);
   // StopRank{checkpoint_first} to the workers of rec's current attempt.
   void AskToSaveAndStopLocked(const JobRecord& rec, const std::string& reason);
+  // A save-and-stop that is no preemption (an elastic job growing, a job
+  // moving off a slow node or re-splitting its stages): records it in
+  // rec.preempting (the queues' grace applies), sets the job's reason
+  // ("<doing>: saving a checkpoint ...") and asks the ranks with
+  // `stop_reason`. The caller marks what follows in the returned record.
+  PreemptionInProgress& SaveAndStopToMoveLocked(JobRecord& rec, const std::string& cause_kind,
+                                                const std::string& doing,
+                                                const std::string& stop_reason);
   // Elastic jobs (job_elastic.cc): re-plans `rec` for the slots the live
   // cluster can give it now (elastic.h; the planner's best executable
   // layout for the largest gang that plans), records REPLANNED and requeues
@@ -399,6 +407,15 @@ class JobManager {
   // `max_ranks` > 0 caps the gang below elastic.max_ranks.
   bool ReplanLocked(JobRecord& rec, const std::string& cause, const std::string& cause_kind,
                     int max_ranks = 0);
+  // Records a REPLANNED event (`cause_kind`, the layouts, the predicted
+  // step; resuming from the newest checkpoint, the steps after it lost;
+  // `describe(checkpoint, lost)` is its message), counts it, bumps the
+  // layout generation and resumes from the newest checkpoint. Returns the
+  // message (for the requeue that follows).
+  std::string RecordReplanLocked(
+      JobRecord& rec, const std::string& cause_kind, const std::string& from_layout,
+      const std::string& to_layout, double predicted_step_seconds,
+      const std::function<std::string(int64_t checkpoint, int64_t lost)>& describe);
   // After a scheduling cycle: when the only job waiting for capacity is an
   // elastic gang that does not fit (a preemption took part of its room, or
   // workers are gone) and no slots are about to come back, it is re-planned

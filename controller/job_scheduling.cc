@@ -202,6 +202,7 @@ void JobManager::ScheduleLocked() {
     }
     if (rec.job.reason() != why) rec.job.set_reason(why);
   }
+  bool all_placed = true;  // every admission of this cycle started its ranks
   for (const scheduling::Admission& admission : decisions.admissions) {
     const std::string& jid = admission.job_id;
     JobRecord& rec = *jobs_.Find(jid);
@@ -219,12 +220,14 @@ void JobManager::ScheduleLocked() {
       const std::string why(placement.status().message());
       if (rec.job.reason() != why) rec.job.set_reason(why);
       schedule_needed_ = true;  // the policy's view and the placement's differ: look again
+      all_placed = false;
       continue;
     }
     // Rank 0's worker hosts the rendezvous.
     Worker* head = workers_.Find(placement->workers[placement->ranks[0].worker].id());
     if (head->rendezvous_port == 0) {
       rec.job.set_reason("waiting for a rendezvous port from worker " + head->info.id());
+      all_placed = false;
       continue;
     }
     int master_port = head->rendezvous_port;
@@ -295,7 +298,8 @@ void JobManager::ScheduleLocked() {
     }
     Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));
   }
-  ShrinkWaitingElasticJobLocked(snapshot, decisions);
+  // (An admitted job still waiting to be placed keeps its room.)
+  if (all_placed) ShrinkWaitingElasticJobLocked(snapshot, decisions);
 }
 
 // ------------------------------------------------ checkpoint-then-preempt
@@ -336,6 +340,22 @@ void JobManager::PreemptLocked(JobRecord& rec, const scheduling::Preemption& pre
                                   ": saving a checkpoint at the next step boundary"));
   AskToSaveAndStopLocked(rec, absl::StrCat("preempted for job ", preemption.for_job_id,
                                            ": save a checkpoint, then stop"));
+}
+
+PreemptionInProgress& JobManager::SaveAndStopToMoveLocked(JobRecord& rec,
+                                                          const std::string& cause_kind,
+                                                          const std::string& doing,
+                                                          const std::string& stop_reason) {
+  const absl::Time now = clock_->Now();
+  PreemptionInProgress p;
+  p.since = now;
+  p.deadline = now + queues_.preemption_grace;
+  p.reason = cause_kind;
+  p.step_at_ask = rec.attempt_last_step;
+  rec.preempting = std::move(p);
+  rec.job.set_reason(absl::StrCat(doing, ": saving a checkpoint at the next step boundary"));
+  AskToSaveAndStopLocked(rec, stop_reason);
+  return *rec.preempting;
 }
 
 void JobManager::AskToSaveAndStopLocked(const JobRecord& rec, const std::string& reason) {
@@ -385,30 +405,20 @@ void JobManager::FinishPreemptionLocked(JobRecord& rec) {
     // A slow rank's stage gets fewer blocks: placed again, its stages split
     // for its nodes' speeds there (StageLayersForPlacementLocked).
     const std::vector<int> split = StageLayersForPlacementLocked(rec, NodeStagesOf(rec));
-    const int64_t checkpoint = NewestCheckpointLocked(rec, -1);
-    const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
-    loom::v1::RecoveryEvent ev;
-    ev.set_kind(loom::v1::RecoveryEvent::REPLANNED);
-    ev.set_cause(kCauseSlowRank);
     const std::string summary = rec.job.plan().layout().summary();
-    ev.set_from_layout(absl::StrCat(summary, " | ", StageSplitText(rec, rec.stage_layers_now)));
-    ev.set_to_layout(absl::StrCat(summary, " | ", StageSplitText(rec, split)));
-    ev.set_checkpoint_step(checkpoint);
-    ev.set_resume_step(-1);
-    ev.set_steps_lost(lost);
-    ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
-    ev.set_generation(rec.job.generation() + 1);
-    ev.set_message(absl::StrFormat(
-        "re-split the pipeline around a slow rank: %s -> %s (for these nodes; split again for "
-        "the nodes it is placed on), resuming from the checkpoint at step %d (%d step(s) after "
-        "it lost); no restart counted",
-        ev.from_layout(), ev.to_layout(), checkpoint, lost));
-    AddEvent(rec, ev);
-    if (metrics_ != nullptr)
-      metrics_->RecordRecovery(rec.job.id(), "replan", kCauseSlowRank, lost, 0);
-    rec.job.set_layout_generation(rec.job.layout_generation() + 1);
-    rec.job.set_resume_step(-1);
-    RequeueLocked(rec, ev.message());
+    const std::string from =
+        absl::StrCat(summary, " | ", StageSplitText(rec, rec.stage_layers_now));
+    const std::string to = absl::StrCat(summary, " | ", StageSplitText(rec, split));
+    const std::string message = RecordReplanLocked(
+        rec, kCauseSlowRank, from, to, rec.job.plan().layout().step_seconds(),
+        [&](int64_t checkpoint, int64_t lost) {
+          return absl::StrFormat(
+              "re-split the pipeline around a slow rank: %s -> %s (for these nodes; split again "
+              "for the nodes it is placed on), resuming from the checkpoint at step %d (%d "
+              "step(s) after it lost); no restart counted",
+              from, to, checkpoint, lost);
+        });
+    RequeueLocked(rec, message);
     return;
   }
   if (!p.away_from_node.empty()) {

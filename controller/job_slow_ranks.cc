@@ -170,18 +170,12 @@ void JobManager::HandleSlowRankLocked(JobRecord& rec, const recovery::SlowRankFi
           "with its pipeline re-split for node %s's speed: %s -> %s (no step lost, no restart "
           "counted)",
           node, DescribeSplit(now), DescribeSplit(after));
-      PreemptionInProgress p;
-      p.since = now_time;
-      p.deadline = now_time + queues_.preemption_grace;
-      p.reason = kCauseSlowRank;
-      p.step_at_ask = rec.attempt_last_step;
-      p.replan_around = true;
-      rec.preempting = std::move(p);
-      rec.job.set_reason(absl::StrCat("re-splitting its pipeline around slow node ", node,
-                                      ": saving a checkpoint at the next step boundary"));
-      AskToSaveAndStopLocked(rec, absl::StrCat("rank ", f.rank,
-                                               " is slow: save a checkpoint, "
-                                               "then stop to re-split the pipeline"));
+      SaveAndStopToMoveLocked(rec, kCauseSlowRank,
+                              absl::StrCat("re-splitting its pipeline around slow node ", node),
+                              absl::StrCat("rank ", f.rank,
+                                           " is slow: save a checkpoint, then "
+                                           "stop to re-split the pipeline"))
+          .replan_around = true;
     }
   } else if (action == "replan" && !moving) {
     action = "cordon";
@@ -216,17 +210,10 @@ void JobManager::HandleSlowRankLocked(JobRecord& rec, const recovery::SlowRankFi
           "boundary and stop, to %s without it (no step lost, no restart counted)",
           node, recovery.cordon_seconds,
           elastic ? "re-plan the elastic job" : "place the job again");
-      PreemptionInProgress p;
-      p.since = now_time;
-      p.deadline = now_time + queues_.preemption_grace;
-      p.reason = kCauseSlowRank;
-      p.step_at_ask = rec.attempt_last_step;
-      p.away_from_node = node;
-      rec.preempting = std::move(p);
-      rec.job.set_reason(absl::StrCat("moving off slow node ", node,
-                                      ": saving a checkpoint at the next step boundary"));
-      AskToSaveAndStopLocked(rec, absl::StrCat("rank ", f.rank, " is slow; its node ", node,
-                                               " is cordoned: save a checkpoint, then stop"));
+      SaveAndStopToMoveLocked(rec, kCauseSlowRank, absl::StrCat("moving off slow node ", node),
+                              absl::StrCat("rank ", f.rank, " is slow; its node ", node,
+                                           " is cordoned: save a checkpoint, then stop"))
+          .away_from_node = node;
     } else {
       outcome = absl::StrFormat(
           "; node %s is cordoned for %ds (no new ranks), but %s, so the job keeps running there",
