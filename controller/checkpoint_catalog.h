@@ -27,7 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "controller/store.h"
+#include "controller/store/store.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom::controller {

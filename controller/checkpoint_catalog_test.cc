@@ -12,7 +12,7 @@
 #include <torch/torch.h>
 
 #include "controller/checkpoint_verifier.h"
-#include "controller/store.h"
+#include "controller/store/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/checkpoint/checkpoint.h"

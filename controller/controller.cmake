@@ -1,4 +1,6 @@
-loom_library(loom_store SRCS store.cc DEPS loom_proto loom_common SQLite::SQLite3 absl::strings)
+loom_library(loom_store SRCS store/store.cc store/store_lease.cc store/migrations.cc store/sqlite_connection.cc
+  store/postgres_connection.cc
+  DEPS loom_proto loom_common SQLite::SQLite3 PostgreSQL::PostgreSQL absl::strings absl::time)
 loom_library(loom_job_planning SRCS job_planning.cc DEPS loom_planner loom_scheduler loom_jobspec loom_grpc
   absl::strings absl::str_format)
 loom_library(loom_scheduler SRCS scheduler.cc
@@ -40,7 +42,7 @@ add_executable(loom-controller controller_main.cc)
 target_link_libraries(loom-controller PRIVATE loom_controller_service loom_goodput loom_health
   absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
 
-loom_test(loom_store_test SRCS store_test.cc DEPS loom_store)
+loom_test(loom_store_test SRCS store/store_test.cc DEPS loom_store loom_postgres_test_server)
 loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_goodput loom_metrics
           SQLite::SQLite3)
 loom_test(loom_path_policy_test SRCS path_policy_test.cc DEPS loom_job_manager)
@@ -51,3 +53,6 @@ loom_test(loom_job_planning_test SRCS job_planning_test.cc DEPS loom_job_plannin
 include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/scheduling/scheduling.cmake)
+# A PostgreSQL server of a test's own (initdb into a temporary directory).
+loom_library(loom_postgres_test_server SRCS store/postgres_test_server.cc
+  DEPS PostgreSQL::PostgreSQL absl::strings absl::status absl::statusor)

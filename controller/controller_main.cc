@@ -38,7 +38,7 @@
 #include "controller/log_store.h"
 #include "controller/path_policy.h"
 #include "controller/scheduling/queue_config.h"
-#include "controller/store.h"
+#include "controller/store/store.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address (port 0 = pick one)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address");

@@ -30,7 +30,7 @@
 #include "common/clock.h"
 #include "controller/recovery/slow_rank_detector.h"
 #include "controller/recovery/spike_detector.h"
-#include "controller/store.h"
+#include "controller/store/store.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom::controller {

@@ -42,7 +42,7 @@
 #include "controller/scheduling/admission.h"
 #include "controller/scheduling/fair_share.h"
 #include "controller/scheduling/queue_config.h"
-#include "controller/store.h"
+#include "controller/store/store.h"
 #include "controller/worker_registry.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/service.pb.h"

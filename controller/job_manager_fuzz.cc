@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "controller/job_manager.h"
-#include "controller/store.h"
+#include "controller/store/store.h"
 #include "loom/v1/service.pb.h"
 
 namespace {

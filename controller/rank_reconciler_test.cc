@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "controller/store.h"
+#include "controller/store/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -11,6 +11,7 @@ PKGS=(
   libabsl-dev
   libtorch-dev libgloo-dev
   libsqlite3-dev libyaml-cpp-dev libcivetweb-dev libsentencepiece-dev
+  libpq-dev postgresql
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   prometheus
   libopenblas0-openmp libopenblas-dev
@@ -33,6 +34,15 @@ for p in "${PKGS[@]}"; do
 done
 
 if [ "${#missing[@]}" -gt 0 ]; then
+  # PostgreSQL: the controllers' shared store (issue 32). Loom's tests and
+  # `loomctl local up --ha` start servers of their own in directories they
+  # make; the package's default cluster would be one more server running
+  # for nothing, so a first install of the server is told not to make one.
+  if ! dpkg-query -W -f='${Status}' postgresql-common 2>/dev/null | grep -q "install ok installed"; then
+    $SUDO mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" |
+      $SUDO tee /etc/postgresql-common/createcluster.d/loom.conf >/dev/null
+  fi
   echo "install-deps: installing ${#missing[@]} package(s): ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq

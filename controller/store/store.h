@@ -1,11 +1,19 @@
 // Durable state of the controller: jobs (with their state history), workers
-// seen, and step metrics, in one SQLite database in WAL mode.
+// seen, step metrics, checkpoint catalogs, cordons and the leader lease.
 //
-// Every mutating call is one transaction: either all of it is on disk when
-// the call returns OK, or none of it is. Thread-safe (one mutex serialises
-// access to the connection).
-#ifndef LOOM_CONTROLLER_STORE_H_
-#define LOOM_CONTROLLER_STORE_H_
+// Two backends, one code path above them (store/sql_connection.h): an
+// embedded SQLite database in WAL mode (Open, the default) or a PostgreSQL
+// database that several controllers share (OpenPostgres: one leads, the
+// others stand by; see the lease below).
+//
+// Every mutating call is one transaction: either all of it is durable when
+// the call returns OK, or none of it is. Once SetFencingEpoch(e) was called,
+// every such transaction also checks, under the lease row's lock, that
+// epoch e still holds the lease, and fails with ABORTED (writing nothing)
+// when another controller has taken it since. Thread-safe (one mutex
+// serialises access to the connection).
+#ifndef LOOM_CONTROLLER_STORE_STORE_H_
+#define LOOM_CONTROLLER_STORE_STORE_H_
 
 #include <chrono>
 #include <condition_variable>
@@ -19,9 +27,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "controller/store/postgres_connection.h"
+#include "controller/store/sql_connection.h"
 #include "loom/v1/job.pb.h"
-
-struct sqlite3;
 
 namespace loom::controller {
 
@@ -34,6 +44,11 @@ class Store {
   // this process or another, fails with FAILED_PRECONDITION naming the
   // directory and the pid written in the lock file.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir);
+  // Connects to a PostgreSQL database (shared by every controller of one
+  // installation) and brings its schema up to date. UNAVAILABLE when the
+  // server cannot be reached; FAILED_PRECONDITION when its schema is newer
+  // than this build knows.
+  static absl::StatusOr<std::unique_ptr<Store>> OpenPostgres(store::PostgresOptions options);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -73,7 +88,7 @@ class Store {
   // Writes still waited for when the store is destroyed are waited for
   // first.
   void WhenDurable(Ticket ticket, std::function<void(absl::Status)> done);
-  // Writes handed to SQLite so far and the transactions that carried them
+  // Writes handed to the database so far and the transactions that carried them
   // (for the load benchmark and tests: writes / batches is the grouping).
   int64_t writes_committed();
   int64_t batches_committed();
@@ -92,16 +107,15 @@ class Store {
   absl::StatusOr<std::vector<loom::v1::Job>> LoadJobs();
 
   // Transitions recorded for a job, in order (from the transitions table).
-  absl::StatusOr<std::vector<loom::v1::StateTransition>> LoadTransitions(
-      const std::string& job_id);
+  absl::StatusOr<std::vector<loom::v1::StateTransition>> LoadTransitions(const std::string& job_id);
 
   // Appends step metrics of a job.
   absl::Status AppendStepMetrics(const std::string& job_id,
                                  const std::vector<loom::v1::StepMetrics>& steps);
 
   // The newest `limit` (0 = all) step metrics of a job, oldest first.
-  absl::StatusOr<std::vector<loom::v1::StepMetrics>> LoadStepMetrics(
-      const std::string& job_id, int limit);
+  absl::StatusOr<std::vector<loom::v1::StepMetrics>> LoadStepMetrics(const std::string& job_id,
+                                                                     int limit);
 
   // Keeps at most `keep` (>= 2) of a job's step rows, evenly spaced by
   // position with the first and the last among them, and deletes the rest
@@ -147,20 +161,59 @@ class Store {
   // Largest numeric suffix used in job ids so far (ids never repeat).
   absl::StatusOr<int64_t> MaxJobSequence();
 
+  // --- The leader lease (store_lease.cc) ---
+  // One row says which controller leads, under which epoch, until when, on
+  // the database's clock. Epochs only grow: each change of holder adds one.
+  struct Lease {
+    int64_t epoch = 0;    // 0: nobody has led yet
+    std::string holder;   // the leading controller's unique id
+    std::string address;  // where it serves (for standbys to name)
+    int64_t expires_unix_ms = 0;
+    int64_t now_unix_ms = 0;  // the database's clock when it was read
+    bool held_by(absl::string_view id) const {
+      return holder == id && expires_unix_ms > now_unix_ms;
+    }
+  };
+  // Takes the lease for `holder` if it is free (never held, expired, or
+  // released), or extends it if `holder` has it, to the database's now +
+  // `duration`; otherwise changes nothing. Returns the row as it stands
+  // after the call: the caller leads when Lease::held_by(holder). Taking it
+  // from someone else (or after a release) adds one to the epoch; renewing
+  // keeps it. `force` takes it even from a live holder (a SQLite store,
+  // whose directory lock proves the last holder gone).
+  absl::StatusOr<Lease> AcquireLease(const std::string& holder, const std::string& address,
+                                     absl::Duration duration, bool force = false);
+  // Ends `holder`'s lease at once (a clean stop), so a standby need not wait
+  // for it to expire; a no-op when `holder` no longer has it.
+  absl::Status ReleaseLease(const std::string& holder);
+  absl::StatusOr<Lease> ReadLease();
+  // From now on every write is fenced on `epoch` (0: unfenced, the default).
+  void SetFencingEpoch(int64_t epoch);
+  int64_t fencing_epoch();
+
+  // Which backend, and where ("/var/lib/loom/loom.db", "PostgreSQL ...").
+  store::SqlDialect dialect() const { return dialect_; }
+  std::string Describe();
+
  private:
-  Store(sqlite3* db, int lock_fd);
-  absl::Status Exec(const char* sql);
-  // Brings tables of a database made by an older Loom up to kSchema.
-  absl::Status Migrate();
-  absl::Status Commit();
+  Store(std::unique_ptr<store::SqlConnection> conn, int lock_fd);
+  static absl::StatusOr<std::unique_ptr<Store>> Init(std::unique_ptr<store::SqlConnection> conn,
+                                                     int lock_fd);
+  // BEGIN of a write transaction, then the fence (when set): ABORTED, with
+  // the transaction rolled back, when the fencing epoch no longer leads.
+  // Holds mu_.
+  absl::Status BeginFencedLocked();
+  // Runs `body` between BeginFencedLocked and COMMIT, rolling back if it
+  // fails. Holds mu_.
+  absl::Status WriteTransactionLocked(const std::function<absl::Status()>& body);
   // One transaction with all of `batch`, in order (the job row only from
   // the last write of each job in the batch).
   absl::Status WriteBatch(const std::vector<Ticket>& batch);
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::vector<Ticket> queue_;   // guarded by queue_mu_
-  bool committing_ = false;     // a waiter is writing a batch; guarded by queue_mu_
+  std::vector<Ticket> queue_;      // guarded by queue_mu_
+  bool committing_ = false;        // a waiter is writing a batch; guarded by queue_mu_
   int64_t writes_committed_ = 0;   // guarded by queue_mu_
   int64_t batches_committed_ = 0;  // guarded by queue_mu_
   // WhenDurable's waits and their thread.
@@ -171,14 +224,14 @@ class Store {
   std::thread committer_;  // started by the first WhenDurable
 
   std::mutex mu_;
-  sqlite3* db_;  // owned; guarded by mu_
-  // WriteBatch's statements, prepared once (store.cc): parsing them for
-  // every batch was a tenth of a transaction's CPU. Guarded by mu_.
-  struct BatchStatements;
-  std::unique_ptr<BatchStatements> batch_statements_;
-  int lock_fd_;  // owned: holds the directory's flock
+  // Owned; guarded by mu_. It prepares each statement once and reuses it:
+  // parsing WriteBatch's for every batch was a tenth of a transaction's CPU.
+  std::unique_ptr<store::SqlConnection> conn_;
+  const store::SqlDialect dialect_;
+  int64_t fencing_epoch_ = 0;  // guarded by mu_
+  int lock_fd_;                // owned (-1 for PostgreSQL): holds the directory's flock
 };
 
 }  // namespace loom::controller
 
-#endif  // LOOM_CONTROLLER_STORE_H_
+#endif  // LOOM_CONTROLLER_STORE_STORE_H_
