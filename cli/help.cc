@@ -13,8 +13,9 @@ std::vector<CommandHelp> MakeCommands() {
   std::vector<CommandHelp> c;
   c.push_back({"local",
                {"local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto] "
-                "[--data-root DIR]... [--worker-timeout SECONDS] [--queues FILE]",
-                "local down", "local restart controller|worker-N [--kill]", "local status"},
+                "[--data-root DIR]... [--worker-timeout SECONDS] [--queues FILE] [--ha]",
+                "local down", "local restart controller|controller-N|worker-N|postgres [--kill]",
+                "local status"},
                "run a controller and workers on this machine",
                R"(up       starts a controller and N workers (default 2) on this machine, with
          a cluster CA, certificates and the local admin's token in the home
@@ -29,16 +30,23 @@ std::vector<CommandHelp> MakeCommands() {
            --data-root DIR      another directory jobs may read data under
            --worker-timeout S   seconds of silence before a worker is lost
            --queues FILE        the controller's queue file (docs/scheduling.md)
+           --ha                 a PostgreSQL server and two controllers on it,
+                                controller-0 and controller-1: one leads, the
+                                other stands by and takes over within ~3 s
+                                when the leader dies (docs/ha.md)
 down     stops them (the home and its state stay).
 restart  restarts one daemon at the same address: SIGTERM, or SIGKILL with
-         --kill; a dead one is just started. Running jobs ride through a
-         controller restart within the workers' lease.
-status   shows the local daemons and whether each is alive.
+         --kill; a dead one is just started (a controller of --ha comes back
+         as the standby). Running jobs ride through a controller restart
+         within the workers' lease.
+status   shows the local daemons, whether each is alive and each
+         controller's role (active or standby); `loomctl -o json local status`
+         for scripts.
 
 example: loomctl local up --workers 3 --slots 2)",
                {"up", "down", "restart", "status"},
                {"--workers", "--slots", "--memory", "--gpus", "--data-root", "--worker-timeout",
-                "--queues", "--kill"},
+                "--queues", "--kill", "--ha"},
                ArgKind::kNone});
   c.push_back({"submit",
                {"submit FILE [--follow]"},

@@ -8,18 +8,19 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/cluster_ca.h"
+#include "cli/local_postgres.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "controller/access.h"
@@ -36,7 +37,8 @@ bool ProcessExists(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == E
 bool Alive(int pid) {
   if (!ProcessExists(pid)) return false;
   auto cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
-  return cmdline.ok() && cmdline->find("loom-") != std::string::npos;
+  return cmdline.ok() && (cmdline->find("loom-") != std::string::npos ||
+                          cmdline->find("postgres") != std::string::npos);
 }
 
 // Starts `argv` detached (own session, stdio to `log_path`), returns its pid.
@@ -126,6 +128,10 @@ absl::StatusOr<DaemonInfo> WaitReady(const std::string& path, int pid, const std
 
 }  // namespace
 
+absl::StatusOr<int> SpawnDaemon(const std::vector<std::string>& args, const std::string& log_path) {
+  return Spawn(args, log_path);
+}
+
 static absl::Status WriteArgs(const std::string& home, const std::string& name,
                        const std::vector<std::string>& args) {
   return WritePrivateFile(absl::StrCat(home, "/run/", name, ".args"),
@@ -166,6 +172,7 @@ absl::StatusOr<DaemonInfo> LocalRestart(const std::string& home, const std::stri
   d.log_path = absl::StrCat(home, "/logs/", name, ".log");
   auto pid = Spawn(args, d.log_path);
   if (!pid.ok()) return pid.status();
+  if (name == "postgres") return WaitLocalPostgres(home, *pid, start_timeout);
   auto info = WaitReady(ready, *pid, d.log_path, absl::Now() + start_timeout);
   if (!info.ok()) {
     kill(*pid, SIGKILL);
@@ -187,6 +194,7 @@ absl::StatusOr<DaemonInfo> ReadReadyFile(const std::string& path) {
   DaemonInfo info;
   info.grpc_address = Str(s, "grpc_address");
   info.metrics_address = Str(s, "metrics_address");
+  info.role = Str(s, "role");
   auto it = s.fields().find("pid");
   if (it != s.fields().end()) info.pid = static_cast<int>(it->second.number_value());
   info.alive = Alive(info.pid);
@@ -202,7 +210,8 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
           "); run `loomctl local down` first"));
     }
   }
-  for (const char* sub : {"", "/run", "/logs", "/controller", "/workers"}) {
+  for (const char* sub :
+       {"", "/run", "/logs", "/controller", "/controller/checkpoints", "/workers"}) {
     absl::Status s = MakeDirs(o.home + sub, 0700);
     if (!s.ok()) return s;
   }
@@ -260,23 +269,6 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   auto user_cert = IssueCertificate(tls_dir, "user-local", "user:local", /*server=*/false);
   if (!user_cert.ok()) return user_cert.status();
   std::vector<DaemonInfo> out;
-
-  DaemonInfo ctl;
-  ctl.name = "controller";
-  ctl.log_path = o.home + "/logs/controller.log";
-  std::string ready = o.home + "/run/controller.json";
-  std::vector<std::string> ctl_args = o.controller_prefix;
-  const size_t listen_arg = ctl_args.size() + 1;
-  for (std::string arg : std::vector<std::string>{
-      o.bin_dir + "/loom-controller", "--listen=" + o.controller_host + ":0",
-      "--data_dir=" + o.home + "/controller", "--users_file=" + users_path,
-      "--worker_token_file=" + worker_token_path, "--tls_cert=" + server_cert->cert_path,
-      "--tls_key=" + server_cert->key_path, "--tls_client_ca=" + tls_dir + "/ca.pem",
-      "--ready_file=" + ready, "--metrics_listen=127.0.0.1:0",
-      absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)}) {
-    ctl_args.push_back(std::move(arg));
-  }
-  if (!o.queues_file.empty()) ctl_args.push_back("--queues=" + o.queues_file);
   std::error_code ec;
   const std::string home = std::filesystem::absolute(o.home, ec).string();
   std::vector<std::string> data_roots = o.data_roots;
@@ -285,29 +277,85 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     char cwd[4096];
     if (getcwd(cwd, sizeof(cwd)) != nullptr) data_roots.push_back(cwd);
   }
-  ctl_args.push_back("--data_root=" + absl::StrJoin(data_roots, ","));
-  ctl_args.push_back(absl::StrCat("--checkpoint_root=", home, "/controller/checkpoints,", home,
-                                  "/checkpoints"));
-  auto pid = Spawn(ctl_args, ctl.log_path);
-  if (!pid.ok()) return pid.status();
-  auto ready_info = WaitReady(ready, *pid, ctl.log_path, absl::Now() + o.start_timeout);
-  if (!ready_info.ok()) {
-    kill(*pid, SIGKILL);
-    return absl::Status(ready_info.status().code(),
-                        absl::StrCat("controller: ", ready_info.status().message()));
+
+  // --ha: the database first, then two controllers on it.
+  std::string store_url;
+  if (o.ha) {
+    auto db = StartLocalPostgres(o.home, o.start_timeout);
+    if (!db.ok())
+      return absl::Status(db.status().code(), absl::StrCat("postgres: ", db.status().message()));
+    out.push_back(*db);
+    store_url = LocalPostgresUrl(o.home);
   }
-  ctl.pid = ready_info->pid;
-  ctl.alive = true;
-  ctl.grpc_address = ready_info->grpc_address;
-  // A restarted controller listens where this one does, so the workers
-  // (given this address) find it again.
-  ctl_args[listen_arg] = "--listen=" + ctl.grpc_address;
-  if (absl::Status s = WriteArgs(o.home, "controller", ctl_args); !s.ok()) {
-    kill(*pid, SIGKILL);
-    return s;
+  std::vector<std::string> controller_addresses;
+  const int controllers = o.ha ? 2 : 1;
+  for (int c = 0; c < controllers; ++c) {
+    DaemonInfo ctl;
+    ctl.name = o.ha ? absl::StrCat("controller-", c) : "controller";
+    ctl.log_path = absl::StrCat(o.home, "/logs/", ctl.name, ".log");
+    const std::string ready = absl::StrCat(o.home, "/run/", ctl.name, ".json");
+    const std::string data_dir = absl::StrCat(o.home, "/", ctl.name);
+    if (absl::Status s = MakeDirs(data_dir, 0700); !s.ok()) return s;
+    std::vector<std::string> ctl_args = o.controller_prefix;
+    const size_t listen_arg = ctl_args.size() + 1;
+    for (std::string arg : std::vector<std::string>{
+             o.bin_dir + "/loom-controller", "--listen=" + o.controller_host + ":0",
+             "--data_dir=" + data_dir, "--users_file=" + users_path,
+             "--worker_token_file=" + worker_token_path, "--tls_cert=" + server_cert->cert_path,
+             "--tls_key=" + server_cert->key_path, "--tls_client_ca=" + tls_dir + "/ca.pem",
+             "--ready_file=" + ready, "--metrics_listen=127.0.0.1:0",
+             absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)}) {
+      ctl_args.push_back(std::move(arg));
+    }
+    if (!o.queues_file.empty()) ctl_args.push_back("--queues=" + o.queues_file);
+    if (!store_url.empty()) ctl_args.push_back("--store=" + store_url);
+    ctl_args.push_back("--data_root=" + absl::StrJoin(data_roots, ","));
+    // One checkpoint root for every controller (with --ha the catalog they
+    // share names paths under it).
+    ctl_args.push_back(
+        absl::StrCat("--checkpoint_root=", home, "/controller/checkpoints,", home, "/checkpoints"));
+    auto pid = Spawn(ctl_args, ctl.log_path);
+    if (!pid.ok()) {
+      LocalDown(o.home).IgnoreError();
+      return pid.status();
+    }
+    auto ready_info = WaitReady(ready, *pid, ctl.log_path, absl::Now() + o.start_timeout);
+    if (!ready_info.ok()) {
+      kill(*pid, SIGKILL);
+      LocalDown(o.home).IgnoreError();
+      return absl::Status(ready_info.status().code(),
+                          absl::StrCat(ctl.name, ": ", ready_info.status().message()));
+    }
+    ctl.pid = ready_info->pid;
+    ctl.alive = true;
+    ctl.grpc_address = ready_info->grpc_address;
+    ctl.role = ready_info->role;
+    // A restarted controller listens where this one does, so the workers
+    // (given this address) find it again.
+    ctl_args[listen_arg] = "--listen=" + ctl.grpc_address;
+    if (absl::Status s = WriteArgs(o.home, ctl.name, ctl_args); !s.ok()) {
+      kill(*pid, SIGKILL);
+      LocalDown(o.home).IgnoreError();
+      return s;
+    }
+    ctl.metrics_address = ready_info->metrics_address;
+    controller_addresses.push_back(ctl.grpc_address);
+    out.push_back(ctl);
+    if (o.ha && c == 0) {
+      // The first leads before the second starts (`local status` then
+      // shows controller-0 active): it takes the lease within a second.
+      const absl::Time deadline = absl::Now() + o.start_timeout;
+      while (absl::Now() < deadline) {
+        auto info = ReadReadyFile(ready);
+        if (info.ok() && info->role == "active") {
+          out.back().role = "active";
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
   }
-  ctl.metrics_address = ready_info->metrics_address;
-  out.push_back(ctl);
+  const std::string controller_flag = absl::StrJoin(controller_addresses, ",");
 
   for (int i = 0; i < o.workers; ++i) {
     DaemonInfo w;
@@ -329,15 +377,14 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
       return client_cert.status();
     }
     for (std::string arg : std::vector<std::string>{
-        o.bin_dir + "/loom-worker", "--controller=" + ctl.grpc_address, "--tls",
-        // The certificate directory, as on Kubernetes (the loom-worker-tls
-        // Secret): the worker picks worker-<node>.pem/.key from it.
-        "--tls_ca=" + tls_dir + "/ca.pem", "--tls_cert_dir=" + tls_dir, "--node=" + node,
-        "--address=" + address, absl::StrCat("--slots=", o.slots_per_worker),
-        absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
-        "--gpus=" + o.gpus_per_worker,
-        "--work_dir=" + work, "--ready_file=" + wready,
-        "--metrics_listen=127.0.0.1:0"}) {
+             o.bin_dir + "/loom-worker", "--controller=" + controller_flag, "--tls",
+             // The certificate directory, as on Kubernetes (the loom-worker-tls
+             // Secret): the worker picks worker-<node>.pem/.key from it.
+             "--tls_ca=" + tls_dir + "/ca.pem", "--tls_cert_dir=" + tls_dir, "--node=" + node,
+             "--address=" + address, absl::StrCat("--slots=", o.slots_per_worker),
+             absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
+             "--gpus=" + o.gpus_per_worker, "--work_dir=" + work, "--ready_file=" + wready,
+             "--metrics_listen=127.0.0.1:0"}) {
       worker_args.push_back(std::move(arg));
     }
     if (absl::Status s = WriteArgs(o.home, w.name, worker_args); !s.ok()) {
@@ -383,6 +430,7 @@ std::vector<DaemonInfo> LocalStatus(const std::string& home) {
     if (!info.ok()) continue;
     info->name = n;
     info->log_path = home + "/logs/" + n + ".log";
+    if (!info->alive && !info->role.empty()) info->role = "down";
     out.push_back(*info);
   }
   return out;
@@ -390,20 +438,26 @@ std::vector<DaemonInfo> LocalStatus(const std::string& home) {
 
 absl::Status LocalDown(const std::string& home, absl::Duration grace) {
   auto daemons = LocalStatus(home);
-  // Workers first, so their ranks stop before the controller goes.
-  std::stable_sort(daemons.begin(), daemons.end(), [](const DaemonInfo& a, const DaemonInfo& b) {
-    return a.name != "controller" && b.name == "controller";
-  });
-  for (const auto& d : daemons) {
-    if (d.alive) kill(d.pid, SIGTERM);
-  }
-  absl::Time deadline = absl::Now() + grace;
-  for (const auto& d : daemons) {
-    while (Alive(d.pid) && absl::Now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Workers first, so their ranks stop before the controllers go; the
+  // database last, once no controller writes to it.
+  auto stage = [](const DaemonInfo& d) {
+    if (d.name == "postgres") return 2;
+    return absl::StartsWith(d.name, "controller") ? 1 : 0;
+  };
+  for (int s = 0; s <= 2; ++s) {
+    for (const auto& d : daemons) {
+      // PostgreSQL: SIGINT is its fast shutdown (SIGTERM waits for clients).
+      if (stage(d) == s && d.alive) kill(d.pid, d.name == "postgres" ? SIGINT : SIGTERM);
     }
-    if (Alive(d.pid)) kill(d.pid, SIGKILL);
-    unlink((home + "/run/" + d.name + ".json").c_str());
+    absl::Time deadline = absl::Now() + grace;
+    for (const auto& d : daemons) {
+      if (stage(d) != s) continue;
+      while (Alive(d.pid) && absl::Now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (Alive(d.pid)) kill(d.pid, SIGKILL);
+      unlink((home + "/run/" + d.name + ".json").c_str());
+    }
   }
   return absl::OkStatus();
 }

@@ -9,7 +9,10 @@
 //                        each worker proves its node with a client
 //                        certificate "worker:local-<i>", and user-local.pem
 //                        ("user:local") is the local user's certificate
-//   run/controller.json  {grpc_address, metrics_address, pid} (ready file)
+//   run/controller.json  {grpc_address, metrics_address, pid, role} (ready
+//                        file); with --ha, controller-0.json and
+//                        controller-1.json, and postgres.json
+//                        (cli/local_postgres.h)
 //   run/worker-<i>.json  {metrics_address, pid}
 //   run/<daemon>.args    its command line, one argument a line (for restart;
 //                        the controller's with the gRPC address it got, so
@@ -58,6 +61,12 @@ struct LocalClusterOptions {
   // directories may be named under <home>/checkpoints (and jobs that name
   // none get <home>/controller/checkpoints/<job id>).
   std::vector<std::string> data_roots;
+  // `local up --ha` (issue 32): a PostgreSQL server (cli/local_postgres.h)
+  // and two controllers sharing it, controller-0 and controller-1, each
+  // with its own data dir (<home>/controller-<i>: rank logs) and the same
+  // checkpoint roots; one leads, the other stands by, and the workers and
+  // loomctl follow whichever leads.
+  bool ha = false;
 };
 
 struct DaemonInfo {
@@ -67,6 +76,10 @@ struct DaemonInfo {
   std::string grpc_address;     // controller only
   std::string metrics_address;
   std::string log_path;
+  // A controller's "active" or "standby" (as its ready file last said: a
+  // killed one keeps its last word, with alive false); "database" for the
+  // PostgreSQL server of --ha; empty for workers.
+  std::string role;
 };
 
 // Starts the cluster and waits until the controller serves and every

@@ -8,11 +8,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -21,6 +26,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -35,6 +41,7 @@
 #include "controller/controller_service.h"
 #include "controller/goodput.h"
 #include "controller/job_manager.h"
+#include "controller/leader/leader_lease.h"
 #include "controller/log_store.h"
 #include "controller/path_policy.h"
 #include "controller/scheduling/queue_config.h"
@@ -84,6 +91,20 @@ ABSL_FLAG(double, heartbeat_interval_s, 0.5, "heartbeat period workers are told 
 // Threads for RPCs other than watch streams (see the ResourceQuota below).
 constexpr int kShortRpcThreads = 64;
 
+ABSL_FLAG(std::string, store, "",
+          "where the job store lives: empty = SQLite in --data_dir (this controller alone); "
+          "postgresql://[user@]host[:port]/database = one database several controllers share, "
+          "one leading and the others standing by (issue 32). No password in the URL: give it "
+          "in --store_password_file or $LOOM_STORE_PASSWORD");
+ABSL_FLAG(std::string, store_password_file, "",
+          "file holding the PostgreSQL password (readable by this user only)");
+ABSL_FLAG(double, lease_s, 2.0,
+          "with a PostgreSQL --store: the leader lease, in seconds; a standby takes over this "
+          "long after the leader's last renewal");
+ABSL_FLAG(double, lease_renew_s, 0.5, "with a PostgreSQL --store: how often the leader renews");
+ABSL_FLAG(std::string, advertise_address, "",
+          "the host:port clients and workers reach this controller at (standbys name the leader "
+          "by it); default: the gRPC listen address");
 ABSL_FLAG(int32_t, max_watchers, 256,
           "most WatchJob streams served at once (loomctl watch / status -f); one more is "
           "RESOURCE_EXHAUSTED");
@@ -96,6 +117,43 @@ namespace {
 int Fail(const std::string& msg) {
   std::cerr << "loom-controller: " << msg << std::endl;
   return 1;
+}
+
+// The store --store names: SQLite in `data_dir`, or PostgreSQL with the
+// password from --store_password_file or $LOOM_STORE_PASSWORD.
+absl::StatusOr<std::unique_ptr<loom::controller::Store>> OpenStore(const std::string& data_dir) {
+  using loom::controller::Store;
+  const std::string url = absl::GetFlag(FLAGS_store);
+  if (url.empty()) return Store::Open(data_dir);
+  if (!loom::controller::store::IsPostgresUrl(url)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--store: \"", url,
+                     "\" is not a postgresql:// URL (leave it empty for SQLite in "
+                     "--data_dir)"));
+  }
+  if (loom::controller::store::PostgresUrlHasPassword(url)) {
+    return absl::InvalidArgumentError(
+        "--store: the URL carries a password, which every user of this machine can read on "
+        "the command line; put it in --store_password_file or $LOOM_STORE_PASSWORD instead");
+  }
+  loom::controller::store::PostgresOptions options;
+  options.url = url;
+  if (const std::string file = absl::GetFlag(FLAGS_store_password_file); !file.empty()) {
+    std::ifstream in(file);
+    if (!in) return absl::NotFoundError(absl::StrCat("--store_password_file: cannot read ", file));
+    std::getline(in, options.password);
+  } else if (const char* env = std::getenv("LOOM_STORE_PASSWORD"); env != nullptr) {
+    options.password = env;
+  }
+  return Store::OpenPostgres(std::move(options));
+}
+
+// A unique name for this process's claim on the leader lease.
+std::string LeaseHolderId() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::random_device random;
+  return absl::StrFormat("%s-%d-%04x", host, getpid(), random() & 0xffff);
 }
 
 // The directory holding this executable ("" if /proc/self/exe is unreadable).
@@ -138,8 +196,15 @@ int main(int argc, char** argv) {
                                                 absl::GetFlag(FLAGS_worker_token_file));
   if (!access.ok()) return Fail(std::string(access.status().message()));
 
-  auto store = controller::Store::Open(data_dir);
+  auto store = OpenStore(data_dir);
   if (!store.ok()) return Fail(std::string(store.status().message()));
+  const bool shared_store = (*store)->dialect() == controller::store::SqlDialect::kPostgres;
+  const absl::Duration lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
+  const absl::Duration lease_renew = absl::Seconds(absl::GetFlag(FLAGS_lease_renew_s));
+  if (shared_store && (lease_renew <= absl::ZeroDuration() || lease < 2 * lease_renew)) {
+    return Fail("--lease_s must be at least twice --lease_renew_s, and both > 0");
+  }
+  const std::string lease_holder = LeaseHolderId();
 
   controller::JobManagerOptions opts;
   opts.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout_s));
@@ -201,8 +266,21 @@ int main(int argc, char** argv) {
     if (!queues.ok()) return Fail(absl::StrCat("--queues: ", queues.status().message()));
     manager.SetQueueConfig(*std::move(queues));
   }
-  absl::Status recovered = manager.Recover();
-  if (!recovered.ok()) return Fail(absl::StrCat("recovering jobs: ", recovered.message()));
+  // Leadership. Alone on a SQLite store this controller leads from the
+  // start: the directory lock proves any earlier holder gone, so it takes
+  // the lease at once with the next epoch, and workers refuse the decisions
+  // of any controller before it. On a shared store it stands by until it
+  // takes the lease (the elector below), and loads the catalogs then.
+  controller::Leadership leadership;
+  if (!shared_store) {
+    absl::StatusOr<controller::Store::Lease> taken =
+        (*store)->AcquireLease(lease_holder, "", absl::Hours(24 * 365), /*force=*/true);
+    if (!taken.ok()) return Fail(absl::StrCat("leader lease: ", taken.status().message()));
+    (*store)->SetFencingEpoch(taken->epoch);
+    leadership.BecomeLeader(taken->epoch, controller::Leadership::kForever);
+    absl::Status recovered = manager.Recover();
+    if (!recovered.ok()) return Fail(absl::StrCat("recovering jobs: ", recovered.message()));
+  }
 
   auto logs = controller::LogStore::Open(
       {absl::StrCat(data_dir, "/logs"), absl::GetFlag(FLAGS_log_max_bytes)});
@@ -281,9 +359,9 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> shutting_down{false};
   controller::JobServiceImpl job_service(&manager, access->get(), &rpc_metrics, &shutting_down,
-                                         logs->get());
-  controller::WorkerServiceImpl worker_service(&manager, access->get(), &rpc_metrics,
-                                               logs->get());
+                                         logs->get(), &leadership);
+  controller::WorkerServiceImpl worker_service(&manager, access->get(), &rpc_metrics, logs->get(),
+                                               &leadership);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -333,23 +411,104 @@ int main(int argc, char** argv) {
   std::string host = listen.substr(0, listen.rfind(':'));
   std::string grpc_address = absl::StrCat(host, ":", port);
   std::cerr << "loom-controller: serving gRPC on " << grpc_address << ", metrics on "
-            << (*exposer)->address() << ", data in " << data_dir << ", checkpoints under "
-            << opts.checkpoint_root << std::endl;
-  std::string ready = absl::GetFlag(FLAGS_ready_file);
-  if (!ready.empty()) {
-    absl::Status s = WritePrivateFile(
+            << (*exposer)->address() << ", data in " << data_dir << ", store "
+            << (*store)->Describe() << ", checkpoints under " << opts.checkpoint_root << std::endl;
+  auto& leader_gauge = metrics::BuildGauge()
+                           .Name("loom_controller_leader")
+                           .Help(
+                               "1 while this controller leads (a controller alone on its store "
+                               "always does), 0 while it stands by.")
+                           .Register(*registry)
+                           .Add({});
+  auto& epoch_gauge = metrics::BuildGauge()
+                          .Name("loom_controller_leader_epoch")
+                          .Help("The leader epoch this controller leads under (0: standby).")
+                          .Register(*registry)
+                          .Add({});
+  // The ready file: where this controller serves, and its role ("active",
+  // or "standby" until it takes the lease; `loomctl local status` shows it).
+  const std::string ready = absl::GetFlag(FLAGS_ready_file);
+  const std::string metrics_address = (*exposer)->address();
+  auto write_ready = [ready, grpc_address, metrics_address](const char* role) {
+    if (ready.empty()) return absl::OkStatus();
+    return WritePrivateFile(
         ready, absl::StrFormat("{\"grpc_address\": \"%s\", \"metrics_address\": \"%s\", "
-                               "\"pid\": %d}\n",
-                               grpc_address, (*exposer)->address(), getpid()));
-    if (!s.ok()) return Fail(std::string(s.message()));
+                               "\"pid\": %d, \"role\": \"%s\"}\n",
+                               grpc_address, metrics_address, getpid(), role));
+  };
+  if (absl::Status s = write_ready(shared_store ? "standby" : "active"); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
-
+  // A shared store: stand by until this controller takes the lease; then
+  // load the catalogs and re-adopt running jobs, as a restart does. When
+  // the lease is lost, step down: run this program again, as a standby on
+  // the same port, with nothing of the old leader's memory.
+  std::unique_ptr<controller::LeaderElector> elector;
+  if (shared_store) {
+    controller::LeaderElectorOptions lease_options;
+    lease_options.holder = lease_holder;
+    lease_options.address = absl::GetFlag(FLAGS_advertise_address).empty()
+                                ? grpc_address
+                                : absl::GetFlag(FLAGS_advertise_address);
+    lease_options.lease = lease;
+    lease_options.renew_interval = lease_renew;
+    std::vector<std::string> again(argv, argv + argc);
+    for (std::string& arg : again) {
+      if (absl::StartsWith(arg, "--listen=")) arg = absl::StrCat("--listen=", grpc_address);
+    }
+    elector = std::make_unique<controller::LeaderElector>(
+        store->get(), &leadership, lease_options,
+        [&manager, &write_ready, &leadership, lease_holder,
+         address = lease_options.address](int64_t epoch) -> absl::Status {
+          const absl::Time start = absl::Now();
+          // Who led before (the standby's last look at the lease row).
+          const std::string previous = leadership.last_seen_holder();
+          absl::Status recovered = manager.Recover(
+              previous.empty() ? absl::StrCat("controller ", lease_holder,
+                                              " took over as leader (epoch ", epoch, ")")
+                               : absl::StrCat("controller ", lease_holder, " took over from ",
+                                              previous, " as leader (epoch ", epoch, ")"));
+          if (!recovered.ok()) return recovered;
+          std::cerr << "loom-controller: leading as epoch " << epoch << " (" << lease_holder
+                    << " at " << address << "): loaded " << manager.List({}, 0).size()
+                    << " job(s) in " << absl::FormatDuration(absl::Now() - start) << std::endl;
+          return write_ready("active");
+        },
+        [again](const std::string& reason) {
+          std::cerr << "loom-controller: stepping down: " << reason
+                    << "; starting again as a standby" << std::endl;
+          std::vector<char*> args;
+          for (const std::string& a : again) args.push_back(const_cast<char*>(a.c_str()));
+          args.push_back(nullptr);
+          execv("/proc/self/exe", args.data());
+          std::cerr << "loom-controller: cannot start again (" << std::strerror(errno)
+                    << "); exiting" << std::endl;
+          _exit(75);
+        });
+    std::cerr << "loom-controller: standing by as " << lease_holder << " (lease "
+              << absl::FormatDuration(lease) << ", renewed every "
+              << absl::FormatDuration(lease_renew) << ")" << std::endl;
+    elector->Start();
+  }
 
   std::atomic<bool> stop{false};
   std::thread ticker([&] {
     absl::Time next_log_sweep = absl::Now();
     absl::Time next_goodput = absl::Now();
     while (!stop.load()) {
+      const bool leading = leadership.LeadingNow();
+      leader_gauge.Set(leading ? 1 : 0);
+      epoch_gauge.Set(static_cast<double>(leadership.epoch()));
+      if (!leading) {
+        // A standby keeps its connection to the database and the
+        // database's caches warm for the catalogs it loads on taking over.
+        if (shared_store && absl::Now() >= next_goodput) {
+          next_goodput = absl::Now() + absl::Seconds(1);
+          (*store)->LoadJobs().IgnoreError();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
       manager.Tick();
       // Every job's goodput buckets (controller/goodput.h): each job that
       // ended, within a tick (its final figures); the jobs not ended, every
@@ -429,6 +588,8 @@ int main(int argc, char** argv) {
   shutting_down = true;
   stop = true;
   ticker.join();
+  // A clean stop hands the lease over at once.
+  if (elector != nullptr) elector->Stop();
   if (health_server) {
     health.SetServing(false);
     health_server->Shutdown();

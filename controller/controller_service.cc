@@ -122,16 +122,27 @@ absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx, const 
   return caller;
 }
 
+absl::Status AdmitLeader(grpc::ServerContextBase* ctx, const Leadership* leadership) {
+  if (leadership == nullptr) return absl::OkStatus();
+  std::string leader_address;
+  absl::Status s = leadership->Admit(&leader_address);
+  if (!s.ok() && !leader_address.empty()) {
+    ctx->AddTrailingMetadata(kLeaderMetadataKey, leader_address);
+  }
+  return s;
+}
+
 JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
                                RpcMetrics* metrics, const std::atomic<bool>* shutting_down,
-                               LogStore* logs)
+                               LogStore* logs, const Leadership* leadership)
     : manager_(manager),
       access_(access),
       metrics_(metrics),
       shutting_down_(shutting_down),
-      rank_logs_(logs, [manager](const std::string& job_id) {
-        return manager->AttemptPlacements(job_id);
-      }) {}
+      rank_logs_(
+          logs,
+          [manager](const std::string& job_id) { return manager->AttemptPlacements(job_id); }),
+      leadership_(leadership) {}
 
 grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
   grpc::Status g = ToGrpcStatus(s);
@@ -141,10 +152,11 @@ grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
 
 // Declares `caller`, the authenticated and authorized Principal, or answers
 // the RPC with why not.
-#define LOOM_ADMIT(service, method)                                                    \
-  RpcMetrics::Start();                                                                 \
+#define LOOM_ADMIT(service, method)                                                   \
+  RpcMetrics::Start();                                                                \
   absl::StatusOr<Principal> caller = AdmitCaller(*ctx, *access_, service "." method); \
-  if (!caller.ok()) return Finish(method, caller.status())
+  if (!caller.ok()) return Finish(method, caller.status());                           \
+  if (absl::Status led = AdmitLeader(ctx, leadership_); !led.ok()) return Finish(method, led)
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                        const loom::v1::SubmitJobRequest* req,
@@ -321,13 +333,15 @@ grpc::Status JobServiceImpl::GetRankLog(grpc::ServerContext* ctx,
 // --------------------------------------------------------------- WorkerService
 
 WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, const AccessControl* access,
-                                     RpcMetrics* metrics, LogStore* logs)
+                                     RpcMetrics* metrics, LogStore* logs,
+                                     const Leadership* leadership)
     : manager_(manager),
       access_(access),
       metrics_(metrics),
-      rank_logs_(logs, [manager](const std::string& job_id) {
-        return manager->AttemptPlacements(job_id);
-      }) {}
+      rank_logs_(
+          logs,
+          [manager](const std::string& job_id) { return manager->AttemptPlacements(job_id); }),
+      leadership_(leadership) {}
 
 absl::Status WorkerServiceImpl::CheckWorker(const Principal& caller, const std::string& worker_id) {
   if (caller.name.empty()) return absl::OkStatus();  // the shared worker token
@@ -358,6 +372,7 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
   }
   auto r = manager_->RegisterWorker(*req);
   if (r.ok()) *resp = std::move(*r);
+  resp->set_controller_epoch(leadership_ != nullptr ? leadership_->epoch() : 0);
   return Finish("RegisterWorker", r.status());
 }
 
@@ -369,7 +384,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerConte
   return reactor;
 }
 
-grpc::Status WorkerServiceImpl::HandleHeartbeat(const grpc::ServerContextBase* ctx,
+grpc::Status WorkerServiceImpl::HandleHeartbeat(grpc::ServerContextBase* ctx,
                                                 const loom::v1::HeartbeatRequest* req,
                                                 loom::v1::HeartbeatResponse* resp) {
   LOOM_ADMIT("WorkerService", "Heartbeat");
@@ -378,6 +393,7 @@ grpc::Status WorkerServiceImpl::HandleHeartbeat(const grpc::ServerContextBase* c
   if (!s.ok()) return Finish("Heartbeat", s);
   auto r = manager_->Heartbeat(*req);
   if (r.ok()) *resp = std::move(*r);
+  resp->set_controller_epoch(leadership_ != nullptr ? leadership_->epoch() : 0);
   return Finish("Heartbeat", r.status());
 }
 
@@ -394,6 +410,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStepMetrics(
   absl::StatusOr<Principal> caller =
       AdmitCaller(*ctx, *access_, "WorkerService.ReportStepMetrics");
   absl::Status s = caller.status();
+  if (s.ok()) s = AdmitLeader(ctx, leadership_);
   if (s.ok()) s = RequireId(req->worker_id(), "worker_id");
   if (s.ok()) s = RequireId(req->job_id(), "job_id");
   if (s.ok()) s = CheckWorker(*caller, req->worker_id());
@@ -401,10 +418,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStepMetrics(
     answer(s);
     return reactor;
   }
+  const int64_t epoch = leadership_ != nullptr ? leadership_->epoch() : 0;
   // `resp` stays valid until the reactor is finished.
   manager_->ReportEventsAsync(
-      *req, [resp, answer](absl::StatusOr<loom::v1::ReportStepMetricsResponse> r) {
+      *req, [resp, answer, epoch](absl::StatusOr<loom::v1::ReportStepMetricsResponse> r) {
         if (r.ok()) *resp = std::move(*r);
+        resp->set_controller_epoch(epoch);
         answer(r.status());
       });
   return reactor;

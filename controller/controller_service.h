@@ -13,6 +13,7 @@
 #include "common/metrics.h"
 #include "controller/access.h"
 #include "controller/job_manager.h"
+#include "controller/leader/leader_lease.h"
 #include "controller/log_store.h"
 #include "controller/rank_logs.h"
 #include "loom/v1/service.grpc.pb.h"
@@ -48,8 +49,12 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   // Every call is authenticated and authorized by `access` (access.h),
   // which must outlive the service.
   // Rank logs are read from `logs`, which must outlive the service.
+  // `leadership` (may be null: always leading) gates every RPC: while this
+  // controller does not lead, RPCs are answered UNAVAILABLE naming the
+  // leader, with its address in the trailing metadata kLeaderMetadataKey.
   JobServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics,
-                 const std::atomic<bool>* shutting_down, LogStore* logs);
+                 const std::atomic<bool>* shutting_down, LogStore* logs,
+                 const Leadership* leadership = nullptr);
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const loom::v1::SubmitJobRequest* req,
                          loom::v1::SubmitJobResponse* resp) override;
@@ -87,6 +92,7 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   RpcMetrics* const metrics_;
   const std::atomic<bool>* const shutting_down_;
   RankLogs rank_logs_;  // over the LogStore and the manager's placements
+  const Leadership* const leadership_;
 };
 
 // Heartbeat and ReportStepMetrics, the RPCs every worker makes every
@@ -104,8 +110,10 @@ class WorkerServiceImpl final
   // Only workers (access.h) may call; a worker with a certificate acts only
   // as the worker of the node it names.
   // Shipped rank logs go to `logs`, which must outlive the service.
+  // `leadership` as for JobServiceImpl; answers to workers carry its epoch
+  // (controller_epoch).
   WorkerServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics,
-                    LogStore* logs);
+                    LogStore* logs, const Leadership* leadership = nullptr);
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const loom::v1::RegisterWorkerRequest* req,
@@ -129,8 +137,7 @@ class WorkerServiceImpl final
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);
-  grpc::Status HandleHeartbeat(const grpc::ServerContextBase* ctx,
-                               const loom::v1::HeartbeatRequest* req,
+  grpc::Status HandleHeartbeat(grpc::ServerContextBase* ctx, const loom::v1::HeartbeatRequest* req,
                                loom::v1::HeartbeatResponse* resp);
   // OK if a certificate worker `caller` is the worker `worker_id` (its
   // node); token workers are not bound to a node.
@@ -139,7 +146,13 @@ class WorkerServiceImpl final
   const AccessControl* const access_;
   RpcMetrics* const metrics_;
   RankLogs rank_logs_;  // over the LogStore and the manager's placements
+  const Leadership* const leadership_;
 };
+
+// OK when `leadership` is null or this controller leads now; otherwise
+// UNAVAILABLE naming the leader, whose address goes into `ctx`'s trailing
+// metadata (kLeaderMetadataKey) for clients that follow it.
+absl::Status AdmitLeader(grpc::ServerContextBase* ctx, const Leadership* leadership);
 
 // The caller of `ctx`: its verified client certificate's common name, else
 // its bearer token, through `access`; then authorized for `method`

@@ -85,8 +85,9 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
 
 bool JobManager::IsAttemptRunning(JobState s) { return IsAttemptRunningState(s); }
 
-absl::Status JobManager::Recover() {
+absl::Status JobManager::Recover(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
+  recovered_because_ = why;
   RETURN_IF_ERROR(jobs_.Load());
   // Cordons still in force (slow ranks) outlive the restart.
   ASSIGN_OR_RETURN(const std::vector<Store::CordonRow> cordons,
@@ -664,8 +665,8 @@ bool JobManager::AdoptRankLocked(JobRecord& rec, Worker& w, int rank) {
   ev.set_generation(rec.job.generation());
   ev.set_step(rec.attempt_last_step);
   ev.set_message(absl::StrCat("re-adopted all ", rec.job.ranks_size(), " rank(s) of attempt ",
-                              rec.job.generation(),
-                              " after the controller restarted; no restart, nothing lost"));
+                              rec.job.generation(), " after ", recovered_because_,
+                              "; no restart, nothing lost"));
   AddEvent(rec, ev);
   jobs_.Persist(rec, 0);
   return true;

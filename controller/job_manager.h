@@ -145,7 +145,9 @@ class JobManager {
   // on without a restart. Past that time a job not wholly re-adopted
   // restarts once from its newest checkpoint (see the lease comment above).
   // PENDING jobs stay.
-  absl::Status Recover();
+  // `why` completes the re-adoption events' "re-adopted ... after ..."
+  // (a failover names the controllers; cause controller_restart either way).
+  absl::Status Recover(const std::string& why = "the controller restarted");
 
   // --- client API
   // Applies defaults, validates, plans (job_planning.h: parallelism.auto
@@ -476,6 +478,7 @@ class JobManager {
 
   std::mutex mu_;
   JobCatalog jobs_;  // over store_; not thread-safe itself: guarded by mu_
+  std::string recovered_because_ = "the controller restarted";  // Recover's why; mu_
   // What lets a heartbeat skip the scheduler: nothing changed since it last
   // ran (no job queued, no worker or slot or rendezvous port came) and no
   // waiting job's time (not_before) has come.

@@ -12,6 +12,15 @@ add_dependencies(loom_cluster_test loomctl loom-controller loom-worker loom-rank
 # One ctest entry per test case, so ctest -j runs them side by side.
 gtest_discover_tests(loom_cluster_test PROPERTIES TIMEOUT 300 LABELS integration)
 
+# Active/standby controllers over PostgreSQL (issue 32): `local up --ha`.
+add_executable(loom_ha_test ha_test.cc)
+target_compile_definitions(loom_ha_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_link_libraries(loom_ha_test PRIVATE loom_test_util loom_local_cluster loom_grpc loom_data
+  loom_file_util gRPC::grpc++ absl::strings GTest::gtest GTest::gmock GTest::gtest_main)
+add_dependencies(loom_ha_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
+gtest_discover_tests(loom_ha_test PROPERTIES TIMEOUT 300 LABELS integration)
+
 # Issue 13's role test: every RPC by every kind of caller, on a real
 # controller.
 add_executable(loom_rpc_access_test rpc_access_test.cc)

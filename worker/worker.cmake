@@ -4,7 +4,7 @@ find_library(LOOM_OPENBLAS_LIBRARY NAMES openblas REQUIRED)
 loom_test(loom_blas_info_test SRCS blas_info_test.cc DEPS loom_blas_info ${LOOM_OPENBLAS_LIBRARY})
 loom_library(loom_cpu_probe SRCS cpu_probe.cc DEPS loom_blas_info absl::strings absl::status absl::statusor ${CMAKE_DL_LIBS})
 loom_test(loom_cpu_probe_test SRCS cpu_probe_test.cc DEPS loom_cpu_probe ${CMAKE_DL_LIBS})
-loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc log_shipper.cc
+loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc log_shipper.cc controller_link.cc
   DEPS loom_grpc loom_grpc_util loom_file_util loom_metrics loom_common absl::strings Threads::Threads)
 loom_test(loom_worker_agent_test SRCS worker_agent_test.cc DEPS loom_worker_agent)
 loom_test(loom_log_shipper_test SRCS log_shipper_test.cc DEPS loom_worker_agent)
@@ -27,3 +27,4 @@ target_link_libraries(loom-ckpt PRIVATE loom_checkpoint_inspect loom_tokenizer)
 # `loom-rank --probe` through the worker's ProbeBlocks (cpu_probe.h).
 add_dependencies(loom_cpu_probe_test loom-rank)
 target_compile_definitions(loom_cpu_probe_test PRIVATE LOOM_RANK_BINARY="$<TARGET_FILE:loom-rank>")
+loom_test(loom_controller_link_test SRCS controller_link_test.cc DEPS loom_worker_agent)

@@ -103,8 +103,32 @@ int PickFreePort() {
 WorkerAgent::WorkerAgent(WorkerOptions options,
                          std::shared_ptr<loom::v1::WorkerService::StubInterface> stub,
                          std::shared_ptr<metrics::Registry> registry)
+    : WorkerAgent(std::move(options), std::make_shared<ControllerLink>(std::move(stub)),
+                  std::move(registry)) {}
+
+template <typename Call>
+grpc::Status WorkerAgent::CallController(absl::Duration timeout, Call call,
+                                         ControllerLink::Target* used) {
+  *used = link_->Current();
+  auto ctx = NewContext(timeout);
+  grpc::Status s = call(used->stub, ctx.get());
+  link_->After(*used, s, *ctx);
+  return s;
+}
+
+namespace {
+// An answer of a controller whose leader epoch is older than the newest seen.
+grpc::Status StaleEpoch(int64_t epoch) {
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("answer of controller epoch ", epoch, " refused: a newer leader has spoken"));
+}
+}  // namespace
+
+WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<ControllerLink> link,
+                         std::shared_ptr<metrics::Registry> registry)
     : options_(std::move(options)),
-      stub_(std::move(stub)),
+      link_(std::move(link)),
       registry_(std::move(registry)),
       step_time_(metrics::BuildGauge()
                      .Name("loom_worker_step_time_seconds")
@@ -248,8 +272,13 @@ WorkerAgent::WorkerAgent(WorkerOptions options,
           std::lock_guard<std::mutex> lock(mu_);
           req->set_worker_id(worker_id_);
         }
-        auto ctx = NewContext();
-        return stub_->AppendRankLogs(ctx.get(), *req, resp);
+        ControllerLink::Target used;
+        return CallController(
+            options_.rpc_timeout,
+            [&](ControllerLink::Stub* stub, grpc::ClientContext* ctx) {
+              return stub->AppendRankLogs(ctx, *req, resp);
+            },
+            &used);
       });
   sup.on_start = [this](const std::string& job, int rank, int64_t generation,
                         const std::string& log_path, int64_t log_begin) {
@@ -349,8 +378,17 @@ absl::Status WorkerAgent::Register() {
   }
   loom::v1::RegisterWorkerResponse resp;
   const absl::Time sent = absl::Now();
-  auto ctx = NewContext();
-  absl::Status s = FromGrpcStatus(stub_->RegisterWorker(ctx.get(), req, &resp));
+  ControllerLink::Target used;
+  grpc::Status g = CallController(
+      options_.rpc_timeout,
+      [&](ControllerLink::Stub* stub, grpc::ClientContext* ctx) {
+        return stub->RegisterWorker(ctx, req, &resp);
+      },
+      &used);
+  if (g.ok() && !link_->Accept(used, resp.controller_epoch())) {
+    g = StaleEpoch(resp.controller_epoch());
+  }
+  absl::Status s = FromGrpcStatus(g);
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   worker_id_ = resp.worker_id();
@@ -383,8 +421,18 @@ absl::Status WorkerAgent::HeartbeatOnce(absl::Duration timeout) {
   req.set_rendezvous_port(PickFreePort());
   loom::v1::HeartbeatResponse resp;
   const absl::Time sent = absl::Now();
-  auto ctx = NewContext(timeout);
-  absl::Status s = FromGrpcStatus(stub_->Heartbeat(ctx.get(), req, &resp));
+  ControllerLink::Target used;
+  grpc::Status g = CallController(
+      timeout,
+      [&](ControllerLink::Stub* stub, grpc::ClientContext* ctx) {
+        return stub->Heartbeat(ctx, req, &resp);
+      },
+      &used);
+  // An older leader's commands are not run, and its answer renews nothing.
+  if (g.ok() && !link_->Accept(used, resp.controller_epoch())) {
+    g = StaleEpoch(resp.controller_epoch());
+  }
+  absl::Status s = FromGrpcStatus(g);
   if (!s.ok()) return s;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -578,8 +626,13 @@ void WorkerAgent::SenderLoop() {
         Deliver([&](const std::string& id) {
           req.set_worker_id(id);
           loom::v1::ReportRankExitResponse resp;
-          auto ctx = NewContext();
-          return stub_->ReportRankExit(ctx.get(), req, &resp);
+          ControllerLink::Target used;
+          return CallController(
+              options_.rpc_timeout,
+              [&](ControllerLink::Stub* stub, grpc::ClientContext* ctx) {
+                return stub->ReportRankExit(ctx, req, &resp);
+              },
+              &used);
         });
         batch.pop_front();
         continue;
@@ -597,8 +650,18 @@ void WorkerAgent::SenderLoop() {
       // drops steps it already has), so no step or checkpoint report is lost.
       const grpc::Status s = Deliver([&](const std::string& id) {
         req.set_worker_id(id);
-        auto ctx = NewContext();
-        return stub_->ReportStepMetrics(ctx.get(), req, &resp);
+        ControllerLink::Target used;
+        grpc::Status g = CallController(
+            options_.rpc_timeout,
+            [&](ControllerLink::Stub* stub, grpc::ClientContext* ctx) {
+              return stub->ReportStepMetrics(ctx, req, &resp);
+            },
+            &used);
+        // An older leader's "stop" is not obeyed; the report goes again.
+        if (g.ok() && !link_->Accept(used, resp.controller_epoch())) {
+          g = StaleEpoch(resp.controller_epoch());
+        }
+        return g;
       });
       if ((s.ok() && resp.stop()) || s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         // Stopped by the controller, or fenced: this attempt is stale.

@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "loom/v1/service.grpc.pb.h"
+#include "worker/controller_link.h"
 #include "worker/log_shipper.h"
 #include "worker/rank_supervisor.h"
 
@@ -80,6 +81,9 @@ class WorkerAgent {
  public:
   // `stub` and `registry` are shared with the caller; the agent keeps them.
   WorkerAgent(WorkerOptions options, std::shared_ptr<loom::v1::WorkerService::StubInterface> stub,
+              std::shared_ptr<metrics::Registry> registry);
+  // Several controllers (active/standby): `link` follows the leader.
+  WorkerAgent(WorkerOptions options, std::shared_ptr<ControllerLink> link,
               std::shared_ptr<metrics::Registry> registry);
   ~WorkerAgent();
 
@@ -150,7 +154,11 @@ class WorkerAgent {
   std::unique_ptr<grpc::ClientContext> NewContext(absl::Duration timeout);
 
   const WorkerOptions options_;
-  std::shared_ptr<loom::v1::WorkerService::StubInterface> stub_;
+  // Makes one call through the link: `call(stub, ctx)` with a context from
+  // NewContext(timeout), then lets the link see how it went.
+  template <typename Call>
+  grpc::Status CallController(absl::Duration timeout, Call call, ControllerLink::Target* used);
+  std::shared_ptr<ControllerLink> link_;
   std::shared_ptr<metrics::Registry> registry_;
 
   std::mutex mu_;

@@ -1,28 +1,28 @@
 // loom-worker: flags and wiring only; the logic lives in WorkerAgent.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <climits>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 #include "common/health_service.h"
 #include "common/metrics.h"
@@ -32,7 +32,9 @@
 #include "worker/telemetry/nvml.h"
 #include "worker/worker_agent.h"
 
-ABSL_FLAG(std::string, controller, "127.0.0.1:7070", "controller gRPC address");
+ABSL_FLAG(std::string, controller, "127.0.0.1:7070",
+          "controller gRPC address; several, comma-separated, for controllers that share one "
+          "database (one leads, the worker follows it)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the workers' token (mode 0600, or 0640/0440 with a group); not needed "
           "with a client certificate (--tls_cert)");
@@ -290,11 +292,15 @@ int main(int argc, char** argv) {
   channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel =
-      grpc::CreateCustomChannel(absl::GetFlag(FLAGS_controller), *creds, channel_args);
-  std::shared_ptr<loom::v1::WorkerService::StubInterface> stub =
-      loom::v1::WorkerService::NewStub(channel);
-
+  std::vector<std::string> controllers =
+      absl::StrSplit(absl::GetFlag(FLAGS_controller), ',', absl::SkipWhitespace());
+  if (controllers.empty()) return Fail("--controller: give at least one address");
+  std::vector<std::shared_ptr<loom::v1::WorkerService::StubInterface>> stubs;
+  for (const std::string& address : controllers) {
+    stubs.push_back(
+        loom::v1::WorkerService::NewStub(grpc::CreateCustomChannel(address, *creds, channel_args)));
+  }
+  auto link = std::make_shared<worker::ControllerLink>(controllers, std::move(stubs));
 
   // The health service answers kubelet gRPC probes and the image's
   // HEALTHCHECK; it carries no secrets, so it is plaintext and needs no token.
@@ -313,7 +319,7 @@ int main(int argc, char** argv) {
               << health_listen.substr(0, health_listen.rfind(':')) << ":" << port << std::endl;
   }
 
-  auto agent = std::make_unique<worker::WorkerAgent>(opts, stub, registry);
+  auto agent = std::make_unique<worker::WorkerAgent>(opts, link, registry);
   std::cerr << "loom-worker: node " << opts.node
             << (opts.zone.empty() ? "" : absl::StrCat(", zone ", opts.zone))
             << (opts.rack.empty() ? "" : absl::StrCat(", rack ", opts.rack)) << ", "

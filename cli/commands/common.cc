@@ -8,7 +8,9 @@
 #include <chrono>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/local_cluster.h"
 #include "common/grpc_util.h"
@@ -81,15 +83,19 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const Globals& g) {
-  std::string address = g.controller;
-  if (address.empty()) {
-    auto info = ReadReadyFile(g.home + "/run/controller.json");
-    if (!info.ok() || !info->alive) {
+  std::vector<std::string> addresses = absl::StrSplit(g.controller, ',', absl::SkipWhitespace());
+  if (addresses.empty()) {
+    // The local cluster's controller, or its controllers (`local up --ha`).
+    for (const DaemonInfo& d : LocalStatus(g.home)) {
+      if (absl::StartsWith(d.name, "controller") && d.alive && !d.grpc_address.empty()) {
+        addresses.push_back(d.grpc_address);
+      }
+    }
+    if (addresses.empty()) {
       return absl::UnavailableError(absl::StrCat(
           "no controller address: no local cluster is up under ", g.home,
           " (run `loomctl local up`) and --controller was not given"));
     }
-    address = info->grpc_address;
   }
   std::string token;
   if (g.tls_cert.empty() || !g.token_file.empty()) {
@@ -105,10 +111,46 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const Globals& g) {
   auto creds = MakeChannelCredentials(!g.plaintext, ca, g.tls_cert, g.tls_key);
   if (!creds.ok()) return creds.status();
   auto c = std::make_unique<Client>();
-  c->address = address;
   c->token = token;
-  c->stub = loom::v1::JobService::NewStub(grpc::CreateChannel(address, *creds));
+  c->addresses = addresses;
+  for (const std::string& address : addresses) {
+    c->stubs.push_back(loom::v1::JobService::NewStub(grpc::CreateChannel(address, *creds)));
+  }
+  c->address = addresses[0];
+  c->stub = c->stubs[0].get();
+  if (c->stubs.size() > 1) {
+    // Which one leads: a job id no controller has (a leader answers
+    // NOT_FOUND or INVALID_ARGUMENT, a standby UNAVAILABLE naming it).
+    loom::v1::GetJobRequest probe;
+    probe.set_job_id("loomctl-leader-probe-0");
+    loom::v1::Job ignored;
+    for (size_t i = 0; i < 2 * c->stubs.size(); ++i) {
+      auto ctx = c->Context(absl::Seconds(2));
+      grpc::Status s = c->stub->GetJob(ctx.get(), probe, &ignored);
+      if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+          s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+        break;
+      }
+      c->Follow(*ctx, static_cast<int>(i));
+    }
+  }
   return c;
+}
+
+void Client::Follow(const grpc::ClientContext& ctx, int attempt) {
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  size_t next = (current + 1) % stubs.size();
+  if (auto it = trailers.find("loom-leader"); it != trailers.end()) {
+    const std::string leader(it->second.data(), it->second.size());
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      if (addresses[i] == leader) next = i;
+    }
+  }
+  // A whole round without a leader: one is being chosen.
+  if (attempt > 0 && next <= current) absl::SleepFor(absl::Milliseconds(200));
+  current = next;
+  address = addresses[current];
+  stub = stubs[current].get();
 }
 
 std::unique_ptr<grpc::ClientContext> Client::Context(absl::Duration timeout) {

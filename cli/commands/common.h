@@ -61,31 +61,54 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows);
 // A connection to the controller's JobService, with the caller's token.
 class Client {
  public:
-  // The address is --controller, or the local cluster's under --home; the
-  // token --token-file, or <home>/token unless a client certificate alone
-  // proves who the caller is. TLS unless --plaintext, trusting --tls-ca or
-  // <home>/tls/ca.pem when present. UNAVAILABLE when no address is known.
+  // The addresses are --controller (several, comma-separated, for
+  // controllers sharing one database), or the local cluster's under --home;
+  // the token --token-file, or <home>/token unless a client certificate
+  // alone proves who the caller is. TLS unless --plaintext, trusting
+  // --tls-ca or <home>/tls/ca.pem when present. UNAVAILABLE when no address
+  // is known. With several, it finds the one that leads first (one cheap
+  // call to each at most), and Call follows a change of leader.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const Globals& g);
 
   // A fresh context carrying the token; no deadline when `timeout` is
   // infinite.
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = absl::Seconds(10));
 
-  // One unary call with a fresh context (token, 10 s deadline).
+  // One unary call with a fresh context (token, 10 s deadline). With
+  // several controllers, an UNAVAILABLE answer (a standby, or a leader
+  // gone) sends it again to the leader the answer named, or to the next
+  // controller, for up to kFollowBudget while a failover completes.
   template <typename Request, typename Response>
   absl::Status Call(grpc::Status (loom::v1::JobService::Stub::*method)(grpc::ClientContext*,
                                                                        const Request&, Response*),
                     const Request& request, Response* response) {
-    auto ctx = Context();
-    return Check(((*stub).*method)(ctx.get(), request, response));
+    const absl::Time give_up = absl::Now() + kFollowBudget;
+    for (int attempt = 0;; ++attempt) {
+      auto ctx = Context();
+      grpc::Status s = ((*stub).*method)(ctx.get(), request, response);
+      if (s.error_code() != grpc::StatusCode::UNAVAILABLE || stubs.size() < 2 ||
+          absl::Now() >= give_up) {
+        return Check(s);
+      }
+      Follow(*ctx, attempt);
+    }
   }
 
   // `s` as an absl::Status; UNAVAILABLE names the controller's address.
   absl::Status Check(const grpc::Status& s);
+  // After an UNAVAILABLE answer to `ctx`: points stub/address at the leader
+  // it named, else at the next controller (pausing a moment after each
+  // round, while no controller leads yet).
+  void Follow(const grpc::ClientContext& ctx, int attempt);
 
-  std::string address;
+  static constexpr absl::Duration kFollowBudget = absl::Seconds(10);
+
+  std::string address;  // the controller calls go to now
   std::string token;
-  std::unique_ptr<loom::v1::JobService::Stub> stub;
+  loom::v1::JobService::Stub* stub = nullptr;  // stubs[current]
+  std::vector<std::string> addresses;
+  std::vector<std::unique_ptr<loom::v1::JobService::Stub>> stubs;
+  size_t current = 0;
 };
 
 // Connects and reads one job.

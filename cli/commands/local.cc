@@ -50,6 +50,8 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
       } else if (args[i] == "--queues" && i + 1 < args.size()) {
         std::error_code ec;
         o.queues_file = std::filesystem::absolute(args[++i], ec).string();
+      } else if (args[i] == "--ha") {
+        o.ha = true;
       } else if (args[i] == "--data-root" && i + 1 < args.size()) {
         std::error_code ec;
         o.data_roots.push_back(std::filesystem::absolute(args[++i], ec).string());
@@ -79,9 +81,11 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
           alive, " of ", o.workers, " workers registered; see ", g.home, "/logs")));
     }
     for (const auto& d : *daemons) {
-      std::cout << absl::StrFormat("%-12s pid %-7d %s%s\n", d.name, d.pid,
-                                   d.grpc_address.empty() ? "" : "grpc " + d.grpc_address + "  ",
-                                   "metrics http://" + d.metrics_address + "/metrics");
+      std::cout << absl::StrFormat(
+          "%-13s pid %-7d %s%s%s\n", d.name, d.pid,
+          d.grpc_address.empty() ? "" : "grpc " + d.grpc_address + "  ",
+          d.metrics_address.empty() ? "" : "metrics http://" + d.metrics_address + "/metrics",
+          d.role.empty() || d.role == "database" ? "" : "  " + d.role);
     }
     std::cout << "local cluster up: state in " << g.home << ", token in " << g.home << "/token"
               << std::endl;
@@ -89,7 +93,11 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
   }
   if (sub == "restart") {
     // loomctl local restart controller|worker-<i> [--kill]
-    if (args.size() < 2) return Usage("local restart: expected controller or worker-<i>");
+    if (args.size() < 2) {
+      return Usage(
+          "local restart: expected controller (controller-<i> with --ha), worker-<i> "
+          "or postgres");
+    }
     bool kill_first = false;
     for (size_t i = 2; i < args.size(); ++i) {
       if (args[i] == "--kill") {
@@ -100,9 +108,10 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
     }
     auto d = LocalRestart(g.home, args[1], kill_first);
     if (!d.ok()) return Fail(d.status());
-    std::cout << absl::StrFormat("%-12s pid %-7d %s%s\n", d->name, d->pid,
-                                 d->grpc_address.empty() ? "" : "grpc " + d->grpc_address + "  ",
-                                 "metrics http://" + d->metrics_address + "/metrics");
+    std::cout << absl::StrFormat(
+        "%-13s pid %-7d %s%s\n", d->name, d->pid,
+        d->grpc_address.empty() ? "" : "grpc " + d->grpc_address + "  ",
+        d->metrics_address.empty() ? "" : "metrics http://" + d->metrics_address + "/metrics");
     std::cout << "restarted " << d->name << std::endl;
     return 0;
   }
@@ -118,12 +127,28 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
       std::cout << "no local cluster under " << g.home << std::endl;
       return 1;
     }
-    std::vector<std::vector<std::string>> rows = {{"DAEMON", "PID", "ALIVE", "GRPC", "METRICS"}};
     bool all = true;
+    for (const auto& d : daemons) all &= d.alive;
+    if (g.json) {
+      // [{"name", "pid", "alive", "role", "grpc_address", "metrics_address", "log"}]
+      std::cout << "[";
+      for (size_t i = 0; i < daemons.size(); ++i) {
+        const DaemonInfo& d = daemons[i];
+        std::cout << absl::StrFormat(
+            "%s\n  {\"name\": \"%s\", \"pid\": %d, \"alive\": %s, \"role\": \"%s\", "
+            "\"grpc_address\": \"%s\", \"metrics_address\": \"%s\", \"log\": \"%s\"}",
+            i == 0 ? "" : ",", d.name, d.pid, d.alive ? "true" : "false", d.role, d.grpc_address,
+            d.metrics_address, d.log_path);
+      }
+      std::cout << "\n]" << std::endl;
+      return all ? 0 : 1;
+    }
+    std::vector<std::vector<std::string>> rows = {
+        {"DAEMON", "PID", "ALIVE", "ROLE", "GRPC", "METRICS"}};
     for (const auto& d : daemons) {
-      all &= d.alive;
       rows.push_back({d.name, absl::StrCat(d.pid), d.alive ? "yes" : "no",
-                      d.grpc_address.empty() ? "-" : d.grpc_address, d.metrics_address});
+                      d.role.empty() ? "-" : d.role, d.grpc_address.empty() ? "-" : d.grpc_address,
+                      d.metrics_address.empty() ? "-" : d.metrics_address});
     }
     PrintTable(rows);
     return all ? 0 : 1;

@@ -1,0 +1,39 @@
+// The PostgreSQL server of `loomctl local up --ha` (issue 32): the database
+// the local cluster's two controllers share. A daemon like the others
+// (run/postgres.json, run/postgres.args, logs/postgres.log): `initdb` on
+// first use, the server on a unix socket only (no TCP port), trust
+// authentication for the superuser "loom" (the socket's directory is the
+// only way in: 0700, its owner's).
+//
+// Its data lives in <home>/postgres; under root, whom PostgreSQL refuses to
+// run as, in /var/lib/loom-local/<hash of home> owned by the `postgres` user
+// Debian's package makes (a home under /root is not reachable by it), and
+// the server runs as that user.
+#ifndef LOOM_CLI_LOCAL_POSTGRES_H_
+#define LOOM_CLI_LOCAL_POSTGRES_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cli/local_cluster.h"
+
+namespace loom::cli {
+
+// Where the server keeps its data and socket for the cluster under `home`.
+std::string LocalPostgresDir(const std::string& home);
+// The controllers' --store URL for it.
+std::string LocalPostgresUrl(const std::string& home);
+
+// initdb (first time only), then starts the server and waits until it
+// answers and database "loom" exists; writes run/postgres.{json,args}.
+absl::StatusOr<DaemonInfo> StartLocalPostgres(const std::string& home,
+                                              absl::Duration start_timeout);
+// After Spawn of run/postgres.args (LocalRestart): waits for it to answer
+// and writes run/postgres.json.
+absl::StatusOr<DaemonInfo> WaitLocalPostgres(const std::string& home, int pid,
+                                             absl::Duration start_timeout);
+
+}  // namespace loom::cli
+
+#endif  // LOOM_CLI_LOCAL_POSTGRES_H_

@@ -1,0 +1,198 @@
+// Active/standby controllers over PostgreSQL (issue 32), end to end:
+// `loomctl local up --ha` starts a PostgreSQL server and two controllers on
+// it; these tests kill or pause the leader under a running job and check
+// that the standby takes over, that the job loses nothing, and that the old
+// leader is fenced out.
+#include "tests/cluster_fixture.h"
+
+namespace loom {
+namespace {
+
+class HaTest : public ClusterTest {
+ protected:
+  // The daemon `name`'s ready file (pid, role).
+  cli::DaemonInfo Daemon(const std::string& name) {
+    auto info = cli::ReadReadyFile(home_ + "/run/" + name + ".json");
+    EXPECT_TRUE(info.ok()) << name;
+    return info.ok() ? *info : cli::DaemonInfo();
+  }
+
+  // Every step of `job` exactly once, in order, and every checkpoint
+  // (interval 20) in its catalog.
+  void ExpectNothingLost(const std::string& job, int steps) {
+    for (const char* name : {"controller-0", "controller-1"}) {
+      if (Daemon(name).role == "active") controller_ = Daemon(name).grpc_address;
+    }
+    loom::v1::GetStepMetricsResponse metrics;
+    ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &metrics));
+    std::vector<int64_t> trained;
+    for (const auto& m : metrics.steps()) {
+      if (m.step() > 0) trained.push_back(m.step());
+    }
+    ASSERT_EQ(trained.size(), static_cast<size_t>(steps));
+    for (int i = 0; i < steps; ++i) ASSERT_EQ(trained[i], i + 1);
+    auto listed = Ctl("-o json checkpoints " + job);
+    ASSERT_EQ(listed.exit_code, 0) << listed.err;
+    loom::v1::ListCheckpointsResponse catalog;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &catalog).ok());
+    std::set<int64_t> at;
+    for (const auto& c : catalog.checkpoints()) at.insert(c.step());
+    for (int step = 20; step <= steps; step += 20) EXPECT_TRUE(at.count(step)) << step;
+  }
+
+  // The job ended SUCCEEDED with no restart and no new attempt but those
+  // placed again after a rendezvous failure at the start.
+  void ExpectNoRestart(const loom::v1::Job& done, int steps) {
+    EXPECT_EQ(done.state(), loom::v1::SUCCEEDED) << done.DebugString();
+    EXPECT_EQ(done.restarts(), 0);
+    int rendezvous_retries = 0;
+    StatesWithoutRendezvousRetries(done, &rendezvous_retries);
+    EXPECT_EQ(done.generation(), rendezvous_retries) << done.DebugString();
+    EXPECT_EQ(done.summary().last_step(), steps);
+    for (const auto& e : done.events()) {
+      EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
+    }
+  }
+
+  // The epochs worker-<i> followed, in order, from its log.
+  std::vector<int64_t> WorkerEpochs(int i) {
+    std::vector<int64_t> epochs;
+    auto log = ReadFile(absl::StrCat(home_, "/logs/worker-", i, ".log"));
+    if (!log.ok()) return epochs;
+    std::regex moved("controller leader epoch (\\d+) -> (\\d+)");
+    for (std::sregex_iterator it(log->begin(), log->end(), moved), end; it != end; ++it) {
+      if (epochs.empty()) epochs.push_back(std::stoll((*it)[1]));
+      epochs.push_back(std::stoll((*it)[2]));
+    }
+    return epochs;
+  }
+};
+
+// kill -9 of the leader under a running job: the standby serves within
+// seconds, re-adopts the job's ranks, and the job finishes with no restart,
+// every step once and every checkpoint in its catalog. The killed one comes
+// back as the standby.
+TEST_F(HaTest, KilledLeaderIsReplacedWithinSecondsAndItsJobLosesNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, /*worker_timeout_s=*/10, "--ha"));
+  ASSERT_EQ(Daemon("controller-0").role, "active");
+  ASSERT_EQ(Daemon("controller-1").role, "standby");
+  constexpr int kSteps = 1200;
+  const std::string job = Submit(WriteSpec(
+      "steady", kSteps, 2, "recovery: {disable_spike_detection: true, max_restarts: 0}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 10; }, 90))
+      << Status(job).DebugString();
+  ASSERT_LT(Status(job).summary().last_step(), kSteps) << "the kill must land mid-run";
+
+  // A client of the standby's address: it answers UNAVAILABLE naming the
+  // leader until it leads.
+  const std::string standby = Daemon("controller-1").grpc_address;
+  auto stub = loom::v1::JobService::NewStub(*cli::LocalControllerChannel(home_, standby));
+  auto get = [&]() {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token_);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    loom::v1::GetJobRequest req;
+    req.set_job_id(job);
+    loom::v1::Job j;
+    grpc::Status s = stub->GetJob(&ctx, req, &j);
+    if (!s.ok()) {
+      const auto& trailers = ctx.GetServerTrailingMetadata();
+      auto it = trailers.find("loom-leader");
+      return std::make_pair(s, it == trailers.end()
+                                   ? std::string()
+                                   : std::string(it->second.data(), it->second.size()));
+    }
+    return std::make_pair(s, std::string());
+  };
+  auto before = get();
+  EXPECT_EQ(before.first.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(before.first.error_message(), HasSubstr("this controller is a standby"));
+  EXPECT_EQ(before.second, controller_);
+
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(Daemon("controller-0").pid, SIGKILL), 0);
+  bool served = false;
+  for (int i = 0; i < 1000 && !served; ++i) {  // 20 s at most
+    served = get().first.ok();
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double failover_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  ASSERT_TRUE(served);
+  std::cout << "[ failover ] kill -9 of the leader to the standby serving: " << failover_s << " s"
+            << std::endl;
+  // The promise is 3 s (lease 2 s); twice that here, for a loaded machine.
+  // ./bench/run.sh failover measures the p50 and p99 over many cycles.
+  EXPECT_LT(failover_s, 6.0);
+  EXPECT_EQ(Daemon("controller-1").role, "active");
+
+  // loomctl follows the leader on its own.
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  ASSERT_NO_FATAL_FAILURE(ExpectNoRestart(done, kSteps));
+  bool readopted = false;
+  for (const auto& e : done.events()) {
+    if (e.kind() != loom::v1::RecoveryEvent::READOPTED) continue;
+    readopted = true;
+    EXPECT_THAT(e.message(), HasSubstr("took over from"));
+    EXPECT_THAT(e.message(), HasSubstr("as leader (epoch 2)"));
+  }
+  EXPECT_TRUE(readopted) << done.DebugString();
+  ASSERT_NO_FATAL_FAILURE(ExpectNothingLost(job, kSteps));
+  for (int w = 0; w < 2; ++w) EXPECT_EQ(WorkerEpochs(w), (std::vector<int64_t>{1, 2})) << w;
+
+  // The killed controller comes back as the standby.
+  auto restarted = Ctl("local restart controller-0");
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;
+  auto status = Ctl("-o json local status");
+  EXPECT_THAT(status.out, HasSubstr("\"name\": \"controller-0\", \"pid\": " +
+                                    std::to_string(Daemon("controller-0").pid) +
+                                    ", \"alive\": true, \"role\": \"standby\""));
+  EXPECT_THAT(status.out, HasSubstr("\"name\": \"controller-1\""));
+  EXPECT_EQ(Daemon("controller-1").role, "active");
+}
+
+// SIGSTOP of the leader past its lease: the standby takes over and the job
+// trains on under it. Woken, the old leader finds the lease gone, steps
+// down (running again as a standby, the same process) and never leads
+// again; workers never go back to its epoch; the job loses nothing.
+TEST_F(HaTest, PausedLeaderIsFencedOutAndStepsDown) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, /*worker_timeout_s=*/10, "--ha"));
+  constexpr int kSteps = 1200;
+  const std::string job = Submit(WriteSpec(
+      "steady", kSteps, 2, "recovery: {disable_spike_detection: true, max_restarts: 0}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 10; }, 90))
+      << Status(job).DebugString();
+  const int old_pid = Daemon("controller-0").pid;
+  ASSERT_EQ(kill(old_pid, SIGSTOP), 0);
+  loom::testing::RunOnExit resume(absl::StrCat("kill -CONT ", old_pid));
+  ASSERT_TRUE(WaitFor([&] { return Daemon("controller-1").role == "active"; }, 20));
+  // The job trains on under the new leader.
+  const int64_t at_takeover = Status(job).summary().last_step();
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= at_takeover + 20; }, 60))
+      << Status(job).DebugString();
+  ASSERT_EQ(kill(old_pid, SIGCONT), 0);
+  // It steps down: the same pid serves again, as a standby.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto log = ReadFile(home_ + "/logs/controller-0.log");
+        return log.ok() && log->find("stepping down") != std::string::npos &&
+               Daemon("controller-0").role == "standby";
+      },
+      20));
+  EXPECT_EQ(Daemon("controller-0").pid, old_pid);
+  auto log = ReadFile(home_ + "/logs/controller-0.log");
+  ASSERT_TRUE(log.ok());
+  EXPECT_THAT(*log, HasSubstr("stepping down: the leader lease of epoch 1 was taken by"));
+  EXPECT_EQ(Daemon("controller-1").role, "active");
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))
+      << Status(job).DebugString();
+  ASSERT_NO_FATAL_FAILURE(ExpectNoRestart(Status(job), kSteps));
+  ASSERT_NO_FATAL_FAILURE(ExpectNothingLost(job, kSteps));
+  for (int w = 0; w < 2; ++w) EXPECT_EQ(WorkerEpochs(w), (std::vector<int64_t>{1, 2})) << w;
+}
+
+}  // namespace
+}  // namespace loom
