@@ -98,6 +98,12 @@ target_link_libraries(loom_chaos_bench PRIVATE loom_test_util loom_local_cluster
                       loom_file_util absl::strings absl::str_format)
 add_dependencies(loom_chaos_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)
 
+# failover: the Jepsen-style run of active/standby controllers over
+# PostgreSQL (issue 32, tests/failover_cluster.h). Root only.
+add_executable(loom_failover_bench ${CMAKE_CURRENT_LIST_DIR}/failover_bench.cc)
+target_link_libraries(loom_failover_bench PRIVATE loom_failover_cluster absl::str_format)
+add_dependencies(loom_failover_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)
+
 # control-plane: 10,000 simulated workers heartbeating, 100 jobs reporting
 # steps at 10 Hz and 20 watchers against a real controller, over real gRPC
 # from one process; p50/p99 of heartbeats and step reports (issue 12).

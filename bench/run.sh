@@ -73,6 +73,18 @@ bench_chaos() {
   "$BUILD_DIR/bin/loom_chaos_bench" "$BUILD_DIR/bin" "${CHAOS_TRIALS:-41}" "${CHAOS_SEED:-1}"
 }
 
+# Active/standby controllers over PostgreSQL (issue 32): FAILOVER_CYCLES
+# faults (12) of the leader, kill -9, SIGSTOP past the lease and a partition
+# from the database in turn, under a client submitting and cancelling jobs;
+# the checker's counts (gangs scheduled twice, acknowledged writes lost,
+# epochs backwards) and the p50/p99 failover. Root. FAILOVER_LEASE_S sets
+# the lease (2).
+bench_failover() {
+  build loom_failover_bench
+  "$BUILD_DIR/bin/loom_failover_bench" "$BUILD_DIR/bin" "${FAILOVER_CYCLES:-12}" \
+    "${FAILOVER_LEASE_S:-2}"
+}
+
 # One elastic job on 4 local workers through a fault every 30-50 s: a worker
 # kill -9 and its return, part of it preempted, a slow rank (a CPU-quota
 # cgroup), a controller kill; recovery time and steps lost per fault, ETTR,

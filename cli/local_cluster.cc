@@ -261,6 +261,7 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   if (o.controller_host != "127.0.0.1" && o.controller_host != "localhost") {
     controller_hosts.push_back(o.controller_host);
   }
+  for (const std::string& host : o.ha_controller_host) controller_hosts.push_back(host);
   auto server_cert = IssueCertificate(tls_dir, "controller", "loom-controller", /*server=*/true,
                                       controller_hosts);
   if (!server_cert.ok()) return server_cert.status();
@@ -281,11 +282,12 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   // --ha: the database first, then two controllers on it.
   std::string store_url;
   if (o.ha) {
-    auto db = StartLocalPostgres(o.home, o.start_timeout);
-    if (!db.ok())
+    auto db = StartLocalPostgres(o.home, o.start_timeout, o.postgres_prefix, o.postgres_host);
+    if (!db.ok()) {
       return absl::Status(db.status().code(), absl::StrCat("postgres: ", db.status().message()));
+    }
     out.push_back(*db);
-    store_url = LocalPostgresUrl(o.home);
+    store_url = LocalPostgresUrl(o.home, o.postgres_host);
   }
   std::vector<std::string> controller_addresses;
   const int controllers = o.ha ? 2 : 1;
@@ -296,19 +298,25 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     const std::string ready = absl::StrCat(o.home, "/run/", ctl.name, ".json");
     const std::string data_dir = absl::StrCat(o.home, "/", ctl.name);
     if (absl::Status s = MakeDirs(data_dir, 0700); !s.ok()) return s;
-    std::vector<std::string> ctl_args = o.controller_prefix;
+    std::vector<std::string> ctl_args = static_cast<size_t>(c) < o.ha_controller_prefix.size()
+                                            ? o.ha_controller_prefix[c]
+                                            : o.controller_prefix;
+    const std::string host = static_cast<size_t>(c) < o.ha_controller_host.size()
+                                 ? o.ha_controller_host[c]
+                                 : o.controller_host;
     const size_t listen_arg = ctl_args.size() + 1;
     for (std::string arg : std::vector<std::string>{
-             o.bin_dir + "/loom-controller", "--listen=" + o.controller_host + ":0",
-             "--data_dir=" + data_dir, "--users_file=" + users_path,
-             "--worker_token_file=" + worker_token_path, "--tls_cert=" + server_cert->cert_path,
-             "--tls_key=" + server_cert->key_path, "--tls_client_ca=" + tls_dir + "/ca.pem",
-             "--ready_file=" + ready, "--metrics_listen=127.0.0.1:0",
+             o.bin_dir + "/loom-controller", "--listen=" + host + ":0", "--data_dir=" + data_dir,
+             "--users_file=" + users_path, "--worker_token_file=" + worker_token_path,
+             "--tls_cert=" + server_cert->cert_path, "--tls_key=" + server_cert->key_path,
+             "--tls_client_ca=" + tls_dir + "/ca.pem", "--ready_file=" + ready,
+             "--metrics_listen=127.0.0.1:0",
              absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)}) {
       ctl_args.push_back(std::move(arg));
     }
     if (!o.queues_file.empty()) ctl_args.push_back("--queues=" + o.queues_file);
     if (!store_url.empty()) ctl_args.push_back("--store=" + store_url);
+    for (const std::string& flag : o.controller_flags) ctl_args.push_back(flag);
     ctl_args.push_back("--data_root=" + absl::StrJoin(data_roots, ","));
     // One checkpoint root for every controller (with --ha the catalog they
     // share names paths under it).

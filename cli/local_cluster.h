@@ -67,6 +67,17 @@ struct LocalClusterOptions {
   // checkpoint roots; one leads, the other stands by, and the workers and
   // loomctl follow whichever leads.
   bool ha = false;
+  // With ha, for fault tests: where each controller runs and listens (by
+  // index; default: controller_prefix and controller_host), and where the
+  // database runs: with postgres_host set it listens on postgres_host:5432
+  // over TCP (as well as its socket) and the controllers connect there, so
+  // that a test can cut one controller off from it.
+  std::vector<std::vector<std::string>> ha_controller_prefix;
+  std::vector<std::string> ha_controller_host;
+  std::vector<std::string> postgres_prefix;
+  std::string postgres_host;
+  // Extra flags for every controller (e.g. --lease_s).
+  std::vector<std::string> controller_flags;
 };
 
 struct DaemonInfo {

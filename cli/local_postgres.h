@@ -13,6 +13,7 @@
 #define LOOM_CLI_LOCAL_POSTGRES_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -22,13 +23,16 @@ namespace loom::cli {
 
 // Where the server keeps its data and socket for the cluster under `home`.
 std::string LocalPostgresDir(const std::string& home);
-// The controllers' --store URL for it.
-std::string LocalPostgresUrl(const std::string& home);
+// The controllers' --store URL for it: its socket, or `tcp_host`:5432.
+std::string LocalPostgresUrl(const std::string& home, const std::string& tcp_host = "");
 
 // initdb (first time only), then starts the server and waits until it
 // answers and database "loom" exists; writes run/postgres.{json,args}.
-absl::StatusOr<DaemonInfo> StartLocalPostgres(const std::string& home,
-                                              absl::Duration start_timeout);
+// `prefix` runs it elsewhere (a network namespace: "ip netns exec NS");
+// with `tcp_host` it also listens on tcp_host:5432.
+absl::StatusOr<DaemonInfo> StartLocalPostgres(const std::string& home, absl::Duration start_timeout,
+                                              const std::vector<std::string>& prefix = {},
+                                              const std::string& tcp_host = "");
 // After Spawn of run/postgres.args (LocalRestart): waits for it to answer
 // and writes run/postgres.json.
 absl::StatusOr<DaemonInfo> WaitLocalPostgres(const std::string& home, int pid,

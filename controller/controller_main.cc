@@ -98,6 +98,10 @@ ABSL_FLAG(std::string, store, "",
           "in --store_password_file or $LOOM_STORE_PASSWORD");
 ABSL_FLAG(std::string, store_password_file, "",
           "file holding the PostgreSQL password (readable by this user only)");
+ABSL_FLAG(double, store_wait_s, 600,
+          "with a PostgreSQL --store: how long to keep trying to reach it at start-up (a "
+          "controller that steps down starts again as a standby, and must wait out a "
+          "partition from its database)");
 ABSL_FLAG(double, lease_s, 2.0,
           "with a PostgreSQL --store: the leader lease, in seconds; a standby takes over this "
           "long after the leader's last renewal");
@@ -197,6 +201,17 @@ int main(int argc, char** argv) {
   if (!access.ok()) return Fail(std::string(access.status().message()));
 
   auto store = OpenStore(data_dir);
+  const absl::Time wait_until = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_store_wait_s));
+  for (int tries = 0; absl::IsUnavailable(store.status()) && !absl::GetFlag(FLAGS_store).empty() &&
+                      absl::Now() < wait_until;
+       ++tries) {
+    if (tries == 0) {
+      std::cerr << "loom-controller: waiting for the store: " << store.status().message()
+                << std::endl;
+    }
+    absl::SleepFor(absl::Seconds(1));
+    store = OpenStore(data_dir);
+  }
   if (!store.ok()) return Fail(std::string(store.status().message()));
   const bool shared_store = (*store)->dialect() == controller::store::SqlDialect::kPostgres;
   const absl::Duration lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
@@ -469,13 +484,15 @@ int main(int argc, char** argv) {
                                : absl::StrCat("controller ", lease_holder, " took over from ",
                                               previous, " as leader (epoch ", epoch, ")"));
           if (!recovered.ok()) return recovered;
-          std::cerr << "loom-controller: leading as epoch " << epoch << " (" << lease_holder
+          std::cerr << absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::UTCTimeZone())
+                    << "loom-controller: leading as epoch " << epoch << " (" << lease_holder
                     << " at " << address << "): loaded " << manager.List({}, 0).size()
                     << " job(s) in " << absl::FormatDuration(absl::Now() - start) << std::endl;
           return write_ready("active");
         },
         [again](const std::string& reason) {
-          std::cerr << "loom-controller: stepping down: " << reason
+          std::cerr << absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::UTCTimeZone())
+                    << "loom-controller: stepping down: " << reason
                     << "; starting again as a standby" << std::endl;
           std::vector<char*> args;
           for (const std::string& a : again) args.push_back(const_cast<char*>(a.c_str()));
@@ -485,7 +502,8 @@ int main(int argc, char** argv) {
                     << "); exiting" << std::endl;
           _exit(75);
         });
-    std::cerr << "loom-controller: standing by as " << lease_holder << " (lease "
+    std::cerr << absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::UTCTimeZone())
+              << "loom-controller: standing by as " << lease_holder << " (lease "
               << absl::FormatDuration(lease) << ", renewed every "
               << absl::FormatDuration(lease_renew) << ")" << std::endl;
     elector->Start();

@@ -21,6 +21,17 @@ target_link_libraries(loom_ha_test PRIVATE loom_test_util loom_local_cluster loo
 add_dependencies(loom_ha_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
 gtest_discover_tests(loom_ha_test PROPERTIES TIMEOUT 300 LABELS integration)
 
+# The Jepsen-style run (tests/failover_cluster.h), also `./bench/run.sh failover`.
+add_library(loom_failover_cluster STATIC failover_cluster.cc)
+target_link_libraries(loom_failover_cluster PUBLIC loom_test_util loom_local_cluster loom_proto loom_grpc
+  loom_file_util absl::strings absl::str_format)
+add_executable(loom_failover_test failover_test.cc)
+target_compile_definitions(loom_failover_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+target_link_libraries(loom_failover_test PRIVATE loom_failover_cluster GTest::gtest GTest::gmock
+  GTest::gtest_main)
+add_dependencies(loom_failover_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
+gtest_discover_tests(loom_failover_test PROPERTIES TIMEOUT 600 LABELS integration)
+
 # Issue 13's role test: every RPC by every kind of caller, on a real
 # controller.
 add_executable(loom_rpc_access_test rpc_access_test.cc)

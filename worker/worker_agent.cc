@@ -460,8 +460,9 @@ void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
       exit.reason = absl::StrCat("worker could not start the rank: ", s.message());
       OnExit(exit);
     } else if (s.ok()) {
-      std::cerr << LogTime() << "loom-worker: started rank " << start.rank() << "/" << start.world_size()
-                << " of " << start.job_id() << std::endl;
+      std::cerr << LogTime() << "loom-worker: started rank " << start.rank() << "/"
+                << start.world_size() << " of " << start.job_id() << " (attempt "
+                << start.generation() << ")" << std::endl;
     }
   } else if (cmd.has_stop()) {
     std::cerr << LogTime() << "loom-worker: "
