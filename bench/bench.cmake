@@ -110,8 +110,8 @@ add_dependencies(loom_failover_bench loomctl loom-controller loom-worker loom-ra
 add_executable(loom_control_plane_bench ${CMAKE_CURRENT_LIST_DIR}/control_plane_bench.cc
                ${CMAKE_CURRENT_LIST_DIR}/control_plane_fleet.cc)
 target_link_libraries(loom_control_plane_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
-                      loom_grpc_util loom_file_util loom_jobspec loom_data absl::strings
-                      absl::str_format absl::synchronization)
+                      loom_grpc_util loom_file_util loom_jobspec loom_data loom_postgres_test_server
+                      absl::strings absl::str_format absl::synchronization)
 add_dependencies(loom_control_plane_bench loom-controller)
 
 # scheduler: the real scheduling policy through ClusterSim over a synthetic

@@ -109,17 +109,33 @@ bench_elastic() {
 # under a CPU quota of that many cores (a cgroup made for the run and
 # removed after it): how the tail grows when the machine gives them less
 # than its cores, as a busy host or a throttled VM does, reproducibly.
+# It runs once on each store, SQLite (the default) and PostgreSQL (a server
+# of its own, fsync on: what the controllers of --ha share; issue 32), and
+# ends with both p99s side by side; CONTROL_PLANE_STORES=sqlite (or
+# postgres) runs one.
 bench_control-plane() {
   build loom_control_plane_bench
   local cmd=("$BUILD_DIR/bin/loom_control_plane_bench" "$BUILD_DIR/bin"
              "${CONTROL_PLANE_WORKERS:-10000}" "${CONTROL_PLANE_SECONDS:-30}"
              "${CONTROL_PLANE_JOBS:-100}" "${CONTROL_PLANE_WATCHERS:-20}"
              "${CONTROL_PLANE_WARMUP:-5}")
-  if [ -n "${CONTROL_PLANE_CPUS:-}" ]; then
-    run_under_cpu_quota "$CONTROL_PLANE_CPUS" "${cmd[@]}"
-  else
-    "${cmd[@]}"
-  fi
+  local out store lines=()
+  out=$(mktemp)
+  for store in ${CONTROL_PLANE_STORES:-sqlite postgres}; do
+    echo "== control-plane on $store"
+    if [ -n "${CONTROL_PLANE_CPUS:-}" ]; then
+      CONTROL_PLANE_STORE=$store run_under_cpu_quota "$CONTROL_PLANE_CPUS" "${cmd[@]}" | tee "$out"
+    else
+      CONTROL_PLANE_STORE=$store "${cmd[@]}" | tee "$out"
+    fi
+    lines+=("$(grep '^control-plane: ' "$out" | tail -1)")
+  done
+  rm -f "$out"
+  # control-plane: N workers, p99 X ms on sqlite, Y ms on postgres ratio=<worse/50>
+  printf '%s\n' "${lines[@]}" | awk '
+    { for (i = 1; i <= NF; i++) if ($i == "p99") { p = $(i + 1); s = $(i + 4) }
+      n = $2; figs = figs (figs == "" ? "" : ", ") p " ms on " s; if (p > worst) worst = p }
+    END { if (figs != "") printf "control-plane: %s workers, p99 %s ratio=%.3f\n", n, figs, worst / 50 }'
 }
 
 # run_under_cpu_quota CORES COMMAND...: COMMAND and its children in a new

@@ -62,5 +62,23 @@ TEST_F(HealthServiceTest, UnknownServiceIsNotFound) {
   EXPECT_EQ(Check("loom.v1.JobService", &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// A named service (the controller's "loom.leader") answers its own status,
+// and never SERVING while the whole server is not.
+TEST_F(HealthServiceTest, NamedServiceHasItsOwnStatus) {
+  service_.SetServing(true);
+  service_.SetServing("loom.leader", false);
+  HealthCheckResponse resp;
+  ASSERT_TRUE(Check("loom.leader", &resp).ok());
+  EXPECT_EQ(resp.status(), HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE(Check("", &resp).ok());
+  EXPECT_EQ(resp.status(), HealthCheckResponse::SERVING);
+  service_.SetServing("loom.leader", true);
+  ASSERT_TRUE(Check("loom.leader", &resp).ok());
+  EXPECT_EQ(resp.status(), HealthCheckResponse::SERVING);
+  service_.SetServing(false);
+  ASSERT_TRUE(Check("loom.leader", &resp).ok());
+  EXPECT_EQ(resp.status(), HealthCheckResponse::NOT_SERVING);
+}
+
 }  // namespace
 }  // namespace loom

@@ -516,6 +516,10 @@ int main(int argc, char** argv) {
     while (!stop.load()) {
       const bool leading = leadership.LeadingNow();
       leader_gauge.Set(leading ? 1 : 0);
+      // "loom.leader" on the health port: a readiness probe on it sends a
+      // Kubernetes Service's traffic to the leader alone.
+      health.SetServing("loom.leader", leading);
+      server->GetHealthCheckService()->SetServingStatus("loom.leader", leading);
       epoch_gauge.Set(static_cast<double>(leadership.epoch()));
       if (!leading) {
         // A standby keeps its connection to the database and the

@@ -4,6 +4,8 @@
 #                                    made once and reused (no registry needed)
 #   localhost/loom-controller:TAG    deploy/docker/controller.Containerfile
 #   localhost/loom-worker:TAG        deploy/docker/worker.Containerfile
+#   localhost/loom-postgres:TAG      deploy/docker/postgres.Containerfile (the
+#                                    ha overlay's database)
 # The binaries come from $BUILD_DIR/bin (built first unless
 # LOOM_IMAGES_NO_BUILD=1, which the ctest tests set). Idempotent: unchanged
 # binaries reuse every cached layer.
@@ -52,7 +54,10 @@ mkdir -p "$work/ctx/bin"
 for b in "${BINS[@]}"; do cp "$BUILD_DIR/bin/$b" "$work/ctx/bin/"; done
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then revision="$revision-dirty"; fi
-for image in controller worker; do
+# The database image of the Kubernetes ha overlay (issue 32) needs no binary
+# of ours, only its entrypoint.
+cp deploy/docker/postgres-entrypoint.sh "$work/ctx/"
+for image in controller worker postgres; do
   start=$SECONDS
   podman build --quiet --network=host --format docker --layers \
     --build-arg BASE="$BASE" \

@@ -108,8 +108,15 @@ absl::Status PostgresConnection::Connect() {
     std::string msg = PQerrorMessage(conn_);
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     broken_ = true;
-    return absl::UnavailableError(
-        absl::StrCat("store: cannot connect to PostgreSQL at ", options_.url, ": ", msg));
+    const std::string text =
+        absl::StrCat("store: cannot connect to PostgreSQL at ", options_.url, ": ", msg);
+    // Credentials the server refuses will not get better by waiting.
+    if (absl::StrContains(msg, "authentication failed") ||
+        absl::StrContains(msg, "no password supplied")) {
+      return absl::PermissionDeniedError(text);
+    }
+    if (absl::StrContains(msg, "does not exist")) return absl::FailedPreconditionError(text);
+    return absl::UnavailableError(text);
   }
   PQsetNoticeProcessor(conn_, IgnoreNotice, nullptr);
   const char* host = PQhost(conn_);

@@ -41,8 +41,10 @@ bool IsPostgresUrl(absl::string_view url);
 
 class PostgresConnection : public SqlConnection {
  public:
-  // Connects; UNAVAILABLE with libpq's message when the server cannot be
-  // reached or refuses the credentials.
+  // Connects. Errors carry libpq's message: UNAVAILABLE when the server
+  // cannot be reached (worth waiting for), PERMISSION_DENIED when it refuses
+  // the credentials, FAILED_PRECONDITION when the database or the role does
+  // not exist.
   static absl::StatusOr<std::unique_ptr<PostgresConnection>> Open(PostgresOptions options);
   ~PostgresConnection() override;
 

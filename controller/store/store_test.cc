@@ -601,6 +601,9 @@ TEST(StorePostgresTest, UnreachableAndRestartedServer) {
 
   auto server = store::PostgresTestServer::Start();
   ASSERT_TRUE(server.ok()) << server.status();
+  store::PostgresOptions missing;
+  missing.url = (*server)->SocketUrl("no_such_database");
+  EXPECT_EQ(Store::OpenPostgres(missing).status().code(), absl::StatusCode::kFailedPrecondition);
   store::PostgresOptions options;
   options.url = (*server)->SocketUrl("loom");
   auto opened = Store::OpenPostgres(options);

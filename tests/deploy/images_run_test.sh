@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Images run: a container of each CPU image starts as the non-root user and
-# answers its health check (both through the gRPC health-checking protocol;
+# Images run: a container of each CPU image (and of the ha overlay's
+# PostgreSQL) starts as the non-root user and answers its health check (both through the gRPC health-checking protocol;
 # the worker's says NOT_SERVING until it has registered), the worker
 # registers with the controller container and got OpenBLAS, every binary's
 # libraries resolve, and nothing is left behind.
@@ -11,7 +11,7 @@ prefix="loom-smoke-$$"
 cleanup() {
   # --ignore: without it podman 4.3 stops at a container that was never made
   # and leaves the other running.
-  podman rm -f -i -t 2 "$prefix-controller" "$prefix-worker" > /dev/null 2>&1 || true
+  podman rm -f -i -t 2 "$prefix-controller" "$prefix-worker" "$prefix-postgres" > /dev/null 2>&1 || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -100,8 +100,36 @@ for c in controller worker; do
 done
 say "every binary's libraries resolve in both images; binaries are not writable by the user"
 
-podman stop -t 5 "$prefix-worker" "$prefix-controller" > /dev/null
-podman rm "$prefix-worker" "$prefix-controller" > /dev/null
+# The ha overlay's database (issue 32): makes its cluster on first start
+# with the Secret's password, as uid 10002 on a read-only root, and takes
+# that password (and no other) over TCP.
+require_image postgres
+mkdir -p "$tmp/pg/data" "$tmp/pg/run" "$tmp/pg/secret"
+head -c 18 /dev/urandom | base64 > "$tmp/pg/secret/password"
+chown -R 10002:10002 "$tmp/pg/data" "$tmp/pg/run"
+chgrp 10002 "$tmp/pg/secret/password"
+chmod 0440 "$tmp/pg/secret/password"
+pgport=$(free_port)
+podman run -d --name "$prefix-postgres" --network=host --read-only --tmpfs /tmp \
+  -e LOOM_POSTGRES_PASSWORD_FILE=/etc/loom/db/password -e LOOM_POSTGRES_PORT="$pgport" \
+  -v "$tmp/pg/data:/var/lib/postgresql/data" -v "$tmp/pg/run:/var/run/postgresql" \
+  -v "$tmp/pg/secret:/etc/loom/db:ro" "localhost/loom-postgres:$TAG" > /dev/null
+for _ in $(seq 60); do
+  podman exec "$prefix-postgres" pg_isready -q -h 127.0.0.1 -p "$pgport" -U loom -d loom && break
+  sleep 1
+done
+podman exec "$prefix-postgres" pg_isready -q -h 127.0.0.1 -p "$pgport" -U loom -d loom ||
+  fail "postgres image: not ready in 60 s: $(podman logs "$prefix-postgres" 2>&1 | tail -5)"
+[ "$(podman exec "$prefix-postgres" id -u)" = 10002 ] || fail "postgres image: not uid 10002"
+who=$(PGPASSWORD=$(cat "$tmp/pg/secret/password") psql -Atc 'select current_user' \
+  "postgresql://loom@127.0.0.1:$pgport/loom")
+[ "$who" = loom ] || fail "postgres image: the Secret's password does not log in"
+PGPASSWORD=wrong psql -Atc 'select 1' "postgresql://loom@127.0.0.1:$pgport/loom" 2> /dev/null &&
+  fail "postgres image: a wrong password logs in"
+say "postgres image: ready on $pgport as uid 10002, the Secret's password (only) logs in"
+
+podman stop -t 5 "$prefix-worker" "$prefix-controller" "$prefix-postgres" > /dev/null
+podman rm "$prefix-worker" "$prefix-controller" "$prefix-postgres" > /dev/null
 left=$(podman ps -a --filter "name=$prefix" --format '{{.Names}}')
 [ -z "$left" ] || fail "containers left behind: $left"
-say "PASS: both images start, answer their health checks, and leave nothing behind"
+say "PASS: the three images start, answer their health checks, and leave nothing behind"

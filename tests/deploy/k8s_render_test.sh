@@ -16,7 +16,7 @@ k8s="$LOOM_SOURCE_DIR/deploy/k8s"
 
 overlays=()
 for dir in "$k8s"/overlays/*/; do overlays+=("$(basename "$dir")"); done
-[ "${#overlays[@]}" -ge 2 ] || fail "expected the cpu-dev and gpu overlays, found: ${overlays[*]}"
+[ "${#overlays[@]}" -ge 3 ] || fail "expected the cpu-dev, gpu and ha overlays, found: ${overlays[*]}"
 for o in "${overlays[@]}"; do
   "$KUBECTL" kustomize "$k8s/overlays/$o" > "$tmp/$o.yaml" || fail "overlay $o does not build"
   say "overlay $o: $(grep -c '^kind:' "$tmp/$o.yaml") objects; validating"
@@ -30,7 +30,26 @@ for o in "${overlays[@]}"; do
               PersistentVolumeClaim Deployment StatefulSet Service PodDisruptionBudget NetworkPolicy; do
     grep -q "^kind: $kind\$" "$f" || fail "overlay $o has no $kind"
   done
-  grep -q 'type: Recreate' "$f" || fail "overlay $o: controller Deployment is not Recreate"
+  if [ "$o" = ha ]; then
+    # Two controllers over PostgreSQL (issue 32): rolled one at a time, the
+    # Service's traffic to the leader alone, the database a StatefulSet on a
+    # claim, its password from the Secret only.
+    grep -q 'type: RollingUpdate' "$f" || fail "overlay ha: controllers are not rolled one at a time"
+    sed -n '/^kind: Deployment$/,/^---/p' "$f" | grep -q '^  replicas: 2$' ||
+      fail "overlay ha: not 2 controller replicas"
+    grep -q 'service: loom.leader' "$f" || fail "overlay ha: readiness does not follow the leader"
+    grep -q -- '--store=postgresql://loom@loom-postgres:5432/loom' "$f" || fail "overlay ha: no --store"
+    grep -q -- '--store_password_file=/etc/loom/db/password' "$f" || fail "overlay ha: no password file"
+    grep -q -- '--advertise_address=$(POD_IP):7070' "$f" || fail "overlay ha: no --advertise_address"
+    grep -q 'secretName: loom-postgres' "$f" || fail "overlay ha: no loom-postgres Secret"
+    grep -q 'name: loom-controller-data' "$f" && fail "overlay ha: the SQLite volume is still there"
+    grep -q 'volumeClaimTemplates:' "$f" || fail "overlay ha: PostgreSQL has no volume claim"
+    [ "$(grep -c '^kind: PodDisruptionBudget$' "$f")" = 3 ] ||
+      fail "overlay ha: expected PodDisruptionBudgets for workers, controllers and the database"
+    grep -qE 'password: |PASSWORD=' "$f" && fail "overlay ha: a password in the manifests"
+  else
+    grep -q 'type: Recreate' "$f" || fail "overlay $o: controller Deployment is not Recreate"
+  fi
   grep -q 'clusterIP: None' "$f" || fail "overlay $o: no headless worker Service"
   grep -q 'ReadWriteMany' "$f" || fail "overlay $o: no ReadWriteMany checkpoint volume"
   grep -q 'medium: Memory' "$f" || fail "overlay $o: no memory-backed /dev/shm"

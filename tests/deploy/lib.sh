@@ -77,6 +77,12 @@ in_image() {
   podman run --rm --entrypoint /bin/sh "$1" -c "$2"
 }
 
+# require_image NAME: localhost/loom-NAME:$TAG exists.
+require_image() {
+  podman image exists "localhost/loom-$1:$TAG" ||
+    fail "localhost/loom-$1:$TAG missing: the loom_deploy_images test (scripts/build-images.sh) builds it"
+}
+
 require_images() {
   loom_require_root_mount || fail "podman cannot run containers in this environment"
   for i in controller worker; do
