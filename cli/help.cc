@@ -13,7 +13,8 @@ std::vector<CommandHelp> MakeCommands() {
   std::vector<CommandHelp> c;
   c.push_back({"local",
                {"local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto] "
-                "[--data-root DIR]... [--worker-timeout SECONDS] [--queues FILE] [--ha]",
+                "[--data-root DIR]... [--worker-timeout SECONDS] [--queues FILE] "
+                "[--store sqlite|postgres] [--ha]",
                 "local down", "local restart controller|controller-N|worker-N|postgres [--kill]",
                 "local status"},
                "run a controller and workers on this machine",
@@ -30,6 +31,9 @@ std::vector<CommandHelp> MakeCommands() {
            --data-root DIR      another directory jobs may read data under
            --worker-timeout S   seconds of silence before a worker is lost
            --queues FILE        the controller's queue file (docs/scheduling.md)
+           --store S            the controller's store: sqlite (in the home, the
+                                default) or postgres (a PostgreSQL server of the
+                                cluster's own)
            --ha                 a PostgreSQL server and two controllers on it,
                                 controller-0 and controller-1: one leads, the
                                 other stands by and takes over within ~3 s
@@ -46,7 +50,7 @@ status   shows the local daemons, whether each is alive and each
 example: loomctl local up --workers 3 --slots 2)",
                {"up", "down", "restart", "status"},
                {"--workers", "--slots", "--memory", "--gpus", "--data-root", "--worker-timeout",
-                "--queues", "--kill", "--ha"},
+                "--queues", "--kill", "--store", "--ha"},
                ArgKind::kNone});
   c.push_back({"submit",
                {"submit FILE [--follow]"},

@@ -279,9 +279,9 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     if (getcwd(cwd, sizeof(cwd)) != nullptr) data_roots.push_back(cwd);
   }
 
-  // --ha: the database first, then two controllers on it.
+  // --ha (or --store postgres): the database first, then the controllers.
   std::string store_url;
-  if (o.ha) {
+  if (o.ha || o.postgres) {
     auto db = StartLocalPostgres(o.home, o.start_timeout, o.postgres_prefix, o.postgres_host);
     if (!db.ok()) {
       return absl::Status(db.status().code(), absl::StrCat("postgres: ", db.status().message()));

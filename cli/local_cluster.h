@@ -67,6 +67,10 @@ struct LocalClusterOptions {
   // checkpoint roots; one leads, the other stands by, and the workers and
   // loomctl follow whichever leads.
   bool ha = false;
+  // `local up --store postgres`: one controller, as without --ha, but on a
+  // PostgreSQL server of the cluster's own instead of SQLite (ha implies
+  // it).
+  bool postgres = false;
   // With ha, for fault tests: where each controller runs and listens (by
   // index; default: controller_prefix and controller_host), and where the
   // database runs: with postgres_host set it listens on postgres_host:5432

@@ -70,6 +70,22 @@ std::string LocalPostgresUrl(const std::string& home, const std::string& tcp_hos
   return absl::StrCat("postgresql://loom@/loom?host=", LocalPostgresDir(home), "&port=5432");
 }
 
+absl::Status RemoveLocalPostgres(const std::string& home) {
+  const std::string dir = LocalPostgresDir(home);
+  auto pidfile = ReadFile(dir + "/data/postmaster.pid");
+  if (pidfile.ok()) {
+    const int pid = std::atoi(pidfile->c_str());
+    if (pid > 0 && kill(pid, 0) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("PostgreSQL (pid ", pid, ") still runs on ", dir));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("removing ", dir, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DaemonInfo> WaitLocalPostgres(const std::string& home, int pid,
                                              absl::Duration start_timeout) {
   const std::string dir = LocalPostgresDir(home);

@@ -33,6 +33,10 @@ std::string LocalPostgresUrl(const std::string& home, const std::string& tcp_hos
 absl::StatusOr<DaemonInfo> StartLocalPostgres(const std::string& home, absl::Duration start_timeout,
                                               const std::vector<std::string>& prefix = {},
                                               const std::string& tcp_host = "");
+// Deletes the server's data (for tests and throw-away clusters: `local down`
+// keeps it, like the rest of the home). FAILED_PRECONDITION while it runs.
+absl::Status RemoveLocalPostgres(const std::string& home);
+
 // After Spawn of run/postgres.args (LocalRestart): waits for it to answer
 // and writes run/postgres.json.
 absl::StatusOr<DaemonInfo> WaitLocalPostgres(const std::string& home, int pid,

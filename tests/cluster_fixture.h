@@ -35,6 +35,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "cli/local_cluster.h"
+#include "cli/local_postgres.h"
 #include "common/file_util.h"
 #include "common/formats/data.h"
 #include "controller/access.h"
@@ -55,6 +56,13 @@ using ::loom::testing::ShellQuote;
 using ::testing::HasSubstr;
 
 const std::string kBin = LOOM_BIN_DIR;
+// loom_cluster_test runs on the default store (SQLite); loom_cluster_pg_test
+// is the same tests with the controller on PostgreSQL (issue 32).
+#ifdef LOOM_CLUSTER_TESTS_ON_POSTGRES
+constexpr char kStoreFlag[] = " --store postgres";
+#else
+constexpr char kStoreFlag[] = "";
+#endif
 
 bool WaitFor(const std::function<bool()>& pred, int seconds) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -98,7 +106,7 @@ class ClusterTest : public ::testing::Test {
   void StartCluster(int workers, double worker_timeout_s = 10, const std::string& extra = "") {
     home_ = loom::testing::MakeTempDir("loom_cluster_test");
     auto r = Ctl(absl::StrCat("local up --workers ", workers, " --worker-timeout ",
-                              worker_timeout_s, " ", extra));
+                              worker_timeout_s, " ", extra, kStoreFlag));
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     // With --ha, controller-0 leads at first.
     auto ctl = cli::ReadReadyFile(home_ + "/run/controller.json");
@@ -111,7 +119,10 @@ class ClusterTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (!home_.empty()) Ctl("local down");
+    if (home_.empty()) return;
+    Ctl("local down");
+    // A --ha cluster's database lives outside the home under root.
+    EXPECT_TRUE(cli::RemoveLocalPostgres(home_).ok());
   }
 
   loom::testing::CommandResult Ctl(const std::string& args) {
@@ -134,6 +145,8 @@ class ClusterTest : public ::testing::Test {
     o.workers = workers;
     o.slots_per_worker = slots;
     o.worker_timeout_s = worker_timeout_s;
+    // (Its unix socket reaches across network namespaces.)
+    o.postgres = std::string(kStoreFlag).find("postgres") != std::string::npos;
     o.controller_prefix = lab_->prefix(0);
     o.controller_host = lab_->address(0);
     for (int i = 0; i < workers; ++i) {

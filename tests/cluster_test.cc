@@ -81,7 +81,7 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
                 "loom_controller_rpcs_total"});
   int with_loss = 0;
   for (const auto& d : Daemons()) {
-    if (d.name == "controller") continue;
+    if (!absl::StartsWith(d.name, "worker")) continue;  // (and postgres)
     CheckMetrics(d.metrics_address, {"loom_worker_blas_info", "loom_worker_rank_exits_total"});
     auto metrics_body = loom::testing::HttpGet(d.metrics_address, "/metrics").body;
     if (metrics_body.find("loom_worker_mfu_ratio{job_id=\"tiny-1\"") != std::string::npos) {
@@ -206,7 +206,7 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   // The controller restarts and still knows the job.
   auto down = Ctl("local down");
   ASSERT_EQ(down.exit_code, 0);
-  auto up = Ctl("local up --workers 1");
+  auto up = Ctl(absl::StrCat("local up --workers 1", kStoreFlag));
   ASSERT_EQ(up.exit_code, 0) << up.err;
   EXPECT_EQ(Status("tiny-1").state(), loom::v1::SUCCEEDED);
 }

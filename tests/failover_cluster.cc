@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/local_cluster.h"
+#include "cli/local_postgres.h"
 #include "common/file_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/service.pb.h"
@@ -56,7 +57,10 @@ class Harness {
   ~Harness() {
     stop_client_ = true;
     if (client_.joinable()) client_.join();
-    if (!home_.empty()) cli::LocalDown(home_).IgnoreError();
+    if (!home_.empty()) {
+      cli::LocalDown(home_).IgnoreError();
+      cli::RemoveLocalPostgres(home_).IgnoreError();
+    }
   }
 
   absl::Status Start();
@@ -91,7 +95,9 @@ class Harness {
             (a.role == "standby" && b.role == "active"));
   }
   void ClientLoop();
-  std::string WriteSpec(int n, bool long_running);
+  // Job n: 100 steps; `long_running` ones run until cancelled, `urgent`
+  // ones have priority class "high" and may preempt the others.
+  std::string WriteSpec(int n, bool long_running, bool urgent);
 
   const FailoverOptions o_;
   std::unique_ptr<NetnsLab> lab_;
@@ -105,7 +111,7 @@ class Harness {
   std::vector<FailoverCycle> cycles_;
 };
 
-std::string Harness::WriteSpec(int n, bool long_running) {
+std::string Harness::WriteSpec(int n, bool long_running, bool urgent) {
   const std::string path = absl::StrCat(home_, "/job-", n, ".yaml");
   std::ofstream(path) << "name: gang" << n << R"(
 model:
@@ -123,7 +129,7 @@ resources: {workers: 2, ranks: 2}
 seed: 7
 checkpoint: {interval_steps: 20, keep: 2}
 recovery: {disable_spike_detection: true, max_restarts: 0}
-)";
+)" << (urgent ? "scheduling: {priority: high}\n" : "");
   return path;
 }
 
@@ -150,6 +156,10 @@ absl::Status Harness::Start() {
     c.worker_prefix.push_back(lab_->prefix(3 + i));
     c.worker_address.push_back(lab_->address(3 + i));
   }
+  // A priority class that preempts (checkpoint first, 30 s grace).
+  c.queues_file = home_ + "/queues.yaml";
+  std::ofstream(c.queues_file) << "preemption: {grace_seconds: 30, min_run_time_seconds: 0}\n"
+                                  "priority_classes: {high: 100}\n";
   c.controller_flags = {absl::StrCat("--lease_s=", o_.lease_s),
                         absl::StrCat("--lease_renew_s=", o_.lease_s / 4)};
   auto up = cli::LocalUp(c);
@@ -193,7 +203,8 @@ absl::Status Harness::Start() {
 // is acknowledged; records what the controller acknowledged.
 void Harness::ClientLoop() {
   for (int n = 1; !stop_client_.load(); ++n) {
-    CommandResult r = Ctl("submit " + WriteSpec(n, /*long_running=*/n % 4 == 0));
+    CommandResult r =
+        Ctl("submit " + WriteSpec(n, /*long_running=*/n % 4 == 0, /*urgent=*/n % 5 == 2));
     const std::string out(absl::StripAsciiWhitespace(r.out));
     if (r.exit_code == 0 && absl::StartsWith(out, "submitted ")) {
       const std::string id = out.substr(std::string("submitted ").size());
@@ -329,6 +340,13 @@ void Harness::Check(FailoverResult* r) {
     loom::v1::Job job;
     if (s.exit_code != 0 || !ParseJson(s.out, &job)) continue;
     ++r->jobs_checked;
+    r->preemptions += job.preemptions();
+    for (const auto& e : job.events()) {
+      if (e.kind() == loom::v1::RecoveryEvent::PREEMPTED && e.steps_lost() != 0) {
+        ++r->lost_acked_writes;
+        out << "LOST: the preemption of " << job.id() << " lost " << e.steps_lost() << " step(s)\n";
+      }
+    }
     if (job.restarts() > 0) {
       out << "RESTARTED: " << job.id() << " restarted " << job.restarts() << " time(s)\n";
     }
@@ -437,13 +455,13 @@ void Harness::Check(FailoverResult* r) {
     }
   }
   r->checker_output = absl::StrFormat(
-      "checker: %d cycles (%s); %d acknowledged submissions, %d acknowledged cancels, %d jobs, "
-      "%d steps and %d checkpoints checked, %d rank starts\n"
+      "checker: %d cycles (%s); %d acknowledged submissions, %d acknowledged cancels, %d jobs "
+      "(%d preemptions), %d steps and %d checkpoints checked, %d rank starts\n"
       "checker: %d gangs scheduled twice, %d acknowledged writes lost, %d epochs backwards; "
       "leaders' epochs %s\n"
       "checker: failover p50 %.2f s, p99 %.2f s, max %.2f s\n%s",
       cycles_.size(), absl::StrJoin(o_.kinds, "/"), r->acked_submissions, r->acked_cancels,
-      r->jobs_checked, r->steps_checked, r->checkpoints_checked, r->gang_starts,
+      r->jobs_checked, r->preemptions, r->steps_checked, r->checkpoints_checked, r->gang_starts,
       r->double_scheduled_gangs, r->lost_acked_writes, r->epochs_backwards,
       absl::StrJoin(r->leader_epochs, ","), r->p50_seconds, r->p99_seconds, r->max_seconds,
       out.str());

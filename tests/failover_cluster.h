@@ -5,7 +5,8 @@
 // its own (tests/netns_lab.h): PostgreSQL in member 0 (over TCP), the two
 // controllers in members 1 and 2, the workers after them, and the client
 // (loomctl) in the last. Throughout, the client submits small two-rank jobs
-// (gangs) and cancels some, and the workers train them and report. Each
+// (gangs), some of priority class "high" that preempt the others
+// (checkpoint first), and cancels some; the workers train them and report. Each
 // cycle faults the controller that leads, one of:
 //   kill       kill -9 (then `local restart` brings it back, a standby);
 //   pause      SIGSTOP past the lease, SIGCONT once another leads;
@@ -50,10 +51,12 @@ struct FailoverResult {
   double p50_seconds = 0, p99_seconds = 0, max_seconds = 0;
   // The checker's counts: what the issue requires to be zero.
   int double_scheduled_gangs = 0;  // one (job, attempt, rank) started twice
-  int lost_acked_writes = 0;       // acknowledged submissions, steps, checkpoints, cancels
+  // Acknowledged submissions, cancels, steps and checkpoints, and steps a
+  // preemption lost.
+  int lost_acked_writes = 0;
   int epochs_backwards = 0;        // a worker or the leaders' sequence going back
   // What was checked, for the report.
-  int acked_submissions = 0, acked_cancels = 0, jobs_checked = 0;
+  int acked_submissions = 0, acked_cancels = 0, jobs_checked = 0, preemptions = 0;
   int64_t steps_checked = 0, checkpoints_checked = 0, gang_starts = 0;
   std::vector<int64_t> leader_epochs;  // in the order they led
   std::string checker_output;          // the checker's printout, one finding a line

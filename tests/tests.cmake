@@ -12,6 +12,17 @@ add_dependencies(loom_cluster_test loomctl loom-controller loom-worker loom-rank
 # One ctest entry per test case, so ctest -j runs them side by side.
 gtest_discover_tests(loom_cluster_test PROPERTIES TIMEOUT 300 LABELS integration)
 
+# The same cluster tests with the controller on PostgreSQL (`local up --store
+# postgres`, issue 32): the store's behaviour under the whole system.
+add_executable(loom_cluster_pg_test cluster_test.cc)
+target_compile_definitions(loom_cluster_pg_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}" LOOM_CLUSTER_TESTS_ON_POSTGRES=1)
+target_link_libraries(loom_cluster_pg_test PRIVATE loom_test_util loom_local_cluster loom_grpc loom_data
+  loom_file_util gRPC::grpc++ absl::strings GTest::gtest GTest::gmock GTest::gtest_main)
+add_dependencies(loom_cluster_pg_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
+gtest_discover_tests(loom_cluster_pg_test TEST_PREFIX "postgres/" PROPERTIES TIMEOUT 300
+                     LABELS integration)
+
 # Active/standby controllers over PostgreSQL (issue 32): `local up --ha`.
 add_executable(loom_ha_test ha_test.cc)
 target_compile_definitions(loom_ha_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"

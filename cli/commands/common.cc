@@ -137,6 +137,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const Globals& g) {
   return c;
 }
 
+bool Client::FromStandby(const grpc::Status& s) {
+  // The messages of controller/leader/leader_lease.cc (Leadership::Admit).
+  const std::string& m = s.error_message();
+  return absl::StrContains(m, "this controller is a standby") ||
+         absl::StrContains(m, "leader lease (epoch");
+}
+
 void Client::Follow(const grpc::ClientContext& ctx, int attempt) {
   const auto& trailers = ctx.GetServerTrailingMetadata();
   size_t next = (current + 1) % stubs.size();

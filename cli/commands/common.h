@@ -86,8 +86,10 @@ class Client {
     for (int attempt = 0;; ++attempt) {
       auto ctx = Context();
       grpc::Status s = ((*stub).*method)(ctx.get(), request, response);
-      if (s.error_code() != grpc::StatusCode::UNAVAILABLE || stubs.size() < 2 ||
-          absl::Now() >= give_up) {
+      // One controller: only a standby's answer (it is about to lead) is
+      // worth waiting out; a controller that is down fails at once.
+      if (s.error_code() != grpc::StatusCode::UNAVAILABLE ||
+          (stubs.size() < 2 && !FromStandby(s)) || absl::Now() >= give_up) {
         return Check(s);
       }
       Follow(*ctx, attempt);
@@ -96,6 +98,8 @@ class Client {
 
   // `s` as an absl::Status; UNAVAILABLE names the controller's address.
   absl::Status Check(const grpc::Status& s);
+  // An answer of a controller that does not lead (yet, or any more).
+  static bool FromStandby(const grpc::Status& s);
   // After an UNAVAILABLE answer to `ctx`: points stub/address at the leader
   // it named, else at the next controller (pausing a moment after each
   // round, while no controller leads yet).

@@ -52,6 +52,10 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
         o.queues_file = std::filesystem::absolute(args[++i], ec).string();
       } else if (args[i] == "--ha") {
         o.ha = true;
+      } else if (args[i] == "--store" && i + 1 < args.size()) {
+        const std::string store = args[++i];
+        if (store != "sqlite" && store != "postgres") return Usage("--store: sqlite or postgres");
+        o.postgres = store == "postgres";
       } else if (args[i] == "--data-root" && i + 1 < args.size()) {
         std::error_code ec;
         o.data_roots.push_back(std::filesystem::absolute(args[++i], ec).string());

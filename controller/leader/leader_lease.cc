@@ -12,8 +12,12 @@ namespace loom::controller {
 using Steady = std::chrono::steady_clock;
 
 absl::Status Leadership::Admit(std::string* leader_address) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   leader_address->clear();
+  if (leader_ && Steady::now() >= valid_until_) {
+    renewed_.wait_for(lock, kRenewalWait,
+                      [this] { return !leader_ || Steady::now() < valid_until_; });
+  }
   if (leader_ && Steady::now() < valid_until_) return absl::OkStatus();
   if (leader_) {
     return absl::UnavailableError(absl::StrCat(
@@ -56,14 +60,20 @@ void Leadership::BecomeLeader(int64_t epoch, SteadyTime valid_until) {
 }
 
 void Leadership::Renewed(SteadyTime valid_until) {
-  std::lock_guard<std::mutex> lock(mu_);
-  valid_until_ = std::max(valid_until_, valid_until);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    valid_until_ = std::max(valid_until_, valid_until);
+  }
+  renewed_.notify_all();
 }
 
 void Leadership::StepDown() {
-  std::lock_guard<std::mutex> lock(mu_);
-  leader_ = false;
-  valid_until_ = SteadyTime{};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_ = false;
+    valid_until_ = SteadyTime{};
+  }
+  renewed_.notify_all();
 }
 
 std::string Leadership::last_seen_holder() const {

@@ -42,8 +42,14 @@ class Leadership {
 
   // OK while this controller leads and its lease is valid by its own clock;
   // otherwise UNAVAILABLE saying who leads and where (or that nobody does
-  // yet), with *leader_address set to that address ("" when unknown).
+  // yet), with *leader_address set to that address ("" when unknown). A
+  // leader whose lease ran out by its clock (this process was paused, or a
+  // renewal is late) waits up to kRenewalWait for the elector's next
+  // renewal before refusing: after a pause that nobody used to take over
+  // (the lease row still names it, same epoch), it leads on without a
+  // refused request, as a lone controller did before leases.
   absl::Status Admit(std::string* leader_address) const;
+  static constexpr std::chrono::milliseconds kRenewalWait{1000};
   bool LeadingNow() const;
   // The epoch this controller leads under (0 when it does not lead).
   int64_t epoch() const;
@@ -61,6 +67,7 @@ class Leadership {
 
  private:
   mutable std::mutex mu_;
+  mutable std::condition_variable renewed_;  // Renewed or StepDown happened
   bool leader_ = false;
   int64_t epoch_ = 0;
   SteadyTime valid_until_{};
