@@ -1,6 +1,5 @@
 #include "cli/local_postgres.h"
 
-#include <dirent.h>
 #include <libpq-fe.h>
 #include <pwd.h>
 #include <signal.h>
@@ -19,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/postgres_install.h"
 
 namespace loom::cli {
 
@@ -30,25 +30,6 @@ namespace {
 std::string AbsoluteHome(const std::string& home) {
   std::error_code ec;
   return std::filesystem::absolute(home, ec).lexically_normal().string();
-}
-
-// /usr/lib/postgresql/<newest>/bin, or $LOOM_PG_BINDIR.
-std::string BinDir() {
-  if (const char* env = std::getenv("LOOM_PG_BINDIR"); env != nullptr && *env != '\0') return env;
-  std::string best;
-  int best_version = -1;
-  if (DIR* d = opendir("/usr/lib/postgresql")) {
-    while (dirent* e = readdir(d)) {
-      const int v = std::atoi(e->d_name);
-      const std::string bin = absl::StrCat("/usr/lib/postgresql/", e->d_name, "/bin");
-      if (v > best_version && access((bin + "/postgres").c_str(), X_OK) == 0) {
-        best_version = v;
-        best = bin;
-      }
-    }
-    closedir(d);
-  }
-  return best;
 }
 
 // Under root: run as the postgres user (setpriv execs, so the pid stays).
@@ -136,7 +117,7 @@ absl::StatusOr<DaemonInfo> WaitLocalPostgres(const std::string& home, int pid,
 absl::StatusOr<DaemonInfo> StartLocalPostgres(const std::string& home, absl::Duration start_timeout,
                                               const std::vector<std::string>& prefix,
                                               const std::string& tcp_host) {
-  const std::string bin = BinDir();
+  const std::string bin = PostgresBinDir();
   if (bin.empty()) {
     return absl::FailedPreconditionError(
         "local up --ha needs a PostgreSQL server (/usr/lib/postgresql/*/bin/postgres): run "

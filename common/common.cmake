@@ -32,3 +32,5 @@ loom_library(loom_tokenizer SRCS tokenizer.cc sentencepiece_bridge.cc
   DEPS absl::status absl::statusor absl::strings Threads::Threads)
 add_dependencies(loom_tokenizer loom-sentencepiece)
 loom_test(loom_tokenizer_test SRCS tokenizer_test.cc DEPS loom_tokenizer loom_file_util)
+# Where the PostgreSQL server programs are (local up --ha, tests' servers).
+loom_library(loom_postgres_install SRCS postgres_install.cc DEPS absl::strings)

@@ -58,4 +58,4 @@ include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/scheduling/scheduling.cmake)
 # A PostgreSQL server of a test's own (initdb into a temporary directory).
 loom_library(loom_postgres_test_server SRCS store/postgres_test_server.cc
-  DEPS PostgreSQL::PostgreSQL absl::strings absl::status absl::statusor)
+  DEPS loom_postgres_install PostgreSQL::PostgreSQL absl::strings absl::status absl::statusor)

@@ -73,23 +73,28 @@ bool WaitFor(const std::function<bool()>& pred, int seconds) {
   return pred();
 }
 
-// Rank processes whose command line mentions `needle` (the job id is part of
-// the assignment path).
-int CountRankProcesses(const std::string& needle) {
-  int n = 0;
+// Pids of the rank processes whose command line mentions `job` (the job id
+// is part of the assignment path).
+std::set<int> RankPids(const std::string& job) {
+  std::set<int> pids;
   DIR* d = opendir("/proc");
   while (dirent* e = readdir(d)) {
     int pid = atoi(e->d_name);
     if (pid <= 0) continue;
     std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
     std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find("loom-rank") != std::string::npos && cmd.find(needle) != std::string::npos &&
+    if (cmd.find("loom-rank") != std::string::npos && cmd.find(job) != std::string::npos &&
         loom::testing::ProcessAlive(pid)) {
-      ++n;
+      pids.insert(pid);
     }
   }
   closedir(d);
-  return n;
+  return pids;
+}
+
+// How many of them there are.
+int CountRankProcesses(const std::string& needle) {
+  return static_cast<int>(RankPids(needle).size());
 }
 
 class ClusterTest : public ::testing::Test {
@@ -257,6 +262,27 @@ seed: 7
     ASSERT_EQ(kill(pid, SIGKILL), 0);
   }
 
+  // Every step of `job` (1..steps) trained and reported exactly once, in
+  // order, and every checkpoint of interval 20 in its catalog: nothing a
+  // controller acknowledged was lost.
+  void ExpectEveryStepOnceAndEveryCheckpoint(const std::string& job, int steps) {
+    loom::v1::GetStepMetricsResponse metrics;
+    ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &metrics));
+    std::vector<int64_t> trained;
+    for (const auto& m : metrics.steps()) {
+      if (m.step() > 0) trained.push_back(m.step());
+    }
+    ASSERT_EQ(trained.size(), static_cast<size_t>(steps));
+    for (int i = 0; i < steps; ++i) ASSERT_EQ(trained[i], i + 1);
+    auto listed = Ctl("-o json checkpoints " + job);
+    ASSERT_EQ(listed.exit_code, 0) << listed.err;
+    loom::v1::ListCheckpointsResponse catalog;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &catalog).ok());
+    std::set<int64_t> at;
+    for (const auto& c : catalog.checkpoints()) at.insert(c.step());
+    for (int step = 20; step <= steps; step += 20) EXPECT_TRUE(at.count(step)) << step;
+  }
+
   // Every step report the controller kept for `job`, both attempts'.
   void GetStepMetrics(const std::string& job, loom::v1::GetStepMetricsResponse* steps) {
     auto stub = loom::v1::JobService::NewStub(*cli::LocalControllerChannel(home_, controller_));
@@ -336,24 +362,6 @@ std::vector<loom::v1::RecoveryEvent> RecoveryEvents(const loom::v1::Job& job) {
     if (e.kind() != loom::v1::RecoveryEvent::SLOW_RANK) out.push_back(e);
   }
   return out;
-}
-
-// Pids of `job`'s rank processes.
-std::set<int> RankPids(const std::string& job) {
-  std::set<int> pids;
-  DIR* d = opendir("/proc");
-  while (dirent* e = readdir(d)) {
-    int pid = atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find("loom-rank") != std::string::npos && cmd.find(job) != std::string::npos &&
-        loom::testing::ProcessAlive(pid)) {
-      pids.insert(pid);
-    }
-  }
-  closedir(d);
-  return pids;
 }
 
 }  // namespace

@@ -959,23 +959,7 @@ TEST_F(ClusterTest, ControllerKilledMidJobAndRestartedWithinTheGraceLosesNothing
     readopted |= e.kind() == loom::v1::RecoveryEvent::READOPTED;
   }
   EXPECT_TRUE(readopted) << done.DebugString();
-  // Every step exactly once, in order.
-  loom::v1::GetStepMetricsResponse steps;
-  ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &steps));
-  std::vector<int64_t> trained;
-  for (const auto& m : steps.steps()) {
-    if (m.step() > 0) trained.push_back(m.step());
-  }
-  ASSERT_EQ(trained.size(), static_cast<size_t>(kSteps));
-  for (int i = 0; i < kSteps; ++i) ASSERT_EQ(trained[i], i + 1);
-  // Every checkpoint (interval 20) in the catalog.
-  auto listed = Ctl("-o json checkpoints " + job);
-  ASSERT_EQ(listed.exit_code, 0) << listed.err;
-  loom::v1::ListCheckpointsResponse catalog;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &catalog).ok());
-  std::set<int64_t> at;
-  for (const auto& c : catalog.checkpoints()) at.insert(c.step());
-  for (int step = 20; step <= kSteps; step += 20) EXPECT_TRUE(at.count(step)) << step;
+  ASSERT_NO_FATAL_FAILURE(ExpectEveryStepOnceAndEveryCheckpoint(job, kSteps));
 }
 
 // Past the grace: the controller stays down longer than the workers' lease,

@@ -17,27 +17,13 @@ class HaTest : public ClusterTest {
     return info.ok() ? *info : cli::DaemonInfo();
   }
 
-  // Every step of `job` exactly once, in order, and every checkpoint
-  // (interval 20) in its catalog.
+  // ExpectEveryStepOnceAndEveryCheckpoint, asking the controller that
+  // leads now.
   void ExpectNothingLost(const std::string& job, int steps) {
     for (const char* name : {"controller-0", "controller-1"}) {
       if (Daemon(name).role == "active") controller_ = Daemon(name).grpc_address;
     }
-    loom::v1::GetStepMetricsResponse metrics;
-    ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &metrics));
-    std::vector<int64_t> trained;
-    for (const auto& m : metrics.steps()) {
-      if (m.step() > 0) trained.push_back(m.step());
-    }
-    ASSERT_EQ(trained.size(), static_cast<size_t>(steps));
-    for (int i = 0; i < steps; ++i) ASSERT_EQ(trained[i], i + 1);
-    auto listed = Ctl("-o json checkpoints " + job);
-    ASSERT_EQ(listed.exit_code, 0) << listed.err;
-    loom::v1::ListCheckpointsResponse catalog;
-    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &catalog).ok());
-    std::set<int64_t> at;
-    for (const auto& c : catalog.checkpoints()) at.insert(c.step());
-    for (int step = 20; step <= steps; step += 20) EXPECT_TRUE(at.count(step)) << step;
+    ASSERT_NO_FATAL_FAILURE(ExpectEveryStepOnceAndEveryCheckpoint(job, steps));
   }
 
   // The job ended SUCCEEDED with no restart and no new attempt but those

@@ -1,7 +1,6 @@
 #include "controller/store/postgres_test_server.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <libpq-fe.h>
@@ -23,28 +22,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/postgres_install.h"
 
 namespace loom::controller::store {
 namespace {
-
-// /usr/lib/postgresql/<newest>/bin (Debian), or $LOOM_PG_BINDIR.
-std::string FindBinDir() {
-  if (const char* env = std::getenv("LOOM_PG_BINDIR"); env != nullptr && *env != '\0') return env;
-  std::string best;
-  int best_version = -1;
-  if (DIR* d = opendir("/usr/lib/postgresql")) {
-    while (dirent* e = readdir(d)) {
-      const int v = std::atoi(e->d_name);
-      const std::string bin = absl::StrCat("/usr/lib/postgresql/", e->d_name, "/bin");
-      if (v > best_version && access((bin + "/postgres").c_str(), X_OK) == 0) {
-        best_version = v;
-        best = bin;
-      }
-    }
-    closedir(d);
-  }
-  return best;
-}
 
 int FreeLoopbackPort(const std::string& address) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -105,7 +86,7 @@ void RemoveTree(const std::string& path) {
 absl::StatusOr<std::unique_ptr<PostgresTestServer>> PostgresTestServer::Start(Options options) {
   std::unique_ptr<PostgresTestServer> server(new PostgresTestServer());
   server->options_ = std::move(options);
-  server->bindir_ = FindBinDir();
+  server->bindir_ = PostgresBinDir();
   if (server->bindir_.empty()) {
     return absl::FailedPreconditionError(
         "no PostgreSQL server under /usr/lib/postgresql/*/bin: run ./scripts/install-deps.sh "
