@@ -125,7 +125,8 @@ int Fail(const std::string& msg) {
 
 // The store --store names: SQLite in `data_dir`, or PostgreSQL with the
 // password from --store_password_file or $LOOM_STORE_PASSWORD.
-absl::StatusOr<std::unique_ptr<loom::controller::Store>> OpenStore(const std::string& data_dir) {
+absl::StatusOr<std::unique_ptr<loom::controller::Store>> OpenStore(const std::string& data_dir,
+                                                                   absl::Duration lease) {
   using loom::controller::Store;
   const std::string url = absl::GetFlag(FLAGS_store);
   if (url.empty()) return Store::Open(data_dir);
@@ -142,6 +143,11 @@ absl::StatusOr<std::unique_ptr<loom::controller::Store>> OpenStore(const std::st
   }
   loom::controller::store::PostgresOptions options;
   options.url = url;
+  // A leader paused inside a transaction must not hold the lease row past
+  // half its lease (store/postgres_connection.h).
+  options.idle_in_transaction_timeout_ms =
+      static_cast<int>(std::max<int64_t>(100, absl::ToInt64Milliseconds(lease) / 2));
+  options.lock_timeout_ms = options.idle_in_transaction_timeout_ms;
   if (const std::string file = absl::GetFlag(FLAGS_store_password_file); !file.empty()) {
     std::ifstream in(file);
     if (!in) return absl::NotFoundError(absl::StrCat("--store_password_file: cannot read ", file));
@@ -200,7 +206,8 @@ int main(int argc, char** argv) {
                                                 absl::GetFlag(FLAGS_worker_token_file));
   if (!access.ok()) return Fail(std::string(access.status().message()));
 
-  auto store = OpenStore(data_dir);
+  const absl::Duration lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
+  auto store = OpenStore(data_dir, lease);
   const absl::Time wait_until = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_store_wait_s));
   for (int tries = 0; absl::IsUnavailable(store.status()) && !absl::GetFlag(FLAGS_store).empty() &&
                       absl::Now() < wait_until;
@@ -210,11 +217,10 @@ int main(int argc, char** argv) {
                 << std::endl;
     }
     absl::SleepFor(absl::Seconds(1));
-    store = OpenStore(data_dir);
+    store = OpenStore(data_dir, lease);
   }
   if (!store.ok()) return Fail(std::string(store.status().message()));
   const bool shared_store = (*store)->dialect() == controller::store::SqlDialect::kPostgres;
-  const absl::Duration lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
   const absl::Duration lease_renew = absl::Seconds(absl::GetFlag(FLAGS_lease_renew_s));
   if (shared_store && (lease_renew <= absl::ZeroDuration() || lease < 2 * lease_renew)) {
     return Fail("--lease_s must be at least twice --lease_renew_s, and both > 0");

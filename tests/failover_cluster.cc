@@ -95,8 +95,8 @@ class Harness {
             (a.role == "standby" && b.role == "active"));
   }
   void ClientLoop();
-  // Job n: 100 steps; `long_running` ones run until cancelled, `urgent`
-  // ones have priority class "high" and may preempt the others.
+  // Job n: 400 steps; `long_running` ones run until cancelled, `urgent`
+  // ones (40 steps) have priority class "high" and preempt the others.
   std::string WriteSpec(int n, bool long_running, bool urgent);
 
   const FailoverOptions o_;
@@ -122,7 +122,9 @@ data:
 optimizer:
   adamw: {lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
 schedule: {total_steps: )"
-                      << (long_running ? 100000 : 100)
+                      << (long_running ? 100000
+                          : urgent     ? 40
+                                       : 400)
                       << R"(, warmup_steps: 5, eval_interval: 50, eval_batches: 2}
 batch: {global_batch: 8, micro_batch: 4}
 resources: {workers: 2, ranks: 2}
@@ -145,7 +147,9 @@ absl::Status Harness::Start() {
   c.home = home_;
   c.bin_dir = o_.bin_dir;
   c.workers = o_.workers;
-  c.slots_per_worker = 2;
+  // One gang at a time: a high-priority gang finds the slots taken and
+  // preempts.
+  c.slots_per_worker = 1;
   c.worker_timeout_s = 10;
   c.ha = true;
   c.postgres_prefix = lab_->prefix(0);

@@ -119,6 +119,24 @@ absl::Status PostgresConnection::Connect() {
     return absl::UnavailableError(text);
   }
   PQsetNoticeProcessor(conn_, IgnoreNotice, nullptr);
+  std::string limits;
+  if (options_.idle_in_transaction_timeout_ms > 0) {
+    absl::StrAppend(&limits, "SET idle_in_transaction_session_timeout = ",
+                    options_.idle_in_transaction_timeout_ms, ";");
+  }
+  if (options_.lock_timeout_ms > 0) {
+    absl::StrAppend(&limits, "SET lock_timeout = ", options_.lock_timeout_ms, ";");
+  }
+  if (!limits.empty()) {
+    PGresult* res = PQexec(conn_, limits.c_str());
+    const bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    std::string msg = ok ? "" : PQresultErrorMessage(res);
+    PQclear(res);
+    if (!ok) {
+      broken_ = true;
+      return absl::UnavailableError(absl::StrCat("store: setting session limits: ", msg));
+    }
+  }
   const char* host = PQhost(conn_);
   describe_ = absl::StrCat("PostgreSQL database ", PQdb(conn_), " on ", host ? host : "?", ":",
                            PQport(conn_));
@@ -146,8 +164,11 @@ absl::Status PostgresConnection::ErrorOf(const void* result, absl::string_view w
   if (PQstatus(conn_) != CONNECTION_OK) broken_ = true;
   // Class 08 (connection exception) and 57P0x (the server shutting down or
   // restarting) mean try again; the rest is a fault in the request.
+  // 55P03: a lock not granted within lock_timeout; 25P03: this session was
+  // idle in its transaction too long and the server ended it.
   const bool unavailable = broken_ || state == nullptr || absl::StartsWith(state, "08") ||
-                           absl::StartsWith(state, "57P");
+                           absl::StartsWith(state, "57P") || std::string(state) == "55P03" ||
+                           std::string(state) == "25P03";
   const std::string text = absl::StrCat("store: ", what, " on ", describe_, ": ", msg);
   return unavailable ? absl::UnavailableError(text) : absl::InternalError(text);
 }

@@ -30,6 +30,15 @@ struct PostgresOptions {
   std::string password;
   int connect_timeout_seconds = 3;
   int tcp_user_timeout_ms = 2000;
+  // Server-side limits on every session of this connection. A controller
+  // paused (SIGSTOP, a frozen VM) or cut off inside a transaction holds the
+  // lease row's lock; the server ends such a session once it has been idle
+  // in its transaction this long, so that a standby can take the lease
+  // (and the paused one's transaction commits nothing). Waiting for a lock
+  // gives up after lock_timeout_ms (the caller tries again). Keep both well
+  // under the lease. 0 leaves the server's setting.
+  int idle_in_transaction_timeout_ms = 1000;
+  int lock_timeout_ms = 1000;
 };
 
 // True when `url` carries a password (postgresql://user:secret@host/...

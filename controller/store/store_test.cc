@@ -571,6 +571,42 @@ TEST(StorePostgresTest, TakeoverDuringWritesLosesNoAcknowledgedWrite) {
             << "all stored; 0 after" << std::endl;
 }
 
+// A leader paused (or cut off) in the middle of a write transaction holds
+// the lease row's lock. The server ends its idle transaction, so a standby
+// still takes the lease after it runs out, and the paused transaction
+// commits nothing.
+TEST(StorePostgresTest, LeaderPausedInsideATransactionDoesNotBlockTheTakeover) {
+  auto server = store::PostgresTestServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  store::PostgresOptions options;
+  options.url = (*server)->SocketUrl("loom");
+  auto standby = Store::OpenPostgres(options);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  auto lease = (*standby)->AcquireLease("paused", "a", absl::Milliseconds(300));
+  ASSERT_TRUE(lease.ok() && lease->held_by("paused"));
+  // What the paused leader's fenced write had done when it stopped.
+  auto paused = store::PostgresConnection::Open(options);
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  ASSERT_TRUE((*paused)->Exec("BEGIN;").ok());
+  ASSERT_TRUE((*paused)->Run("SELECT epoch FROM leader WHERE id = 1 FOR SHARE;", {}).ok());
+  ASSERT_TRUE(
+      (*paused)
+          ->Run("INSERT INTO cordons (node, until_unix_ms, reason) VALUES ('n', 1, 'r');", {})
+          .ok());
+  // Bounded: 100 tries over at least 5 s (a try may wait out lock_timeout).
+  Store::Lease now;
+  for (int i = 0; i < 100 && !now.held_by("standby"); ++i) {
+    auto tried = (*standby)->AcquireLease("standby", "b", absl::Seconds(5));
+    if (tried.ok()) now = *tried;
+    if (!now.held_by("standby")) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(now.held_by("standby"));
+  EXPECT_EQ(now.epoch, 2);
+  // The paused one wakes: its transaction is gone, and nothing of it stays.
+  EXPECT_FALSE((*paused)->Exec("COMMIT;").ok());
+  EXPECT_TRUE((*standby)->LoadCordons(0)->empty());
+}
+
 // Two controllers starting together on an empty database: one migrates,
 // the other finds the work done; both work.
 TEST(StorePostgresTest, ConcurrentFirstOpensMigrateOnce) {
