@@ -34,7 +34,9 @@ loom_library(loom_data_ledger SRCS data_ledger.cc DEPS loom_proto)
 loom_test(loom_data_ledger_test SRCS data_ledger_test.cc DEPS loom_data_ledger)
 loom_library(loom_rank_logs SRCS rank_logs.cc DEPS loom_log_store loom_grpc absl::strings)
 loom_test(loom_rank_logs_test SRCS rank_logs_test.cc DEPS loom_rank_logs)
-loom_library(loom_leader SRCS leader/leader_lease.cc DEPS loom_store absl::strings absl::str_format)
+loom_library(loom_leader SRCS leader/leader_lease.cc leader/catalog_mirror.cc
+  DEPS loom_store absl::strings absl::str_format)
+loom_test(loom_catalog_mirror_test SRCS leader/catalog_mirror_test.cc DEPS loom_leader)
 loom_test(loom_leader_lease_test SRCS leader/leader_lease_test.cc
   DEPS loom_leader loom_postgres_test_server)
 loom_library(loom_controller_service SRCS controller_service.cc

@@ -41,6 +41,7 @@
 #include "controller/controller_service.h"
 #include "controller/goodput.h"
 #include "controller/job_manager.h"
+#include "controller/leader/catalog_mirror.h"
 #include "controller/leader/leader_lease.h"
 #include "controller/log_store.h"
 #include "controller/path_policy.h"
@@ -464,6 +465,8 @@ int main(int argc, char** argv) {
   // load the catalogs and re-adopt running jobs, as a restart does. When
   // the lease is lost, step down: run this program again, as a standby on
   // the same port, with nothing of the old leader's memory.
+  // A standby's warm catalog (declared first: the elector uses it).
+  controller::CatalogMirror mirror(store->get());
   std::unique_ptr<controller::LeaderElector> elector;
   if (shared_store) {
     controller::LeaderElectorOptions lease_options;
@@ -479,21 +482,28 @@ int main(int argc, char** argv) {
     }
     elector = std::make_unique<controller::LeaderElector>(
         store->get(), &leadership, lease_options,
-        [&manager, &write_ready, &leadership, lease_holder,
+        [&manager, &write_ready, &leadership, &mirror, lease_holder,
          address = lease_options.address](int64_t epoch) -> absl::Status {
           const absl::Time start = absl::Now();
           // Who led before (the standby's last look at the lease row).
           const std::string previous = leadership.last_seen_holder();
+          // The warm copy, with what the old leader wrote since the last
+          // look: it can write nothing more now that this epoch leads.
+          const size_t warm = mirror.size();
+          absl::StatusOr<size_t> fresh = mirror.Refresh();
+          if (!fresh.ok()) return fresh.status();
           absl::Status recovered = manager.Recover(
               previous.empty() ? absl::StrCat("controller ", lease_holder,
                                               " took over as leader (epoch ", epoch, ")")
                                : absl::StrCat("controller ", lease_holder, " took over from ",
-                                              previous, " as leader (epoch ", epoch, ")"));
+                                              previous, " as leader (epoch ", epoch, ")"),
+              mirror.TakeAll());
           if (!recovered.ok()) return recovered;
           std::cerr << absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::UTCTimeZone())
                     << "loom-controller: leading as epoch " << epoch << " (" << lease_holder
                     << " at " << address << "): loaded " << manager.List({}, 0).size()
-                    << " job(s) in " << absl::FormatDuration(absl::Now() - start) << std::endl;
+                    << " job(s) in " << absl::FormatDuration(absl::Now() - start) << " (" << warm
+                    << " kept warm, " << *fresh << " read at the takeover)" << std::endl;
           return write_ready("active");
         },
         [again](const std::string& reason) {
@@ -528,11 +538,14 @@ int main(int argc, char** argv) {
       server->GetHealthCheckService()->SetServingStatus("loom.leader", leading);
       epoch_gauge.Set(static_cast<double>(leadership.epoch()));
       if (!leading) {
-        // A standby keeps its connection to the database and the
-        // database's caches warm for the catalogs it loads on taking over.
+        // A standby keeps a copy of the job catalog, reading each second
+        // the jobs written since (and its connection warm with it).
         if (shared_store && absl::Now() >= next_goodput) {
           next_goodput = absl::Now() + absl::Seconds(1);
-          (*store)->LoadJobs().IgnoreError();
+          if (absl::StatusOr<size_t> read = mirror.Refresh(); !read.ok()) {
+            std::cerr << "loom-controller: standby: reading the catalog: "
+                      << read.status().message() << std::endl;
+          }
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         continue;

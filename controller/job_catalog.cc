@@ -40,10 +40,14 @@ bool IsQueuedJobState(JobState s) { return s == loom::v1::PENDING || s == loom::
 absl::Status JobCatalog::Load() {
   absl::StatusOr<std::vector<Job>> jobs = store_->LoadJobs();
   if (!jobs.ok()) return jobs.status();
+  return Load(*std::move(jobs));
+}
+
+absl::Status JobCatalog::Load(std::vector<Job> jobs) {
   absl::StatusOr<int64_t> max_seq = store_->MaxJobSequence();
   if (!max_seq.ok()) return max_seq.status();
   next_seq_ = *max_seq + 1;
-  for (Job& job : *jobs) {
+  for (Job& job : jobs) {
     const std::string id = job.id();
     const JobState state = job.state();
     Add(id).job = std::move(job);

@@ -155,6 +155,9 @@ class JobCatalog {
   // count in the totals and are not thinned again. The store's error if it
   // cannot be read.
   absl::Status Load();
+  // The same with the jobs given (a standby's warm copy of every stored job,
+  // oldest first, as Store::LoadJobs orders them) instead of reading them.
+  absl::Status Load(std::vector<loom::v1::Job> jobs);
 
   // "<name>-<seq>"; sequences never repeat (across restarts too).
   std::string NewJobId(const std::string& name);

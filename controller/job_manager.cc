@@ -85,10 +85,17 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
 
 bool JobManager::IsAttemptRunning(JobState s) { return IsAttemptRunningState(s); }
 
-absl::Status JobManager::Recover(const std::string& why) {
+absl::Status JobManager::Recover(const std::string& why) { return RecoverFrom(why, std::nullopt); }
+
+absl::Status JobManager::Recover(const std::string& why, std::vector<loom::v1::Job> jobs) {
+  return RecoverFrom(why, std::move(jobs));
+}
+
+absl::Status JobManager::RecoverFrom(const std::string& why,
+                                     std::optional<std::vector<loom::v1::Job>> jobs) {
   std::lock_guard<std::mutex> lock(mu_);
   recovered_because_ = why;
-  RETURN_IF_ERROR(jobs_.Load());
+  RETURN_IF_ERROR(jobs.has_value() ? jobs_.Load(*std::move(jobs)) : jobs_.Load());
   // Cordons still in force (slow ranks) outlive the restart.
   ASSIGN_OR_RETURN(const std::vector<Store::CordonRow> cordons,
                    store_->LoadCordons(clock_->NowUnixMillis()));

@@ -148,6 +148,9 @@ class JobManager {
   // `why` completes the re-adoption events' "re-adopted ... after ..."
   // (a failover names the controllers; cause controller_restart either way).
   absl::Status Recover(const std::string& why = "the controller restarted");
+  // The same from `jobs`, every stored job oldest first (a standby's warm
+  // copy, controller/leader/catalog_mirror.h), instead of reading them.
+  absl::Status Recover(const std::string& why, std::vector<loom::v1::Job> jobs);
 
   // --- client API
   // Applies defaults, validates, plans (job_planning.h: parallelism.auto
@@ -475,6 +478,9 @@ class JobManager {
   RecoveryMetrics* const metrics_;  // may be null
   CheckpointCatalog catalog_;        // over store_
   const RecoveryPolicy recovery_;    // what a failure or a spike leads to
+
+  // Recover, reading the jobs from the store when `jobs` is empty.
+  absl::Status RecoverFrom(const std::string& why, std::optional<std::vector<loom::v1::Job>> jobs);
 
   std::mutex mu_;
   JobCatalog jobs_;  // over store_; not thread-safe itself: guarded by mu_

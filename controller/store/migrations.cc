@@ -129,6 +129,17 @@ CREATE TABLE leader (
 );
 INSERT INTO leader (id, epoch, holder, address, expires_unix_ms) VALUES (1, 0, '', '', 0);
 )sql"},
+    // Every job write takes the next number, so that a standby reads only
+    // the jobs changed since its last look (Store::LoadJobsChangedSince).
+    {3, "jobs change sequence",
+     R"sql(
+ALTER TABLE jobs ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS jobs_by_change ON jobs (change_seq);
+)sql",
+     R"sql(
+ALTER TABLE jobs ADD COLUMN change_seq BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS jobs_by_change ON jobs (change_seq);
+)sql"},
 };
 
 // Columns a SQLite file from before schema_migrations may lack (added by

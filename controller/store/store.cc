@@ -277,10 +277,14 @@ absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
     for (size_t i = 0; i < batch.size(); ++i) {
       const PendingWrite& w = *batch[i];
       if (w.has_job && last_row[w.job_id] == i) {
+        // (change_seq: the next number; only the leader writes, one
+        // transaction at a time, so numbers commit in order.)
         auto r = conn_->Run(
-            "INSERT INTO jobs (id, seq, state, created_unix_ms, job) VALUES (?, ?, ?, ?, ?) "
+            "INSERT INTO jobs (id, seq, state, created_unix_ms, job, change_seq) "
+            "VALUES (?, ?, ?, ?, ?, (SELECT COALESCE(MAX(change_seq), 0) + 1 FROM jobs)) "
             "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
-            "created_unix_ms = excluded.created_unix_ms, job = excluded.job;",
+            "created_unix_ms = excluded.created_unix_ms, job = excluded.job, "
+            "change_seq = excluded.change_seq;",
             {Text(w.job_id), Int(w.seq), Int(w.state), Int(w.created_unix_ms), Blob(w.job_blob)});
         if (!r.ok()) return r.status();
       }
@@ -325,6 +329,24 @@ absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobs() {
       return absl::DataLossError(absl::StrCat("store: job row ", row[0].s, " is corrupt"));
     }
     jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobsChangedSince(int64_t after,
+                                                                       int64_t* newest) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r =
+      conn_->Run("SELECT id, job, change_seq FROM jobs WHERE change_seq > ? ORDER BY change_seq;",
+                 {Int(after)});
+  if (!r.ok()) return r.status();
+  std::vector<loom::v1::Job> jobs(r->rows.size());
+  *newest = after;
+  for (size_t i = 0; i < r->rows.size(); ++i) {
+    if (!jobs[i].ParseFromString(r->rows[i][1].s)) {
+      return absl::DataLossError(absl::StrCat("store: job row ", r->rows[i][0].s, " is corrupt"));
+    }
+    *newest = std::max(*newest, r->rows[i][2].i);
   }
   return jobs;
 }

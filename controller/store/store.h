@@ -105,6 +105,11 @@ class Store {
 
   // All jobs, oldest first.
   absl::StatusOr<std::vector<loom::v1::Job>> LoadJobs();
+  // The jobs written since change number `after` (-1: all), in the order
+  // they were written; *newest gets the highest number read (`after` when
+  // none). Every job write takes the next number (migration 3), so a reader
+  // that passes back *newest misses no write and reads none twice.
+  absl::StatusOr<std::vector<loom::v1::Job>> LoadJobsChangedSince(int64_t after, int64_t* newest);
 
   // Transitions recorded for a job, in order (from the transitions table).
   absl::StatusOr<std::vector<loom::v1::StateTransition>> LoadTransitions(const std::string& job_id);

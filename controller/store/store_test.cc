@@ -393,6 +393,42 @@ TEST_P(StoreBackendTest, ThinStepMetricsKeepsEvenlySpacedStepsWithTheEnds) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Every job write takes the next change number: a reader passing back the
+// newest it saw gets exactly the jobs written since.
+TEST_P(StoreBackendTest, LoadJobsChangedSinceReturnsEachWriteOnce) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store& st = **store;
+  int64_t newest = 0;
+  auto none = st.LoadJobsChangedSince(-1, &newest);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(newest, -1);
+  ASSERT_TRUE(st.PutJob(MakeJob("a-1", loom::v1::PENDING, 1000), 1).ok());
+  ASSERT_TRUE(st.PutJob(MakeJob("b-2", loom::v1::PENDING, 2000), 1).ok());
+  auto first = st.LoadJobsChangedSince(-1, &newest);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 2u);
+  const int64_t after_two = newest;
+  EXPECT_GT(after_two, 0);
+  EXPECT_TRUE(st.LoadJobsChangedSince(after_two, &newest)->empty());
+  EXPECT_EQ(newest, after_two);
+  // Two writes of a, put in line together (one batch or two): a comes back
+  // once, as its newest snapshot.
+  loom::v1::Job a = MakeJob("a-1", loom::v1::RUNNING, 1000);
+  Store::Ticket t1 = st.Enqueue(&a, 0, {}, a.id());
+  a.set_state(loom::v1::SUCCEEDED);
+  Store::Ticket t2 = st.Enqueue(&a, 0, {}, a.id());
+  ASSERT_TRUE(st.Wait(t2).ok());
+  ASSERT_TRUE(st.Wait(t1).ok());
+  auto changed = st.LoadJobsChangedSince(after_two, &newest);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  ASSERT_EQ(changed->size(), 1u);
+  EXPECT_EQ((*changed)[0].id(), "a-1");
+  EXPECT_EQ((*changed)[0].state(), loom::v1::SUCCEEDED);
+  EXPECT_GT(newest, after_two);
+}
+
 // A database whose schema a newer Loom wrote is refused with a message that
 // says so, and left as it was.
 TEST_P(StoreBackendTest, NewerSchemaIsRefused) {
