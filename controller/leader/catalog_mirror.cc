@@ -5,22 +5,6 @@
 #include <utility>
 
 namespace loom::controller {
-namespace {
-
-// The numeric suffix of "<name>-<seq>" (Store orders jobs by it after
-// their creation time).
-int64_t Sequence(const std::string& id) {
-  const size_t dash = id.rfind('-');
-  if (dash == std::string::npos) return 0;
-  int64_t v = 0;
-  for (size_t i = dash + 1; i < id.size(); ++i) {
-    if (id[i] < '0' || id[i] > '9') return 0;
-    v = v * 10 + (id[i] - '0');
-  }
-  return v;
-}
-
-}  // namespace
 
 absl::StatusOr<size_t> CatalogMirror::Refresh() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -43,8 +27,8 @@ std::vector<loom::v1::Job> CatalogMirror::TakeAll() {
   for (auto& [id, job] : jobs_) out.push_back(std::move(job));
   jobs_.clear();
   std::sort(out.begin(), out.end(), [](const loom::v1::Job& a, const loom::v1::Job& b) {
-    return std::make_tuple(a.created_unix_ms(), Sequence(a.id())) <
-           std::make_tuple(b.created_unix_ms(), Sequence(b.id()));
+    return std::make_tuple(a.created_unix_ms(), Store::JobSequence(a.id())) <
+           std::make_tuple(b.created_unix_ms(), Store::JobSequence(b.id()));
   });
   return out;
 }

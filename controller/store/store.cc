@@ -22,7 +22,9 @@ using store::Int;
 using store::SqlResult;
 using store::Text;
 
-int64_t JobSequence(const std::string& id) {
+}  // namespace
+
+int64_t Store::JobSequence(const std::string& id) {
   // Ids are "<name>-<seq>"; the sequence is the digits after the last '-'.
   auto dash = id.rfind('-');
   if (dash == std::string::npos) return 0;
@@ -33,8 +35,6 @@ int64_t JobSequence(const std::string& id) {
   }
   return v;
 }
-
-}  // namespace
 
 namespace {
 

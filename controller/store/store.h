@@ -165,6 +165,9 @@ class Store {
 
   // Largest numeric suffix used in job ids so far (ids never repeat).
   absl::StatusOr<int64_t> MaxJobSequence();
+  // The numeric suffix of a job id "<name>-<seq>" (0 when it has none):
+  // LoadJobs orders jobs by creation time, then by it.
+  static int64_t JobSequence(const std::string& id);
 
   // --- The leader lease (store_lease.cc) ---
   // One row says which controller leads, under which epoch, until when, on

@@ -35,8 +35,10 @@ for o in "${overlays[@]}"; do
     # Service's traffic to the leader alone, the database a StatefulSet on a
     # claim, its password from the Secret only.
     grep -q 'type: RollingUpdate' "$f" || fail "overlay ha: controllers are not rolled one at a time"
-    sed -n '/^kind: Deployment$/,/^---/p' "$f" | grep -q '^  replicas: 2$' ||
-      fail "overlay ha: not 2 controller replicas"
+    # (Read whole before grep -q: under pipefail, grep leaving early makes
+    # sed's SIGPIPE fail the pipeline.)
+    deployment=$(sed -n '/^kind: Deployment$/,/^---/p' "$f")
+    grep -q '^  replicas: 2$' <<<"$deployment" || fail "overlay ha: not 2 controller replicas"
     grep -q 'service: loom.leader' "$f" || fail "overlay ha: readiness does not follow the leader"
     grep -q -- '--store=postgresql://loom@loom-postgres:5432/loom' "$f" || fail "overlay ha: no --store"
     grep -q -- '--store_password_file=/etc/loom/db/password' "$f" || fail "overlay ha: no password file"
