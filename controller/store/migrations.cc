@@ -136,9 +136,13 @@ INSERT INTO leader (id, epoch, holder, address, expires_unix_ms) VALUES (1, 0, '
 ALTER TABLE jobs ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS jobs_by_change ON jobs (change_seq);
 )sql",
+     // (PostgreSQL: from a sequence, rather than MAX(change_seq) + 1, which
+     // there walks past the dead index entries of rows rewritten since the
+     // last vacuum.)
      R"sql(
 ALTER TABLE jobs ADD COLUMN change_seq BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS jobs_by_change ON jobs (change_seq);
+CREATE SEQUENCE IF NOT EXISTS jobs_change_seq;
 )sql"},
 };
 

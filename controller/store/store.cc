@@ -22,6 +22,18 @@ using store::Int;
 using store::SqlResult;
 using store::Text;
 
+// The job row's upsert, with `next_change` the expression of its change
+// number.
+std::string UpsertJob(const std::string& next_change) {
+  return absl::StrCat(
+      "INSERT INTO jobs (id, seq, state, created_unix_ms, job, change_seq) "
+      "VALUES (?, ?, ?, ?, ?, ",
+      next_change,
+      ") ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
+      "created_unix_ms = excluded.created_unix_ms, job = excluded.job, "
+      "change_seq = excluded.change_seq;");
+}
+
 }  // namespace
 
 int64_t Store::JobSequence(const std::string& id) {
@@ -278,14 +290,13 @@ absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
       const PendingWrite& w = *batch[i];
       if (w.has_job && last_row[w.job_id] == i) {
         // (change_seq: the next number; only the leader writes, one
-        // transaction at a time, so numbers commit in order.)
-        auto r = conn_->Run(
-            "INSERT INTO jobs (id, seq, state, created_unix_ms, job, change_seq) "
-            "VALUES (?, ?, ?, ?, ?, (SELECT COALESCE(MAX(change_seq), 0) + 1 FROM jobs)) "
-            "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
-            "created_unix_ms = excluded.created_unix_ms, job = excluded.job, "
-            "change_seq = excluded.change_seq;",
-            {Text(w.job_id), Int(w.seq), Int(w.state), Int(w.created_unix_ms), Blob(w.job_blob)});
+        // transaction at a time, so numbers commit in order. PostgreSQL
+        // takes it from a sequence: see migration 3.)
+        static const std::string kSqlite = UpsertJob("(SELECT COALESCE(MAX(change_seq), 0) + 1 FROM jobs)");
+        static const std::string kPostgres = UpsertJob("nextval('jobs_change_seq')");
+        auto r = conn_->Run(dialect_ == store::SqlDialect::kPostgres ? kPostgres : kSqlite,
+                            {Text(w.job_id), Int(w.seq), Int(w.state), Int(w.created_unix_ms),
+                             Blob(w.job_blob)});
         if (!r.ok()) return r.status();
       }
       for (const auto& [idx, t] : w.transitions) {
