@@ -1,4 +1,4 @@
-// Fused AdamW bandwidth (issue 6, benchmark 2): on N fp32 parameters, side
+// Fused AdamW bandwidth benchmark: on N fp32 parameters, side
 // by side in one run, median of several rounds:
 //   stream:      a kernel with AdamW's access pattern and trivial arithmetic
 //                (read p, g, m, v; write p, m, v): the bandwidth roofline;

@@ -1,8 +1,8 @@
-// Causal self-attention benchmark (issue 6, attention on CPU): Loom's
+// Causal self-attention benchmark (attention on CPU): Loom's
 // blocked kernel (worker/engine/ops/causal_attention.h) against the unfused
 // LibTorch expression softmax(mask(QKᵀ/√hd))·V on the same qkv, forward +
 // backward, alternating the two every round in one process so that other
-// load falls on both alike. Default shape: issue 6's training configuration
+// load falls on both alike. Default shape: the training benchmarks' configuration
 // (batch 8, seq 256, d_model 256, 4 heads), one layer's attention.
 //
 // Usage: loom_attention_bench [rounds] [threads] [batch] [seq] [d_model] [heads]

@@ -5,7 +5,7 @@
 add_executable(loom_planner_bench ${CMAKE_CURRENT_LIST_DIR}/planner_bench.cc)
 target_link_libraries(loom_planner_bench PRIVATE loom_planner)
 
-# published_plans: plan time of every published run (issue 28) vs. unpruned.
+# published_plans: plan time of every published run vs. unpruned.
 add_executable(loom_published_plans_bench ${CMAKE_CURRENT_LIST_DIR}/published_plans_bench.cc)
 target_link_libraries(loom_published_plans_bench PRIVATE loom_published_runs)
 
@@ -25,11 +25,11 @@ target_link_libraries(loom_recovery_bench PRIVATE loom_test_util loom_local_clus
 add_dependencies(loom_recovery_bench loomctl loom-controller loom-worker loom-rank)
 
 # checkpoint: Loom's checkpoint write throughput vs. the disk's write+fsync,
-# and the stall per checkpoint, on a ~124M-parameter GPT (issue 4).
+# and the stall per checkpoint, on a ~124M-parameter GPT.
 add_executable(loom_checkpoint_bench ${CMAKE_CURRENT_LIST_DIR}/checkpoint_bench.cc)
 target_link_libraries(loom_checkpoint_bench PRIVATE loom_engine loom_crc32c ${TORCH_LIBRARIES})
 
-# train: training tokens/s of loom::engine::Train on issue 6's GPT
+# train: training tokens/s of loom::engine::Train on the shared benchmark GPT
 # configuration, with the same run's sgemm rate and the model FLOPs per token
 # (the PyTorch eager side is bench/train_pytorch.py).
 add_executable(loom_train_bench ${CMAKE_CURRENT_LIST_DIR}/train_bench.cc)
@@ -43,12 +43,12 @@ target_link_libraries(loom_precision_bench PRIVATE loom_engine absl::strings abs
                       ${TORCH_LIBRARIES})
 
 # loader: share of the step waiting for data, with and without the
-# prefetching loader, on issue 6's GPT configuration.
+# prefetching loader, on the shared benchmark GPT configuration.
 add_executable(loom_loader_bench ${CMAKE_CURRENT_LIST_DIR}/loader_bench.cc)
 target_link_libraries(loom_loader_bench PRIVATE loom_engine loom_data ${TORCH_LIBRARIES})
 
 # attention: Loom's blocked causal attention kernel vs. the unfused LibTorch
-# expression, forward + backward, one layer of issue 6's configuration.
+# expression, forward + backward, one layer of the shared benchmark GPT.
 add_executable(loom_attention_bench ${CMAKE_CURRENT_LIST_DIR}/attention_bench.cc)
 target_link_libraries(loom_attention_bench PRIVATE loom_causal_attention ${TORCH_LIBRARIES})
 
@@ -68,19 +68,19 @@ if(TARGET torch_cuda)
 endif()
 
 # zero: ZeRO's reduce-scatter (a ring from Gloo's send/recv) + all-gather
-# against data parallelism's all-reduce, on Gloo over loopback (issue 11).
+# against data parallelism's all-reduce, on Gloo over loopback.
 add_executable(loom_zero_bench ${CMAKE_CURRENT_LIST_DIR}/zero_bench.cc)
 target_link_libraries(loom_zero_bench PRIVATE loom_engine ${TORCH_LIBRARIES})
 
 # plan-accuracy: the planner's step time for the spec's own layout against
-# the measured one, for every kind of layout the engine executes (issue 11).
+# the measured one, for every kind of layout the engine executes.
 add_executable(loom_plan_accuracy_bench ${CMAKE_CURRENT_LIST_DIR}/plan_accuracy_bench.cc)
 target_link_libraries(loom_plan_accuracy_bench PRIVATE loom_test_util loom_local_cluster
                       loom_grpc loom_file_util absl::strings)
 add_dependencies(loom_plan_accuracy_bench loomctl loom-controller loom-worker loom-rank)
 
 # parallel: the largest GPT that trains under a per-rank memory limit with
-# pure data parallelism and with the planner's layout (issue 11).
+# pure data parallelism and with the planner's layout.
 add_executable(loom_parallel_bench ${CMAKE_CURRENT_LIST_DIR}/parallel_bench.cc)
 target_link_libraries(loom_parallel_bench PRIVATE loom_test_util loom_grpc absl::strings
                       absl::str_format)
@@ -92,21 +92,21 @@ add_executable(loom_overlap_bench ${CMAKE_CURRENT_LIST_DIR}/overlap_bench.cc)
 target_link_libraries(loom_overlap_bench PRIVATE loom_engine ${TORCH_LIBRARIES})
 
 # chaos: kill -9 / partition / disk-full trials on a real local cluster in
-# network namespaces; every job must finish bit-exact (issue 12). Root only.
+# network namespaces; every job must finish bit-exact. Root only.
 add_executable(loom_chaos_bench ${CMAKE_CURRENT_LIST_DIR}/chaos_bench.cc)
 target_link_libraries(loom_chaos_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
                       loom_file_util absl::strings absl::str_format)
 add_dependencies(loom_chaos_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)
 
 # failover: the Jepsen-style run of active/standby controllers over
-# PostgreSQL (issue 32, tests/failover_cluster.h). Root only.
+# PostgreSQL (tests/failover_cluster.h). Root only.
 add_executable(loom_failover_bench ${CMAKE_CURRENT_LIST_DIR}/failover_bench.cc)
 target_link_libraries(loom_failover_bench PRIVATE loom_failover_cluster absl::str_format)
 add_dependencies(loom_failover_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)
 
 # control-plane: 10,000 simulated workers heartbeating, 100 jobs reporting
 # steps at 10 Hz and 20 watchers against a real controller, over real gRPC
-# from one process; p50/p99 of heartbeats and step reports (issue 12).
+# from one process; p50/p99 of heartbeats and step reports.
 add_executable(loom_control_plane_bench ${CMAKE_CURRENT_LIST_DIR}/control_plane_bench.cc
                ${CMAKE_CURRENT_LIST_DIR}/control_plane_fleet.cc)
 target_link_libraries(loom_control_plane_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
@@ -116,14 +116,14 @@ add_dependencies(loom_control_plane_bench loom-controller)
 
 # scheduler: the real scheduling policy through ClusterSim over a synthetic
 # 15,000-job trace on 1,000 workers; waits, utilisation, goodput,
-# preemptions and decisions/s against bench/scheduler_thresholds.txt (issue 30).
+# preemptions and decisions/s against bench/scheduler_thresholds.txt.
 add_executable(loom_scheduler_bench ${CMAKE_CURRENT_LIST_DIR}/scheduler_bench.cc)
 target_link_libraries(loom_scheduler_bench PRIVATE loom_scheduling absl::strings absl::str_format
                       absl::time)
 
 # elastic: one elastic job through a worker kill, its return, a partial
 # preemption, a slow rank (a CPU-quota cgroup) and a controller kill on 4
-# local workers; recovery times, steps lost, ETTR (issue 31). Root only.
+# local workers; recovery times, steps lost, ETTR. Root only.
 add_executable(loom_elastic_bench ${CMAKE_CURRENT_LIST_DIR}/elastic_bench.cc)
 target_link_libraries(loom_elastic_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
                       loom_goodput absl::strings absl::str_format)

@@ -1,4 +1,4 @@
-// chaos: Jepsen-style fault trials on a real local cluster (issue 12).
+// chaos: Jepsen-style fault trials on a real local cluster.
 //
 // One controller and three workers, each in a network namespace of its own
 // (tests/netns_lab.h), train the same small GPT job again and again. Each
@@ -8,10 +8,10 @@
 // again within the workers' lease, kill -9 it and keep it down past the
 // lease, cut a worker off from the controller with iptables and heal it
 // once the job has moved, fill the checkpoint volume (a small tmpfs)
-// during saves and free it again, or preempt it (issue 30): at random steps,
+// during saves and free it again, or preempt it: at random steps,
 // three times, a high-priority 2-rank job arrives and takes the job's slots
 // (checkpoint-then-preempt); every preemption must lose 0 steps and count no
-// restart. Elastic trials (issue 31) run an elastic job of 2 to 3 ranks
+// restart. Elastic trials run an elastic job of 2 to 3 ranks
 // that grows to 3, loses a worker (kill -9, then the node returns) and
 // shrinks, then grows back: it must end SUCCEEDED with no restart, every
 // data batch of its committed trajectory trained exactly once (loomctl

@@ -1,4 +1,4 @@
-// Checkpoint benchmark (issue 4, "Benchmarks"): a ~124M-parameter GPT
+// Checkpoint benchmark: a ~124M-parameter GPT
 // (GPT-2 small: 12 layers, d_model 768, vocab 50304, seq 256) trains a few
 // steps through loom::engine::Train with asynchronous checkpoints, and in
 // the same run, side by side:

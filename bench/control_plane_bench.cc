@@ -1,4 +1,4 @@
-// control-plane: the controller under a large cluster's load (issue 12).
+// control-plane: the controller under a large cluster's load.
 //
 // Starts a real loom-controller (fresh data dir and token, 127.0.0.1:0,
 // heartbeat period 1 s, worker timeout 30 s so that load alone does not
@@ -87,7 +87,7 @@ using loom::bench::Fleet;
 using loom::bench::FleetStats;
 using loom::bench::RpcStats;
 
-constexpr double kTargetP99Ms = 50;  // issue 12: p99 < 50 ms on 2 cores
+constexpr double kTargetP99Ms = 50;  // the target: p99 < 50 ms on 2 cores
 constexpr double kLoudErrorFraction = 0.01;
 // The controller is killed past this many threads: its gRPC server has a
 // thread per RPC in flight and no cap, and a machine's pid_max (32768 here)
@@ -562,7 +562,7 @@ int main(int argc, char** argv) {
   // The store: SQLite in the data dir (the default), or, with
   // CONTROL_PLANE_STORE=postgres, a PostgreSQL server of this run's own
   // (initdb under $TMPDIR, fsync on, the unix socket), as two controllers
-  // of the ha setup share (issue 32).
+  // of the ha setup share.
   const char* store_env = std::getenv("CONTROL_PLANE_STORE");
   const std::string store = store_env != nullptr && *store_env != '\0' ? store_env : "sqlite";
   if (store != "sqlite" && store != "postgres") {

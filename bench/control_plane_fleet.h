@@ -1,5 +1,5 @@
 // A fleet of simulated Loom workers in one process, for the control-plane
-// benchmark (issue 12, bench/control_plane_bench.cc). Over real gRPC, each
+// benchmark (bench/control_plane_bench.cc). Over real gRPC, each
 // simulated worker does what worker/worker_agent.cc does, minus the ranks:
 //   * registers (RegisterWorkerRequest with valid measured figures, a
 //     host id of its own), again a second after a failure, and again at

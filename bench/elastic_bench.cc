@@ -1,5 +1,5 @@
 // elastic: one elastic job through a fault every 30-50 s on a real local
-// cluster of 4 workers (issue 31).
+// cluster of 4 workers.
 //
 // An uninterrupted 4-rank run of the job goes first: its loss at every step
 // is the reference, and, since slow-rank detection is on by default, it is

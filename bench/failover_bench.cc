@@ -1,4 +1,4 @@
-// failover: the Jepsen-style run of issue 32 over many cycles
+// failover: the Jepsen-style run of the HA controllers over many cycles
 // (tests/failover_cluster.h): kill -9, SIGSTOP past the lease, and a
 // partition from the database of the leading controller, in turn, while
 // clients submit and cancel jobs and workers train and report. Prints each

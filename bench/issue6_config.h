@@ -1,5 +1,5 @@
-// The GPT configuration issue 6's benchmarks share ("Measured on these
-// machines"): 4 layers, 4 heads, d_model 256, seq 256, vocab 50304, global
+// The GPT configuration the CPU training benchmarks share (as measured on
+// these machines): 4 layers, 4 heads, d_model 256, seq 256, vocab 50304, global
 // batch = micro-batch = 8 sequences, AdamW (lr 3e-4 held constant, betas
 // 0.9/0.95, eps 1e-8, weight decay 0.1), clipping at 1.0, no dropout, no
 // validation. Used by train_bench.cc and loader_bench.cc.

@@ -1,6 +1,6 @@
 // llama: where a Llama-family step spends its time on the CPU, against a
-// GPT-2 of the same width and depth (issue 14, "fast where the profile says
-// so"). Both train forward + backward on the same batch, alternating rounds
+// GPT-2 of the same width and depth (the profile that says what to make
+// fast). Both train forward + backward on the same batch, alternating rounds
 // so that the machine's drift hits both; the figure is the Llama model's
 // time per model FLOP (common/model_shape.h) relative to GPT-2's (1.0 =
 // equally efficient). Also timed alone, on the Llama step's own tensor

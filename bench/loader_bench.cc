@@ -1,5 +1,5 @@
-// Data loader benchmark (issue 6, "Benchmarks" 3): the share of the training
-// step spent waiting for input, on the issue's configuration (GPT-2-style,
+// Data loader benchmark: the share of the training
+// step spent waiting for input, on the benchmark configuration (GPT-2-style,
 // 4 layers, 4 heads, d_model 256, vocab 50304, seq 256, batch 8, 2 threads),
 // with the prefetching loader (TrainerConfig::prefetch_depth 2: a background
 // thread keeps the next batches ready) and, in the same run, without it

@@ -1,6 +1,6 @@
 // parallel: the largest GPT that trains under a fixed per-rank memory limit
 // on 4 ranks, with pure data parallelism and with the best layout the
-// planner finds (issue 11, "Benchmark ./bench/run.sh parallel").
+// planner finds (./bench/run.sh parallel).
 //
 // Starts a real local Loom (controller + 2 workers of 2 slots, each worker
 // lending 2 x LIMIT, so LIMIT per rank), prepares byte-level text, and for a

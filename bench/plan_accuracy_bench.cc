@@ -1,6 +1,6 @@
 // plan-accuracy: the planner's step time against the measured one, for every
-// kind of layout the engine executes (issue 11, "Accuracy against
-// measurement").
+// kind of layout the engine executes: the planner's accuracy against
+// measurement.
 //
 // Starts a real local Loom (controller + 2 workers of 2 slots; each worker
 // measures its GEMM rate and copy bandwidth at start-up and reports them),

@@ -1,4 +1,4 @@
-// Planning-time benchmark (issue 3): plan the 1008B-parameter GPT of
+// Planning-time benchmark: plan the 1008B-parameter GPT of
 // Narayanan et al. 2021, Table 1 on 3072 A100-80GB (384 nodes x 8) over the
 // full search space, and compare with a baseline measured in the same run:
 // the same search with pruning off, i.e. every candidate layout evaluated

@@ -1,5 +1,5 @@
-// Mixed precision and activation checkpointing benchmark (issue 6,
-// "Benchmarks" 4): training tokens/s and peak memory of one GPT in fp32, bf16
+// Mixed precision and activation checkpointing benchmark:
+// training tokens/s and peak memory of one GPT in fp32, bf16
 // and bf16 with activation checkpointing, side by side in one run.
 //
 // Configuration: GPT-2-style, d_model 512, 8 layers, 8 heads, seq 256,

@@ -1,4 +1,4 @@
-// Planning time of the published runs (issue 28): every run of
+// Planning time of the published runs: every run of
 // controller/planner/testdata/published_runs.yaml planned as `loomctl plan
 // SPEC --topology T` plans it (parallelism.auto, with the device sweep),
 // against a baseline measured in the same run: the same plans with pruning

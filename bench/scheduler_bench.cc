@@ -1,5 +1,5 @@
-// The scheduler benchmark (issue 30, "A scheduler benchmark that gates
-// regressions"): the real scheduling policy (controller/scheduling/
+// The scheduler benchmark, which gates scheduling
+// regressions: the real scheduling policy (controller/scheduling/
 // AdmissionPolicy) driven through the real fake cluster (ClusterSim) on a
 // fake clock, over a synthetic trace; no copy of either.
 //

@@ -1,5 +1,5 @@
-// Training throughput benchmark (issue 6, "Benchmarks" 1): Loom's engine on
-// the issue's configuration, to be compared side by side with PyTorch eager
+// Training throughput benchmark: Loom's engine on
+// the benchmark configuration, to be compared side by side with PyTorch eager
 // (bench/train_pytorch.py; bench/run.sh runs both and prints the ratio).
 //
 // Configuration: GPT-2-style, 4 layers, 4 heads, d_model 256, vocab 50304,

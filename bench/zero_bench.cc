@@ -1,5 +1,5 @@
-// What sharded data parallelism's collectives cost on Gloo (issue 11,
-// "Sharded data parallelism"): LibTorch 1.13's Gloo has no reduce_scatter,
+// What sharded data parallelism's collectives cost on Gloo:
+// LibTorch 1.13's Gloo has no reduce_scatter,
 // so Loom builds a ring one from send/recv (reduce_scatter.h). Measured in
 // one run on the same ranks (threads of this process over loopback) and
 // the same gradient buffer:

@@ -1,4 +1,4 @@
-// The cluster CA of `loomctl local up` (issue 13): a private certificate
+// The cluster CA of `loomctl local up`: a private certificate
 // authority under <home>/tls that issues the controller's server
 // certificate and the client certificates that identify workers and users
 // (controller/access.h: common names "worker:<node>" and "user:<name>").

@@ -61,7 +61,7 @@ struct LocalClusterOptions {
   // directories may be named under <home>/checkpoints (and jobs that name
   // none get <home>/controller/checkpoints/<job id>).
   std::vector<std::string> data_roots;
-  // `local up --ha` (issue 32): a PostgreSQL server (cli/local_postgres.h)
+  // `local up --ha`: a PostgreSQL server (cli/local_postgres.h)
   // and two controllers sharing it, controller-0 and controller-1, each
   // with its own data dir (<home>/controller-<i>: rank logs) and the same
   // checkpoint roots; one leads, the other stands by, and the workers and

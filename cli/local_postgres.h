@@ -1,4 +1,4 @@
-// The PostgreSQL server of `loomctl local up --ha` (issue 32): the database
+// The PostgreSQL server of `loomctl local up --ha`: the database
 // the local cluster's two controllers share. A daemon like the others
 // (run/postgres.json, run/postgres.args, logs/postgres.log): `initdb` on
 // first use, the server on a unix socket only (no TCP port), trust

@@ -1,5 +1,5 @@
 // `loomctl plan SPEC --topology T` as a library (plan_command.h) on the specs
-// under examples/ (issue 28): every example plans without a schedule, since
+// under examples/: every example plans without a schedule, since
 // a person asking how to lay a model out often has no step count yet.
 #include "cli/plan_command.h"
 

@@ -101,7 +101,7 @@ absl::Status CheckModel(const v1::ModelSpec& model) {
   // (jobspec_validate_run.cc), so that a plan can take a 128K-token vocabulary.
   RETURN_IF_ERROR(CheckInRange(at + ".vocab_size", gpt.vocab_size(), 1, kMaxVocab));
   RETURN_IF_ERROR(CheckUnitOpen(at + ".dropout", gpt.dropout()));
-  // Model family (issue 11): shape rules here; which shapes the engine runs
+  // Model family: shape rules here; which shapes the engine runs
   // under which layouts is the run validation's business.
   RETURN_IF_ERROR(CheckInRange(at + ".n_kv_head", gpt.n_kv_head(), 0, gpt.n_head()));
   if (gpt.n_kv_head() > 0 && gpt.n_head() % gpt.n_kv_head() != 0) {

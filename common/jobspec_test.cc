@@ -559,7 +559,7 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        kInvalid,
        "activation_checkpointing: must be 0 (off), k >= 1 (every k-th block) "
        "or -1"},
-      // Model family (issue 11): malformed values are INVALID_ARGUMENT,
+      // Model family: malformed values are INVALID_ARGUMENT,
       // well-formed ones the engine does not build are UNIMPLEMENTED.
       {"negative n_kv_head",
        [](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_kv_head(-1); }, kInvalid,
@@ -731,7 +731,7 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
   }
 }
 
-// Issue 13, "Bad input": every numeric field has a range checked at
+// Bad input: every numeric field has a range checked at
 // submit, with its path, so that no later arithmetic overflows. The values
 // a reviewer tried (a window of 2^31 - 1, a rollback distance of 2^63 - 1, a
 // reversed skip range) and the bounds on either side.
@@ -884,7 +884,7 @@ TEST(ValidateJobSpecTest, NumbersOutsideTheirRangeNameTheField) {
   EXPECT_TRUE(ValidateJobSpec(edge).ok()) << ValidateJobSpec(edge);
 }
 
-// Tensor, pipeline and ZeRO layouts execute (issue 11); the batch is
+// Tensor, pipeline and ZeRO layouts execute; the batch is
 // split over the data-parallel replicas only.
 TEST(ValidateJobSpecTest, TensorPipelineAndZeroLayoutsAreAccepted) {
   JobSpec spec = MustParse(kGoodYaml);
@@ -965,7 +965,7 @@ TEST(ValidateJobSpecTest, ModelFamilyFieldsParseAndGpt2ValuesAreAccepted) {
   EXPECT_EQ(gpt.norm(), v1::GptModel::RMSNORM);
   EXPECT_TRUE(gpt.untied_embeddings());
   ApplyJobSpecDefaults(&spec);
-  // The Llama family's knobs train under data parallelism (issue 14).
+  // The Llama family's knobs train under data parallelism.
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 
   JobSpec gpt2 = MustParse(kGoodYaml);
@@ -1156,7 +1156,7 @@ TEST(LlamaSpecTest, GptDefaultsStayGpt2) {
   EXPECT_FALSE(IsGpt2Shape(EffectiveDecoder(model)));
 }
 
-// Issue 28: what a plan needs is not what a run needs.
+// What a plan needs is not what a run needs.
 constexpr char kPlanOnlyYaml[] = R"yaml(
 # A BLOOM-176B-shaped question: how should 176B parameters sit on 384
 # devices? No data, no optimizer, no schedule, no micro-batch.

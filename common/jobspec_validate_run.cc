@@ -93,7 +93,7 @@ absl::Status ValidateCheckpoint(const v1::CheckpointSpec& checkpoint) {
   return CheckInRange("checkpoint.keep", checkpoint.keep(), 1, 100000);
 }
 
-// recovery.slow_rank (issue 31).
+// recovery.slow_rank.
 absl::Status ValidateSlowRank(const v1::SlowRankSpec& s) {
   const std::string& action = s.action();
   if (!action.empty() && action != "report" && action != "cordon" && action != "replan") {

@@ -1,4 +1,4 @@
-// The prune log of a checkpoint directory (issue 12, "honest checkpoints").
+// The prune log of a checkpoint directory, for honest checkpoints.
 //
 // Retention deletes old checkpoints, and the rank that prunes reports what
 // it deleted to the controller. A rank can be killed between the delete and

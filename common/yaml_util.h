@@ -1,4 +1,4 @@
-// YAML loading that ends (issue 13, found by the jobspec fuzzer).
+// YAML loading that ends (found by the jobspec fuzzer).
 //
 // yaml-cpp 0.7 (Debian 12's) loops forever in YAML::LoadAll on some
 // malformed streams, allocating as it goes: a stream that is just ","

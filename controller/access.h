@@ -1,4 +1,4 @@
-// Who may call what on the controller (issue 13, "Identities and roles").
+// Who may call what on the controller: identities and roles.
 // No gRPC here: controller_service.cc extracts the caller's bearer token
 // and verified client-certificate name and asks this file.
 //
@@ -73,7 +73,7 @@ absl::Status Authorize(const Principal& who, absl::string_view method);
 
 // OK if `who` may cancel or roll back (`verb`) job `job_id` submitted by
 // `submitted_by`: admins always, users their own jobs; PERMISSION_DENIED
-// otherwise. A job without a recorded submitter (submitted before issue 13)
+// otherwise. A job without a recorded submitter (submitted before submitters were recorded)
 // is changed by admins only.
 absl::Status AuthorizeJobChange(const Principal& who, absl::string_view verb,
                                 absl::string_view job_id, absl::string_view submitted_by);

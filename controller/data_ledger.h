@@ -1,4 +1,4 @@
-// Issue 31's exactly-once check: what data a job's committed trajectory
+// The elastic jobs' exactly-once check: what data a job's committed trajectory
 // trained, from its step records (StepMetrics.data_batch, .generation,
 // .layout_generation). `loomctl steps JOB --ledger` prints it; the elastic
 // tests read it.

@@ -1,5 +1,5 @@
-// Bottleneck verdict for a running job from its measured step-time split
-// (issue 6), following the decision tree of the textbook's "Training"
+// Bottleneck verdict for a running job from its measured step-time split,
+// following the decision tree of the textbook's "Training"
 // chapter: first ask whether the accelerator waits for input (data-bound),
 // then whether memory capacity is the limit, then whether exposed
 // communication dominates, and only then tell compute-bound from

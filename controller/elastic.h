@@ -1,4 +1,4 @@
-// Elastic jobs (issue 31): the gang an elastic job is re-planned to when the
+// Elastic jobs: the gang an elastic job is re-planned to when the
 // live cluster cannot give it what it had, and its spec for that gang.
 // JobManager::ReplanLocked asks the planner for a layout of each candidate,
 // largest first, and takes the first that plans.

@@ -56,7 +56,7 @@ TEST(ElasticTest, TheSpecKeepsItsBatchAndLeavesTheLayoutToThePlanner) {
 namespace loom::controller {
 namespace {
 
-// Issue 31, the planner at the edges: on a shrunken, uneven cluster (three
+// Elastic re-planning at the edges: on a shrunken, uneven cluster (three
 // workers with 5, 2 and 1 free slots) every gang from 1 to 8 ranks either
 // plans an executable layout for exactly that many ranks, or says why not:
 // no split of the ranks fits the workers, or the planner's reason for the

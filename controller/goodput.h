@@ -1,4 +1,4 @@
-// A job's wall time split into goodput buckets (issue 30), after Google's
+// A job's wall time split into goodput buckets, after Google's
 // ML Productivity Goodput, extended: what share of the time a job has
 // existed trained the model, and where the rest went. A pure function of
 // the job record (its state transitions and recovery events) and its

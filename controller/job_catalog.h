@@ -1,4 +1,4 @@
-// The controller's jobs (issue 12, "Structure"): every job's record in
+// The controller's jobs: every job's record in
 // memory, in submission order, with the indexes the periodic checks read
 // (the PENDING queue, the unfinished jobs, counts by state, recovery totals
 // of ended jobs), and its durable copy in the Store. JobManager coordinates

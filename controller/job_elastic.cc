@@ -1,4 +1,4 @@
-// JobManager's elastic re-planning (issue 31): an elastic job that lost a
+// JobManager's elastic re-planning: an elastic job that lost a
 // worker is re-planned for the slots the live cluster can give it now
 // (controller/elastic.h), instead of waiting for its whole gang; one below
 // its max_ranks grows back when room returns. Members of JobManager

@@ -349,7 +349,7 @@ absl::StatusOr<loom::v1::PlanResponse> JobManager::Plan(const loom::v1::PlanRequ
   loom::v1::JobSpec spec = request.spec();
   ApplyJobSpecDefaults(&spec);
   // What a plan needs, not what a run needs: no schedule, up to the planner's
-  // device count, and layouts Loom does not execute yet (issue 28).
+  // device count, and layouts Loom does not execute yet.
   RETURN_IF_ERROR(ValidatePlanSpec(spec));
   LiveTopology topology;
   if (!request.topology_yaml().empty()) {

@@ -49,7 +49,7 @@
 
 namespace loom::controller {
 
-// Leases, and why their times are ordered so (issue 12). With G =
+// Leases, and why their times are ordered so. With G =
 // worker_timeout and M = lease_margin:
 //   * a worker kills its ranks itself when it has had no heartbeat answered
 //     for G, counted from when it sent the last answered one (so its

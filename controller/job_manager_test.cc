@@ -483,7 +483,7 @@ TEST_F(PreemptionTest, NonPreemptibleJobsAndJobsWithinTheirMinimumRunTimeAreLeft
   EXPECT_EQ(StateOf(third), loom::v1::PENDING);
 }
 
-// Issue 31: an elastic job whose worker is lost is re-planned for the two
+// An elastic job whose worker is lost is re-planned for the two
 // workers left (the planner's layout for the same global batch), resumes
 // from its newest checkpoint under it, and counts no restart.
 TEST_F(PreemptionTest, APreemptionThatNeedsPartOfAnElasticJobsSlotsShrinksIt) {
@@ -667,7 +667,7 @@ TEST_F(JobManagerTest, ElasticJobThatLosesAWorkerIsReplannedForTheWorkersLeft) {
 // the synchronous one does: a refused report at once, before it returns; an
 // applied one once its write is durable, from the store's thread, with the
 // steps in the store; a retried one again without applying it twice.
-// Slow ranks (issue 31): step reports with per-rank compute times.
+// Slow ranks: step reports with per-rank compute times.
 class SlowRankTest : public JobManagerTest {
  protected:
   // A two-rank job on node-a and node-b (node-c free when `third`), with
@@ -1879,7 +1879,7 @@ TEST_F(JobManagerTest, SubmitEvaluatesAnExplicitLayoutAndRejectsOneThatDoesNotFi
   EXPECT_EQ(manager_->List({}, 0).size(), 1u) << "nothing stored for the rejected job";
 }
 
-// Issue 11: tensor-parallel specs execute; one that would not fit is
+// Tensor-parallel specs execute; one that would not fit is
 // refused with the layout's numbers.
 TEST_F(JobManagerTest, TensorParallelSpecsRunWhenTheyFit) {
   Register("node-a", 2, 16e9, 50e9);
@@ -1900,7 +1900,7 @@ TEST_F(JobManagerTest, TensorParallelSpecsRunWhenTheyFit) {
   EXPECT_THAT(Msg(r.status()), StartsWith("parallelism.tensor: layout tp 2 | pp 1 | dp 1"));
 }
 
-// Issue 11, one placement: the scheduler places a TP2 x PP2 job with the
+// One placement: the scheduler places a TP2 x PP2 job with the
 // planner's placement over the workers in rack order (node-b's rack r1
 // before node-a's r2), each TP group inside one worker; rank 0's worker
 // hosts the rendezvous. A tensor group wider than a worker is refused at
@@ -2157,7 +2157,7 @@ TEST_F(JobManagerTest, RestartsCountStepsLostByCause) {
 namespace loom::controller {
 namespace {
 
-// Issue 12, honest checkpoints: a rank's report of a checkpoint that failed
+// Honest checkpoints: a rank's report of a checkpoint that failed
 // verification at load marks it corrupt in the catalog and is an event that
 // names the file and the check; a restart then resumes from the newest
 // checkpoint that is not corrupt; retention's deletions are "pruned".
@@ -2285,7 +2285,7 @@ TEST_F(JobManagerTest, FullCheckpointVolumeFailsTheJobWithoutSpendingRestarts) {
   // Any other exit code still restarts (RankFailureRestartsFromNewestCheckpoint...).
 }
 
-// Issue 13, confined paths: a spec's checkpoint directory must lie beneath
+// Confined paths: a spec's checkpoint directory must lie beneath
 // a checkpoint root, its data under the data roots (after resolving ".."),
 // and no two unfinished jobs may share a checkpoint directory (nor nest
 // one in the other); a finished job's directory may be taken over.
@@ -2337,7 +2337,7 @@ TEST_F(JobManagerTest, SubmitConfinesPathsAndRefusesASharedCheckpointDirectory) 
   (void)w;
 }
 
-// Load (issue 12): watch streams are bounded; the counts /metrics reads are
+// Load: watch streams are bounded; the counts /metrics reads are
 // kept as jobs move, not counted over every job; a finished job's step
 // series is thinned to the configured size.
 TEST_F(JobManagerTest, WatchersAreBoundedAndCountsFollowTheJobs) {

@@ -260,7 +260,7 @@ loom::v1::WorkerInfo InRack(loom::v1::WorkerInfo w, const std::string& id,
   return w;
 }
 
-// Live topology (issue 11): the workers' rack labels give the planner its
+// Live topology: the workers' rack labels give the planner its
 // racks, as the scheduler would choose the gang's workers.
 TEST(TopologyForSpecTest, RackLabelsOfTheGangsWorkersGiveTheRacks) {
   auto spec = TinySpec(4, 4);
@@ -344,7 +344,7 @@ TEST(PlanAtSubmitTest, AutoChoosesAnExecutableLayoutAndRecordsTheDegrees) {
   EXPECT_THAT(FormatJobPlan(*plan), HasSubstr("chosen (parallelism.auto)"));
 }
 
-// Issue 11: when the training state of a replica does not fit a rank's
+// When the training state of a replica does not fit a rank's
 // memory, parallelism.auto now plans a layout that splits it (tensor,
 // pipeline or ZeRO) instead of refusing, and records it in the spec.
 TEST(PlanAtSubmitTest, AutoSplitsTheModelWhenPureDataParallelismDoesNotFit) {
@@ -580,7 +580,7 @@ TEST(PlanSpecTest, ExplicitSpecLayoutIsEvaluatedToo) {
   EXPECT_THAT(resp->report(), HasSubstr("The spec's own layout"));
 }
 
-// Issue 11, model families: the job spec's GptModel fields reach the
+// Model families: the job spec's GptModel fields reach the
 // planner's ModelSpec; the GPT-2 defaults stay the planner's defaults.
 TEST(SpecToPlanRequestTest, CopiesTheModelFamilyIntoThePlannersModelSpec) {
   auto spec = TinySpec(1, 1);
@@ -603,7 +603,7 @@ TEST(SpecToPlanRequestTest, CopiesTheModelFamilyIntoThePlannersModelSpec) {
   g->mutable_mlp()->set_hidden(88);
   g->set_norm(loom::v1::GptModel::RMSNORM);
   g->set_untied_embeddings(true);
-  // Submit takes this model under data parallelism (issue 14).
+  // Submit takes this model under data parallelism.
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   auto llama = SpecToPlanRequest(spec, live->topology, 1);
   ASSERT_TRUE(llama.ok()) << llama.status();
@@ -686,7 +686,7 @@ TEST(PlanAtSubmitTest, AutoPlansALlamaModelWithTensorDegreesThatSplitItsHeads) {
   EXPECT_TRUE(ValidateJobSpec(uneven).ok()) << ValidateJobSpec(uneven);
 }
 
-// Issue 11, a pinned layout may fix every knob: the spec's interleaving and
+// A pinned layout may fix every knob: the spec's interleaving and
 // sequence parallelism are evaluated (submit refuses them), while the
 // executable search still never chooses them.
 TEST(SpecLayoutTest, CarriesInterleavingAndSequenceParallelism) {

@@ -1,4 +1,4 @@
-// JobManager's slow-rank handling (issue 31): the per-rank compute times of
+// JobManager's slow-rank handling: the per-rank compute times of
 // each step report feed the attempt's SlowRankDetector
 // (controller/recovery/slow_rank_detector.h); a rank it names is recorded
 // (SLOW_RANK) and handled as the job's recovery.slow_rank.action says.

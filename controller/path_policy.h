@@ -1,4 +1,4 @@
-// Where a job may read and write (issue 13, "Bad input"): the controller
+// Where a job may read and write: the controller
 // confines every job's data and checkpoint paths to roots it is configured
 // with, so that a spec cannot make ranks read /etc/shadow or prune /etc.
 //

@@ -57,7 +57,7 @@ TEST_F(PathPolicyTest, PathsUnderARootAreAcceptedAndResolved) {
   EXPECT_TRUE(Confine(tmp_ + "/data/x.bin").ok());
 }
 
-// What a reviewer tried (issue 13): /etc, a climb out with "..", /etc/shadow.
+// What a reviewer tried: /etc, a climb out with "..", /etc/shadow.
 TEST_F(PathPolicyTest, PathsOutsideEveryRootAreRefusedNamingTheField) {
   absl::Status s = Confine(tmp_ + "/data/x.bin", "/etc");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

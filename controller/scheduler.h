@@ -1,6 +1,6 @@
 // The gang scheduler's placement: which live workers run a job, and which
 // rank runs where. It places ranks with the planner's placement
-// (planner::PlaceRanks, issue 11 "One placement"), so the layout the planner
+// (planner::PlaceRanks), so the layout the planner
 // costs is the layout that runs:
 //   * every tensor-parallel group sits inside one worker (its two
 //     all-reduces per sublayer never cross the network);

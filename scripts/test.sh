@@ -49,7 +49,7 @@ status=0
 (cd "$build_dir" && ctest --output-on-failure -j "${CTEST_JOBS:-2}" "$@") || status=$?
 # The whole run (no ctest arguments) also compiles every translation unit
 # that includes LibTorch against Debian 13's LibTorch 2.6, CPU and CUDA
-# headers (issue 29; scripts/check-torch2.sh: ~15 MB downloaded once into
+# headers (scripts/check-torch2.sh: ~15 MB downloaded once into
 # ~/.cache/loom/torch2, ~1 GB more where no CUDA toolkit is installed).
 # After ctest, not beside it: its compiles would slow the timed tests.
 if [ $# -eq 0 ] && [ "${LOOM_SKIP_TORCH2_CHECK:-0}" != 1 ]; then

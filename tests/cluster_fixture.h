@@ -57,7 +57,7 @@ using ::testing::HasSubstr;
 
 const std::string kBin = LOOM_BIN_DIR;
 // loom_cluster_test runs on the default store (SQLite); loom_cluster_pg_test
-// is the same tests with the controller on PostgreSQL (issue 32).
+// is the same tests with the controller on PostgreSQL.
 #ifdef LOOM_CLUSTER_TESTS_ON_POSTGRES
 constexpr char kStoreFlag[] = " --store postgres";
 #else

@@ -211,7 +211,7 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   EXPECT_EQ(Status("tiny-1").state(), loom::v1::SUCCEEDED);
 }
 
-// Issue 13's identities end to end, with loomctl: an admin adds users, a
+// Identities and roles end to end, with loomctl: an admin adds users, a
 // user's job records its submitter, another user may neither cancel nor
 // roll it back, a reader may not submit, a removed user's token stops
 // working without a restart, and the admin (by certificate) may cancel
@@ -364,7 +364,7 @@ TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
                                   "default)"));
 }
 
-// Issue 30, checkpoint-then-preempt on a real local cluster: a 2-rank
+// Checkpoint-then-preempt on a real local cluster: a 2-rank
 // low-priority job is preempted by a high-priority one mid-interval. Its
 // ranks save the step they reached and stop; it waits PREEMPTED, resumes
 // from that checkpoint once the preemptor is done, loses 0 steps (no step is
@@ -613,7 +613,7 @@ TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
   r = Ctl("submit " + spec);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("batch_size"));
-  // Issue 13: what a reviewer tried. Paths outside the controller's roots
+  // What a reviewer tried. Paths outside the controller's roots
   // and out-of-range numbers are refused at submit, naming the field.
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"checkpoint: {dir: /etc}\n", "checkpoint.dir: /etc is outside"},
@@ -841,7 +841,7 @@ TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
   EXPECT_THAT(events.out, HasSubstr("RESTART"));
 }
 
-// Issue 12, honest checkpoints, through the real binaries: the catalog
+// Honest checkpoints, through the real binaries: the catalog
 // tells pruned from committed; `loomctl checkpoints --verify` finds a flipped
 // byte (which file, which check); a job resuming from that directory reports
 // the corrupt checkpoint, falls back to the next good one and succeeds; and
@@ -929,7 +929,7 @@ TEST_F(ClusterTest, CorruptCheckpointIsReportedVerifiedAndSkipped) {
   EXPECT_THAT(doomed_catalog.out, HasSubstr("MANIFEST.json failed its manifest_crc32c check"));
 }
 
-// Issue 12: kill -9 of the controller mid-job, restarted within the
+// Kill -9 of the controller mid-job, restarted within the
 // workers' lease (`loomctl local restart controller`, same address): the
 // ranks keep training, the workers register again with them, the controller
 // re-adopts them, and the job finishes with no restart (max_restarts 0:
@@ -1100,7 +1100,7 @@ TEST_F(ClusterTest, HostFrozenPastTheLeaseResumesWithoutARestart) {
   EXPECT_THAT(*log, ::testing::Not(HasSubstr("lease expired")));
 }
 
-// Issue 12, "Partition": the controller and two workers each in a network
+// Partition: the controller and two workers each in a network
 // namespace of their own; the worker running a job is cut off from the
 // controller with iptables (both directions dropped, as a dead switch port
 // would). Its ranks train on for the lease (3 s) and then its worker kills
@@ -1226,7 +1226,7 @@ TEST_F(ClusterTest, PartitionedWorkerStopsItsRanksAndTheJobResumesElsewhereBitEx
   std::cout << "partition trial, loomctl events " << job << ":\n" << events.out << std::endl;
 }
 
-// Issue 12's split brain, with the lease out of the way: a worker and its
+// The split brain, with the lease out of the way: a worker and its
 // ranks freeze (SIGSTOP, as a long GC pause or a hung host would), so the
 // worker cannot kill them when its lease runs out. The controller restarts
 // the job on the other worker; once that attempt has claimed the checkpoint
@@ -1342,11 +1342,11 @@ TEST_F(ClusterTest, FrozenAttemptThawedAfterARestartIsFencedOffTheCheckpointDire
   }
 }
 
-// Issue 11: a TP2 x PP2 job survives kill -9 of a worker holding one of
+// A TP2 x PP2 job survives kill -9 of a worker holding one of
 // its stages: it restarts from its newest checkpoint on the remaining
 // workers and replays the lost steps bit for bit (every step reported by
 // both attempts has the same loss).
-// Issue 31, elastic jobs on a real local cluster: a 3-rank elastic job
+// Elastic jobs on a real local cluster: a 3-rank elastic job
 // loses a worker (kill -9 of its daemon, and the rank with it). The
 // controller re-plans it for the two workers left (the same global batch,
 // now over 2 data-parallel ranks) and it resumes from its newest checkpoint
@@ -1841,14 +1841,14 @@ seed: 5
               replayed);
 }
 
-// Issue 14: a Llama-family model (grouped-query attention, SwiGLU,
+// A Llama-family model (grouped-query attention, SwiGLU,
 // RMSNorm, rotary positions, untied embeddings) trains data-parallel on two
 // workers, its stored spec shows the Llama defaults, MFU is reported, and
 // after a worker is killed it resumes from a checkpoint replaying every
 // step with the first attempt's loss.
 TEST_F(ClusterTest, LlamaJobTrainsDataParallelAndResumesBitExactly) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(3, /*worker_timeout_s=*/2));
-  // BPE tokens (a SentencePiece model trained on the text, issue 14).
+  // BPE tokens (a SentencePiece model trained on the text).
   auto prepared = Ctl(absl::StrCat(
       "data prepare --input /usr/share/games/fortunes/fortunes /usr/share/games/fortunes/literature"
       " --out ", home_, "/bpe --tokenizer bpe --vocab-size 512"));
@@ -2024,7 +2024,7 @@ TEST(TlsTest, ControllerServesTlsWhenGivenACertificate) {
 // data order is replaced by random bytes, the loss spikes there, the
 // controller rolls back to a checkpoint and skips the region, and the run
 // ends bitwise identical to a run from scratch told to skip that range.
-// Issue 4's PaLM-style recovery end to end, under `layout` (the spec's
+// PaLM-style recovery end to end, under `layout` (the spec's
 // resources and parallelism): poisoned data batches [60, 64) make a spike;
 // the controller rolls back to the step-40 checkpoint and skips them; a
 // replay from scratch with the recorded skip list ends with the same
@@ -2116,7 +2116,7 @@ TEST_F(ClusterTest, LossSpikeRollsBackSkipsAndMatchesAReplay) {
   SpikeRollsBackSkipsAndMatchesAReplay("resources: {workers: 2, ranks: 2}\n", "");
 }
 
-// Issue 11: the same under tensor x pipeline parallelism (2 micro-batches
+// The same under tensor x pipeline parallelism (2 micro-batches
 // through 2 stages, each split over 2 tensor ranks).
 TEST_F(ClusterTest, LossSpikeUnderTensorPipelineRollsBackAndMatchesAReplay) {
   SpikeRollsBackSkipsAndMatchesAReplay(
@@ -2124,7 +2124,7 @@ TEST_F(ClusterTest, LossSpikeUnderTensorPipelineRollsBackAndMatchesAReplay) {
       "--slots 2");
 }
 
-// Issue 3 in the controller: workers report their measured GEMM rate, the
+// The planner in the controller: workers report their measured GEMM rate, the
 // Plan RPC plans on the live cluster, parallelism.auto is planned and stored
 // at submit, and a layout that cannot fit is refused with the reason.
 TEST_F(ClusterTest, PlansOnTheLiveClusterAndStoresTheAutoPlan) {
@@ -2193,7 +2193,7 @@ resources: {workers: 2, ranks: 2}
   EXPECT_THAT(list.out, ::testing::Not(HasSubstr("\"big-")));
 }
 
-// Issue 11: each worker lends its 2 ranks 2.16 GiB; the planner keeps a
+// Each worker lends its 2 ranks 2.16 GiB; the planner keeps a
 // 1 GB + 5% reserve per rank, leaving ~100 MB per rank. The 12.6M-parameter
 // model's fp32 AdamW state is 16 bytes a parameter, 201 MB replicated, so
 // pure data parallelism is refused; parallelism.auto picks the fastest
@@ -2259,7 +2259,7 @@ seed: 11
   std::cout << status.out.substr(0, status.out.find("history")) << std::endl;
 }
 
-// Issue 4, manual control: `loomctl rollback` stops a running job, resumes it
+// Manual control: `loomctl rollback` stops a running job, resumes it
 // from the newest checkpoint at or before the step, skips the batches, and
 // the job still finishes.
 TEST_F(ClusterTest, OperatorRollbackResumesSkipsAndSucceeds) {

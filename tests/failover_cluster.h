@@ -1,4 +1,4 @@
-// A Jepsen-style run of active/standby controllers (issue 32), shared by
+// A Jepsen-style run of active/standby controllers, shared by
 // tests/failover_test.cc and `./bench/run.sh failover`.
 //
 // The cluster: `local up --ha` with every daemon in a network namespace of

@@ -1,4 +1,4 @@
-// The Jepsen-style run of issue 32 (tests/failover_cluster.h), small: one
+// The Jepsen-style HA run (tests/failover_cluster.h), small: one
 // cycle of each fault. `./bench/run.sh failover` runs more.
 #include <iostream>
 

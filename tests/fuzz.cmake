@@ -1,4 +1,4 @@
-# libFuzzer targets (issue 13), built only with -DLOOM_FUZZ=ON by a clang
+# libFuzzer targets, built only with -DLOOM_FUZZ=ON by a clang
 # build whose flags instrument every object (scripts/fuzz.sh passes
 # -fsanitize=address,undefined,fuzzer-no-link). Each target's seed corpus
 # is tests/fuzz/<name>/; scripts/fuzz.sh runs them all.

@@ -1,4 +1,4 @@
-// Active/standby controllers over PostgreSQL (issue 32), end to end:
+// Active/standby controllers over PostgreSQL, end to end:
 // `loomctl local up --ha` starts a PostgreSQL server and two controllers on
 // it; these tests kill or pause the leader under a running job and check
 // that the standby takes over, that the job loses nothing, and that the old

@@ -1,5 +1,5 @@
 // A small network of Linux network namespaces for fault tests and the chaos
-// benchmark (issue 12): a hub namespace holding a bridge, and N member
+// benchmark: a hub namespace holding a bridge, and N member
 // namespaces, each with loopback up and one veth into the bridge, addressed
 // 10.77.0.<i+1>/24. Nothing is created in the caller's namespace, so a test
 // never touches the host's own network; every namespace is named after the

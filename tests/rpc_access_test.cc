@@ -1,4 +1,4 @@
-// Issue 13's role test: a real loom-controller (TLS, cluster CA for client
+// The role test: a real loom-controller (TLS, cluster CA for client
 // certificates, a users file, a workers' token) on 127.0.0.1:0, and every
 // RPC of every service in the proto's descriptors called by every kind of
 // caller: none, a wrong token, a certificate from another CA, and each role

@@ -1,5 +1,5 @@
 // The controllers a worker reports to: one, or an active/standby set sharing
-// one database (issue 32), and which of them it talks to now.
+// one database, and which of them it talks to now.
 //
 // Every call goes to Current(). After it, After() looks at the answer: an
 // unreachable controller (UNAVAILABLE, DEADLINE_EXCEEDED) sends the next

@@ -1,5 +1,5 @@
 // What a worker tells the controller about its CPU at registration, for the
-// parallelism planner (issue 3): one thread's fp32 GEMM rate and copy
+// parallelism planner: one thread's fp32 GEMM rate and copy
 // bandwidth. Measured in the daemon (which does not link LibTorch) by calling
 // sgemm_ of whatever libblas.so.3 resolves to -- the same library LibTorch's
 // CPU matmuls call on Debian -- with the BLAS limited to one thread.

@@ -3,7 +3,7 @@
 // start/stop commands), starts and stops ranks through RankSupervisor, and
 // forwards rank events and exits to the controller.
 //
-// Faults (issue 12): the worker holds a lease renewed by every answered
+// Faults: the worker holds a lease renewed by every answered
 // heartbeat; past its grace it kills its ranks (EnforceLease). When the
 // controller forgets it (a restart), it registers again with the ranks
 // still running, which the controller re-adopts. Reports are kept and

@@ -1,4 +1,4 @@
-// GPU benchmark (issue 6, "GPU"): on one CUDA device, side by side in one
+// GPU benchmark: on one CUDA device, side by side in one
 // run, each figure against a reference measured in the same run:
 //   1. references: the bf16 matrix-product rate (torch::mm of two bf16
 //      8192 x 8192 matrices; the MFU denominator) and the copy bandwidth

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU benchmark (issue 6, "GPU"), for a machine with an NVIDIA GPU, PyTorch
+# GPU benchmark, for a machine with an NVIDIA GPU, PyTorch
 # with CUDA (whose LibTorch serves the C++ build), nvcc, CMake and ninja:
 # builds the engine parts it needs and bench/gpu/gpu_bench.cc there
 # (bench/gpu/CMakeLists.txt; the fused AdamW kernel for sm_90 unless

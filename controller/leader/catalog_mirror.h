@@ -1,4 +1,4 @@
-// A standby's warm copy of the job catalog (issue 32): every stored job,
+// A standby's warm copy of the job catalog: every stored job,
 // parsed, kept up to date by reading only the jobs written since the last
 // look (Store::LoadJobsChangedSince), so that taking over reads what the
 // leader wrote in the last second or so instead of the whole catalog.

@@ -1,4 +1,4 @@
-// Leadership of a controller among several sharing one database (issue 32).
+// Leadership of a controller among several sharing one database.
 //
 // Leadership: what this process knows about who leads, read by every RPC
 // (Admit) and by the controller's ticker, written by the LeaderElector.

@@ -1,4 +1,4 @@
-// Devices that don't pay (issue 11): the planner may leave devices idle.
+// Devices that don't pay: the planner may leave devices idle.
 //
 // MakePlan spreads the layout over every device it is given. When the global
 // batch is small for the cluster, the last devices buy little: a 1T GPT with

@@ -70,9 +70,9 @@ TEST(SweepDeviceCountsTest, PowersOfTwoWithinANodeThenWholeNodesThenEverything) 
   EXPECT_TRUE(ValidateTopology(four_nodes).ok());
 }
 
-// Issue 11: a 1T GPT (Narayanan et al. 2021, Table 1: 128 layers, 25,600
+// A 1T GPT (Narayanan et al. 2021, Table 1: 128 layers, 25,600
 // wide, 160 heads) with a global batch of 3,072 sequences is laid out on all
-// 131,072 A100s at 9.3% MFU (the issue said 9.4%). The sweep recommends fewer devices that each do
+// 131,072 A100s at 9.3% MFU (9.4% was expected). The sweep recommends fewer devices that each do
 // more of the work.
 TEST(SweepDevicesTest, OneTrillionOn131072A100sRecommendsFewerDevicesAtHigherMfu) {
   const test_models::MegatronRow& row = test_models::kMegatronRows[3];

@@ -34,7 +34,7 @@ loom_test(loom_planner_test
 target_compile_definitions(loom_planner_test PRIVATE
   LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 
-# Published large runs as planner inputs (issue 28): the regression suite and
+# Published large runs as planner inputs: the regression suite and
 # the published-plans bench read testdata/published_runs.yaml through it.
 loom_library(loom_published_runs SRCS ${LOOM_PLANNER_DIR}/published_runs.cc
   DEPS loom_planner loom_jobspec yaml-cpp absl::status absl::statusor absl::strings)

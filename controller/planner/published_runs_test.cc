@@ -1,4 +1,4 @@
-// The published-runs regression suite (issue 28): large training runs from
+// The published-runs regression suite: large training runs from
 // papers and reports (testdata/published_runs.yaml, each with its source),
 // each written as a job spec and a topology the way a user would, and put
 // through what `loomctl plan SPEC --topology T` does: plan validation

@@ -8,7 +8,7 @@ loom_library(loom_recovery_metrics SRCS ${_dir}/recovery_metrics.cc DEPS loom_me
 loom_library(loom_recovery_policy SRCS ${_dir}/recovery_policy.cc
   DEPS loom_spike_detector loom_slow_rank_detector loom_recovery_metrics loom_proto absl::strings)
 loom_test(loom_recovery_policy_test SRCS ${_dir}/recovery_policy_test.cc DEPS loom_recovery_policy)
-# Slow ranks: a rank's compute time against its peers' (issue 31).
+# Slow ranks: a rank's compute time against its peers'.
 loom_library(loom_slow_rank_detector SRCS ${_dir}/slow_rank_detector.cc DEPS absl::str_format)
 loom_test(loom_slow_rank_detector_test SRCS ${_dir}/slow_rank_detector_test.cc
   DEPS loom_slow_rank_detector)

@@ -1,4 +1,4 @@
-// Slow-rank detection for one job attempt (issue 31).
+// Slow-rank detection for one job attempt.
 //
 // Each step report carries every rank's forward+backward seconds
 // (StepMetrics.rank_compute_seconds). A rank is slow when, on at least

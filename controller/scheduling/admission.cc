@@ -172,7 +172,7 @@ class Cycle {
   absl::Time earliest_reservation_ = absl::InfiniteFuture();
   Decisions out_;
 
-  // Per-cycle indexes and caches (issue 30's benchmark: a cycle visits every
+  // Per-cycle indexes and caches (the scheduler benchmark: a cycle visits every
   // pending job, so per-job work over all workers or all running jobs
   // dominates). None changes a decision.
   // Snapshot runs that may be victims at all (Preemptible) in CheaperVictim

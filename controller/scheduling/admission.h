@@ -1,4 +1,4 @@
-// One scheduling cycle (issue 30): given a snapshot of the cluster, the
+// One scheduling cycle: given a snapshot of the cluster, the
 // queues' decayed usage and `now`, which gangs start where, which running
 // gangs are preempted for whom, and why every other job waits.
 //

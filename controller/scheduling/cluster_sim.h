@@ -1,5 +1,5 @@
 // A fake cluster on a fake clock that applies an AdmissionPolicy's
-// decisions the way the controller must (issue 30), and checks them:
+// decisions the way the controller must, and checks them:
 // admissions take exactly their gang's demand on distinct workers with room
 // (never part of a gang, never an over-committed worker); preemptions name
 // running jobs that are not already saving; every pending job is either

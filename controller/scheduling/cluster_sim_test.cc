@@ -1,4 +1,4 @@
-// Multi-cycle scenarios on a fake clock (issue 30's unit tests): the real
+// Multi-cycle scenarios on a fake clock (the scheduler's unit tests): the real
 // AdmissionPolicy driven through ClusterSim, which fails a cycle on any
 // partial gang, over-committed worker or inconsistent decision.
 #include "controller/scheduling/cluster_sim.h"

@@ -1,5 +1,5 @@
-// Each queue's usage, decayed over time (issue 30: "queues share by weight
-// over their decayed usage, with a configurable half-life").
+// Each queue's usage, decayed over time: queues share by weight
+// over their decayed usage, with a configurable half-life.
 //
 // The decayed usage is an exponentially weighted moving average of what
 // the queue held, in slots and GPUs: after an interval dt during which the

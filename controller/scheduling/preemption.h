@@ -1,4 +1,4 @@
-// Choosing whom to preempt (issue 30, "Preemption that loses nothing"):
+// Choosing whom to preempt, so that preemption loses nothing:
 // whole gangs only, the victims that lose the least work, a minimal set,
 // and never a job inside its no-thrash window.
 //

@@ -1,4 +1,4 @@
-// The controller's queues (issue 30): who may use how much of the cluster,
+// The controller's queues: who may use how much of the cluster,
 // who lends to whom, and how preemption behaves. Parsed from a YAML file the
 // controller reads at start-up (and again on SIGHUP):
 //

@@ -1,4 +1,4 @@
-# The scheduling policy (issue 30): queues with quotas and cohorts, fair
+# The scheduling policy: queues with quotas and cohorts, fair
 # share, gang admission with reservations and backfill, and preemption, as
 # classes over a snapshot of the cluster. No gRPC, no store, no wall clock:
 # the controller, the tests and the scheduler benchmark drive the same code.

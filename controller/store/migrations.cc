@@ -154,7 +154,7 @@ struct AddedColumn {
   const char* declaration;
 };
 constexpr AddedColumn kSqliteAddedColumns[] = {
-    {"workers", "zone", "TEXT NOT NULL DEFAULT ''"},  // issue 5 (deploy)
+    {"workers", "zone", "TEXT NOT NULL DEFAULT ''"},  // added for deployment labels
     {"workers", "rack", "TEXT NOT NULL DEFAULT ''"},
 };
 

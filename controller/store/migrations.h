@@ -1,7 +1,7 @@
 // The controller database's schema, as numbered migrations applied in order
 // at start-up (table schema_migrations records each with its time).
 //
-// Version 1 is the catalogs every Loom before issue 32 kept in SQLite (a
+// Version 1 is the catalogs every Loom before PostgreSQL support kept in SQLite (a
 // SQLite file from then has no schema_migrations table: its tables are
 // brought up to version 1 in place, columns added since included); version
 // 2 adds the leader lease, version 3 the jobs' change sequence. A migration never changes once

@@ -39,8 +39,8 @@ loom::v1::Job MakeJob(const std::string& id, loom::v1::JobState state, int64_t c
   return job;
 }
 
-// The same suite runs on both backends (issue 32: "same code above the
-// store"). On PostgreSQL each test gets a database of its own on one
+// The same suite runs on both backends (the same code above the
+// store). On PostgreSQL each test gets a database of its own on one
 // server the binary starts; "reopening" connects again to it.
 class StoreBackendTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -31,7 +31,7 @@ for o in "${overlays[@]}"; do
     grep -q "^kind: $kind\$" "$f" || fail "overlay $o has no $kind"
   done
   if [ "$o" = ha ]; then
-    # Two controllers over PostgreSQL (issue 32): rolled one at a time, the
+    # Two controllers over PostgreSQL: rolled one at a time, the
     # Service's traffic to the leader alone, the database a StatefulSet on a
     # claim, its password from the Secret only.
     grep -q 'type: RollingUpdate' "$f" || fail "overlay ha: controllers are not rolled one at a time"
@@ -64,11 +64,11 @@ for o in "${overlays[@]}"; do
   [ "$(grep -c 'mountPath: /var/lib/loom/checkpoints$' "$f")" = 2 ] ||
     fail "overlay $o: controller and workers do not mount checkpoints at /var/lib/loom/checkpoints"
   grep -q -- '--health_listen=0.0.0.0:9103' "$f" || fail "overlay $o: workers serve no health port"
-  # Spec data paths are confined to the workers' data volume (issue 13).
+  # Spec data paths are confined to the workers' data volume.
   grep -q -- '--data_root=/data' "$f" || fail "overlay $o: the controller confines no data paths"
   grep -q 'mountPath: /data$' "$f" || fail "overlay $o: workers do not mount the data volume at /data"
   # TLS everywhere, and workers prove their node with certificates: no
-  # token for workers, no plaintext (issue 13).
+  # token for workers, no plaintext.
   grep -q -- '--tls_cert_dir=/etc/loom/worker-tls' "$f" || fail "overlay $o: workers hold no certificates"
   grep -q 'secretName: loom-worker-tls' "$f" || fail "overlay $o: no loom-worker-tls Secret"
   grep -q -- '--tls_client_ca=/etc/loom/tls/ca.pem' "$f" || fail "overlay $o: the controller verifies no client certificates"

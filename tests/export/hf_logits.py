@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""An independent reader of Loom's Hugging Face export (issue 14).
+"""An independent reader of Loom's Hugging Face export.
 
 Written from the published formats, not from Loom's code: the safetensors
 file layout (an 8-byte little-endian header length, a JSON header of

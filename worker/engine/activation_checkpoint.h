@@ -1,4 +1,4 @@
-// Activation checkpointing (issue 6; Chen et al. 2016, "Training Deep Nets
+// Activation checkpointing (Chen et al. 2016, "Training Deep Nets
 // with Sublinear Memory Cost"). LibTorch's C++ API has no
 // torch.utils.checkpoint, so this is the same idea as a custom autograd
 // function: a segment of the network runs forward without recording a graph

@@ -1,7 +1,7 @@
 // Bytes of LibTorch CPU tensor storage live in this process, and their
 // high-water mark: a measure of peak training memory that, unlike the
 // process RSS, leaves out the libraries, the allocator's retained pages and
-// everything that is not a tensor (issue 6: "test that peak memory falls").
+// everything that is not a tensor (so that tests can check that peak memory falls).
 //
 // Install() wraps LibTorch's CPU allocator (c10::SetCPUAllocator) once per
 // process; from then on every CPU storage LibTorch allocates through it is

@@ -1,5 +1,5 @@
-// Memory of a CUDA device as LibTorch's caching allocator sees it (issue 6,
-// telemetry: "caching-allocator allocated/reserved/peak on GPU").
+// Memory of a CUDA device as LibTorch's caching allocator sees it (for
+// telemetry: caching-allocator allocated/reserved/peak on GPU).
 #ifndef LOOM_WORKER_ENGINE_DEVICE_MEMORY_H_
 #define LOOM_WORKER_ENGINE_DEVICE_MEMORY_H_
 

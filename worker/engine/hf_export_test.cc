@@ -1,4 +1,4 @@
-// Issue 14's export check: a model exported in Hugging Face's layout
+// The Hugging Face export check: a model exported in Hugging Face's layout
 // (hf_export.h) is read back by an independent reader written from the
 // published formats (tests/export/hf_logits.py, Debian's python3-torch),
 // whose logits for a prompt equal Loom's within 1e-4, for GPT-2 and for a

@@ -1,9 +1,9 @@
-// Host memory policy of a training process (issue 6, the fused step).
+// Host memory policy of a training process (the fused step).
 //
 // glibc's malloc serves every request above M_MMAP_THRESHOLD (at most
 // 32 MiB) with a fresh mmap and returns it with munmap on free. A training
-// step allocates and frees the same large temporaries every step — on issue
-// 6's configuration the fused loss's [rows × vocab] chunk (268 MB), the LM
+// step allocates and frees the same large temporaries every step — on the
+// benchmark configuration the fused loss's [rows × vocab] chunk (268 MB), the LM
 // head's weight gradient (51 MB), activations — so each step page-faults
 // ~320 MB back in and the kernel zeroes it: ~0.13 s of a ~1.3 s step
 // (bench/train: 1553 -> 1724 tok/s with the policy below, same binary).

@@ -1,4 +1,4 @@
-// Dynamic loss scaling for fp16 training (issue 6, "Mixed precision";
+// Dynamic loss scaling for fp16 training (mixed precision;
 // Micikevicius et al. 2018, "Mixed Precision Training", sec. 3.2; the same
 // policy as torch.cuda.amp.GradScaler).
 //

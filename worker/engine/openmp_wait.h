@@ -1,4 +1,4 @@
-// OpenMP wait policy of a training process (issue 6, the fused step).
+// OpenMP wait policy of a training process (the fused step).
 //
 // A CPU training step alternates between two thread pools on the same cores:
 // LibTorch's element-wise and reduction operators, its bf16 matrix products
@@ -9,7 +9,7 @@
 // many threads as cores that spinning takes the cores from the BLAS threads
 // of the matrix product that follows. Not spinning at all
 // (OMP_WAIT_POLICY=PASSIVE) fixes that but makes every one of oneDNN's many
-// short regions wake sleeping threads. Measured on issue 6's configurations
+// short regions wake sleeping threads. Measured on the benchmark configurations
 // (2 threads, 2 cores; medians; the environment variable in front of
 // ./bench/run.sh sets the policy of the Loom side; one run per cell, and
 // runs on these hosts differ by ~10%):

@@ -187,7 +187,7 @@ struct TrainerConfig {
   // on and has no effect on the resumed run.
   std::vector<BatchRange> skip_batches;
 
-  // --- Parallel layout (issue 11) -----------------------------------------
+  // --- Parallel layout ----------------------------------------------------
   // Tensor- and pipeline-parallel degrees and the ZeRO stage. At 1, 1, 0
   // every rank holds the whole model and optimizer (Train). Otherwise the
   // ranks run the layout data x pipeline x tensor, data = world size /

@@ -355,7 +355,7 @@ TEST_F(TrainerTest, FailedCheckpointSaveIsReportedAndStopsTraining) {
   EXPECT_FALSE(failures[0].second.empty());
 }
 
-// Issue 12, a stale attempt: a newer attempt of the job claims the
+// A stale attempt: a newer attempt of the job claims the
 // checkpoint directory while this one trains (as the controller's restart
 // on another worker does while this one is frozen). This attempt's next
 // save point ends it as fenced, before it writes anything: no checkpoint
@@ -423,7 +423,7 @@ class ScopedTmpfs {
   std::string error_;
 };
 
-// Issue 12, disk full: the checkpoint volume fills up during a save (a
+// Disk full: the checkpoint volume fills up during a save (a
 // filler file written once the first checkpoint commits). The save fails
 // with RESOURCE_EXHAUSTED and is reported; the previous checkpoint stays
 // intact and is what a resume would load; no partial checkpoint is left.
@@ -669,7 +669,7 @@ TEST_F(TrainerTest, SaveAndStopCommitsTheStepReachedAndResumesBitExactly) {
   EXPECT_DOUBLE_EQ(last[0].result->final_loss, straight[0].result->final_loss);
 }
 
-// Issue 12: when checkpoints exist and none verifies, a resume does not
+// When checkpoints exist and none verifies, a resume does not
 // quietly train from step 0. Rank 0 reports each corrupt one and fails with
 // DATA_LOSS (IsNoGoodCheckpoint), the other ranks with FAILED_PRECONDITION;
 // allow_start_from_scratch trains from scratch instead, as a run without
@@ -754,7 +754,7 @@ TEST_F(TrainerTest, CheckpointWithoutManifestIsSkipped) {
   std::vector<RankOutcome> resumed = RunRanks(config, 1);
   ASSERT_TRUE(resumed[0].result.ok()) << resumed[0].result.status();
   // Without a readable manifest its generation is unknown, so it sorts last;
-  // it is still checked and reported (issue 12), not passed over in silence.
+  // it is still checked and reported, not passed over in silence.
   EXPECT_EQ(resumed[0].result->resumed_from_step, 1);
   EXPECT_EQ(resumed[0].steps.size(), 1u);
   ASSERT_EQ(resumed[0].corrupt.size(), 1u);

@@ -1,4 +1,4 @@
-// Per-rank training telemetry (issue 6): model FLOPs and MFU, memory, power
+// Per-rank training telemetry: model FLOPs and MFU, memory, power
 // and energy. Plain C++ with no LibTorch or gRPC; the GEMM calibration that
 // gives a CPU's peak lives in gemm_calibration.cc (LibTorch), and NVML is
 // loaded at run time by nvml.h.

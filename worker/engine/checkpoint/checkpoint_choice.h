@@ -2,7 +2,7 @@
 // training (TrainerConfig::resume_step), and the checkpoints it found
 // corrupt on the way. No LibTorch types beyond checkpoint.h's.
 //
-// Honest checkpoints (issue 12): a checkpoint that does not verify is never
+// Honest checkpoints: a checkpoint that does not verify is never
 // skipped in silence. Every one the choice reads and rejects is reported
 // (CorruptCheckpoint: which file, which check), and the choice falls back to
 // the next checkpoint in lineage order. When checkpoints exist but none

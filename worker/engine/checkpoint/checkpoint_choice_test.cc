@@ -181,7 +181,7 @@ TEST_F(CheckpointChoiceTest, ResumeStepWithNoGoodCheckpointBeforeItIsFailedPreco
   EXPECT_EQ(corrupt[0].check, kCheckSize);
 }
 
-// Issue 12, "Corruption sweep": one byte flipped at each of 1,000 random
+// Corruption sweep: one byte flipped at each of 1,000 random
 // offsets of a committed checkpoint's files (one at a time, then put back).
 // Every one is detected when the run chooses where to resume, reported with
 // the flipped file and the check that failed, and the choice falls back to

@@ -1,5 +1,5 @@
-// Fencing of a checkpoint directory between the attempts of a job (issue
-// 12, "Fencing and leases"). No LibTorch.
+// Fencing of a checkpoint directory between the attempts of a job.
+// No LibTorch.
 //
 // Why. The controller fences a stale attempt's reports, and a worker that
 // loses its lease stops its ranks, but the checkpoint directory is shared

@@ -58,7 +58,7 @@ TEST_F(CheckpointFenceTest, ClaimCreatesTheDirectoryAndRecordsTheToken) {
   EXPECT_TRUE(claimed);
 }
 
-// The split brain of issue 12: attempt 3 is still alive when attempt 4
+// The split brain: attempt 3 is still alive when attempt 4
 // claims the directory. From then on attempt 3 can neither commit, prune
 // nor clean up, nor claim the directory back.
 TEST_F(CheckpointFenceTest, ANewerAttemptFencesTheOlderOne) {

@@ -543,7 +543,7 @@ TEST_F(CheckpointTest, AFencedWriterCommitsAndPrunesNothing) {
   }
 }
 
-// The frozen attempt of issue 12: attempt 3 stalls between writing its
+// The frozen attempt: attempt 3 stalls between writing its
 // shard and its manifest; attempt 4 claims the directory and cleans up the
 // temporary directory attempt 3 was writing into. Attempt 3's save then
 // fails as fenced (so that it stops as a stale attempt, exit 77), not as an

@@ -1,5 +1,5 @@
-// The asynchronous checkpoint writer of one rank (issue 4, "Asynchronous
-// save"): the training thread is blocked only to capture a checkpoint (shapes
+// The asynchronous checkpoint writer of one rank:
+// the training thread is blocked only to capture a checkpoint (shapes
 // and loop state) and, if need be, to wait for the copy of its tensors into a
 // host staging buffer; serialising, checksumming, fsync and the commit rename
 // run on a background thread while training continues.

@@ -1,5 +1,5 @@
 // Causal self-attention for CPU fp32 without materialising the masked
-// score matrix (issue 6, attention). LibTorch 1.13, the CPU build Debian
+// score matrix. LibTorch 1.13, the CPU build Debian
 // ships, has no scaled_dot_product_attention; the unfused expression
 //
 //   softmax(mask(Q·Kᵀ · s)) · V,  s = 1/√hd

@@ -1,4 +1,4 @@
-# CPU kernels of the fused step (issue 6). Blocked causal self-attention for
+# CPU kernels of the fused step. Blocked causal self-attention for
 # CPU fp32 (causal_attention.h), the kernel LibTorch 1.13 lacks; its matrix
 # products call the Fortran BLAS that LibTorch itself uses (libblas.so.3,
 # OpenBLAS by scripts/install-deps.sh).

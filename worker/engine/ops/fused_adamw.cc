@@ -30,7 +30,7 @@ constexpr int64_t kMinElementsPerThread = int64_t{1} << 16;
 constexpr int64_t kRangeAlignElements = 16;
 // Software prefetch distances, in elements. The update's divisions and
 // square root fill the out-of-order window, so the hardware prefetchers alone
-// leave a core short of loads in flight. On the issue 6 device host (Xeon,
+// leave a core short of loads in flight. On the benchmark host (Xeon,
 // 2 threads, 100M parameters), prefetching 2 KiB ahead on each array took the
 // update from 84 to 73 ms (a plain stream kernel without prefetch: 78 ms),
 // and 4 KiB ahead took the norm pass from 27 to 18 ms.

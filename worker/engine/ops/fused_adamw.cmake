@@ -1,4 +1,4 @@
-# Fused AdamW (issue 6): the LibTorch-free CPU kernel, its torch::optim
+# Fused AdamW: the LibTorch-free CPU kernel, its torch::optim
 # adapter, and (when CMake finds nvcc) the CUDA multi-tensor kernel's
 # standalone check against the CPU kernel.
 find_package(OpenMP REQUIRED COMPONENTS CXX)
@@ -68,7 +68,7 @@ if(TARGET loom_fused_adamw_cuda AND (TARGET torch_cuda OR TORCH_CUDA_LIBRARIES))
 endif()
 message(STATUS "Loom: fused AdamW CUDA kernel for CUDA tensors: ${LOOM_HAVE_TORCH_CUDA}")
 
-# Fused, chunked LM head + cross-entropy (issue 6, fused_loss.h). Tests for
+# Fused, chunked LM head + cross-entropy (fused_loss.h). Tests for
 # inf/NaN, so no -ffast-math family here either.
 loom_library(loom_fused_loss SRCS ${CMAKE_CURRENT_LIST_DIR}/fused_loss.cc
              DEPS loom_cpu_features ${TORCH_LIBRARIES})

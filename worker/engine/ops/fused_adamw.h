@@ -1,4 +1,4 @@
-// Fused AdamW over raw fp32 arrays (issue 6, "The fused step"): one pass over
+// Fused AdamW over raw fp32 arrays (the fused step): one pass over
 // the gradients for the global norm and non-finite detection, then one pass
 // over (param, grad, exp_avg, exp_avg_sq) that applies gradient unscale and
 // clipping, decoupled weight decay, both moments, bias correction and the

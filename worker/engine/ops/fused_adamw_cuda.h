@@ -1,4 +1,4 @@
-// Multi-tensor fused AdamW on CUDA (issue 6): FusedAdamWStep of
+// Multi-tensor fused AdamW on CUDA: FusedAdamWStep of
 // fused_adamw.h for tensors in device memory, with the same arithmetic, so
 // that a CUDA step equals the CPU kernel's bit for bit whenever both compute
 // the same clip factor (the grad norm's last bits depend on summation order).

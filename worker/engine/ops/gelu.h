@@ -1,4 +1,4 @@
-// GELU with the tanh approximation, fused for CPU fp32 (issue 6, the fused
+// GELU with the tanh approximation, fused for CPU fp32 (the fused
 // step):
 //
 //   gelu(x)  = ½·x·(1 + tanh(u)),  u = √(2/π)·(x + 0.044715·x³)

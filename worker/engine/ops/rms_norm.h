@@ -1,5 +1,5 @@
-// RMSNorm (Zhang & Sennrich 2019) fused for CPU fp32 (issue 14, "fast where
-// the profile says so": `./bench/run.sh llama` measured the LibTorch-ops
+// RMSNorm (Zhang & Sennrich 2019) fused for CPU fp32 (fast where
+// the profile says so: `./bench/run.sh llama` measured the LibTorch-ops
 // RMSNorm at 1.22x GPT-2's time per model FLOP, the largest of the Llama
 // knobs):
 //

@@ -1,5 +1,5 @@
-// SwiGLU's gating (Shazeer 2020) fused for CPU fp32 (issue 14, "fast where
-// the profile says so": `./bench/run.sh llama` ablates each Llama knob):
+// SwiGLU's gating (Shazeer 2020) fused for CPU fp32 (fast where
+// the profile says so: `./bench/run.sh llama` ablates each Llama knob):
 //
 //   h = silu(g) · u = g · s · u,   s = sigmoid(g)
 //   dg = dh · u · s · (1 + g · (1 − s)),   du = dh · g · s

@@ -1,4 +1,4 @@
-// Train() under parallel layouts (issue 11, "Tests"): the layout engine
+// Train() under parallel layouts: the layout engine
 // trains like the replicated one, and checkpoints move between layouts.
 // Ranks are threads of this process (real Gloo groups over loopback, one
 // HashStore), training a 4-block GPT on real English text (Debian's
@@ -542,7 +542,7 @@ TEST_F(LayoutTrainerTest, AShardThatFailsCommitsNothing) {
   EXPECT_TRUE(fs::exists(CheckpointPath(config.checkpoint_dir, 10)));
 }
 
-// Issue 12 under a sharded layout: a newer attempt claims the directory
+// Fencing under a sharded layout: a newer attempt claims the directory
 // mid-run; at the next save point every rank stops as fenced, and nothing
 // of that save is written.
 TEST_F(LayoutTrainerTest, AStaleAttemptStopsAsFencedOnEveryRank) {

@@ -1,4 +1,4 @@
-# Issue 11: executing the planner's layouts. The layout arithmetic is
+# Executing the planner's layouts. The layout arithmetic is
 # common/parallel_layout.h (the controller places ranks with it); the rest is
 # part of loom_engine:
 # process groups per layout, tensor-parallel layers, the partitioned GPT, the

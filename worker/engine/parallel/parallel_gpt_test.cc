@@ -1,5 +1,5 @@
-// Equivalence of the partitioned GPT with the single-rank one (issue 11,
-// "Tests"): same initial weights bit for bit, and the same 10 training
+// Equivalence of the partitioned GPT with the single-rank one:
+// same initial weights bit for bit, and the same 10 training
 // steps (losses and final parameters) under tensor and data parallelism,
 // within 1e-5. Ranks are threads of this process on one HashStore, with
 // real Gloo groups over loopback.
@@ -56,7 +56,7 @@ GptConfig TinyConfig() {
 // still differed by 2.1e-5 of a bias's magnitude. With eps 1e-4 such
 // elements move by lr * noise / eps while every gradient above ~1e-4 (most
 // of them) still takes Adam's normalised step, so the comparison below can
-// hold parameters to issue 11's 1e-5.
+// hold parameters to the required 1e-5.
 OptimizerConfig TestOptimizer() {
   OptimizerConfig o;
   o.lr = 1e-3;
@@ -332,7 +332,7 @@ std::pair<double, std::string> WorstDifference(const std::map<std::string, torch
   return {worst, worst_name};
 }
 
-// Tolerances (issue 11: 1e-5 for losses and parameters). Losses relative;
+// Tolerances (required: 1e-5 for losses and parameters). Losses relative;
 // the first step's gradients, which no optimizer has touched, and the
 // parameters after 10 AdamW steps each relative to their tensor's largest
 // magnitude (TestOptimizer says why its eps makes that bar fair).

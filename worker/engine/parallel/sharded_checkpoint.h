@@ -1,4 +1,4 @@
-// Sharded checkpoints (issue 11, "Checkpoints"): every rank of a tensor /
+// Sharded checkpoints: every rank of a tensor /
 // pipeline / ZeRO layout writes only what it alone holds, in parallel, and
 // any layout (the replicated engine included) reads any checkpoint back.
 //
