@@ -4,12 +4,17 @@
 // steps of which 3 warm up, AdamW (lr 3e-4 held, weight decay 0.1, clipping
 // at 1.0):
 //   Loom: Train() on cuda:0, on a shard of uniformly random tokens (the
-//         engine as a rank runs it: bf16 autocast over the blocks, fp32 LM
-//         head and loss, fused AdamW through the CUDA kernel);
+//         engine as a rank runs it: bf16 autocast over the blocks, the LM
+//         head's products in bf16 with fp32 accumulation and the loss in
+//         fp32, fused and chunked, fused AdamW through the CUDA kernel);
 //   PyTorch eager: bench/gpu/gpt_eager.py, the same model, batch and
-//         optimizer work in plain PyTorch (torch.autocast bf16, SDPA,
-//         torch.optim.AdamW's default), by $LOOM_GPU_PYTHON (default python3),
-//         first, so that each side has the GPU to itself.
+//         optimizer work in plain PyTorch (torch.autocast bf16, so its LM
+//         head too is a bf16 product; the loss on the logits taken to fp32;
+//         SDPA, torch.optim.AdamW's default), by $LOOM_GPU_PYTHON (default
+//         python3), first, so that each side has the GPU to itself.
+// Like with like: both sides multiply in bf16 everywhere autocast would and
+// compute the loss in fp32; the summary states each side's head dtype, and
+// the check fails if Loom's is not bf16.
 // tokens/s is each side's median over the timed steps; MFU = model FLOPs per
 // token (common/model_shape.h: 6 N_matmul + 12 L T d) x tokens/s / the
 // board's datasheet bf16 peak (common/device_catalog.h, by NVML's product
@@ -230,6 +235,13 @@ int CheckBench(const std::vector<std::string>&) {
   const double datasheet = DatasheetBf16Flops(&name, &why);
   const double measured = MeasuredBf16Flops();
   const double peak = datasheet > 0 ? datasheet : measured;
+  // What Loom's engine will do with this config, not what this file hopes.
+  const c10::ScalarType loom_head = engine::HeadMatmulDtype(shape_only.model, /*on_cuda=*/true);
+  const bool like_with_like = loom_head == torch::kBFloat16;
+  report.Note(absl::StrFormat(
+      "like with like: LM head products in %s (Loom) and bf16 (PyTorch eager, autocast), loss in "
+      "fp32 on both sides%s",
+      c10::toString(loom_head), like_with_like ? "" : " -- NOT the same work"));
   report.Note(absl::StrFormat(
       "GPT %.2fB parameters (L%d d%d h%d T%d V%d), batch %d x %d tokens, bf16, %d steps (%d "
       "warm-up); %.2f GFLOP per token; peak %s; bf16 mm 8192^3 measured %.0f TFLOP/s",
@@ -248,10 +260,12 @@ int CheckBench(const std::vector<std::string>&) {
   const double ratio = loom.tokens_per_second / eager.tokens_per_second;
   const bool finite = std::isfinite(loom.last_loss) && std::isfinite(eager.last_loss);
   const int status = report.Finish(
-      finite, absl::StrFormat("Loom %.0f tok/s MFU %.3f; PyTorch eager %.0f tok/s MFU %.3f; "
-                              "ratio %.3f",
-                              loom.tokens_per_second, mfu, eager.tokens_per_second,
-                              flops_per_token * eager.tokens_per_second / peak, ratio));
+      finite && like_with_like,
+      absl::StrFormat("Loom %.0f tok/s MFU %.3f; PyTorch eager %.0f tok/s MFU %.3f; ratio %.3f "
+                      "(both: bf16 blocks and LM head, fp32 loss)%s",
+                      loom.tokens_per_second, mfu, eager.tokens_per_second,
+                      flops_per_token * eager.tokens_per_second / peak, ratio,
+                      like_with_like ? "" : "; Loom's LM head is not bf16: not like with like"));
   std::printf("gpu: mfu %.3f ratio=%.3f\n", mfu, ratio);
   return status;
 }

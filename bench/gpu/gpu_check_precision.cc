@@ -182,8 +182,20 @@ int CheckActivationCheckpointing(const std::vector<std::string>&) {
     const RunResult b = TrainOneRank(checkpointed);
     const uint64_t peak_checkpointed = ReportedPeak(b);
     const LossDifference d = CompareLosses(a.steps, b.steps);
+    // Bitwise equality is reported, not required. In fp32 the two runs do
+    // the same arithmetic in the same order but for attention's backward,
+    // whose fp32 accumulation order may differ: 1e-5. In bf16, SDPA runs
+    // FlashAttention-2, whose backward sums the query gradient with atomic
+    // adds: two runs of the same step, checkpointed or not, need not agree
+    // to the last bit, and the difference, a few bf16 roundings (2^-8
+    // relative) in some gradient entries, grows through 6 Adam steps. 1e-3
+    // is ten times tighter than the gpt-precision check's bf16 bound, which
+    // covers all of bf16's rounding, and far looser than that noise; a
+    // recompute that changed the arithmetic (wrong segment input, lost
+    // dropout state) moves the loss by more.
+    const double limit = p == Precision::kBf16 ? 1e-3 : 1e-5;
     const bool bitwise = BitEqual(a.parameters, b.parameters);
-    const bool part_ok = a.status.ok() && b.status.ok() && d.compared == 6 && d.worst <= 1e-5 &&
+    const bool part_ok = a.status.ok() && b.status.ok() && d.compared == 6 && d.worst <= limit &&
                          peak_checkpointed < peak_plain;
     const std::string name = engine::PrecisionName(p);
     report.Part(
@@ -191,7 +203,7 @@ int CheckActivationCheckpointing(const std::vector<std::string>&) {
         absl::StrFormat("%s%s6 steps, segments of 3 of 8 blocks against none: %s, parameters "
                         "%s; peak allocated %.0f MiB checkpointed, %.0f MiB plain",
                         a.status.ok() ? "" : a.status.ToString() + "; ",
-                        b.status.ok() ? "" : b.status.ToString() + "; ", Describe(d, 1e-5),
+                        b.status.ok() ? "" : b.status.ToString() + "; ", Describe(d, limit),
                         bitwise ? "bit for bit"
                                 : absl::StrFormat("differ by up to %.3g",
                                                   MaxAbsDifference(a.parameters, b.parameters)),

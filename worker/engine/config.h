@@ -12,9 +12,10 @@
 
 namespace loom::engine {
 
-// Arithmetic of the transformer blocks (issue 6, "Mixed precision"). Master
-// weights, gradients and optimizer state are fp32 in every mode, and so is
-// the loss (the LM head and cross-entropy run on fp32 hidden states).
+// Arithmetic of the transformer blocks. Master weights, gradients and
+// optimizer state are fp32 in every mode, and so is the loss: the
+// log-sum-exp and cross-entropy run on fp32 logits. The LM head's matrix
+// products follow HeadPrecision below.
 enum class Precision {
   kFp32,
   // bf16 autocast over the blocks' forward (and so their backward): matrix
@@ -24,6 +25,22 @@ enum class Precision {
   // (TrainerConfig::device "cuda..."); refused on the CPU
   // (ValidateGptConfig, GptConfig::on_gpu).
   kFp16,
+};
+
+// The dtype of the LM head's matrix products (hidden @ W^T and its two
+// gradient products) under bf16 or fp16 training; under fp32 they are fp32
+// whatever this says. On a GPU the head is the largest single GEMM of a
+// step (2·N·V·d FLOPs three times over, V ≈ 50k): in fp32 it would cost
+// more than every block together in bf16 and cap the step's MFU.
+enum class HeadPrecision {
+  // The blocks' precision on a GPU; fp32 on the CPU, where bf16 products
+  // run no faster than fp32 ones and the numbers are kept as they were.
+  kAuto,
+  // fp32 on every device.
+  kFp32,
+  // The blocks' precision on every device (tests of the GPU's arithmetic
+  // on the CPU).
+  kBlocks,
 };
 
 // Value of GptConfig::activation_checkpointing that asks for Chen et al.'s
@@ -63,6 +80,7 @@ struct GptConfig {
   // How the model runs; neither changes its parameters, so a checkpoint
   // resumes under any setting of them.
   Precision precision = Precision::kFp32;
+  HeadPrecision head_precision = HeadPrecision::kAuto;
   // Activation checkpointing (activation_checkpoint.h): 0 = off; k >= 1 =
   // keep the block input only at every k-th block, i.e. run the blocks in
   // segments of k that store just their input and are recomputed in

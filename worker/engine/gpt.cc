@@ -234,6 +234,21 @@ absl::Status ValidateGptConfig(const GptConfig& c) {
   return absl::OkStatus();
 }
 
+c10::ScalarType HeadMatmulDtype(const GptConfig& config, bool on_cuda) {
+  const bool lower = config.head_precision == HeadPrecision::kBlocks ||
+                     (config.head_precision == HeadPrecision::kAuto && on_cuda);
+  if (!lower) return torch::kFloat;
+  switch (config.precision) {
+    case Precision::kBf16:
+      return torch::kBFloat16;
+    case Precision::kFp16:
+      return torch::kHalf;
+    case Precision::kFp32:
+      break;
+  }
+  return torch::kFloat;
+}
+
 const char* PrecisionName(Precision precision) {
   switch (precision) {
     case Precision::kFp32:
@@ -417,7 +432,9 @@ torch::Tensor GptImpl::ForwardCached(const torch::Tensor& idx, KvCache* cache) {
 }
 
 torch::Tensor GptImpl::Loss(const torch::Tensor& idx, const torch::Tensor& targets) {
-  return FusedLinearCrossEntropy(Hidden(idx), HeadWeight(), targets);
+  FusedLossOptions options;
+  options.matmul_dtype = HeadMatmulDtype(config_, idx.is_cuda());
+  return FusedLinearCrossEntropy(Hidden(idx), HeadWeight(), targets, options);
 }
 
 torch::Tensor GptImpl::Hidden(const torch::Tensor& idx) {

@@ -40,6 +40,12 @@ absl::Status ValidateGptConfig(const GptConfig& config);
 // "fp32", "bf16" or "fp16" (the spelling of StepMetrics.precision).
 const char* PrecisionName(Precision precision);
 
+// The dtype of the LM head's matrix products for a model whose hidden states
+// are on a CUDA device (on_cuda) or not: kFloat under fp32 precision or
+// where config.head_precision keeps the head in fp32 (kFp32, or kAuto off
+// the GPU); otherwise the blocks' dtype, kBFloat16 or kHalf.
+c10::ScalarType HeadMatmulDtype(const GptConfig& config, bool on_cuda);
+
 // The model's shape in the description the planner and the telemetry share
 // (common/model_shape.h).
 ModelShape ShapeOf(const GptConfig& config);
@@ -146,8 +152,10 @@ class GptImpl : public torch::nn::Module {
 
   // Mean next-token cross entropy of idx [B, T] against targets [B, T]
   // (nats per token): the LM head and the loss fused and chunked
-  // (fused_loss.h), so the [B·T, V] logits are never held whole. Equal to
-  // LanguageModelLoss(forward(idx), targets) within 1e-5.
+  // (fused_loss.h), so the [B·T, V] logits are never held whole. The head's
+  // products run in HeadMatmulDtype (fp32 accumulation); the loss is fp32.
+  // With fp32 products, equal to LanguageModelLoss(forward(idx), targets)
+  // within 1e-5.
   torch::Tensor Loss(const torch::Tensor& idx, const torch::Tensor& targets);
 
   const GptConfig& config() const { return config_; }

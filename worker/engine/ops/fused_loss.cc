@@ -191,6 +191,8 @@ struct Inputs {
   int64_t vocab = 0;
   int64_t d = 0;
   int64_t chunk = 0;  // rows per chunk, in [1, N]
+  // The products' dtype: the inputs' own, or bf16/fp16 for fp32 inputs.
+  c10::ScalarType matmul_dtype = c10::ScalarType::Float;
 };
 
 Inputs CheckInputs(const torch::Tensor& hidden, const torch::Tensor& weight,
@@ -211,6 +213,15 @@ Inputs CheckInputs(const torch::Tensor& hidden, const torch::Tensor& weight,
   TORCH_CHECK(hidden.dim() >= 1 && hidden.size(-1) == in.d, "FusedLinearCrossEntropy: hidden ",
               hidden.sizes(), " does not end in d = ", in.d);
   TORCH_CHECK(targets.scalar_type() == torch::kLong, "FusedLinearCrossEntropy: targets must be int64");
+  in.matmul_dtype = dtype;
+  if (options.matmul_dtype != c10::ScalarType::Undefined && options.matmul_dtype != dtype) {
+    TORCH_CHECK(dtype == torch::kFloat && (options.matmul_dtype == torch::kBFloat16 ||
+                                           options.matmul_dtype == torch::kHalf),
+                "FusedLinearCrossEntropy: matmul_dtype must be bf16 or fp16 with fp32 inputs "
+                "(or the inputs' own dtype), got ",
+                options.matmul_dtype, " with ", dtype, " inputs");
+    in.matmul_dtype = options.matmul_dtype;
+  }
   in.h = hidden.reshape({-1, in.d}).contiguous();
   in.w = weight.contiguous();
   in.t = targets.reshape({-1}).contiguous();
@@ -276,21 +287,30 @@ LossAndGrads ComputeCpuKernel(const Inputs& in, bool want_hidden, bool want_weig
 
 // Any device, fp32/bf16/fp16: the same chunked algorithm in LibTorch
 // operations, which never read a tensor on the host except for one check of
-// the targets. Per chunk: Z = h_c @ W^T in the inputs' dtype (fp32
+// the targets. Per chunk: Z = h_c @ W^T in the products' dtype (fp32
 // accumulation, as cuBLAS and LibTorch's CPU kernels do for bf16/fp16),
 // taken to fp32; lse = logsumexp(Z) and loss = lse − Z[t] in fp32, summed in
-// double; G = (exp(Z − lse) − onehot) / N in fp32, overwriting Z, then
-// rounded to the inputs' dtype for grad_hidden_c = G @ W and G^T @ h_c;
-// grad_W is summed over chunks in fp32 and rounded once at the end. With
-// fp32 inputs every step is fp32, as in the CPU kernel. Non-finite logits
-// give a non-finite loss and gradients (logsumexp propagates NaN and inf).
+// double. With fp32 products: G = (exp(Z − lse) − onehot) / N in fp32,
+// overwriting Z, for grad_hidden_c = G @ W and grad_W += G^T @ h_c, every
+// step fp32 as in the CPU kernel. With bf16/fp16 products: exp(Z − lse) −
+// onehot is rounded to that dtype unscaled, and the two products are taken
+// to fp32 and multiplied by 1/N there; grad_W is summed over chunks in fp32,
+// and both gradients are rounded to the inputs' dtype once at the end (not
+// at all for fp32 inputs). Non-finite logits give a non-finite loss and
+// gradients (logsumexp propagates NaN and inf).
 LossAndGrads ComputeGeneric(const Inputs& in, bool want_hidden, bool want_weight) {
   const torch::Tensor& h = in.h;
   const torch::Tensor& w = in.w;
   const int64_t n = in.n, vocab = in.vocab, d = in.d, chunk = in.chunk;
   const c10::ScalarType dtype = h.scalar_type();
-  const bool fp32 = dtype == torch::kFloat;
+  const c10::ScalarType mm_dtype = in.matmul_dtype;
+  const bool fp32 = mm_dtype == torch::kFloat;
   const torch::TensorOptions f32 = h.options().dtype(torch::kFloat);
+  // The products' operands: the inputs themselves, or one lower-precision
+  // copy of each for the whole call (to() returns the tensor itself when it
+  // has the dtype already).
+  const torch::Tensor hm = h.to(mm_dtype);
+  const torch::Tensor wm = w.to(mm_dtype);
   const torch::Tensor bad = in.t.lt(0).logical_or(in.t.ge(vocab));
   if (bad.any().item<bool>()) {
     const int64_t row = bad.nonzero()[0][0].item<int64_t>();
@@ -301,7 +321,8 @@ LossAndGrads ComputeGeneric(const Inputs& in, bool want_hidden, bool want_weight
   const bool want_grad = want_hidden || want_weight;
   const double scale = 1.0 / static_cast<double>(n);
   LossAndGrads out;
-  if (want_hidden) out.grad_hidden = torch::empty({n, d}, h.options());
+  torch::Tensor grad_hidden;  // fp32 unless the products are the inputs' lower dtype
+  if (want_hidden) grad_hidden = torch::empty({n, d}, fp32 ? h.options() : f32);
   torch::Tensor grad_weight;  // fp32, summed over chunks
   if (want_weight) grad_weight = torch::empty({vocab, d}, f32);
   torch::Tensor z = torch::empty({chunk, vocab}, f32);
@@ -310,32 +331,39 @@ LossAndGrads ComputeGeneric(const Inputs& in, bool want_hidden, bool want_weight
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t rows = std::min(chunk, n - start);
     torch::Tensor zc = z.narrow(0, 0, rows);
-    const torch::Tensor hc = h.narrow(0, start, rows);
+    const torch::Tensor hc = hm.narrow(0, start, rows);
     const torch::Tensor tc = in.t.narrow(0, start, rows).unsqueeze(1);  // [rows, 1]
     if (fp32) {
-      torch::mm_out(zc, hc, w.t());
+      torch::mm_out(zc, hc, wm.t());
     } else {
-      zc.copy_(torch::mm(hc, w.t()));
+      zc.copy_(torch::mm(hc, wm.t()));
     }
     const torch::Tensor lse = torch::logsumexp(zc, /*dim=*/1, /*keepdim=*/true);  // [rows, 1]
     loss_sum.add_((lse - zc.gather(1, tc)).sum(torch::kDouble));
     if (!want_grad) continue;
     zc.sub_(lse).exp_();  // softmax
     zc.scatter_add_(1, tc, minus_one.narrow(0, 0, rows));
-    zc.mul_(scale);
-    const torch::Tensor g = fp32 ? zc : zc.to(dtype);
+    if (fp32) {
+      zc.mul_(scale);
+      if (want_hidden) {
+        torch::Tensor gh = grad_hidden.narrow(0, start, rows);
+        torch::mm_out(gh, zc, wm);
+      }
+      if (want_weight) {
+        if (start == 0) {
+          torch::mm_out(grad_weight, zc.t(), hc);
+        } else {
+          grad_weight.addmm_(zc.t(), hc);
+        }
+      }
+      continue;
+    }
+    const torch::Tensor g = zc.to(mm_dtype);  // softmax − onehot, unscaled
     if (want_hidden) {
-      torch::Tensor gh = out.grad_hidden.narrow(0, start, rows);
-      torch::mm_out(gh, g, w);
+      grad_hidden.narrow(0, start, rows).copy_(torch::mm(g, wm)).mul_(scale);
     }
     if (want_weight) {
-      if (fp32) {
-        if (start == 0) {
-          torch::mm_out(grad_weight, g.t(), hc);
-        } else {
-          grad_weight.addmm_(g.t(), hc);
-        }
-      } else if (start == 0) {
+      if (start == 0) {
         grad_weight.copy_(torch::mm(g.t(), hc));
       } else {
         grad_weight.add_(torch::mm(g.t(), hc));
@@ -343,7 +371,9 @@ LossAndGrads ComputeGeneric(const Inputs& in, bool want_hidden, bool want_weight
     }
   }
   out.loss = loss_sum.div(static_cast<double>(n)).to(torch::kFloat);
-  if (want_weight) out.grad_weight = fp32 ? grad_weight : grad_weight.to(dtype);
+  if (want_weight && !fp32) grad_weight.mul_(scale);
+  if (want_hidden) out.grad_hidden = grad_hidden.to(dtype);
+  if (want_weight) out.grad_weight = grad_weight.to(dtype);
   return out;
 }
 
@@ -354,8 +384,9 @@ LossAndGrads Compute(const torch::Tensor& hidden, const torch::Tensor& weight,
   // must not recast them (a no-op when autocast is off).
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const Inputs in = CheckInputs(hidden, weight, targets, options);
-  const bool cpu_kernel =
-      !options.force_generic && in.h.device().is_cpu() && in.h.scalar_type() == torch::kFloat;
+  const bool cpu_kernel = !options.force_generic && in.h.device().is_cpu() &&
+                          in.h.scalar_type() == torch::kFloat &&
+                          in.matmul_dtype == torch::kFloat;
   LossAndGrads out = cpu_kernel ? ComputeCpuKernel(in, want_hidden, want_weight)
                                 : ComputeGeneric(in, want_hidden, want_weight);
   if (want_hidden) out.grad_hidden = out.grad_hidden.view(hidden.sizes());
@@ -367,12 +398,13 @@ class FusedLinearCrossEntropyFunction
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor hidden,
                                torch::Tensor weight, torch::Tensor targets, int64_t chunk_rows,
-                               int64_t chunk_bytes, bool force_generic, bool want_hidden,
-                               bool want_weight) {
+                               int64_t chunk_bytes, bool force_generic, int64_t matmul_dtype,
+                               bool want_hidden, bool want_weight) {
     FusedLossOptions options;
     options.chunk_rows = chunk_rows;
     options.chunk_bytes = chunk_bytes;
     options.force_generic = force_generic;
+    options.matmul_dtype = static_cast<c10::ScalarType>(matmul_dtype);
     LossAndGrads r = Compute(hidden, weight, targets, options, want_hidden, want_weight);
     ctx->saved_data["grad_hidden"] = r.grad_hidden;
     ctx->saved_data["grad_weight"] = r.grad_weight;
@@ -407,8 +439,8 @@ class FusedLinearCrossEntropyFunction
     torch::Tensor grad_hidden = take("grad_hidden");
     torch::Tensor grad_weight = take("grad_weight");
     // One entry per forward argument: hidden, weight, then none for targets
-    // and the five options.
-    return {grad_hidden,     grad_weight,     torch::Tensor(), torch::Tensor(),
+    // and the six options.
+    return {grad_hidden,     grad_weight,     torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -433,9 +465,9 @@ torch::Tensor FusedLinearCrossEntropy(const torch::Tensor& hidden, const torch::
   if (!want_hidden && !want_weight) {
     return Compute(hidden, weight, targets, options, false, false).loss;
   }
-  return FusedLinearCrossEntropyFunction::apply(hidden, weight, targets, options.chunk_rows,
-                                                options.chunk_bytes, options.force_generic,
-                                                want_hidden, want_weight);
+  return FusedLinearCrossEntropyFunction::apply(
+      hidden, weight, targets, options.chunk_rows, options.chunk_bytes, options.force_generic,
+      static_cast<int64_t>(options.matmul_dtype), want_hidden, want_weight);
 }
 
 }  // namespace loom::engine

@@ -1,4 +1,4 @@
-// Fused, chunked LM head + softmax cross-entropy (issue 6, "Fused loss").
+// Fused, chunked LM head + softmax cross-entropy.
 //
 // The unfused language-model loss materialises logits [N, V] = hidden @ W^T,
 // then log_softmax [N, V], then in backward a gradient [N, V] (zero-filled
@@ -40,6 +40,15 @@
 //     gradient is rounded to the inputs' dtype for the two products, and
 //     grad_W is summed over chunks in fp32.
 //
+// Lower-precision products for fp32 inputs (FusedLossOptions::matmul_dtype,
+// what the model asks for on a GPU under bf16 or fp16 training): the three
+// matrix products take bf16 (or fp16) copies of hidden and W, with fp32
+// accumulation, as autocast would run an unfused head; everything else stays
+// as above in fp32, and the gradients come back in fp32. The chunk's gradient
+// G is rounded unscaled, softmax − onehot in [−1, 1] (the 1/N is applied to
+// the fp32 products), so that fp16's narrow range loses no more of it than
+// of the logits; grad_W is summed over chunks in fp32 and never rounded.
+//
 // Numerics: with fp32 inputs, fp32 throughout, sums of exponentials in fp32
 // per row and the loss accumulated in double; either implementation agrees
 // with torch::nn::functional::cross_entropy(hidden @ W^T, targets) to 1e-5
@@ -61,18 +70,24 @@ struct FusedLossOptions {
   // Rows (tokens) per chunk; 0 = automatic: as many as keep the [C, V]
   // chunk within chunk_bytes, at least 1, at most N. Larger chunks make
   // larger, more efficient matrix products and fewer read-modify-writes of
-  // grad_W: on issue 6's configuration (N 2048, V 50304) 256 MB (2 chunks)
+  // grad_W: on the benchmark configuration (N 2048, V 50304) 256 MB (2 chunks)
   // ran the training step ~4% faster than 64 MB (7 chunks).
   int64_t chunk_rows = 0;
   int64_t chunk_bytes = int64_t{256} << 20;
   // Use the LibTorch-operations implementation even for fp32 CPU tensors
   // (tests and benchmarks: it is the one GPUs run).
   bool force_generic = false;
+  // The dtype of the three matrix products: Undefined (default) = the
+  // inputs' dtype; bf16 or fp16 with fp32 inputs = lower-precision products
+  // with fp32 accumulation and fp32 gradients (see above; always the
+  // LibTorch-operations implementation). Any other value is refused.
+  c10::ScalarType matmul_dtype = c10::ScalarType::Undefined;
 };
 
 // Mean over the N rows of −log softmax(hidden @ weight^T)[row, target].
 // hidden: [N, d] (any leading shape is flattened: [..., d]); weight:
-// [V, d] of hidden's dtype (fp32, bf16 or fp16); targets: int64 with
+// [V, d] of hidden's dtype (fp32, bf16 or fp16; fp32 with a lower
+// options.matmul_dtype); targets: int64 with
 // hidden's leading shape, each in [0, V); all three on one device (any).
 // Returns a 0-dim fp32 tensor on that device, differentiable with respect to
 // hidden and weight (their gradients have their dtype). An enclosing

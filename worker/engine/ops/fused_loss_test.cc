@@ -266,6 +266,73 @@ TEST(FusedLossGeneric, Bf16InputsGiveBf16GradientsCloseToTheReference) {
   EXPECT_NEAR(again.item<double>(), loss.item<double>(), 1e-6);
 }
 
+// fp32 hidden and weight with bf16 products (what the model asks for on a GPU
+// under bf16 training): the gradients come back in fp32, and everything is
+// within bf16 rounding of the fp32 reference. bf16 keeps 8 significant bits
+// (relative rounding up to 2^-9 ~ 0.2% per operand); the logits, sums of d
+// such products, carry a relative error of a few 1e-3 at most, and so do the
+// gradients: 1e-2 below leaves room for that and catches any wrong scale or
+// dtype (those are off by orders of magnitude).
+TEST(FusedLossLowerPrecision, Bf16ProductsOfFp32InputsGiveFp32GradientsCloseToTheReference) {
+  torch::manual_seed(31);
+  torch::Tensor hidden = torch::randn({40, 32}).requires_grad_(true);
+  torch::Tensor weight = (torch::randn({1003, 32}) * 0.3).requires_grad_(true);
+  torch::Tensor targets = torch::randint(1003, {40}, torch::kLong);
+  const Reference ref = UnfusedReference(hidden, weight, targets, 0.5);
+  for (int64_t chunk_rows : {0, 7}) {
+    SCOPED_TRACE(testing::Message() << "chunk_rows " << chunk_rows);
+    hidden.mutable_grad() = torch::Tensor();
+    weight.mutable_grad() = torch::Tensor();
+    FusedLossOptions options;
+    options.chunk_rows = chunk_rows;
+    options.matmul_dtype = torch::kBFloat16;
+    torch::Tensor loss = FusedLinearCrossEntropy(hidden, weight, targets, options);
+    EXPECT_EQ(loss.scalar_type(), torch::kFloat);
+    (loss * 0.5).backward();
+    ASSERT_EQ(hidden.grad().scalar_type(), torch::kFloat);
+    ASSERT_EQ(weight.grad().scalar_type(), torch::kFloat);
+    EXPECT_NEAR(loss.item<double>(), ref.loss.item<double>(), 1e-2 * ref.loss.item<double>());
+    EXPECT_LT(RelativeError(hidden.grad().to(torch::kDouble), ref.grad_hidden), 1e-2);
+    EXPECT_LT(RelativeError(weight.grad().to(torch::kDouble), ref.grad_weight), 1e-2);
+    // And the products really were bf16: fp32 ones agree with the reference
+    // to ~1e-6, bf16 ones cannot.
+    EXPECT_GT(std::abs(loss.item<double>() - ref.loss.item<double>()), 1e-6);
+  }
+  // Without grad mode (validation) the same loss.
+  torch::NoGradGuard no_grad;
+  FusedLossOptions options;
+  options.matmul_dtype = torch::kBFloat16;
+  const double eval = FusedLinearCrossEntropy(hidden, weight, targets, options).item<double>();
+  EXPECT_NEAR(eval, ref.loss.item<double>(), 1e-2 * ref.loss.item<double>());
+}
+
+// matmul_dtype fp32 (or the inputs' own dtype) changes nothing; anything
+// but bf16/fp16 below fp32 inputs is refused with the reason.
+TEST(FusedLossLowerPrecision, TheInputsOwnDtypeChangesNothingAndOthersAreRefused) {
+  torch::manual_seed(37);
+  torch::Tensor hidden = torch::randn({12, 16});
+  torch::Tensor weight = torch::randn({300, 16}) * 0.3;
+  torch::Tensor targets = torch::randint(300, {12}, torch::kLong);
+  FusedLossOptions fp32;
+  fp32.matmul_dtype = torch::kFloat;
+  EXPECT_EQ(FusedLinearCrossEntropy(hidden, weight, targets, fp32).item<double>(),
+            FusedLinearCrossEntropy(hidden, weight, targets).item<double>());
+  FusedLossOptions dbl;
+  dbl.matmul_dtype = torch::kDouble;
+  try {
+    FusedLinearCrossEntropy(hidden, weight, targets, dbl);
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what_without_backtrace(), testing::HasSubstr("matmul_dtype must be bf16 or fp16"));
+  }
+  // bf16 inputs cannot be "lowered" to fp16.
+  FusedLossOptions half;
+  half.matmul_dtype = torch::kHalf;
+  EXPECT_THROW(FusedLinearCrossEntropy(hidden.to(torch::kBFloat16), weight.to(torch::kBFloat16),
+                                       targets, half),
+               c10::Error);
+}
+
 // The loss decides its own precision: an enclosing autocast region (as the
 // trainer's fp16/bf16 regions around the model would be) must not turn its
 // fp32 products into bf16 ones.

@@ -326,7 +326,8 @@ torch::Tensor ParallelGptImpl::HeadLoss(const torch::Tensor& x, const torch::Ten
   const torch::Tensor h = ln_f_(x.to(torch::kFloat));
   return VocabParallelCrossEntropy(h.reshape({-1, config_.d_model}),
                                    config_.tied_embeddings ? wte_ : lm_head_,
-                                   targets.reshape({-1}), vocab_, tensor_group_.get());
+                                   targets.reshape({-1}), vocab_, tensor_group_.get(),
+                                   HeadMatmulDtype(config_, h.is_cuda()));
 }
 
 torch::Tensor ParallelGptImpl::Loss(const torch::Tensor& idx, const torch::Tensor& targets) {

@@ -160,12 +160,18 @@ torch::Tensor VocabParallelEmbedding(const torch::Tensor& idx, const torch::Tens
 torch::Tensor VocabParallelCrossEntropy(const torch::Tensor& hidden,
                                         const torch::Tensor& weight_shard,
                                         const torch::Tensor& targets, VocabRange range,
-                                        c10d::ProcessGroup* group) {
+                                        c10d::ProcessGroup* group, c10::ScalarType matmul_dtype) {
   TORCH_CHECK(hidden.dim() == 2 && targets.dim() == 1 && hidden.size(0) == targets.size(0),
               "VocabParallelCrossEntropy expects hidden [N, d] and targets [N], got ",
               hidden.sizes(), " and ", targets.sizes());
+  const torch::Tensor h = CopyToTensorParallelRegion(hidden, group);
+  // fp32: the product as it always was; otherwise on lower-precision copies,
+  // back to fp32 before anything else reads it.
   const torch::Tensor logits =
-      torch::matmul(CopyToTensorParallelRegion(hidden, group), weight_shard.t());  // [N, Vr]
+      matmul_dtype == hidden.scalar_type()
+          ? torch::matmul(h, weight_shard.t())
+          : torch::matmul(h.to(matmul_dtype), weight_shard.to(matmul_dtype).t())
+                .to(torch::kFloat);  // [N, Vr]
   torch::Tensor row_max;
   {
     torch::NoGradGuard no_grad;

@@ -79,10 +79,14 @@ torch::Tensor VocabParallelEmbedding(const torch::Tensor& idx, const torch::Tens
 // and each target's logit (all-reduce SUM) are combined across the group.
 // `hidden` must be replicated on the group; its gradient is summed over the
 // group in backward (it enters through CopyToTensorParallelRegion).
+// The logits' product runs in matmul_dtype (fp32 accumulation; bf16 or fp16
+// copies of the fp32 hidden and weight, as autocast would make) and is taken
+// to fp32 at once: the softmax and the loss are fp32 whatever it is.
 torch::Tensor VocabParallelCrossEntropy(const torch::Tensor& hidden,
                                         const torch::Tensor& weight_shard,
                                         const torch::Tensor& targets, VocabRange range,
-                                        c10d::ProcessGroup* group);
+                                        c10d::ProcessGroup* group,
+                                        c10::ScalarType matmul_dtype = torch::kFloat);
 
 // How a parameter of Gpt (gpt.h), named as in its named_parameters(), is
 // split across a TP group.
