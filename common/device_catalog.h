@@ -96,11 +96,13 @@ struct DeviceSpec {
 };
 
 // Catalog of known devices: V100 (SXM2 32 GB), A100-40GB, A100-80GB,
-// H100-SXM, H200 (SXM). Names match case-insensitively, ignoring '-', '_'
-// and spaces; short aliases such as "a100-80" and "h100" are accepted, and
-// so are the names as people write them, with vendor, SXM form factor and
-// memory type words ("H100-80GB", "H100 SXM5 80GB", "A100-SXM4-80GB",
-// "NVIDIA A100 80GB"). A PCIe part is not its SXM sibling and stays unknown.
+// H100-SXM, H200 (SXM), and the PCIe and NVL boards, whose peaks, power or
+// links differ from the SXM parts': A100-PCIe-40GB, A100-PCIe-80GB,
+// H100-PCIe, H100-NVL, H200-NVL. Names match case-insensitively, ignoring
+// '-', '_' and spaces; short aliases such as "a100-80" and "h100" (the SXM
+// part) are accepted, and so are the names as people write them, with
+// vendor, SXM form factor and memory type words ("H100-80GB", "H100 SXM5
+// 80GB", "A100-SXM4-80GB", "NVIDIA A100 80GB", "H100 PCIe").
 // Returns NOT_FOUND listing the known names otherwise. "cpu" is not in the
 // catalog: it has no fixed peak, see LocalCpuDevice().
 absl::StatusOr<DeviceSpec> LookupDevice(absl::string_view name);
@@ -108,9 +110,13 @@ std::vector<std::string> CatalogDeviceNames();
 
 // The catalog device an NVIDIA product name is, as NVML and nvidia-smi
 // report it ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "Tesla
-// V100-SXM2-32GB"): by model family (H200; H100 in any form factor gets the
-// SXM figures; A100 with 80GB in the name is the 80 GB one, else 40 GB;
-// V100), case-insensitively. NOT_FOUND for anything else.
+// V100-SXM2-32GB", "NVIDIA H100 PCIe", "NVIDIA H200 NVL"),
+// case-insensitively: a name with "PCIe" or "NVL" is that board's entry
+// (H100-PCIe, H100-NVL, H200-NVL, A100-PCIe-*), never the SXM part's, and
+// NOT_FOUND naming it when the catalog has no such board (a V100 PCIe);
+// otherwise by model family (H200; H100; A100 with 80GB in the name is the
+// 80 GB one, else 40 GB; V100). Grace Hopper ("GH200") and anything else:
+// NOT_FOUND with the name.
 absl::StatusOr<DeviceSpec> LookupDeviceByProductName(absl::string_view product);
 
 }  // namespace loom

@@ -11,10 +11,11 @@ namespace loom {
 namespace {
 
 TEST(CatalogTest, KnowsTheIssueDevices) {
-  for (const char* name : {"V100", "A100-40GB", "A100-80GB", "H100-SXM", "H200"}) {
+  for (const char* name : {"V100", "A100-40GB", "A100-80GB", "H100-SXM", "H200", "A100-PCIe-40GB",
+                           "A100-PCIe-80GB", "H100-PCIe", "H100-NVL", "H200-NVL"}) {
     EXPECT_TRUE(LookupDevice(name).ok()) << name;
   }
-  EXPECT_EQ(CatalogDeviceNames().size(), 5u);
+  EXPECT_EQ(CatalogDeviceNames().size(), 10u);
 }
 
 TEST(CatalogTest, FiguresPerPrecision) {
@@ -43,12 +44,13 @@ TEST(CatalogTest, UnknownDeviceListsTheKnownOnes) {
   absl::StatusOr<DeviceSpec> device = LookupDevice("B200");
   EXPECT_EQ(device.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(device.status().message(),
-            "unknown device \"B200\"; known: V100, A100-40GB, A100-80GB, H100-SXM, H200, or "
-            "\"cpu\" with a measured peak");
+            "unknown device \"B200\"; known: V100, A100-40GB, A100-80GB, A100-PCIe-40GB, "
+            "A100-PCIe-80GB, H100-SXM, H200, H100-PCIe, H100-NVL, H200-NVL, or \"cpu\" with a "
+            "measured peak");
 }
 
 // Device names as people write them in a topology file or on the command
-// line (issue 11, planner fidelity) resolve to the catalog.
+// line (for the planner's fidelity) resolve to the catalog.
 TEST(CatalogTest, NamesAsPeopleWriteThem) {
   const std::pair<const char*, const char*> cases[] = {
       {"H100-80GB", "H100-SXM"},       {"H100 SXM5 80GB", "H100-SXM"},
@@ -58,20 +60,21 @@ TEST(CatalogTest, NamesAsPeopleWriteThem) {
       {"a100-80", "A100-80GB"},        {"NVIDIA A100-SXM4-40GB", "A100-40GB"},
       {"A100 40GB", "A100-40GB"},      {"Tesla V100-SXM2-32GB", "V100"},
       {"V100 SXM2", "V100"},           {"H200 SXM 141GB", "H200"},
-      {"h200", "H200"},
+      {"h200", "H200"},                {"H100 PCIe", "H100-PCIe"},
+      {"H100 NVL", "H100-NVL"},        {"H200-NVL", "H200-NVL"},
   };
   for (const auto& [written, name] : cases) {
     absl::StatusOr<DeviceSpec> device = LookupDevice(written);
     ASSERT_TRUE(device.ok()) << written << ": " << device.status();
     EXPECT_EQ(device->name, name) << written;
   }
-  // Not guessed: a PCIe part has other peaks, and "A100" alone could be
-  // either memory size.
-  for (const char* unknown : {"H100 PCIe", "A100", "H100 SXM5 94GB"}) {
+  // Not guessed: "A100" alone could be either memory size, and no SXM H100
+  // has 94 GB.
+  for (const char* unknown : {"A100", "H100 SXM5 94GB"}) {
     absl::StatusOr<DeviceSpec> device = LookupDevice(unknown);
     EXPECT_EQ(device.status().code(), absl::StatusCode::kNotFound) << unknown;
     EXPECT_THAT(std::string(device.status().message()),
-                testing::HasSubstr("known: V100, A100-40GB, A100-80GB, H100-SXM, H200"))
+                testing::HasSubstr("known: V100, A100-40GB, A100-80GB"))
         << unknown;
   }
 }
@@ -82,9 +85,12 @@ TEST(CatalogTest, NvidiaProductNamesMapToTheCatalog) {
   const std::pair<const char*, const char*> cases[] = {
       {"NVIDIA H200", "H200"},
       {"NVIDIA H100 80GB HBM3", "H100-SXM"},
-      {"NVIDIA H100 PCIe", "H100-SXM"},
+      {"NVIDIA H100 PCIe", "H100-PCIe"},
+      {"NVIDIA H100 NVL", "H100-NVL"},
+      {"NVIDIA H200 NVL", "H200-NVL"},
       {"NVIDIA A100-SXM4-80GB", "A100-80GB"},
-      {"NVIDIA A100-PCIE-40GB", "A100-40GB"},
+      {"NVIDIA A100-PCIE-40GB", "A100-PCIe-40GB"},
+      {"NVIDIA A100 80GB PCIe", "A100-PCIe-80GB"},
       {"Tesla V100-SXM2-32GB", "V100"},
   };
   for (const auto& [product, name] : cases) {
@@ -94,6 +100,22 @@ TEST(CatalogTest, NvidiaProductNamesMapToTheCatalog) {
   }
   EXPECT_DOUBLE_EQ(LookupDeviceByProductName("NVIDIA H200")->PeakFlops(MatmulPrecision::kBf16),
                    989.4e12);
+  // The PCIe and NVL boards do not get the SXM part's peak.
+  EXPECT_DOUBLE_EQ(LookupDeviceByProductName("NVIDIA H100 PCIe")->PeakFlops(MatmulPrecision::kBf16),
+                   756e12);
+  EXPECT_DOUBLE_EQ(LookupDeviceByProductName("NVIDIA H200 NVL")->PeakFlops(MatmulPrecision::kBf16),
+                   835.5e12);
+  EXPECT_DOUBLE_EQ(LookupDeviceByProductName("NVIDIA H100 NVL")->PeakFlops(MatmulPrecision::kBf16),
+                   835.5e12);
+  // A PCIe board the catalog lacks, and Grace Hopper, are refused by name.
+  for (const char* product : {"Tesla V100-PCIE-16GB", "NVIDIA GH200 480GB"}) {
+    absl::StatusOr<DeviceSpec> refused = LookupDeviceByProductName(product);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound) << product;
+    EXPECT_THAT(std::string(refused.status().message()), testing::HasSubstr(product));
+  }
+  // The catalog's own names and their spellings reach the new entries.
+  EXPECT_EQ(LookupDevice("h100-pcie")->name, "H100-PCIe");
+  EXPECT_EQ(LookupDevice("H200 NVL")->name, "H200-NVL");
   absl::StatusOr<DeviceSpec> unknown = LookupDeviceByProductName("NVIDIA GeForce RTX 4090");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(unknown.status().message()), testing::HasSubstr("RTX 4090"));
