@@ -53,8 +53,8 @@ fi
 mkdir -p "$work/ctx/bin"
 for b in "${BINS[@]}"; do cp "$BUILD_DIR/bin/$b" "$work/ctx/bin/"; done
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then revision="$revision-dirty"; fi
-# The database image of the Kubernetes ha overlay (issue 32) needs no binary
+if [ -n "$(git status --porcelain 2>/dev/null | sed -n 1p)" ]; then revision="$revision-dirty"; fi
+# The database image of the Kubernetes ha overlay needs no binary
 # of ours, only its entrypoint.
 cp deploy/docker/postgres-entrypoint.sh "$work/ctx/"
 for image in controller worker postgres; do

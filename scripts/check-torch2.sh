@@ -133,7 +133,7 @@ apt_setup() {
   keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   # Without gpg (not in a minimal Debian 12), apt-get update says it instead.
   if command -v gpg >/dev/null &&
-    ! gpg --show-keys "$keyring" 2>/dev/null | grep -q '13/trixie'; then
+    ! gpg --show-keys "$keyring" 2>/dev/null | grep '13/trixie' >/dev/null; then
     echo "check-torch2: $keyring has no Debian 13 key (upgrade debian-archive-keyring)" >&2
     exit 1
   fi
@@ -167,7 +167,7 @@ fetch() {
   apt_setup
   rm -rf "$cache/pkg/$dir" "$cache/debs/${pkg}_"*.deb
   (cd "$cache/debs" && APT_CONFIG=$cache/apt/apt.conf apt-get download -qq "$pkg")
-  deb=$(compgen -G "$cache/debs/${pkg}_*.deb" | head -n 1 || true)
+  deb=$(compgen -G "$cache/debs/${pkg}_*.deb" | sed -n 1p || true)
   if [ -z "$deb" ]; then echo "check-torch2: $pkg was not downloaded" >&2; exit 1; fi
   mkdir -p "$cache/pkg/$dir.tmp"
   if [ -n "$part" ]; then

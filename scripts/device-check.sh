@@ -25,7 +25,7 @@ ARCH=${CUDA_ARCH:-sm_90}
 out=$(mktemp -d)
 absl_include=${ABSL_INCLUDE:-/usr/include}
 if [ ! -f "$absl_include/absl/types/span.h" ]; then
-  deb=$(compgen -G "${GPU_DEBS:-.cache/gpu-debs}/libabsl-dev_*.deb" | head -n 1 || true)
+  deb=$(compgen -G "${GPU_DEBS:-.cache/gpu-debs}/libabsl-dev_*.deb" | sed -n 1p || true)
   if [ -z "$deb" ]; then
     echo "device-check: no Abseil headers (set ABSL_INCLUDE, or carry the packages of" \
       "scripts/fetch-gpu-debs.sh)" >&2

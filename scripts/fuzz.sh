@@ -52,7 +52,7 @@ for seeds in tests/fuzz/*/; do
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   echo "fuzz: $name: ${execs:-?} executions in ${seconds}s, $status"
   if [ "$status" = FAILED ]; then
-    grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$log" | head -20 || true
+    grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$log" | sed -n 1,20p || true
     echo "(full log: $log)"
   fi
 done

@@ -28,17 +28,17 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 missing=()
 for p in "${PKGS[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null; then
     missing+=("$p")
   fi
 done
 
 if [ "${#missing[@]}" -gt 0 ]; then
-  # PostgreSQL: the controllers' shared store (issue 32). Loom's tests and
+  # PostgreSQL: the controllers' shared store. Loom's tests and
   # `loomctl local up --ha` start servers of their own in directories they
   # make; the package's default cluster would be one more server running
   # for nothing, so a first install of the server is told not to make one.
-  if ! dpkg-query -W -f='${Status}' postgresql-common 2>/dev/null | grep -q "install ok installed"; then
+  if ! dpkg-query -W -f='${Status}' postgresql-common 2>/dev/null | grep "install ok installed" >/dev/null; then
     $SUDO mkdir -p /etc/postgresql-common/createcluster.d
     echo "create_main_cluster = false" |
       $SUDO tee /etc/postgresql-common/createcluster.d/loom.conf >/dev/null
@@ -59,7 +59,7 @@ fi
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 for name in "libblas.so.3-${arch}" "liblapack.so.3-${arch}"; do
   lib=${name%%-${arch}}
-  target=$(update-alternatives --list "$name" 2>/dev/null | grep -m1 'openblas-openmp' || true)
+  target=$(update-alternatives --list "$name" 2>/dev/null | grep 'openblas-openmp' | sed -n 1p || true)
   if [ -n "$target" ]; then
     current=$(readlink -f "/etc/alternatives/${name}" 2>/dev/null || true)
     if [ "$current" != "$(readlink -f "$target")" ]; then

@@ -86,7 +86,7 @@ http_get "127.0.0.1:$metrics" /metrics | grep '^loom_controller_workers_alive 1'
 # grep -q fails the pipeline.
 podman logs "$prefix-worker" 2>&1 | grep 'BLAS: openblas' > /dev/null ||
   { podman logs "$prefix-worker" >&2; fail "worker image does not resolve libblas.so.3 to OpenBLAS"; }
-say "worker: $(podman logs "$prefix-worker" 2>&1 | grep -m1 'BLAS:')"
+say "worker: $(podman logs "$prefix-worker" 2>&1 | grep 'BLAS:' | sed -n 1p)"
 
 for c in controller worker; do
   ldds=$(in_image "localhost/loom-$c:$TAG" 'for b in /usr/local/bin/*; do ldd "$b"; done')
@@ -100,7 +100,7 @@ for c in controller worker; do
 done
 say "every binary's libraries resolve in both images; binaries are not writable by the user"
 
-# The ha overlay's database (issue 32): makes its cluster on first start
+# The ha overlay's database: makes its cluster on first start
 # with the Secret's password, as uid 10002 on a read-only root, and takes
 # that password (and no other) over TCP.
 require_image postgres

@@ -38,7 +38,7 @@ port=$(free_port)
 SCRAPE_INTERVAL=1s RULE_FILES="$(ls "$T"/rules/*.yml | tr '\n' ' ')" \
   "$LOOM_SOURCE_DIR/dashboards/prometheus/local-prometheus-config.sh" "$H" > "$T/prometheus.yml"
 promtool check config "$T/prometheus.yml" > /dev/null || fail "promtool check config"
-say "prometheus $(prometheus --version 2>&1 | head -1 | cut -d' ' -f3) on 127.0.0.1:$port"
+say "prometheus $(prometheus --version 2>&1 | sed -n 1p | cut -d' ' -f3) on 127.0.0.1:$port"
 prometheus --config.file="$T/prometheus.yml" --storage.tsdb.path="$T/tsdb" \
   --web.listen-address="127.0.0.1:$port" --log.level=warn > "$T/prometheus.log" 2>&1 &
 prom_pid=$!
