@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/json_writer.h"
 #include "common/postgres_install.h"
 
 namespace loom::cli {
@@ -109,7 +110,15 @@ absl::StatusOr<DaemonInfo> WaitLocalPostgres(const std::string& home, int pid,
   d.role = "database";
   absl::Status s = WritePrivateFile(
       home + "/run/postgres.json",
-      absl::StrFormat("{\"pid\": %d, \"role\": \"database\", \"socket_dir\": \"%s\"}\n", pid, dir));
+      [&] {
+        JsonWriter w;
+        w.BeginObject();
+        w.Field("pid", static_cast<int>(pid));
+        w.Field("role", "database");
+        w.Field("socket_dir", dir);
+        w.EndObject();
+        return w.Finish();
+      }());
   if (!s.ok()) return s;
   return d;
 }

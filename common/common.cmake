@@ -2,7 +2,11 @@ loom_library(loom_file_util SRCS file_util.cc DEPS loom_common absl::strings)
 loom_library(loom_grpc_util SRCS grpc_util.cc
   DEPS loom_file_util gRPC::grpc++ absl::strings absl::str_format)
 loom_test(loom_grpc_util_test SRCS grpc_util_test.cc DEPS loom_grpc_util)
-# Where each rank of a data x pipeline x tensor layout sits (issue 11): the
+# The JSON writer every hand-written JSON goes through (json_writer.h,
+# header-only).
+loom_test(loom_json_writer_test SRCS json_writer_test.cc DEPS loom_common protobuf::libprotobuf absl::strings
+          absl::str_format)
+# Where each rank of a data x pipeline x tensor layout sits: the
 # controller places ranks with it, the engine builds its groups with it.
 loom_library(loom_parallel_layout SRCS parallel_layout.cc
              DEPS loom_common absl::status absl::statusor absl::strings)

@@ -1,11 +1,17 @@
-// A minimal pretty-printing JSON writer for the planner's reports. Callers
-// must balance Begin/End calls and give a Key() before each object member;
-// misuse produces invalid JSON rather than crashing. Not thread-safe (one
-// writer per report).
-#ifndef LOOM_CONTROLLER_PLANNER_JSON_WRITER_H_
-#define LOOM_CONTROLLER_PLANNER_JSON_WRITER_H_
+// A minimal pretty-printing JSON writer: every JSON that Loom writes by
+// hand goes through it (the planner's reports, `loomctl -o json` output
+// that is not a protobuf message, the daemons' ready files, data prepare's
+// meta.json), so that every string is escaped the same way; protobuf
+// messages go through protobuf's own JSON mapping. Callers must balance
+// Begin/End calls and give a Key() before each object member; misuse
+// produces invalid JSON rather than crashing. Strings are written as given
+// (UTF-8 expected), with '"', '\\' and control characters escaped. Not
+// thread-safe (one writer per document).
+#ifndef LOOM_COMMON_JSON_WRITER_H_
+#define LOOM_COMMON_JSON_WRITER_H_
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,7 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 
-namespace loom::planner {
+namespace loom {
 
 class JsonWriter {
  public:
@@ -33,6 +39,8 @@ class JsonWriter {
   void Value(const std::string& s) { Value(absl::string_view(s)); }
   void Value(bool b) { Scalar(b ? "true" : "false"); }
   void Value(int i) { Scalar(absl::StrCat(i)); }
+  void Value(int64_t i) { Scalar(absl::StrCat(i)); }
+  void Value(uint64_t i) { Scalar(absl::StrCat(i)); }
   // 12 significant digits; non-finite numbers have no JSON form and are
   // written as null.
   void Value(double d) { Scalar(std::isfinite(d) ? absl::StrFormat("%.12g", d) : "null"); }
@@ -100,6 +108,6 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-}  // namespace loom::planner
+}  // namespace loom
 
-#endif  // LOOM_CONTROLLER_PLANNER_JSON_WRITER_H_
+#endif  // LOOM_COMMON_JSON_WRITER_H_

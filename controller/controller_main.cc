@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "common/grpc_util.h"
 #include "common/health_service.h"
+#include "common/json_writer.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
 #include "controller/access.h"
@@ -95,7 +96,7 @@ constexpr int kShortRpcThreads = 64;
 ABSL_FLAG(std::string, store, "",
           "where the job store lives: empty = SQLite in --data_dir (this controller alone); "
           "postgresql://[user@]host[:port]/database = one database several controllers share, "
-          "one leading and the others standing by (issue 32). No password in the URL: give it "
+          "one leading and the others standing by (docs/ha.md). No password in the URL: give it "
           "in --store_password_file or $LOOM_STORE_PASSWORD");
 ABSL_FLAG(std::string, store_password_file, "",
           "file holding the PostgreSQL password (readable by this user only)");
@@ -111,7 +112,7 @@ ABSL_FLAG(std::string, advertise_address, "",
           "the host:port clients and workers reach this controller at (standbys name the leader "
           "by it); default: the gRPC listen address");
 ABSL_FLAG(int32_t, max_watchers, 256,
-          "most WatchJob streams served at once (loomctl watch / status -f); one more is "
+          "most WatchJob streams served at once (loomctl watch / submit --follow); one more is "
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, finished_steps_kept, 20000,
           "a finished job's step series is thinned to this many evenly spaced steps (first and "
@@ -453,10 +454,14 @@ int main(int argc, char** argv) {
   const std::string metrics_address = (*exposer)->address();
   auto write_ready = [ready, grpc_address, metrics_address](const char* role) {
     if (ready.empty()) return absl::OkStatus();
-    return WritePrivateFile(
-        ready, absl::StrFormat("{\"grpc_address\": \"%s\", \"metrics_address\": \"%s\", "
-                               "\"pid\": %d, \"role\": \"%s\"}\n",
-                               grpc_address, metrics_address, getpid(), role));
+    JsonWriter w;
+    w.BeginObject();
+    w.Field("grpc_address", grpc_address);
+    w.Field("metrics_address", metrics_address);
+    w.Field("pid", static_cast<int>(getpid()));
+    w.Field("role", role);
+    w.EndObject();
+    return WritePrivateFile(ready, w.Finish());
   };
   if (absl::Status s = write_ready(shared_store ? "standby" : "active"); !s.ok()) {
     return Fail(std::string(s.message()));

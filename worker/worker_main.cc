@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 #include "common/health_service.h"
+#include "common/json_writer.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
 #include "worker/blas_info.h"
@@ -329,8 +330,14 @@ int main(int argc, char** argv) {
   std::string ready = absl::GetFlag(FLAGS_ready_file);
   if (!ready.empty()) {
     absl::Status s = WritePrivateFile(
-        ready, absl::StrFormat("{\"metrics_address\": \"%s\", \"pid\": %d}\n",
-                               opts.metrics_address, getpid()));
+        ready, [&] {
+          JsonWriter w;
+          w.BeginObject();
+          w.Field("metrics_address", opts.metrics_address);
+          w.Field("pid", static_cast<int>(getpid()));
+          w.EndObject();
+          return w.Finish();
+        }());
     if (!s.ok()) return Fail(std::string(s.message()));
   }
   std::atomic<bool> gave_up{false};

@@ -12,6 +12,7 @@
 #include "cli/commands/commands.h"
 #include "cli/commands/common.h"
 #include "common/file_util.h"
+#include "common/json_writer.h"
 #include "common/tokenizer.h"
 #include "common/formats/data.h"
 #include "common/formats/prepare_data.h"
@@ -52,7 +53,7 @@ int CmdDataPrepare(const Globals& g, const std::vector<std::string>& args) {
   absl::Status made = MakeDirs(out);
   if (!made.ok()) return Fail(made);
   absl::StatusOr<engine::PrepareResult> r;
-  std::string model_line;
+  bool bpe_model = false;  // meta.json names tokenizer.model
   if (tokenizer == "byte") {
     vocab_size = 256;
     r = engine::PrepareByteLevelData(inputs, out, val_fraction);
@@ -77,14 +78,20 @@ int CmdDataPrepare(const Globals& g, const std::vector<std::string>& args) {
           return absl::OkStatus();
         },
         [&](std::string_view line) { return bpe->Encode(absl::string_view(line.data(), line.size())); });
-    model_line = ", \"model\": \"tokenizer.model\"";
+    bpe_model = true;
   }
   if (!r.ok()) return Fail(r.status());
   double bits = r->unigram_entropy_nats / std::log(2.0);
-  std::string meta = absl::StrFormat(
-      "{\"tokenizer\": \"%s\", \"vocab_size\": %d%s, \"train_tokens\": %d, "
-      "\"val_tokens\": %d, \"unigram_entropy_nats\": %.6f}\n",
-      tokenizer, vocab_size, model_line, r->train_tokens, r->val_tokens, r->unigram_entropy_nats);
+  JsonWriter w;
+  w.BeginObject();
+  w.Field("tokenizer", tokenizer);
+  w.Field("vocab_size", vocab_size);
+  if (bpe_model) w.Field("model", "tokenizer.model");
+  w.Field("train_tokens", static_cast<int64_t>(r->train_tokens));
+  w.Field("val_tokens", static_cast<int64_t>(r->val_tokens));
+  w.Field("unigram_entropy_nats", r->unigram_entropy_nats);
+  w.EndObject();
+  const std::string meta = w.Finish();
   if (absl::Status s = WriteFileAtomically(out + "/meta.json", meta); !s.ok()) return Fail(s);
   if (g.json) {
     std::cout << meta;

@@ -17,6 +17,7 @@
 #include "cli/commands/common.h"
 #include "cli/commands/watch.h"
 #include "common/jobspec.h"
+#include "common/json_writer.h"
 #include "controller/data_ledger.h"
 #include "controller/goodput.h"
 #include "controller/job_planning.h"
@@ -187,7 +188,7 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
     for (const auto& r : job.ranks()) std::cout << " " << r.rank() << "@" << r.node();
     std::cout << "\n";
   } else if (job.ranks_size() > 0) {
-    // Tensor / pipeline layouts: where each rank sits (issue 11).
+    // Tensor / pipeline layouts: where each rank sits.
     std::cout << "layout   data " << par.data() << " x pipeline " << par.pipeline()
               << " x tensor " << par.tensor() << ", ZeRO-" << par.zero_stage()
               << "\nplacement\n";
@@ -306,13 +307,18 @@ int CmdSteps(const Globals& g, const std::vector<std::string>& args) {
         std::vector<loom::v1::StepMetrics>(resp.steps().begin(), resp.steps().end()),
         std::vector<loom::v1::SkipRange>(job->skip_batches().begin(), job->skip_batches().end()));
     if (g.json) {
-      std::cout << absl::StrFormat(
-                       "{\"steps\": %d, \"first_batch\": %d, \"last_batch\": %d, "
-                       "\"skipped\": %d, \"duplicated\": %d, \"replayed\": %d, "
-                       "\"missing_steps\": %d, \"layout_generations\": %d}",
-                       l.steps, l.first_batch, l.last_batch, l.skipped, l.duplicated, l.replayed,
-                       l.missing_steps, l.layout_generations)
-                << std::endl;
+      JsonWriter w;
+      w.BeginObject();
+      w.Field("steps", l.steps);
+      w.Field("first_batch", l.first_batch);
+      w.Field("last_batch", l.last_batch);
+      w.Field("skipped", l.skipped);
+      w.Field("duplicated", l.duplicated);
+      w.Field("replayed", l.replayed);
+      w.Field("missing_steps", l.missing_steps);
+      w.Field("layout_generations", l.layout_generations);
+      w.EndObject();
+      std::cout << w.Finish();
     } else {
       std::cout << absl::StrFormat(
                        "data ledger of %s: %d committed step(s) trained data batches %d..%d "

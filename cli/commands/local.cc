@@ -15,6 +15,7 @@
 #include "cli/commands/commands.h"
 #include "cli/commands/common.h"
 #include "cli/local_cluster.h"
+#include "common/json_writer.h"
 
 namespace loom::cli {
 
@@ -135,16 +136,21 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
     for (const auto& d : daemons) all &= d.alive;
     if (g.json) {
       // [{"name", "pid", "alive", "role", "grpc_address", "metrics_address", "log"}]
-      std::cout << "[";
-      for (size_t i = 0; i < daemons.size(); ++i) {
-        const DaemonInfo& d = daemons[i];
-        std::cout << absl::StrFormat(
-            "%s\n  {\"name\": \"%s\", \"pid\": %d, \"alive\": %s, \"role\": \"%s\", "
-            "\"grpc_address\": \"%s\", \"metrics_address\": \"%s\", \"log\": \"%s\"}",
-            i == 0 ? "" : ",", d.name, d.pid, d.alive ? "true" : "false", d.role, d.grpc_address,
-            d.metrics_address, d.log_path);
+      JsonWriter w;
+      w.BeginArray();
+      for (const DaemonInfo& d : daemons) {
+        w.BeginObject();
+        w.Field("name", d.name);
+        w.Field("pid", d.pid);
+        w.Field("alive", d.alive);
+        w.Field("role", d.role);
+        w.Field("grpc_address", d.grpc_address);
+        w.Field("metrics_address", d.metrics_address);
+        w.Field("log", d.log_path);
+        w.EndObject();
       }
-      std::cout << "\n]" << std::endl;
+      w.EndArray();
+      std::cout << w.Finish();
       return all ? 0 : 1;
     }
     std::vector<std::vector<std::string>> rows = {

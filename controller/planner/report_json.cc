@@ -1,7 +1,7 @@
 // The JSON half of report.h.
 #include <string>
 
-#include "controller/planner/json_writer.h"
+#include "common/json_writer.h"
 #include "controller/planner/report.h"
 
 namespace loom::planner {

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "controller/planner/json_writer.h"
+#include "common/json_writer.h"
 #include "controller/planner/test_models.h"
 #include "gtest/gtest.h"
 #include "yaml-cpp/yaml.h"
@@ -124,26 +124,7 @@ TEST(ReportTest, PlanShapesThatDoNotFitShowNoEstimates) {
   EXPECT_GT(infeasible, 0);
 }
 
-TEST(JsonWriterTest, EscapesAndNests) {
-  JsonWriter w;
-  w.BeginObject();
-  w.Field("s", std::string("a\"b\\c\n"));
-  w.Key("list");
-  w.BeginArray();
-  w.Value(1);
-  w.Value(2.5);
-  w.EndArray();
-  w.Key("empty");
-  w.BeginObject();
-  w.EndObject();
-  w.Field("nan", std::nan(""));
-  w.EndObject();
-  EXPECT_EQ(w.Finish(),
-            "{\n  \"s\": \"a\\\"b\\\\c\\n\",\n  \"list\": [\n    1,\n    2.5\n  ],\n"
-            "  \"empty\": {},\n  \"nan\": null\n}\n");
-}
-
-// Issue 11, devices that don't pay: the 1T GPT with a batch of 3,072 on
+// Devices that don't pay: the 1T GPT with a batch of 3,072 on
 // 131,072 A100s, swept, in text and JSON.
 TEST(ReportTest, DeviceSweepIsATableWithTheRecommendation) {
   PlanRequest request = MegatronRequest(3);
