@@ -25,7 +25,10 @@ void UpdateSummary(const loom::v1::StepMetrics& m, int ranks, loom::v1::JobSumma
     sum->set_last_tokens_per_second(m.tokens_per_second());
     sum->set_tokens_seen(m.tokens_seen());
     sum->set_last_step_unix_ms(m.time_unix_ms());
-    if (m.peak_flops_per_second() > 0) sum->set_mfu(m.mfu());
+    if (m.peak_flops_per_second() > 0) {
+      sum->set_mfu(m.mfu());
+      sum->set_peak_flops_source(m.peak_flops_source());
+    }
     sum->set_energy_joules(m.energy_joules() * std::max(1, ranks));
     // Mean throughput from step 1 on (start-up and data loading of the
     // first step excluded), by wall clock of the reports.

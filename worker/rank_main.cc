@@ -23,6 +23,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/device_catalog.h"
 #include "common/jobspec.h"
@@ -41,6 +42,7 @@
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/gemm_calibration.h"
 #include "worker/telemetry/nvml.h"
+#include "worker/telemetry/peak_flops.h"
 #include "worker/telemetry/telemetry.h"
 
 namespace {
@@ -87,7 +89,7 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.model.tied_embeddings = !g.untied_embeddings();
   c.model.rope_theta = g.rope_theta();
   c.model.norm_eps = g.norm_eps();
-  // Execution choices (issue 6). ValidateJobSpec refused FP16 already (it
+  // Execution choices. ValidateJobSpec refused FP16 already (it
   // needs GPU workers); the engine refuses it again if it gets here.
   switch (spec.precision()) {
     case loom::v1::BF16:
@@ -135,7 +137,7 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   const auto& rec = spec.recovery();
   // Twice the rollback distance: ranks run on for a few steps after a spike
   // before the stop reaches them, and the target must survive that.
-  // The layout (issue 11): data = world / (tensor x pipeline).
+  // The layout: data = world / (tensor x pipeline).
   const auto& par = spec.parallelism();
   c.tensor_parallel = par.tensor() > 0 ? par.tensor() : 1;
   c.pipeline_parallel = par.pipeline() > 0 ? par.pipeline() : 1;
@@ -154,7 +156,10 @@ namespace {
 // Datasheet peak of GPU `gpu` (NVML index) for `precision`, from the
 // device catalog (common/device_catalog.h); 0, with a line on stderr saying why, when NVML cannot
 // name the board or the catalog does not know it.
-double GpuPeakFlops(int gpu, loom::engine::Precision precision) {
+// The datasheet peak of GPU `gpu` for the training precision, and in
+// `what` which board and precision it is; 0 (no MFU) for a board the
+// catalog does not know.
+double GpuPeakFlops(int gpu, loom::engine::Precision precision, std::string* what) {
   absl::StatusOr<std::unique_ptr<loom::telemetry::Nvml>> nvml = loom::telemetry::Nvml::Open();
   absl::StatusOr<std::string> product =
       nvml.ok() ? (*nvml)->DeviceName(gpu) : absl::StatusOr<std::string>(nvml.status());
@@ -172,6 +177,7 @@ double GpuPeakFlops(int gpu, loom::engine::Precision precision) {
                                          ? loom::MatmulPrecision::kFp16
                                          : loom::MatmulPrecision::kFp32;
   const double peak = device->PeakFlops(p);
+  *what = absl::StrCat("datasheet ", loom::PrecisionName(p), " peak of ", device->name);
   std::cerr << "loom-rank: GPU " << gpu << " is " << *product << " (" << device->name << "), peak "
             << peak / 1e12 << " TFLOP/s " << loom::PrecisionName(p) << std::endl;
   return peak;
@@ -310,14 +316,24 @@ int main(int argc, char** argv) {
   // board it does not know); on CPU a short GEMM calibration. Then model
   // FLOPs, state bytes, power.
   double rank_peak = 0;
+  std::string peak_what;
   if (gpu >= 0) {
-    rank_peak = GpuPeakFlops(gpu, config.model.precision);
+    rank_peak = GpuPeakFlops(gpu, config.model.precision, &peak_what);
   } else {
     rank_peak = loom::telemetry::MeasureGemmFlopsPerSecond();
+    peak_what = absl::StrFormat("calibrated fp32 GEMM peak, %.1f GFLOP/s with %d thread(s)",
+                                rank_peak / 1e9, threads);
     std::cerr << "loom-rank " << a.rank() << ": GEMM calibration " << rank_peak / 1e9
               << " GFLOP/s with " << threads << " thread(s)" << std::endl;
   }
-  const double job_peak = rank_peak * a.world_size();
+  if (a.world_size() > 1) absl::StrAppend(&peak_what, " per rank x ", a.world_size(), " ranks");
+  // The job's peak: MFU is never reported above 1 against it (a step faster
+  // than the calibration raises a calibrated peak: peak_flops.h).
+  auto job_peak = std::make_shared<loom::telemetry::PeakFlops>(
+      rank_peak * a.world_size(),
+      gpu >= 0 ? loom::telemetry::PeakFlops::Source::kDatasheet
+               : loom::telemetry::PeakFlops::Source::kCalibrated,
+      peak_what);
   const double flops_per_token =
       loom::telemetry::ModelFlopsPerToken(loom::engine::ShapeOf(config.model));
   // Training state of this rank: the whole model's under data parallelism;
@@ -361,8 +377,10 @@ int main(int argc, char** argv) {
     if (r.step() > 0 && r.step_time_seconds() > 0) {
       double achieved = flops_per_token * r.tokens_per_second();
       m->set_model_flops_per_second(achieved);
-      m->set_peak_flops_per_second(job_peak);
-      m->set_mfu(job_peak > 0 ? achieved / job_peak : 0);
+      const double mfu = job_peak->Observe(achieved);
+      m->set_peak_flops_per_second(job_peak->peak());
+      m->set_mfu(mfu);
+      m->set_peak_flops_source(job_peak->Describe());
       m->set_power_watts(power->Account(r.step_time_seconds()));
     }
     m->set_energy_joules(power->energy_joules());

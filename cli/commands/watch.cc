@@ -51,8 +51,9 @@ void PrintSummary(const loom::v1::Job& job, Client* client) {
                                s.tokens_per_second(), s.last_tokens_per_second());
   std::cout << absl::StrFormat("  tokens seen      %d\n", s.tokens_seen());
   if (s.mfu() > 0) {
-    std::cout << absl::StrFormat("  MFU              %.1f%% of the ranks' calibrated GEMM peak\n",
-                                 100 * s.mfu());
+    std::cout << absl::StrFormat(
+        "  MFU              %.1f%% of the %s\n", 100 * s.mfu(),
+        s.peak_flops_source().empty() ? "ranks' peak" : s.peak_flops_source());
   }
   if (s.energy_joules() > 0) {
     std::cout << absl::StrFormat("  energy           %.0f J (%.4f kWh, estimated)\n",

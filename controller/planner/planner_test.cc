@@ -1,7 +1,9 @@
 #include "controller/planner/planner.h"
 
 #include <cstdio>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "controller/planner/report.h"
 #include "controller/planner/test_models.h"
@@ -78,7 +80,7 @@ TEST_P(MegatronTest, ChosenLayoutFitsAndIsAtLeastAsFast) {
   absl::StatusOr<Plan> published_best = MakePlan(fixed);
   ASSERT_TRUE(published_best.ok()) << published_best.status();
   EXPECT_GE(plan->best.step.tokens_per_second, published_best->best.step.tokens_per_second);
-  // For the record (issue 3's note): chosen next to published.
+  // For the record: chosen next to published.
   std::printf("%s on %d GPUs: published %s -> %.0f tok/s (MFU %.1f%%); chosen %s -> %.0f tok/s "
               "(MFU %.1f%%), %.1f of %.1f GB per device\n",
               row.name, row.gpus, LayoutToString(Published(row)).c_str(),
@@ -162,7 +164,7 @@ TEST(PlannerTest, NoValidLayoutSaysWhy) {
   // (With 5 layers, tp 2 x pp 4 is valid now that stages may be uneven.)
   absl::StatusOr<Plan> plan = MakePlan(Request(MegatronGpt("tiny", 1, 768, 12), 3, 1, 8));
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
-  // Every candidate shape with its own reason (issue 28): the layout's dp,
+  // Every candidate shape with its own reason: the layout's dp,
   // not a micro-batch the user never set.
   EXPECT_EQ(plan.status().message(),
             "no valid layout of 8 devices for this model and batch of 3 sequences: "
@@ -198,6 +200,51 @@ TEST(PlannerTest, PlansOnTheMeasuredLocalCpu) {
   const double flops_per_replica = ModelFlopsPerStep(tiny, 8);
   EXPECT_NEAR(plan->best.time.compute - plan->best.time.recompute, flops_per_replica / 50e9,
               1e-3 * flops_per_replica / 50e9);
+}
+
+// A utilisation above 100% is never predicted: over models from GPT-2 small
+// to the 1T Megatron row, on CPUs, A100s and H100s, every layout the plan
+// reports (the best, the top ones, the best per shape, each what-if) has
+// 0 < MFU <= HFU <= 1 (recompute adds hardware FLOPs, never model FLOPs).
+TEST(PlannerTest, NoPlanPredictsAUtilisationAboveOne) {
+  std::vector<PlanRequest> requests;
+  for (const char* device : {"A100-80GB", "H100-SXM", "H100-PCIe"}) {
+    requests.push_back(Request(Gpt2Small(), 64, 1, 8, device));
+    requests.push_back(Request(Gpt7B(), 512, 4, 8, device));
+    requests.push_back(MegatronRequest(kMegatronRows[0]));
+  }
+  requests.push_back(MegatronRequest(kMegatronRows[std::size(kMegatronRows) - 1]));
+  absl::StatusOr<DeviceSpec> cpu = LocalCpuDevice({50e9, 8000000000, 20e9, 0});
+  ASSERT_TRUE(cpu.ok());
+  PlanRequest on_cpu = Request(Gpt2Small(), 16, 2, 1);
+  on_cpu.model.n_layer = 4;
+  on_cpu.model.d_model = 128;
+  on_cpu.model.n_head = 4;
+  on_cpu.model.seq_len = 128;
+  on_cpu.training.precision = Precision::kFp32;
+  on_cpu.topology.device = *cpu;
+  requests.push_back(on_cpu);
+  int checked = 0;
+  for (const PlanRequest& request : requests) {
+    absl::StatusOr<Plan> plan = MakePlan(request);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::vector<const LayoutEvaluation*> all = {&plan->best};
+    for (const LayoutEvaluation& e : plan->top) all.push_back(&e);
+    for (const ShapeResult& s : plan->shapes) {
+      if (s.fits) all.push_back(&s.best);
+    }
+    for (const WhatIf& w : plan->what_if) {
+      if (w.valid && w.evaluation.fits) all.push_back(&w.evaluation);
+    }
+    for (const LayoutEvaluation* e : all) {
+      SCOPED_TRACE(LayoutToString(e->layout));
+      EXPECT_GT(e->step.mfu, 0);
+      EXPECT_LE(e->step.mfu, e->step.hfu + 1e-12);
+      EXPECT_LE(e->step.hfu, 1.0);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50);
 }
 
 TEST(PlannerTest, PruningDoesNotChangeTheAnswer) {
@@ -274,7 +321,7 @@ TEST(PlannerTest, ExplicitLayoutThatDoesNotFitIsRejectedWithTheReason) {
       << eval->infeasible_reason;
 }
 
-// Issue 11: BLOOM-176B's 70 layers on 384 A100s returned "no valid layout"
+// BLOOM-176B's 70 layers on 384 A100s returned "no valid layout"
 // while pipeline stages had to divide the layers.
 TEST(PlannerTest, Bloom176BOn384A100sGetsALayoutWithUnevenStagesAllowed) {
   const PlanRequest request = Request(test_models::Bloom176B(), 2048, 48, 8);
@@ -310,7 +357,7 @@ TEST(PlannerTest, Bloom176BOn384A100sGetsALayoutWithUnevenStagesAllowed) {
               plan->best.memory.total() / 1e9, plan->best.memory.capacity / 1e9);
 }
 
-// Issue 11: a published Llama-3 405B layout, ZeRO-3 with pipeline
+// A published Llama-3 405B layout, ZeRO-3 with pipeline
 // parallelism, could not be expressed. It now evaluates as fitting, with the
 // gathered layer in its memory breakdown.
 TEST(PlannerTest, Llama3_405BLayoutWithZeroThreeAndPipelineFits) {

@@ -3,7 +3,8 @@ set(_tdir ${CMAKE_CURRENT_LIST_DIR})
 # NVML is loaded with dlopen at run time: no NVML headers or library at build time.
 loom_library(loom_nvml SRCS ${_tdir}/nvml.cc
   DEPS absl::status absl::statusor absl::strings ${CMAKE_DL_LIBS})
-loom_library(loom_telemetry SRCS ${_tdir}/telemetry.cc DEPS loom_nvml loom_model_shape absl::strings)
+loom_library(loom_telemetry SRCS ${_tdir}/telemetry.cc ${_tdir}/peak_flops.cc
+  DEPS loom_nvml loom_model_shape absl::strings absl::str_format)
 loom_library(loom_gemm_calibration SRCS ${_tdir}/gemm_calibration.cc DEPS ${TORCH_LIBRARIES})
 
 # Tests only: a stand-in libnvidia-ml.so.1 with deterministic answers, which
@@ -18,3 +19,5 @@ add_dependencies(loom_nvml_test loom_fake_nvml)
 loom_test(loom_telemetry_test SRCS ${_tdir}/telemetry_test.cc DEPS loom_telemetry)
 target_compile_definitions(loom_telemetry_test PRIVATE ${_fake_nvml_def})
 add_dependencies(loom_telemetry_test loom_fake_nvml)
+
+loom_test(loom_peak_flops_test SRCS ${_tdir}/peak_flops_test.cc DEPS loom_telemetry)
