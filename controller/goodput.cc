@@ -92,8 +92,11 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
                                 : 1.0;
       if (s->step() > 0) previous_step = s->step();
       if (first_start < 0) {
-        // Its first report's steps ran back to back before it ended.
-        first_start = std::max(0.0, Seconds(at.begin, s->time_unix_ms()) - weight * step);
+        // Its first report's steps ran back to back before it ended, and a
+        // validation pass after them (a fresh run's step-0 report is one)
+        // before the report was sent: that is evaluation, not start-up.
+        first_start = std::max(0.0, Seconds(at.begin, s->time_unix_ms()) - weight * step -
+                                        std::max(0.0, s->eval_seconds()));
         // The restore happened before the first step, within that gap.
         restore = std::clamp(s->checkpoint_restore_seconds(), 0.0, first_start);
       }
@@ -134,6 +137,20 @@ GoodputBuckets ComputeGoodput(const loom::v1::Job& job,
   b.unaccounted = b.wall - (b.queued + b.preempted_waiting + b.recovery_waiting + b.startup +
                             b.checkpoint_restore + b.productive + b.data_stall +
                             b.checkpoint_stall + b.evaluation + b.redone);
+  // Reports timed by another host's clock can still overlap the wall time
+  // by a little: the excess comes out of the buckets those clocks measured,
+  // start-up first (a gap between two clocks' readings), then the steps'
+  // own figures, so that every bucket is >= 0 and they sum to the wall time.
+  if (b.unaccounted < 0) {
+    double excess = -b.unaccounted;
+    for (double* bucket : {&b.startup, &b.evaluation, &b.data_stall, &b.checkpoint_stall,
+                           &b.redone, &b.productive}) {
+      const double take = std::min(excess, *bucket);
+      *bucket -= take;
+      excess -= take;
+    }
+    b.unaccounted = 0;
+  }
   return b;
 }
 

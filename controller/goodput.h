@@ -26,8 +26,9 @@
 //                      trained twice, counted once as productive;
 //   unaccounted        the rest of the wall time while placed (steps not
 //                      reported, the time after the last step to the end).
-// They sum to the wall time, except where reports overlap it (clocks of
-// different hosts); unaccounted is then negative, and the caller sees it.
+// Every bucket is >= 0 and they sum to the wall time: where reports timed
+// by another host's clock overlap it, the excess is taken out of start-up,
+// then the steps' buckets (see ComputeGoodput).
 // ETTR (effective training time ratio) = productive / (wall - queued -
 // preempted_waiting).
 #ifndef LOOM_CONTROLLER_GOODPUT_H_

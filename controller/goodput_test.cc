@@ -67,6 +67,56 @@ TEST(GoodputTest, SplitsAJobsWallTimeIntoBucketsThatAddUp) {
   EXPECT_NEAR(b.ettr(), 14.5 / 33.0, 1e-9);
 }
 
+// A fresh run reports its initial validation as step 0 (no step time, its
+// eval_seconds) before step 1: that pass is evaluation, not start-up too.
+// Counted twice, the buckets summed to more than the wall time (the demo
+// printed "unaccounted -0.2").
+TEST(GoodputTest, TheInitialValidationIsCountedOnce) {
+  loom::v1::Job job;
+  std::vector<loom::v1::StepMetrics> steps;
+  Transition(&job, loom::v1::PENDING, 0);
+  Transition(&job, loom::v1::SCHEDULED, 1);
+  Transition(&job, loom::v1::RUNNING, 1.5);
+  loom::v1::StepMetrics initial;  // placed at 1, 1 s of start-up, 2 s of validation
+  initial.set_step(0);
+  initial.set_time_unix_ms(4000);
+  initial.set_eval_seconds(2.0);
+  Steps(&steps, 5, 3);  // steps 1..3 end at 5, 6, 7
+  steps.push_back(initial);
+  Transition(&job, loom::v1::SUCCEEDED, 7);
+  const GoodputBuckets b = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
+  EXPECT_DOUBLE_EQ(b.wall, 7);
+  EXPECT_DOUBLE_EQ(b.queued, 1);
+  EXPECT_NEAR(b.startup, 1.0, 1e-9);
+  EXPECT_NEAR(b.evaluation, 2.0, 1e-9);
+  EXPECT_NEAR(b.productive + b.data_stall, 3.0, 1e-9);
+  EXPECT_NEAR(b.unaccounted, 0.0, 1e-9);
+  for (const GoodputBuckets::Named& bucket : b.List()) {
+    EXPECT_GE(bucket.seconds, 0) << bucket.label;
+  }
+}
+
+// Reports from a host whose clock runs ahead overlap the wall time: no
+// bucket goes negative, and they still sum to it.
+TEST(GoodputTest, ReportsThatOverlapTheWallTimeLeaveNoBucketNegative) {
+  loom::v1::Job job;
+  std::vector<loom::v1::StepMetrics> steps;
+  Transition(&job, loom::v1::PENDING, 0);
+  Transition(&job, loom::v1::SCHEDULED, 1);
+  Transition(&job, loom::v1::RUNNING, 1.1);
+  Steps(&steps, 2.5, 3);      // 3 s of steps reported by 4.5 ...
+  steps[0].set_step_time_seconds(2.4);  // ... one of them claiming more than it had
+  Transition(&job, loom::v1::SUCCEEDED, 4.5);
+  const GoodputBuckets b = ComputeGoodput(job, steps, absl::FromUnixSeconds(1000));
+  double sum = 0;
+  for (const GoodputBuckets::Named& bucket : b.List()) {
+    EXPECT_GE(bucket.seconds, 0) << bucket.label;
+    sum += bucket.seconds;
+  }
+  EXPECT_NEAR(sum, b.wall, 1e-9);
+  EXPECT_DOUBLE_EQ(b.unaccounted, 0);
+}
+
 // Queued 5 s; an attempt of 5 steps; preempted with 0 steps lost and 7 s
 // back in the queue; the second attempt spends 1.5 s of its 3 s start-up
 // loading the checkpoint, then 5 steps.
