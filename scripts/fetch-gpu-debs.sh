@@ -10,6 +10,17 @@
 #                                      loom.v1.StepMetrics, loom-rank reads
 #                                      its JSON assignment
 #   libyaml-cpp-dev and its runtime    checkpoint manifests, job specs
+#   libgloo-dev (its headers only)     ProcessGroupGloo.hpp includes <gloo/...>,
+#                                      and PyTorch's wheels install no Gloo
+#                                      headers (Gloo is linked into
+#                                      libtorch_cpu; its build sets
+#                                      GLOO_INSTALL OFF). Nothing links
+#                                      against it, so its runtime stays
+#                                      behind. Debian 12's snapshot is older
+#                                      than the Gloo inside a recent wheel:
+#                                      the engine only creates groups through
+#                                      c10d and calls no Gloo virtual, which
+#                                      is what makes the two compatible.
 # libprotobuf-dev's zlib1g-dev is left out: it serves static linking only,
 # and every machine has zlib's runtime. About 6 MB in all (the budget for
 # what a GPU machine gets besides its own software is 64 MiB).
@@ -22,7 +33,7 @@ DIR=${1:-.cache/gpu-debs}
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 
-if ! apt-cache show libabsl-dev protobuf-compiler libyaml-cpp-dev >/dev/null 2>&1; then
+if ! apt-cache show libabsl-dev protobuf-compiler libyaml-cpp-dev libgloo-dev >/dev/null 2>&1; then
   apt-get update -qq
 fi
 # Runtime libraries carry their ABI version in the name (libabsl20220623,
@@ -37,7 +48,7 @@ runtime_of() {  # PACKAGE REGEX -> the dependencies of PACKAGE matching REGEX
   fi
   echo "$found"
 }
-packages=(libabsl-dev libprotobuf-dev protobuf-compiler libyaml-cpp-dev)
+packages=(libabsl-dev libprotobuf-dev protobuf-compiler libyaml-cpp-dev libgloo-dev)
 packages+=($(runtime_of libabsl-dev '^libabsl[0-9]+$'))
 packages+=($(runtime_of libprotobuf-dev '^libprotobuf(-lite)?[0-9]+$'))
 packages+=($(runtime_of protobuf-compiler '^libprotoc[0-9]+$'))
