@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 
 namespace loom::controller {
@@ -65,6 +66,7 @@ loom::v1::Diagnosis Diagnose(std::vector<const loom::v1::StepMetrics*> steps,
   double step = 0, data = 0, compute = 0, comm = 0, optimizer = 0, stall = 0, control = 0, mfu = 0;
   double peak_rss = 0, limit = 0;
   int with_mfu = 0;
+  bool datasheet_peak = false;  // GPU ranks: the board's figure, not a calibration
   for (const auto* m : usable) {
     step += m->step_time_seconds();
     data += m->data_wait_seconds();
@@ -76,6 +78,7 @@ loom::v1::Diagnosis Diagnose(std::vector<const loom::v1::StepMetrics*> steps,
     if (m->peak_flops_per_second() > 0) {
       mfu += m->mfu();
       ++with_mfu;
+      datasheet_peak = absl::StartsWith(m->peak_flops_source(), "datasheet");
     }
     peak_rss = std::max(peak_rss, static_cast<double>(m->peak_rss_bytes()));
     if (m->memory_limit_bytes() > 0) {
@@ -97,7 +100,8 @@ loom::v1::Diagnosis Diagnose(std::vector<const loom::v1::StepMetrics*> steps,
                       Percent(f_data), Percent(f_compute), Percent(f_comm), Percent(f_opt),
                       Percent(f_stall), Percent(f_control)));
   if (with_mfu > 0) {
-    d.add_evidence(absl::StrFormat("MFU %s of the calibrated peak", Percent(mean_mfu)));
+    d.add_evidence(absl::StrFormat("MFU %s of the %s peak", Percent(mean_mfu),
+                                   datasheet_peak ? "datasheet" : "calibrated"));
   }
   if (limit > 0) {
     d.add_evidence(absl::StrFormat("peak resident memory %s of %s available to the rank (%s)",
