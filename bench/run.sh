@@ -23,7 +23,7 @@ build() {
   fi
 }
 
-# Planning time for a 1008B model on 3072 GPUs (issue 3).
+# Planning time for a 1008B model on 3072 GPUs.
 bench_planner() {
   build loom_planner_bench
   "$BUILD_DIR/bin/loom_planner_bench" "${PLANNER_REPETITIONS:-30}"
@@ -31,7 +31,7 @@ bench_planner() {
 
 # Plan time of every published run in controller/planner/testdata/
 # published_runs.yaml, as `loomctl plan` plans it, against the same plans
-# unpruned; fails when a plan takes 1 s or more (issue 28).
+# unpruned; fails when a plan takes 1 s or more.
 bench_published_plans() {
   build loom_published_plans_bench
   "$BUILD_DIR/bin/loom_published_plans_bench" controller/planner/testdata/published_runs.yaml \
@@ -42,8 +42,7 @@ bench_published_plans() {
 # a fake clock over a synthetic trace of SCHEDULER_JOBS jobs (default 15000,
 # seed SCHEDULER_SEED) on 1,000 workers: time to admission per gang size,
 # utilisation while demand exceeds capacity, goodput, preemptions and steps
-# lost, decisions/s; fails when a figure crosses bench/scheduler_thresholds.txt
-# (issue 30).
+# lost, decisions/s; fails when a figure crosses bench/scheduler_thresholds.txt.
 bench_scheduler() {
   build loom_scheduler_bench
   "$BUILD_DIR/bin/loom_scheduler_bench" bench/scheduler_thresholds.txt "${SCHEDULER_JOBS:-15000}" \
@@ -51,7 +50,7 @@ bench_scheduler() {
 }
 
 # Fused AdamW bandwidth on 100M fp32 parameters, 2 threads, against a stream
-# kernel with the same access pattern and torch::optim::AdamW (issue 6).
+# kernel with the same access pattern and torch::optim::AdamW.
 bench_adamw() {
   build loom_adamw_bench
   "$BUILD_DIR/bin/loom_adamw_bench" "${ADAMW_PARAMS:-100000000}" "${ADAMW_THREADS:-2}" \
@@ -59,26 +58,31 @@ bench_adamw() {
 }
 
 # Time from spike detection to the first resumed step, on a real local
-# cluster with poisoned data (issue 4).
+# cluster with poisoned data.
 bench_recovery() {
   build loom_recovery_bench
   "$BUILD_DIR/bin/loom_recovery_bench" "$BUILD_DIR/bin"
 }
 
 # Fault trials on a real local cluster, each daemon in its own network
-# namespace: kill -9 of workers, ranks and the controller, a partition, a
-# full checkpoint volume; every job must end bit-exact (issue 12). Root.
+# namespace (CHAOS_TRIALS, default 41; CHAOS_SEED): kill -9 of workers,
+# ranks and the controller, a partition, a full checkpoint volume, trials
+# preempted three times by a higher-priority job, and elastic trials (grow,
+# lose a worker and shrink, grow back). Every fixed-layout job must end
+# bit-exact with an uninterrupted run; every elastic one must train each
+# data batch once (bench/chaos_bench.cc says what else is checked). Root:
+# network namespaces, iptables, a tmpfs mount.
 bench_chaos() {
   build loom_chaos_bench
   "$BUILD_DIR/bin/loom_chaos_bench" "$BUILD_DIR/bin" "${CHAOS_TRIALS:-41}" "${CHAOS_SEED:-1}"
 }
 
-# Active/standby controllers over PostgreSQL (issue 32): FAILOVER_CYCLES
+# Active/standby controllers over PostgreSQL (docs/ha.md): FAILOVER_CYCLES
 # faults (12) of the leader, kill -9, SIGSTOP past the lease and a partition
 # from the database in turn, under a client submitting and cancelling jobs;
 # the checker's counts (gangs scheduled twice, acknowledged writes lost,
-# epochs backwards) and the p50/p99 failover. Root. FAILOVER_LEASE_S sets
-# the lease (2).
+# epochs backwards) and the p50/p99 failover. Root: network namespaces and
+# iptables. FAILOVER_LEASE_S sets the lease (2).
 bench_failover() {
   build loom_failover_bench
   "$BUILD_DIR/bin/loom_failover_bench" "$BUILD_DIR/bin" "${FAILOVER_CYCLES:-12}" \
@@ -88,7 +92,8 @@ bench_failover() {
 # One elastic job on 4 local workers through a fault every 30-50 s: a worker
 # kill -9 and its return, part of it preempted, a slow rank (a CPU-quota
 # cgroup), a controller kill; recovery time and steps lost per fault, ETTR,
-# loss against an uninterrupted run (issue 31). Root. ELASTIC_STEPS sets the
+# loss against an uninterrupted run. Root: network namespaces and the
+# cgroup. ELASTIC_STEPS sets the
 # run's length (3000), ELASTIC_CLEAN_SECONDS adds a clean run that long in
 # which no rank may be named slow.
 bench_elastic() {
@@ -97,7 +102,7 @@ bench_elastic() {
     "${ELASTIC_CLEAN_SECONDS:-0}"
 }
 
-# The controller under a large cluster's load (issue 12): CONTROL_PLANE_WORKERS
+# The controller under a large cluster's load: CONTROL_PLANE_WORKERS
 # simulated workers (default 10000) heartbeating at 1 Hz, CONTROL_PLANE_JOBS
 # one-rank jobs (100) reporting steps at 10 Hz and CONTROL_PLANE_WATCHERS job
 # watchers (20), over real gRPC from one process against a real
@@ -110,7 +115,7 @@ bench_elastic() {
 # removed after it): how the tail grows when the machine gives them less
 # than its cores, as a busy host or a throttled VM does, reproducibly.
 # It runs once on each store, SQLite (the default) and PostgreSQL (a server
-# of its own, fsync on: what the controllers of --ha share; issue 32), and
+# of its own, fsync on: what the controllers of --ha share), and
 # ends with both p99s side by side; CONTROL_PLANE_STORES=sqlite (or
 # postgres) runs one.
 bench_control-plane() {
@@ -194,7 +199,7 @@ run_under_cpu_quota() {
 
 # Checkpoint write throughput against the disk's own write+fsync, and the
 # stall per asynchronous checkpoint as a fraction of a step, for a
-# ~124M-parameter GPT (issue 4). Checkpoints go to CHECKPOINT_BENCH_DIR
+# ~124M-parameter GPT. Checkpoints go to CHECKPOINT_BENCH_DIR
 # (default: the build directory), so choose the disk to measure.
 bench_checkpoint() {
   build loom_checkpoint_bench
@@ -221,7 +226,10 @@ field() { grep "^$1 " <<<"$2" | tr ' ' '\n' | sed -n "s/^$3=//p"; }
 
 # Training tokens/s of loom::engine::Train against PyTorch eager (Debian's
 # python3-torch 1.13) on the same GPT, optimizer, batch and threads, both as
-# a fraction of the sgemm rate measured in the same run (issue 6). The sgemm
+# a fraction of the sgemm rate measured in the same run. The GPT: 4 layers,
+# 4 heads, d_model 256, seq 256, vocab 50304, batch 8 sequences, AdamW
+# (lr 3e-4 constant, betas 0.9/0.95, weight decay 0.1), clipping at 1.0
+# (bench/issue6_config.h). The sgemm
 # reference is the best 2048^3 fp32 matmul rate either side measured (each
 # measures before its first step, after its last, and once after every step).
 # TRAIN_PROFILE=0 skips the per-stage and per-operator profiles.
@@ -325,8 +333,9 @@ bench_train() {
 }
 
 # Causal self-attention forward + backward: Loom's blocked CPU kernel against
-# the unfused LibTorch expression, one layer of issue 6's configuration
-# (batch 8, seq 256, d 256, 4 heads, 2 threads), alternating in one process.
+# the unfused LibTorch expression, one attention layer of the train
+# benchmark's GPT (batch 8, seq 256, d 256, 4 heads, 2 threads), alternating
+# in one process.
 bench_attention() {
   build loom_attention_bench
   select_blas_kernels
@@ -336,7 +345,7 @@ bench_attention() {
 # A Llama-family training step (RMSNorm, SwiGLU, rotary positions, 4 of 8
 # K/V heads, untied) against a GPT-2 of the same width and depth on the CPU:
 # time per model FLOP relative to GPT-2's, and the step's shares of the
-# unfused rotary + K/V expansion, RMSNorm and SwiGLU (issue 14).
+# unfused rotary + K/V expansion, RMSNorm and SwiGLU.
 bench_llama() {
   build loom_llama_bench
   select_blas_kernels
@@ -346,7 +355,7 @@ bench_llama() {
 # Training tokens/s and peak memory of fp32, bf16 and bf16 + activation
 # checkpointing on a GPT with d_model 512, 8 layers, 8 heads, seq 256, vocab
 # 50304, batch 4, 2 threads, each configuration in its own child process
-# (peak memory: live LibTorch tensor bytes and the child's peak RSS); issue 6.
+# (peak memory: live LibTorch tensor bytes and the child's peak RSS).
 # PRECISION_STEPS timed steps after PRECISION_WARMUP (median step time).
 bench_precision() {
   build loom_precision_bench
@@ -357,8 +366,10 @@ bench_precision() {
 }
 
 # Share of the training step spent waiting for data, with the prefetching
-# loader and (same run) without it, on issue 6's configuration; issue 6
-# asks for under 2 %.
+# loader and (same run) without it, on the train benchmark's GPT (4 layers,
+# 4 heads, d_model 256, seq 256, vocab 50304, batch 8 sequences, 2 threads;
+# bench/issue6_config.h) over a shard of random tokens; the target is
+# under 2 % with prefetching.
 bench_loader() {
   build loom_loader_bench
   select_blas_kernels
@@ -374,7 +385,7 @@ bench_loader() {
   }'
 }
 
-# ZeRO's exchange on Gloo (issue 11): LibTorch 1.13's Gloo has no
+# ZeRO's exchange on Gloo: LibTorch 1.13's Gloo has no
 # reduce_scatter, so Loom builds a ring from send/recv; its cost with the
 # all-gather of the updated shards, against data parallelism's all-reduce of
 # the same buffer (100 MB of fp32 gradients, 2 ranks over loopback).
@@ -385,14 +396,15 @@ bench_zero() {
 }
 
 # The planner's step time against the measured one on the local cluster,
-# for DP2, TP2, PP2 (m = 8), TP2 x PP2 and ZeRO-1 DP2 (issue 11).
+# for one rank alone (the compute model's baseline), DP2, TP2, PP2 (m = 8),
+# TP2 x PP2, ZeRO-1 DP2 and ZeRO-2 DP2.
 bench_plan-accuracy() {
   build loom_plan_accuracy_bench
   "$BUILD_DIR/bin/loom_plan_accuracy_bench" "$BUILD_DIR/bin" "${PLAN_ACCURACY_STEPS:-14}"
 }
 
 # Data-parallel gradient averaging overlapped with backward against the same
-# buckets all-reduced after backward, 2 in-process Gloo ranks (issue 11).
+# buckets all-reduced after backward, 2 in-process Gloo ranks.
 bench_overlap() {
   build loom_overlap_bench
   OMP_NUM_THREADS=1 "$BUILD_DIR/bin/loom_overlap_bench" "${OVERLAP_LAYERS:-8}" \
@@ -401,14 +413,14 @@ bench_overlap() {
 
 # The largest GPT that trains under a per-rank memory limit (default 2 GiB)
 # on 4 local ranks: pure data parallelism against the planner's layout,
-# measured peak RSS of every rank checked against the limit (issue 11).
+# measured peak RSS of every rank checked against the limit.
 bench_parallel() {
   build loom_parallel_bench
   "$BUILD_DIR/bin/loom_parallel_bench" "$BUILD_DIR/bin" "${PARALLEL_LIMIT_GIB:-2}" \
     "${PARALLEL_STEPS:-3}"
 }
 
-# The GPU benchmark (issue 6, "GPU"): bench/gpu/run.sh builds the engine and
+# The GPU benchmark: bench/gpu/run.sh builds the engine and
 # bench/gpu/gpu_bench.cc against PyTorch's LibTorch and runs them on a CUDA
 # device (bf16 GPT tokens/s and MFU, fused AdamW against copy bandwidth,
 # fused loss against unfused). Only by name: on a machine without a GPU it

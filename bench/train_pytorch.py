@@ -1,5 +1,5 @@
-"""PyTorch eager baseline for the training-throughput benchmark (issue 6,
-"Benchmarks" 1); bench/train_bench.cc is Loom's side, bench/run.sh runs both.
+"""PyTorch eager baseline for the training-throughput benchmark
+(`./bench/run.sh train`); bench/train_bench.cc is Loom's side, run.sh runs both.
 
 The same model, initialisation, optimizer work, batch and threads as
 loom::engine::Train in the benchmark (worker/engine/gpt.cc, optimizer.cc,

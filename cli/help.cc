@@ -21,14 +21,18 @@ std::vector<CommandHelp> MakeCommands() {
                R"(up       starts a controller and N workers (default 2) on this machine, with
          a cluster CA, certificates and the local admin's token in the home
          (--home; default $LOOM_HOME or ~/.loom), and waits until every worker
-         has registered. Jobs read data under the --data-root directories
-         (default: the home and the current directory) and name checkpoint
-         directories under <home>/checkpoints.
+         has registered. Jobs read data under the --data-root directories:
+         without the flag, the home and the current directory; any
+         --data-root replaces both (give each directory you need, the
+         current one too). A job's checkpoints go to
+         <home>/controller/checkpoints/<job>; a checkpoint.dir must lie
+         beneath that folder or <home>/checkpoints.
            --workers N          workers to start (default 2)
            --slots S            ranks each worker runs at once (default 1)
            --memory GIB         memory each worker lends its ranks
            --gpus G|auto        GPUs per worker (auto: what NVML sees)
-           --data-root DIR      another directory jobs may read data under
+           --data-root DIR      a directory jobs may read data under;
+                                repeatable; replaces the defaults
            --worker-timeout S   seconds of silence before a worker is lost
            --queues FILE        the controller's queue file (docs/scheduling.md)
            --store S            the controller's store: sqlite (in the home, the
@@ -36,7 +40,7 @@ std::vector<CommandHelp> MakeCommands() {
                                 cluster's own)
            --ha                 a PostgreSQL server and two controllers on it,
                                 controller-0 and controller-1: one leads, the
-                                other stands by and takes over within ~3 s
+                                other stands by and takes over within ~2 s
                                 when the leader dies (docs/ha.md)
 down     stops them (the home and its state stay).
 restart  restarts one daemon at the same address: SIGTERM, or SIGKILL with
@@ -47,7 +51,13 @@ status   shows the local daemons, whether each is alive and each
          controller's role (active or standby); `loomctl -o json local status`
          for scripts.
 
-example: loomctl local up --workers 3 --slots 2)",
+examples (the second lets jobs read data under the current directory only):
+  loomctl local up --workers 3 --slots 2
+  loomctl local up --data-root .
+  loomctl local up --ha
+  loomctl local status
+  loomctl local restart controller --kill
+  loomctl local down)",
                {"up", "down", "restart", "status"},
                {"--workers", "--slots", "--memory", "--gpus", "--data-root", "--worker-timeout",
                 "--queues", "--kill", "--store", "--ha"},
@@ -59,7 +69,11 @@ example: loomctl local up --workers 3 --slots 2)",
 checks the spec (every error names its field) and plans the job's layout.
   -f, --follow   then follow the job until it ends; exits 1 unless it SUCCEEDED
 
-example: loomctl submit examples/tiny.yaml --follow)",
+examples:
+  loomctl submit examples/llama-tiny.yaml
+  loomctl submit examples/gpt-tiny.yaml --follow
+Both specs read data/train_*.bin and data/val_*.bin beside themselves: the
+README's tour copies the spec next to the shards it prepared (build/tour/).)",
                {},
                {"--follow", "-f"},
                ArgKind::kFile});
@@ -68,7 +82,11 @@ example: loomctl submit examples/tiny.yaml --follow)",
                "check a job spec without submitting it",
                R"(Parses FILE, applies the defaults and checks every field the way submit
 would (without a controller); prints "FILE: valid", or with -o json the spec
-with its defaults.)",
+with its defaults.
+
+examples:
+  loomctl validate examples/llama-tiny.yaml
+  loomctl -o json validate examples/gpt-tiny.yaml)",
                {},
                {},
                ArgKind::kFile});
@@ -80,7 +98,12 @@ with its defaults.)",
                   FAILED, CANCELLED, PREEMPTED)
   --pending       the waiting jobs by queue, in the order they would start:
                   each one's priority, position and what it waits for (over
-                  quota, gang does not fit, capacity reserved))",
+                  quota, gang does not fit, capacity reserved)
+
+examples:
+  loomctl list
+  loomctl list --state RUNNING
+  loomctl list --pending)",
                {},
                {"--state", "--pending"},
                ArgKind::kNone});
@@ -89,7 +112,10 @@ with its defaults.)",
                "show a job, its plan, placement and history",
                R"(Shows a job: its state, who submitted it, the plan the controller chose
 (layout, why, predicted step time), where each rank runs, its progress and
-its state transitions.)",
+its state transitions.
+
+example:
+  loomctl status llama-tiny-1)",
                {},
                {},
                ArgKind::kJob});
@@ -97,7 +123,10 @@ its state transitions.)",
                {"watch JOB"},
                "follow a job's progress until it ends",
                R"(Prints the job's progress and events as they happen until it ends; exits 1
-unless it SUCCEEDED.)",
+unless it SUCCEEDED.
+
+example:
+  loomctl watch llama-tiny-1)",
                {},
                {},
                ArgKind::kJob});
@@ -105,7 +134,10 @@ unless it SUCCEEDED.)",
                {"cancel JOB [--reason TEXT]"},
                "cancel a job (yours, or any as an admin)",
                R"(Stops the job's ranks and marks it CANCELLED; its checkpoints stay.
-  --reason TEXT   recorded with the cancellation)",
+  --reason TEXT   recorded with the cancellation
+
+example:
+  loomctl cancel llama-tiny-1 --reason "wrong learning rate")",
                {},
                {"--reason"},
                ArgKind::kJob});
@@ -117,7 +149,10 @@ before step S, skipping the data batches of each [A, B) range (what the
 controller does by itself after a loss spike).
   --to-step S     roll back to the newest good checkpoint <= S (required)
   --skip A:B      skip batches A (inclusive) to B (exclusive); repeatable
-  --reason TEXT   recorded with the rollback)",
+  --reason TEXT   recorded with the rollback
+
+example:
+  loomctl rollback llama-tiny-1 --to-step 400 --skip 450:500 --reason "bad shard")",
                {},
                {"--to-step", "--skip", "--reason"},
                ArgKind::kJob});
@@ -137,7 +172,9 @@ beside loomctl, does the generating.
   --top-k K           sample among the K most likely tokens; 0 = all (default 40)
   --seed X            the sampler's seed (default 1): same seed, same text
 
-example: loomctl sample tiny-1 --prompt "The " --tokens 100)",
+examples:
+  loomctl sample llama-tiny-1 --prompt "The " --tokens 80
+  loomctl sample llama-tiny-1 --prompt "The " --step 400 --temperature 0 --tokens 40)",
                {},
                {"--prompt", "--step", "--tokens", "--temperature", "--top-k", "--seed"},
                ArgKind::kJob});
@@ -152,7 +189,8 @@ where loomctl runs (loom-ckpt, beside loomctl, writes the files).
   --out DIR    where the files go (made if missing)
   --step S     a committed checkpoint's step (default: the newest)
 
-example: loomctl export llama-tiny-1 --out llama-tiny-hf)",
+example:
+  loomctl export llama-tiny-1 --out llama-tiny-hf)",
                {},
                {"--out", "--step"},
                ArgKind::kJob});
@@ -165,7 +203,8 @@ the step-time split, memory, power and energy, then the plan and placement,
 the recovery events and the checkpoint catalog. Charts are inline SVG.
   --out FILE   the page to write
 
-example: loomctl report llama-tiny-1 --out report.html)",
+example:
+  loomctl report llama-tiny-1 --out report.html)",
                {},
                {"--out"},
                ArgKind::kJob});
@@ -184,7 +223,10 @@ attempt. `-o json` prints every field of every record, for your own plots.
              many step records a later attempt replayed; exits 1 if any batch
              was skipped or duplicated
 
-example: loomctl -o json steps llama-tiny-1 --last 100)",
+examples:
+  loomctl steps llama-tiny-1 --last 20
+  loomctl steps llama-tiny-1 --ledger
+  loomctl -o json steps llama-tiny-1 --last 100)",
                {},
                {"--last", "--ledger"},
                ArgKind::kJob});
@@ -192,7 +234,10 @@ example: loomctl -o json steps llama-tiny-1 --last 100)",
                {"events JOB"},
                "recovery events: spikes, rollbacks, restarts",
                R"(Lists the job's recovery events: loss spikes, rollbacks and skipped ranges,
-restarts and why, corrupt checkpoints found at load.)",
+restarts and why, corrupt checkpoints found at load.
+
+example:
+  loomctl events llama-tiny-1)",
                {},
                {},
                ArgKind::kJob});
@@ -210,7 +255,9 @@ each log (16 MiB) until --log_retention (7 days) after the job ended.
                 the job restarts, until the job ends
 With -o json: which ranks and attempts have logs, and their sizes.
 
-example: loomctl logs llama-tiny-1 --rank 1 --tail 20 -f)",
+examples:
+  loomctl logs llama-tiny-1 --rank 1 --tail 20 -f
+  loomctl -o json logs llama-tiny-1)",
                {},
                {"--rank", "--attempt", "--tail", "-f", "--follow"},
                ArgKind::kJob});
@@ -219,7 +266,12 @@ example: loomctl logs llama-tiny-1 --rank 1 --tail 20 -f)",
                "the job's checkpoint catalog",
                R"(Lists the job's checkpoints: committed, pruned, corrupt or missing.
   --verify   re-read every file of every committed checkpoint and check its
-             checksums (reads every byte: takes as long as the disk needs))",
+             checksums (reads every byte: takes as long as the disk needs);
+             exits 1 if any checkpoint is corrupt
+
+examples:
+  loomctl checkpoints llama-tiny-1
+  loomctl checkpoints llama-tiny-1 --verify)",
                {},
                {"--verify"},
                ArgKind::kJob});
@@ -227,7 +279,10 @@ example: loomctl logs llama-tiny-1 --rank 1 --tail 20 -f)",
                {"diagnose JOB"},
                "what limits the job's step, with the evidence",
                R"(Says what bounds the job's step time (data loading, memory, communication
-or compute) from its measured step split, and what to try.)",
+or compute) from its measured step split, and what to try.
+
+example:
+  loomctl diagnose llama-tiny-1)",
                {},
                {},
                ArgKind::kJob});
@@ -235,7 +290,11 @@ or compute) from its measured step split, and what to try.)",
                {"workers"},
                "list workers",
                R"(Lists the registered workers: node, zone, rack, whether alive, slots and
-what runs on them.)",
+what runs on them.
+
+examples:
+  loomctl workers
+  loomctl -o json workers)",
                {},
                {},
                ArgKind::kNone});
@@ -245,7 +304,10 @@ what runs on them.)",
                R"(Lists the controller's queues (its --queues file, docs/scheduling.md): each
 one's cohort, nominal quota and borrowing limit, fair-share weight, whether
 priority preemption is on, what its placed jobs hold, and how many of its
-jobs run and wait; then the priority classes and the preemption settings.)",
+jobs run and wait; then the priority classes and the preemption settings.
+
+example:
+  loomctl queues)",
                {},
                {},
                ArgKind::kNone});
@@ -258,7 +320,14 @@ T, else on the live cluster's workers.
   --topology T, --cluster T   a topology YAML instead of the live cluster
   --top K                     show the K best layouts (default 5)
   --tokens N                  tokens to train, for time-to-train and cost
-  --executable-only           only layouts the engine executes today)",
+                              (with --topology)
+  --executable-only           only layouts the engine executes today (on
+                              the live cluster: what submit would choose)
+
+examples (the first two need no cluster):
+  loomctl plan examples/gpt3-18b.yaml --topology examples/topology-a100-80g-256.yaml
+  loomctl plan examples/gpt3-18b.yaml --topology examples/topology-a100-80g-256.yaml --tokens 3e11
+  loomctl plan examples/gpt-tiny.yaml --executable-only)",
                {},
                {"--topology", "--cluster", "--top", "--tokens", "--executable-only"},
                ArgKind::kFile});
@@ -278,7 +347,11 @@ T, else on the live cluster's workers.
                                job's model.*.vocab_size must be at least N
            --val-fraction F    share held out for validation (default 0.1)
 
-example: loomctl data prepare --input book.txt --out data --tokenizer bpe --vocab-size 2048)",
+examples (neither needs a cluster):
+  loomctl data prepare --input README.md --out build/tour/readme-bytes
+  loomctl data prepare --input README.md docs/training.md docs/planner.md --out build/tour/docs-bpe --tokenizer bpe --vocab-size 512
+The README's tour prepares a larger text (Debian's fortunes) the same way,
+with --tokenizer bpe --vocab-size 2048.)",
                {"prepare"},
                {"--input", "--out", "--tokenizer", "--vocab-size", "--val-fraction"},
                ArgKind::kFile});
@@ -292,7 +365,12 @@ on change: a removed user is locked out within a second.
 add      adds NAME with a role (default user) and a new token, printed once
          (or written to --token-out, mode 0600); only its hash is stored.
 remove   removes NAME: their token and certificate stop working.
-list     lists names and roles.)",
+list     lists names and roles.
+
+examples:
+  loomctl users add alice --role user
+  loomctl users list
+  loomctl users remove alice)",
                {"add", "remove", "list"},
                {"--role", "--token-out", "--users-file"},
                ArgKind::kNone});
@@ -303,7 +381,11 @@ list     lists names and roles.)",
 first use), written as DIR/<name>.pem and .key:
 server NAME   the controller's; --host names every address clients dial
 worker NODE   a worker's (common name worker:NODE), as worker-NODE.pem/.key
-user NAME     a person's (common name user:NAME), as user-NAME.pem/.key)",
+user NAME     a person's (common name user:NAME), as user-NAME.pem/.key
+
+examples:
+  loomctl ca issue user alice
+  loomctl ca issue worker node-7 --dir tls)",
                {"issue"},
                {"--host", "--dir"},
                ArgKind::kNone});
@@ -313,15 +395,21 @@ user NAME     a person's (common name user:NAME), as user-NAME.pem/.key)",
                R"(Prints a bash completion script for loomctl: commands, subcommands, flags,
 files, and job ids from the controller.
 
-example: loomctl completion bash > /etc/bash_completion.d/loomctl
-         source <(loomctl completion bash))",
+example:
+  loomctl completion bash
+To install it, as root: `loomctl completion bash > /etc/bash_completion.d/loomctl`;
+or add `source <(loomctl completion bash)` to your ~/.bashrc.)",
                {"bash"},
                {},
                ArgKind::kNone});
   c.push_back({"help",
                {"help [COMMAND]"},
                "show usage, or one command's",
-               R"(Shows loomctl's usage, or COMMAND's (as `loomctl COMMAND --help` does).)",
+               R"(Shows loomctl's usage, or COMMAND's (as `loomctl COMMAND --help` does).
+
+examples:
+  loomctl help
+  loomctl help plan)",
                {},
                {},
                ArgKind::kNone});

@@ -331,7 +331,7 @@ absl::StatusOr<planner::PlanRequest> SpecToPlanRequest(const loom::v1::JobSpec& 
 
 // What the engine executes (worker/engine/parallel/layout_engine.h):
 // tensor parallelism inside a node without sequence parallelism, pipeline
-// parallelism with the plain (not interleaved) 1F1B schedule, ZeRO 0-1, on
+// parallelism with the plain (not interleaved) 1F1B schedule, ZeRO 0-2, on
 // CPU ranks; GPU ranks and dropout under TP run data parallelism only.
 // Recompute: the engine checkpoints whole blocks (activation_checkpointing
 // 1 keeps each block's input and reruns the block in backward: the

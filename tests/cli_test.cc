@@ -1,10 +1,14 @@
 // loomctl commands that need no cluster, run as the real binary.
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "cli/help.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -76,7 +80,7 @@ TEST(PlanCommandTest, BadTopologyNamesTheFieldAndFile) {
   EXPECT_THAT(r.err, HasSubstr("nodes"));
 }
 
-// Issue 11, devices that don't pay: the 1T GPT with a batch of 3,072 on
+// Devices that don't pay: the 1T GPT with a batch of 3,072 on
 // 131,072 A100s runs at 9.4% MFU on all of them (9.3% since the planner
 // counts the embedding's and head's tensor-parallel collectives and the
 // once-a-step sums); loomctl plan shows which device counts pay and
@@ -97,7 +101,7 @@ TEST(PlanCommandTest, ShowsWhichDeviceCountsPayForTheOneTrillionModel) {
   EXPECT_EQ(sweep.fields().at("recommended_devices").number_value(), 16384);
 }
 
-// Issue 11: knobs and model families the engine does not run yet are
+// Knobs and model families the engine does not run yet are
 // planned (loomctl plan) but refused at submit (loomctl validate runs the
 // same check), each naming its field; malformed values are errors for both.
 TEST(PlanCommandTest, PlansLlamaStyleModelsAndPinnedKnobsThatSubmitRefuses) {
@@ -190,7 +194,7 @@ TEST(RollbackCommandTest, UsageErrorsExitTwo) {
   }
 }
 
-// Issue 14: `data prepare --tokenizer bpe` trains a SentencePiece BPE model
+// `data prepare --tokenizer bpe` trains a SentencePiece BPE model
 // on the train split, writes it beside the shards and says so in meta.json;
 // every token id is below the vocabulary, and English compresses to well
 // under a token per byte.
@@ -315,6 +319,77 @@ TEST(CompletionTest, BashCompletesCommandsSubcommandsFlagsAndFiles) {
   // A JOB argument asks the controller; with none there, nothing is offered
   // and nothing is printed.
   EXPECT_EQ(Complete(dir, "loomctl --home " + dir + " cancel "), "\n");
+}
+
+
+// Every example in `loomctl VERB --help` (its lines that start "  loomctl ")
+// names only files that exist, and every one that needs no cluster runs
+// and exits 0 from the repository root: validate, plan with --topology,
+// data prepare (its --out sent to a temporary folder), completion, help.
+// The help is read from the binary, as a user sees it.
+TEST(HelpExamplesTest, ExamplesNameRealFilesAndTheOfflineOnesRun) {
+  const std::string home = loom::testing::MakeTempDir("loom_help_examples");
+  int examples = 0, ran = 0;
+  for (const cli::CommandHelp& c : cli::Commands()) {
+    SCOPED_TRACE(c.name);
+    auto help = RunCommand(Loomctl(c.name + " --help"));
+    ASSERT_EQ(help.exit_code, 0) << help.err;
+    int mine = 0;
+    for (absl::string_view line : absl::StrSplit(help.out, '\n')) {
+      if (!absl::ConsumePrefix(&line, "  loomctl ")) continue;
+      ++mine;
+      ++examples;
+      const std::string example(line);
+      std::vector<std::string> words = absl::StrSplit(example, ' ', absl::SkipEmpty());
+      // Files the example reads: a word after --input (all of them), or
+      // --topology, or a positional word that names a spec or text file.
+      // What an example writes (--out, --dir) need not exist.
+      std::string flag;
+      for (const std::string& word : words) {
+        if (absl::StartsWith(word, "-")) {
+          flag = word;
+          continue;
+        }
+        const bool output = flag == "--out" || flag == "--dir";
+        const bool input = flag == "--input" || flag == "--topology";
+        const bool looks_like_file =
+            absl::EndsWith(word, ".yaml") || absl::EndsWith(word, ".yml") ||
+            absl::EndsWith(word, ".json") || absl::EndsWith(word, ".md") ||
+            absl::EndsWith(word, ".txt");
+        if (!output && (input || looks_like_file)) {
+          std::ifstream f(absl::StrCat(kSrc, "/", word));
+          EXPECT_TRUE(f.good()) << "`loomctl " << example << "` names " << word
+                                << ", which the repository does not have";
+        }
+        if (flag != "--input") flag.clear();
+      }
+      // The verb: the first word after the global flags (-o json, ...).
+      size_t v = 0;
+      while (v < words.size() && absl::StartsWith(words[v], "-")) v += 2;
+      const std::string verb = v < words.size() ? words[v] : "";
+      const bool offline =
+          verb == "validate" || verb == "completion" || verb == "help" ||
+          (verb == "data") ||
+          (verb == "plan" && absl::StrContains(example, "--topology"));
+      if (!offline) continue;
+      // Outputs go to the temporary folder, not into the source tree.
+      std::string command;
+      for (size_t i = 0; i < words.size(); ++i) {
+        const bool out_value = i > 0 && words[i - 1] == "--out";
+        absl::StrAppend(&command, " ",
+                        out_value ? absl::StrCat(home, "/out", ran) : words[i]);
+      }
+      auto r = RunCommand(absl::StrCat("cd ", kSrc, " && HOME=", home, " ", kBin, "/loomctl",
+                                       command));
+      EXPECT_EQ(r.exit_code, 0) << "`loomctl " << example << "` exited " << r.exit_code << ": "
+                                << r.err << r.out.substr(0, 2000);
+      ++ran;
+    }
+    EXPECT_GE(mine, 1) << "`loomctl " << c.name << " --help` has no example";
+  }
+  std::cout << examples << " examples, " << ran << " of them run without a cluster" << std::endl;
+  EXPECT_GE(ran, 8);
+  RunCommand("rm -rf " + home);
 }
 
 }  // namespace

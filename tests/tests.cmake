@@ -13,7 +13,7 @@ add_dependencies(loom_cluster_test loomctl loom-controller loom-worker loom-rank
 gtest_discover_tests(loom_cluster_test PROPERTIES TIMEOUT 300 LABELS integration)
 
 # The same cluster tests with the controller on PostgreSQL (`local up --store
-# postgres`, issue 32): the store's behaviour under the whole system.
+# postgres`): the store's behaviour under the whole system.
 add_executable(loom_cluster_pg_test cluster_test.cc)
 target_compile_definitions(loom_cluster_pg_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
   LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}" LOOM_CLUSTER_TESTS_ON_POSTGRES=1)
@@ -23,7 +23,7 @@ add_dependencies(loom_cluster_pg_test loomctl loom-controller loom-worker loom-r
 gtest_discover_tests(loom_cluster_pg_test TEST_PREFIX "postgres/" PROPERTIES TIMEOUT 300
                      LABELS integration)
 
-# Active/standby controllers over PostgreSQL (issue 32): `local up --ha`.
+# Active/standby controllers over PostgreSQL: `local up --ha`.
 add_executable(loom_ha_test ha_test.cc)
 target_compile_definitions(loom_ha_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
   LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
@@ -43,7 +43,7 @@ target_link_libraries(loom_failover_test PRIVATE loom_failover_cluster GTest::gt
 add_dependencies(loom_failover_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
 gtest_discover_tests(loom_failover_test PROPERTIES TIMEOUT 600 LABELS integration)
 
-# Issue 13's role test: every RPC by every kind of caller, on a real
+# The role test: every RPC by every kind of caller, on a real
 # controller.
 add_executable(loom_rpc_access_test rpc_access_test.cc)
 target_compile_definitions(loom_rpc_access_test PRIVATE
@@ -57,8 +57,8 @@ gtest_discover_tests(loom_rpc_access_test PROPERTIES TIMEOUT 120 LABELS integrat
 add_executable(loom_cli_test cli_test.cc)
 target_compile_definitions(loom_cli_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
   LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-target_link_libraries(loom_cli_test PRIVATE loom_test_util protobuf::libprotobuf absl::strings
-  GTest::gtest GTest::gmock GTest::gtest_main)
+target_link_libraries(loom_cli_test PRIVATE loom_test_util loom_cli_help protobuf::libprotobuf
+  absl::strings GTest::gtest GTest::gmock GTest::gtest_main)
 add_dependencies(loom_cli_test loomctl)
 gtest_discover_tests(loom_cli_test PROPERTIES TIMEOUT 120 LABELS integration)
 
@@ -78,6 +78,18 @@ add_test(NAME loom_docs_jobspec_test
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/docs/check_jobspec_doc.py
                  ${PROJECT_SOURCE_DIR})
 set_tests_properties(loom_docs_jobspec_test PROPERTIES LABELS docs TIMEOUT 60)
+
+# No shell pipeline into a reader that stops early (grep -q, head): under
+# pipefail the writer's SIGPIPE fails it at random (standard-library Python).
+add_test(NAME loom_shell_pipes_test
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/lint/check_shell_pipes.py
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(loom_shell_pipes_test PROPERTIES LABELS lint TIMEOUT 60)
+
+# The defaults blocks of docs/*.md against the defaults the code applies.
+loom_test(loom_doc_defaults_test SRCS docs/doc_defaults_test.cc
+          DEPS loom_jobspec loom_recovery_policy yaml-cpp absl::strings LABELS docs)
+target_compile_definitions(loom_doc_defaults_test PRIVATE LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 
 # The supported LibTorch versions, checked at configure time (CMakeLists.txt).
 add_test(NAME loom_torch_version_test

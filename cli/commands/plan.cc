@@ -47,7 +47,7 @@ int CmdPlan(const Globals& g, const std::vector<std::string>& args) {
     if (args[i] == "--executable-only") {
       executable_only = true;
     } else if ((args[i] == "--topology" || args[i] == "--cluster") && i + 1 < args.size()) {
-      // --cluster FILE: the cluster described by a topology file (issue 3's
+      // --cluster FILE: the cluster described by a topology file (an older
       // spelling); without either flag the live cluster is asked.
       topology_path = args[++i];
     } else if (args[i] == "--top" && i + 1 < args.size()) {
