@@ -122,8 +122,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadYaml{"device: A100-80GB\nnodes: 0\ndevices_per_node: 8\n", "nodes: must be >= 1, got 0"},
         BadYaml{"nodes: 1\ndevices_per_node: 8\n", "device: required"},
         BadYaml{"device: TPUv5\nnodes: 1\ndevices_per_node: 8\n",
-                "device: unknown device \"TPUv5\"; known: V100, A100-40GB, A100-80GB, H100-SXM, "
-                "H200, or \"cpu\" with a measured peak"},
+                "device: unknown device \"TPUv5\"; known: V100, A100-40GB, A100-80GB, "
+                "A100-PCIe-40GB, A100-PCIe-80GB, H100-SXM, H200, H100-PCIe, H100-NVL, H200-NVL, "
+                "or \"cpu\" with a measured peak"},
         BadYaml{"device: H100\nnodes: 1\ndevices_per_node: 8\ndevice_overrides:\n"
                 "  peak_tflops: {bf61: 1}\n",
                 "device_overrides.peak_tflops.bf61: unknown field (did you mean \"bf16\"?)"},
