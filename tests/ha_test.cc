@@ -3,6 +3,8 @@
 // it; these tests kill or pause the leader under a running job and check
 // that the standby takes over, that the job loses nothing, and that the old
 // leader is fenced out.
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "tests/cluster_fixture.h"
 
 namespace loom {
@@ -132,10 +134,18 @@ TEST_F(HaTest, KilledLeaderIsReplacedWithinSecondsAndItsJobLosesNothing) {
   auto restarted = Ctl("local restart controller-0");
   ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;
   auto status = Ctl("-o json local status");
-  EXPECT_THAT(status.out, HasSubstr("\"name\": \"controller-0\", \"pid\": " +
-                                    std::to_string(Daemon("controller-0").pid) +
-                                    ", \"alive\": true, \"role\": \"standby\""));
-  EXPECT_THAT(status.out, HasSubstr("\"name\": \"controller-1\""));
+  google::protobuf::ListValue daemons;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(status.out, &daemons).ok()) << status.out;
+  std::map<std::string, google::protobuf::Struct> by_name;
+  for (const auto& d : daemons.values()) {
+    by_name[d.struct_value().fields().at("name").string_value()] = d.struct_value();
+  }
+  ASSERT_EQ(by_name.count("controller-0"), 1u) << status.out;
+  const auto& c0 = by_name["controller-0"].fields();
+  EXPECT_EQ(c0.at("pid").number_value(), Daemon("controller-0").pid) << status.out;
+  EXPECT_TRUE(c0.at("alive").bool_value()) << status.out;
+  EXPECT_EQ(c0.at("role").string_value(), "standby") << status.out;
+  EXPECT_EQ(by_name.count("controller-1"), 1u) << status.out;
   EXPECT_EQ(Daemon("controller-1").role, "active");
 }
 

@@ -28,6 +28,7 @@ add_executable(loom_ha_test ha_test.cc)
 target_compile_definitions(loom_ha_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
   LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 target_link_libraries(loom_ha_test PRIVATE loom_test_util loom_local_cluster loom_grpc loom_data
+  protobuf::libprotobuf
   loom_file_util gRPC::grpc++ absl::strings GTest::gtest GTest::gmock GTest::gtest_main)
 add_dependencies(loom_ha_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
 gtest_discover_tests(loom_ha_test PROPERTIES TIMEOUT 300 LABELS integration)
