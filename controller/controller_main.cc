@@ -351,6 +351,13 @@ int main(int argc, char** argv) {
           .Help("Durable writes of job records that failed; each is retried until it lands.")
           .Register(*registry)
           .Add({});
+  auto& illegal_transitions_total =
+      metrics::BuildCounter()
+          .Name("loom_controller_illegal_transitions_total")
+          .Help("Job state changes outside the state machine (a controller bug; each is recorded "
+                "and logged).")
+          .Register(*registry)
+          .Add({});
   auto& store_writes_total = metrics::BuildCounter()
                                  .Name("loom_controller_store_writes_total")
                                  .Help("Job and step writes committed to the job store.")
@@ -606,6 +613,7 @@ int main(int argc, char** argv) {
       bump(preemptions_total, totals.preemptions);
       bump(spikes_total, totals.spikes);
       bump(store_write_failures_total, manager.StoreWriteFailures());
+      bump(illegal_transitions_total, manager.IllegalTransitions());
       bump(store_writes_total, (*store)->writes_committed());
       bump(store_transactions_total, (*store)->batches_committed());
       // An edited users file takes effect within a tick (revocation).

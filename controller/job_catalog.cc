@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "controller/jobs/job_state_machine.h"
 
 namespace loom::controller {
 namespace {
@@ -107,6 +108,12 @@ absl::StatusOr<JobRecord*> JobCatalog::Lookup(const std::string& id) {
 const loom::v1::StateTransition& JobCatalog::RecordTransition(JobRecord& rec, JobState to,
                                                               const std::string& reason) {
   Job& job = rec.job;
+  if (!IsLegalTransition(job.state(), to)) {
+    illegal_transitions_ += 1;
+    std::cerr << "loom-controller: job " << job.id() << ": "
+              << DescribeIllegalTransition(job.state(), to) << " (recorded anyway: " << reason
+              << ")" << std::endl;
+  }
   loom::v1::StateTransition* t = job.add_history();
   t->set_from(job.state());
   t->set_to(to);

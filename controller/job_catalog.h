@@ -179,7 +179,10 @@ class JobCatalog {
   const std::map<std::string, JobRecord>& records() const { return records_; }
 
   // Appends the transition to `rec`'s history (time now), sets its state
-  // and reason and the indexes; in memory only (Persist writes it).
+  // and reason and the indexes; in memory only (Persist writes it). A
+  // transition the state machine (jobs/job_state_machine.h) does not allow
+  // is a controller bug: it is recorded all the same, so that the history
+  // stays whole, logged and counted (illegal_transitions).
   const loom::v1::StateTransition& RecordTransition(JobRecord& rec, loom::v1::JobState to,
                                                     const std::string& reason);
   // Writes `rec` (its updated time set now) with its `new_transitions`
@@ -191,6 +194,7 @@ class JobCatalog {
   void MarkUnpersisted(const std::string& id);
   void RetryUnpersisted();
   int64_t write_failures() const { return write_failures_; }
+  int64_t illegal_transitions() const { return illegal_transitions_; }
 
   // PENDING and PREEMPTED jobs by submission position: the scheduler's queue.
   const std::set<std::pair<size_t, std::string>>& pending() const { return pending_; }
@@ -232,6 +236,7 @@ class JobCatalog {
   std::vector<std::string> to_thin_;      // ended jobs whose series to thin
   std::set<std::string> unpersisted_;     // jobs whose newest state is not on disk
   int64_t write_failures_ = 0;
+  int64_t illegal_transitions_ = 0;
   int64_t next_seq_ = 1;
 };
 

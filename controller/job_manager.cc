@@ -125,6 +125,11 @@ int64_t JobManager::StoreWriteFailures() {
   return jobs_.write_failures();
 }
 
+int64_t JobManager::IllegalTransitions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_.illegal_transitions();
+}
+
 const loom::v1::StateTransition& JobManager::RecordTransitionLocked(JobRecord& rec, JobState to,
                                                                   const std::string& reason) {
   if (IsQueuedJobState(to)) schedule_needed_ = true;

@@ -8,9 +8,8 @@
 // No gRPC types: the service adapters in controller_service.cc translate
 // requests into these calls.
 //
-// Job lifecycle (every transition is recorded with time and reason):
-//   PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
-//   PENDING | SCHEDULED -> CANCELLED | FAILED
+// Job lifecycle: the legal transitions are jobs/job_state_machine.h's;
+// every transition is recorded with time and reason.
 //
 // Thread-safe: one mutex guards all state; store writes happen under it so
 // that the order on disk is the order of events.
@@ -270,6 +269,9 @@ class JobManager {
   int AliveWorkers();
   // Durable writes of job records that failed (each retried until it lands).
   int64_t StoreWriteFailures();
+  // Transitions outside the state machine (jobs/job_state_machine.h): 0
+  // unless the controller has a bug.
+  int64_t IllegalTransitions();
   // Sums over all jobs, for /metrics (monotonic: jobs are never deleted).
   // Finished jobs' part is kept as they end; only unfinished jobs are read.
   using RecoveryTotals = loom::controller::RecoveryTotals;

@@ -61,6 +61,10 @@ class JobManagerTest : public ::testing::Test {
     metrics_ = std::make_unique<RecoveryMetrics>(*registry_);
     manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_, metrics_.get());
   }
+  // Whatever a test did, every job moved only as the state machine allows.
+  void TearDown() override {
+    if (manager_ != nullptr) EXPECT_EQ(manager_->IllegalTransitions(), 0);
+  }
 
   // The controller's /metrics text.
   std::string MetricsText() { return metrics::SerializeText(registry_->Collect()); }
