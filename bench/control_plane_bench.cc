@@ -55,6 +55,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -65,9 +66,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/control_plane_fleet.h"
 #include "cli/local_cluster.h"
@@ -368,6 +372,51 @@ std::string Codes(const RpcStats& s) {
   return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
 }
 
+// What the PostgreSQL server did besides answering: its WAL (bytes, the
+// full-page images, how often its buffers were full, writes and syncs and
+// their time, the segments in pg_wal), its checkpoints, the buffers its
+// backends had to write themselves, and autovacuum runs. Read with psql
+// (the server's statistics views); empty when psql cannot say.
+struct PgServerStats {
+  std::vector<double> values;  // in the order of kPgStatNames
+};
+const char* const kPgStatNames[] = {
+    "wal_records",       "wal_fpi",          "wal_bytes",       "wal_buffers_full",
+    "wal_write",         "wal_sync",         "wal_write_ms",    "wal_sync_ms",
+    "wal_segments",      "checkpoints",      "buffers_checkpoint", "buffers_backend",
+    "buffers_backend_fsync", "autovacuum_runs"};
+
+PgServerStats ReadPgServerStats(const std::string& url) {
+  const std::string query =
+      "SELECT w.wal_records, w.wal_fpi, w.wal_bytes, w.wal_buffers_full, w.wal_write, "
+      "w.wal_sync, w.wal_write_time, w.wal_sync_time, (SELECT count(*) FROM pg_ls_waldir()), "
+      "b.checkpoints_timed + b.checkpoints_req, b.buffers_checkpoint, b.buffers_backend, "
+      "b.buffers_backend_fsync, (SELECT COALESCE(SUM(autovacuum_count), 0) FROM "
+      "pg_stat_user_tables) FROM pg_stat_wal w, pg_stat_bgwriter b;";
+  const auto r = loom::testing::RunCommand(absl::StrCat(
+      "psql -X -A -t -F ' ' ", loom::testing::ShellQuote(url), " -c ",
+      loom::testing::ShellQuote(query)));
+  PgServerStats stats;
+  if (r.exit_code != 0) return stats;
+  for (absl::string_view field : absl::StrSplit(absl::StripAsciiWhitespace(r.out), ' ')) {
+    double v = 0;
+    if (!absl::SimpleAtod(field, &v)) return PgServerStats{};
+    stats.values.push_back(v);
+  }
+  if (stats.values.size() != std::size(kPgStatNames)) return PgServerStats{};
+  return stats;
+}
+
+std::string DescribePgServerStats(const PgServerStats& before, const PgServerStats& after) {
+  if (before.values.empty() || after.values.empty()) return "no statistics (psql failed)";
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < after.values.size(); ++i) {
+    const double d = after.values[i] - before.values[i];
+    parts.push_back(absl::StrFormat("%s %.0f", kPgStatNames[i], d));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
 // Prints one RPC kind's line; returns its p99 in ms (0 without samples).
 // `carried` is what the RPCs sent in the window delivered (heartbeats, or
 // steps), against `target_per_s` of it.
@@ -582,12 +631,22 @@ int main(int argc, char** argv) {
   if (store == "postgres") {
     loom::controller::store::PostgresTestServer::Options pg;
     pg.fsync = true;  // a commit costs what it costs in production
+    // What the server does besides commits shows in its statistics
+    // (PgServerStats) and its log; CONTROL_PLANE_PG_SETTINGS adds settings
+    // to try ("wal_init_zero=off,wal_buffers=16MB").
+    pg.settings = {"track_wal_io_timing=on", "log_checkpoints=on",
+                   "log_autovacuum_min_duration=0"};
+    if (const char* extra = std::getenv("CONTROL_PLANE_PG_SETTINGS"); extra != nullptr) {
+      for (absl::string_view s : absl::StrSplit(extra, ',', absl::SkipEmpty())) {
+        pg.settings.emplace_back(s);
+      }
+    }
     auto started = loom::controller::store::PostgresTestServer::Start(pg);
     if (!started.ok()) return Die("PostgreSQL: " + started.status().ToString());
     database = *std::move(started);
     controller_args.push_back("--store=" + database->SocketUrl("loom"));
     std::cout << "store: PostgreSQL " << database->dir() << " (fsync on, unix socket), pid "
-              << database->pid() << "\n";
+              << database->pid() << "; settings " << absl::StrJoin(pg.settings, " ") << "\n";
   } else {
     std::cout << "store: SQLite in the data dir (WAL, synchronous=FULL)\n";
   }
@@ -729,6 +788,8 @@ int main(int argc, char** argv) {
   const double controller_cpu_before = CpuSeconds(std::to_string(pid));
   const double self_cpu_before = CpuSeconds("self");
   const MachineCpu machine_before = ReadMachineCpu();
+  const PgServerStats pg_before =
+      database != nullptr ? ReadPgServerStats(database->SocketUrl("loom")) : PgServerStats{};
   const auto window_start = Clock::now();
   fleet.OpenWindow();
   std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
@@ -737,6 +798,8 @@ int main(int argc, char** argv) {
   const double controller_cpu = CpuSeconds(std::to_string(pid)) - controller_cpu_before;
   const double self_cpu = CpuSeconds("self") - self_cpu_before;
   const MachineCpu machine_after = ReadMachineCpu();
+  const PgServerStats pg_after =
+      database != nullptr ? ReadPgServerStats(database->SocketUrl("loom")) : PgServerStats{};
   const auto server_after = ScrapeRpcDurations(info->metrics_address);
   // (The controller updates these every tick, 100 ms.)
   const double writes =
@@ -795,6 +858,10 @@ int main(int argc, char** argv) {
       "controller's store: %.0f writes in %.0f transactions (%.0f/s, %.1f writes each)\n",
       writes, transactions, transactions / measured_s,
       transactions > 0 ? writes / transactions : 0.0);
+  if (database != nullptr) {
+    std::cout << "PostgreSQL in the window: " << DescribePgServerStats(pg_before, pg_after)
+              << "\n";
+  }
   const double cores = static_cast<double>(std::thread::hardware_concurrency());
   const double machine_busy = machine_after.total > machine_before.total
                                   ? (machine_after.busy - machine_before.busy) /

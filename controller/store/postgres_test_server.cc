@@ -139,6 +139,10 @@ absl::Status PostgresTestServer::Launch() {
                                    "max_connections=200",
                                    "-c",
                                    "shared_buffers=32MB"};
+  for (const std::string& setting : options_.settings) {
+    argv.push_back("-c");
+    argv.push_back(setting);
+  }
   pid_ = Spawn(argv, uid_, gid_, dir_ + "/server.log");
   if (pid_ < 0) return absl::InternalError("fork failed");
   return WaitReady();

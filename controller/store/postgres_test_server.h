@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,6 +29,9 @@ class PostgresTestServer {
     // fsync off makes tests fast; a benchmark that reports commit latency
     // keeps it on.
     bool fsync = false;
+    // More server settings, "name=value" each (postgres -c), after the
+    // defaults above: a benchmark tries the settings it recommends.
+    std::vector<std::string> settings;
   };
   static absl::StatusOr<std::unique_ptr<PostgresTestServer>> Start(Options options);
   static absl::StatusOr<std::unique_ptr<PostgresTestServer>> Start() { return Start(Options()); }
