@@ -144,6 +144,36 @@ ALTER TABLE jobs ADD COLUMN change_seq BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS jobs_by_change ON jobs (change_seq);
 CREATE SEQUENCE IF NOT EXISTS jobs_change_seq;
 )sql"},
+    // The event log: every recorded event of every job under one global,
+    // gap-free number (Store::Enqueue's events; LoadJobEvents). seq is set
+    // by the writing transaction (MAX + 1 under the write lock and the
+    // fence), not taken from a sequence, whose numbers a rolled-back batch
+    // would skip; (job_id, idx) makes a retried write store nothing twice.
+    {4, "job event log",
+     R"sql(
+CREATE TABLE IF NOT EXISTS job_events (
+  seq INTEGER PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  idx INTEGER NOT NULL,
+  kind INTEGER NOT NULL,
+  time_unix_ms INTEGER NOT NULL,
+  payload BLOB NOT NULL,
+  UNIQUE (job_id, idx)
+);
+CREATE INDEX IF NOT EXISTS job_events_by_job ON job_events (job_id, seq);
+)sql",
+     R"sql(
+CREATE TABLE IF NOT EXISTS job_events (
+  seq BIGINT PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  idx BIGINT NOT NULL,
+  kind INTEGER NOT NULL,
+  time_unix_ms BIGINT NOT NULL,
+  payload BYTEA NOT NULL,
+  UNIQUE (job_id, idx)
+);
+CREATE INDEX IF NOT EXISTS job_events_by_job ON job_events (job_id, seq);
+)sql"},
 };
 
 // Columns a SQLite file from before schema_migrations may lack (added by

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -181,6 +182,7 @@ struct Store::PendingWrite {
   std::string job_blob;
   std::vector<std::pair<int, loom::v1::StateTransition>> transitions;  // (index, transition)
   std::vector<std::pair<int64_t, std::string>> steps;                  // (step, metrics)
+  std::vector<LoggedEvent> events;
   std::chrono::steady_clock::time_point enqueued;
   bool done = false;    // guarded by queue_mu_
   absl::Status status;  // set when done
@@ -188,7 +190,7 @@ struct Store::PendingWrite {
 
 Store::Ticket Store::Enqueue(const loom::v1::Job* job, int new_transitions,
                              const std::vector<loom::v1::StepMetrics>& steps,
-                             const std::string& job_id) {
+                             const std::string& job_id, const std::vector<LoggedEvent>& events) {
   auto w = std::make_shared<PendingWrite>();
   w->job_id = job_id;
   if (job != nullptr) {
@@ -204,6 +206,7 @@ Store::Ticket Store::Enqueue(const loom::v1::Job* job, int new_transitions,
   }
   w->steps.reserve(steps.size());
   for (const auto& m : steps) w->steps.emplace_back(m.step(), m.SerializeAsString());
+  w->events = events;
   w->enqueued = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(queue_mu_);
   queue_.push_back(w);
@@ -286,6 +289,10 @@ absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   return WriteTransactionLocked([&]() -> absl::Status {
+    // The event log's next number, read once the batch has an event: this
+    // transaction holds the write lock (and the fence), so no other writer
+    // numbers events until it ends, and a rolled-back batch leaves no gap.
+    int64_t next_seq = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
       const PendingWrite& w = *batch[i];
       if (w.has_job && last_row[w.job_id] == i) {
@@ -314,9 +321,64 @@ absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
                             {Text(w.job_id), Int(step), Blob(blob)});
         if (!r.ok()) return r.status();
       }
+      for (const LoggedEvent& e : w.events) {
+        if (next_seq == 0) {
+          auto last = conn_->Run("SELECT COALESCE(MAX(seq), 0) FROM job_events;", {});
+          if (!last.ok()) return last.status();
+          next_seq = last->rows[0][0].i + 1;
+        }
+        // An entry already logged (a retried write) changes nothing and
+        // takes no number.
+        auto r = conn_->Run(
+            "INSERT INTO job_events (seq, job_id, idx, kind, time_unix_ms, payload) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, idx) DO NOTHING;",
+            {Int(next_seq), Text(e.job_id), Int(e.idx), Int(e.kind), Int(e.time_unix_ms),
+             Blob(e.payload)});
+        if (!r.ok()) return r.status();
+        if (r->affected == 1) next_seq += 1;
+      }
     }
     return absl::OkStatus();
   });
+}
+
+absl::Status Store::AppendEvents(const std::vector<LoggedEvent>& events) {
+  return Wait(Enqueue(nullptr, 0, {}, "", events));
+}
+
+absl::StatusOr<std::vector<Store::LoggedEvent>> Store::LoadEvents(const std::string& job_id,
+                                                                  int64_t after_seq,
+                                                                  int64_t limit) {
+  const int64_t most = limit > 0 ? limit : std::numeric_limits<int64_t>::max();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = job_id.empty()
+               ? conn_->Run("SELECT seq, job_id, idx, kind, time_unix_ms, payload FROM job_events "
+                            "WHERE seq > ? ORDER BY seq LIMIT ?;",
+                            {Int(after_seq), Int(most)})
+               : conn_->Run("SELECT seq, job_id, idx, kind, time_unix_ms, payload FROM job_events "
+                            "WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?;",
+                            {Text(job_id), Int(after_seq), Int(most)});
+  if (!r.ok()) return r.status();
+  std::vector<LoggedEvent> events;
+  events.reserve(r->rows.size());
+  for (const auto& row : r->rows) {
+    LoggedEvent e;
+    e.seq = row[0].i;
+    e.job_id = row[1].s;
+    e.idx = row[2].i;
+    e.kind = static_cast<int32_t>(row[3].i);
+    e.time_unix_ms = row[4].i;
+    e.payload = row[5].s;
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+absl::StatusOr<int64_t> Store::LastEventSeq() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = conn_->Run("SELECT COALESCE(MAX(seq), 0) FROM job_events;", {});
+  if (!r.ok()) return r.status();
+  return r->rows[0][0].i;
 }
 
 absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {

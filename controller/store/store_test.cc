@@ -6,11 +6,13 @@
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "controller/store/migrations.h"
 #include "controller/store/postgres_test_server.h"
 #include "controller/store/sqlite_connection.h"
@@ -427,6 +429,137 @@ TEST_P(StoreBackendTest, LoadJobsChangedSinceReturnsEachWriteOnce) {
   EXPECT_EQ((*changed)[0].id(), "a-1");
   EXPECT_EQ((*changed)[0].state(), loom::v1::SUCCEEDED);
   EXPECT_GT(newest, after_two);
+}
+
+Store::LoggedEvent Event(const std::string& job, int64_t idx, const std::string& payload = "") {
+  Store::LoggedEvent e;
+  e.job_id = job;
+  e.idx = idx;
+  e.kind = 1;
+  e.time_unix_ms = 1000 + idx;
+  e.payload = payload.empty() ? absl::StrCat(job, "#", idx) : payload;
+  return e;
+}
+
+// The event log numbers entries 1, 2, 3, ... in commit order with no gap,
+// whatever writes carried them (four threads at once, with job rows and
+// without); each job's entries come back in its own order; a reader that
+// passes back the last number it saw gets exactly the rest.
+TEST_P(StoreBackendTest, EventLogIsNumberedInCommitOrderWithoutGaps) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store& st = **store;
+  EXPECT_EQ(*st.LastEventSeq(), 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&st, t] {
+      const std::string job = absl::StrCat("job-", t);
+      for (int i = 0; i < 25; ++i) {
+        if (i % 5 == 0) {
+          const loom::v1::Job row = MakeJob(job, loom::v1::RUNNING, 1000);
+          EXPECT_TRUE(st.Wait(st.Enqueue(&row, 0, {}, job, {Event(job, i)})).ok());
+        } else {
+          EXPECT_TRUE(st.AppendEvents({Event(job, i)}).ok());
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  auto all = st.LoadEvents("", 0, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 100u);
+  std::map<std::string, int64_t> next_idx;
+  for (size_t i = 0; i < all->size(); ++i) {
+    const Store::LoggedEvent& e = (*all)[i];
+    EXPECT_EQ(e.seq, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(e.idx, next_idx[e.job_id]++) << e.job_id;  // each job's own order
+    EXPECT_EQ(e.payload, absl::StrCat(e.job_id, "#", e.idx));
+    EXPECT_EQ(e.time_unix_ms, 1000 + e.idx);
+  }
+  EXPECT_EQ(*st.LastEventSeq(), 100);
+  // Resuming: one job's after a seq, in pages.
+  int64_t last = 0;
+  std::vector<int64_t> seen;
+  for (int page = 0; page < 10; ++page) {
+    auto got = st.LoadEvents("job-2", last, 7);
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (got->empty()) break;
+    for (const auto& e : *got) {
+      EXPECT_EQ(e.job_id, "job-2");
+      EXPECT_GT(e.seq, last);
+      last = e.seq;
+      seen.push_back(e.idx);
+    }
+  }
+  ASSERT_EQ(seen.size(), 25u);
+  for (int i = 0; i < 25; ++i) EXPECT_EQ(seen[i], i);
+  // The log survives a reopen.
+  store->reset();
+  auto reopened = OpenStore();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ(*(*reopened)->LastEventSeq(), 100);
+}
+
+// A write retried after its answer was lost stores each entry once and
+// takes no number for the copy; a fenced write appends nothing and leaves
+// no gap behind it.
+TEST_P(StoreBackendTest, EventLogStoresARetriedEntryOnceAndAFencedWriteNotAtAll) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store& st = **store;
+  ASSERT_TRUE(st.AppendEvents({Event("a", 0), Event("a", 1)}).ok());
+  ASSERT_TRUE(st.AppendEvents({Event("a", 1, "the retry"), Event("a", 2)}).ok());
+  auto events = st.LoadEvents("a", 0, 0);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[1].payload, "a#1");  // the first write's, kept
+  EXPECT_EQ((*events)[2].seq, 3);
+  // Fenced on an epoch that does not hold the lease (nobody has led yet):
+  // ABORTED, nothing appended.
+  st.SetFencingEpoch(7);
+  const absl::Status fenced = st.AppendEvents({Event("a", 3)});
+  EXPECT_EQ(fenced.code(), absl::StatusCode::kAborted) << fenced;
+  st.SetFencingEpoch(0);
+  ASSERT_TRUE(st.AppendEvents({Event("a", 3)}).ok());
+  events = st.LoadEvents("", 0, 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 4u);
+  EXPECT_EQ(events->back().seq, 4);
+  EXPECT_EQ(events->back().idx, 3);
+}
+
+// A database of schema version 3 (before the event log) is brought forward
+// on open: the table is made, its jobs kept.
+TEST_P(StoreBackendTest, ADatabaseFromBeforeTheEventLogIsBroughtForward) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutJob(MakeJob("old-1", loom::v1::PENDING, 1000), 1).ok());
+  }
+  {
+    std::unique_ptr<store::SqlConnection> conn;
+    if (postgres()) {
+      store::PostgresOptions options;
+      options.url = server_->SocketUrl(database_);
+      auto c = store::PostgresConnection::Open(options);
+      ASSERT_TRUE(c.ok()) << c.status();
+      conn = *std::move(c);
+    } else {
+      auto c = store::SqliteConnection::Open(dir_ + "/loom.db");
+      ASSERT_TRUE(c.ok()) << c.status();
+      conn = *std::move(c);
+    }
+    ASSERT_TRUE(conn->Exec("DROP TABLE job_events;").ok());
+    ASSERT_TRUE(conn->Exec("DELETE FROM schema_migrations WHERE version = 4;").ok());
+  }
+  auto store = OpenStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store::LatestSchemaVersion(), 4);
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  ASSERT_TRUE((*store)->AppendEvents({Event("old-1", 0)}).ok());
+  EXPECT_EQ(*(*store)->LastEventSeq(), 1);
 }
 
 // A database whose schema a newer Loom wrote is refused with a message that
