@@ -396,7 +396,9 @@ TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise
       Submit(WriteSpec("urgent", 40, 2, "scheduling: {priority: high}\n" + extra));
   ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::PREEMPTED; }, 60))
       << Status(job).DebugString();
-  EXPECT_TRUE(RankPids(job).empty());
+  // (That its ranks stopped is the PREEMPTED event's to say, checked below:
+  // a process scan would also see the ranks of the same test on the other
+  // store, which ctest runs beside it, under the same job id.)
   ASSERT_TRUE(WaitFor([&] { return Status(urgent).state() == loom::v1::SUCCEEDED; }, 120))
       << Status(urgent).DebugString();
   ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
@@ -404,20 +406,42 @@ TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise
 
   const loom::v1::Job done = Status(job);
   EXPECT_EQ(done.restarts(), 0);
-  EXPECT_EQ(done.preemptions(), 1);
   EXPECT_EQ(done.summary().last_step(), kSteps);
-  EXPECT_THAT(StatesWithoutRendezvousRetries(done),
-              ::testing::ElementsAre(loom::v1::PENDING, loom::v1::SCHEDULED, loom::v1::RUNNING,
-                                     loom::v1::PREEMPTED, loom::v1::SCHEDULED, loom::v1::RUNNING,
-                                     loom::v1::SUCCEEDED))
-      << done.DebugString();
+  // One preemption, unless the urgent job's own first attempt could not
+  // join its process groups (a rendezvous retry, placed again without a
+  // restart): the low job may then be placed in between and preempted once
+  // more before it trains a step, which loses nothing.
+  const int64_t preemptions = done.preemptions();
+  int urgent_placements = 0;
+  const loom::v1::Job urgent_done = Status(urgent);
+  for (const auto& t : urgent_done.history()) {
+    if (t.to() == loom::v1::SCHEDULED) ++urgent_placements;
+  }
+  EXPECT_TRUE(preemptions == 1 || (preemptions == 2 && urgent_placements > 1))
+      << "preemptions " << preemptions << ", urgent placed " << urgent_placements << " time(s)";
+  std::vector<loom::v1::JobState> want_states = {loom::v1::PENDING, loom::v1::SCHEDULED,
+                                                 loom::v1::RUNNING};
+  for (int64_t i = 0; i < preemptions; ++i) {
+    want_states.insert(want_states.end(),
+                       {loom::v1::PREEMPTED, loom::v1::SCHEDULED, loom::v1::RUNNING});
+  }
+  want_states.push_back(loom::v1::SUCCEEDED);
+  EXPECT_EQ(StatesWithoutRendezvousRetries(done), want_states) << done.DebugString();
+  // The preemption that saved mid-run: the first of each kind.
   const loom::v1::RecoveryEvent* asked = nullptr;
   const loom::v1::RecoveryEvent* stopped = nullptr;
   const loom::v1::RecoveryEvent* resumed = nullptr;
   for (const auto& e : done.events()) {
-    if (e.kind() == loom::v1::RecoveryEvent::PREEMPTING) asked = &e;
-    if (e.kind() == loom::v1::RecoveryEvent::PREEMPTED) stopped = &e;
-    if (e.kind() == loom::v1::RecoveryEvent::RESUMED) resumed = &e;
+    if (e.kind() == loom::v1::RecoveryEvent::PREEMPTING && asked == nullptr) asked = &e;
+    if (e.kind() == loom::v1::RecoveryEvent::PREEMPTED) {
+      if (stopped == nullptr) {
+        stopped = &e;
+      } else {
+        EXPECT_EQ(e.steps_lost(), 0) << e.message();
+        EXPECT_THAT(e.message(), HasSubstr("before its ranks trained a step"));
+      }
+    }
+    if (e.kind() == loom::v1::RecoveryEvent::RESUMED && resumed == nullptr) resumed = &e;
     EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
   }
   ASSERT_NE(asked, nullptr) << done.DebugString();
@@ -449,14 +473,15 @@ TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise
   EXPECT_EQ(events.exit_code, 0) << events.err;
   EXPECT_THAT(events.out, HasSubstr("PREEMPTED"));
   EXPECT_THAT(events.out, HasSubstr("RESUMED"));
-  EXPECT_THAT(events.out, HasSubstr("preemptions 1"));
+  EXPECT_THAT(events.out, HasSubstr(absl::StrCat("preemptions ", preemptions)));
   std::cout << "preemption, loomctl events " << job << ":\n" << events.out << std::endl;
   auto status = Ctl("status " + job);
   std::cout << status.out.substr(status.out.find("goodput")) << std::endl;
   EXPECT_THAT(status.out, ::testing::ContainsRegex("preempted waiting [1-9]"));
-  CheckMetrics(controller_metrics_, {"loom_controller_preemptions_total{job_id=\"" + job +
-                                         "\",queue=\"default\",reason=\"priority\"} 1",
-                                     "loom_controller_jobs{state=\"PREEMPTED\"}"});
+  CheckMetrics(controller_metrics_,
+               {absl::StrCat("loom_controller_preemptions_total{job_id=\"", job,
+                             "\",queue=\"default\",reason=\"priority\"} ", preemptions),
+                "loom_controller_jobs{state=\"PREEMPTED\"}"});
 }
 
 // A preemption whose save cannot commit within the grace: one rank of the
