@@ -75,6 +75,22 @@ class StoreBackendTest : public ::testing::TestWithParam<std::string> {
     return Store::OpenPostgres(options);
   }
 
+  // A connection of its own to the test's database, beside the store (what
+  // an older or newer release would have left there).
+  void OpenRawConnection(std::unique_ptr<store::SqlConnection>* conn) {
+    if (postgres()) {
+      store::PostgresOptions options;
+      options.url = server_->SocketUrl(database_);
+      auto c = store::PostgresConnection::Open(options);
+      ASSERT_TRUE(c.ok()) << c.status();
+      *conn = *std::move(c);
+    } else {
+      auto c = store::SqliteConnection::Open(dir_ + "/loom.db");
+      ASSERT_TRUE(c.ok()) << c.status();
+      *conn = *std::move(c);
+    }
+  }
+
   static store::PostgresTestServer* server_;  // shared by the suite's tests
   std::string dir_;
   std::string database_;
@@ -538,17 +554,7 @@ TEST_P(StoreBackendTest, ADatabaseFromBeforeTheEventLogIsBroughtForward) {
   }
   {
     std::unique_ptr<store::SqlConnection> conn;
-    if (postgres()) {
-      store::PostgresOptions options;
-      options.url = server_->SocketUrl(database_);
-      auto c = store::PostgresConnection::Open(options);
-      ASSERT_TRUE(c.ok()) << c.status();
-      conn = *std::move(c);
-    } else {
-      auto c = store::SqliteConnection::Open(dir_ + "/loom.db");
-      ASSERT_TRUE(c.ok()) << c.status();
-      conn = *std::move(c);
-    }
+    ASSERT_NO_FATAL_FAILURE(OpenRawConnection(&conn));
     ASSERT_TRUE(conn->Exec("DROP TABLE job_events;").ok());
     ASSERT_TRUE(conn->Exec("DELETE FROM schema_migrations WHERE version = 4;").ok());
   }
@@ -572,17 +578,7 @@ TEST_P(StoreBackendTest, NewerSchemaIsRefused) {
   {
     // What a later release would have recorded.
     std::unique_ptr<store::SqlConnection> conn;
-    if (postgres()) {
-      store::PostgresOptions options;
-      options.url = server_->SocketUrl(database_);
-      auto c = store::PostgresConnection::Open(options);
-      ASSERT_TRUE(c.ok()) << c.status();
-      conn = *std::move(c);
-    } else {
-      auto c = store::SqliteConnection::Open(dir_ + "/loom.db");
-      ASSERT_TRUE(c.ok()) << c.status();
-      conn = *std::move(c);
-    }
+    ASSERT_NO_FATAL_FAILURE(OpenRawConnection(&conn));
     ASSERT_TRUE(conn->Exec("INSERT INTO schema_migrations (version, description, "
                            "applied_unix_ms) VALUES (999, 'from the future', 0);")
                     .ok());
