@@ -1,4 +1,4 @@
-loom_library(loom_store SRCS store/store.cc store/store_lease.cc store/migrations.cc store/sqlite_connection.cc
+loom_library(loom_store SRCS store/store.cc store/store_events.cc store/store_lease.cc store/migrations.cc store/sqlite_connection.cc
   store/postgres_connection.cc
   DEPS loom_proto loom_common SQLite::SQLite3 PostgreSQL::PostgreSQL absl::strings absl::time)
 loom_library(loom_job_planning SRCS job_planning.cc DEPS loom_planner loom_scheduler loom_jobspec loom_grpc

@@ -54,7 +54,69 @@ absl::Status JobCatalog::Load(std::vector<Job> jobs) {
     Add(id).job = std::move(job);
     Index(id, loom::v1::JOB_STATE_UNSPECIFIED, state);
   }
+  BackfillEventLog();
   return absl::OkStatus();
+}
+
+void JobCatalog::RecordEvent(JobRecord& rec, loom::v1::JobEvent event) {
+  event.clear_job();
+  Store::LoggedEvent e;
+  e.job_id = rec.job.id();
+  e.idx = rec.job.events_logged() + 1;
+  e.kind = event.has_transition()   ? Store::kLoggedTransition
+           : event.has_checkpoint() ? Store::kLoggedCheckpoint
+                                    : Store::kLoggedRecovery;
+  e.time_unix_ms = event.time_unix_ms();
+  e.payload = event.SerializeAsString();
+  rec.job.set_events_logged(e.idx);
+  rec.unstored_events.push_back(std::move(e));
+}
+
+void JobCatalog::EventsStored(JobRecord& rec, int64_t through) {
+  auto& v = rec.unstored_events;
+  v.erase(std::remove_if(v.begin(), v.end(),
+                         [through](const Store::LoggedEvent& e) { return e.idx <= through; }),
+          v.end());
+}
+
+int64_t JobCatalog::NewestUnstoredEvent(const JobRecord& rec) {
+  return rec.unstored_events.empty() ? 0 : rec.unstored_events.back().idx;
+}
+
+int JobCatalog::BackfillEventLog() {
+  int changed = 0;
+  for (const std::string& id : order_) {
+    JobRecord& rec = records_.at(id);
+    const Job& job = rec.job;
+    if (job.events_logged() > 0 || (job.history_size() == 0 && job.events_size() == 0)) continue;
+    // Merged by time; within one millisecond a recovery event goes first,
+    // as the controller records the event before the transition it causes.
+    std::vector<loom::v1::JobEvent> merged;
+    int t = 0, r = 0;
+    while (t < job.history_size() || r < job.events_size()) {
+      loom::v1::JobEvent e;
+      const bool take_recovery =
+          r < job.events_size() &&
+          (t >= job.history_size() ||
+           job.events(r).time_unix_ms() <= job.history(t).time_unix_ms());
+      if (take_recovery) {
+        e.set_time_unix_ms(job.events(r).time_unix_ms());
+        *e.mutable_recovery() = job.events(r++);
+      } else {
+        e.set_time_unix_ms(job.history(t).time_unix_ms());
+        *e.mutable_transition() = job.history(t++);
+      }
+      merged.push_back(std::move(e));
+    }
+    for (loom::v1::JobEvent& e : merged) RecordEvent(rec, std::move(e));
+    backfilled_.insert(id);
+    changed += 1;
+  }
+  if (changed > 0) {
+    std::cerr << "loom-controller: " << changed
+              << " job(s) stored before the event log: their history is added to it" << std::endl;
+  }
+  return changed;
 }
 
 std::string JobCatalog::NewJobId(const std::string& name) {
@@ -70,8 +132,11 @@ JobRecord& JobCatalog::Add(const std::string& id) {
 
 absl::Status JobCatalog::StoreNew(JobRecord& rec) {
   rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
-  const absl::Status s = store_->PutJob(rec.job, rec.job.history_size());
-  if (s.ok()) return s;
+  const absl::Status s = store_->PutJob(rec.job, rec.job.history_size(), rec.unstored_events);
+  if (s.ok()) {
+    rec.unstored_events.clear();
+    return s;
+  }
   const std::string id = rec.job.id();
   Index(id, rec.job.state(), loom::v1::JOB_STATE_UNSPECIFIED);
   Remove(id);
@@ -123,15 +188,25 @@ const loom::v1::StateTransition& JobCatalog::RecordTransition(JobRecord& rec, Jo
   job.set_state(to);
   job.set_reason(reason);
   Index(job.id(), from, to);
+  loom::v1::JobEvent e;
+  e.set_time_unix_ms(t->time_unix_ms());
+  *e.mutable_transition() = *t;
+  RecordEvent(rec, std::move(e));
   return *t;
 }
 
 void JobCatalog::Persist(JobRecord& rec, int new_transitions) {
   rec.unstored_transitions += new_transitions;
   rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
-  const absl::Status s = store_->PutJob(rec.job, rec.unstored_transitions);
+  const int64_t through = NewestUnstoredEvent(rec);
+  AfterWrite(rec, store_->PutJob(rec.job, rec.unstored_transitions, rec.unstored_events), through);
+}
+
+void JobCatalog::AfterWrite(JobRecord& rec, const absl::Status& s, int64_t through) {
   if (s.ok()) {
     rec.unstored_transitions = 0;
+    EventsStored(rec, through);
+    backfilled_.erase(rec.job.id());
     if (unpersisted_.erase(rec.job.id()) > 0) {
       std::cerr << "loom-controller: job " << rec.job.id() << " is recorded durably again"
                 << std::endl;
@@ -153,15 +228,27 @@ void JobCatalog::MarkUnpersisted(const std::string& id) {
 }
 
 void JobCatalog::RetryUnpersisted() {
-  const std::vector<std::string> ids(unpersisted_.begin(), unpersisted_.end());
+  struct InLine {
+    JobRecord* rec;
+    int64_t through;
+    Store::Ticket ticket;
+  };
+  std::vector<InLine> writes;
+  std::set<std::string> ids = unpersisted_;
+  ids.insert(backfilled_.begin(), backfilled_.end());
   for (const std::string& id : ids) {
     JobRecord* rec = Find(id);
     if (rec == nullptr) {
       unpersisted_.erase(id);
+      backfilled_.erase(id);
       continue;
     }
-    Persist(*rec, 0);
+    rec->job.set_updated_unix_ms(clock_->NowUnixMillis());
+    writes.push_back({rec, NewestUnstoredEvent(*rec),
+                      store_->Enqueue(&rec->job, rec->unstored_transitions, {}, id,
+                                      rec->unstored_events)});
   }
+  for (InLine& w : writes) AfterWrite(*w.rec, store_->Wait(w.ticket), w.through);
 }
 
 void JobCatalog::Index(const std::string& id, JobState from, JobState to) {

@@ -99,6 +99,10 @@ struct JobRecord {
   // engine's own split).
   std::vector<int> stage_layers_now;
   int unstored_transitions = 0;  // history entries a failed write left off the disk
+  // Event log entries (idx up to job.events_logged) that no durable write
+  // has carried yet: every write of the job carries them all, and they are
+  // dropped once one that carried them is durable.
+  std::vector<Store::LoggedEvent> unstored_events;
   int64_t last_spike_step = -1;
   // step -> data batch index it trained on, for the recent steps of the
   // current attempt (bounded); used to keep skip ranges replayable.
@@ -185,13 +189,32 @@ class JobCatalog {
   // stays whole, logged and counted (illegal_transitions).
   const loom::v1::StateTransition& RecordTransition(JobRecord& rec, loom::v1::JobState to,
                                                     const std::string& reason);
+  // Gives `event` (a transition, recovery event or committed checkpoint;
+  // its `job` is not kept) the job's next event log number and keeps it on
+  // the record until a write carries it to the log, in the transaction
+  // that writes the job as it stands then. RecordTransition calls it.
+  void RecordEvent(JobRecord& rec, loom::v1::JobEvent event);
+  // The entries a write that carried `rec.unstored_events` up to idx
+  // `through` stored: dropped from the record (later ones stay).
+  static void EventsStored(JobRecord& rec, int64_t through);
+  // The idx of the newest entry a write of `rec` would carry now (0: none).
+  static int64_t NewestUnstoredEvent(const JobRecord& rec);
+  // Jobs stored before the event log existed (events_logged 0, with a
+  // history): their transitions and recovery events are given numbers now,
+  // in time order, and written with the jobs at the next RetryUnpersisted
+  // (one transaction for all, not counted as a failed write). Called by
+  // Load; returns how many jobs it changed.
+  int BackfillEventLog();
+
   // Writes `rec` (its updated time set now) with its `new_transitions`
-  // newest history entries added since the last write; see the file comment
-  // for a failed write.
+  // newest history entries added since the last write and its unstored
+  // event log entries; see the file comment for a failed write.
   void Persist(JobRecord& rec, int new_transitions);
   // A write of `id` outside Persist failed (a step report's transaction):
   // counted, and the job written again by RetryUnpersisted.
   void MarkUnpersisted(const std::string& id);
+  // Writes every job whose newest state is not stored (each in line first,
+  // so that they share transactions, then waited for).
   void RetryUnpersisted();
   int64_t write_failures() const { return write_failures_; }
   int64_t illegal_transitions() const { return illegal_transitions_; }
@@ -222,6 +245,10 @@ class JobCatalog {
   // with a job moving from `from` to `to` (JOB_STATE_UNSPECIFIED: new, or
   // forgotten).
   void Index(const std::string& id, loom::v1::JobState from, loom::v1::JobState to);
+  // What follows a write of `rec` that carried its events up to `through`:
+  // on success the carried entries and transitions are dropped and the job
+  // is stored again; on failure it is counted and kept for a retry.
+  void AfterWrite(JobRecord& rec, const absl::Status& s, int64_t through);
   void Remove(const std::string& id);
 
   Store* const store_;
@@ -235,6 +262,7 @@ class JobCatalog {
   RecoveryTotals finished_totals_;        // of jobs that have ended
   std::vector<std::string> to_thin_;      // ended jobs whose series to thin
   std::set<std::string> unpersisted_;     // jobs whose newest state is not on disk
+  std::set<std::string> backfilled_;      // jobs whose log entries BackfillEventLog added
   int64_t write_failures_ = 0;
   int64_t illegal_transitions_ = 0;
   int64_t next_seq_ = 1;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "controller/store/store.h"
 #include "gmock/gmock.h"
@@ -157,6 +158,119 @@ TEST_F(JobCatalogTest, FailedWritesAreRetriedAndRefusedSubmissionsTakenBack) {
   ASSERT_NE(again.Find(a), nullptr);
   EXPECT_EQ(again.Find(a)->job.state(), loom::v1::CANCELLED);
   EXPECT_EQ(again.Find(a)->job.history_size(), 2);  // the missed transition too
+  // The event log has both transitions once, the retried one included.
+  auto logged = store_->LoadEvents(a, 0, 0);
+  ASSERT_TRUE(logged.ok()) << logged.status();
+  ASSERT_EQ(logged->size(), 2u);
+  EXPECT_EQ((*logged)[1].idx, 2);
+  EXPECT_EQ((*logged)[1].kind, Store::kLoggedTransition);
+  EXPECT_TRUE(catalog.Find(a)->unstored_events.empty());
+}
+
+loom::v1::JobEvent Parse(const Store::LoggedEvent& e) {
+  loom::v1::JobEvent out;
+  EXPECT_TRUE(out.ParseFromString(e.payload));
+  return out;
+}
+
+// Every transition and recorded event reaches the log with the write that
+// stores the job, numbered 1, 2, 3, ... for the job, and in commit order
+// across jobs; nothing is logged twice when a write carries an entry that
+// an earlier write already stored.
+TEST_F(JobCatalogTest, TheEventLogGetsEveryTransitionAndEventOnceInOrder) {
+  JobCatalog catalog(store_.get(), &clock_);
+  const std::string a = Submit(catalog, "a");
+  const std::string b = Submit(catalog, "b");
+  Move(catalog, a, loom::v1::SCHEDULED);
+  JobRecord& rec = *catalog.Find(a);
+  loom::v1::JobEvent ev;
+  ev.set_time_unix_ms(clock_.NowUnixMillis());
+  ev.mutable_recovery()->set_kind(loom::v1::RecoveryEvent::PREEMPTING);
+  ev.mutable_recovery()->set_message("asked to save");
+  *ev.mutable_job() = rec.job;  // not kept in the log
+  catalog.RecordEvent(rec, ev);
+  EXPECT_EQ(rec.job.events_logged(), 3);
+  ASSERT_EQ(rec.unstored_events.size(), 1u);
+  // A write put in line that carries it (as a step report's does) ...
+  const int64_t through = JobCatalog::NewestUnstoredEvent(rec);
+  Store::Ticket write = store_->Enqueue(&rec.job, 0, {}, a, rec.unstored_events);
+  // ... and a Persist behind it that carries it again, with a transition.
+  Move(catalog, a, loom::v1::RUNNING);
+  ASSERT_TRUE(store_->Wait(write).ok());
+  JobCatalog::EventsStored(rec, through);
+  EXPECT_TRUE(rec.unstored_events.empty());
+  Move(catalog, b, loom::v1::CANCELLED);
+
+  auto all = store_->LoadEvents("", 0, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::vector<std::string> seen;
+  for (size_t i = 0; i < all->size(); ++i) {
+    const Store::LoggedEvent& e = (*all)[i];
+    EXPECT_EQ(e.seq, static_cast<int64_t>(i) + 1);
+    const loom::v1::JobEvent parsed = Parse(e);
+    EXPECT_FALSE(parsed.has_job());
+    seen.push_back(absl::StrCat(e.job_id, "#", e.idx, " ",
+                                parsed.has_transition()
+                                    ? loom::v1::JobState_Name(parsed.transition().to())
+                                    : parsed.recovery().message()));
+  }
+  EXPECT_THAT(seen, ElementsAre(absl::StrCat(a, "#1 PENDING"), absl::StrCat(b, "#1 PENDING"),
+                                absl::StrCat(a, "#2 SCHEDULED"), absl::StrCat(a, "#3 asked to save"),
+                                absl::StrCat(a, "#4 RUNNING"), absl::StrCat(b, "#2 CANCELLED")));
+  EXPECT_EQ((*all)[3].kind, Store::kLoggedRecovery);
+  // A new catalog continues each job's numbering.
+  JobCatalog again(store_.get(), &clock_);
+  ASSERT_TRUE(again.Load().ok());
+  EXPECT_EQ(again.Find(a)->job.events_logged(), 4);
+  Move(again, a, loom::v1::SUCCEEDED);
+  auto of_a = store_->LoadEvents(a, 0, 0);
+  ASSERT_TRUE(of_a.ok());
+  ASSERT_EQ(of_a->size(), 5u);
+  EXPECT_EQ(of_a->back().idx, 5);
+  EXPECT_EQ(of_a->back().seq, 7);
+}
+
+// A job stored before the event log existed (events_logged 0) has its
+// transitions and recovery events logged when a catalog loads it, merged
+// by time, once: not again at the next load, and not counted as a failure.
+TEST_F(JobCatalogTest, JobsFromBeforeTheLogAreBackfilledOnce) {
+  loom::v1::Job old;
+  old.set_id("old-1");
+  old.set_state(loom::v1::FAILED);
+  auto transition = [&](JobState to, int64_t at) {
+    loom::v1::StateTransition* t = old.add_history();
+    t->set_to(to);
+    t->set_time_unix_ms(at);
+  };
+  transition(loom::v1::PENDING, 1000);
+  transition(loom::v1::RUNNING, 2000);
+  loom::v1::RecoveryEvent* gave_up = old.add_events();
+  gave_up->set_kind(loom::v1::RecoveryEvent::GAVE_UP);
+  gave_up->set_time_unix_ms(3000);
+  transition(loom::v1::FAILED, 3000);
+  ASSERT_TRUE(store_->PutJob(old, old.history_size()).ok());
+  {
+    JobCatalog catalog(store_.get(), &clock_);
+    ASSERT_TRUE(catalog.Load().ok());
+    catalog.RetryUnpersisted();
+    EXPECT_EQ(catalog.write_failures(), 0);
+  }
+  auto logged = store_->LoadEvents("old-1", 0, 0);
+  ASSERT_TRUE(logged.ok()) << logged.status();
+  std::vector<std::string> kinds;
+  for (const auto& e : *logged) {
+    const loom::v1::JobEvent parsed = Parse(e);
+    kinds.push_back(parsed.has_transition() ? loom::v1::JobState_Name(parsed.transition().to())
+                                            : "event");
+  }
+  // (Within one millisecond the event comes before the transition it caused.)
+  EXPECT_THAT(kinds, ElementsAre("PENDING", "RUNNING", "event", "FAILED"));
+  JobCatalog again(store_.get(), &clock_);
+  ASSERT_TRUE(again.Load().ok());
+  EXPECT_EQ(again.Find("old-1")->job.events_logged(), 4);
+  EXPECT_TRUE(again.Find("old-1")->unstored_events.empty());
+  again.RetryUnpersisted();
+  EXPECT_EQ(store_->LastEventSeq().value(), 4);
 }
 
 }  // namespace

@@ -790,7 +790,7 @@ JobManager::AppliedReport JobManager::ApplyReport(const loom::v1::ReportStepMetr
   std::lock_guard<std::mutex> lock(mu_);
   JobRecord* it = jobs_.Find(req.job_id());
   if (it != nullptr) applied.last_step_before = it->attempt_last_step;
-  applied.response = ReportEventsLocked(req, &applied.write);
+  applied.response = ReportEventsLocked(req, &applied.write, &applied.events_through);
   if (it != nullptr) applied.last_step_after = it->attempt_last_step;
   return applied;
 }
@@ -798,7 +798,14 @@ JobManager::AppliedReport JobManager::ApplyReport(const loom::v1::ReportStepMetr
 absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::FinishReport(
     const std::string& job_id, int64_t generation, AppliedReport applied,
     const absl::Status& durable) {
-  if (durable.ok()) return std::move(applied.response);
+  if (durable.ok()) {
+    if (applied.events_through > 0) {
+      // Its event log entries are stored: no later write need carry them.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (JobRecord* rec = jobs_.Find(job_id)) JobCatalog::EventsStored(*rec, applied.events_through);
+    }
+    return std::move(applied.response);
+  }
   {
     // The report's steps are not on disk. The worker retries an
     // UNAVAILABLE report: unless a later report moved on, let that retry
@@ -818,7 +825,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::FinishReport(
 }
 
 absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLocked(
-    const loom::v1::ReportStepMetricsRequest& req, Store::Ticket* write) {
+    const loom::v1::ReportStepMetricsRequest& req, Store::Ticket* write, int64_t* events_through) {
   if (workers_.Find(req.worker_id()) == nullptr) {
     return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
   }
@@ -899,13 +906,17 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
                        ApplyCheckpointEventLocked(rec, ev.checkpoint(), out.time_unix_ms()));
       if (!committed.has_value()) continue;
       *out.mutable_checkpoint() = *std::move(committed);
+      jobs_.RecordEvent(rec, out);
     } else {
       continue;
     }
     Publish(rec.job.id(), std::move(out));
   }
   rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
-  *write = store_->Enqueue(&rec.job, 0, steps, rec.job.id());
+  // (The job's unstored transitions were stored by the Transition above, or
+  // are kept for the retry of a write that failed.)
+  *write = store_->Enqueue(&rec.job, 0, steps, rec.job.id(), rec.unstored_events);
+  *events_through = JobCatalog::NewestUnstoredEvent(rec);
   return resp;
 }
 
@@ -1188,6 +1199,7 @@ void JobManager::AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event) {
   JobEvent e;
   e.set_time_unix_ms(event.time_unix_ms());
   *e.mutable_recovery() = std::move(event);
+  jobs_.RecordEvent(rec, e);
   Publish(rec.job.id(), std::move(e));
 }
 

@@ -307,6 +307,7 @@ class JobManager {
     Store::Ticket write;
     int64_t last_step_before = -1;
     int64_t last_step_after = -1;
+    int64_t events_through = 0;  // the newest event log entry the write carries
   };
   AppliedReport ApplyReport(const loom::v1::ReportStepMetricsRequest& request);
   // The answer once the write is durable or failed (`durable`); a failed
@@ -327,8 +328,11 @@ class JobManager {
   // is returned as recorded. UNAVAILABLE if the catalog cannot record it.
   absl::StatusOr<std::optional<loom::v1::CheckpointInfo>> ApplyCheckpointEventLocked(
       JobRecord& rec, const loom::v1::CheckpointInfo& reported, int64_t now_unix_ms);
+  // Applies a report; its durable write is put in line in *write, carrying
+  // the job's event log entries up to *events_through.
   absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEventsLocked(
-      const loom::v1::ReportStepMetricsRequest& request, Store::Ticket* write);
+      const loom::v1::ReportStepMetricsRequest& request, Store::Ticket* write,
+      int64_t* events_through);
   // Thins finished jobs' step series (finished_steps_kept), outside mu_.
   void ThinFinishedStepSeries();
   void CheckLivenessLocked();

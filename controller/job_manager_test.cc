@@ -61,9 +61,38 @@ class JobManagerTest : public ::testing::Test {
     metrics_ = std::make_unique<RecoveryMetrics>(*registry_);
     manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_, metrics_.get());
   }
-  // Whatever a test did, every job moved only as the state machine allows.
+  // Whatever a test did, every job moved only as the state machine allows,
+  // and the event log holds each job's transitions, recovery events and
+  // committed checkpoints, each once, numbered 1, 2, 3, ... for the job.
   void TearDown() override {
-    if (manager_ != nullptr) EXPECT_EQ(manager_->IllegalTransitions(), 0);
+    if (manager_ == nullptr) return;
+    EXPECT_EQ(manager_->IllegalTransitions(), 0);
+    for (const loom::v1::Job& job : manager_->List({}, 0)) ExpectLogged(job);
+  }
+  void ExpectLogged(const loom::v1::Job& job) {
+    SCOPED_TRACE(job.id());
+    auto logged = store_->LoadEvents(job.id(), 0, 0);
+    ASSERT_TRUE(logged.ok()) << logged.status();
+    ASSERT_EQ(static_cast<int64_t>(logged->size()), job.events_logged());
+    std::vector<std::string> transitions, events, want_transitions, want_events;
+    int checkpoints = 0;
+    for (size_t i = 0; i < logged->size(); ++i) {
+      EXPECT_EQ((*logged)[i].idx, static_cast<int64_t>(i) + 1);
+      loom::v1::JobEvent e;
+      ASSERT_TRUE(e.ParseFromString((*logged)[i].payload));
+      if (e.has_transition()) {
+        transitions.push_back(e.transition().ShortDebugString());
+      } else if (e.has_recovery()) {
+        events.push_back(e.recovery().ShortDebugString());
+      } else {
+        checkpoints += e.has_checkpoint() ? 1 : 0;
+      }
+    }
+    for (const auto& t : job.history()) want_transitions.push_back(t.ShortDebugString());
+    for (const auto& e : job.events()) want_events.push_back(e.ShortDebugString());
+    EXPECT_EQ(transitions, want_transitions);
+    EXPECT_EQ(events, want_events);
+    EXPECT_EQ(checkpoints, job.summary().checkpoints_written());
   }
 
   // The controller's /metrics text.

@@ -340,6 +340,8 @@ void JobManager::PreemptLocked(JobRecord& rec, const scheduling::Preemption& pre
                                   ": saving a checkpoint at the next step boundary"));
   AskToSaveAndStopLocked(rec, absl::StrCat("preempted for job ", preemption.for_job_id,
                                            ": save a checkpoint, then stop"));
+  // The ask is in the job's events (and the event log) before the ranks act.
+  jobs_.Persist(rec, 0);
 }
 
 PreemptionInProgress& JobManager::SaveAndStopToMoveLocked(JobRecord& rec,

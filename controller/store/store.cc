@@ -230,7 +230,14 @@ absl::Status Store::Wait(const Ticket& ticket) {
     std::vector<Ticket> batch;
     batch.swap(queue_);
     lock.unlock();
-    absl::Status s = WriteBatch(batch);
+    std::vector<LoggedEvent> logged;
+    absl::Status s = WriteBatch(batch, &logged);
+    if (!s.ok()) logged.clear();  // rolled back: none of them happened
+    if (!logged.empty()) {
+      // Still the only committer: listeners hear of batches in commit order.
+      std::lock_guard<std::mutex> listen(listener_mu_);
+      if (events_listener_) events_listener_(logged);
+    }
     lock.lock();
     for (const Ticket& w : batch) {
       w->status = s;
@@ -281,7 +288,8 @@ int64_t Store::batches_committed() {
   return batches_committed_;
 }
 
-absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
+absl::Status Store::WriteBatch(const std::vector<Ticket>& batch,
+                             std::vector<LoggedEvent>* logged) {
   // The last write of each job in the batch carries its newest row.
   std::map<std::string, size_t> last_row;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -335,54 +343,18 @@ absl::Status Store::WriteBatch(const std::vector<Ticket>& batch) {
             {Int(next_seq), Text(e.job_id), Int(e.idx), Int(e.kind), Int(e.time_unix_ms),
              Blob(e.payload)});
         if (!r.ok()) return r.status();
-        if (r->affected == 1) next_seq += 1;
+        if (r->affected != 1) continue;
+        logged->push_back(e);
+        logged->back().seq = next_seq++;
       }
     }
     return absl::OkStatus();
   });
 }
 
-absl::Status Store::AppendEvents(const std::vector<LoggedEvent>& events) {
-  return Wait(Enqueue(nullptr, 0, {}, "", events));
-}
-
-absl::StatusOr<std::vector<Store::LoggedEvent>> Store::LoadEvents(const std::string& job_id,
-                                                                  int64_t after_seq,
-                                                                  int64_t limit) {
-  const int64_t most = limit > 0 ? limit : std::numeric_limits<int64_t>::max();
-  std::lock_guard<std::mutex> lock(mu_);
-  auto r = job_id.empty()
-               ? conn_->Run("SELECT seq, job_id, idx, kind, time_unix_ms, payload FROM job_events "
-                            "WHERE seq > ? ORDER BY seq LIMIT ?;",
-                            {Int(after_seq), Int(most)})
-               : conn_->Run("SELECT seq, job_id, idx, kind, time_unix_ms, payload FROM job_events "
-                            "WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?;",
-                            {Text(job_id), Int(after_seq), Int(most)});
-  if (!r.ok()) return r.status();
-  std::vector<LoggedEvent> events;
-  events.reserve(r->rows.size());
-  for (const auto& row : r->rows) {
-    LoggedEvent e;
-    e.seq = row[0].i;
-    e.job_id = row[1].s;
-    e.idx = row[2].i;
-    e.kind = static_cast<int32_t>(row[3].i);
-    e.time_unix_ms = row[4].i;
-    e.payload = row[5].s;
-    events.push_back(std::move(e));
-  }
-  return events;
-}
-
-absl::StatusOr<int64_t> Store::LastEventSeq() {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto r = conn_->Run("SELECT COALESCE(MAX(seq), 0) FROM job_events;", {});
-  if (!r.ok()) return r.status();
-  return r->rows[0][0].i;
-}
-
-absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions) {
-  return PutJobAndSteps(job, new_transitions, {});
+absl::Status Store::PutJob(const loom::v1::Job& job, int new_transitions,
+                           const std::vector<LoggedEvent>& events) {
+  return Wait(Enqueue(&job, new_transitions, {}, job.id(), events));
 }
 
 absl::Status Store::PutJobAndSteps(const loom::v1::Job& job, int new_transitions,

@@ -88,6 +88,19 @@ class Store {
     int64_t time_unix_ms = 0;
     std::string payload;
   };
+  // The controller's kinds of entries (the store keeps any value; retention
+  // never deletes a transition).
+  static constexpr int32_t kLoggedTransition = 1;
+  static constexpr int32_t kLoggedRecovery = 2;
+  static constexpr int32_t kLoggedCheckpoint = 3;
+  // Called with the entries each committed transaction added to the log
+  // (their seq set; an entry already there is not repeated), one batch at a
+  // time in commit order, before the writers' Wait returns; on the
+  // committing thread, which holds no lock a caller of the store could
+  // hold, so the listener may take its own locks, but must not call the
+  // store. Replaces the previous listener (null: none).
+  using LoggedEventsListener = std::function<void(const std::vector<LoggedEvent>&)>;
+  void SetLoggedEventsListener(LoggedEventsListener listener);
 
   // Puts PutJobAndSteps(job, new_transitions, steps) in line, with `events`
   // appended to the event log in the same transaction, and returns at
@@ -115,9 +128,11 @@ class Store {
   int64_t writes_committed();
   int64_t batches_committed();
 
-  // Inserts or replaces the job row, and appends `new_transitions` (the tail
-  // of job.history not yet stored) to the transitions table.
-  absl::Status PutJob(const loom::v1::Job& job, int new_transitions);
+  // Inserts or replaces the job row, appends `new_transitions` (the tail
+  // of job.history not yet stored) to the transitions table, and `events`
+  // to the event log, in one transaction.
+  absl::Status PutJob(const loom::v1::Job& job, int new_transitions,
+                      const std::vector<LoggedEvent>& events = {});
   // PutJob and AppendStepMetrics in one transaction: the job's summary
   // (its last step) and the step rows it counts are durable together, so a
   // restart never finds steps the summary does not know (a retried report
@@ -248,7 +263,8 @@ class Store {
   absl::Status WriteTransactionLocked(const std::function<absl::Status()>& body);
   // One transaction with all of `batch`, in order (the job row only from
   // the last write of each job in the batch).
-  absl::Status WriteBatch(const std::vector<Ticket>& batch);
+  // `logged`: the event log entries it added, numbered (when it commits).
+  absl::Status WriteBatch(const std::vector<Ticket>& batch, std::vector<LoggedEvent>* logged);
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
@@ -262,6 +278,9 @@ class Store {
   std::condition_variable durable_cv_;
   bool stopping_ = false;  // guarded by queue_mu_
   std::thread committer_;  // started by the first WhenDurable
+
+  std::mutex listener_mu_;
+  LoggedEventsListener events_listener_;  // guarded by listener_mu_
 
   std::mutex mu_;
   // Owned; guarded by mu_. It prepares each statement once and reuses it:

@@ -1,0 +1,58 @@
+// Store: the event log (table job_events, migration 4): appends and reads.
+#include <limits>
+
+#include "controller/store/store.h"
+
+namespace loom::controller {
+namespace {
+
+using store::Int;
+using store::Text;
+
+}  // namespace
+
+void Store::SetLoggedEventsListener(LoggedEventsListener listener) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  events_listener_ = std::move(listener);
+}
+
+absl::Status Store::AppendEvents(const std::vector<LoggedEvent>& events) {
+  return Wait(Enqueue(nullptr, 0, {}, "", events));
+}
+
+absl::StatusOr<std::vector<Store::LoggedEvent>> Store::LoadEvents(const std::string& job_id,
+                                                                  int64_t after_seq,
+                                                                  int64_t limit) {
+  const int64_t most = limit > 0 ? limit : std::numeric_limits<int64_t>::max();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = job_id.empty()
+               ? conn_->Run("SELECT seq, job_id, idx, kind, time_unix_ms, payload FROM job_events "
+                            "WHERE seq > ? ORDER BY seq LIMIT ?;",
+                            {Int(after_seq), Int(most)})
+               : conn_->Run("SELECT seq, job_id, idx, kind, time_unix_ms, payload FROM job_events "
+                            "WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?;",
+                            {Text(job_id), Int(after_seq), Int(most)});
+  if (!r.ok()) return r.status();
+  std::vector<LoggedEvent> events;
+  events.reserve(r->rows.size());
+  for (const auto& row : r->rows) {
+    LoggedEvent e;
+    e.seq = row[0].i;
+    e.job_id = row[1].s;
+    e.idx = row[2].i;
+    e.kind = static_cast<int32_t>(row[3].i);
+    e.time_unix_ms = row[4].i;
+    e.payload = row[5].s;
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+absl::StatusOr<int64_t> Store::LastEventSeq() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = conn_->Run("SELECT COALESCE(MAX(seq), 0) FROM job_events;", {});
+  if (!r.ok()) return r.status();
+  return r->rows[0][0].i;
+}
+
+}  // namespace loom::controller
