@@ -123,7 +123,8 @@ example:
                {"watch JOB"},
                "follow a job's progress until it ends",
                R"(Prints the job's progress and events as they happen until it ends; exits 1
-unless it SUCCEEDED.
+unless it SUCCEEDED. If the controller restarts, or a standby takes over from
+the leader, it reconnects and resumes after the last event it printed.
 
 example:
   loomctl watch llama-tiny-1)",
@@ -231,15 +232,27 @@ examples:
                {"--last", "--ledger"},
                ArgKind::kJob});
   c.push_back({"events",
-               {"events JOB"},
-               "recovery events: spikes, rollbacks, restarts",
-               R"(Lists the job's recovery events: loss spikes, rollbacks and skipped ranges,
-restarts and why, corrupt checkpoints found at load.
+               {"events JOB [--since SEQ] [--follow]"},
+               "the job's event log: transitions, recoveries, checkpoints",
+               R"(Lists the job's events from the controller's event log, oldest first: its
+state transitions, recovery events (loss spikes, rollbacks and skipped ranges,
+restarts and why, preemptions, re-plans, slow ranks, corrupt checkpoints found
+at load) and committed checkpoints. SEQ numbers every event of every job in the
+order it was stored; it never repeats and has no gaps, whichever controller
+led.
 
-example:
-  loomctl events llama-tiny-1)",
+  --since SEQ   only the events after SEQ
+  -f, --follow  print the events so far, then each new one as it is stored,
+                until the job ends; across a controller restart or failover
+                it resumes after the last one printed, so every event is
+                printed exactly once
+
+examples:
+  loomctl events llama-tiny-1
+  loomctl events llama-tiny-1 --since 120 --follow
+  loomctl -o json events llama-tiny-1)",
                {},
-               {},
+               {"--since", "--follow", "-f"},
                ArgKind::kJob});
   c.push_back({"logs",
                {"logs JOB [--rank R] [--attempt G] [--tail N] [-f]"},

@@ -93,6 +93,8 @@ const std::map<std::string, std::set<Role>>& AccessRules() {
         {"JobService.ListJobs", read},
         {"JobService.CancelJob", write},  // and AuthorizeJobChange
         {"JobService.WatchJob", read},
+        {"JobService.WatchEvents", read},
+        {"JobService.ListEvents", read},
         {"JobService.ListWorkers", read},
         {"JobService.GetStepMetrics", read},
         {"JobService.ListCheckpoints", read},

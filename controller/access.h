@@ -23,7 +23,8 @@
 // Roles, checked per RPC (Authorize; the table is AccessRules()):
 //   worker  WorkerService only
 //   reader  JobService's read-only calls (GetJob, ListJobs, WatchJob,
-//           ListWorkers, GetStepMetrics, ListCheckpoints, Plan, ListQueues)
+//           WatchEvents, ListEvents, ListWorkers, GetStepMetrics,
+//           ListCheckpoints, Plan, ListQueues, GetRankLog)
 //   user    a reader that may also submit jobs, and cancel or roll back
 //           the jobs it submitted (AuthorizeJobChange)
 //   admin   every JobService call, on every job

@@ -19,7 +19,7 @@ loom_library(loom_job_catalog SRCS job_catalog.cc
   DEPS loom_job_state_machine loom_store loom_proto loom_spike_detector loom_slow_rank_detector loom_common absl::strings absl::status)
 loom_test(loom_job_catalog_test SRCS job_catalog_test.cc DEPS loom_job_catalog loom_store SQLite::SQLite3)
 loom_library(loom_job_manager SRCS job_manager.cc job_scheduling.cc job_elastic.cc job_slow_ranks.cc elastic.cc job_progress.cc rank_reconciler.cc path_policy.cc
-  DEPS loom_job_catalog loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
+  DEPS loom_event_hub loom_job_catalog loom_worker_registry loom_recovery_policy loom_checkpoint_catalog loom_store loom_jobspec loom_spike_detector loom_job_planning loom_recovery_metrics
        loom_scheduler loom_scheduling
        loom_diagnosis loom_grpc
        loom_common absl::strings absl::str_format absl::synchronization)
@@ -56,6 +56,7 @@ loom_test(loom_rank_reconciler_test SRCS rank_reconciler_test.cc DEPS loom_job_m
 loom_test(loom_elastic_test SRCS elastic_test.cc DEPS loom_job_manager)
 loom_test(loom_job_planning_test SRCS job_planning_test.cc DEPS loom_job_planning loom_jobspec)
 include(${CMAKE_CURRENT_SOURCE_DIR}/jobs/jobs.cmake)
+include(${CMAKE_CURRENT_SOURCE_DIR}/events/events.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/planner/planner.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/recovery/recovery.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/scheduling/scheduling.cmake)

@@ -80,7 +80,7 @@ void RpcMetrics::RecordSince(const std::string& method, const grpc::Status& stat
     auto& c = counters_[{method, code}];
     if (c == nullptr) c = &rpcs_.Add({{"method", method}, {"code", kCodes[code]}});
     counter = c;
-    if (method != "WatchJob") {
+    if (method != "WatchJob" && method != "WatchEvents") {  // streams: no duration
       auto& h = histograms_[method];
       if (h == nullptr) {
         h = &duration_.Add({{"method", method}}, metrics::ExponentialBuckets(0.0001, 4, 10));
@@ -235,20 +235,76 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
   LOOM_ADMIT("JobService", "WatchJob");
   absl::Status s = RequireId(req->job_id(), "job_id");
   if (!s.ok()) return Finish("WatchJob", s);
-  auto queue = manager_->Watch(req->job_id(), req->include_history());
-  if (!queue.ok()) return Finish("WatchJob", queue.status());
-  while (!ctx->IsCancelled()) {
+  std::optional<int64_t> after;
+  if (req->has_after_seq()) after = req->after_seq();
+  auto watch = manager_->Watch(req->job_id(), req->include_history(), after);
+  if (!watch.ok()) return Finish("WatchJob", watch.status());
+  while (!ctx->IsCancelled() && !(*watch)->ended()) {
     if (shutting_down_->load()) {
       return Finish("WatchJob", absl::UnavailableError("controller is shutting down"));
     }
-    auto event = (*queue)->Pop(absl::Milliseconds(200));
-    if (event) {
-      if (!writer->Write(*event)) break;  // client went away
-    } else if ((*queue)->closed_and_empty()) {
-      break;
+    auto events = (*watch)->Next(absl::Milliseconds(200));
+    if (!events.ok()) {
+      return Finish("WatchJob", absl::UnavailableError(absl::StrCat(
+                                    "reading the event log: ", events.status().message())));
+    }
+    for (const loom::v1::JobEvent& e : *events) {
+      if (!writer->Write(e)) return Finish("WatchJob", absl::OkStatus());  // client went away
     }
   }
   return Finish("WatchJob", absl::OkStatus());
+}
+
+grpc::Status JobServiceImpl::WatchEvents(grpc::ServerContext* ctx,
+                                         const loom::v1::WatchEventsRequest* req,
+                                         grpc::ServerWriter<loom::v1::JobEvent>* writer) {
+  LOOM_ADMIT("JobService", "WatchEvents");
+  if (req->has_after_seq() && req->after_seq() < 0) {
+    return Finish("WatchEvents", absl::InvalidArgumentError("after_seq: must be >= 0"));
+  }
+  auto cursor = manager_->events().Subscribe("", req->has_after_seq() ? req->after_seq() : -1);
+  if (!cursor.ok()) return Finish("WatchEvents", cursor.status());
+  while (!ctx->IsCancelled()) {
+    if (shutting_down_->load()) {
+      return Finish("WatchEvents", absl::UnavailableError("controller is shutting down"));
+    }
+    auto events = (*cursor)->Next(absl::Milliseconds(200));
+    if (!events.ok()) {
+      return Finish("WatchEvents", absl::UnavailableError(absl::StrCat(
+                                       "reading the event log: ", events.status().message())));
+    }
+    for (const loom::v1::JobEvent& e : *events) {
+      if (!writer->Write(e)) return Finish("WatchEvents", absl::OkStatus());
+    }
+  }
+  return Finish("WatchEvents", absl::OkStatus());
+}
+
+grpc::Status JobServiceImpl::ListEvents(grpc::ServerContext* ctx,
+                                        const loom::v1::ListEventsRequest* req,
+                                        loom::v1::ListEventsResponse* resp) {
+  LOOM_ADMIT("JobService", "ListEvents");
+  if (req->after_seq() < 0) {
+    return Finish("ListEvents", absl::InvalidArgumentError("after_seq: must be >= 0"));
+  }
+  if (req->page_size() < 0 || req->page_size() > 5000) {
+    return Finish("ListEvents", absl::InvalidArgumentError(absl::StrCat(
+                                    "page_size: ", req->page_size(),
+                                    " is out of range (0 for the default 500, at most 5000)")));
+  }
+  if (!req->job_id().empty()) {
+    if (auto job = manager_->Get(req->job_id()); !job.ok()) return Finish("ListEvents", job.status());
+  }
+  auto page = manager_->events().Read(req->job_id(), req->after_seq(),
+                                      req->page_size() == 0 ? 500 : req->page_size());
+  if (!page.ok()) {
+    return Finish("ListEvents", absl::UnavailableError(absl::StrCat(
+                                    "reading the event log: ", page.status().message())));
+  }
+  for (loom::v1::JobEvent& e : page->events) *resp->add_events() = std::move(e);
+  resp->set_last_seq(page->last_seq);
+  resp->set_more(page->more);
+  return Finish("ListEvents", absl::OkStatus());
 }
 
 grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx,

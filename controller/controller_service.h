@@ -66,6 +66,10 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
                          loom::v1::Job* resp) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const loom::v1::WatchJobRequest* req,
                         grpc::ServerWriter<loom::v1::JobEvent>* writer) override;
+  grpc::Status WatchEvents(grpc::ServerContext* ctx, const loom::v1::WatchEventsRequest* req,
+                           grpc::ServerWriter<loom::v1::JobEvent>* writer) override;
+  grpc::Status ListEvents(grpc::ServerContext* ctx, const loom::v1::ListEventsRequest* req,
+                          loom::v1::ListEventsResponse* resp) override;
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const loom::v1::ListWorkersRequest* req,
                            loom::v1::ListWorkersResponse* resp) override;
   grpc::Status ListQueues(grpc::ServerContext* ctx, const loom::v1::ListQueuesRequest* req,

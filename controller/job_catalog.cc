@@ -32,12 +32,6 @@ void AddRecoveryCounts(const Job& job, RecoveryTotals* t) {
 
 }  // namespace
 
-bool IsTerminalJobState(JobState s) {
-  return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
-}
-
-bool IsQueuedJobState(JobState s) { return s == loom::v1::PENDING || s == loom::v1::PREEMPTED; }
-
 absl::Status JobCatalog::Load() {
   absl::StatusOr<std::vector<Job>> jobs = store_->LoadJobs();
   if (!jobs.ok()) return jobs.status();

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "controller/jobs/job_state_machine.h"
 #include "controller/recovery/slow_rank_detector.h"
 #include "controller/recovery/spike_detector.h"
 #include "controller/store/store.h"
@@ -136,11 +137,6 @@ struct JobRecord {
   // redo is attempt_last_step minus this.
   int64_t newest_checkpoint_step = 0;
 };
-
-// SUCCEEDED, FAILED or CANCELLED.
-bool IsTerminalJobState(loom::v1::JobState s);
-// PENDING or PREEMPTED: waiting in its queue to be placed.
-bool IsQueuedJobState(loom::v1::JobState s);
 
 // Restarts, rollbacks, loss spikes and preemptions over every job.
 struct RecoveryTotals {

@@ -30,46 +30,6 @@ using loom::v1::Job;
 using loom::v1::JobEvent;
 using loom::v1::JobState;
 
-// ----------------------------------------------------------------- EventQueue
-
-std::optional<JobEvent> EventQueue::Pop(absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-               [&] { return !events_.empty() || closed_; });
-  if (events_.empty()) return std::nullopt;
-  JobEvent e = std::move(events_.front());
-  events_.pop_front();
-  return e;
-}
-
-void EventQueue::Push(JobEvent event) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
-    if (events_.size() >= kMaxQueued) {
-      // A slow watcher loses old step events, never transitions.
-      auto it = std::find_if(events_.begin(), events_.end(),
-                             [](const JobEvent& e) { return e.has_step(); });
-      if (it != events_.end()) events_.erase(it);
-    }
-    events_.push_back(std::move(event));
-  }
-  cv_.notify_all();
-}
-
-void EventQueue::Close() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-  }
-  cv_.notify_all();
-}
-
-bool EventQueue::closed_and_empty() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return closed_ && events_.empty();
-}
-
 // ----------------------------------------------------------------- JobManager
 
 JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions options,
@@ -81,7 +41,12 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
       catalog_(store, checkpoint_verifier),
       recovery_(RecoveryPolicyOptions{options_.max_rendezvous_retries}),
       jobs_(store, clock),
-      workers_(clock, WorkerRegistryOptions{options_.worker_timeout, options_.pause_threshold}) {}
+      workers_(clock, WorkerRegistryOptions{options_.worker_timeout, options_.pause_threshold}),
+      hub_(store, [this] {
+        EventHub::Options o;
+        o.max_cursors = options_.max_watchers;
+        return o;
+      }()) {}
 
 bool JobManager::IsAttemptRunning(JobState s) { return IsAttemptRunningState(s); }
 
@@ -140,31 +105,9 @@ const loom::v1::StateTransition& JobManager::RecordTransitionLocked(JobRecord& r
 }
 
 void JobManager::Transition(JobRecord& rec, JobState to, const std::string& reason) {
-  const loom::v1::StateTransition& t = RecordTransitionLocked(rec, to, reason);
-  JobEvent e;
-  e.set_time_unix_ms(t.time_unix_ms());
-  *e.mutable_transition() = t;
+  // Watchers hear of it from the event log once the write commits.
+  RecordTransitionLocked(rec, to, reason);
   jobs_.Persist(rec, 1);
-  Publish(rec.job.id(), std::move(e));
-}
-
-void JobManager::Publish(const std::string& job_id, JobEvent event) {
-  auto range = watchers_.equal_range(job_id);
-  if (range.first == range.second) return;  // nobody watches: no copy of the job
-  const JobRecord* rec = jobs_.Find(job_id);
-  if (rec == nullptr) return;
-  *event.mutable_job() = rec->job;
-  bool terminal = IsTerminalJobState(rec->job.state());
-  for (auto w = range.first; w != range.second;) {
-    if (auto q = w->second.lock()) {
-      q->Push(event);
-      if (terminal) q->Close();
-      ++w;
-    } else {
-      w = watchers_.erase(w);
-    }
-  }
-  if (terminal) watchers_.erase(job_id);
 }
 
 absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submitted_by,
@@ -531,56 +474,28 @@ absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> JobManager::Checkpoints(
   return verify ? catalog_.Verify(job_id) : catalog_.List(job_id);
 }
 
-absl::StatusOr<std::shared_ptr<EventQueue>> JobManager::Watch(const std::string& job_id,
-                                                              bool include_history) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(JobRecord* rec, jobs_.Lookup(job_id));
-  const Job& job = rec->job;
-  if (!IsTerminalJobState(job.state())) {
-    // Streams that ended leave expired entries behind; count live ones.
-    for (auto w = watchers_.begin(); w != watchers_.end();) {
-      w = w->second.expired() ? watchers_.erase(w) : std::next(w);
-    }
-    if (static_cast<int>(watchers_.size()) >= options_.max_watchers) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the controller already serves ", watchers_.size(),
-          " watch streams (its limit, --max_watchers); end one, or poll with loomctl status"));
+absl::StatusOr<std::unique_ptr<JobWatch>> JobManager::Watch(const std::string& job_id,
+                                                            bool include_history,
+                                                            std::optional<int64_t> after_seq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(jobs_.Lookup(job_id).status());
+  }
+  JobWatch::Options o;
+  int64_t after = -1;  // from now on
+  if (after_seq.has_value()) {
+    if (*after_seq < 0) return absl::InvalidArgumentError("after_seq: must be >= 0");
+    after = *after_seq;
+    o.repeat_last_transition = false;
+  } else if (include_history) {
+    after = 0;
+    if (auto steps = store_->LoadStepMetrics(job_id, 200); steps.ok()) {
+      o.replay_steps = *std::move(steps);
     }
   }
-  auto q = std::make_shared<EventQueue>();
-  if (include_history) {
-    for (const auto& t : job.history()) {
-      JobEvent e;
-      e.set_time_unix_ms(t.time_unix_ms());
-      *e.mutable_transition() = t;
-      *e.mutable_job() = job;
-      q->Push(std::move(e));
-    }
-    auto steps = store_->LoadStepMetrics(job_id, 200);
-    if (steps.ok()) {
-      for (auto& m : *steps) {
-        JobEvent e;
-        e.set_time_unix_ms(m.time_unix_ms());
-        *e.mutable_step() = std::move(m);
-        *e.mutable_job() = job;
-        q->Push(std::move(e));
-      }
-    }
-  }
-  if (IsTerminalJobState(job.state())) {
-    if (!include_history) {
-      // Still tell the watcher where the job stands.
-      JobEvent e;
-      e.set_time_unix_ms(clock_->NowUnixMillis());
-      if (job.history_size() > 0) *e.mutable_transition() = job.history(job.history_size() - 1);
-      *e.mutable_job() = job;
-      q->Push(std::move(e));
-    }
-    q->Close();
-  } else {
-    watchers_.emplace(job_id, q);
-  }
-  return q;
+  ASSIGN_OR_RETURN(std::unique_ptr<EventHub::Cursor> cursor, hub_.Subscribe(job_id, after));
+  return std::make_unique<JobWatch>(
+      std::move(cursor), [this, job_id] { return Get(job_id); }, std::move(o));
 }
 
 // ------------------------------------------------------------------ workers
@@ -892,7 +807,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
         recovery::SpikeVerdict verdict = rec.detector->Observe(m.step(), m.loss(), m.grad_norm());
         if (verdict.spike) {
           *out.mutable_step() = m;
-          Publish(rec.job.id(), std::move(out));
+          hub_.PublishLive(rec.job.id(), out);
           // The steps up to the spike, then the rollback's own writes.
           *write = store_->Enqueue(nullptr, 0, steps, rec.job.id());
           HandleSpikeLocked(rec, verdict, m.data_batch());
@@ -907,10 +822,11 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEventsLock
       if (!committed.has_value()) continue;
       *out.mutable_checkpoint() = *std::move(committed);
       jobs_.RecordEvent(rec, out);
+      continue;  // watchers hear of it from the log
     } else {
       continue;
     }
-    Publish(rec.job.id(), std::move(out));
+    hub_.PublishLive(rec.job.id(), out);  // steps are live only
   }
   rec.job.set_updated_unix_ms(clock_->NowUnixMillis());
   // (The job's unstored transitions were stored by the Transition above, or
@@ -1200,7 +1116,6 @@ void JobManager::AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event) {
   e.set_time_unix_ms(event.time_unix_ms());
   *e.mutable_recovery() = std::move(event);
   jobs_.RecordEvent(rec, e);
-  Publish(rec.job.id(), std::move(e));
 }
 
 void JobManager::ForgetWorkerRanks(const std::string& worker_id) {

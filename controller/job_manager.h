@@ -33,6 +33,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "controller/checkpoint_catalog.h"
+#include "controller/events/event_hub.h"
+#include "controller/events/job_watch.h"
 #include "controller/job_catalog.h"
 #include "controller/job_planning.h"
 #include "controller/recovery/spike_detector.h"
@@ -108,24 +110,6 @@ struct JobManagerOptions {
   // work: it is placed again this many times in a row without counting a
   // restart, then the failure takes the usual restart-or-fail path.
   int max_rendezvous_retries = 3;
-};
-
-// A bounded queue of events for one watcher. Thread-safe.
-class EventQueue {
- public:
-  // Blocks up to `timeout` for the next event. nullopt on timeout or when
-  // the queue is closed and drained.
-  std::optional<loom::v1::JobEvent> Pop(absl::Duration timeout);
-  void Push(loom::v1::JobEvent event);
-  void Close();
-  bool closed_and_empty();
-
- private:
-  static constexpr size_t kMaxQueued = 10000;  // drop oldest step events past this
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<loom::v1::JobEvent> events_;
-  bool closed_ = false;
 };
 
 class JobManager {
@@ -213,11 +197,14 @@ class JobManager {
   absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Checkpoints(const std::string& job_id,
                                                                     bool verify = false);
 
-  // Opens a watch. When `include_history`, the queue starts with the job's
-  // past transitions and recent step metrics. The queue is closed after the
-  // job's terminal event.
-  absl::StatusOr<std::shared_ptr<EventQueue>> Watch(const std::string& job_id,
-                                                    bool include_history);
+  // Opens a watch of the job's events (see WatchJobRequest: a resume after
+  // `after_seq` when given, else the history first when `include_history`,
+  // else from now on). NOT_FOUND for an unknown job; RESOURCE_EXHAUSTED
+  // when --max_watchers streams are open.
+  absl::StatusOr<std::unique_ptr<JobWatch>> Watch(const std::string& job_id, bool include_history,
+                                                  std::optional<int64_t> after_seq = std::nullopt);
+  // The event log's readers (every job's events: WatchEvents, ListEvents).
+  EventHub& events() { return hub_; }
 
   // --- worker API
   absl::StatusOr<loom::v1::RegisterWorkerResponse> RegisterWorker(
@@ -292,7 +279,6 @@ class JobManager {
   // job queued makes the scheduler run.
   const loom::v1::StateTransition& RecordTransitionLocked(JobRecord& rec, loom::v1::JobState to,
                                                           const std::string& reason);
-  void Publish(const std::string& job_id, loom::v1::JobEvent event);
   void StopJobRanks(JobRecord& rec, const std::string& reason,
                     const std::string& except_worker);
   // Strict FIFO over PENDING jobs: places the first one PlaceGang can hold
@@ -502,7 +488,8 @@ class JobManager {
   scheduling::AdmissionPolicy policy_{scheduling::DefaultQueueConfig()};
   // The queues' decayed usage, observed every scheduling cycle.
   scheduling::FairShare fair_share_{absl::Hours(1)};
-  std::multimap<std::string, std::weak_ptr<EventQueue>> watchers_;  // by job id
+  // The log's readers: hears the store's commits; thread-safe itself.
+  EventHub hub_;
 };
 
 }  // namespace loom::controller

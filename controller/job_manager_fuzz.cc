@@ -105,7 +105,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 8: {
       loom::v1::WatchJobRequest req;
-      if (Decode(data, size, &req)) (void)m.Watch(req.job_id(), req.include_history()).ok();
+      if (Decode(data, size, &req)) {
+        std::optional<int64_t> after;
+        if (req.has_after_seq()) after = req.after_seq();
+        (void)m.Watch(req.job_id(), req.include_history(), after).ok();
+      }
       break;
     }
     case 9: {

@@ -1806,25 +1806,57 @@ TEST_F(JobManagerTest, ListPagesNewestFirstWithSummaries) {
   EXPECT_EQ(pending.size(), 6u);
 }
 
+// Reads a watch until it ends (bounded): each event as "STATE seq",
+// "step N" or "job only".
+std::vector<std::string> ReadWatch(JobWatch& w, int rounds = 50) {
+  std::vector<std::string> out;
+  for (int i = 0; i < rounds && !w.ended(); ++i) {
+    auto batch = w.Next(absl::Milliseconds(20));
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    if (!batch.ok()) break;
+    for (const auto& e : *batch) {
+      out.push_back(e.has_step()         ? absl::StrCat("step ", e.step().step())
+                    : e.has_transition() ? absl::StrCat(loom::v1::JobState_Name(e.transition().to()),
+                                                        " ", e.seq())
+                    : e.has_recovery()   ? absl::StrCat("event ", e.seq())
+                                         : "job only");
+    }
+  }
+  return out;
+}
+
+// A watch gives the job's transitions from the event log as they commit,
+// each with its seq, and ends after the last; one resumed after a seq on a
+// controller started again over the same store gets exactly the rest.
 TEST_F(JobManagerTest, WatchDeliversTransitionsAndClosesAtTheEnd) {
   std::string w1 = Register("node-a");
   Beat(w1, 29500);
   auto job = *manager_->Submit(Spec(1));
-  auto q = manager_->Watch(job.id(), /*include_history=*/true);
-  ASSERT_TRUE(q.ok());
-  auto first = (*q)->Pop(absl::Seconds(1));
-  ASSERT_TRUE(first.has_value());
-  ASSERT_TRUE(first->has_transition());
-  EXPECT_EQ(first->transition().to(), loom::v1::PENDING);
+  auto watch = manager_->Watch(job.id(), /*include_history=*/true);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  EXPECT_THAT(ReadWatch(**watch, 3), ::testing::ElementsAre("PENDING 1", "SCHEDULED 2"));
+  EXPECT_FALSE((*watch)->ended());
   Beat(w1, 29501, {});
   ASSERT_TRUE(manager_->Cancel(job.id(), "test").ok());
-  std::vector<JobState> states;
-  while (auto e = (*q)->Pop(absl::Milliseconds(100))) {
-    if (e->has_transition()) states.push_back(e->transition().to());
-  }
-  EXPECT_THAT(states, ::testing::ElementsAre(loom::v1::SCHEDULED, loom::v1::CANCELLED));
-  EXPECT_TRUE((*q)->closed_and_empty());
+  EXPECT_THAT(ReadWatch(**watch), ::testing::ElementsAre("CANCELLED 3"));
+  EXPECT_TRUE((*watch)->ended());
   EXPECT_EQ(manager_->Watch("missing-1", false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager_->Watch(job.id(), false, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Another controller over the same store (a restart, or a standby that
+  // took over): a client that saw seq 1 gets 2 and 3, then the end.
+  watch->reset();
+  manager_ = std::make_unique<JobManager>(store_.get(), &clock_, opts_, metrics_.get());
+  ASSERT_TRUE(manager_->Recover().ok());
+  auto resumed = manager_->Watch(job.id(), false, 1);
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_THAT(ReadWatch(**resumed), ::testing::ElementsAre("SCHEDULED 2", "CANCELLED 3"));
+  auto after_end = manager_->Watch(job.id(), false, 3);
+  ASSERT_TRUE(after_end.ok());
+  EXPECT_THAT(ReadWatch(**after_end), ::testing::ElementsAre("job only"));
+  auto from_now = manager_->Watch(job.id(), false);
+  ASSERT_TRUE(from_now.ok());
+  EXPECT_THAT(ReadWatch(**from_now), ::testing::ElementsAre("CANCELLED 0"));
 }
 
 TEST_F(JobManagerTest, RegisterValidatesRequest) {

@@ -3,6 +3,9 @@
 // it; these tests kill or pause the leader under a running job and check
 // that the standby takes over, that the job loses nothing, and that the old
 // leader is fenced out.
+#include <future>
+
+#include "absl/strings/str_split.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/cluster_fixture.h"
@@ -71,6 +74,13 @@ TEST_F(HaTest, KilledLeaderIsReplacedWithinSecondsAndItsJobLosesNothing) {
       << Status(job).DebugString();
   ASSERT_LT(Status(job).summary().last_step(), kSteps) << "the kill must land mid-run";
 
+  // Two clients follow the job across the failover: `events --follow` and
+  // `watch` (both JSON, one event a line). They end when the job does.
+  auto events_follower = std::async(std::launch::async,
+                                    [&] { return Ctl("-o json events " + job + " --follow"); });
+  auto watcher = std::async(std::launch::async, [&] { return Ctl("-o json watch " + job); });
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 20; }, 60));
+
   // A client of the standby's address: it answers UNAVAILABLE naming the
   // leader until it leads.
   const std::string standby = Daemon("controller-1").grpc_address;
@@ -129,6 +139,36 @@ TEST_F(HaTest, KilledLeaderIsReplacedWithinSecondsAndItsJobLosesNothing) {
   EXPECT_TRUE(readopted) << done.DebugString();
   ASSERT_NO_FATAL_FAILURE(ExpectNothingLost(job, kSteps));
   for (int w = 0; w < 2; ++w) EXPECT_EQ(WorkerEpochs(w), (std::vector<int64_t>{1, 2})) << w;
+
+  // Both followers printed every logged event of the job exactly once, in
+  // log order, with no gap, across the kill: the same numbers the new
+  // leader's log has, from the first to SUCCEEDED.
+  auto logged = Ctl("-o json events " + job);
+  ASSERT_EQ(logged.exit_code, 0) << logged.err;
+  loom::v1::ListEventsResponse log;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(logged.out, &log).ok()) << logged.out;
+  std::vector<int64_t> want;
+  for (const auto& e : log.events()) want.push_back(e.seq());
+  ASSERT_GE(want.size(), 5u) << logged.out;
+  ASSERT_EQ(log.events().rbegin()->transition().to(), loom::v1::SUCCEEDED) << logged.out;
+  std::cout << "[ events ] " << want.size() << " logged events, seq " << want.front() << ".."
+            << want.back() << std::endl;
+  for (auto* follower : {&events_follower, &watcher}) {
+    ASSERT_EQ(follower->wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    const auto followed = follower->get();
+    EXPECT_EQ(followed.exit_code, 0) << followed.err;
+    std::vector<int64_t> seen;
+    bool readopted_seen = false;
+    for (absl::string_view line : absl::StrSplit(followed.out, '\n', absl::SkipEmpty())) {
+      loom::v1::JobEvent e;
+      ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line), &e).ok()) << line;
+      if (e.seq() == 0) continue;  // steps: live only
+      seen.push_back(e.seq());
+      readopted_seen |= e.has_recovery() && e.recovery().kind() == loom::v1::RecoveryEvent::READOPTED;
+    }
+    EXPECT_EQ(seen, want) << followed.out.substr(0, 4000) << followed.err;
+    EXPECT_TRUE(readopted_seen);
+  }
 
   // The killed controller comes back as the standby.
   auto restarted = Ctl("local restart controller-0");

@@ -48,6 +48,8 @@ const std::map<std::string, std::set<Caller>>& Expected() {
       {"loom.v1.JobService.ListJobs", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.CancelJob", {kUser, kAdmin}},
       {"loom.v1.JobService.WatchJob", {kReader, kUser, kAdmin}},
+      {"loom.v1.JobService.WatchEvents", {kReader, kUser, kAdmin}},
+      {"loom.v1.JobService.ListEvents", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.ListWorkers", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.GetStepMetrics", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.ListCheckpoints", {kReader, kUser, kAdmin}},
@@ -123,7 +125,10 @@ class RpcAccessTest : public ::testing::Test {
     return Identity{label, "", issued->cert_path, issued->key_path, role, !foreign};
   }
 
-  grpc::Status Call(const Identity& who, const std::string& full_method) {
+  // A stream that is let in runs until its deadline (WatchEvents from now
+  // on): `deadline` bounds it.
+  grpc::Status Call(const Identity& who, const std::string& full_method,
+                    std::chrono::seconds deadline = std::chrono::seconds(10)) {
     auto creds = MakeChannelCredentials(true, tls_ + "/ca.pem", who.cert, who.key);
     EXPECT_TRUE(creds.ok());
     grpc::GenericStub stub(grpc::CreateChannel(address_, *creds));
@@ -131,7 +136,7 @@ class RpcAccessTest : public ::testing::Test {
     const std::string path =
         absl::StrCat("/", full_method.substr(0, dot), "/", full_method.substr(dot + 1));
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
     AttachToken(&ctx, who.token);
     grpc::Slice empty_message("", 0);  // an empty message of any type
     grpc::ByteBuffer request(&empty_message, 1);
@@ -177,7 +182,8 @@ TEST_F(RpcAccessTest, EveryRpcChecksItsCaller) {
       ASSERT_NE(expected, Expected().end())
           << method << " is in the proto but not in this test's table: say who may call it";
       for (const Identity& who : callers) {
-        grpc::Status s = Call(who, method);
+        grpc::Status s = Call(who, method,
+                              std::chrono::seconds(service->method(m)->server_streaming() ? 2 : 10));
         const std::string what = absl::StrCat(method, " by ", who.label, ": ", s.error_code(),
                                               " ", s.error_message());
         if (!who.valid) {

@@ -47,6 +47,14 @@ std::string ToJson(const google::protobuf::Message& m) {
   return out;
 }
 
+std::string ToJsonLine(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  return out;
+}
+
 std::string StateName(loom::v1::JobState s) {
   return s == loom::v1::JOB_STATE_UNSPECIFIED ? "-" : loom::v1::JobState_Name(s);
 }

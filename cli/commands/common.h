@@ -47,6 +47,8 @@ std::string SelfDir();
 
 // `m` as indented JSON with the proto field names (the -o json output).
 std::string ToJson(const google::protobuf::Message& m);
+// The same on one line (a stream of events, one a line).
+std::string ToJsonLine(const google::protobuf::Message& m);
 
 // "-" for JOB_STATE_UNSPECIFIED, else the enum name.
 std::string StateName(loom::v1::JobState s);

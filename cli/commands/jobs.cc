@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -352,40 +353,112 @@ int CmdSteps(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+namespace {
+
+// One event as a row: SEQ TIME EVENT CAUSE STEP LOST DETAIL.
+std::vector<std::string> EventRow(const loom::v1::JobEvent& e) {
+  const std::string seq = absl::StrCat(e.seq());
+  const std::string time = absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_unix_ms()),
+                                            absl::LocalTimeZone());
+  if (e.has_transition()) {
+    return {seq, time, StateName(e.transition().to()), "-", "-", "-", e.transition().reason()};
+  }
+  if (e.has_checkpoint()) {
+    return {seq, time, "CHECKPOINT", "-", absl::StrCat(e.checkpoint().step()), "-",
+            e.checkpoint().path()};
+  }
+  const loom::v1::RecoveryEvent& r = e.recovery();
+  const bool resumed = r.kind() == loom::v1::RecoveryEvent::ROLLBACK ||
+                       r.kind() == loom::v1::RecoveryEvent::RESTART ||
+                       r.kind() == loom::v1::RecoveryEvent::PREEMPTED ||
+                       r.kind() == loom::v1::RecoveryEvent::REPLANNED;
+  return {seq, time, KindName(r.kind()), r.cause().empty() ? "-" : r.cause(),
+          r.step() > 0 ? absl::StrCat(r.step()) : "-",
+          resumed ? absl::StrCat(r.steps_lost()) : "-", r.message()};
+}
+
+}  // namespace
+
 int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
-  if (args.size() != 1) return Usage("events: expected JOB");
-  auto fetched = FetchJob(g, args[0]);
-  if (!fetched.ok()) return Fail(fetched.status());
-  const loom::v1::Job& job = *fetched;
-  if (g.json) {
-    loom::v1::Job only;
-    *only.mutable_events() = job.events();
-    std::cout << ToJson(only) << std::endl;
+  std::string job_id;
+  int64_t since = 0;
+  bool follow = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--since" && i + 1 < args.size()) {
+      if (!absl::SimpleAtoi(args[++i], &since) || since < 0) {
+        return Usage("--since: expected an event number >= 0 (the SEQ column)");
+      }
+    } else if (args[i] == "--follow" || args[i] == "-f") {
+      follow = true;
+    } else if (!args[i].empty() && args[i][0] == '-') {
+      return Usage("events: unknown flag " + args[i]);
+    } else if (job_id.empty()) {
+      job_id = args[i];
+    } else {
+      return Usage("events: unexpected " + args[i]);
+    }
+  }
+  if (job_id.empty()) return Usage("events: expected JOB [--since SEQ] [--follow]");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  // The log so far, a page at a time.
+  loom::v1::ListEventsResponse all;
+  for (int64_t after = since;;) {
+    loom::v1::ListEventsRequest req;
+    req.set_job_id(job_id);
+    req.set_after_seq(after);
+    req.set_page_size(5000);
+    loom::v1::ListEventsResponse page;
+    absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::ListEvents, req, &page);
+    if (!s.ok()) return Fail(s);
+    for (auto& e : *page.mutable_events()) *all.add_events() = std::move(e);
+    all.set_last_seq(page.last_seq());
+    if (!page.more() || page.events_size() == 0) break;
+    after = all.events(all.events_size() - 1).seq();
+  }
+  const std::vector<std::string> header = {"SEQ", "TIME", "EVENT", "CAUSE", "STEP", "LOST", "DETAIL"};
+  if (!follow) {
+    if (g.json) {
+      std::cout << ToJson(all) << std::endl;
+      return 0;
+    }
+    auto job = FetchJob(g, job_id);
+    if (!job.ok()) return Fail(job.status());
+    if (all.events_size() == 0) {
+      std::cout << "no events for " << job_id << (since > 0 ? absl::StrCat(" after ", since) : "")
+                << std::endl;
+    } else {
+      std::vector<std::vector<std::string>> rows = {header};
+      for (const auto& e : all.events()) rows.push_back(EventRow(e));
+      PrintTable(rows);
+    }
+    std::cout << "\nrestarts " << job->restarts() << ", rollbacks " << job->rollbacks()
+              << ", operator rollbacks " << job->operator_rollbacks() << ", preemptions "
+              << job->preemptions() << ", attempt " << job->generation() << std::endl;
     return 0;
   }
-  if (job.events_size() == 0) {
-    std::cout << "no recovery events for " << job.id() << " (restarts " << job.restarts()
-              << ", rollbacks " << job.rollbacks() << ", preemptions " << job.preemptions() << ")"
-              << std::endl;
-    return 0;
+  // --follow: the events so far, then each as it is logged, once, until the
+  // job ends (across a controller failover too).
+  auto print = [&g](const loom::v1::JobEvent& e) {
+    if (e.seq() == 0) return;  // steps, and the job's own end notice
+    if (g.json) {
+      loom::v1::JobEvent bare = e;
+      bare.clear_job();
+      std::cout << ToJsonLine(bare) << std::endl;
+    } else {
+      std::cout << absl::StrJoin(EventRow(e), "  ") << std::endl;
+    }
+  };
+  if (!g.json) std::cout << absl::StrJoin(header, "  ") << std::endl;
+  int64_t after = since;
+  for (const auto& e : all.events()) {
+    print(e);
+    after = e.seq();
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"TIME", "KIND", "CAUSE", "STEP", "LOST", "DETAIL"}};
-  for (const auto& e : job.events()) {
-    bool resumed = e.kind() == loom::v1::RecoveryEvent::ROLLBACK ||
-                   e.kind() == loom::v1::RecoveryEvent::RESTART ||
-                   e.kind() == loom::v1::RecoveryEvent::PREEMPTED ||
-                   e.kind() == loom::v1::RecoveryEvent::REPLANNED;
-    rows.push_back({absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_unix_ms()),
-                                     absl::LocalTimeZone()),
-                    KindName(e.kind()), e.cause().empty() ? "-" : e.cause(),
-                    e.step() > 0 ? absl::StrCat(e.step()) : "-",
-                    resumed ? absl::StrCat(e.steps_lost()) : "-", e.message()});
-  }
-  PrintTable(rows);
-  std::cout << "\nrestarts " << job.restarts() << ", rollbacks " << job.rollbacks()
-            << ", operator rollbacks " << job.operator_rollbacks() << ", preemptions "
-            << job.preemptions() << ", attempt " << job.generation() << std::endl;
+  after = std::max(after, all.last_seq());  // this job has nothing in between
+  loom::v1::Job last;
+  absl::Status followed = FollowJob(client->get(), job_id, after, print, &last);
+  if (!followed.ok()) return Fail(followed);
   return 0;
 }
 

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
-#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -75,80 +74,102 @@ void PrintSummary(const loom::v1::Job& job, Client* client) {
   }
 }
 
-int Watch(Client* client, const std::string& job_id, bool json) {
-  bool tty = isatty(STDOUT_FILENO);
+absl::Status FollowJob(Client* client, const std::string& job_id,
+                       std::optional<int64_t> after_seq,
+                       const std::function<void(const loom::v1::JobEvent&)>& on_event,
+                       loom::v1::Job* last_job) {
+  const absl::Duration kReconnectFor = absl::Minutes(1);
+  absl::Time give_up = absl::Now() + kReconnectFor;
+  bool have_job = false;
   for (int attempt = 0;; ++attempt) {
     loom::v1::WatchJobRequest req;
     req.set_job_id(job_id);
-    req.set_include_history(true);
+    if (after_seq.has_value()) {
+      req.set_after_seq(*after_seq);
+    } else {
+      req.set_include_history(true);
+    }
     auto ctx = client->Context(absl::InfiniteDuration());
     auto reader = client->stub->WatchJob(ctx.get(), req);
     loom::v1::JobEvent event;
-    loom::v1::Job last;
-    bool have_job = false;
-    absl::Time last_print = absl::InfinitePast();
-    int64_t printed_step = -1;
     while (reader->Read(&event)) {
-      last = event.job();
+      give_up = absl::Now() + kReconnectFor;  // it answers: a later loss gets a full minute
+      if (event.seq() > 0) {
+        if (after_seq.has_value() && event.seq() <= *after_seq) continue;  // (never sent)
+        after_seq = event.seq();
+      }
+      *last_job = event.job();
       have_job = true;
-      if (json) {
-        std::string line;
-        (void)google::protobuf::util::MessageToJsonString(event, &line);
-        std::cout << line << std::endl;
-        continue;
-      }
-      if (event.has_transition()) {
-        if (tty) std::cout << "\r\033[K";
-        const auto& t = event.transition();
-        std::cout << absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(t.time_unix_ms()),
-                                      absl::LocalTimeZone())
-                  << "  " << StateName(t.to()) << "  " << t.reason() << std::endl;
-      } else if (event.has_step()) {
-        const auto& m = event.step();
-        int64_t total = last.spec().schedule().total_steps();
-        double eta = m.step_time_seconds() * static_cast<double>(total - m.step());
-        std::string line = absl::StrFormat(
-            "%s step %d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s",
-            Bar(total > 0 ? static_cast<double>(m.step()) / total : 0, 24), m.step(), total,
-            m.loss(), m.has_val_loss() ? absl::StrFormat("  val %.4f", m.val_loss()) : "",
-            m.lr(), m.tokens_per_second(), FormatDuration(eta));
-        if (tty) {
-          std::cout << "\r\033[K" << line << std::flush;
-          if (m.has_val_loss()) std::cout << std::endl;
-        } else if (m.has_val_loss() || absl::Now() - last_print > absl::Seconds(5) ||
-                   m.step() == total) {
-          // Logs and pipes get a line now and then, not a redraw per step.
-          std::cout << line << std::endl;
-          last_print = absl::Now();
-        }
-        printed_step = m.step();
-      } else if (event.has_recovery()) {
-        if (tty) std::cout << "\r\033[K";
-        std::cout << KindName(event.recovery().kind()) << ": " << event.recovery().message()
-                  << std::endl;
-      } else if (event.has_checkpoint()) {
-        if (tty) std::cout << "\r\033[K";
-        std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
-                  << event.checkpoint().path() << std::endl;
-      }
+      on_event(event);
     }
-    (void)printed_step;
     grpc::Status s = reader->Finish();
-    if (tty && !json) std::cout << std::endl;
-    if (!s.ok()) {
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < 30) {
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-        continue;  // controller restarting: reconnect
-      }
-      return Fail(client->Check(s));
+    if (s.ok()) {
+      if (!have_job) return absl::InternalError("watch ended without any event");
+      return absl::OkStatus();
     }
-    if (!have_job) return Fail(absl::InternalError("watch ended without any event"));
-    if (!json) PrintSummary(last, client);
-    if (last.state() == loom::v1::SUCCEEDED) return 0;
-    std::cerr << "loomctl: job " << job_id << " ended " << StateName(last.state()) << ": "
-              << last.reason() << std::endl;
-    return 1;
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() >= give_up) {
+      return client->Check(s);
+    }
+    // The controller restarts, or a standby takes over: follow the leader
+    // the answer named (or the next controller), and resume.
+    client->Follow(*ctx, attempt);
+    absl::SleepFor(absl::Milliseconds(300));
   }
+}
+
+int Watch(Client* client, const std::string& job_id, bool json) {
+  const bool tty = isatty(STDOUT_FILENO);
+  absl::Time last_print = absl::InfinitePast();
+  loom::v1::Job last;
+  auto print = [&](const loom::v1::JobEvent& event) {
+    if (json) {
+      std::string line;
+      (void)google::protobuf::util::MessageToJsonString(event, &line);
+      std::cout << line << std::endl;
+      return;
+    }
+    if (event.has_transition()) {
+      if (tty) std::cout << "\r\033[K";
+      const auto& t = event.transition();
+      std::cout << absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(t.time_unix_ms()),
+                                    absl::LocalTimeZone())
+                << "  " << StateName(t.to()) << "  " << t.reason() << std::endl;
+    } else if (event.has_step()) {
+      const auto& m = event.step();
+      int64_t total = event.job().spec().schedule().total_steps();
+      double eta = m.step_time_seconds() * static_cast<double>(total - m.step());
+      std::string line = absl::StrFormat(
+          "%s step %d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s",
+          Bar(total > 0 ? static_cast<double>(m.step()) / total : 0, 24), m.step(), total,
+          m.loss(), m.has_val_loss() ? absl::StrFormat("  val %.4f", m.val_loss()) : "", m.lr(),
+          m.tokens_per_second(), FormatDuration(eta));
+      if (tty) {
+        std::cout << "\r\033[K" << line << std::flush;
+        if (m.has_val_loss()) std::cout << std::endl;
+      } else if (m.has_val_loss() || absl::Now() - last_print > absl::Seconds(5) ||
+                 m.step() == total) {
+        // Logs and pipes get a line now and then, not a redraw per step.
+        std::cout << line << std::endl;
+        last_print = absl::Now();
+      }
+    } else if (event.has_recovery()) {
+      if (tty) std::cout << "\r\033[K";
+      std::cout << KindName(event.recovery().kind()) << ": " << event.recovery().message()
+                << std::endl;
+    } else if (event.has_checkpoint()) {
+      if (tty) std::cout << "\r\033[K";
+      std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
+                << event.checkpoint().path() << std::endl;
+    }
+  };
+  absl::Status followed = FollowJob(client, job_id, std::nullopt, print, &last);
+  if (tty && !json) std::cout << std::endl;
+  if (!followed.ok()) return Fail(followed);
+  if (!json) PrintSummary(last, client);
+  if (last.state() == loom::v1::SUCCEEDED) return 0;
+  std::cerr << "loomctl: job " << job_id << " ended " << StateName(last.state()) << ": "
+            << last.reason() << std::endl;
+  return 1;
 }
 
 int CmdWatch(const Globals& g, const std::vector<std::string>& args) {

@@ -30,6 +30,12 @@ bool IsLegalTransition(JobState from, JobState to) {
   }
 }
 
+bool IsTerminalJobState(JobState s) {
+  return s == loom::v1::SUCCEEDED || s == loom::v1::FAILED || s == loom::v1::CANCELLED;
+}
+
+bool IsQueuedJobState(JobState s) { return s == loom::v1::PENDING || s == loom::v1::PREEMPTED; }
+
 std::vector<std::pair<JobState, JobState>> LegalTransitions() {
   std::vector<std::pair<JobState, JobState>> legal;
   const auto* states = loom::v1::JobState_descriptor();

@@ -37,6 +37,11 @@ namespace loom::controller {
 // Whether a job may go from `from` to `to`.
 bool IsLegalTransition(loom::v1::JobState from, loom::v1::JobState to);
 
+// SUCCEEDED, FAILED or CANCELLED: the job has ended.
+bool IsTerminalJobState(loom::v1::JobState s);
+// PENDING or PREEMPTED: waiting in its queue to be placed.
+bool IsQueuedJobState(loom::v1::JobState s);
+
 // Every legal (from, to) pair, in the proto's order of states.
 std::vector<std::pair<loom::v1::JobState, loom::v1::JobState>> LegalTransitions();
 

@@ -236,7 +236,7 @@ absl::Status Store::Wait(const Ticket& ticket) {
     if (!logged.empty()) {
       // Still the only committer: listeners hear of batches in commit order.
       std::lock_guard<std::mutex> listen(listener_mu_);
-      if (events_listener_) events_listener_(logged);
+      for (const auto& [key, listener] : events_listeners_) listener(logged);
     }
     lock.lock();
     for (const Ticket& w : batch) {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -93,14 +94,15 @@ class Store {
   static constexpr int32_t kLoggedTransition = 1;
   static constexpr int32_t kLoggedRecovery = 2;
   static constexpr int32_t kLoggedCheckpoint = 3;
-  // Called with the entries each committed transaction added to the log
-  // (their seq set; an entry already there is not repeated), one batch at a
-  // time in commit order, before the writers' Wait returns; on the
-  // committing thread, which holds no lock a caller of the store could
-  // hold, so the listener may take its own locks, but must not call the
-  // store. Replaces the previous listener (null: none).
+  // Listeners are called with the entries each committed transaction added
+  // to the log (their seq set; an entry already there is not repeated), one
+  // batch at a time in commit order, before the writers' Wait returns; on
+  // the committing thread, which holds none of the store's locks, so a
+  // listener may take its own locks, but must not call the store. `key`
+  // names the listener (adding a key again replaces it).
   using LoggedEventsListener = std::function<void(const std::vector<LoggedEvent>&)>;
-  void SetLoggedEventsListener(LoggedEventsListener listener);
+  void AddLoggedEventsListener(const void* key, LoggedEventsListener listener);
+  void RemoveLoggedEventsListener(const void* key);
 
   // Puts PutJobAndSteps(job, new_transitions, steps) in line, with `events`
   // appended to the event log in the same transaction, and returns at
@@ -280,7 +282,7 @@ class Store {
   std::thread committer_;  // started by the first WhenDurable
 
   std::mutex listener_mu_;
-  LoggedEventsListener events_listener_;  // guarded by listener_mu_
+  std::map<const void*, LoggedEventsListener> events_listeners_;  // guarded by listener_mu_
 
   std::mutex mu_;
   // Owned; guarded by mu_. It prepares each statement once and reuses it:

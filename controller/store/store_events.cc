@@ -11,9 +11,14 @@ using store::Text;
 
 }  // namespace
 
-void Store::SetLoggedEventsListener(LoggedEventsListener listener) {
+void Store::AddLoggedEventsListener(const void* key, LoggedEventsListener listener) {
   std::lock_guard<std::mutex> lock(listener_mu_);
-  events_listener_ = std::move(listener);
+  events_listeners_[key] = std::move(listener);
+}
+
+void Store::RemoveLoggedEventsListener(const void* key) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  events_listeners_.erase(key);
 }
 
 absl::Status Store::AppendEvents(const std::vector<LoggedEvent>& events) {

@@ -518,11 +518,15 @@ TEST_P(StoreBackendTest, EventLogIsNumberedInCommitOrderWithoutGaps) {
 
 // A write retried after its answer was lost stores each entry once and
 // takes no number for the copy; a fenced write appends nothing and leaves
-// no gap behind it.
+// no gap behind it. The listener hears of exactly what was stored, in order.
 TEST_P(StoreBackendTest, EventLogStoresARetriedEntryOnceAndAFencedWriteNotAtAll) {
   auto store = OpenStore();
   ASSERT_TRUE(store.ok()) << store.status();
   Store& st = **store;
+  std::vector<std::string> heard;  // "seq idx" of each entry the listener got
+  st.AddLoggedEventsListener(&heard, [&heard](const std::vector<Store::LoggedEvent>& logged) {
+    for (const auto& e : logged) heard.push_back(absl::StrCat(e.seq, " ", e.idx));
+  });
   ASSERT_TRUE(st.AppendEvents({Event("a", 0), Event("a", 1)}).ok());
   ASSERT_TRUE(st.AppendEvents({Event("a", 1, "the retry"), Event("a", 2)}).ok());
   auto events = st.LoadEvents("a", 0, 0);
@@ -542,6 +546,8 @@ TEST_P(StoreBackendTest, EventLogStoresARetriedEntryOnceAndAFencedWriteNotAtAll)
   ASSERT_EQ(events->size(), 4u);
   EXPECT_EQ(events->back().seq, 4);
   EXPECT_EQ(events->back().idx, 3);
+  EXPECT_THAT(heard, ::testing::ElementsAre("1 0", "2 1", "3 2", "4 3"));
+  st.RemoveLoggedEventsListener(&heard);
 }
 
 // A database of schema version 3 (before the event log) is brought forward
