@@ -128,3 +128,10 @@ add_executable(loom_elastic_bench ${CMAKE_CURRENT_LIST_DIR}/elastic_bench.cc)
 target_link_libraries(loom_elastic_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
                       loom_goodput absl::strings absl::str_format)
 add_dependencies(loom_elastic_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)
+
+# logs: `loomctl logs --grep` over LOGS_LINES (10,000,000) log lines of one
+# job in the controller's store, SQLite and PostgreSQL side by side, against
+# a full scan of the same bytes.
+add_executable(loom_logs_bench ${CMAKE_CURRENT_LIST_DIR}/logs_bench.cc)
+target_link_libraries(loom_logs_bench PRIVATE loom_log_store loom_store loom_postgres_test_server
+                      absl::strings absl::str_format)

@@ -420,6 +420,16 @@ bench_parallel() {
     "${PARALLEL_STEPS:-3}"
 }
 
+# `loomctl logs JOB --grep TEXT` over LOGS_LINES (default 10,000,000) log
+# lines of one job (16 ranks x 2 attempts) in the controller's store, on
+# SQLite and on PostgreSQL: ingest rate, and the median search time for a
+# rare, a unique and a common string against a full scan of the same
+# bytes; fails when a rare-string search takes 500 ms or more.
+bench_logs() {
+  build loom_logs_bench
+  "$BUILD_DIR/bin/loom_logs_bench"
+}
+
 # The GPU benchmark: bench/gpu/run.sh builds the engine and
 # bench/gpu/gpu_bench.cc against PyTorch's LibTorch and runs them on a CUDA
 # device (bf16 GPT tokens/s and MFU, fused AdamW against copy bandwidth,

@@ -255,24 +255,32 @@ examples:
                {"--since", "--follow", "-f"},
                ArgKind::kJob});
   c.push_back({"logs",
-               {"logs JOB [--rank R] [--attempt G] [--tail N] [-f]"},
-               "a rank's log, from the controller",
+               {"logs JOB [--rank R] [--attempt G] [--tail N] [-f]",
+                "logs JOB --grep TEXT [--max N]"},
+               "a rank's log, from the controller; or search them all",
                R"(Prints rank R's log (default 0) of the job's newest attempt, as its worker
 shipped it to the controller: no shell on the worker needed, and still there
-after the worker is gone. The controller keeps the newest --log_max_bytes of
+after the worker is gone or another controller took over (the logs live in
+the controller's store). The controller keeps the newest --log_max_bytes of
 each log (16 MiB) until --log_retention (7 days) after the job ended.
   --rank R      which rank
   --attempt G   an earlier attempt (the job's generation, see `loomctl events`)
   --tail N      only the last N lines
   -f, --follow  keep printing as the rank writes, into its next attempt when
                 the job restarts, until the job ends
-With -o json: which ranks and attempts have logs, and their sizes.
+  --grep TEXT   instead, the lines of every rank and attempt that contain TEXT
+                (plain text, case-sensitive), with where each ran and its byte
+                offset; exits 1 when none does
+  --max N       with --grep: at most N lines (default 1000, at most 10000)
+With -o json: which ranks and attempts have logs, and their sizes (with
+--grep: the lines found).
 
 examples:
   loomctl logs llama-tiny-1 --rank 1 --tail 20 -f
+  loomctl logs llama-tiny-1 --grep "NCCL timeout"
   loomctl -o json logs llama-tiny-1)",
                {},
-               {"--rank", "--attempt", "--tail", "-f", "--follow"},
+               {"--rank", "--attempt", "--tail", "-f", "--follow", "--grep", "--max"},
                ArgKind::kJob});
   c.push_back({"checkpoints",
                {"checkpoints JOB [--verify]"},

@@ -101,6 +101,7 @@ const std::map<std::string, std::set<Role>>& AccessRules() {
         {"JobService.Plan", read},
         {"JobService.RollbackJob", write},  // and AuthorizeJobChange
         {"JobService.GetRankLog", read},
+        {"JobService.SearchRankLogs", read},
         {"JobService.ListQueues", read},
         {"WorkerService.RegisterWorker", worker},
         {"WorkerService.Heartbeat", worker},

@@ -24,7 +24,7 @@
 //   worker  WorkerService only
 //   reader  JobService's read-only calls (GetJob, ListJobs, WatchJob,
 //           WatchEvents, ListEvents, ListWorkers, GetStepMetrics,
-//           ListCheckpoints, Plan, ListQueues, GetRankLog)
+//           ListCheckpoints, Plan, ListQueues, GetRankLog, SearchRankLogs)
 //   user    a reader that may also submit jobs, and cancel or roll back
 //           the jobs it submitted (AuthorizeJobChange)
 //   admin   every JobService call, on every job

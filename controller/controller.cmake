@@ -1,4 +1,4 @@
-loom_library(loom_store SRCS store/store.cc store/store_events.cc store/store_lease.cc store/migrations.cc store/sqlite_connection.cc
+loom_library(loom_store SRCS store/store.cc store/store_events.cc store/store_lease.cc store/store_logs.cc store/migrations.cc store/sqlite_connection.cc
   store/postgres_connection.cc
   DEPS loom_proto loom_common SQLite::SQLite3 PostgreSQL::PostgreSQL absl::strings absl::time)
 loom_library(loom_job_planning SRCS job_planning.cc DEPS loom_planner loom_scheduler loom_jobspec loom_grpc
@@ -26,8 +26,8 @@ loom_library(loom_job_manager SRCS job_manager.cc job_scheduling.cc job_elastic.
 loom_library(loom_access SRCS access.cc
   DEPS loom_grpc_util loom_file_util loom_sha256 absl::strings)
 loom_test(loom_access_test SRCS access_test.cc DEPS loom_access loom_file_util)
-loom_library(loom_log_store SRCS log_store.cc DEPS absl::strings absl::str_format absl::status absl::statusor)
-loom_test(loom_log_store_test SRCS log_store_test.cc DEPS loom_log_store)
+loom_library(loom_log_store SRCS log_store.cc DEPS loom_store absl::strings absl::str_format absl::status absl::statusor)
+loom_test(loom_log_store_test SRCS log_store_test.cc DEPS loom_log_store loom_postgres_test_server)
 loom_library(loom_goodput SRCS goodput.cc DEPS loom_proto loom_metrics absl::time)
 loom_test(loom_goodput_test SRCS goodput_test.cc DEPS loom_goodput)
 loom_library(loom_data_ledger SRCS data_ledger.cc DEPS loom_proto)

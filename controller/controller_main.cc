@@ -305,9 +305,16 @@ int main(int argc, char** argv) {
     if (!recovered.ok()) return Fail(absl::StrCat("recovering jobs: ", recovered.message()));
   }
 
-  auto logs = controller::LogStore::Open(
-      {absl::StrCat(data_dir, "/logs"), absl::GetFlag(FLAGS_log_max_bytes)});
+  auto logs = controller::LogStore::Open(store->get(), {absl::GetFlag(FLAGS_log_max_bytes)});
   if (!logs.ok()) return Fail(absl::StrCat("--log_max_bytes / rank logs: ", logs.status().message()));
+  // Rank logs an earlier version kept as files under the data directory
+  // move into the store (once; the leader writes them).
+  const std::string log_files = absl::StrCat(data_dir, "/logs");
+  if (!shared_store) {
+    if (auto imported = (*logs)->ImportFiles(log_files); !imported.ok()) {
+      return Fail(absl::StrCat("rank logs: ", imported.status().message()));
+    }
+  }
   const absl::Duration log_retention = absl::GetFlag(FLAGS_log_retention);
   if (log_retention < absl::ZeroDuration()) return Fail("--log_retention: must be >= 0");
 
@@ -494,7 +501,7 @@ int main(int argc, char** argv) {
     }
     elector = std::make_unique<controller::LeaderElector>(
         store->get(), &leadership, lease_options,
-        [&manager, &write_ready, &leadership, &mirror, lease_holder,
+        [&manager, &write_ready, &leadership, &mirror, &logs, &log_files, lease_holder,
          address = lease_options.address](int64_t epoch) -> absl::Status {
           const absl::Time start = absl::Now();
           // Who led before (the standby's last look at the lease row).
@@ -511,6 +518,9 @@ int main(int argc, char** argv) {
                                               previous, " as leader (epoch ", epoch, ")"),
               mirror.TakeAll());
           if (!recovered.ok()) return recovered;
+          if (auto imported = (*logs)->ImportFiles(log_files); !imported.ok()) {
+            return imported.status();
+          }
           std::cerr << absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::UTCTimeZone())
                     << "loom-controller: leading as epoch " << epoch << " (" << lease_holder
                     << " at " << address << "): loaded " << manager.List({}, 0).size()
@@ -586,7 +596,12 @@ int main(int argc, char** argv) {
       // the controller no longer knows) go, once a minute.
       if (absl::Now() >= next_log_sweep) {
         next_log_sweep = absl::Now() + absl::Minutes(1);
-        for (const std::string& job : (*logs)->Jobs()) {
+        absl::StatusOr<std::vector<std::string>> with_logs =
+            leadership.LeadingNow() ? (*logs)->Jobs() : std::vector<std::string>{};
+        if (!with_logs.ok()) {
+          std::cerr << "loom-controller: rank logs: " << with_logs.status().message() << std::endl;
+        }
+        for (const std::string& job : with_logs.ok() ? *with_logs : std::vector<std::string>{}) {
           absl::StatusOr<std::optional<absl::Time>> ended = manager.EndedAt(job);
           const bool expired = absl::IsNotFound(ended.status()) ||
                                (ended.ok() && ended->has_value() &&

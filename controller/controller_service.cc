@@ -386,6 +386,15 @@ grpc::Status JobServiceImpl::GetRankLog(grpc::ServerContext* ctx,
   return Finish("GetRankLog", got.status());
 }
 
+grpc::Status JobServiceImpl::SearchRankLogs(grpc::ServerContext* ctx,
+                                            const loom::v1::SearchRankLogsRequest* req,
+                                            loom::v1::SearchRankLogsResponse* resp) {
+  LOOM_ADMIT("JobService", "SearchRankLogs");
+  absl::StatusOr<loom::v1::SearchRankLogsResponse> found = rank_logs_.Search(*req);
+  if (found.ok()) *resp = std::move(*found);
+  return Finish("SearchRankLogs", found.status());
+}
+
 // --------------------------------------------------------------- WorkerService
 
 WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, const AccessControl* access,

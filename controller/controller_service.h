@@ -88,6 +88,8 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   // NOT_FOUND for an unknown job, or no log of that rank (attempt) yet.
   grpc::Status GetRankLog(grpc::ServerContext* ctx, const loom::v1::GetRankLogRequest* req,
                           loom::v1::GetRankLogResponse* resp) override;
+  grpc::Status SearchRankLogs(grpc::ServerContext* ctx, const loom::v1::SearchRankLogsRequest* req,
+                              loom::v1::SearchRankLogsResponse* resp) override;
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& s);

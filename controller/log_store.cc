@@ -1,12 +1,10 @@
 #include "controller/log_store.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
 #include <system_error>
 
 #include "absl/strings/ascii.h"
@@ -14,7 +12,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 
 namespace loom::controller {
@@ -43,184 +40,72 @@ absl::Status CheckKey(const LogKey& key) {
   return absl::OkStatus();
 }
 
-// Appends all of `data` to `path`.
-absl::Status AppendToFile(const std::string& path, absl::string_view data) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      close(fd);
-      return absl::InternalError(absl::StrCat("write ", path, ": ", std::strerror(err)));
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  if (close(fd) != 0) {
-    return absl::InternalError(absl::StrCat("close ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+LogInfo InfoFrom(const Store::LogRow& row) {
+  LogInfo info;
+  info.key = {row.job_id, row.rank, row.generation};
+  info.end = row.end;
+  info.first_kept = row.first_kept;
+  info.complete = row.complete;
+  return info;
 }
 
-absl::Status ReadFileAt(const std::string& path, int64_t offset, int64_t n, std::string* out) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  const size_t start = out->size();
-  out->resize(start + static_cast<size_t>(n));
-  int64_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, out->data() + start + got, static_cast<size_t>(n - got), offset + got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += r;
-  }
-  close(fd);
-  out->resize(start + static_cast<size_t>(got));
-  if (got < n) return absl::InternalError(absl::StrCat("short read of ", path));
-  return absl::OkStatus();
-}
-
-absl::Status NoLog(const LogKey& key) {
-  return absl::NotFoundError(absl::StrCat("no log of rank ", key.rank, " in attempt ",
-                                          key.generation, " of job ", key.job_id));
+// "<prefix><digits>" -> the number, or -1.
+int64_t NumberAfter(absl::string_view name, absl::string_view prefix) {
+  int64_t n = -1;
+  if (!absl::ConsumePrefix(&name, prefix) || !absl::SimpleAtoi(name, &n)) return -1;
+  return n;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LogStore>> LogStore::Open(LogStoreOptions options) {
-  if (options.dir.empty()) return absl::InvalidArgumentError("log store: no directory");
+absl::StatusOr<std::unique_ptr<LogStore>> LogStore::Open(Store* store, LogStoreOptions options) {
   if (options.max_bytes_per_log < 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "log store: max_bytes_per_log ", options.max_bytes_per_log, " is below 4096"));
+    return absl::InvalidArgumentError(absl::StrCat("max bytes per log: ", options.max_bytes_per_log,
+                                                   " is below the least, 4096"));
   }
-  std::error_code ec;
-  fs::create_directories(options.dir, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("log store: creating ", options.dir, ": ", ec.message()));
-  }
-  return std::unique_ptr<LogStore>(new LogStore(std::move(options)));
-}
-
-std::string LogStore::LogDir(const LogKey& key) const {
-  return absl::StrCat(options_.dir, "/", key.job_id, "/rank-", key.rank, "/attempt-",
-                      key.generation);
-}
-
-std::string LogStore::SegmentPath(const LogKey& key, int64_t base) const {
-  return absl::StrFormat("%s/%016d.log", LogDir(key), base);
-}
-
-LogStore::Log* LogStore::FindLocked(const LogKey& key, bool create) {
-  auto it = logs_.find(key);
-  if (it != logs_.end()) return &it->second;
-  const std::string dir = LogDir(key);
-  std::error_code ec;
-  Log log;
-  bool exists = fs::is_directory(dir, ec);
-  if (exists) {
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name == "complete") {
-        log.complete = true;
-        continue;
-      }
-      absl::string_view stem = name;
-      int64_t base = 0;
-      if (!absl::ConsumeSuffix(&stem, ".log") || !absl::SimpleAtoi(stem, &base)) continue;
-      std::error_code size_ec;
-      const auto size = fs::file_size(entry.path(), size_ec);
-      if (size_ec) continue;
-      log.segments.push_back({base, static_cast<int64_t>(size)});
-    }
-    std::sort(log.segments.begin(), log.segments.end(),
-              [](const Segment& a, const Segment& b) { return a.base < b.base; });
-    // Segments follow one another; anything after a hole (a crash between
-    // dropping and writing) is not trusted.
-    for (size_t i = 1; i < log.segments.size(); ++i) {
-      if (log.segments[i].base != log.segments[i - 1].base + log.segments[i - 1].size) {
-        log.segments.resize(i);
-        break;
-      }
-    }
-  } else if (!create) {
-    return nullptr;
-  } else {
-    fs::create_directories(dir, ec);
-    if (ec) return nullptr;
-  }
-  return &logs_.emplace(key, std::move(log)).first->second;
-}
-
-LogInfo LogStore::InfoLocked(const LogKey& key, const Log& log) const {
-  LogInfo info;
-  info.key = key;
-  info.end = log.end();
-  info.first_kept = log.segments.empty() ? 0 : log.segments.front().base;
-  info.complete = log.complete;
-  return info;
+  return std::unique_ptr<LogStore>(new LogStore(store, options));
 }
 
 absl::StatusOr<int64_t> LogStore::Append(const LogKey& key, int64_t offset, absl::string_view data,
                                          bool complete) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   if (offset < 0) return absl::InvalidArgumentError("offset: must be >= 0");
-  std::lock_guard<std::mutex> lock(mu_);
-  Log* log = FindLocked(key, /*create=*/true);
-  if (log == nullptr) {
-    return absl::InternalError(absl::StrCat("log store: cannot create ", LogDir(key)));
-  }
-  const int64_t end = log->end();
-  if (log->complete || offset > end) return end;
-  const int64_t skip = std::min<int64_t>(end - offset, static_cast<int64_t>(data.size()));
-  data.remove_prefix(static_cast<size_t>(skip));
-  const int64_t segment_bytes = options_.max_bytes_per_log / 4;
-  while (!data.empty()) {
-    if (log->segments.empty() || log->segments.back().size >= segment_bytes) {
-      log->segments.push_back({log->end(), 0});
-    }
-    Segment& back = log->segments.back();
-    const size_t n = static_cast<size_t>(
-        std::min<int64_t>(segment_bytes - back.size, static_cast<int64_t>(data.size())));
-    if (absl::Status s = AppendToFile(SegmentPath(key, back.base), data.substr(0, n)); !s.ok()) {
-      logs_.erase(key);  // reloaded from what reached the disk
-      return s;
-    }
-    back.size += static_cast<int64_t>(n);
-    data.remove_prefix(n);
-  }
-  // Retention: the newest max_bytes_per_log, in whole segments.
-  while (log->segments.size() > 1 &&
-         log->end() - log->segments.front().base > options_.max_bytes_per_log) {
-    std::error_code ec;
-    fs::remove(SegmentPath(key, log->segments.front().base), ec);
-    log->segments.erase(log->segments.begin());
-  }
-  if (complete) {
-    // (offset <= end: the caller's bytes reach the end, and end the log.)
-    if (absl::Status s = AppendToFile(LogDir(key) + "/complete", ""); !s.ok()) return s;
-    log->complete = true;
-  }
-  return log->end();
+  absl::StatusOr<Store::LogRow> row = store_->AppendLog(key.job_id, key.rank, key.generation,
+                                                        offset, data, complete,
+                                                        options_.max_bytes_per_log);
+  if (!row.ok()) return row.status();
+  return row->end;
 }
 
-absl::StatusOr<LogStore::Slice> LogStore::ReadLocked(const LogKey& key, const Log& log,
-                                                     int64_t offset, int64_t max_bytes) {
+absl::StatusOr<LogInfo> LogStore::InfoOf(const LogKey& key) {
+  absl::StatusOr<Store::LogRow> row = store_->GetLog(key.job_id, key.rank, key.generation);
+  if (!row.ok()) return row.status();
+  return InfoFrom(*row);
+}
+
+absl::StatusOr<LogStore::Slice> LogStore::ReadLocked(const LogInfo& info, int64_t from,
+                                                     int64_t max_bytes) {
   Slice slice;
-  slice.info = InfoLocked(key, log);
-  offset = std::clamp(offset, slice.info.first_kept, slice.info.end);
-  slice.offset = offset;
-  int64_t want = std::min(max_bytes, slice.info.end - offset);
-  for (const Segment& seg : log.segments) {
-    if (want <= 0) break;
-    if (offset >= seg.base + seg.size) continue;
-    const int64_t from = offset - seg.base;
-    const int64_t n = std::min(want, seg.size - from);
-    if (absl::Status s = ReadFileAt(SegmentPath(key, seg.base), from, n, &slice.data); !s.ok()) {
-      return s;
+  slice.info = info;
+  from = std::clamp(from, info.first_kept, info.end);
+  slice.offset = from;
+  const int64_t until = std::min(info.end, from + std::max<int64_t>(0, max_bytes));
+  if (until <= from) return slice;
+  absl::StatusOr<std::vector<Store::LogChunk>> chunks = store_->ReadLogForward(
+      info.key.job_id, info.key.rank, info.key.generation, from, until - from);
+  if (!chunks.ok()) return chunks.status();
+  for (const Store::LogChunk& c : *chunks) {
+    const int64_t chunk_end = c.offset + static_cast<int64_t>(c.data.size());
+    const int64_t a = std::max(from, c.offset);
+    const int64_t b = std::min(until, chunk_end);
+    if (b <= a) continue;
+    // A chunk dropped under the read (the log rolled over): the bytes that
+    // follow are still contiguous from where the slice starts.
+    if (a != slice.offset + static_cast<int64_t>(slice.data.size())) {
+      slice.offset = a;
+      slice.data.clear();
     }
-    offset += n;
-    want -= n;
+    slice.data.append(c.data, static_cast<size_t>(a - c.offset), static_cast<size_t>(b - a));
   }
   return slice;
 }
@@ -228,21 +113,18 @@ absl::StatusOr<LogStore::Slice> LogStore::ReadLocked(const LogKey& key, const Lo
 absl::StatusOr<LogStore::Slice> LogStore::Read(const LogKey& key, int64_t offset,
                                                int64_t max_bytes) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
-  Log* log = FindLocked(key, /*create=*/false);
-  if (log == nullptr) return NoLog(key);
-  return ReadLocked(key, *log, offset, std::max<int64_t>(0, max_bytes));
+  absl::StatusOr<LogInfo> info = InfoOf(key);
+  if (!info.ok()) return info.status();
+  return ReadLocked(*info, offset, max_bytes);
 }
 
 absl::StatusOr<LogStore::Slice> LogStore::Tail(const LogKey& key, int lines, int64_t max_bytes) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
-  Log* log = FindLocked(key, /*create=*/false);
-  if (log == nullptr) return NoLog(key);
-  const int64_t end = log->end();
-  if (lines <= 0) return ReadLocked(key, *log, end, 0);
-  absl::StatusOr<Slice> slice = ReadLocked(key, *log, end - std::max<int64_t>(0, max_bytes),
-                                           max_bytes);
+  absl::StatusOr<LogInfo> info = InfoOf(key);
+  if (!info.ok()) return info.status();
+  if (lines <= 0) return ReadLocked(*info, info->end, 0);
+  absl::StatusOr<Slice> slice =
+      ReadLocked(*info, info->end - std::max<int64_t>(0, max_bytes), max_bytes);
   if (!slice.ok()) return slice;
   // Back from the end over `lines` line breaks (a final one ends the last
   // line rather than starting an empty one).
@@ -265,54 +147,118 @@ absl::StatusOr<LogStore::Slice> LogStore::Tail(const LogKey& key, int lines, int
   return slice;
 }
 
-std::vector<LogInfo> LogStore::List(const std::string& job_id) {
+absl::StatusOr<std::vector<LogInfo>> LogStore::List(const std::string& job_id) {
   std::vector<LogInfo> out;
   if (!CheckLogJobId(job_id).ok()) return out;
-  std::lock_guard<std::mutex> lock(mu_);
-  std::error_code ec;
-  const std::string job_dir = absl::StrCat(options_.dir, "/", job_id);
-  if (!fs::is_directory(job_dir, ec)) return out;
-  for (const auto& rank_dir : fs::directory_iterator(job_dir, ec)) {
-    absl::string_view r = rank_dir.path().filename().native();
-    int rank = 0;
-    if (!absl::ConsumePrefix(&r, "rank-") || !absl::SimpleAtoi(r, &rank) || rank < 0) continue;
-    std::error_code inner;
-    for (const auto& attempt_dir : fs::directory_iterator(rank_dir.path(), inner)) {
-      absl::string_view g = attempt_dir.path().filename().native();
-      int64_t generation = 0;
-      if (!absl::ConsumePrefix(&g, "attempt-") || !absl::SimpleAtoi(g, &generation) ||
-          generation < 0) {
-        continue;
-      }
-      const LogKey key{job_id, rank, generation};
-      if (const Log* log = FindLocked(key, /*create=*/false)) out.push_back(InfoLocked(key, *log));
-    }
-  }
-  std::sort(out.begin(), out.end(),
-            [](const LogInfo& a, const LogInfo& b) { return a.key < b.key; });
+  absl::StatusOr<std::vector<Store::LogRow>> rows = store_->ListLogs(job_id);
+  if (!rows.ok()) return rows.status();
+  for (const Store::LogRow& row : *rows) out.push_back(InfoFrom(row));
   return out;
 }
 
-std::vector<std::string> LogStore::Jobs() {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
-    if (entry.is_directory(ec)) out.push_back(entry.path().filename().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+absl::StatusOr<std::vector<std::string>> LogStore::Jobs() { return store_->LogJobs(); }
 
 absl::Status LogStore::Remove(const std::string& job_id) {
   if (absl::Status s = CheckLogJobId(job_id); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = logs_.begin(); it != logs_.end();) {
-    it = it->first.job_id == job_id ? logs_.erase(it) : std::next(it);
+  return store_->RemoveLogs(job_id);
+}
+
+absl::StatusOr<LogStore::Found> LogStore::Search(const std::string& job_id,
+                                                 absl::string_view needle, int max_lines) {
+  if (absl::Status s = CheckLogJobId(job_id); !s.ok()) return s;
+  if (needle.empty()) return absl::InvalidArgumentError("pattern: must not be empty");
+  if (needle.find('\n') != absl::string_view::npos) {
+    return absl::InvalidArgumentError("pattern: must be on one line");
   }
+  max_lines = std::max(1, max_lines);
+  // A chunk holds many lines: a few chunks more than lines asked for find
+  // them, unless the needle is in nearly every chunk (then truncated).
+  const int64_t chunk_limit = std::max<int64_t>(64, 2 * static_cast<int64_t>(max_lines));
+  absl::StatusOr<std::vector<Store::LogMatch>> matches =
+      store_->SearchLogs(job_id, needle, chunk_limit);
+  if (!matches.ok()) return matches.status();
+  const std::string want = Store::LogSearchText("", needle);
+  Found found;
+  for (const Store::LogMatch& m : *matches) {
+    // Text segment k ends at the data's k-th line break (the carried part
+    // has none), so line starts come from the raw bytes.
+    int64_t start = m.offset - m.carried;
+    size_t text_at = 0, data_at = 0;
+    for (;;) {
+      const size_t text_nl = m.text.find('\n', text_at);
+      const size_t data_nl = m.data.find('\n', data_at);
+      const bool whole = text_nl != std::string::npos;
+      if (!whole && !m.last) break;  // a partial line: matched in the chunk that ends it
+      absl::string_view line(m.text.data() + text_at,
+                             (whole ? text_nl : m.text.size()) - text_at);
+      if (!line.empty() && line.find(want) != absl::string_view::npos) {
+        found.lines.push_back({{job_id, m.rank, m.generation}, start, std::string(line)});
+      }
+      if (!whole || data_nl == std::string::npos) break;
+      start = m.offset + static_cast<int64_t>(data_nl) + 1;
+      text_at = text_nl + 1;
+      data_at = data_nl + 1;
+    }
+  }
+  std::sort(found.lines.begin(), found.lines.end(), [](const Line& a, const Line& b) {
+    return std::tie(a.key.rank, a.key.generation, a.offset) <
+           std::tie(b.key.rank, b.key.generation, b.offset);
+  });
+  found.truncated = static_cast<int64_t>(matches->size()) >= chunk_limit ||
+                    static_cast<int>(found.lines.size()) > max_lines;
+  if (static_cast<int>(found.lines.size()) > max_lines) found.lines.resize(max_lines);
+  return found;
+}
+
+absl::StatusOr<int> LogStore::ImportFiles(const std::string& dir) {
   std::error_code ec;
-  fs::remove_all(absl::StrCat(options_.dir, "/", job_id), ec);
-  if (ec) return absl::InternalError(absl::StrCat("removing logs of ", job_id, ": ", ec.message()));
-  return absl::OkStatus();
+  if (!fs::is_directory(dir, ec)) return 0;
+  int logs = 0;
+  for (const auto& job_dir : fs::directory_iterator(dir, ec)) {
+    const std::string job = job_dir.path().filename().string();
+    if (!CheckLogJobId(job).ok() || !job_dir.is_directory()) continue;
+    for (const auto& rank_dir : fs::directory_iterator(job_dir.path(), ec)) {
+      const int64_t rank = NumberAfter(rank_dir.path().filename().string(), "rank-");
+      if (rank < 0) continue;
+      for (const auto& attempt_dir : fs::directory_iterator(rank_dir.path(), ec)) {
+        const int64_t generation = NumberAfter(attempt_dir.path().filename().string(), "attempt-");
+        if (generation < 0) continue;
+        // Segments are named by their 16-digit start offset: in name order.
+        std::vector<std::pair<int64_t, fs::path>> segments;
+        for (const auto& f : fs::directory_iterator(attempt_dir.path(), ec)) {
+          std::string name = f.path().filename().string();
+          if (!absl::EndsWith(name, ".log")) continue;
+          int64_t base = 0;
+          if (absl::SimpleAtoi(name.substr(0, name.size() - 4), &base)) {
+            segments.emplace_back(base, f.path());
+          }
+        }
+        std::sort(segments.begin(), segments.end());
+        const LogKey key{job, static_cast<int>(rank), generation};
+        const bool complete = fs::exists(attempt_dir.path() / "complete", ec);
+        for (size_t i = 0; i < segments.size(); ++i) {
+          std::ifstream in(segments[i].second, std::ios::binary);
+          std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+          // The oldest kept segment may start after 0 (the cap dropped what
+          // was before it): the store's copy starts at its own 0, so the
+          // offsets are kept relative to the first segment.
+          absl::StatusOr<int64_t> end =
+              Append(key, segments[i].first - segments[0].first, data,
+                     complete && i + 1 == segments.size());
+          if (!end.ok()) return end.status();
+        }
+        logs += segments.empty() ? 0 : 1;
+      }
+    }
+  }
+  fs::rename(dir, dir + ".imported", ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("rank logs imported from ", dir,
+                                            ", but it could not be renamed: ", ec.message()));
+  }
+  std::cerr << "loom-controller: " << logs << " rank log(s) of an earlier version were moved from "
+            << dir << " into the store (the files stay in " << dir << ".imported)" << std::endl;
+  return logs;
 }
 
 }  // namespace loom::controller

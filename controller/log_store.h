@@ -1,17 +1,18 @@
 // The controller's copy of every rank's log, as the workers ship it
 // (WorkerService.AppendRankLogs), so that `loomctl logs` reads a rank's
-// log without a shell on its worker, and after the worker is gone.
+// log without a shell on its worker, after the worker is gone, and after a
+// controller failover: the bytes live in the controller's store (the
+// SQLite file, or the PostgreSQL database every controller of an
+// installation shares), each append in one fenced transaction, so a log
+// has every byte any controller acknowledged.
 //
 // One log per (job, rank, attempt), addressed by byte offset into what the
-// rank wrote in that attempt. On disk, under `dir`:
-//   <job>/rank-<r>/attempt-<g>/<offset, 16 digits>.log   segments, in order
-//   <job>/rank-<r>/attempt-<g>/complete                  the rank exited
-// A log keeps its newest max_bytes_per_log bytes (whole segments of a
-// quarter of that are dropped from its start), so first_kept can grow.
-// Appends are idempotent by offset: bytes the store already has are
+// rank wrote in that attempt. A log keeps its newest max_bytes_per_log
+// bytes (whole appends are dropped from its start), so first_kept can
+// grow. Appends are idempotent by offset: bytes the log already has are
 // skipped, and an append past the end is not taken (the caller resends
-// from the end it is told). A controller restart loses nothing written:
-// the files are the state.
+// from the end it is told). Search finds lines across all of a job's logs
+// through the store's trigram index.
 //
 // Thread-safe; independent of the job manager's lock.
 #ifndef LOOM_CONTROLLER_LOG_STORE_H_
@@ -20,7 +21,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -29,11 +29,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "controller/store/store.h"
 
 namespace loom::controller {
 
 struct LogStoreOptions {
-  std::string dir;                         // created if missing
   int64_t max_bytes_per_log = 16 << 20;    // >= 4096
 };
 
@@ -55,15 +55,17 @@ struct LogInfo {
 
 class LogStore {
  public:
-  // Creates options.dir; INVALID_ARGUMENT for a bad max_bytes_per_log.
-  static absl::StatusOr<std::unique_ptr<LogStore>> Open(LogStoreOptions options);
+  // `store` must outlive the log store. INVALID_ARGUMENT for a bad
+  // max_bytes_per_log.
+  static absl::StatusOr<std::unique_ptr<LogStore>> Open(Store* store, LogStoreOptions options);
 
   // Appends `data`, which starts at `offset` of key's log, and marks the log
   // complete when `complete` (then later appends are not taken). Returns
   // the log's end afterwards: less than offset + data.size() when offset
   // was past the end (nothing taken) or the log was already complete.
   // INVALID_ARGUMENT for a job id that is not a plain name, a negative rank,
-  // generation or offset.
+  // generation or offset; the store's error (ABORTED when this controller
+  // no longer leads) if it cannot be written.
   absl::StatusOr<int64_t> Append(const LogKey& key, int64_t offset, absl::string_view data,
                                  bool complete);
 
@@ -79,35 +81,44 @@ class LogStore {
   absl::StatusOr<Slice> Tail(const LogKey& key, int lines, int64_t max_bytes);
 
   // Every log of `job_id`, by rank then attempt.
-  std::vector<LogInfo> List(const std::string& job_id);
+  absl::StatusOr<std::vector<LogInfo>> List(const std::string& job_id);
   // Jobs with logs here.
-  std::vector<std::string> Jobs();
+  absl::StatusOr<std::vector<std::string>> Jobs();
   // Deletes every log of `job_id` (retention).
   absl::Status Remove(const std::string& job_id);
 
- private:
-  struct Segment {
-    int64_t base = 0;
-    int64_t size = 0;
+  // A line of a log that contains what was searched for: where it starts
+  // in its log, and its text as valid UTF-8 without its line break.
+  struct Line {
+    LogKey key;
+    int64_t offset = 0;
+    std::string text;
   };
-  struct Log {
-    std::vector<Segment> segments;  // ascending base, contiguous
-    bool complete = false;
-    int64_t end() const { return segments.empty() ? 0 : segments.back().base + segments.back().size; }
+  struct Found {
+    std::vector<Line> lines;  // by rank, attempt, offset
+    bool truncated = false;   // more lines matched than were returned
   };
-  explicit LogStore(LogStoreOptions options) : options_(std::move(options)) {}
-  std::string LogDir(const LogKey& key) const;
-  std::string SegmentPath(const LogKey& key, int64_t base) const;
-  // The log's state, loaded from disk on first use; nullptr when it has
-  // none and `create` is false.
-  Log* FindLocked(const LogKey& key, bool create);
-  LogInfo InfoLocked(const LogKey& key, const Log& log) const;
-  absl::StatusOr<Slice> ReadLocked(const LogKey& key, const Log& log, int64_t offset,
-                                   int64_t max_bytes);
+  // The lines of every log of `job_id` (all ranks, all attempts) that
+  // contain `needle` (a plain string, case-sensitive), at most max_lines.
+  // INVALID_ARGUMENT for an empty needle or a bad job id.
+  absl::StatusOr<Found> Search(const std::string& job_id, absl::string_view needle,
+                               int max_lines);
 
+  // Brings the logs an older controller kept as files under `dir`
+  // (<job>/rank-<r>/attempt-<g>/<offset>.log segments and a `complete`
+  // marker) into the store, then renames `dir` to `dir`.imported so that
+  // it is done once; no-op when `dir` does not exist. Returns the logs
+  // brought in.
+  absl::StatusOr<int> ImportFiles(const std::string& dir);
+
+ private:
+  LogStore(Store* store, LogStoreOptions options) : store_(store), options_(options) {}
+  absl::StatusOr<LogInfo> InfoOf(const LogKey& key);
+  // Bytes [from, from + max_bytes) of the log, clamped to what it holds.
+  absl::StatusOr<Slice> ReadLocked(const LogInfo& info, int64_t from, int64_t max_bytes);
+
+  Store* const store_;
   const LogStoreOptions options_;
-  std::mutex mu_;
-  std::map<LogKey, Log> logs_;  // guarded by mu_; a cache of what is on disk
 };
 
 // OK if `job_id` can name a directory (letters, digits, '-', '_', '.', not

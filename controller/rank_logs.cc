@@ -41,7 +41,9 @@ absl::StatusOr<loom::v1::GetRankLogResponse> RankLogs::Get(
   };
   std::set<int> ranks_with_logs;
   int64_t generation = -1;
-  for (const LogInfo& info : logs_->List(req.job_id())) {
+  absl::StatusOr<std::vector<LogInfo>> listed = logs_->List(req.job_id());
+  if (!listed.ok()) return listed.status();
+  for (const LogInfo& info : *listed) {
     describe(info, resp.add_logs());
     ranks_with_logs.insert(info.key.rank);
     if (info.key.rank != req.rank()) continue;
@@ -70,6 +72,39 @@ absl::StatusOr<loom::v1::GetRankLogResponse> RankLogs::Get(
   resp.set_offset(slice->offset);
   resp.set_next_offset(slice->offset + static_cast<int64_t>(slice->data.size()));
   resp.set_data(std::move(slice->data));
+  return resp;
+}
+
+absl::StatusOr<loom::v1::SearchRankLogsResponse> RankLogs::Search(
+    const loom::v1::SearchRankLogsRequest& req) {
+  if (absl::Status s = CheckLogJobId(req.job_id()); !s.ok()) return s;
+  if (req.pattern().empty()) return absl::InvalidArgumentError("pattern: must not be empty");
+  if (req.pattern().size() > 1024) {
+    return absl::InvalidArgumentError("pattern: longer than 1024 bytes");
+  }
+  if (req.max_lines() < 0 || req.max_lines() > 10000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_lines: ", req.max_lines(), " is out of range (0 for the default 1000, at most 10000)"));
+  }
+  absl::StatusOr<Placements> placements = placements_(req.job_id());
+  if (!placements.ok()) return placements.status();
+  absl::StatusOr<LogStore::Found> found =
+      logs_->Search(req.job_id(), req.pattern(), req.max_lines() == 0 ? 1000 : req.max_lines());
+  if (!found.ok()) return found.status();
+  loom::v1::SearchRankLogsResponse resp;
+  for (LogStore::Line& line : found->lines) {
+    loom::v1::RankLogLine* out = resp.add_lines();
+    out->set_rank(line.key.rank);
+    out->set_generation(line.key.generation);
+    out->set_offset(line.offset);
+    out->set_text(std::move(line.text));
+    auto attempt = placements->find(line.key.generation);
+    if (attempt != placements->end()) {
+      auto node = attempt->second.find(line.key.rank);
+      if (node != attempt->second.end()) out->set_node(node->second);
+    }
+  }
+  resp.set_truncated(found->truncated);
   return resp;
 }
 

@@ -38,6 +38,11 @@ class RankLogs {
   // ... yet" (naming the ranks that have logs) when there is none.
   absl::StatusOr<loom::v1::GetRankLogResponse> Get(const loom::v1::GetRankLogRequest& request);
 
+  // SearchRankLogs: INVALID_ARGUMENT naming the field (job_id, pattern,
+  // max_lines), the placements' NOT_FOUND for an unknown job.
+  absl::StatusOr<loom::v1::SearchRankLogsResponse> Search(
+      const loom::v1::SearchRankLogsRequest& request);
+
   // AppendRankLogs from the worker on `node` (the caller checked that the
   // worker is who it says): INVALID_ARGUMENT naming chunks[i].field; a chunk
   // of a rank that did not run on `node` in its attempt is dropped and

@@ -16,7 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A real LogStore in a temporary directory; placements from a table the
+// A real LogStore over a SQLite store in a temporary directory; placements from a table the
 // test fills (the job manager's, in the controller).
 class RankLogsTest : public ::testing::Test {
  protected:
@@ -24,7 +24,10 @@ class RankLogsTest : public ::testing::Test {
     char pattern[] = "/tmp/loom_rank_logs_XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
-    auto store = LogStore::Open({dir_ + "/logs", 1 << 20});
+    auto db = Store::Open(dir_);
+    ASSERT_TRUE(db.ok()) << db.status();
+    db_ = *std::move(db);
+    auto store = LogStore::Open(db_.get(), {1 << 20});
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     logs_ = std::make_unique<RankLogs>(store_.get(), [this](const std::string& job) {
@@ -36,7 +39,12 @@ class RankLogsTest : public ::testing::Test {
       return absl::StatusOr<RankLogs::Placements>(it->second);
     });
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    logs_.reset();
+    store_.reset();
+    db_.reset();
+    std::filesystem::remove_all(dir_);
+  }
 
   loom::v1::AppendRankLogsRequest Chunk(const std::string& job, int rank, int64_t generation,
                                         int64_t offset, const std::string& data) {
@@ -52,6 +60,7 @@ class RankLogsTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::unique_ptr<Store> db_;
   std::unique_ptr<LogStore> store_;
   std::map<std::string, RankLogs::Placements> placements_;
   std::unique_ptr<RankLogs> logs_;

@@ -170,6 +170,44 @@ TEST_F(HaTest, KilledLeaderIsReplacedWithinSecondsAndItsJobLosesNothing) {
     EXPECT_TRUE(readopted_seen);
   }
 
+  // Rank logs live in the shared database: the new leader has every byte
+  // the ranks wrote, shipped to either controller, the same as the file
+  // each rank's worker kept.
+  loom::v1::GetRankLogResponse catalog;
+  auto whole = [&] {
+    auto listing = Ctl("-o json logs " + job);
+    catalog.Clear();
+    if (listing.exit_code != 0 ||
+        !google::protobuf::util::JsonStringToMessage(listing.out, &catalog).ok()) {
+      return false;
+    }
+    int complete = 0;
+    for (const auto& l : catalog.logs()) {
+      complete += l.generation() == done.generation() && l.complete() ? 1 : 0;
+    }
+    return complete == 2;
+  };
+  ASSERT_TRUE(WaitFor(whole, 30)) << catalog.DebugString();
+  for (const auto& r : done.ranks()) {
+    SCOPED_TRACE(absl::StrCat("rank ", r.rank(), " on ", r.node()));
+    auto shown = Ctl(absl::StrCat("logs ", job, " --rank ", r.rank()));
+    ASSERT_EQ(shown.exit_code, 0) << shown.err;
+    for (const auto& l : catalog.logs()) {
+      if (l.rank() != r.rank() || l.generation() != done.generation()) continue;
+      EXPECT_EQ(l.first_kept(), 0);
+      EXPECT_EQ(l.end(), static_cast<int64_t>(shown.out.size()));
+    }
+    auto file = ReadFile(absl::StrCat(home_, "/workers/", r.node().substr(r.node().rfind('-') + 1),
+                                      "/", job, "/rank-", r.rank(), ".log"));
+    ASSERT_TRUE(file.ok());
+    ASSERT_GE(file->size(), shown.out.size());
+    EXPECT_FALSE(shown.out.empty());
+    EXPECT_EQ(file->substr(file->size() - shown.out.size()), shown.out);
+  }
+  auto grep = Ctl("logs " + job + " --grep " + ShellQuote("loom-rank 1/2"));
+  EXPECT_EQ(grep.exit_code, 0) << grep.err;
+  EXPECT_THAT(grep.out, HasSubstr("rank 1 attempt "));
+
   // The killed controller comes back as the standby.
   auto restarted = Ctl("local restart controller-0");
   ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;

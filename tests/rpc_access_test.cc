@@ -56,6 +56,7 @@ const std::map<std::string, std::set<Caller>>& Expected() {
       {"loom.v1.JobService.Plan", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.RollbackJob", {kUser, kAdmin}},
       {"loom.v1.JobService.GetRankLog", {kReader, kUser, kAdmin}},
+      {"loom.v1.JobService.SearchRankLogs", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.ListQueues", {kReader, kUser, kAdmin}},
       {"loom.v1.WorkerService.RegisterWorker", {kWorker}},
       {"loom.v1.WorkerService.Heartbeat", {kWorker}},

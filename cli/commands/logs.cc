@@ -34,9 +34,18 @@ int CmdLogs(const Globals& g, const std::vector<std::string>& args) {
   int64_t attempt = -1;
   int tail = -1;
   bool follow = false;
+  std::optional<std::string> grep;
+  int max_lines = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--rank" && i + 1 < args.size()) {
+    if (a == "--grep" && i + 1 < args.size()) {
+      grep = args[++i];
+      if (grep->empty()) return Usage("--grep: a string to look for");
+    } else if (a == "--max" && i + 1 < args.size()) {
+      if (!absl::SimpleAtoi(args[++i], &max_lines) || max_lines < 1 || max_lines > 10000) {
+        return Usage("--max: lines in [1, 10000]");
+      }
+    } else if (a == "--rank" && i + 1 < args.size()) {
       if (!absl::SimpleAtoi(args[++i], &rank) || rank < 0) return Usage("--rank: a rank >= 0");
     } else if (a == "--attempt" && i + 1 < args.size()) {
       if (!absl::SimpleAtoi(args[++i], &attempt) || attempt < 0) {
@@ -57,6 +66,32 @@ int CmdLogs(const Globals& g, const std::vector<std::string>& args) {
   if (job.empty()) return Usage("logs: expected JOB");
   auto client = Client::Connect(g);
   if (!client.ok()) return Fail(client.status());
+  if (grep.has_value()) {
+    // Every rank and attempt, through the controller's search index.
+    if (follow) return Usage("logs: --grep searches what is there; it does not follow (-f)");
+    loom::v1::SearchRankLogsRequest req;
+    req.set_job_id(job);
+    req.set_pattern(*grep);
+    req.set_max_lines(max_lines);
+    loom::v1::SearchRankLogsResponse found;
+    absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::SearchRankLogs, req, &found);
+    if (!s.ok()) return Fail(s);
+    if (g.json) {
+      std::cout << ToJson(found) << std::endl;
+      return 0;
+    }
+    for (const loom::v1::RankLogLine& l : found.lines()) {
+      std::cout << "rank " << l.rank() << " attempt " << l.generation()
+                << (l.node().empty() ? "" : " on " + l.node()) << " @" << l.offset() << ": "
+                << l.text() << "\n";
+    }
+    std::cout << std::flush;
+    if (found.truncated()) {
+      std::cerr << "loomctl: more lines match than the " << found.lines_size()
+                << " shown; narrow the string, or raise --max (at most 10000)" << std::endl;
+    }
+    return found.lines_size() > 0 ? 0 : 1;  // as grep: 1 when nothing matched
+  }
   auto get = [&](int64_t generation, std::optional<int64_t> offset,
                  loom::v1::GetRankLogResponse* resp) {
     loom::v1::GetRankLogRequest req;

@@ -174,6 +174,73 @@ CREATE TABLE IF NOT EXISTS job_events (
 );
 CREATE INDEX IF NOT EXISTS job_events_by_job ON job_events (job_id, seq);
 )sql"},
+    // Rank logs where the store is, so every controller of an installation
+    // reads the same bytes (Store::AppendLog). A log's bytes are its
+    // chunks', in offset order; `lines` is each chunk's text for search
+    // (the partial line before it, then the chunk, as valid UTF-8), indexed
+    // by trigrams: FTS5 on SQLite, pg_trgm on PostgreSQL (a trusted
+    // extension: a database owner may create it).
+    {5, "rank logs with a search index",
+     R"sql(
+CREATE TABLE IF NOT EXISTS rank_logs (
+  job_id TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  generation INTEGER NOT NULL,
+  first_kept INTEGER NOT NULL,
+  end_offset INTEGER NOT NULL,
+  complete INTEGER NOT NULL,
+  carry BLOB NOT NULL,
+  PRIMARY KEY (job_id, rank, generation)
+);
+CREATE TABLE IF NOT EXISTS rank_log_chunks (
+  id INTEGER PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  generation INTEGER NOT NULL,
+  start_offset INTEGER NOT NULL,
+  size INTEGER NOT NULL,
+  carried INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  lines TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS rank_log_chunks_by_log
+  ON rank_log_chunks (job_id, rank, generation, start_offset);
+CREATE VIRTUAL TABLE IF NOT EXISTS rank_log_search USING fts5(
+  lines, content='rank_log_chunks', content_rowid='id', tokenize='trigram case_sensitive 1');
+CREATE TRIGGER IF NOT EXISTS rank_log_chunks_indexed AFTER INSERT ON rank_log_chunks BEGIN
+  INSERT INTO rank_log_search (rowid, lines) VALUES (new.id, new.lines);
+END;
+CREATE TRIGGER IF NOT EXISTS rank_log_chunks_unindexed AFTER DELETE ON rank_log_chunks BEGIN
+  INSERT INTO rank_log_search (rank_log_search, rowid, lines) VALUES ('delete', old.id, old.lines);
+END;
+)sql",
+     R"sql(
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE TABLE IF NOT EXISTS rank_logs (
+  job_id TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  generation BIGINT NOT NULL,
+  first_kept BIGINT NOT NULL,
+  end_offset BIGINT NOT NULL,
+  complete INTEGER NOT NULL,
+  carry BYTEA NOT NULL,
+  PRIMARY KEY (job_id, rank, generation)
+);
+CREATE TABLE IF NOT EXISTS rank_log_chunks (
+  id BIGSERIAL PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  generation BIGINT NOT NULL,
+  start_offset BIGINT NOT NULL,
+  size INTEGER NOT NULL,
+  carried INTEGER NOT NULL,
+  data BYTEA NOT NULL,
+  lines TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS rank_log_chunks_by_log
+  ON rank_log_chunks (job_id, rank, generation, start_offset);
+CREATE INDEX IF NOT EXISTS rank_log_chunks_search ON rank_log_chunks USING gin (lines gin_trgm_ops);
+)sql"},
 };
 
 // Columns a SQLite file from before schema_migrations may lack (added by

@@ -92,21 +92,31 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
     close(*lock_fd);
     return conn.status();
   }
-  return Init(*std::move(conn), *lock_fd);
+  return Init(*std::move(conn), *lock_fd,
+              [path = dir + "/loom.db"]() -> absl::StatusOr<std::unique_ptr<store::SqlConnection>> {
+                return store::SqliteConnection::Open(path);
+              });
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::OpenPostgres(store::PostgresOptions options) {
-  auto conn = store::PostgresConnection::Open(std::move(options));
+  auto conn = store::PostgresConnection::Open(options);
   if (!conn.ok()) return conn.status();
-  return Init(*std::move(conn), -1);
+  return Init(*std::move(conn), -1,
+              [options]() -> absl::StatusOr<std::unique_ptr<store::SqlConnection>> {
+                return store::PostgresConnection::Open(options);
+              });
 }
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Init(std::unique_ptr<store::SqlConnection> conn,
-                                                   int lock_fd) {
+absl::StatusOr<std::unique_ptr<Store>> Store::Init(
+    std::unique_ptr<store::SqlConnection> conn, int lock_fd,
+    const std::function<absl::StatusOr<std::unique_ptr<store::SqlConnection>>()>& open_reader) {
   // The store owns the lock from here: its destructor releases it.
   std::unique_ptr<Store> store(new Store(std::move(conn), lock_fd));
   absl::Status s = store::Migrate(*store->conn_);
   if (!s.ok()) return s;
+  auto reader = open_reader();
+  if (!reader.ok()) return reader.status();
+  store->reader_ = *std::move(reader);
   return store;
 }
 
@@ -120,6 +130,7 @@ Store::~Store() {
   }
   durable_cv_.notify_all();
   if (committer_.joinable()) committer_.join();
+  reader_.reset();
   conn_.reset();
   if (lock_fd_ >= 0) close(lock_fd_);  // releases the directory
 }

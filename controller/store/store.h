@@ -218,6 +218,73 @@ class Store {
   // LoadJobs orders jobs by creation time, then by it.
   static int64_t JobSequence(const std::string& id);
 
+  // --- Rank logs (store_logs.cc) ---
+  // One log per (job, rank, attempt): the bytes a rank wrote, addressed by
+  // offset. The log keeps its newest bytes: whole chunks (one per append)
+  // are dropped from its start while more than max_bytes would remain, so
+  // first_kept can grow.
+  struct LogRow {
+    std::string job_id;
+    int rank = 0;
+    int64_t generation = 0;
+    int64_t first_kept = 0;  // bytes before this were dropped
+    int64_t end = 0;         // bytes appended so far
+    bool complete = false;   // the rank exited: nothing more is taken
+  };
+  // Appends `data`, which starts at `offset` of the log, in one fenced
+  // transaction: bytes the log already has are skipped, nothing is taken
+  // when `offset` is past the end or the log is complete, and the log is
+  // marked complete when `complete`. Returns the log as it stands after.
+  // (The caller validates the key.)
+  absl::StatusOr<LogRow> AppendLog(const std::string& job_id, int rank, int64_t generation,
+                                   int64_t offset, absl::string_view data, bool complete,
+                                   int64_t max_bytes);
+  // The log, or NOT_FOUND.
+  absl::StatusOr<LogRow> GetLog(const std::string& job_id, int rank, int64_t generation);
+  // Every log of `job_id` by rank then attempt.
+  absl::StatusOr<std::vector<LogRow>> ListLogs(const std::string& job_id);
+  // The jobs that have logs.
+  absl::StatusOr<std::vector<std::string>> LogJobs();
+  // One stored append: bytes [offset, offset + data.size()) of its log.
+  struct LogChunk {
+    int64_t offset = 0;
+    std::string data;
+  };
+  // The chunks that hold the log's bytes from `from` on, in order, until
+  // they hold at least `max_bytes` of them (or the log ends).
+  absl::StatusOr<std::vector<LogChunk>> ReadLogForward(const std::string& job_id, int rank,
+                                                       int64_t generation, int64_t from,
+                                                       int64_t max_bytes);
+  // The chunks that hold the log's bytes before `before`, newest first,
+  // until they hold at least `max_bytes` of them (or the log starts).
+  absl::StatusOr<std::vector<LogChunk>> ReadLogBackward(const std::string& job_id, int rank,
+                                                        int64_t generation, int64_t before,
+                                                        int64_t max_bytes);
+  // Deletes every log of `job_id` (retention).
+  absl::Status RemoveLogs(const std::string& job_id);
+  // A chunk of one of the job's logs whose searchable text contains
+  // `needle`. Its text is the partial line the chunk continues (at most
+  // kLogCarryMax bytes of it), then the chunk, as valid UTF-8 (other bytes
+  // shown as U+FFFD, NUL as a space): every line that ends in a chunk is
+  // whole in its text, so a line is matched where it ends.
+  struct LogMatch {
+    int rank = 0;
+    int64_t generation = 0;
+    int64_t offset = 0;  // of the chunk in its log
+    bool last = false;   // the log's newest chunk (its partial last line is matched here)
+    int64_t carried = 0;  // bytes of the partial line before it that its text starts with
+    std::string data;    // the chunk's bytes
+    std::string text;    // its searchable text (the carried partial line has no newline)
+  };
+  static constexpr int64_t kLogCarryMax = 4096;
+  // Chunks of `job_id`'s logs (all ranks and attempts) whose text contains
+  // `needle` (case-sensitive; through the trigram index when it has 3 or
+  // more characters), the oldest stored first, at most `limit`.
+  absl::StatusOr<std::vector<LogMatch>> SearchLogs(const std::string& job_id,
+                                                   absl::string_view needle, int64_t limit);
+  // The text a chunk is searched by: `carry` then `data` as valid UTF-8.
+  static std::string LogSearchText(absl::string_view carry, absl::string_view data);
+
   // --- The leader lease (store_lease.cc) ---
   // One row says which controller leads, under which epoch, until when, on
   // the database's clock. Epochs only grow: each change of holder adds one.
@@ -254,8 +321,10 @@ class Store {
 
  private:
   Store(std::unique_ptr<store::SqlConnection> conn, int lock_fd);
-  static absl::StatusOr<std::unique_ptr<Store>> Init(std::unique_ptr<store::SqlConnection> conn,
-                                                     int lock_fd);
+  // Migrates `conn`'s database, then opens the reader with `open_reader`.
+  static absl::StatusOr<std::unique_ptr<Store>> Init(
+      std::unique_ptr<store::SqlConnection> conn, int lock_fd,
+      const std::function<absl::StatusOr<std::unique_ptr<store::SqlConnection>>()>& open_reader);
   // BEGIN of a write transaction, then the fence (when set): ABORTED, with
   // the transaction rolled back, when the fencing epoch no longer leads.
   // Holds mu_.
@@ -291,6 +360,12 @@ class Store {
   const store::SqlDialect dialect_;
   int64_t fencing_epoch_ = 0;  // guarded by mu_
   int lock_fd_;                // owned (-1 for PostgreSQL): holds the directory's flock
+
+  // A second connection for the long reads of rank logs (a search over
+  // millions of lines), so that they never hold up the writes on conn_.
+  // It sees what conn_ committed (SQLite's WAL; PostgreSQL).
+  std::mutex read_mu_;
+  std::unique_ptr<store::SqlConnection> reader_;  // guarded by read_mu_
 };
 
 }  // namespace loom::controller

@@ -550,8 +550,8 @@ TEST_P(StoreBackendTest, EventLogStoresARetriedEntryOnceAndAFencedWriteNotAtAll)
   st.RemoveLoggedEventsListener(&heard);
 }
 
-// A database of schema version 3 (before the event log) is brought forward
-// on open: the table is made, its jobs kept.
+// A database of schema version 3 (before the event log and the rank logs)
+// is brought forward on open: the tables are made, its jobs kept.
 TEST_P(StoreBackendTest, ADatabaseFromBeforeTheEventLogIsBroughtForward) {
   {
     auto store = OpenStore();
@@ -562,11 +562,17 @@ TEST_P(StoreBackendTest, ADatabaseFromBeforeTheEventLogIsBroughtForward) {
     std::unique_ptr<store::SqlConnection> conn;
     ASSERT_NO_FATAL_FAILURE(OpenRawConnection(&conn));
     ASSERT_TRUE(conn->Exec("DROP TABLE job_events;").ok());
-    ASSERT_TRUE(conn->Exec("DELETE FROM schema_migrations WHERE version = 4;").ok());
+    if (!postgres()) ASSERT_TRUE(conn->Exec("DROP TABLE rank_log_search;").ok());
+    ASSERT_TRUE(conn->Exec("DROP TABLE rank_log_chunks;").ok());
+    ASSERT_TRUE(conn->Exec("DROP TABLE rank_logs;").ok());
+    ASSERT_TRUE(conn->Exec("DELETE FROM schema_migrations WHERE version >= 4;").ok());
   }
   auto store = OpenStore();
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(store::LatestSchemaVersion(), 4);
+  EXPECT_EQ(store::LatestSchemaVersion(), 5);
+  auto log = (*store)->AppendLog("old-1", 0, 0, 0, "a line\n", false, 4096);
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_EQ(log->end, 7);
   auto jobs = (*store)->LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(jobs->size(), 1u);
