@@ -279,7 +279,8 @@ class Store {
   static constexpr int64_t kLogCarryMax = 4096;
   // Chunks of `job_id`'s logs (all ranks and attempts) whose text contains
   // `needle` (case-sensitive; through the trigram index when it has 3 or
-  // more characters), the oldest stored first, at most `limit`.
+  // more characters), at most `limit` (when more match, which ones is not
+  // set).
   absl::StatusOr<std::vector<LogMatch>> SearchLogs(const std::string& job_id,
                                                    absl::string_view needle, int64_t limit);
   // The text a chunk is searched by: `carry` then `data` as valid UTF-8.
