@@ -43,7 +43,7 @@ loom_library(loom_controller_service SRCS controller_service.cc
   DEPS loom_leader loom_access loom_job_manager loom_grpc loom_grpc_util loom_metrics loom_log_store
        loom_rank_logs)
 
-add_executable(loom-controller controller_main.cc)
+add_executable(loom-controller controller_main.cc controller_flags.cc)
 target_link_libraries(loom-controller PRIVATE loom_controller_service loom_goodput loom_health
   absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
 

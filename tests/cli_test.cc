@@ -283,6 +283,17 @@ TEST(HelpTest, EveryCommandAnswersHelpWithItsOwnUsage) {
   EXPECT_EQ(unknown.exit_code, 2);
 }
 
+// The daemons' --help lists their own flags (not "No flags matched").
+TEST(HelpTest, TheDaemonsHelpListsTheirFlags) {
+  for (const auto& [daemon, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"loom-controller", "--data_dir"}, {"loom-worker", "--controller"}}) {
+    auto r = RunCommand(absl::StrCat(kBin, "/", daemon, " --help"));
+    const std::string all = r.out + r.err;
+    EXPECT_THAT(all, HasSubstr(flag)) << daemon;
+    EXPECT_THAT(all, ::testing::Not(HasSubstr("No flags matched"))) << daemon;
+  }
+}
+
 // Completes the words of `line` (the cursor after its last character) with
 // the script of `loomctl completion bash`, in a real bash.
 std::string Complete(const std::string& dir, const std::string& line) {
