@@ -73,6 +73,9 @@ ABSL_FLAG(int32_t, max_watchers, 256,
 ABSL_FLAG(int64_t, finished_steps_kept, 20000,
           "a finished job's step series is thinned to this many evenly spaced steps (first and "
           "last kept); 0 keeps every step");
+ABSL_FLAG(int64_t, finished_events_kept, 10000,
+          "a finished job keeps its newest this many event log entries besides its transitions "
+          "(recovery events, checkpoints), all of which it keeps; 0 keeps every entry");
 
 namespace loom::controller {
 

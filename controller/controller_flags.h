@@ -39,6 +39,7 @@ ABSL_DECLARE_FLAG(double, lease_renew_s);
 ABSL_DECLARE_FLAG(std::string, advertise_address);
 ABSL_DECLARE_FLAG(int32_t, max_watchers);
 ABSL_DECLARE_FLAG(int64_t, finished_steps_kept);
+ABSL_DECLARE_FLAG(int64_t, finished_events_kept);
 
 namespace loom::controller {
 

@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
   if (opts.finished_steps_kept < 0 || opts.finished_steps_kept == 1) {
     return Fail("--finished_steps_kept must be 0 (keep all) or >= 2");
   }
+  opts.finished_events_kept = absl::GetFlag(FLAGS_finished_events_kept);
+  if (opts.finished_events_kept < 0) return Fail("--finished_events_kept must be >= 0 (0: all)");
   std::vector<std::string> checkpoint_roots =
       controller::SplitRoots(absl::GetFlag(FLAGS_checkpoint_root));
   if (checkpoint_roots.empty()) checkpoint_roots.push_back(data_dir + "/checkpoints");

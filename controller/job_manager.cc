@@ -1028,8 +1028,15 @@ void JobManager::ThinFinishedStepSeries() {
     std::lock_guard<std::mutex> lock(mu_);
     jobs = jobs_.TakeEndedToThin();
   }
-  if (options_.finished_steps_kept <= 0) return;
   for (const std::string& id : jobs) {
+    if (options_.finished_events_kept > 0) {
+      absl::StatusOr<int64_t> pruned = store_->PruneEvents(id, options_.finished_events_kept);
+      if (!pruned.ok()) {
+        std::cerr << "loom-controller: could not prune the event log of " << id << ": "
+                  << pruned.status() << std::endl;
+      }
+    }
+    if (options_.finished_steps_kept <= 0) continue;
     absl::StatusOr<int64_t> deleted =
         store_->ThinStepMetrics(id, std::max<int64_t>(2, options_.finished_steps_kept));
     if (!deleted.ok()) {

@@ -80,6 +80,10 @@ struct JobManagerOptions {
   // jobs stay whole while the store does not grow with every step ever
   // trained; 0 keeps every step.
   int64_t finished_steps_kept = 20000;
+  // A finished job keeps its newest this many event log entries other than
+  // transitions (recovery events, checkpoints) once it ends; every
+  // transition is kept. 0 keeps every entry.
+  int64_t finished_events_kept = 10000;
   // A worker whose last heartbeat is older than this is declared dead; it
   // is also the lease grace workers are told (RegisterWorkerResponse).
   absl::Duration worker_timeout = absl::Seconds(10);
@@ -319,7 +323,8 @@ class JobManager {
   absl::StatusOr<loom::v1::ReportStepMetricsResponse> ReportEventsLocked(
       const loom::v1::ReportStepMetricsRequest& request, Store::Ticket* write,
       int64_t* events_through);
-  // Thins finished jobs' step series (finished_steps_kept), outside mu_.
+  // Thins finished jobs' step series (finished_steps_kept) and event log
+  // entries (finished_events_kept), outside mu_.
   void ThinFinishedStepSeries();
   void CheckLivenessLocked();
   // Re-adopts the ranks a registering worker reports, where they are the

@@ -68,11 +68,17 @@ absl::StatusOr<std::unique_ptr<LogStore>> LogStore::Open(Store* store, LogStoreO
 
 absl::StatusOr<int64_t> LogStore::Append(const LogKey& key, int64_t offset, absl::string_view data,
                                          bool complete) {
+  return AppendChecked(key, offset, data, complete, /*start_anywhere=*/false);
+}
+
+absl::StatusOr<int64_t> LogStore::AppendChecked(const LogKey& key, int64_t offset,
+                                                absl::string_view data, bool complete,
+                                                bool start_anywhere) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   if (offset < 0) return absl::InvalidArgumentError("offset: must be >= 0");
-  absl::StatusOr<Store::LogRow> row = store_->AppendLog(key.job_id, key.rank, key.generation,
-                                                        offset, data, complete,
-                                                        options_.max_bytes_per_log);
+  absl::StatusOr<Store::LogRow> row =
+      store_->AppendLog(key.job_id, key.rank, key.generation, offset, data, complete,
+                        options_.max_bytes_per_log, start_anywhere);
   if (!row.ok()) return row.status();
   return row->end;
 }
@@ -240,11 +246,11 @@ absl::StatusOr<int> LogStore::ImportFiles(const std::string& dir) {
           std::ifstream in(segments[i].second, std::ios::binary);
           std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
           // The oldest kept segment may start after 0 (the cap dropped what
-          // was before it): the store's copy starts at its own 0, so the
-          // offsets are kept relative to the first segment.
+          // was before it): the log starts there, at the same offsets, so a
+          // rank still running goes on appending where it was.
           absl::StatusOr<int64_t> end =
-              Append(key, segments[i].first - segments[0].first, data,
-                     complete && i + 1 == segments.size());
+              AppendChecked(key, segments[i].first, data, complete && i + 1 == segments.size(),
+                            /*start_anywhere=*/i == 0);
           if (!end.ok()) return end.status();
         }
         logs += segments.empty() ? 0 : 1;

@@ -113,6 +113,8 @@ class LogStore {
 
  private:
   LogStore(Store* store, LogStoreOptions options) : store_(store), options_(options) {}
+  absl::StatusOr<int64_t> AppendChecked(const LogKey& key, int64_t offset, absl::string_view data,
+                                        bool complete, bool start_anywhere);
   absl::StatusOr<LogInfo> InfoOf(const LogKey& key);
   // Bytes [from, from + max_bytes) of the log, clamped to what it holds.
   absl::StatusOr<Slice> ReadLocked(const LogInfo& info, int64_t from, int64_t max_bytes);

@@ -251,9 +251,19 @@ TEST_P(LogStoreTest, FilesOfAnEarlierVersionAreImportedOnce) {
   std::ofstream(attempt + "/0000000000000000.log") << "first\n";
   std::ofstream(attempt + "/0000000000000006.log") << "second\n";
   std::ofstream(attempt + "/complete");
+  // A log whose oldest segment the cap had dropped keeps its offsets.
+  const std::string capped = files + "/job-a/rank-0/attempt-2";
+  std::filesystem::create_directories(capped);
+  std::ofstream(capped + "/0000000000001024.log") << "kept\n";
   auto imported = store_->ImportFiles(files);
   ASSERT_TRUE(imported.ok()) << imported.status();
-  EXPECT_EQ(*imported, 1);
+  EXPECT_EQ(*imported, 2);
+  auto kept = store_->Read({"job-a", 0, 2}, 0, 100);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->offset, 1024);
+  EXPECT_EQ(kept->info.first_kept, 1024);
+  EXPECT_EQ(kept->data, "kept\n");
+  EXPECT_EQ(*store_->Append({"job-a", 0, 2}, 1029, "more\n", false), 1034);
   auto slice = store_->Read({"job-a", 1, 0}, 0, 100);
   ASSERT_TRUE(slice.ok()) << slice.status();
   EXPECT_EQ(slice->data, "first\nsecond\n");

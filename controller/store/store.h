@@ -159,6 +159,11 @@ class Store {
                                                       int64_t limit);
   // The highest seq in the log (0 when it is empty).
   absl::StatusOr<int64_t> LastEventSeq();
+  // Retention of an ended job's entries: keeps every transition and the
+  // newest `keep` (>= 1) other entries of `job_id`, deletes the rest in one
+  // fenced transaction; returns how many went. (A reader after a deleted
+  // seq reads on from the next kept one.)
+  absl::StatusOr<int64_t> PruneEvents(const std::string& job_id, int64_t keep);
 
   // Transitions recorded for a job, in order (from the transitions table).
   absl::StatusOr<std::vector<loom::v1::StateTransition>> LoadTransitions(const std::string& job_id);
@@ -235,10 +240,12 @@ class Store {
   // transaction: bytes the log already has are skipped, nothing is taken
   // when `offset` is past the end or the log is complete, and the log is
   // marked complete when `complete`. Returns the log as it stands after.
-  // (The caller validates the key.)
+  // `start_anywhere`: a log that does not exist yet starts at `offset`
+  // (first_kept = offset), as one whose older bytes were dropped (an
+  // import). (The caller validates the key.)
   absl::StatusOr<LogRow> AppendLog(const std::string& job_id, int rank, int64_t generation,
                                    int64_t offset, absl::string_view data, bool complete,
-                                   int64_t max_bytes);
+                                   int64_t max_bytes, bool start_anywhere = false);
   // The log, or NOT_FOUND.
   absl::StatusOr<LogRow> GetLog(const std::string& job_id, int rank, int64_t generation);
   // Every log of `job_id` by rank then attempt.

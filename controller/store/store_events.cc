@@ -53,6 +53,24 @@ absl::StatusOr<std::vector<Store::LoggedEvent>> Store::LoadEvents(const std::str
   return events;
 }
 
+absl::StatusOr<int64_t> Store::PruneEvents(const std::string& job_id, int64_t keep) {
+  if (keep < 1) return absl::InvalidArgumentError("keep: must be >= 1");
+  int64_t deleted = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = WriteTransactionLocked([&]() -> absl::Status {
+    auto r = conn_->Run(
+        "DELETE FROM job_events WHERE job_id = ? AND kind <> ? AND seq < (SELECT COALESCE(MIN(seq), 0) "
+        "FROM (SELECT seq FROM job_events WHERE job_id = ? AND kind <> ? ORDER BY seq DESC "
+        "LIMIT ?) AS newest);",
+        {Text(job_id), Int(kLoggedTransition), Text(job_id), Int(kLoggedTransition), Int(keep)});
+    if (!r.ok()) return r.status();
+    deleted = r->affected;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return deleted;
+}
+
 absl::StatusOr<int64_t> Store::LastEventSeq() {
   std::lock_guard<std::mutex> lock(mu_);
   auto r = conn_->Run("SELECT COALESCE(MAX(seq), 0) FROM job_events;", {});

@@ -83,7 +83,7 @@ std::string Store::LogSearchText(absl::string_view carry, absl::string_view data
 absl::StatusOr<Store::LogRow> Store::AppendLog(const std::string& job_id, int rank,
                                                int64_t generation, int64_t offset,
                                                absl::string_view data, bool complete,
-                                               int64_t max_bytes) {
+                                               int64_t max_bytes, bool start_anywhere) {
   LogRow out;
   out.job_id = job_id;
   out.rank = rank;
@@ -100,6 +100,8 @@ absl::StatusOr<Store::LogRow> Store::AppendLog(const std::string& job_id, int ra
     if (!read->rows.empty()) {
       out = LogRowOf(job_id, rank, generation, read->rows[0]);
       carry = std::move(read->rows[0][3].s);
+    } else if (start_anywhere) {
+      out.first_kept = out.end = offset;
     }
     if (out.complete || offset > out.end) return absl::OkStatus();  // nothing taken
     // Bytes the log already has (a resent append) are skipped.

@@ -550,6 +550,32 @@ TEST_P(StoreBackendTest, EventLogStoresARetriedEntryOnceAndAFencedWriteNotAtAll)
   st.RemoveLoggedEventsListener(&heard);
 }
 
+// Retention of an ended job's log: every transition stays, and the newest
+// `keep` other entries; other jobs' entries are not touched.
+TEST_P(StoreBackendTest, PruningAJobsEventsKeepsItsTransitionsAndNewestOthers) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store& st = **store;
+  std::vector<Store::LoggedEvent> events;
+  for (int i = 1; i <= 10; ++i) {
+    Store::LoggedEvent e = Event("a", i);
+    e.kind = i % 3 == 0 ? Store::kLoggedTransition : Store::kLoggedCheckpoint;
+    events.push_back(e);
+  }
+  events.push_back(Event("b", 1));
+  events.back().kind = Store::kLoggedRecovery;
+  ASSERT_TRUE(st.AppendEvents(events).ok());
+  auto pruned = st.PruneEvents("a", 2);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(*pruned, 5);  // of the 7 others (1 2 4 5 7 8 10), 8 and 10 stay
+  std::vector<int64_t> left;
+  for (const auto& e : *st.LoadEvents("a", 0, 0)) left.push_back(e.idx);
+  EXPECT_EQ(left, (std::vector<int64_t>{3, 6, 8, 9, 10}));
+  EXPECT_EQ(st.LoadEvents("b", 0, 0)->size(), 1u);
+  EXPECT_EQ(*st.PruneEvents("a", 2), 0);  // again: nothing more
+  EXPECT_EQ(st.PruneEvents("a", 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // A database of schema version 3 (before the event log and the rank logs)
 // is brought forward on open: the tables are made, its jobs kept.
 TEST_P(StoreBackendTest, ADatabaseFromBeforeTheEventLogIsBroughtForward) {
