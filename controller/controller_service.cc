@@ -239,20 +239,27 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
   if (req->has_after_seq()) after = req->after_seq();
   auto watch = manager_->Watch(req->job_id(), req->include_history(), after);
   if (!watch.ok()) return Finish("WatchJob", watch.status());
-  while (!ctx->IsCancelled() && !(*watch)->ended()) {
-    if (shutting_down_->load()) {
-      return Finish("WatchJob", absl::UnavailableError("controller is shutting down"));
-    }
-    auto events = (*watch)->Next(absl::Milliseconds(200));
+  return Finish("WatchJob",
+                StreamEvents(*ctx, [&] { return (*watch)->Next(absl::Milliseconds(200)); },
+                             [&] { return (*watch)->ended(); }, writer));
+}
+
+absl::Status JobServiceImpl::StreamEvents(
+    const grpc::ServerContext& ctx,
+    const std::function<absl::StatusOr<std::vector<loom::v1::JobEvent>>()>& next,
+    const std::function<bool()>& ended, grpc::ServerWriter<loom::v1::JobEvent>* writer) {
+  while (!ctx.IsCancelled() && !ended()) {
+    if (shutting_down_->load()) return absl::UnavailableError("controller is shutting down");
+    absl::StatusOr<std::vector<loom::v1::JobEvent>> events = next();
     if (!events.ok()) {
-      return Finish("WatchJob", absl::UnavailableError(absl::StrCat(
-                                    "reading the event log: ", events.status().message())));
+      return absl::UnavailableError(
+          absl::StrCat("reading the event log: ", events.status().message()));
     }
     for (const loom::v1::JobEvent& e : *events) {
-      if (!writer->Write(e)) return Finish("WatchJob", absl::OkStatus());  // client went away
+      if (!writer->Write(e)) return absl::OkStatus();  // the client went away
     }
   }
-  return Finish("WatchJob", absl::OkStatus());
+  return absl::OkStatus();
 }
 
 grpc::Status JobServiceImpl::WatchEvents(grpc::ServerContext* ctx,
@@ -264,20 +271,9 @@ grpc::Status JobServiceImpl::WatchEvents(grpc::ServerContext* ctx,
   }
   auto cursor = manager_->events().Subscribe("", req->has_after_seq() ? req->after_seq() : -1);
   if (!cursor.ok()) return Finish("WatchEvents", cursor.status());
-  while (!ctx->IsCancelled()) {
-    if (shutting_down_->load()) {
-      return Finish("WatchEvents", absl::UnavailableError("controller is shutting down"));
-    }
-    auto events = (*cursor)->Next(absl::Milliseconds(200));
-    if (!events.ok()) {
-      return Finish("WatchEvents", absl::UnavailableError(absl::StrCat(
-                                       "reading the event log: ", events.status().message())));
-    }
-    for (const loom::v1::JobEvent& e : *events) {
-      if (!writer->Write(e)) return Finish("WatchEvents", absl::OkStatus());
-    }
-  }
-  return Finish("WatchEvents", absl::OkStatus());
+  return Finish("WatchEvents",
+                StreamEvents(*ctx, [&] { return (*cursor)->Next(absl::Milliseconds(200)); },
+                             [] { return false; }, writer));
 }
 
 grpc::Status JobServiceImpl::ListEvents(grpc::ServerContext* ctx,

@@ -4,6 +4,7 @@
 #define LOOM_CONTROLLER_CONTROLLER_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -92,6 +93,13 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
                               loom::v1::SearchRankLogsResponse* resp) override;
 
  private:
+  // Writes the events `next` returns (it waits a while for some) until
+  // `ended`, the client leaves, or the controller shuts down (UNAVAILABLE);
+  // UNAVAILABLE when the log cannot be read.
+  absl::Status StreamEvents(
+      const grpc::ServerContext& ctx,
+      const std::function<absl::StatusOr<std::vector<loom::v1::JobEvent>>()>& next,
+      const std::function<bool()>& ended, grpc::ServerWriter<loom::v1::JobEvent>* writer);
   grpc::Status Finish(const char* method, const absl::Status& s);
   JobManager* const manager_;
   const AccessControl* const access_;

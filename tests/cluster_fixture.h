@@ -73,9 +73,11 @@ bool WaitFor(const std::function<bool()>& pred, int seconds) {
   return pred();
 }
 
-// Pids of the rank processes whose command line mentions `job` (the job id
-// is part of the assignment path).
-std::set<int> RankPids(const std::string& job) {
+// Pids of the rank processes whose command line mentions `job` and `home`
+// (the assignment path is <home>/workers/<i>/<job>/...): the ranks of this
+// test's cluster only, not those of a test beside it (ctest -j runs each
+// cluster test on both stores at once, with the same job ids).
+std::set<int> RankPids(const std::string& job, const std::string& home) {
   std::set<int> pids;
   DIR* d = opendir("/proc");
   while (dirent* e = readdir(d)) {
@@ -84,7 +86,7 @@ std::set<int> RankPids(const std::string& job) {
     std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
     std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (cmd.find("loom-rank") != std::string::npos && cmd.find(job) != std::string::npos &&
-        loom::testing::ProcessAlive(pid)) {
+        cmd.find(home) != std::string::npos && loom::testing::ProcessAlive(pid)) {
       pids.insert(pid);
     }
   }
@@ -93,8 +95,8 @@ std::set<int> RankPids(const std::string& job) {
 }
 
 // How many of them there are.
-int CountRankProcesses(const std::string& needle) {
-  return static_cast<int>(RankPids(needle).size());
+int CountRankProcesses(const std::string& needle, const std::string& home) {
+  return static_cast<int>(RankPids(needle, home).size());
 }
 
 class ClusterTest : public ::testing::Test {

@@ -496,7 +496,7 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
   const std::string job = Submit(WriteSpec("stuck", kSteps, 2, extra));
   ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 150; }, 120))
       << Status(job).DebugString();
-  const std::set<int> ranks = RankPids(job);
+  const std::set<int> ranks = RankPids(job, home_);
   ASSERT_EQ(ranks.size(), 2u);
   ASSERT_EQ(kill(*ranks.begin(), SIGSTOP), 0);
   const int64_t frozen_at = Status(job).summary().last_step();
@@ -680,12 +680,12 @@ TEST_F(ClusterTest, CancelledJobEndsCancelledAndItsRanksExit) {
   ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 2; }, 60))
       << Status(job).DebugString();
   EXPECT_EQ(Status(job).state(), loom::v1::RUNNING);
-  EXPECT_EQ(CountRankProcesses("/" + job + "/"), 2);
+  EXPECT_EQ(CountRankProcesses("/" + job + "/", home_), 2);
   auto r = Ctl("cancel " + job + " --reason test");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("CANCELLED"));
   EXPECT_EQ(Status(job).state(), loom::v1::CANCELLED);
-  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses("/" + job + "/") == 0; }, 20));
+  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses("/" + job + "/", home_) == 0; }, 20));
   // The slots come back.
   EXPECT_TRUE(WaitFor(
       [&] {
@@ -743,7 +743,7 @@ TEST_F(ClusterTest, KilledWorkerFailsItsJobWithAReason) {
   loom::v1::Job failed = Status(job);
   EXPECT_THAT(failed.reason(), HasSubstr("stopped heartbeating"));
   EXPECT_THAT(failed.reason(), HasSubstr("local-1"));
-  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses("/" + job + "/") == 0; }, 20));
+  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses("/" + job + "/", home_) == 0; }, 20));
 }
 
 TEST_F(ClusterTest, KilledWorkerJobRestartsFromCheckpointAndSucceeds) {
@@ -981,7 +981,7 @@ TEST_F(ClusterTest, ControllerKilledMidJobAndRestartedWithinTheGraceLosesNothing
   // Down for 3 s of the 10 s lease: steps (and maybe a checkpoint) are made
   // and their reports wait in the workers.
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  EXPECT_EQ(CountRankProcesses(job), 2) << "the ranks train on without the controller";
+  EXPECT_EQ(CountRankProcesses(job, home_), 2) << "the ranks train on without the controller";
   auto restarted = Ctl("local restart controller");
   ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;
   EXPECT_THAT(restarted.out, HasSubstr("grpc " + controller_));  // the same address
@@ -1028,7 +1028,7 @@ TEST_F(ClusterTest, ControllerDownPastTheGraceRestartsTheJobOnce) {
   ASSERT_GT(controller_pid, 0);
   ASSERT_EQ(kill(controller_pid, SIGKILL), 0);
   // The workers' lease (3 s) runs out: their ranks are killed.
-  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses(job) == 0; }, 30));
+  EXPECT_TRUE(WaitFor([&] { return CountRankProcesses(job, home_) == 0; }, 30));
   auto restarted = Ctl("local restart controller");
   ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;
 
@@ -1089,7 +1089,7 @@ TEST_F(ClusterTest, HostFrozenPastTheLeaseResumesWithoutARestart) {
   }
   ASSERT_GT(controller_pid, 0);
   ASSERT_GT(worker_pid, 0);
-  const std::set<int> ranks = RankPids(job);
+  const std::set<int> ranks = RankPids(job, home_);
   ASSERT_EQ(ranks.size(), 1u);
   // Whatever fails below, nothing stays stopped.
   struct Thaw {
@@ -1170,7 +1170,7 @@ TEST_F(ClusterTest, PartitionedWorkerStopsItsRanksAndTheJobResumesElsewhereBitEx
   ASSERT_LT(running.summary().last_step(), kSteps / 2) << "the cut must land mid-run";
   const std::string node = running.ranks(0).node();  // "local-<i>"
   const int victim = std::stoi(node.substr(node.rfind('-') + 1));
-  const std::set<int> old_ranks = RankPids(job);
+  const std::set<int> old_ranks = RankPids(job, home_);
   ASSERT_EQ(old_ranks.size(), 2u);
   ASSERT_TRUE(lab_->Cut(victim + 1, 0).ok());
   std::cout << "partition: cut worker-" << victim << " (" << lab_->address(victim + 1)
@@ -1221,7 +1221,7 @@ TEST_F(ClusterTest, PartitionedWorkerStopsItsRanksAndTheJobResumesElsewhereBitEx
     for (const auto& t : done.history()) std::cout << "  " << t.ShortDebugString() << "\n";
   }
   for (int pid : old_ranks) EXPECT_FALSE(loom::testing::ProcessAlive(pid));
-  EXPECT_TRUE(RankPids(job).empty());
+  EXPECT_TRUE(RankPids(job, home_).empty());
 
   // Bitwise the uninterrupted run's parameters.
   const std::string final_path = CheckpointPathAt(job, kSteps);
@@ -1289,7 +1289,7 @@ TEST_F(ClusterTest, FrozenAttemptThawedAfterARestartIsFencedOffTheCheckpointDire
     if (d.name == worker) worker_pid = d.pid;
   }
   ASSERT_GT(worker_pid, 0);
-  const std::set<int> old_ranks = RankPids(job);
+  const std::set<int> old_ranks = RankPids(job, home_);
   ASSERT_EQ(old_ranks.size(), 2u);
   // Freeze them outside the directory's fence lock. A rank frozen while it
   // holds the lock (every commit runs under it, and with checkpoints every
