@@ -1,5 +1,6 @@
 #include "controller/events/job_watch.h"
 
+#include <optional>
 #include <utility>
 
 #include "controller/jobs/job_state_machine.h"
@@ -39,11 +40,14 @@ absl::StatusOr<std::vector<loom::v1::JobEvent>> JobWatch::Next(absl::Duration ti
   absl::StatusOr<std::vector<loom::v1::JobEvent>> batch = cursor_->Next(timeout);
   if (!batch.ok()) return batch.status();
   Take(*std::move(batch), &out);
+  // The job is read once a call (a copy under the controller's lock): to
+  // see whether it ended, and to go with the events.
+  std::optional<absl::StatusOr<loom::v1::Job>> job;
   if (!ended_ && cursor_->caught_up()) {
     Replay(&out);
-    absl::StatusOr<loom::v1::Job> job = lookup_();
-    if (!job.ok()) return job.status();
-    if (IsTerminalJobState(job->state())) {
+    job = lookup_();
+    if (!job->ok()) return job->status();
+    if (IsTerminalJobState((*job)->state())) {
       // Ended: its last transition committed before the job's state could
       // be read as ended, so it is in the log by now; read to the end.
       for (;;) {
@@ -55,10 +59,11 @@ absl::StatusOr<std::vector<loom::v1::JobEvent>> JobWatch::Next(absl::Duration ti
       if (!ended_) {
         // The stream started after it.
         loom::v1::JobEvent e;
-        e.set_time_unix_ms(job->updated_unix_ms());
-        e.set_job_id(job->id());
-        if (options_.repeat_last_transition && job->history_size() > 0) {
-          *e.mutable_transition() = job->history(job->history_size() - 1);
+        const loom::v1::Job& ended = **job;
+        e.set_time_unix_ms(ended.updated_unix_ms());
+        e.set_job_id(ended.id());
+        if (options_.repeat_last_transition && ended.history_size() > 0) {
+          *e.mutable_transition() = ended.history(ended.history_size() - 1);
         }
         out.push_back(std::move(e));
         ended_ = true;
@@ -66,11 +71,11 @@ absl::StatusOr<std::vector<loom::v1::JobEvent>> JobWatch::Next(absl::Duration ti
     }
   }
   if (out.empty()) return out;
-  absl::StatusOr<loom::v1::Job> job = lookup_();
-  if (!job.ok()) return job.status();
+  if (!job.has_value()) job = lookup_();
+  if (!job->ok()) return job->status();
   for (loom::v1::JobEvent& e : out) {
-    *e.mutable_job() = *job;
-    e.set_job_id(job->id());
+    *e.mutable_job() = **job;
+    e.set_job_id((*job)->id());
   }
   return out;
 }
