@@ -79,7 +79,7 @@
 #include "common/formats/data.h"
 #include "common/grpc_util.h"
 #include "common/jobspec.h"
-#include "controller/access.h"
+#include "controller/service/access.h"
 #include "controller/store/postgres_test_server.h"
 #include "loom/v1/service.grpc.pb.h"
 #include "tests/test_util.h"
@@ -593,7 +593,7 @@ int main(int argc, char** argv) {
     return Die(s.ToString());
   }
   // The fleet holds the workers' token; the bench's client is an admin of
-  // the users file (controller/access.h). Plaintext, as in the figures of
+  // the users file (controller/service/access.h). Plaintext, as in the figures of
   // earlier runs: this bench measures the controller, not the handshakes.
   auto token = loom::GenerateToken();
   auto worker_token = loom::GenerateToken();

@@ -21,7 +21,7 @@
 // For each fault it prints the recovery time (from the fault to the first
 // step trained after it under the new layout, or for the controller to the
 // first step report it takes) and the steps lost (the events' steps_lost).
-// At the end: the job's ETTR from its goodput buckets (controller/goodput.h),
+// At the end: the job's ETTR from its goodput buckets (controller/progress/goodput.h),
 // its data ledger (every batch once), and the worst relative loss difference
 // against the reference, within 20 steps of a re-plan from a checkpoint
 // still on the reference's path and elsewhere (the trajectories drift apart
@@ -61,7 +61,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/local_cluster.h"
-#include "controller/goodput.h"
+#include "controller/progress/goodput.h"
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/service.pb.h"
 #include "tests/cpu_quota.h"

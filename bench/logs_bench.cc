@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "controller/log_store.h"
+#include "controller/logs/log_store.h"
 #include "controller/store/postgres_test_server.h"
 #include "controller/store/store.h"
 

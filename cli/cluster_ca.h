@@ -1,7 +1,7 @@
 // The cluster CA of `loomctl local up`: a private certificate
 // authority under <home>/tls that issues the controller's server
 // certificate and the client certificates that identify workers and users
-// (controller/access.h: common names "worker:<node>" and "user:<name>").
+// (controller/service/access.h: common names "worker:<node>" and "user:<name>").
 // Made with the openssl command (Debian's openssl package); keys are
 // ECDSA P-256, private files mode 0600.
 //

@@ -23,7 +23,7 @@
 #include "cli/local_postgres.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
-#include "controller/access.h"
+#include "controller/service/access.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -224,7 +224,7 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     }
     closedir(d);
   }
-  // Credentials (controller/access.h): the local user's token, listed as an
+  // Credentials (controller/service/access.h): the local user's token, listed as an
   // admin in the users file; the workers' own token; and the cluster CA
   // with the controller's server certificate and one client certificate
   // per worker, so that everything speaks TLS and workers prove their node.

@@ -2,7 +2,7 @@
 // and N workers as detached daemons whose state lives under a home directory
 // (default ~/.loom):
 //   token                the local user's token (an admin in `users`), 0600
-//   users                the controller's users file (controller/access.h)
+//   users                the controller's users file (controller/service/access.h)
 //   worker-token         the workers' token (they also hold certificates)
 //   tls/                 the cluster CA and the certificates it issued
 //                        (cli/cluster_ca.h): the controller serves TLS,

@@ -1,7 +1,7 @@
 #include "cli/plan_command.h"
 
 #include "absl/strings/str_cat.h"
-#include "controller/job_planning.h"
+#include "controller/admission/job_planning.h"
 #include "controller/planner/report.h"
 
 namespace loom::cli {

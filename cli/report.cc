@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "controller/goodput.h"
+#include "controller/progress/goodput.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom::cli {
@@ -390,7 +390,7 @@ std::string RenderJobReport(const loom::v1::Job& job,
                               job.submitted_by().empty() ? "?" : job.submitted_by(), " · ",
                               job.restarts(), " restart(s), ", job.events_size(), " event(s)")),
       "</p>\n<p id=\"self-check\"></p>\n<div id=\"readout\"></div>\n");
-  // Where the job's wall time went (controller/goodput.h).
+  // Where the job's wall time went (controller/progress/goodput.h).
   const controller::GoodputBuckets gp = controller::ComputeGoodput(job, steps_in, now);
   absl::StrAppend(&html, "<h2>Goodput</h2>\n<p>",
                   HtmlEscape(absl::StrFormat(

@@ -34,7 +34,7 @@ namespace loom::cli {
 // The page. `steps` in any order (several attempts may report a step: the
 // latest report of each step is drawn); `checkpoints` as ListCheckpoints
 // returns them. HTML-escapes every string that comes from the job. Its
-// goodput buckets (controller/goodput.h) end at `now` while the job has not
+// goodput buckets (controller/progress/goodput.h) end at `now` while the job has not
 // ended.
 std::string RenderJobReport(const loom::v1::Job& job,
                             const std::vector<loom::v1::StepMetrics>& steps,

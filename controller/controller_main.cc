@@ -38,16 +38,16 @@
 #include "common/json_writer.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
-#include "controller/access.h"
-#include "controller/checkpoint_verifier.h"
+#include "controller/service/access.h"
+#include "controller/checkpoints/checkpoint_verifier.h"
 #include "controller/controller_flags.h"
-#include "controller/controller_service.h"
-#include "controller/goodput.h"
+#include "controller/service/controller_service.h"
+#include "controller/progress/goodput.h"
 #include "controller/job_manager.h"
 #include "controller/leader/catalog_mirror.h"
 #include "controller/leader/leader_lease.h"
-#include "controller/log_store.h"
-#include "controller/path_policy.h"
+#include "controller/logs/log_store.h"
+#include "controller/admission/path_policy.h"
 #include "controller/scheduling/queue_config.h"
 #include "controller/store/store.h"
 
@@ -484,7 +484,7 @@ int main(int argc, char** argv) {
         continue;
       }
       manager.Tick();
-      // Every job's goodput buckets (controller/goodput.h): each job that
+      // Every job's goodput buckets (controller/progress/goodput.h): each job that
       // ended, within a tick (its final figures); the jobs not ended, every
       // 5 s.
       auto record = [&](const loom::v1::Job& job) {

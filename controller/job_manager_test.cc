@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/parallel_layout.h"
 #include "common/rank_exit.h"
-#include "controller/goodput.h"
+#include "controller/progress/goodput.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -38,7 +38,7 @@
 #include "cli/local_postgres.h"
 #include "common/file_util.h"
 #include "common/formats/data.h"
-#include "controller/access.h"
+#include "controller/service/access.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"

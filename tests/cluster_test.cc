@@ -23,7 +23,7 @@ TEST_F(ClusterTest, TrainsDataParallelJobToSuccess) {
   EXPECT_EQ(job.state(), loom::v1::SUCCEEDED);
   ASSERT_EQ(job.ranks_size(), 2);
   EXPECT_NE(job.ranks(0).node(), job.ranks(1).node()) << "ranks spread over both workers";
-  // Where its wall time went (controller/goodput.h), as `loomctl status` says.
+  // Where its wall time went (controller/progress/goodput.h), as `loomctl status` says.
   auto text = Ctl("status tiny-1");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   const size_t goodput = text.out.find("goodput  ");

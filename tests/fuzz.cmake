@@ -32,4 +32,4 @@ loom_fuzzer(loom_job_manager_fuzz
   SRCS ${PROJECT_SOURCE_DIR}/controller/job_manager_fuzz.cc DEPS loom_job_manager)
 loom_fuzzer(loom_queue_config_fuzz
   SRCS ${PROJECT_SOURCE_DIR}/controller/scheduling/queue_config_fuzz.cc DEPS loom_scheduling)
-loom_fuzzer(loom_access_fuzz SRCS ${PROJECT_SOURCE_DIR}/controller/access_fuzz.cc DEPS loom_access)
+loom_fuzzer(loom_access_fuzz SRCS ${PROJECT_SOURCE_DIR}/controller/service/access_fuzz.cc DEPS loom_access)

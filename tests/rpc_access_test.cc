@@ -24,7 +24,7 @@
 #include "cli/local_cluster.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
-#include "controller/access.h"
+#include "controller/service/access.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"

@@ -19,9 +19,9 @@
 #include "cli/commands/watch.h"
 #include "common/jobspec.h"
 #include "common/json_writer.h"
-#include "controller/data_ledger.h"
-#include "controller/goodput.h"
-#include "controller/job_planning.h"
+#include "controller/progress/data_ledger.h"
+#include "controller/progress/goodput.h"
+#include "controller/admission/job_planning.h"
 
 namespace loom::cli {
 namespace {
@@ -193,7 +193,7 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
     std::cout << "layout   data " << par.data() << " x pipeline " << par.pipeline()
               << " x tensor " << par.tensor() << ", ZeRO-" << par.zero_stage()
               << "\nplacement\n";
-    // The scheduler's placement (controller/scheduler.h): each TP group on
+    // The scheduler's placement (controller/admission/scheduler.h): each TP group on
     // one worker, workers in rack order; RACK shows when workers carry labels.
     bool racks = false;
     for (const auto& r : job.ranks()) racks = racks || !r.rack().empty();
@@ -222,7 +222,7 @@ int CmdStatus(const Globals& g, const std::vector<std::string>& args) {
   }
   PrintTable(rows);
   PrintSummary(job, nullptr);
-  // Where its wall time went (controller/goodput.h), from its step reports.
+  // Where its wall time went (controller/progress/goodput.h), from its step reports.
   auto client = Client::Connect(g);
   loom::v1::GetStepMetricsRequest steps_req;
   steps_req.set_job_id(job.id());

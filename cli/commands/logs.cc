@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "cli/commands/commands.h"
 #include "cli/commands/common.h"
-#include "controller/diagnosis.h"
+#include "controller/progress/diagnosis.h"
 
 namespace loom::cli {
 namespace {

@@ -1,5 +1,5 @@
 // `loomctl users add|remove|list`: edits the controller's users file
-// (controller/access.h) where it lies; needs no controller
+// (controller/service/access.h) where it lies; needs no controller
 // (cli/commands/commands.h).
 #include <unistd.h>
 
@@ -14,12 +14,12 @@
 #include "cli/commands/common.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
-#include "controller/access.h"
+#include "controller/service/access.h"
 
 namespace loom::cli {
 
 // `loomctl users add|remove|list`: edits the controller's users file
-// (controller/access.h), which it re-reads on change. Run where that file
+// (controller/service/access.h), which it re-reads on change. Run where that file
 // is (the controller's host, or the Secret's source).
 int CmdUsers(const Globals& g, const std::vector<std::string>& args) {
   if (args.empty()) return Usage("users: expected add, remove or list");

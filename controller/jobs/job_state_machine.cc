@@ -36,6 +36,10 @@ bool IsTerminalJobState(JobState s) {
 
 bool IsQueuedJobState(JobState s) { return s == loom::v1::PENDING || s == loom::v1::PREEMPTED; }
 
+bool IsAttemptRunningState(JobState s) {
+  return s == loom::v1::SCHEDULED || s == loom::v1::RUNNING;
+}
+
 std::vector<std::pair<JobState, JobState>> LegalTransitions() {
   std::vector<std::pair<JobState, JobState>> legal;
   const auto* states = loom::v1::JobState_descriptor();

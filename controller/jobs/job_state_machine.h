@@ -20,7 +20,7 @@
 //                          done), SUCCEEDED, FAILED, CANCELLED
 //   SUCCEEDED, FAILED, CANCELLED  none: an ended job stays ended.
 // Every transition is recorded on the job with its time and reason
-// (job_catalog.h's RecordTransition); one outside this table is a bug in
+// (job_table.h's RecordTransition); one outside this table is a bug in
 // the controller, which the catalog records anyway (the job's history
 // stays whole) and counts.
 #ifndef LOOM_CONTROLLER_JOBS_JOB_STATE_MACHINE_H_
@@ -41,6 +41,8 @@ bool IsLegalTransition(loom::v1::JobState from, loom::v1::JobState to);
 bool IsTerminalJobState(loom::v1::JobState s);
 // PENDING or PREEMPTED: waiting in its queue to be placed.
 bool IsQueuedJobState(loom::v1::JobState s);
+// SCHEDULED or RUNNING: the job's current attempt has ranks placed.
+bool IsAttemptRunningState(loom::v1::JobState s);
 
 // Every legal (from, to) pair, in the proto's order of states.
 std::vector<std::pair<loom::v1::JobState, loom::v1::JobState>> LegalTransitions();

@@ -144,7 +144,7 @@ absl::StatusOr<PublishedRun> ReadRun(const YAML::Node& node) {
   ASSIGN_OR_RETURN(r.published_spec, SpecFrom(r.name, pinned, "published spec"));
 
   // The planner's input, converted as loomctl converts a spec
-  // (controller/job_planning.cc SpecToPlanRequest).
+  // (controller/admission/job_planning.cc SpecToPlanRequest).
   r.request.model = ModelShapeOf(r.auto_spec.model());
   r.request.model.name = r.name;
   r.request.training.global_batch_sequences = r.auto_spec.batch().global_batch();

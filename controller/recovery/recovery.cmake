@@ -12,3 +12,14 @@ loom_test(loom_recovery_policy_test SRCS ${_dir}/recovery_policy_test.cc DEPS lo
 loom_library(loom_slow_rank_detector SRCS ${_dir}/slow_rank_detector.cc DEPS absl::str_format)
 loom_test(loom_slow_rank_detector_test SRCS ${_dir}/slow_rank_detector_test.cc
   DEPS loom_slow_rank_detector)
+# Carrying recovery out on jobs: failures and restarts, rollbacks.
+loom_library(loom_failure_handler SRCS ${_dir}/failure_handler.cc
+  DEPS loom_job_table loom_worker_registry loom_checkpoint_catalog loom_elastic loom_recovery_policy
+       loom_recovery_metrics absl::strings absl::str_format)
+loom_library(loom_rollbacks SRCS ${_dir}/rollbacks.cc
+  DEPS loom_job_table loom_checkpoint_catalog loom_recovery_policy loom_recovery_metrics loom_jobspec
+       absl::strings absl::str_format)
+loom_test(loom_failure_handler_test SRCS ${_dir}/failure_handler_test.cc
+  DEPS loom_failure_handler ${LOOM_SUBSYSTEM_TEST_DEPS})
+loom_test(loom_rollbacks_test SRCS ${_dir}/rollbacks_test.cc
+  DEPS loom_rollbacks ${LOOM_SUBSYSTEM_TEST_DEPS})

@@ -16,7 +16,7 @@ namespace loom::scheduling {
 
 // What a gang needs: one entry per distinct worker it spreads over (the
 // ranks and GPUs that worker must host). Entries may differ when the ranks
-// do not split evenly (controller/scheduler.h: some workers take one tensor
+// do not split evenly (controller/admission/scheduler.h: some workers take one tensor
 // group more).
 struct GangDemand {
   std::vector<Resources> per_worker;

@@ -1,5 +1,5 @@
 // What one transformer block costs this process beyond its matrix products:
-// the planner's compute model for CPU ranks (controller/job_planning.h,
+// the planner's compute model for CPU ranks (controller/admission/job_planning.h,
 // TopologyForSpec) is FLOPs / GEMM rate, which for the small tensors of a
 // CPU rank leaves out most of the time (LibTorch dispatch and autograd per
 // operation, LayerNorm, GELU, softmax, residual adds). The probe times a

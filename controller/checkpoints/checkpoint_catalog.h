@@ -1,0 +1,109 @@
+// The controller's checkpoint catalog: every checkpoint a job's rank 0
+// reported committed, and what has become of it since. No gRPC types.
+//
+// Status of an entry (loom.v1.CheckpointInfo.status):
+//   "committed"  reported committed; its directory is there.
+//   "pruned"     retention deleted it, as the rank reported with a later
+//                commit (CheckpointInfo.pruned_paths).
+//   "corrupt"    a rank's load or a verification found a file that fails
+//                its check (error, corrupt_file, failed_check say which).
+//   "missing"    committed, never reported pruned, and its directory is
+//                gone (lost, or deleted by something other than retention).
+// The first three are stored; "missing" is derived when listing, so that a
+// directory that comes back (a remounted volume) is committed again.
+// Entries are keyed by (step, generation): a step that a later attempt
+// rewrote (same path) has one entry per attempt.
+//
+// Thread-safe: one mutex serialises the read-modify-write of entries (not
+// held while Verify reads checkpoints), so a rank's report that arrives
+// during a verification is never overwritten by it.
+#ifndef LOOM_CONTROLLER_CHECKPOINTS_CHECKPOINT_CATALOG_H_
+#define LOOM_CONTROLLER_CHECKPOINTS_CHECKPOINT_CATALOG_H_
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controller/store/store.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom::controller {
+
+inline constexpr char kCheckpointCommitted[] = "committed";
+inline constexpr char kCheckpointPruned[] = "pruned";
+inline constexpr char kCheckpointCorrupt[] = "corrupt";
+inline constexpr char kCheckpointMissing[] = "missing";
+
+// Re-reads a checkpoint's files and checks them against its manifest, as a
+// rank does before resuming from it. Implementations must be safe to call
+// from several threads at once.
+class CheckpointVerifier {
+ public:
+  struct Outcome {
+    bool ok = false;
+    std::string file;     // !ok: the file that failed
+    std::string check;    // !ok: which check ("crc32c", "missing", ...)
+    std::string message;  // !ok: the error, naming the file
+  };
+  virtual ~CheckpointVerifier() = default;
+  // An error status means the verification could not run (not that the
+  // checkpoint is bad).
+  virtual absl::StatusOr<Outcome> Verify(const std::string& checkpoint_path) = 0;
+};
+
+class CheckpointCatalog {
+ public:
+  // `store` must outlive the catalog; `verifier` too, and may be null (then
+  // Verify is FAILED_PRECONDITION).
+  CheckpointCatalog(Store* store, CheckpointVerifier* verifier)
+      : store_(store), verifier_(verifier) {}
+
+  // Records a checkpoint a rank reported committed (status "committed";
+  // `info.generation` and `time_unix_ms` as the caller sets them), then
+  // marks the paths in its pruned_paths "pruned".
+  absl::Status RecordCommitted(const std::string& job_id, loom::v1::CheckpointInfo info);
+
+  // Marks the entries at `paths` "pruned" (unknown paths are ignored: a
+  // checkpoint of an earlier controller, or of a report that was lost).
+  absl::Status MarkPruned(const std::string& job_id, const std::vector<std::string>& paths);
+
+  // Records a rank's report that the checkpoint at `report.path` failed
+  // verification (status "corrupt", with its error, corrupt_file and
+  // failed_check): every entry at that path, or, if the catalog has none
+  // (the commit report was lost), a new entry from the report.
+  absl::Status MarkCorrupt(const std::string& job_id, const loom::v1::CheckpointInfo& report);
+
+  // The catalog, oldest step first, with each entry's status as above.
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> List(const std::string& job_id);
+
+  // List, after re-reading the checksums of every committed entry whose
+  // directory is there: one that fails is marked corrupt (and stored so).
+  // Corrupt is for good: a checkpoint committed again at that path (a
+  // rewrite of the step by a later attempt) is an entry of its own.
+  // Slow (reads every byte): call it without holding locks others need.
+  // FAILED_PRECONDITION without a verifier; the verifier's error if it
+  // could not run.
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Verify(const std::string& job_id);
+
+  // The step of the newest entry at or before `max_step` (-1 = any) that
+  // is committed and whose directory is there; 0 if none.
+  absl::StatusOr<int64_t> NewestGood(const std::string& job_id, int64_t max_step);
+  // NewestGood, 0 also when the catalog cannot be read (a resume point:
+  // from scratch rather than from a checkpoint that cannot be vouched for).
+  int64_t NewestGoodStep(const std::string& job_id, int64_t max_step) {
+    absl::StatusOr<int64_t> newest = NewestGood(job_id, max_step);
+    return newest.ok() ? *newest : 0;
+  }
+
+ private:
+  Store* const store_;
+  CheckpointVerifier* const verifier_;  // may be null
+  std::mutex mu_;  // serialises read-modify-write of the store's entries
+};
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_CHECKPOINTS_CHECKPOINT_CATALOG_H_
