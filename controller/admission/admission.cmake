@@ -5,7 +5,7 @@ loom_library(loom_scheduler SRCS ${_dir}/scheduler.cc
   DEPS loom_planner loom_parallel_layout loom_grpc absl::strings absl::str_format)
 loom_test(loom_scheduler_test SRCS ${_dir}/scheduler_test.cc DEPS loom_scheduler)
 # Planning a spec at submission and for `loomctl plan`.
-loom_library(loom_job_planning SRCS ${_dir}/job_planning.cc
+loom_library(loom_job_planning SRCS ${_dir}/job_planning.cc ${_dir}/live_topology.cc
   DEPS loom_planner loom_scheduler loom_jobspec loom_grpc absl::strings absl::str_format)
 loom_test(loom_job_planning_test SRCS ${_dir}/job_planning_test.cc DEPS loom_job_planning loom_jobspec)
 loom_library(loom_path_policy SRCS ${_dir}/path_policy.cc DEPS loom_proto absl::strings absl::status absl::statusor)

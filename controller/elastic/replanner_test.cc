@@ -21,8 +21,8 @@ class ReplannerTest : public JobsFixture {
   void SetUp() override {
     JobsFixture::SetUp();
     queues_.min_run_time = absl::ZeroDuration();
-    preemptor_ = std::make_unique<Preemptor>(jobs_.get(), &ranks_, catalog_.get(), &clock_,
-                                             nullptr, &queues_);
+    preemptor_ = std::make_unique<Preemptor>(jobs_.get(), &ranks_, catalog_.get(), &clock_, nullptr,
+                                             &queues_);
     replanner_ = std::make_unique<Replanner>(jobs_.get(), &workers_, catalog_.get(),
                                              preemptor_.get(), &clock_, nullptr, &queues_,
                                              Replanner::Options{absl::Seconds(1)});

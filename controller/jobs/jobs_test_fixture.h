@@ -96,8 +96,7 @@ class JobsFixture : public ::testing::Test {
 
   // A checkpoint of rec's at `step`, on disk and committed in the catalog.
   void Commit(JobRecord& rec, int64_t step) {
-    const std::string path =
-        absl::StrCat(rec.job.spec().checkpoint().dir(), "/step_", step);
+    const std::string path = absl::StrCat(rec.job.spec().checkpoint().dir(), "/step_", step);
     std::filesystem::create_directories(path);
     loom::v1::CheckpointInfo info;
     info.set_step(step);

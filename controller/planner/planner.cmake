@@ -9,6 +9,7 @@ loom_library(loom_planner
     ${LOOM_PLANNER_DIR}/iron_law.cc
     ${LOOM_PLANNER_DIR}/formulas.cc
     ${LOOM_PLANNER_DIR}/cost_model.cc
+    ${LOOM_PLANNER_DIR}/cost_model_time.cc
     ${LOOM_PLANNER_DIR}/placement.cc
     ${LOOM_PLANNER_DIR}/planner.cc
     ${LOOM_PLANNER_DIR}/device_sweep.cc

@@ -20,8 +20,8 @@ class PreemptorTest : public JobsFixture {
   void SetUp() override {
     JobsFixture::SetUp();
     queues_.preemption_grace = absl::Seconds(30);
-    preemptor_ = std::make_unique<Preemptor>(jobs_.get(), &ranks_, catalog_.get(), &clock_,
-                                             nullptr, &queues_);
+    preemptor_ = std::make_unique<Preemptor>(jobs_.get(), &ranks_, catalog_.get(), &clock_, nullptr,
+                                             &queues_);
     a_ = AddWorker("node-a");
     b_ = AddWorker("node-b");
   }
@@ -174,8 +174,9 @@ TEST_F(PreemptorTest, AMoveThatIsNoPreemptionFinishesThroughItsHandler) {
   preemptor_->SetMoveHandler(MoveIntent::kGrow, &elastic);
   JobRecord& rec = AddJob("elastic-1", loom::v1::RUNNING, {a_});
   Trained(rec, 5);
-  preemptor_->SaveAndStopToMove(rec, MoveIntent::kGrow, "capacity_returned", "growing to 2 rank(s)",
-                                "room for 2 rank(s): save a checkpoint, then stop to grow")
+  preemptor_
+      ->SaveAndStopToMove(rec, MoveIntent::kGrow, "capacity_returned", "growing to 2 rank(s)",
+                          "room for 2 rank(s): save a checkpoint, then stop to grow")
       .grow_to = 2;
   EXPECT_THAT(rec.job.reason(), HasSubstr("growing to 2 rank(s): saving a checkpoint"));
   const auto commands = TakeCommands(a_);

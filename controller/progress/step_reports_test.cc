@@ -19,9 +19,9 @@ class StepReportsTest : public JobsFixture {
     JobsFixture::SetUp();
     hub_ = std::make_unique<EventHub>(store_.get(), EventHub::Options{});
     rollbacks_ = std::make_unique<Rollbacks>(jobs_.get(), catalog_.get(), store_.get(), nullptr);
-    reports_ = std::make_unique<StepReports>(jobs_.get(), &workers_, catalog_.get(), store_.get(),
-                                             hub_.get(), &clock_, nullptr, rollbacks_.get(),
-                                             nullptr);
+    reports_ =
+        std::make_unique<StepReports>(jobs_.get(), &workers_, catalog_.get(), store_.get(),
+                                      hub_.get(), &clock_, nullptr, rollbacks_.get(), nullptr);
     a_ = AddWorker("node-a");
   }
   void TearDown() override {

@@ -11,6 +11,8 @@ loom_library(loom_scheduling
     ${LOOM_SCHEDULING_DIR}/gang_fit.cc
     ${LOOM_SCHEDULING_DIR}/preemption.cc
     ${LOOM_SCHEDULING_DIR}/admission.cc
+    ${LOOM_SCHEDULING_DIR}/admission_victims.cc
+    ${LOOM_SCHEDULING_DIR}/admission_evaluate.cc
     ${LOOM_SCHEDULING_DIR}/cluster_sim.cc
   DEPS loom_common loom_file_util loom_yaml_util yaml-cpp
        absl::status absl::statusor absl::strings absl::str_format absl::time)

@@ -19,9 +19,9 @@ class WorkerLivenessTest : public JobsFixture {
  protected:
   void SetUp() override {
     JobsFixture::SetUp();
-    failures_ = std::make_unique<FailureHandler>(jobs_.get(), &ranks_, &workers_, catalog_.get(),
-                                                 &clock_, nullptr, nullptr,
-                                                 FailureHandler::Options{});
+    failures_ =
+        std::make_unique<FailureHandler>(jobs_.get(), &ranks_, &workers_, catalog_.get(), &clock_,
+                                         nullptr, nullptr, FailureHandler::Options{});
     liveness_ = std::make_unique<WorkerLiveness>(
         jobs_.get(), &workers_, &clock_, failures_.get(), nullptr, &schedule_,
         WorkerLiveness::Options{absl::Seconds(10), absl::Seconds(2), absl::Milliseconds(500)});
