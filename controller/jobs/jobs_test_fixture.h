@@ -58,8 +58,8 @@ class JobsFixture : public ::testing::Test {
 
   // A stored job `id` with one rank on each of `workers` (holding its slot),
   // moved to `state` (PENDING, SCHEDULED or RUNNING) through the legal
-  // transitions; `spec` as given (resources.ranks: one per worker unless
-  // it says).
+  // transitions; `spec` as given (resources.ranks and .workers: one rank
+  // per worker unless it says).
   JobRecord& AddJob(const std::string& id, loom::v1::JobState state,
                     const std::vector<std::string>& workers, loom::v1::JobSpec spec = {}) {
     JobRecord& rec = jobs_->Add(id);
@@ -67,6 +67,9 @@ class JobsFixture : public ::testing::Test {
     if (spec.name().empty()) spec.set_name(id);
     if (spec.resources().ranks() == 0) {
       spec.mutable_resources()->set_ranks(static_cast<int>(workers.size()));
+    }
+    if (spec.resources().workers() == 0 && !workers.empty()) {
+      spec.mutable_resources()->set_workers(static_cast<int>(workers.size()));
     }
     if (spec.checkpoint().dir().empty()) {
       spec.mutable_checkpoint()->set_dir(absl::StrCat(dir_, "/ckpt/", id));

@@ -172,7 +172,8 @@ void SlowRankHandler::Handle(JobRecord& rec, const recovery::SlowRankFinding& f,
       outcome = absl::StrFormat(
           "; node %s is cordoned for %ds (no new ranks); the job is already stopping or moving",
           node, recovery.cordon_seconds);
-    } else if (elastic ? replanner_->GangPlans(rec) : GangFitsElsewhere(rec)) {
+    } else if (elastic ? replanner_ != nullptr && replanner_->GangPlans(rec)
+                       : GangFitsElsewhere(rec)) {
       outcome = absl::StrFormat(
           "; node %s is cordoned for %ds, and the ranks save a checkpoint at the next step "
           "boundary and stop, to %s without it (no step lost, no restart counted)",

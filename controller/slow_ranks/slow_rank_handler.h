@@ -25,6 +25,8 @@ namespace loom::controller {
 
 class SlowRankHandler : public MoveHandler {
  public:
+  // All must outlive this; `metrics` may be null, and so may `replanner`
+  // when no job is elastic and no pipeline is re-split (FinishMove needs it).
   SlowRankHandler(JobTable* jobs, WorkerRegistry* workers, Store* store, Preemptor* preemptor,
                   Replanner* replanner, const Clock* clock, RecoveryMetrics* metrics,
                   ScheduleSignal* schedule);

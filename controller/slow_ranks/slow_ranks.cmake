@@ -7,3 +7,5 @@ loom_library(loom_stage_split SRCS ${_dir}/stage_split.cc
 loom_library(loom_slow_rank_handler SRCS ${_dir}/slow_rank_handler.cc
   DEPS loom_stage_split loom_elastic loom_preemptor loom_worker_registry loom_scheduler loom_store
        loom_recovery_policy loom_recovery_metrics absl::strings absl::str_format)
+loom_test(loom_slow_rank_handler_test SRCS ${_dir}/slow_rank_handler_test.cc
+  DEPS loom_slow_rank_handler ${LOOM_SUBSYSTEM_TEST_DEPS})
