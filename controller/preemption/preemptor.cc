@@ -19,7 +19,6 @@
 #include "common/rank_exit.h"
 #include "common/status_macros.h"
 #include "controller/jobs/job_state_machine.h"
-#include "controller/progress/job_progress.h"
 
 namespace loom::controller {
 
