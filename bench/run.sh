@@ -71,7 +71,9 @@ bench_recovery() {
 # lose a worker and shrink, grow back). Every fixed-layout job must end
 # bit-exact with an uninterrupted run; every elastic one must train each
 # data batch once (bench/chaos_bench.cc says what else is checked). Root:
-# network namespaces, iptables, a tmpfs mount.
+# network namespaces, iptables, a tmpfs mount. CHAOS_FIRST_TRIALS=N replays
+# only the first N trials of the mix, with the full run's random draws (a
+# failing trial again, by its number).
 bench_chaos() {
   build loom_chaos_bench
   "$BUILD_DIR/bin/loom_chaos_bench" "$BUILD_DIR/bin" "${CHAOS_TRIALS:-41}" "${CHAOS_SEED:-1}"
