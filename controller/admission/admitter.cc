@@ -1,10 +1,7 @@
 #include "controller/admission/admitter.h"
 
 #include <algorithm>
-#include <functional>
-#include <iostream>
 #include <map>
-#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,12 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/rank_exit.h"
-#include "common/status_macros.h"
 #include "controller/admission/scheduler.h"
 #include "controller/jobs/job_state_machine.h"
 #include "controller/progress/job_progress.h"

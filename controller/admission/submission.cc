@@ -1,20 +1,11 @@
 #include "controller/admission/submission.h"
 
-#include <algorithm>
 #include <functional>
-#include <iostream>
-#include <map>
-#include <memory>
-#include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec.h"
 #include "common/status_macros.h"

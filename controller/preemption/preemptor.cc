@@ -1,23 +1,12 @@
 #include "controller/preemption/preemptor.h"
 
 #include <algorithm>
-#include <functional>
-#include <iostream>
-#include <map>
-#include <memory>
-#include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <utility>
-#include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/rank_exit.h"
-#include "common/status_macros.h"
 #include "controller/jobs/job_state_machine.h"
 
 namespace loom::controller {

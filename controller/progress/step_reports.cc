@@ -1,21 +1,13 @@
 #include "controller/progress/step_reports.h"
 
 #include <algorithm>
-#include <functional>
-#include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "controller/jobs/job_state_machine.h"
 #include "controller/progress/job_progress.h"

@@ -1,23 +1,14 @@
 #include "controller/slow_ranks/slow_rank_handler.h"
 
 #include <algorithm>
-#include <functional>
 #include <iostream>
-#include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/jobspec_model.h"
-#include "common/status_macros.h"
 #include "controller/admission/scheduler.h"
 #include "controller/slow_ranks/stage_split.h"
 

@@ -1,22 +1,10 @@
 #include "controller/workers/worker_rank_commands.h"
 
 #include <algorithm>
-#include <functional>
-#include <iostream>
-#include <map>
-#include <memory>
-#include <optional>
 #include <set>
 #include <string>
-#include <tuple>
 #include <utility>
-#include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "common/status_macros.h"
 
 namespace loom::controller {
 
