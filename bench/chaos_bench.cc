@@ -75,7 +75,9 @@
 
 namespace {
 
+using loom::testing::RankPidsOf;
 using loom::testing::RunCommand;
+using loom::testing::WaitFor;
 using loom::testing::ShellQuote;
 
 constexpr int kSteps = 1000;
@@ -102,33 +104,6 @@ constexpr int64_t kMaxRssBytes = int64_t{2} << 30;
 int Die(const std::string& msg) {
   std::cerr << "chaos bench: " << msg << std::endl;
   return 1;
-}
-
-bool WaitFor(const std::function<bool()>& pred, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pred();
-}
-
-std::set<int> RankPids(const std::string& job) {
-  std::set<int> pids;
-  DIR* d = opendir("/proc");
-  while (dirent* e = readdir(d)) {
-    const int pid = atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find("loom-rank") != std::string::npos && cmd.find(job) != std::string::npos &&
-        loom::testing::ProcessAlive(pid)) {
-      pids.insert(pid);
-    }
-  }
-  closedir(d);
-  return pids;
 }
 
 class Cluster {
@@ -546,7 +521,7 @@ int main(int argc, char** argv) {
         if (!moved()) out.note += "; the job did not restart";
         cluster.Restart(daemon);  // the node comes back
       } else if (kind == "rank-kill") {
-        std::set<int> pids = RankPids(job);
+        std::set<int> pids = RankPidsOf(job);
         if (!pids.empty()) {
           auto it = pids.begin();
           std::advance(it, std::uniform_int_distribution<size_t>(0, pids.size() - 1)(rng));
@@ -558,7 +533,7 @@ int main(int argc, char** argv) {
         out.note = absl::StrCat("kill -9 the controller at step ", j.summary().last_step());
         if (kind == "controller-down") {
           // Past the lease: the workers stop the ranks themselves.
-          WaitFor([&] { return RankPids(job).empty(); }, 30);
+          WaitFor([&] { return RankPidsOf(job).empty(); }, 30);
           out.note += ", down past the lease";
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(700));
@@ -566,7 +541,7 @@ int main(int argc, char** argv) {
         cluster.Restart("controller");
       } else if (kind == "partition" && !hosts.empty()) {
         const int w = hosts[0];
-        const std::set<int> old = RankPids(job);
+        const std::set<int> old = RankPidsOf(job);
         (void)cluster.lab().Cut(w + 1, 0);
         out.note = absl::StrCat("cut worker-", w, " off at step ", j.summary().last_step());
         WaitFor(

@@ -70,6 +70,7 @@
 namespace {
 
 using loom::testing::RunCommand;
+using loom::testing::WaitFor;
 using loom::testing::ShellQuote;
 using loom::v1::RecoveryEvent;
 
@@ -79,16 +80,6 @@ constexpr int kCordonSeconds = 40;
 int Die(const std::string& msg) {
   std::cerr << "elastic bench: " << msg << std::endl;
   return 1;
-}
-
-bool WaitFor(const std::function<bool()>& pred, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pred();
 }
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }

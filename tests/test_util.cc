@@ -5,12 +5,16 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <chrono>
+#include <iterator>
+#include <thread>
 
 namespace loom::testing {
 
@@ -93,6 +97,34 @@ bool ProcessAlive(int pid) {
   std::getline(stat, line);
   auto rp = line.rfind(')');
   return rp == std::string::npos || rp + 2 >= line.size() || line[rp + 2] != 'Z';
+}
+
+bool WaitFor(const std::function<bool()>& pred, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return pred();
+}
+
+std::set<int> RankPidsOf(const std::string& job) {
+  std::set<int> pids;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return pids;
+  while (dirent* e = readdir(d)) {
+    const int pid = atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find("loom-rank") != std::string::npos && cmd.find(job) != std::string::npos &&
+        ProcessAlive(pid)) {
+      pids.insert(pid);
+    }
+  }
+  closedir(d);
+  return pids;
 }
 
 }  // namespace loom::testing

@@ -2,6 +2,8 @@
 #ifndef LOOM_TESTS_TEST_UTIL_H_
 #define LOOM_TESTS_TEST_UTIL_H_
 
+#include <functional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -27,6 +29,10 @@ HttpResponse HttpGet(const std::string& address, const std::string& path);
 std::string MakeTempDir(const std::string& prefix);
 std::string ShellQuote(const std::string& s);
 bool ProcessAlive(int pid);
+// Polls `pred` every 100 ms until it holds or `seconds` pass; its last answer.
+bool WaitFor(const std::function<bool()>& pred, double seconds);
+// Pids of the live loom-rank processes whose command line mentions `job`.
+std::set<int> RankPidsOf(const std::string& job);
 
 // Runs `command` (RunCommand) when it goes out of scope, on every return
 // path: the cleanup of something a test or benchmark started.

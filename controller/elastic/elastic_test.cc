@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/jobspec.h"
 #include "controller/admission/job_planning.h"
+#include "controller/jobs/jobs_test_fixture.h"
 #include "gtest/gtest.h"
 
 namespace loom::controller {
@@ -62,19 +63,7 @@ namespace {
 // no split of the ranks fits the workers, or the planner's reason for the
 // shape that does.
 TEST(ElasticTest, EveryGangOnAnOddClusterPlansOrSaysWhy) {
-  loom::v1::JobSpec spec;
-  spec.set_name("edges");
-  auto* gpt = spec.mutable_model()->mutable_gpt();
-  gpt->set_n_layer(2);
-  gpt->set_n_head(2);
-  gpt->set_d_model(32);
-  gpt->set_seq_len(16);
-  gpt->set_vocab_size(256);
-  spec.mutable_data()->add_train("/data/train_*.bin");
-  spec.mutable_optimizer()->mutable_adamw()->set_lr(1e-3);
-  spec.mutable_schedule()->set_total_steps(10);
-  spec.mutable_batch()->set_global_batch(12);
-  spec.mutable_batch()->set_micro_batch(2);
+  loom::v1::JobSpec spec = TinyGptSpec("edges");
   spec.mutable_resources()->set_workers(1);
   spec.mutable_resources()->set_ranks(1);
   ApplyJobSpecDefaults(&spec);

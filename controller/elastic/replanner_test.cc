@@ -37,19 +37,8 @@ class ReplannerTest : public JobsFixture {
 
   // An elastic data-parallel job of 1 to 3 ranks (a tiny GPT).
   static loom::v1::JobSpec Elastic(int ranks) {
-    loom::v1::JobSpec spec;
-    spec.set_name("stretchy");
-    auto* gpt = spec.mutable_model()->mutable_gpt();
-    gpt->set_n_layer(2);
-    gpt->set_n_head(2);
-    gpt->set_d_model(32);
-    gpt->set_seq_len(16);
-    gpt->set_vocab_size(256);
-    spec.mutable_data()->add_train("/data/train_*.bin");
-    spec.mutable_optimizer()->mutable_adamw()->set_lr(1e-3);
+    loom::v1::JobSpec spec = TinyGptSpec("stretchy");
     spec.mutable_schedule()->set_total_steps(1000);
-    spec.mutable_batch()->set_global_batch(12);
-    spec.mutable_batch()->set_micro_batch(2);
     spec.mutable_resources()->set_workers(ranks);
     spec.mutable_resources()->set_ranks(ranks);
     spec.mutable_elastic()->set_min_ranks(1);

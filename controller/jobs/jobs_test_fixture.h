@@ -26,6 +26,26 @@
 
 namespace loom::controller {
 
+// A spec the planner plans in no time: a 2-block GPT on 16 tokens, 10 steps
+// over /data (never read: nothing trains), global batch 12 in micro-batches
+// of 2; no resources.
+inline loom::v1::JobSpec TinyGptSpec(const std::string& name) {
+  loom::v1::JobSpec spec;
+  spec.set_name(name);
+  auto* gpt = spec.mutable_model()->mutable_gpt();
+  gpt->set_n_layer(2);
+  gpt->set_n_head(2);
+  gpt->set_d_model(32);
+  gpt->set_seq_len(16);
+  gpt->set_vocab_size(256);
+  spec.mutable_data()->add_train("/data/train_*.bin");
+  spec.mutable_optimizer()->mutable_adamw()->set_lr(1e-3);
+  spec.mutable_schedule()->set_total_steps(10);
+  spec.mutable_batch()->set_global_batch(12);
+  spec.mutable_batch()->set_micro_batch(2);
+  return spec;
+}
+
 class JobsFixture : public ::testing::Test {
  protected:
   void SetUp() override {
