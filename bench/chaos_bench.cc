@@ -15,18 +15,26 @@
 // that grows to 3, loses a worker (kill -9, then the node returns) and
 // shrinks, then grows back: it must end SUCCEEDED with no restart, every
 // data batch of its committed trajectory trained exactly once (loomctl
-// steps --ledger), attempts never going backwards, and its losses in the 20
-// steps after a re-plan within 1e-4 (relative) of an uninterrupted 3-rank
-// run's, for each re-plan whose checkpoint the run still matched (within
-// 1e-6 at that step). (The issue asks 1e-5. These re-plans come at step
-// ~30, just after warm-up, where AdamW's update m / sqrt(v) amplifies a
-// last-bit difference in a small gradient about 1.5x a step: measured
-// 1.7e-5 after 20 steps. The cluster test's re-plan at step 100 stays
-// under 1e-7.) Later steps drift apart: the layouts train bitwise
-// alike until a resume changes a last bit, which this small, fast-learning
-// model then amplifies (about 1% a thousand steps on), so a re-plan from a
-// drifted checkpoint continues a different trajectory; the worst later
-// difference is printed, and more than 10% fails the trial. The run needs at least 25
+// steps --ledger), attempts never going backwards, and its losses checked
+// against uninterrupted runs of the same spec on fixed 2-rank and 3-rank
+// gangs. Those two runs are not bitwise alike: their losses agree within
+// 2e-16 while their parameters are equal (steps 1-14 here), then the
+// all-reduced gradient's sum over 2 or 3 ranks rounds a last bit
+// differently, and AdamW turns such a bit in a near-zero gradient into a
+// full-size update (m / sqrt(v)): measured 1.1e-6 apart at step 47, 6.8e-4
+// at step 49, 1.4% at step 77. So a check across layouts is a check of the
+// re-plan only where the parameters are still equal:
+//   - every committed step up to the first step trained under another
+//     layout than the job's first (2 ranks) must equal the 2-rank run's
+//     loss bit for bit: the grow, the kill and the shrink in between
+//     (resumed from the grow's checkpoint) must change nothing;
+//   - each re-plan from a checkpoint within that prefix must report, for
+//     its first step, the 2-rank run's loss within 1e-12: the same
+//     parameters and data batch under any layout (the step's neighbours'
+//     batches give losses a median 3.8% apart);
+//   - later steps, which follow a different trajectory once a bit differs,
+//     must stay within 10% of the 3-rank run's; the worst later
+// difference is printed. The run needs at least 25
 // layout generations in all. The daemons' open files, threads and RSS are sampled
 // after every trial and must stay under fixed ceilings. Every other trial
 // must end SUCCEEDED with final
@@ -54,6 +62,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -77,8 +86,8 @@ namespace {
 
 using loom::testing::RankPidsOf;
 using loom::testing::RunCommand;
-using loom::testing::WaitFor;
 using loom::testing::ShellQuote;
+using loom::testing::WaitFor;
 
 constexpr int kSteps = 1000;
 // The controller-down trial's job: the controller stays down past the
@@ -187,15 +196,26 @@ recovery: {disable_spike_detection: true, max_restarts: 4}
 }
 
 // An elastic job (2 ranks, re-planned between 1 and 3) of the same model on
-// 12-sequence global batches; `elastic` false: a fixed 3-rank reference.
-std::string WriteElasticSpec(const std::string& home, const std::string& name, bool elastic) {
+// 12-sequence global batches; `fixed_ranks` > 0: an uninterrupted reference
+// run of the same spec on that many ranks, never re-planned.
+std::string WriteElasticSpec(const std::string& home, const std::string& name,
+                             int fixed_ranks = 0) {
+  const bool elastic = fixed_ranks == 0;
+  const int ranks = elastic ? 2 : fixed_ranks;
   return WriteSpec(home, name,
                    absl::StrCat("checkpoint: {interval_steps: 50, keep: 3}\n",
                                 elastic ? "elastic: {min_ranks: 1, max_ranks: 3}\n" : ""),
                    kElasticSteps,
                    absl::StrCat("batch: {global_batch: 12, micro_batch: 2}\nresources: {workers: ",
-                                elastic ? 2 : 3, ", ranks: ", elastic ? 2 : 3, "}\n"),
+                                ranks, ", ranks: ", ranks, "}\n"),
                    /*seed=*/11);
+}
+
+// The data-parallel degree a REPLANNED event's layout names ("tp 1 | pp 1 |
+// dp 3 | ..."), or 0.
+int DataParallelOf(const std::string& layout) {
+  const size_t at = layout.find("dp ");
+  return at == std::string::npos ? 0 : atoi(layout.c_str() + at + 3);
 }
 
 // A daemon's open files, threads and resident bytes (/proc).
@@ -272,10 +292,11 @@ int main(int argc, char** argv) {
   const loom::testing::RunOnExit down(
       absl::StrCat(bin, "/loomctl --home ", ShellQuote(home), " local down"));
   Cluster cluster(bin, home, lab->get());
-  auto prep = RunCommand(absl::StrCat(
-      bin, "/loomctl data prepare --input /usr/share/games/fortunes/fortunes "
-           "/usr/share/games/fortunes/literature /usr/share/games/fortunes/riddles --out ",
-      home, "/data"));
+  auto prep = RunCommand(
+      absl::StrCat(bin,
+                   "/loomctl data prepare --input /usr/share/games/fortunes/fortunes "
+                   "/usr/share/games/fortunes/literature /usr/share/games/fortunes/riddles --out ",
+                   home, "/data"));
   if (prep.exit_code != 0) return Die(prep.err);
 
   const std::string regular = "checkpoint: {interval_steps: 25, keep: 3}\n";
@@ -286,9 +307,9 @@ int main(int argc, char** argv) {
     const std::string reference = cluster.Submit(WriteSpec(home, name, regular, steps));
     loom::v1::Job ref;
     if (reference.empty() ||
-        !WaitFor([&] {
-          return cluster.Status(reference, &ref) && ref.state() == loom::v1::SUCCEEDED;
-        }, 300)) {
+        !WaitFor(
+            [&] { return cluster.Status(reference, &ref) && ref.state() == loom::v1::SUCCEEDED; },
+            300)) {
       std::cerr << "the uninterrupted reference run did not succeed: " << ref.DebugString();
       return std::string();
     }
@@ -322,9 +343,8 @@ int main(int argc, char** argv) {
   }
   std::shuffle(kinds.begin(), kinds.end(), rng);
 
-  // The elastic trials' reference: the same spec on a fixed 3-rank gang,
-  // its loss at every step.
-  std::map<int64_t, double> elastic_want;
+  // The elastic trials' references: the same spec on fixed 2-rank and
+  // 3-rank gangs, each one's loss at every step.
   auto losses_of = [&](const std::string& job, loom::v1::GetStepMetricsResponse* records) {
     std::map<int64_t, double> out;
     auto listed = cluster.Ctl("-o json steps " + job);
@@ -334,8 +354,10 @@ int main(int argc, char** argv) {
     }
     return out;
   };
-  {
-    const std::string reference = cluster.Submit(WriteElasticSpec(home, "elastic-uncut", false));
+  std::map<int, std::map<int64_t, double>> elastic_refs;  // ranks -> step -> loss
+  for (const int ranks : {2, 3}) {
+    const std::string reference =
+        cluster.Submit(WriteElasticSpec(home, absl::StrCat("elastic-uncut", ranks), ranks));
     loom::v1::Job ref;
     if (reference.empty() ||
         !WaitFor(
@@ -344,12 +366,12 @@ int main(int argc, char** argv) {
       return Die("the elastic reference run did not succeed: " + ref.DebugString());
     }
     loom::v1::GetStepMetricsResponse records;
-    elastic_want = losses_of(reference, &records);
-    if (static_cast<int>(elastic_want.size()) != kElasticSteps) {
+    elastic_refs[ranks] = losses_of(reference, &records);
+    if (static_cast<int>(elastic_refs[ranks].size()) != kElasticSteps) {
       return Die("the elastic reference run's step records are incomplete");
     }
-    std::cout << absl::StrFormat("elastic reference: %d steps on 3 ranks, final loss %.6f\n",
-                                 kElasticSteps, elastic_want.rbegin()->second);
+    std::cout << absl::StrFormat("elastic reference: %d steps on %d ranks, final loss %.6f\n",
+                                 kElasticSteps, ranks, elastic_refs[ranks].rbegin()->second);
   }
 
   int passed = 0, lost_total = 0, preemptions = 0, preempted_steps_lost = 0;
@@ -377,15 +399,23 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     if (kind == "elastic") {
       const std::string name = absl::StrCat("trial", t);
-      const std::string job = cluster.Submit(WriteElasticSpec(home, name, true));
+      const std::string job = cluster.Submit(WriteElasticSpec(home, name));
       loom::v1::Job j;
+      // Layout generation g has trained a step past the checkpoint it
+      // resumed from (so its first step is on record for the check below).
       auto at_generation = [&](int g) {
         return WaitFor(
             [&] {
-              return cluster.Status(job, &j) &&
-                     ((j.layout_generation() >= g && j.state() == loom::v1::RUNNING &&
-                       j.summary().last_step() > 0) ||
-                      j.state() == loom::v1::SUCCEEDED);
+              if (!cluster.Status(job, &j)) return false;
+              if (j.state() == loom::v1::SUCCEEDED) return true;
+              int64_t resumed_from = 0;
+              for (const auto& e : j.events()) {
+                if (e.kind() == loom::v1::RecoveryEvent::REPLANNED) {
+                  resumed_from = e.checkpoint_step();
+                }
+              }
+              return j.layout_generation() >= g && j.state() == loom::v1::RUNNING &&
+                     j.summary().last_step() > resumed_from;
             },
             90);
       };
@@ -396,8 +426,7 @@ int main(int argc, char** argv) {
       // reported step S (to replay a trial whose kill came at that step).
       if (const char* at = std::getenv("CHAOS_ELASTIC_KILL_STEP");
           at != nullptr && note.empty() && j.state() == loom::v1::RUNNING) {
-        WaitFor([&] { return cluster.Status(job, &j) && j.summary().last_step() >= atoi(at); },
-                60);
+        WaitFor([&] { return cluster.Status(job, &j) && j.summary().last_step() >= atoi(at); }, 60);
       }
       if (note.empty() && j.state() == loom::v1::RUNNING) {
         std::vector<int> hosts;
@@ -437,46 +466,91 @@ int main(int argc, char** argv) {
       bool forward = read;
       for (size_t i = 1; i < by_time.size(); ++i)
         forward &= by_time[i].second >= by_time[i - 1].second;
-      // Each re-plan resumes from its event's checkpoint.
-      // Re-plans from a checkpoint still on the reference's path.
-      std::vector<int64_t> resumed_at;
-      int drifted = 0;
+      // The ranks each layout generation ran: generation 0 the first
+      // re-plan's from-layout, generation k the k-th re-plan's to-layout.
+      std::vector<int> ranks_of_generation;
+      std::vector<const loom::v1::RecoveryEvent*> replan_events;
       std::vector<std::string> replans;  // "<cause> from <checkpoint>", for the trial's line
       for (const auto& e : done.events()) {
         if (e.kind() != loom::v1::RecoveryEvent::REPLANNED) continue;
-        const int64_t c = e.checkpoint_step();
-        replans.push_back(absl::StrCat(e.cause(), " from ", c));
-        const bool on_path = c == 0 || (got.count(c) > 0 && elastic_want.count(c) > 0 &&
-                                        std::abs(got.at(c) - elastic_want.at(c)) <=
-                                            1e-6 * std::abs(elastic_want.at(c)));
-        if (on_path) {
-          resumed_at.push_back(c);
+        if (ranks_of_generation.empty()) {
+          ranks_of_generation.push_back(DataParallelOf(e.from_layout()));
+        }
+        ranks_of_generation.push_back(DataParallelOf(e.to_layout()));
+        replan_events.push_back(&e);
+        replans.push_back(absl::StrCat(e.cause(), " from ", e.checkpoint_step()));
+      }
+      if (ranks_of_generation.empty()) ranks_of_generation.push_back(2);
+      const bool layouts_known =
+          static_cast<int>(replan_events.size()) == done.layout_generation() &&
+          std::count(ranks_of_generation.begin(), ranks_of_generation.end(), 0) == 0;
+      // The committed trajectory's exact prefix: steps 1..prefix all trained
+      // under the job's first layout, so bit for bit the uninterrupted run's
+      // of that many ranks.
+      std::map<int64_t, int> layout_of;  // step -> layout generation, newest attempt's
+      for (const auto& m : records.steps()) {
+        if (m.step() > 0) layout_of[m.step()] = m.layout_generation();
+      }
+      const int first_ranks = ranks_of_generation.front();
+      const std::map<int64_t, double>& first_ref = elastic_refs[first_ranks];
+      const std::map<int64_t, double>& last_ref = elastic_refs[3];
+      auto rel_diff = [](double got_loss, const std::map<int64_t, double>& ref, int64_t s) {
+        auto it = ref.find(s);
+        if (it == ref.end()) return std::numeric_limits<double>::infinity();
+        return std::abs(got_loss - it->second) / std::abs(it->second);
+      };
+      int64_t prefix = 0;
+      double prefix_diff = 0, later = 0;
+      for (const auto& [s, loss] : got) {
+        const int g = layout_of[s];
+        const bool in_prefix = layouts_known && s == prefix + 1 &&
+                               g < static_cast<int>(ranks_of_generation.size()) &&
+                               ranks_of_generation[g] == first_ranks;
+        if (in_prefix) {
+          prefix = s;
+          prefix_diff = std::max(prefix_diff, rel_diff(loss, first_ref, s));
         } else {
-          ++drifted;
+          later = std::max(later, rel_diff(loss, last_ref, s));
         }
       }
-      double near = 0, later = 0;
-      for (const auto& [s, loss] : got) {
-        auto want_it = elastic_want.find(s);
-        if (want_it == elastic_want.end()) continue;
-        const double d = std::abs(loss - want_it->second) / std::abs(want_it->second);
-        const bool after_replan = std::any_of(resumed_at.begin(), resumed_at.end(),
-                                              [s](int64_t c) { return s > c && s <= c + 20; });
-        double& worst = after_replan ? near : later;
-        worst = std::max(worst, d);
+      // Each re-plan from a checkpoint inside the prefix: its attempt's first
+      // step (kept or later replayed) starts from the uninterrupted run's
+      // parameters, on its data batch.
+      int checked = 0, past_prefix = 0, unreported = 0;
+      double first_step_diff = 0;
+      for (const loom::v1::RecoveryEvent* e : replan_events) {
+        const int64_t c = e->checkpoint_step();
+        if (c > prefix) {
+          ++past_prefix;
+          continue;
+        }
+        const loom::v1::StepMetrics* first = nullptr;
+        for (const auto& m : records.steps()) {
+          if (m.step() == c + 1 && m.generation() == e->generation()) first = &m;
+        }
+        if (first == nullptr) {
+          ++unreported;
+          continue;
+        }
+        ++checked;
+        first_step_diff = std::max(first_step_diff, rel_diff(first->loss(), first_ref, c + 1));
       }
-      const double rel = later;
       const bool ok = done.state() == loom::v1::SUCCEEDED && done.restarts() == 0 &&
-                      ledger.exit_code == 0 && forward && near <= 1e-4 && later <= 0.10;
+                      ledger.exit_code == 0 && forward && layouts_known && prefix > 0 &&
+                      prefix_diff == 0 && checked > 0 && first_step_diff <= 1e-12 && later <= 0.10;
       passed += ok;
       std::cout
           << absl::StrFormat(
-                 "trial %2d %-16s %-9s restarts=%d %s layouts=%d loss rel diff %.2g in the 20 "
-                 "steps after %d re-plan(s) on the reference's path (%d from a drifted "
-                 "checkpoint), %.2g elsewhere  %5.1f s  (%s; %s%s)\n",
+                 "trial %2d %-16s %-9s restarts=%d %s layouts=%d%s: steps 1-%d on %d ranks %s "
+                 "the uninterrupted %d-rank run's; the first step after %d re-plan(s) within "
+                 "%.2g of it (%d from a checkpoint past step %d, %d never reported it); later "
+                 "steps within %.2g of the 3-rank run's  %5.1f s  (%s; %s%s)\n",
                  t, kind, loom::v1::JobState_Name(done.state()), done.restarts(),
-                 ok ? "ok" : "FAILED", done.layout_generation(), near,
-                 static_cast<int>(resumed_at.size()), drifted, rel,
+                 ok ? "ok" : "FAILED", done.layout_generation(),
+                 layouts_known ? "" : " (LAYOUTS UNKNOWN)", prefix, first_ranks,
+                 prefix_diff == 0 ? std::string("bit-exact with")
+                                  : absl::StrFormat("DIFFER (%.2g) from", prefix_diff),
+                 first_ranks, checked, first_step_diff, past_prefix, prefix, unreported, later,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                  absl::StrCat(note, "; re-plans: ", absl::StrJoin(replans, ", ")),
                  std::string(absl::StripAsciiWhitespace(ledger.out)),
@@ -499,8 +573,8 @@ int main(int argc, char** argv) {
     const std::string job = cluster.Submit(WriteSpec(home, name, checkpoint, steps));
     loom::v1::Job j;
     auto step = [&] { return cluster.Status(job, &j) ? j.summary().last_step() : -1; };
-    if (job.empty() || !WaitFor([&] { return step() >= at || j.state() == loom::v1::SUCCEEDED; },
-                                120)) {
+    if (job.empty() ||
+        !WaitFor([&] { return step() >= at || j.state() == loom::v1::SUCCEEDED; }, 120)) {
       out.note = "never reached the fault's step";
     } else if (j.state() == loom::v1::SUCCEEDED) {
       out.note = "finished before the fault";
@@ -613,11 +687,13 @@ int main(int argc, char** argv) {
       }
     }
     loom::v1::Job done;
-    WaitFor([&] {
-      return cluster.Status(job, &done) &&
-             (done.state() == loom::v1::SUCCEEDED || done.state() == loom::v1::FAILED ||
-              done.state() == loom::v1::CANCELLED);
-    }, 300);
+    WaitFor(
+        [&] {
+          return cluster.Status(job, &done) &&
+                 (done.state() == loom::v1::SUCCEEDED || done.state() == loom::v1::FAILED ||
+                  done.state() == loom::v1::CANCELLED);
+        },
+        300);
     out.succeeded = done.state() == loom::v1::SUCCEEDED;
     int trial_lost = 0;
     for (const auto& e : done.events()) {
@@ -649,14 +725,14 @@ int main(int argc, char** argv) {
     passed +=
         out.bit_exact && out.lost == 0 && trial_lost == 0 &&
         (kind != "preempt" || (done.preemptions() == kPreemptionsPerTrial && done.restarts() == 0));
-    std::cout << absl::StrFormat(
-                     "trial %2d %-16s %-9s restarts=%d %s lost=%d  %5.1f s  (%s)\n", t, kind,
-                     loom::v1::JobState_Name(done.state()), done.restarts(),
-                     out.bit_exact ? "bit-exact" : "DIFFERENT", out.lost,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                         .count(),
-                     out.note)
-              << std::flush;
+    std::cout
+        << absl::StrFormat(
+               "trial %2d %-16s %-9s restarts=%d %s lost=%d  %5.1f s  (%s)\n", t, kind,
+               loom::v1::JobState_Name(done.state()), done.restarts(),
+               out.bit_exact ? "bit-exact" : "DIFFERENT", out.lost,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+               out.note)
+        << std::flush;
     if (full) RunCommand(absl::StrCat("rm -rf ", ShellQuote(full_dir + "/" + name)));
     sample_daemons();
   }
