@@ -878,6 +878,19 @@ int main(int argc, char** argv) {
       "from other processes\n",
       100 * self_cpu / measured_s, cores, 100 * machine_busy,
       std::max(0.0, 100 * (machine_busy * cores - (controller_cpu + self_cpu) / measured_s)));
+  {
+    // The controller says on stderr when one holder kept its lock or its
+    // store connection over 200 ms (common/watched_mutex.h): what a stall
+    // in the window waited on.
+    std::ifstream in(log);
+    std::vector<std::string> holds;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(" held the ") != std::string::npos) holds.push_back(line);
+    }
+    std::cout << absl::StrFormat("controller's slow holds (over 200 ms, whole run): %d line(s)%s\n",
+                                 holds.size(), holds.empty() ? "" : ", the first:");
+    for (size_t i = 0; i < holds.size() && i < 5; ++i) std::cout << "  " << holds[i] << "\n";
+  }
   for (const auto& [what, message] : stats.first_errors) {
     std::cout << "first " << what << " error: " << message << "\n";
   }

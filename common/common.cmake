@@ -6,6 +6,9 @@ loom_test(loom_grpc_util_test SRCS grpc_util_test.cc DEPS loom_grpc_util)
 # header-only).
 loom_test(loom_json_writer_test SRCS json_writer_test.cc DEPS loom_common protobuf::libprotobuf absl::strings
           absl::str_format)
+# A mutex that names a holder who kept it too long (watched_mutex.h,
+# header-only): the controller's lock and its store connection.
+loom_test(loom_watched_mutex_test SRCS watched_mutex_test.cc DEPS loom_common)
 # Where each rank of a data x pipeline x tensor layout sits: the
 # controller places ranks with it, the engine builds its groups with it.
 loom_library(loom_parallel_layout SRCS parallel_layout.cc

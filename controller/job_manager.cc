@@ -74,7 +74,7 @@ absl::Status JobManager::Recover(const std::string& why, std::vector<loom::v1::J
 
 absl::Status JobManager::RecoverFrom(const std::string& why,
                                      std::optional<std::vector<loom::v1::Job>> jobs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   RETURN_IF_ERROR(jobs.has_value() ? jobs_.Load(*std::move(jobs)) : jobs_.Load());
   // Cordons still in force (slow ranks) outlive the restart.
   ASSIGN_OR_RETURN(const std::vector<Store::CordonRow> cordons,
@@ -90,7 +90,7 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submi
                                        absl::string_view role) {
   ApplyJobSpecDefaults(&spec);
   const absl::Status valid = ValidateJobSpec(spec);
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   ASSIGN_OR_RETURN(JobRecord * rec,
                    submissions_.Submit(std::move(spec), valid, std::move(submitted_by), role));
   const std::string id = rec->job.id();
@@ -100,21 +100,21 @@ absl::StatusOr<Job> JobManager::Submit(loom::v1::JobSpec spec, std::string submi
 
 absl::StatusOr<loom::v1::PlanResponse> JobManager::Plan(const loom::v1::PlanRequest& request) {
   return Submissions::Plan(request, [this](const loom::v1::JobSpec& spec) {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     return submissions_.LiveTopologyFor(spec);
   });
 }
 
 absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req) {
   RETURN_IF_ERROR(Rollbacks::ValidateRequest(req));
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   ASSIGN_OR_RETURN(JobRecord * rec, jobs_.Lookup(req.job_id()));
   RETURN_IF_ERROR(rollbacks_.Operator(*rec, req));
   return rec->job;
 }
 
 absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   ASSIGN_OR_RETURN(JobRecord * rec, jobs_.Lookup(job_id));
   if (IsTerminalJobState(rec->job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -126,19 +126,19 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::str
 }
 
 absl::StatusOr<Job> JobManager::Get(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   ASSIGN_OR_RETURN(JobRecord * rec, jobs_.Lookup(job_id));
   return rec->job;
 }
 
 absl::StatusOr<std::string> JobManager::Submitter(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   ASSIGN_OR_RETURN(JobRecord * rec, jobs_.Lookup(job_id));
   return rec->job.submitted_by();
 }
 
 absl::StatusOr<std::string> JobManager::WorkerNode(const std::string& worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   const WorkerRegistry::Worker* w = workers_.Find(worker_id);
   if (w == nullptr) {
     return absl::NotFoundError(absl::StrCat("worker \"", worker_id, "\" is not registered"));
@@ -147,7 +147,7 @@ absl::StatusOr<std::string> JobManager::WorkerNode(const std::string& worker_id)
 }
 
 absl::StatusOr<JobManager::Placements> JobManager::AttemptPlacements(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   ASSIGN_OR_RETURN(JobRecord * rec, jobs_.Lookup(job_id));
   Placements out = rec->placements;
   const Job& job = rec->job;
@@ -156,7 +156,7 @@ absl::StatusOr<JobManager::Placements> JobManager::AttemptPlacements(const std::
 }
 
 absl::StatusOr<std::optional<absl::Time>> JobManager::EndedAt(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   ASSIGN_OR_RETURN(JobRecord * rec, jobs_.Lookup(job_id));
   const Job& job = rec->job;
   if (!IsTerminalJobState(job.state())) return std::optional<absl::Time>();
@@ -167,24 +167,24 @@ absl::StatusOr<std::optional<absl::Time>> JobManager::EndedAt(const std::string&
 
 std::vector<Job> JobManager::ListPage(const std::set<JobState>& states, int page_size,
                                       int64_t before_seq, bool full, int64_t* next_before_seq) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return jobs_.ListPage(states, page_size, before_seq, full, next_before_seq);
 }
 
 std::vector<Job> JobManager::List(const std::set<JobState>& states, int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return jobs_.List(states, limit);
 }
 
 std::vector<loom::v1::WorkerInfo> JobManager::ListWorkers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return workers_.List();
 }
 
 absl::StatusOr<std::vector<loom::v1::StepMetrics>> JobManager::StepMetrics(
     const std::string& job_id, int limit) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     if (jobs_.Find(job_id) == nullptr) {
       return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
     }
@@ -195,7 +195,7 @@ absl::StatusOr<std::vector<loom::v1::StepMetrics>> JobManager::StepMetrics(
 absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> JobManager::Checkpoints(
     const std::string& job_id, bool verify) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     if (jobs_.Find(job_id) == nullptr) {
       return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
     }
@@ -207,7 +207,7 @@ absl::StatusOr<std::unique_ptr<JobWatch>> JobManager::Watch(const std::string& j
                                                             bool include_history,
                                                             std::optional<int64_t> after_seq) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     RETURN_IF_ERROR(jobs_.Lookup(job_id).status());
   }
   JobWatch::Options o;
@@ -234,7 +234,7 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   Store::WorkerRow row;
   absl::StatusOr<loom::v1::RegisterWorkerResponse> resp;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     resp = liveness_.Register(req, &row);
   }
   if (!resp.ok()) return resp;
@@ -249,7 +249,7 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
 
 absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
     const loom::v1::HeartbeatRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   loom::v1::HeartbeatResponse resp;
   ASSIGN_OR_RETURN(WorkerLiveness::Beat beat, liveness_.Heartbeat(req, &resp));
   // Schedule first, so a start placed on this worker goes out right away.
@@ -265,13 +265,13 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> JobManager::ReportEvents(
   // so that many ranks' reports share one transaction (group commit).
   StepReports::Applied applied;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     applied = reports_.Apply(req);
   }
   if (applied.write == nullptr) return std::move(applied.response);
   const absl::Status durable = store_->Wait(applied.write);
   if (durable.ok() && applied.events_through == 0) return std::move(applied.response);
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return reports_.Finish(req.job_id(), req.generation(), std::move(applied), durable);
 }
 
@@ -280,7 +280,7 @@ void JobManager::ReportEventsAsync(
     std::function<void(absl::StatusOr<loom::v1::ReportStepMetricsResponse>)> done) {
   StepReports::Applied applied;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     applied = reports_.Apply(req);
   }
   if (applied.write == nullptr) {
@@ -295,7 +295,7 @@ void JobManager::ReportEventsAsync(
     if (durable.ok() && applied.events_through == 0) {
       answer = std::move(applied.response);
     } else {
-      std::lock_guard<std::mutex> lock(mu_);
+      WatchedLock lock(mu_, __func__);
       answer = reports_.Finish(job_id, generation, std::move(applied), durable);
     }
     done(std::move(answer));
@@ -303,7 +303,7 @@ void JobManager::ReportEventsAsync(
 }
 
 absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   WorkerRegistry::Worker* w = workers_.Find(req.worker_id());
   if (w == nullptr) {
     return absl::NotFoundError(absl::StrCat("worker \"", req.worker_id(), "\" is not registered"));
@@ -340,18 +340,18 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
 }
 
 void JobManager::SetQueueConfig(scheduling::QueueConfig config) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   queues_ = std::move(config);
   admitter_.QueueConfigChanged();
 }
 
 scheduling::QueueConfig JobManager::queue_config() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return queues_;
 }
 
 loom::v1::ListQueuesResponse JobManager::ListQueues() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return admitter_.ListQueues();
 }
 
@@ -359,7 +359,7 @@ loom::v1::ListQueuesResponse JobManager::ListQueues() {
 
 void JobManager::Tick() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     jobs_.RetryUnpersisted();
     liveness_.CheckAdoptions();
     liveness_.CheckLeases();
@@ -374,7 +374,7 @@ void JobManager::Tick() {
 void JobManager::ThinFinishedJobs() {
   std::vector<std::string> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    WatchedLock lock(mu_, __func__);
     jobs = jobs_.TakeEndedToThin();
   }
   for (const std::string& id : jobs) {
@@ -398,34 +398,34 @@ void JobManager::ThinFinishedJobs() {
 }
 
 std::map<JobState, int> JobManager::JobCountsByState() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return jobs_.state_counts();
 }
 
 RecoveryTotals JobManager::RecoveryCounts() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return jobs_.Totals();
 }
 
 int64_t JobManager::StoreWriteFailures() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return jobs_.write_failures();
 }
 
 int64_t JobManager::IllegalTransitions() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return jobs_.illegal_transitions();
 }
 
 std::vector<std::string> JobManager::TakeRecentlyEnded() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   std::vector<std::string> out;
   out.swap(ended_->ids);
   return out;
 }
 
 int JobManager::AliveWorkers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return workers_.alive_count();
 }
 

@@ -19,12 +19,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/watched_mutex.h"
 #include "controller/admission/admitter.h"
 #include "controller/admission/submission.h"
 #include "controller/events/event_hub.h"
@@ -126,7 +126,7 @@ class JobManager {
   const JobManagerOptions options_;
   CheckpointCatalog catalog_;
   EventHub hub_;
-  std::mutex mu_;  // guards everything below
+  WatchedMutex mu_{"loom-controller: the controller lock"};  // guards everything below
   scheduling::QueueConfig queues_ = scheduling::DefaultQueueConfig();
   ScheduleSignal schedule_;
   WorkerRegistry workers_;

@@ -136,17 +136,17 @@ Store::~Store() {
 }
 
 std::string Store::Describe() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return conn_->Describe();
 }
 
 void Store::SetFencingEpoch(int64_t epoch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   fencing_epoch_ = epoch;
 }
 
 int64_t Store::fencing_epoch() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return fencing_epoch_;
 }
 
@@ -306,7 +306,7 @@ absl::Status Store::WriteBatch(const std::vector<Ticket>& batch,
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i]->has_job) last_row[batch[i]->job_id] = i;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return WriteTransactionLocked([&]() -> absl::Status {
     // The event log's next number, read once the batch has an event: this
     // transaction holds the write lock (and the fence), so no other writer
@@ -374,7 +374,7 @@ absl::Status Store::PutJobAndSteps(const loom::v1::Job& job, int new_transitions
 }
 
 absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobs() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = conn_->Run("SELECT id, job FROM jobs ORDER BY created_unix_ms, seq;", {});
   if (!r.ok()) return r.status();
   std::vector<loom::v1::Job> jobs;
@@ -391,7 +391,7 @@ absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobs() {
 
 absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobsChangedSince(int64_t after,
                                                                        int64_t* newest) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r =
       conn_->Run("SELECT id, job, change_seq FROM jobs WHERE change_seq > ? ORDER BY change_seq;",
                  {Int(after)});
@@ -409,7 +409,7 @@ absl::StatusOr<std::vector<loom::v1::Job>> Store::LoadJobsChangedSince(int64_t a
 
 absl::StatusOr<std::vector<loom::v1::StateTransition>> Store::LoadTransitions(
     const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = conn_->Run(
       "SELECT from_state, to_state, time_unix_ms, reason FROM transitions "
       "WHERE job_id = ? ORDER BY idx;",
@@ -436,7 +436,7 @@ absl::Status Store::AppendStepMetrics(const std::string& job_id,
 
 absl::StatusOr<int64_t> Store::ThinStepMetrics(const std::string& job_id, int64_t keep) {
   if (keep < 2) return absl::InvalidArgumentError("keep: must be >= 2");
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   const std::string row_id = conn_->StepRowId();
   auto rows = conn_->Run(absl::StrCat("SELECT ", row_id, " FROM step_metrics WHERE job_id = ? ",
                                       "ORDER BY step, ", row_id, ";"),
@@ -465,7 +465,7 @@ absl::StatusOr<int64_t> Store::ThinStepMetrics(const std::string& job_id, int64_
 
 absl::StatusOr<std::vector<loom::v1::StepMetrics>> Store::LoadStepMetrics(const std::string& job_id,
                                                                           int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   const std::string row_id = conn_->StepRowId();
   const std::string order = absl::StrCat("SELECT metrics FROM step_metrics WHERE job_id = ? ",
                                          "ORDER BY step DESC, ", row_id, " DESC");
@@ -490,7 +490,7 @@ absl::Status Store::PutCheckpoint(const std::string& job_id, const loom::v1::Che
 absl::Status Store::PutCheckpoints(const std::string& job_id,
                                    const std::vector<loom::v1::CheckpointInfo>& infos) {
   if (infos.empty()) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return WriteTransactionLocked([&]() -> absl::Status {
     for (const loom::v1::CheckpointInfo& info : infos) {
       const std::string blob = info.SerializeAsString();
@@ -506,7 +506,7 @@ absl::Status Store::PutCheckpoints(const std::string& job_id,
 
 absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Store::LoadCheckpoints(
     const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = conn_->Run("SELECT info FROM checkpoints WHERE job_id = ? ORDER BY step, generation;",
                       {Text(job_id)});
   if (!r.ok()) return r.status();
@@ -520,7 +520,7 @@ absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Store::LoadCheckpoints(
 }
 
 absl::Status Store::PutWorker(const WorkerRow& worker) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return WriteTransactionLocked([&]() -> absl::Status {
     return conn_
         ->Run(
@@ -535,7 +535,7 @@ absl::Status Store::PutWorker(const WorkerRow& worker) {
 }
 
 absl::Status Store::PutCordon(const CordonRow& cordon) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return WriteTransactionLocked([&]() -> absl::Status {
     return conn_
         ->Run(
@@ -548,7 +548,7 @@ absl::Status Store::PutCordon(const CordonRow& cordon) {
 }
 
 absl::StatusOr<std::vector<Store::CordonRow>> Store::LoadCordons(int64_t after_unix_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = conn_->Run(
       "SELECT node, until_unix_ms, reason FROM cordons WHERE until_unix_ms > ? ORDER BY node;",
       {Int(after_unix_ms)});
@@ -559,7 +559,7 @@ absl::StatusOr<std::vector<Store::CordonRow>> Store::LoadCordons(int64_t after_u
 }
 
 absl::StatusOr<std::vector<Store::WorkerRow>> Store::LoadWorkers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = conn_->Run(
       "SELECT id, node, address, zone, rack, registered_unix_ms FROM workers "
       "ORDER BY registered_unix_ms, id;",
@@ -580,7 +580,7 @@ absl::StatusOr<std::vector<Store::WorkerRow>> Store::LoadWorkers() {
 }
 
 absl::StatusOr<int64_t> Store::MaxJobSequence() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = conn_->Run("SELECT COALESCE(MAX(seq), 0) FROM jobs;", {});
   if (!r.ok()) return r.status();
   return r->rows[0][0].i;

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/watched_mutex.h"
 #include "controller/store/postgres_connection.h"
 #include "controller/store/sql_connection.h"
 #include "loom/v1/job.pb.h"
@@ -277,11 +278,11 @@ class Store {
   struct LogMatch {
     int rank = 0;
     int64_t generation = 0;
-    int64_t offset = 0;  // of the chunk in its log
-    bool last = false;   // the log's newest chunk (its partial last line is matched here)
+    int64_t offset = 0;   // of the chunk in its log
+    bool last = false;    // the log's newest chunk (its partial last line is matched here)
     int64_t carried = 0;  // bytes of the partial line before it that its text starts with
-    std::string data;    // the chunk's bytes
-    std::string text;    // its searchable text (the carried partial line has no newline)
+    std::string data;     // the chunk's bytes
+    std::string text;     // its searchable text (the carried partial line has no newline)
   };
   static constexpr int64_t kLogCarryMax = 4096;
   // Chunks of `job_id`'s logs (all ranks and attempts) whose text contains
@@ -361,7 +362,7 @@ class Store {
   std::mutex listener_mu_;
   std::map<const void*, LoggedEventsListener> events_listeners_;  // guarded by listener_mu_
 
-  std::mutex mu_;
+  WatchedMutex mu_{"loom-controller: the store connection"};
   // Owned; guarded by mu_. It prepares each statement once and reuses it:
   // parsing WriteBatch's for every batch was a tenth of a transaction's CPU.
   std::unique_ptr<store::SqlConnection> conn_;

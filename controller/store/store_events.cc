@@ -29,7 +29,7 @@ absl::StatusOr<std::vector<Store::LoggedEvent>> Store::LoadEvents(const std::str
                                                                   int64_t after_seq,
                                                                   int64_t limit) {
   const int64_t most = limit > 0 ? limit : std::numeric_limits<int64_t>::max();
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = job_id.empty()
                ? conn_->Run("SELECT seq, job_id, idx, kind, time_unix_ms, payload FROM job_events "
                             "WHERE seq > ? ORDER BY seq LIMIT ?;",
@@ -56,7 +56,7 @@ absl::StatusOr<std::vector<Store::LoggedEvent>> Store::LoadEvents(const std::str
 absl::StatusOr<int64_t> Store::PruneEvents(const std::string& job_id, int64_t keep) {
   if (keep < 1) return absl::InvalidArgumentError("keep: must be >= 1");
   int64_t deleted = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   absl::Status s = WriteTransactionLocked([&]() -> absl::Status {
     auto r = conn_->Run(
         "DELETE FROM job_events WHERE job_id = ? AND kind <> ? AND seq < (SELECT COALESCE(MIN(seq), 0) "
@@ -72,7 +72,7 @@ absl::StatusOr<int64_t> Store::PruneEvents(const std::string& job_id, int64_t ke
 }
 
 absl::StatusOr<int64_t> Store::LastEventSeq() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = conn_->Run("SELECT COALESCE(MAX(seq), 0) FROM job_events;", {});
   if (!r.ok()) return r.status();
   return r->rows[0][0].i;

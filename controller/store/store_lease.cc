@@ -26,7 +26,7 @@ absl::StatusOr<Store::Lease> Store::AcquireLease(const std::string& holder,
   if (holder.empty()) return absl::InvalidArgumentError("lease holder: must not be empty");
   const int64_t duration_ms = absl::ToInt64Milliseconds(duration);
   if (duration_ms <= 0) return absl::InvalidArgumentError("lease duration: must be > 0");
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   // Not fenced: this is the one write that may change the epoch.
   absl::Status s = conn_->BeginWrite();
   if (!s.ok()) return s;
@@ -66,7 +66,7 @@ absl::StatusOr<Store::Lease> Store::AcquireLease(const std::string& holder,
 }
 
 absl::Status Store::ReleaseLease(const std::string& holder) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   // The holder is cleared too, so that whoever takes it next (this
   // controller again included) starts a new epoch.
   auto r =
@@ -76,7 +76,7 @@ absl::Status Store::ReleaseLease(const std::string& holder) {
 }
 
 absl::StatusOr<Store::Lease> Store::ReadLease() {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   auto r = conn_->Run(absl::StrCat("SELECT epoch, holder, address, expires_unix_ms, ",
                                    conn_->NowUnixMs(), " FROM leader WHERE id = 1;"),
                       {});

@@ -88,7 +88,7 @@ absl::StatusOr<Store::LogRow> Store::AppendLog(const std::string& job_id, int ra
   out.job_id = job_id;
   out.rank = rank;
   out.generation = generation;
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   absl::Status s = WriteTransactionLocked([&]() -> absl::Status {
     auto read = conn_->Run(
         absl::StrCat("SELECT first_kept, end_offset, complete, carry FROM rank_logs WHERE job_id = ? "
@@ -261,7 +261,7 @@ absl::StatusOr<std::vector<Store::LogChunk>> Store::ReadLogBackward(const std::s
 }
 
 absl::Status Store::RemoveLogs(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  WatchedLock lock(mu_, __func__);
   return WriteTransactionLocked([&]() -> absl::Status {
     auto chunks = conn_->Run("DELETE FROM rank_log_chunks WHERE job_id = ?;", {Text(job_id)});
     if (!chunks.ok()) return chunks.status();
