@@ -194,6 +194,7 @@ absl::StatusOr<DaemonInfo> ReadReadyFile(const std::string& path) {
   DaemonInfo info;
   info.grpc_address = Str(s, "grpc_address");
   info.metrics_address = Str(s, "metrics_address");
+  info.console_url = Str(s, "console_url");
   info.role = Str(s, "role");
   auto it = s.fields().find("pid");
   if (it != s.fields().end()) info.pid = static_cast<int>(it->second.number_value());

@@ -9,7 +9,7 @@
 //                        each worker proves its node with a client
 //                        certificate "worker:local-<i>", and user-local.pem
 //                        ("user:local") is the local user's certificate
-//   run/controller.json  {grpc_address, metrics_address, pid, role} (ready
+//   run/controller.json  {grpc_address, metrics_address, console_url, pid, role} (ready
 //                        file); with --ha, controller-0.json and
 //                        controller-1.json, and postgres.json
 //                        (cli/local_postgres.h)
@@ -90,6 +90,7 @@ struct DaemonInfo {
   bool alive = false;
   std::string grpc_address;     // controller only
   std::string metrics_address;
+  std::string console_url;  // controller only, when it serves Loom Console
   std::string log_path;
   // A controller's "active" or "standby" (as its ready file last said: a
   // killed one keeps its last word, with alive false); "database" for the

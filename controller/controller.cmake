@@ -38,7 +38,8 @@ loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager l
           SQLite::SQLite3)
 
 include(${CMAKE_CURRENT_SOURCE_DIR}/service/service.cmake)
+include(${CMAKE_CURRENT_SOURCE_DIR}/console/console.cmake)
 
 add_executable(loom-controller controller_main.cc controller_flags.cc)
-target_link_libraries(loom-controller PRIVATE loom_controller_service loom_goodput loom_health
+target_link_libraries(loom-controller PRIVATE loom_controller_service loom_console loom_goodput loom_health
   absl::flags absl::flags_parse absl::flags_usage absl::synchronization)

@@ -26,6 +26,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(std::string, health_listen, "",
           "also serve grpc.health.v1 (only) in plaintext here, for kubelet probes and the "
           "image's HEALTHCHECK, which speak no TLS (e.g. 0.0.0.0:7071); empty: none");
+ABSL_FLAG(int32_t, console_port, -1,
+          "serve Loom Console's JSON API (/api/v1/, docs/console.md) on this port of the --listen "
+          "host, over HTTPS with --tls_cert/--tls_key; 0 = pick a free port, -1 = no console");
 ABSL_FLAG(bool, allow_plaintext, false,
           "serve without TLS (no --tls_cert): tokens then cross the network in the clear");
 ABSL_FLAG(std::string, data_root, "",
@@ -38,7 +41,7 @@ ABSL_FLAG(std::string, checkpoint_root, "",
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for TLS on the gRPC port");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for TLS on the gRPC port");
 ABSL_FLAG(std::string, ready_file, "",
-          "once serving, write {grpc_address, metrics_address} JSON here");
+          "once serving, write {grpc_address, metrics_address[, console_url]} JSON here");
 ABSL_FLAG(int64_t, log_max_bytes, 16 << 20,
           "keep at most this many bytes (the newest) of each rank's log per attempt, as "
           "workers ship them (loomctl logs); at least 4096");

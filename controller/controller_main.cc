@@ -38,17 +38,18 @@
 #include "common/json_writer.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
-#include "controller/service/access.h"
+#include "controller/admission/path_policy.h"
 #include "controller/checkpoints/checkpoint_verifier.h"
+#include "controller/console/console_server.h"
 #include "controller/controller_flags.h"
-#include "controller/service/controller_service.h"
-#include "controller/progress/goodput.h"
 #include "controller/job_manager.h"
 #include "controller/leader/catalog_mirror.h"
 #include "controller/leader/leader_lease.h"
 #include "controller/logs/log_store.h"
-#include "controller/admission/path_policy.h"
+#include "controller/progress/goodput.h"
 #include "controller/scheduling/queue_config.h"
+#include "controller/service/access.h"
+#include "controller/service/controller_service.h"
 #include "controller/store/store.h"
 
 namespace {
@@ -358,9 +359,22 @@ int main(int argc, char** argv) {
 
   std::string host = listen.substr(0, listen.rfind(':'));
   std::string grpc_address = absl::StrCat(host, ":", port);
+  // Loom Console: the JSON API answered by this server's own services.
+  std::unique_ptr<controller::console::ConsoleServer> console;
+  if (const int console_port = absl::GetFlag(FLAGS_console_port); console_port >= 0) {
+    auto started = controller::console::ConsoleServer::Start(
+        {absl::StrCat(host, ":", console_port), absl::GetFlag(FLAGS_tls_cert),
+         absl::GetFlag(FLAGS_tls_key)},
+        std::make_unique<controller::console::ApiGateway>(
+            server->InProcessChannel(grpc::ChannelArguments()), absl::Seconds(30)));
+    if (!started.ok()) return Fail(absl::StrCat("--console_port: ", started.status().message()));
+    console = *std::move(started);
+  }
+  const std::string console_url = console ? console->url() : "";
   std::cerr << "loom-controller: serving gRPC on " << grpc_address << ", metrics on "
             << (*exposer)->address() << ", data in " << data_dir << ", store "
-            << (*store)->Describe() << ", checkpoints under " << opts.checkpoint_root << std::endl;
+            << (*store)->Describe() << ", checkpoints under " << opts.checkpoint_root
+            << (console ? ", console on " + console_url : "") << std::endl;
   auto& leader_gauge = metrics::BuildGauge()
                            .Name("loom_controller_leader")
                            .Help(
@@ -377,12 +391,13 @@ int main(int argc, char** argv) {
   // or "standby" until it takes the lease; `loomctl local status` shows it).
   const std::string ready = absl::GetFlag(FLAGS_ready_file);
   const std::string metrics_address = (*exposer)->address();
-  auto write_ready = [ready, grpc_address, metrics_address](const char* role) {
+  auto write_ready = [ready, grpc_address, metrics_address, console_url](const char* role) {
     if (ready.empty()) return absl::OkStatus();
     JsonWriter w;
     w.BeginObject();
     w.Field("grpc_address", grpc_address);
     w.Field("metrics_address", metrics_address);
+    if (!console_url.empty()) w.Field("console_url", console_url);
     w.Field("pid", static_cast<int>(getpid()));
     w.Field("role", role);
     w.EndObject();

@@ -10,7 +10,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev
   libtorch-dev libgloo-dev
-  libsqlite3-dev libyaml-cpp-dev libcivetweb-dev libsentencepiece-dev
+  libsqlite3-dev libyaml-cpp-dev libcivetweb-dev libcpp-httplib-dev libsentencepiece-dev
   libpq-dev postgresql
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   prometheus

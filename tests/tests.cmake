@@ -55,6 +55,16 @@ target_link_libraries(loom_rpc_access_test PRIVATE loom_test_util loom_local_clu
 add_dependencies(loom_rpc_access_test loom-controller)
 gtest_discover_tests(loom_rpc_access_test PROPERTIES TIMEOUT 120 LABELS integration)
 
+# The console's JSON API over HTTPS on a real controller.
+add_executable(loom_console_api_test console_api_test.cc)
+target_compile_definitions(loom_console_api_test PRIVATE
+  LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+target_link_libraries(loom_console_api_test PRIVATE loom_test_util loom_local_cluster loom_access
+  loom_grpc loom_grpc_util loom_file_util loom_jobspec gRPC::grpc++ absl::strings GTest::gtest
+  GTest::gmock GTest::gtest_main)
+add_dependencies(loom_console_api_test loom-controller)
+gtest_discover_tests(loom_console_api_test PROPERTIES TIMEOUT 120 LABELS integration)
+
 add_executable(loom_cli_test cli_test.cc)
 target_compile_definitions(loom_cli_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
   LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

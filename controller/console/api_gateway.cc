@@ -1,0 +1,360 @@
+#include "controller/console/api_gateway.h"
+
+#include <cstdlib>
+#include <functional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "controller/leader/leader_lease.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace loom::controller::console {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using Stub = loom::v1::JobService::Stub;
+
+// Decodes %XX and '+' (a space in a query string). False for a broken escape.
+bool UrlDecode(absl::string_view in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '+') {
+      out->push_back(' ');
+    } else if (in[i] == '%') {
+      int v = 0;
+      if (i + 2 >= in.size()) return false;
+      for (int k = 1; k <= 2; ++k) {
+        const char c = in[i + k];
+        if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
+        v = v * 16 + (absl::ascii_isdigit(static_cast<unsigned char>(c))
+                          ? c - '0'
+                          : absl::ascii_tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+      }
+      out->push_back(static_cast<char>(v));
+      i += 2;
+    } else {
+      out->push_back(in[i]);
+    }
+  }
+  return true;
+}
+
+ApiReply ErrorReply(grpc::StatusCode code, const std::string& message) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  const int c = static_cast<int>(code);
+  google::protobuf::Struct error;
+  (*error.mutable_fields())["code"].set_string_value(c >= 0 && c < 17 ? kNames[c] : "UNKNOWN");
+  (*error.mutable_fields())["message"].set_string_value(message);
+  ApiReply reply;
+  reply.status = ApiGateway::HttpStatusOf(code);
+  (void)google::protobuf::util::MessageToJsonString(error, &reply.body);
+  return reply;
+}
+
+ApiReply BadRequest(const std::string& message) {
+  return ErrorReply(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+// What one route needs to call its RPC: the request message to fill, and
+// the call, given the filled request and a context.
+struct Call {
+  std::unique_ptr<Message> request;
+  std::function<grpc::Status(grpc::ClientContext*, std::unique_ptr<Message>* reply)> invoke;
+};
+
+template <typename Req, typename Resp>
+Call MakeCall(Stub* stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*)) {
+  Call call;
+  call.request = std::make_unique<Req>();
+  Req* req = static_cast<Req*>(call.request.get());
+  call.invoke = [stub, method, req](grpc::ClientContext* ctx, std::unique_ptr<Message>* reply) {
+    auto resp = std::make_unique<Resp>();
+    grpc::Status s = (stub->*method)(ctx, *req, resp.get());
+    *reply = std::move(resp);
+    return s;
+  };
+  return call;
+}
+
+// Sets the string field `name` of `m` (the job id from the path).
+void SetString(Message* m, const char* name, const std::string& value) {
+  const FieldDescriptor* f = m->GetDescriptor()->FindFieldByName(name);
+  if (f != nullptr && f->type() == FieldDescriptor::TYPE_STRING && !f->is_repeated()) {
+    m->GetReflection()->SetString(m, f, value);
+  }
+}
+
+}  // namespace
+
+ApiGateway::ApiGateway(std::shared_ptr<grpc::Channel> channel, absl::Duration deadline)
+    : stub_(loom::v1::JobService::NewStub(std::move(channel))), deadline_(deadline) {}
+
+int ApiGateway::HttpStatusOf(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return 200;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return 400;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return 401;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return 403;
+    case grpc::StatusCode::NOT_FOUND:
+      return 404;
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::ABORTED:
+      return 409;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return 429;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return 501;
+    case grpc::StatusCode::UNAVAILABLE:
+      return 503;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+absl::Status ApiGateway::ParseQuery(const std::string& query, Message* message) {
+  const google::protobuf::Descriptor* d = message->GetDescriptor();
+  const google::protobuf::Reflection* r = message->GetReflection();
+  for (absl::string_view pair : absl::StrSplit(query, '&', absl::SkipEmpty())) {
+    const size_t eq = pair.find('=');
+    std::string key, value;
+    if (!UrlDecode(pair.substr(0, eq), &key) ||
+        !UrlDecode(eq == absl::string_view::npos ? "" : pair.substr(eq + 1), &value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("query: a broken %-escape in \"", std::string(pair), "\""));
+    }
+    const FieldDescriptor* f = d->FindFieldByName(key);
+    if (f == nullptr) f = d->FindFieldByCamelcaseName(key);
+    if (f == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("query: unknown parameter \"", key, "\" (",
+                                                     d->name(), " has no such field)"));
+    }
+    auto bad = [&](absl::string_view want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("query: ", key, ": \"", value, "\" is not ", want));
+    };
+    const bool rep = f->is_repeated();
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        rep ? r->AddString(message, f, value) : r->SetString(message, f, value);
+        break;
+      case FieldDescriptor::CPPTYPE_INT32: {
+        int32_t v;
+        if (!absl::SimpleAtoi(value, &v)) return bad("an integer");
+        rep ? r->AddInt32(message, f, v) : r->SetInt32(message, f, v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_INT64: {
+        int64_t v;
+        if (!absl::SimpleAtoi(value, &v)) return bad("an integer");
+        rep ? r->AddInt64(message, f, v) : r->SetInt64(message, f, v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_UINT32: {
+        uint32_t v;
+        if (!absl::SimpleAtoi(value, &v)) return bad("a non-negative integer");
+        rep ? r->AddUInt32(message, f, v) : r->SetUInt32(message, f, v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_UINT64: {
+        uint64_t v;
+        if (!absl::SimpleAtoi(value, &v)) return bad("a non-negative integer");
+        rep ? r->AddUInt64(message, f, v) : r->SetUInt64(message, f, v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        double v;
+        if (!absl::SimpleAtod(value, &v)) return bad("a number");
+        if (f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+          rep ? r->AddDouble(message, f, v) : r->SetDouble(message, f, v);
+        } else {
+          rep ? r->AddFloat(message, f, static_cast<float>(v))
+              : r->SetFloat(message, f, static_cast<float>(v));
+        }
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_BOOL: {
+        bool v;
+        if (value == "true" || value == "1") {
+          v = true;
+        } else if (value == "false" || value == "0") {
+          v = false;
+        } else {
+          return bad("true or false");
+        }
+        rep ? r->AddBool(message, f, v) : r->SetBool(message, f, v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const google::protobuf::EnumValueDescriptor* e = f->enum_type()->FindValueByName(value);
+        int number;
+        if (e == nullptr && absl::SimpleAtoi(value, &number)) {
+          e = f->enum_type()->FindValueByNumber(number);
+        }
+        if (e == nullptr) return bad(absl::StrCat("a value of ", f->enum_type()->name()));
+        rep ? r->AddEnum(message, f, e) : r->SetEnum(message, f, e);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        return absl::InvalidArgumentError(
+            absl::StrCat("query: ", key, " is a message: send it in a POST body as JSON"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+ApiReply ApiGateway::Handle(const ApiRequest& request) const {
+  absl::string_view path = request.path;
+  if (!absl::ConsumePrefix(&path, "/api/v1/")) {
+    return ErrorReply(grpc::StatusCode::NOT_FOUND, "not an API path: they start with /api/v1/");
+  }
+  const std::vector<std::string> parts = absl::StrSplit(path, '/');
+  std::string job_id;
+  Stub* stub = stub_.get();
+  Call call;
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  const bool post = request.method == "POST";
+  std::string allow;  // the methods the path takes, when the method is not one
+  auto route = [&](bool method_ok, const char* methods, Call c) {
+    if (!method_ok) {
+      allow = methods;
+      return;
+    }
+    call = std::move(c);
+  };
+  if (parts.size() == 1 && parts[0] == "jobs") {
+    if (get) {
+      route(true, "GET, POST", MakeCall(stub, &Stub::ListJobs));
+    } else {
+      route(post, "GET, POST", MakeCall(stub, &Stub::SubmitJob));
+    }
+  } else if (parts.size() == 1 && parts[0] == "events") {
+    route(get, "GET", MakeCall(stub, &Stub::ListEvents));
+  } else if (parts.size() == 1 && parts[0] == "workers") {
+    route(get, "GET", MakeCall(stub, &Stub::ListWorkers));
+  } else if (parts.size() == 1 && parts[0] == "queues") {
+    route(get, "GET", MakeCall(stub, &Stub::ListQueues));
+  } else if (parts.size() == 1 && parts[0] == "plan") {
+    route(post, "POST", MakeCall(stub, &Stub::Plan));
+  } else if ((parts.size() == 2 || parts.size() == 3) && parts[0] == "jobs" && !parts[1].empty()) {
+    std::string id = parts[1];
+    std::string verb;
+    if (parts.size() == 2) {
+      if (const size_t colon = id.rfind(':'); colon != std::string::npos) {
+        verb = id.substr(colon + 1);
+        id = id.substr(0, colon);
+      }
+    }
+    job_id = id;
+    if (job_id.empty()) return BadRequest(absl::StrCat("path: \"", parts[1], "\" has no job id"));
+    const std::string sub = parts.size() == 3 ? parts[2] : "";
+    if (parts.size() == 2 && verb.empty()) {
+      route(get, "GET", MakeCall(stub, &Stub::GetJob));
+    } else if (verb == "cancel") {
+      route(post, "POST", MakeCall(stub, &Stub::CancelJob));
+    } else if (verb == "rollback") {
+      route(post, "POST", MakeCall(stub, &Stub::RollbackJob));
+    } else if (sub == "steps") {
+      route(get, "GET", MakeCall(stub, &Stub::GetStepMetrics));
+    } else if (sub == "checkpoints") {
+      route(get, "GET", MakeCall(stub, &Stub::ListCheckpoints));
+    } else if (sub == "events") {
+      route(get, "GET", MakeCall(stub, &Stub::ListEvents));
+    } else if (sub == "logs") {
+      route(get, "GET", MakeCall(stub, &Stub::GetRankLog));
+    } else if (sub == "logs:search") {
+      route(get, "GET", MakeCall(stub, &Stub::SearchRankLogs));
+    }
+  }
+  if (!allow.empty()) {
+    ApiReply reply = ErrorReply(
+        grpc::StatusCode::UNIMPLEMENTED,
+        absl::StrCat(request.method, " is not allowed on ", request.path, ": use ", allow));
+    reply.status = 405;
+    reply.headers.emplace_back("Allow", allow);
+    return reply;
+  }
+  if (call.request == nullptr) {
+    return ErrorReply(grpc::StatusCode::NOT_FOUND,
+                      absl::StrCat("no API route ", request.method, " ", request.path,
+                                   " (the routes are listed in docs/console.md)"));
+  }
+
+  Message* req = call.request.get();
+  if (absl::Status q = ParseQuery(request.query, req); !q.ok()) {
+    return BadRequest(std::string(q.message()));
+  }
+  if (post && !absl::StripAsciiWhitespace(request.body).empty()) {
+    if (request.body.size() > kMaxBodyBytes) {
+      ApiReply reply = BadRequest(absl::StrCat(
+          "body: ", request.body.size(), " bytes, more than the ", kMaxBodyBytes, " allowed"));
+      reply.status = 413;
+      return reply;
+    }
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = false;
+    if (auto s = google::protobuf::util::JsonStringToMessage(request.body, req, options); !s.ok()) {
+      return BadRequest(absl::StrCat("body: not a ", req->GetDescriptor()->name(),
+                                     " in JSON: ", std::string(s.message())));
+    }
+  }
+  if (!job_id.empty()) SetString(req, "job_id", job_id);
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+  if (!request.authorization.empty()) ctx.AddMetadata("authorization", request.authorization);
+  std::unique_ptr<Message> resp;
+  const grpc::Status s = call.invoke(&ctx, &resp);
+  if (!s.ok()) {
+    ApiReply reply = ErrorReply(s.error_code(), s.error_message());
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      const auto& trailers = ctx.GetServerTrailingMetadata();
+      if (auto it = trailers.find(kLeaderMetadataKey); it != trailers.end()) {
+        reply.headers.emplace_back("X-Loom-Leader",
+                                   std::string(it->second.data(), it->second.size()));
+      }
+    }
+    return reply;
+  }
+  ApiReply reply;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (auto p = google::protobuf::util::MessageToJsonString(*resp, &reply.body, options); !p.ok()) {
+    return ErrorReply(grpc::StatusCode::INTERNAL,
+                      absl::StrCat("the reply did not print as JSON: ", std::string(p.message())));
+  }
+  return reply;
+}
+
+}  // namespace loom::controller::console

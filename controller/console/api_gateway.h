@@ -1,0 +1,97 @@
+// ApiGateway: the console's JSON API, answered by the controller's own
+// gRPC JobService.
+//
+// Each route under /api/v1/ is one JobService RPC. The gateway builds the
+// request message from the path, the query string and (for POST) the JSON
+// body, calls the RPC over a channel to this same controller (in-process),
+// passing the caller's `Authorization: Bearer <token>` on as gRPC metadata,
+// and answers the reply in protobuf's JSON mapping with proto field names,
+// as `loomctl -o json` prints it. So validation, access checks, leadership
+// and the handler itself are the gRPC ones: the console and loomctl cannot
+// disagree.
+//
+//   GET  /api/v1/jobs                       ListJobs (query: its fields)
+//   POST /api/v1/jobs                       SubmitJob (body: SubmitJobRequest)
+//   GET  /api/v1/jobs/{id}                  GetJob
+//   POST /api/v1/jobs/{id}:cancel           CancelJob (body: CancelJobRequest)
+//   POST /api/v1/jobs/{id}:rollback         RollbackJob (body: RollbackJobRequest)
+//   GET  /api/v1/jobs/{id}/steps            GetStepMetrics
+//   GET  /api/v1/jobs/{id}/checkpoints      ListCheckpoints
+//   GET  /api/v1/jobs/{id}/events           ListEvents (of the job)
+//   GET  /api/v1/jobs/{id}/logs             GetRankLog
+//   GET  /api/v1/jobs/{id}/logs:search      SearchRankLogs
+//   GET  /api/v1/events                     ListEvents (every job)
+//   GET  /api/v1/workers                    ListWorkers
+//   GET  /api/v1/queues                     ListQueues
+//   POST /api/v1/plan                       Plan (body: PlanRequest)
+//
+// Query parameters name the request message's scalar fields (proto or JSON
+// name; a repeated field may be given more than once); the path's job id
+// wins over one in the query or body. Errors answer
+// {"code": "<gRPC code name>", "message": "..."} with the HTTP status of
+// HttpStatusOf; a standby's UNAVAILABLE also carries the leader's address in
+// the X-Loom-Leader header.
+//
+// Thread-safe: Handle may run on many threads at once.
+#ifndef LOOM_CONTROLLER_CONSOLE_API_GATEWAY_H_
+#define LOOM_CONTROLLER_CONSOLE_API_GATEWAY_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "google/protobuf/message.h"
+#include "loom/v1/service.grpc.pb.h"
+
+namespace loom::controller::console {
+
+struct ApiRequest {
+  std::string method;         // "GET", "POST", ...
+  std::string path;           // "/api/v1/jobs/gpt-1", %-escapes decoded
+  std::string query;          // "state=RUNNING&name=a%20b", not decoded
+  std::string body;           // a JSON object for POST; may be empty
+  std::string authorization;  // the Authorization header as sent; may be empty
+};
+
+struct ApiReply {
+  int status = 200;
+  std::string body;                                          // JSON
+  std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type
+};
+
+class ApiGateway {
+ public:
+  // The largest body Handle accepts (a job spec with its data paths is a
+  // few KiB; a plan request's topology a few more).
+  static constexpr size_t kMaxBodyBytes = 1 << 20;
+
+  // `channel` reaches this controller's JobService; `deadline` bounds each
+  // call.
+  ApiGateway(std::shared_ptr<grpc::Channel> channel, absl::Duration deadline);
+
+  ApiReply Handle(const ApiRequest& request) const;
+
+  // INVALID_ARGUMENT/OUT_OF_RANGE 400, UNAUTHENTICATED 401,
+  // PERMISSION_DENIED 403, NOT_FOUND 404, ALREADY_EXISTS/FAILED_PRECONDITION/
+  // ABORTED 409, RESOURCE_EXHAUSTED 429, UNIMPLEMENTED 501, UNAVAILABLE 503,
+  // DEADLINE_EXCEEDED 504, OK 200, the rest 500.
+  static int HttpStatusOf(grpc::StatusCode code);
+
+  // Sets `message`'s scalar fields from a query string ("a=1&b=x%20y");
+  // INVALID_ARGUMENT naming the parameter for an unknown field, a message
+  // field, or a value of the wrong type.
+  static absl::Status ParseQuery(const std::string& query, google::protobuf::Message* message);
+
+ private:
+  std::unique_ptr<loom::v1::JobService::Stub> stub_;
+  const absl::Duration deadline_;
+};
+
+}  // namespace loom::controller::console
+
+#endif  // LOOM_CONTROLLER_CONSOLE_API_GATEWAY_H_

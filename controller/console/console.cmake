@@ -1,0 +1,12 @@
+# Included from controller/controller.cmake: paths are relative to this file.
+set(_dir ${CMAKE_CURRENT_LIST_DIR})
+# Loom Console: its JSON API over the controller's own gRPC services, and
+# the HTTP(S) listener that serves it (cpp-httplib, Debian's build of it with
+# OpenSSL). tests/console_api_test.cc drives both in a real controller.
+find_package(OpenSSL REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+loom_library(loom_console SRCS ${_dir}/api_gateway.cc ${_dir}/console_server.cc
+  DEPS loom_leader loom_proto loom_grpc loom_common PkgConfig::CPP_HTTPLIB OpenSSL::SSL
+       OpenSSL::Crypto absl::strings absl::time)
+loom_test(loom_api_gateway_test SRCS ${_dir}/api_gateway_test.cc DEPS loom_console)

@@ -1,0 +1,140 @@
+#include "controller/console/console_server.h"
+
+#include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom::controller::console {
+namespace {
+
+// Headers every reply carries: nothing cached, no content sniffing, and no
+// script, style, image or connection from another origin.
+constexpr const char* kSecurityHeaders[][2] = {
+    {"Cache-Control", "no-store"},
+    {"X-Content-Type-Options", "nosniff"},
+    {"Content-Security-Policy",
+     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"},
+    {"Referrer-Policy", "no-referrer"},
+};
+
+std::string OpensslError() {
+  const unsigned long e = ERR_get_error();
+  if (e == 0) return "no detail from OpenSSL";
+  char text[256];
+  ERR_error_string_n(e, text, sizeof(text));
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
+    const ConsoleOptions& options, std::unique_ptr<ApiGateway> gateway) {
+  const size_t colon = options.listen.rfind(':');
+  int port = -1;
+  if (options.listen.empty() || colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("console listen address \"", options.listen, "\" must be \"host:port\""));
+  }
+  const bool tls = !options.tls_cert_file.empty();
+  if (tls != !options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("console TLS needs both a certificate and a key");
+  }
+  if (options.threads < 1) return absl::InvalidArgumentError("console threads must be >= 1");
+
+  std::unique_ptr<ConsoleServer> server(new ConsoleServer());
+  server->gateway_ = std::move(gateway);
+  server->tls_ = tls;
+  std::string tls_error;
+  if (tls) {
+    auto https = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+      // The certificate file may hold the chain after the certificate.
+      if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1 ||
+          SSL_CTX_use_certificate_chain_file(&ctx, options.tls_cert_file.c_str()) != 1 ||
+          SSL_CTX_use_PrivateKey_file(&ctx, options.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+          SSL_CTX_check_private_key(&ctx) != 1) {
+        tls_error = OpensslError();
+        return false;
+      }
+      return true;
+    });
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat("console TLS: cannot use ",
+                                                     options.tls_cert_file, " and ",
+                                                     options.tls_key_file, ": ", tls_error));
+    }
+    server->http_ = std::move(https);
+  } else {
+    server->http_ = std::make_unique<httplib::Server>();
+  }
+  httplib::Server& http = *server->http_;
+  const int threads = options.threads;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // A larger body is answered 413 before the handler runs.
+  http.set_payload_max_length(ApiGateway::kMaxBodyBytes);
+  http.set_read_timeout(30, 0);
+  http.set_write_timeout(30, 0);
+  httplib::Headers defaults;
+  for (const auto& h : kSecurityHeaders) defaults.emplace(h[0], h[1]);
+  http.set_default_headers(std::move(defaults));
+
+  const ApiGateway* api = server->gateway_.get();
+  auto handle = [api](const httplib::Request& req, httplib::Response& res) {
+    ApiRequest request;
+    request.method = req.method;
+    request.path = req.path;
+    if (const size_t q = req.target.find('?'); q != std::string::npos) {
+      request.query = req.target.substr(q + 1);
+    }
+    request.body = req.body;
+    request.authorization = req.get_header_value("Authorization");
+    ApiReply reply = api->Handle(request);
+    res.status = reply.status;
+    for (const auto& [name, value] : reply.headers) res.set_header(name, value);
+    res.set_content(std::move(reply.body), "application/json; charset=utf-8");
+  };
+  http.Get(".*", handle);
+  http.Post(".*", handle);
+  http.Put(".*", handle);
+  http.Patch(".*", handle);
+  http.Delete(".*", handle);
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        res.status = 500;
+        res.set_content(R"({"code":"INTERNAL","message":"the console failed this request"})",
+                        "application/json; charset=utf-8");
+      });
+
+  const std::string host = options.listen.substr(0, colon);
+  const int bound =
+      port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
+                                               " for the console (in use, or not an address "
+                                               "of this host)"));
+  }
+  server->host_ = host;
+  server->port_ = bound;
+  server->listener_ = std::thread([&http] { http.listen_after_bind(); });
+  return server;
+}
+
+ConsoleServer::~ConsoleServer() {
+  if (http_ != nullptr) http_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+std::string ConsoleServer::address() const { return absl::StrCat(host_, ":", port_); }
+
+std::string ConsoleServer::url() const {
+  return absl::StrCat(tls_ ? "https://" : "http://", host_ == "0.0.0.0" ? "127.0.0.1" : host_, ":",
+                      port_);
+}
+
+}  // namespace loom::controller::console

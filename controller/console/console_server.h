@@ -1,0 +1,67 @@
+// ConsoleServer: the controller's HTTP(S) listener for Loom Console.
+//
+// Serves the JSON API of ApiGateway under /api/v1/ (cpp-httplib's worker
+// threads call the gateway, which calls this controller's gRPC services in
+// process). Every other path answers 404 for now. With a certificate and
+// key it serves HTTPS only (TLS 1.2 and newer), with the controller's own
+// certificate, so a browser that trusts the gRPC port trusts the console.
+//
+// Every reply carries Cache-Control: no-store, X-Content-Type-Options:
+// nosniff and a Content-Security-Policy that allows nothing from another
+// origin. Request bodies over ApiGateway::kMaxBodyBytes are refused (413)
+// without being read.
+#ifndef LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_
+#define LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "controller/console/api_gateway.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace loom::controller::console {
+
+struct ConsoleOptions {
+  // "host:port"; port 0 picks a free one.
+  std::string listen;
+  // Both or neither: PEM files of the controller's TLS certificate and key.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  int threads = 8;
+};
+
+class ConsoleServer {
+ public:
+  // Serves `gateway`'s API. INVALID_ARGUMENT for bad options, UNAVAILABLE
+  // when the port cannot be bound or the certificate not used.
+  static absl::StatusOr<std::unique_ptr<ConsoleServer>> Start(const ConsoleOptions& options,
+                                                              std::unique_ptr<ApiGateway> gateway);
+  // Stops accepting and waits for requests in flight.
+  ~ConsoleServer();
+  ConsoleServer(const ConsoleServer&) = delete;
+  ConsoleServer& operator=(const ConsoleServer&) = delete;
+
+  // "host:port" as bound (never port 0).
+  std::string address() const;
+  // "https://host:port" or "http://host:port" (a wildcard host as 127.0.0.1).
+  std::string url() const;
+
+ private:
+  ConsoleServer() = default;
+
+  std::unique_ptr<ApiGateway> gateway_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread listener_;
+  std::string host_;
+  int port_ = 0;
+  bool tls_ = false;
+};
+
+}  // namespace loom::controller::console
+
+#endif  // LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_

@@ -1,0 +1,204 @@
+// The console's JSON API on a real loom-controller (TLS, a users file,
+// --console_port=0), called over HTTPS with curl: the same callers get the
+// same answers as from the gRPC services, in protobuf's JSON mapping, with
+// the gRPC status mapped to one HTTP status.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cli/cluster_ca.h"
+#include "cli/local_cluster.h"
+#include "common/file_util.h"
+#include "common/grpc_util.h"
+#include "common/jobspec_parse.h"
+#include "controller/service/access.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "loom/v1/service.grpc.pb.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kBin[] = LOOM_BIN_DIR;
+
+struct HttpReply {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+
+class ConsoleApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("loom_console_api_test");
+    tls_ = dir_ + "/tls";
+    ASSERT_TRUE(cli::EnsureClusterCa(tls_).ok());
+    auto server = cli::IssueCertificate(tls_, "controller", "loom-controller", true,
+                                        {"127.0.0.1", "localhost"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_TRUE(WritePrivateFile(dir_ + "/worker-token", "the-workers-token\n").ok());
+    ASSERT_TRUE(
+        WritePrivateFile(
+            dir_ + "/users",
+            absl::StrCat(controller::UsersFileLine("rita", controller::Role::kReader, "rita-token"),
+                         controller::UsersFileLine("uma", controller::Role::kUser, "uma-token"),
+                         controller::UsersFileLine("ulf", controller::Role::kUser, "ulf-token")))
+            .ok());
+    const std::string ready = dir_ + "/controller.json";
+    auto started = testing::RunCommand(absl::StrCat(
+        kBin, "/loom-controller --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --data_dir=",
+        dir_, "/data --users_file=", dir_, "/users --worker_token_file=", dir_,
+        "/worker-token --tls_cert=", server->cert_path, " --tls_key=", server->key_path,
+        " --console_port=0 --data_root=", dir_, " --ready_file=", ready, " > ", dir_,
+        "/controller.log 2>&1 & echo $!"));
+    pid_ = atoi(started.out.c_str());
+    ASSERT_GT(pid_, 0);
+    for (int i = 0; i < 200 && !cli::ReadReadyFile(ready).ok(); ++i) usleep(100 * 1000);
+    auto info = cli::ReadReadyFile(ready);
+    ASSERT_TRUE(info.ok()) << *ReadFile(dir_ + "/controller.log");
+    address_ = info->grpc_address;
+    console_ = info->console_url;
+    ASSERT_EQ(console_.rfind("https://127.0.0.1:", 0), 0u) << console_;
+  }
+  void TearDown() override {
+    if (pid_ > 0) kill(pid_, SIGTERM);
+  }
+
+  // One HTTPS request with curl, trusting only the cluster CA.
+  HttpReply Http(const std::string& method, const std::string& path, const std::string& token,
+                 const std::string& body = "") {
+    const std::string head = dir_ + "/reply.headers", out = dir_ + "/reply.body";
+    unlink(head.c_str());
+    unlink(out.c_str());
+    std::string cmd = absl::StrCat("curl -sS --max-time 20 --cacert ", tls_, "/ca.pem -X ", method,
+                                   " -D ", head, " -o ", out, " -w '%{http_code}'");
+    if (!token.empty()) absl::StrAppend(&cmd, " -H 'Authorization: Bearer ", token, "'");
+    if (!body.empty() || method == "POST") {
+      EXPECT_TRUE(WritePrivateFile(dir_ + "/request.json", body.empty() ? "{}" : body).ok());
+      absl::StrAppend(&cmd, " -H 'Content-Type: application/json' --data-binary @", dir_,
+                      "/request.json");
+    }
+    absl::StrAppend(&cmd, " ", testing::ShellQuote(console_ + path));
+    auto r = testing::RunCommand(cmd);
+    HttpReply reply;
+    reply.status = atoi(r.out.c_str());
+    reply.headers = ReadFile(head).value_or("");
+    reply.body = ReadFile(out).value_or("");
+    return reply;
+  }
+
+  std::unique_ptr<v1::JobService::Stub> Stub() {
+    auto creds = MakeChannelCredentials(true, tls_ + "/ca.pem", "", "");
+    EXPECT_TRUE(creds.ok());
+    return v1::JobService::NewStub(grpc::CreateChannel(address_, *creds));
+  }
+
+  static std::string Json(const google::protobuf::Message& m) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    EXPECT_TRUE(google::protobuf::util::MessageToJsonString(m, &out, options).ok());
+    return out;
+  }
+
+  // A SubmitJobRequest as JSON for a small job named `name`.
+  std::string SubmitBody(const std::string& name) {
+    auto spec = ParseJobSpec(absl::StrCat("name: ", name, R"(
+model:
+  gpt: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 32, vocab_size: 256}
+data:
+  train: [")",
+                                          dir_, R"(/data-in/train_*.bin"]
+optimizer:
+  adamw: {lr: 0.003}
+schedule: {total_steps: 100}
+batch: {global_batch: 8, micro_batch: 4}
+resources: {workers: 1, ranks: 1}
+)"));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *spec;
+    return Json(request);
+  }
+
+  std::string dir_, tls_, address_, console_;
+  int pid_ = 0;
+};
+
+TEST_F(ConsoleApiTest, AnswersWhatTheGrpcServiceAnswersTheSameCaller) {
+  // The queues, read both ways by the same reader: the same JSON.
+  HttpReply queues = Http("GET", "/api/v1/queues", "rita-token");
+  ASSERT_EQ(queues.status, 200) << queues.body;
+  v1::ListQueuesResponse direct;
+  grpc::ClientContext ctx;
+  AttachToken(&ctx, "rita-token");
+  ASSERT_TRUE(Stub()->ListQueues(&ctx, v1::ListQueuesRequest(), &direct).ok());
+  EXPECT_EQ(queues.body, Json(direct));
+  EXPECT_THAT(queues.headers, HasSubstr("Content-Type: application/json"));
+  EXPECT_THAT(queues.headers, HasSubstr("Content-Security-Policy: default-src 'self'"));
+  EXPECT_THAT(queues.headers, HasSubstr("X-Content-Type-Options: nosniff"));
+  EXPECT_THAT(queues.headers, HasSubstr("Cache-Control: no-store"));
+
+  // A user submits; the job reads back by id and in the list.
+  HttpReply submitted = Http("POST", "/api/v1/jobs", "uma-token", SubmitBody("console-a"));
+  ASSERT_EQ(submitted.status, 200) << submitted.body;
+  v1::SubmitJobResponse made;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.body, &made).ok());
+  const std::string id = made.job().id();
+  ASSERT_FALSE(id.empty()) << submitted.body;
+  HttpReply job = Http("GET", "/api/v1/jobs/" + id, "rita-token");
+  ASSERT_EQ(job.status, 200) << job.body;
+  v1::Job got;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(job.body, &got).ok());
+  EXPECT_EQ(got.id(), id);
+  EXPECT_EQ(got.spec().name(), "console-a");
+  HttpReply listed = Http("GET", "/api/v1/jobs?states=PENDING", "rita-token");
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  EXPECT_THAT(listed.body, HasSubstr(absl::StrCat("\"id\":\"", id, "\"")));
+
+  // Only its owner (or an admin) cancels it.
+  HttpReply reader_cancel = Http("POST", "/api/v1/jobs/" + id + ":cancel", "rita-token");
+  EXPECT_EQ(reader_cancel.status, 403) << reader_cancel.body;
+  EXPECT_THAT(reader_cancel.body, HasSubstr("\"code\":\"PERMISSION_DENIED\""));
+  HttpReply other_cancel = Http("POST", "/api/v1/jobs/" + id + ":cancel", "ulf-token");
+  EXPECT_EQ(other_cancel.status, 403) << other_cancel.body;
+  HttpReply cancel = Http("POST", "/api/v1/jobs/" + id + ":cancel", "uma-token");
+  ASSERT_EQ(cancel.status, 200) << cancel.body;
+  EXPECT_THAT(cancel.body, HasSubstr("\"state\":\"CANCELLED\""));
+}
+
+TEST_F(ConsoleApiTest, ErrorsCarryTheGrpcCodeAndItsHttpStatus) {
+  HttpReply none = Http("GET", "/api/v1/jobs", "");
+  EXPECT_EQ(none.status, 401) << none.body;
+  EXPECT_THAT(none.body, HasSubstr("\"code\":\"UNAUTHENTICATED\""));
+  EXPECT_EQ(Http("GET", "/api/v1/jobs", "not-a-token").status, 401);
+
+  HttpReply missing = Http("GET", "/api/v1/jobs/no-such-job-7", "rita-token");
+  EXPECT_EQ(missing.status, 404) << missing.body;
+  EXPECT_THAT(missing.body, HasSubstr("\"code\":\"NOT_FOUND\""));
+
+  // A spec the controller rejects names the field.
+  HttpReply invalid = Http("POST", "/api/v1/jobs", "uma-token", R"({"spec": {"name": "x"}})");
+  EXPECT_EQ(invalid.status, 400) << invalid.body;
+  EXPECT_THAT(invalid.body, HasSubstr("\"code\":\"INVALID_ARGUMENT\""));
+
+  HttpReply query = Http("GET", "/api/v1/jobs?colour=red", "rita-token");
+  EXPECT_EQ(query.status, 400) << query.body;
+  EXPECT_THAT(query.body, HasSubstr("colour"));
+
+  HttpReply method = Http("DELETE", "/api/v1/jobs", "uma-token");
+  EXPECT_EQ(method.status, 405) << method.body;
+  EXPECT_THAT(method.headers, HasSubstr("Allow: GET, POST"));
+
+  EXPECT_EQ(Http("GET", "/api/v2/jobs", "rita-token").status, 404);
+}
+
+}  // namespace
+}  // namespace loom
