@@ -236,7 +236,10 @@ absl::Status Store::Wait(const Ticket& ticket) {
     if (queue_.size() >= 2) {
       // Others are writing too: give more of them the same transaction.
       // (A lone writer commits at once.)
-      queue_cv_.wait_until(lock, queue_.front()->enqueued + kGroupCommitWindow);
+      queue_cv_.wait_until(lock, queue_.front()->enqueued +
+                                     (dialect_ == store::SqlDialect::kPostgres
+                                          ? kGroupCommitWindowPostgres
+                                          : kGroupCommitWindowSqlite));
     }
     std::vector<Ticket> batch;
     batch.swap(queue_);

@@ -65,16 +65,21 @@ class Store {
   // after releasing the lock (Wait).
   struct PendingWrite;
   using Ticket = std::shared_ptr<PendingWrite>;
-  // How long a batch waits for more writes (see Wait). Each transaction
-  // costs the controller ~0.2 ms of CPU beyond its writes (bench
-  // control-plane, 1,000 step reports a second: windows of 0, 2, 4 and
-  // 10 ms gave 754, 600, 465 and 263 transactions a second, 68%, 65%, 62%
-  // and 59% of a core, and a step report p99 of 5.0, 6.6, 8.4 and 14.6 ms).
-  // 2 ms: a fsync here takes ~0.1 ms, so a longer wait only adds latency;
-  // on 2026-12-06 going from 4 to 2 ms took SQLite's step-report p99 from
-  // 9.41 to 6.98 ms (465 -> 595 transactions a second, the same 66% of a
-  // core) and left PostgreSQL's at 10.8 ms.
-  static constexpr std::chrono::milliseconds kGroupCommitWindow{2};
+  // How long a batch waits for more writes (see Wait), by store: about what
+  // a commit costs there, so that waiting batches writes without adding
+  // much latency. Each transaction costs the controller ~0.2 ms of CPU
+  // beyond its writes (bench control-plane, 1,000 step reports a second, on
+  // SQLite: windows of 0, 2, 4 and 10 ms gave 754, 600, 465 and 263
+  // transactions a second, 68%, 65%, 62% and 59% of a core, and a step
+  // report p99 of 5.0, 6.6, 8.4 and 14.6 ms).
+  // - SQLite, 2 ms: its fsync takes ~0.1 ms here, so a longer wait only
+  //   adds latency; 4 -> 2 ms took the step-report p99 from 9.41 to
+  //   6.98 ms at the same CPU (2026-12-06).
+  // - PostgreSQL, 4 ms: a commit is a round trip to a server that shares
+  //   the cores; at 2 ms its p99 rose from 9.2-10.0 ms (five runs at 4 ms)
+  //   to 10.8-18.1 ms (five runs at 2 ms, 2026-12-06).
+  static constexpr std::chrono::milliseconds kGroupCommitWindowSqlite{2};
+  static constexpr std::chrono::milliseconds kGroupCommitWindowPostgres{4};
 
   // One entry of the event log (table job_events): what happened to a job,
   // numbered twice. `idx` is the job's own count of its events, given by
@@ -117,7 +122,7 @@ class Store {
                  const std::vector<LoggedEvent>& events = {});
   // Blocks until the write is durable (OK) or its batch failed. Whoever
   // waits first while no batch is being written writes everything in line;
-  // when others are in line too, it first lets kGroupCommitWindow pass
+  // when others are in line too, it first lets the group-commit window pass
   // since the oldest was put there, so that a thousand step reports a
   // second share a few hundred transactions instead of one per report or
   // two (bench control-plane: "writes each").
