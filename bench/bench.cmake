@@ -93,8 +93,13 @@ target_link_libraries(loom_overlap_bench PRIVATE loom_engine ${TORCH_LIBRARIES})
 
 # chaos: kill -9 / partition / disk-full trials on a real local cluster in
 # network namespaces; every job must finish bit-exact. Root only.
+# Its elastic trials' loss check, with its own test.
+loom_library(loom_elastic_check SRCS ${CMAKE_CURRENT_LIST_DIR}/elastic_check.cc
+  DEPS loom_grpc absl::strings)
+loom_test(loom_elastic_check_test SRCS ${CMAKE_CURRENT_LIST_DIR}/elastic_check_test.cc
+  DEPS loom_elastic_check)
 add_executable(loom_chaos_bench ${CMAKE_CURRENT_LIST_DIR}/chaos_bench.cc)
-target_link_libraries(loom_chaos_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
+target_link_libraries(loom_chaos_bench PRIVATE loom_elastic_check loom_test_util loom_local_cluster loom_grpc
                       loom_file_util absl::strings absl::str_format)
 add_dependencies(loom_chaos_bench loomctl loom-controller loom-worker loom-rank loom-ckpt)
 
@@ -108,7 +113,8 @@ add_dependencies(loom_failover_bench loomctl loom-controller loom-worker loom-ra
 # steps at 10 Hz and 20 watchers against a real controller, over real gRPC
 # from one process; p50/p99 of heartbeats and step reports.
 add_executable(loom_control_plane_bench ${CMAKE_CURRENT_LIST_DIR}/control_plane_bench.cc
-               ${CMAKE_CURRENT_LIST_DIR}/control_plane_fleet.cc)
+               ${CMAKE_CURRENT_LIST_DIR}/control_plane_fleet.cc
+               ${CMAKE_CURRENT_LIST_DIR}/control_plane_report.cc)
 target_link_libraries(loom_control_plane_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
                       loom_grpc_util loom_file_util loom_jobspec loom_data loom_postgres_test_server
                       absl::strings absl::str_format absl::synchronization)

@@ -17,25 +17,9 @@
 // data batch of its committed trajectory trained exactly once (loomctl
 // steps --ledger), attempts never going backwards, and its losses checked
 // against uninterrupted runs of the same spec on fixed 2-rank and 3-rank
-// gangs. Those two runs are not bitwise alike: their losses agree within
-// 2e-16 while their parameters are equal (steps 1-14 here), then the
-// all-reduced gradient's sum over 2 or 3 ranks rounds a last bit
-// differently, and the difference grows in jumps: measured 1.6e-7 apart at
-// step 48, 6.8e-4 at step 49, 1.4% at step 77 (most likely AdamW's
-// m / sqrt(v), which scales a gradient near zero up to a full-size
-// update). So a check across layouts is a check of the re-plan only where
-// the parameters are still equal:
-//   - every committed step up to the first step trained under another
-//     layout than the job's first (2 ranks) must equal the 2-rank run's
-//     loss bit for bit: the grow, the kill and the shrink in between
-//     (resumed from the grow's checkpoint) must change nothing;
-//   - each re-plan from a checkpoint within that prefix must report, for
-//     its first step, the 2-rank run's loss within 1e-12: the same
-//     parameters and data batch under any layout (the step's neighbours'
-//     batches give losses a median 3.8% apart);
-//   - later steps, which follow a different trajectory once a bit differs,
-//     must stay within 10% of the 3-rank run's; the worst later
-// difference is printed. The run needs at least 25
+// gangs (bench/elastic_check.h: its steps on the first layout bit for bit,
+// each re-plan's first step within 1e-12, later steps within 10%, the worst
+// printed). The run needs at least 25
 // layout generations in all. The daemons' open files, threads and RSS are sampled
 // after every trial and must stay under fixed ceilings. Every other trial
 // must end SUCCEEDED with final
@@ -76,6 +60,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/elastic_check.h"
 #include "cli/local_cluster.h"
 #include "common/file_util.h"
 #include "google/protobuf/util/json_util.h"
@@ -210,13 +195,6 @@ std::string WriteElasticSpec(const std::string& home, const std::string& name,
                    absl::StrCat("batch: {global_batch: 12, micro_batch: 2}\nresources: {workers: ",
                                 ranks, ", ranks: ", ranks, "}\n"),
                    /*seed=*/11);
-}
-
-// The data-parallel degree a REPLANNED event's layout names ("tp 1 | pp 1 |
-// dp 3 | ..."), or 0.
-int DataParallelOf(const std::string& layout) {
-  const size_t at = layout.find("dp ");
-  return at == std::string::npos ? 0 : atoi(layout.c_str() + at + 3);
 }
 
 // A daemon's open files, threads and resident bytes (/proc).
@@ -467,78 +445,10 @@ int main(int argc, char** argv) {
       bool forward = read;
       for (size_t i = 1; i < by_time.size(); ++i)
         forward &= by_time[i].second >= by_time[i - 1].second;
-      // The ranks each layout generation ran: generation 0 the first
-      // re-plan's from-layout, generation k the k-th re-plan's to-layout.
-      std::vector<int> ranks_of_generation;
-      std::vector<const loom::v1::RecoveryEvent*> replan_events;
-      std::vector<std::string> replans;  // "<cause> from <checkpoint>", for the trial's line
-      for (const auto& e : done.events()) {
-        if (e.kind() != loom::v1::RecoveryEvent::REPLANNED) continue;
-        if (ranks_of_generation.empty()) {
-          ranks_of_generation.push_back(DataParallelOf(e.from_layout()));
-        }
-        ranks_of_generation.push_back(DataParallelOf(e.to_layout()));
-        replan_events.push_back(&e);
-        replans.push_back(absl::StrCat(e.cause(), " from ", e.checkpoint_step()));
-      }
-      if (ranks_of_generation.empty()) ranks_of_generation.push_back(2);
-      const bool layouts_known =
-          static_cast<int>(replan_events.size()) == done.layout_generation() &&
-          std::count(ranks_of_generation.begin(), ranks_of_generation.end(), 0) == 0;
-      // The committed trajectory's exact prefix: steps 1..prefix all trained
-      // under the job's first layout, so bit for bit the uninterrupted run's
-      // of that many ranks.
-      std::map<int64_t, int> layout_of;  // step -> layout generation, newest attempt's
-      for (const auto& m : records.steps()) {
-        if (m.step() > 0) layout_of[m.step()] = m.layout_generation();
-      }
-      const int first_ranks = ranks_of_generation.front();
-      const std::map<int64_t, double>& first_ref = elastic_refs[first_ranks];
-      const std::map<int64_t, double>& last_ref = elastic_refs[3];
-      auto rel_diff = [](double got_loss, const std::map<int64_t, double>& ref, int64_t s) {
-        auto it = ref.find(s);
-        if (it == ref.end()) return std::numeric_limits<double>::infinity();
-        return std::abs(got_loss - it->second) / std::abs(it->second);
-      };
-      int64_t prefix = 0;
-      double prefix_diff = 0, later = 0;
-      for (const auto& [s, loss] : got) {
-        const int g = layout_of[s];
-        const bool in_prefix = layouts_known && s == prefix + 1 &&
-                               g < static_cast<int>(ranks_of_generation.size()) &&
-                               ranks_of_generation[g] == first_ranks;
-        if (in_prefix) {
-          prefix = s;
-          prefix_diff = std::max(prefix_diff, rel_diff(loss, first_ref, s));
-        } else {
-          later = std::max(later, rel_diff(loss, last_ref, s));
-        }
-      }
-      // Each re-plan from a checkpoint inside the prefix: its attempt's first
-      // step (kept or later replayed) starts from the uninterrupted run's
-      // parameters, on its data batch.
-      int checked = 0, past_prefix = 0, unreported = 0;
-      double first_step_diff = 0;
-      for (const loom::v1::RecoveryEvent* e : replan_events) {
-        const int64_t c = e->checkpoint_step();
-        if (c > prefix) {
-          ++past_prefix;
-          continue;
-        }
-        const loom::v1::StepMetrics* first = nullptr;
-        for (const auto& m : records.steps()) {
-          if (m.step() == c + 1 && m.generation() == e->generation()) first = &m;
-        }
-        if (first == nullptr) {
-          ++unreported;
-          continue;
-        }
-        ++checked;
-        first_step_diff = std::max(first_step_diff, rel_diff(first->loss(), first_ref, c + 1));
-      }
+      const loom::bench::ElasticCheck check =
+          loom::bench::CheckElasticLosses(done, records, elastic_refs, /*last_ranks=*/3);
       const bool ok = done.state() == loom::v1::SUCCEEDED && done.restarts() == 0 &&
-                      ledger.exit_code == 0 && forward && layouts_known && prefix > 0 &&
-                      prefix_diff == 0 && checked > 0 && first_step_diff <= 1e-12 && later <= 0.10;
+                      ledger.exit_code == 0 && forward && check.ok();
       passed += ok;
       std::cout
           << absl::StrFormat(
@@ -548,12 +458,13 @@ int main(int argc, char** argv) {
                  "steps within %.2g of the 3-rank run's  %5.1f s  (%s; %s%s)\n",
                  t, kind, loom::v1::JobState_Name(done.state()), done.restarts(),
                  ok ? "ok" : "FAILED", done.layout_generation(),
-                 layouts_known ? "" : " (LAYOUTS UNKNOWN)", prefix, first_ranks,
-                 prefix_diff == 0 ? std::string("bit-exact with")
-                                  : absl::StrFormat("DIFFER (%.2g) from", prefix_diff),
-                 first_ranks, checked, first_step_diff, past_prefix, prefix, unreported, later,
+                 check.layouts_known ? "" : " (LAYOUTS UNKNOWN)", check.prefix, check.first_ranks,
+                 check.prefix_diff == 0 ? std::string("bit-exact with")
+                                        : absl::StrFormat("DIFFER (%.2g) from", check.prefix_diff),
+                 check.first_ranks, check.checked, check.first_step_diff, check.past_prefix,
+                 check.prefix, check.unreported, check.later,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                 absl::StrCat(note, "; re-plans: ", absl::StrJoin(replans, ", ")),
+                 absl::StrCat(note, "; re-plans: ", absl::StrJoin(check.replans, ", ")),
                  std::string(absl::StripAsciiWhitespace(ledger.out)),
                  forward ? "" : "; ATTEMPTS WENT BACKWARDS")
           << std::flush;
