@@ -3,14 +3,11 @@
 // same answers as from the gRPC services, in protobuf's JSON mapping, with
 // the gRPC status mapped to one HTTP status.
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "cli/cluster_ca.h"
-#include "cli/local_cluster.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/jobspec_parse.h"
@@ -20,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "loom/v1/service.grpc.pb.h"
 #include "tests/test_util.h"
+#include "tests/tls_controller.h"
 
 namespace loom {
 namespace {
@@ -38,37 +36,17 @@ class ConsoleApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::MakeTempDir("loom_console_api_test");
-    tls_ = dir_ + "/tls";
-    ASSERT_TRUE(cli::EnsureClusterCa(tls_).ok());
-    auto server = cli::IssueCertificate(tls_, "controller", "loom-controller", true,
-                                        {"127.0.0.1", "localhost"});
-    ASSERT_TRUE(server.ok()) << server.status();
-    ASSERT_TRUE(WritePrivateFile(dir_ + "/worker-token", "the-workers-token\n").ok());
-    ASSERT_TRUE(
-        WritePrivateFile(
-            dir_ + "/users",
-            absl::StrCat(controller::UsersFileLine("rita", controller::Role::kReader, "rita-token"),
-                         controller::UsersFileLine("uma", controller::Role::kUser, "uma-token"),
-                         controller::UsersFileLine("ulf", controller::Role::kUser, "ulf-token")))
-            .ok());
-    const std::string ready = dir_ + "/controller.json";
-    auto started = testing::RunCommand(absl::StrCat(
-        kBin, "/loom-controller --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --data_dir=",
-        dir_, "/data --users_file=", dir_, "/users --worker_token_file=", dir_,
-        "/worker-token --tls_cert=", server->cert_path, " --tls_key=", server->key_path,
-        " --console_port=0 --data_root=", dir_, " --ready_file=", ready, " > ", dir_,
-        "/controller.log 2>&1 & echo $!"));
-    pid_ = atoi(started.out.c_str());
-    ASSERT_GT(pid_, 0);
-    for (int i = 0; i < 200 && !cli::ReadReadyFile(ready).ok(); ++i) usleep(100 * 1000);
-    auto info = cli::ReadReadyFile(ready);
-    ASSERT_TRUE(info.ok()) << *ReadFile(dir_ + "/controller.log");
-    address_ = info->grpc_address;
-    console_ = info->console_url;
+    const absl::Status started = controller_.Start(
+        kBin, dir_,
+        absl::StrCat(controller::UsersFileLine("rita", controller::Role::kReader, "rita-token"),
+                     controller::UsersFileLine("uma", controller::Role::kUser, "uma-token"),
+                     controller::UsersFileLine("ulf", controller::Role::kUser, "ulf-token")),
+        "--console_port=0 --data_root=" + dir_);
+    ASSERT_TRUE(started.ok()) << started;
+    tls_ = controller_.tls_dir();
+    address_ = controller_.grpc_address();
+    console_ = controller_.console_url();
     ASSERT_EQ(console_.rfind("https://127.0.0.1:", 0), 0u) << console_;
-  }
-  void TearDown() override {
-    if (pid_ > 0) kill(pid_, SIGTERM);
   }
 
   // One HTTPS request with curl, trusting only the cluster CA.
@@ -128,8 +106,8 @@ resources: {workers: 1, ranks: 1}
     return Json(request);
   }
 
+  testing::TlsController controller_;
   std::string dir_, tls_, address_, console_;
-  int pid_ = 0;
 };
 
 TEST_F(ConsoleApiTest, AnswersWhatTheGrpcServiceAnswersTheSameCaller) {

@@ -7,6 +7,8 @@
 // role gets past the check (to the request's own validation). The expected
 // roles are this file's table, not the controller's: an RPC added to the
 // proto without a line here, or served without a check, fails the test.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,9 +17,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "cli/cluster_ca.h"
@@ -30,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "loom/v1/service.grpc.pb.h"
 #include "tests/test_util.h"
+#include "tests/tls_controller.h"
 
 namespace loom {
 namespace {
@@ -81,38 +81,17 @@ class RpcAccessTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::MakeTempDir("loom_rpc_access_test");
-    tls_ = dir_ + "/tls";
-    ASSERT_TRUE(cli::EnsureClusterCa(tls_).ok());
-    auto server = cli::IssueCertificate(tls_, "controller", "loom-controller", true,
-                                        {"127.0.0.1", "localhost"});
-    ASSERT_TRUE(server.ok()) << server.status();
-    ASSERT_TRUE(WritePrivateFile(dir_ + "/worker-token", "the-workers-token\n").ok());
-    ASSERT_TRUE(WritePrivateFile(
-                    dir_ + "/users",
-                    absl::StrCat(controller::UsersFileLine("rita", controller::Role::kReader,
-                                                           "rita-token"),
-                                 controller::UsersFileLine("uma", controller::Role::kUser,
-                                                           "uma-token"),
-                                 controller::UsersFileLine("ada", controller::Role::kAdmin,
-                                                           "ada-token"),
-                                 "cleo reader\ncora user\ncarl admin\n"))
-                    .ok());
-    const std::string ready = dir_ + "/controller.json";
-    auto started = testing::RunCommand(absl::StrCat(
-        kBin, "/loom-controller --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --data_dir=",
-        dir_, "/data --users_file=", dir_, "/users --worker_token_file=", dir_,
-        "/worker-token --tls_cert=", server->cert_path, " --tls_key=", server->key_path,
-        " --tls_client_ca=", tls_, "/ca.pem --ready_file=", ready, " > ", dir_,
-        "/controller.log 2>&1 & echo $!"));
-    pid_ = atoi(started.out.c_str());
-    ASSERT_GT(pid_, 0);
-    for (int i = 0; i < 200 && !cli::ReadReadyFile(ready).ok(); ++i) usleep(100 * 1000);
-    auto info = cli::ReadReadyFile(ready);
-    ASSERT_TRUE(info.ok()) << *ReadFile(dir_ + "/controller.log");
-    address_ = info->grpc_address;
-  }
-  void TearDown() override {
-    if (pid_ > 0) kill(pid_, SIGTERM);
+    ASSERT_TRUE(
+        controller_
+            .Start(kBin, dir_,
+                   absl::StrCat(
+                       controller::UsersFileLine("rita", controller::Role::kReader, "rita-token"),
+                       controller::UsersFileLine("uma", controller::Role::kUser, "uma-token"),
+                       controller::UsersFileLine("ada", controller::Role::kAdmin, "ada-token"),
+                       "cleo reader\ncora user\ncarl admin\n"))
+            .ok());
+    tls_ = controller_.tls_dir();
+    address_ = controller_.grpc_address();
   }
 
   // A client certificate from the cluster CA (or, with `foreign`, from
@@ -148,8 +127,8 @@ class RpcAccessTest : public ::testing::Test {
     return done.get_future().get();
   }
 
+  testing::TlsController controller_;
   std::string dir_, tls_, address_;
-  int pid_ = 0;
 };
 
 TEST_F(RpcAccessTest, EveryRpcChecksItsCaller) {

@@ -46,10 +46,15 @@ gtest_discover_tests(loom_failover_test PROPERTIES TIMEOUT 600 LABELS integratio
 
 # The role test: every RPC by every kind of caller, on a real
 # controller.
+# A real controller with TLS, a users file and a workers' token, for the
+# tests that call it as different callers.
+add_library(loom_tls_controller STATIC tls_controller.cc)
+target_link_libraries(loom_tls_controller PUBLIC loom_test_util loom_local_cluster loom_file_util
+  absl::status absl::strings)
 add_executable(loom_rpc_access_test rpc_access_test.cc)
 target_compile_definitions(loom_rpc_access_test PRIVATE
   LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
-target_link_libraries(loom_rpc_access_test PRIVATE loom_test_util loom_local_cluster loom_access
+target_link_libraries(loom_rpc_access_test PRIVATE loom_tls_controller loom_test_util loom_local_cluster loom_access
   loom_grpc loom_grpc_util loom_file_util gRPC::grpc++ absl::strings GTest::gtest GTest::gmock
   GTest::gtest_main)
 add_dependencies(loom_rpc_access_test loom-controller)
@@ -59,7 +64,7 @@ gtest_discover_tests(loom_rpc_access_test PROPERTIES TIMEOUT 120 LABELS integrat
 add_executable(loom_console_api_test console_api_test.cc)
 target_compile_definitions(loom_console_api_test PRIVATE
   LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
-target_link_libraries(loom_console_api_test PRIVATE loom_test_util loom_local_cluster loom_access
+target_link_libraries(loom_console_api_test PRIVATE loom_tls_controller loom_test_util loom_local_cluster loom_access
   loom_grpc loom_grpc_util loom_file_util loom_jobspec gRPC::grpc++ absl::strings GTest::gtest
   GTest::gmock GTest::gtest_main)
 add_dependencies(loom_console_api_test loom-controller)
