@@ -781,9 +781,10 @@ int main(int argc, char** argv) {
   FleetStats stats = fleet.Finish();
 
   std::cout << absl::StrFormat(
-      "window: %.1f s after a %.1f s warm-up; %d ranks reporting steps; %d sends waited for "
-      "one of the %d slots for RPCs in flight\n",
-      measured_s, warmup_s, ranks_running, stats.waited_for_slot, options.max_rpcs_in_flight);
+      "window: %.1f s after a %.1f s warm-up; %d ranks reporting steps; %d sends started over "
+      "1 ms after they were due (this load generator's delay: a busy completion queue, a late "
+      "timer, or a wait for one of its %d slots for RPCs in flight)\n",
+      measured_s, warmup_s, ranks_running, stats.started_late, options.max_rpcs_in_flight);
   PrintTailBySecond(stats.heartbeat, stats.step);
   const double heartbeat_p99 = Report("heartbeat", stats.heartbeat, measured_s,
                                       stats.heartbeat.sent, "heartbeats", workers * 1.0);

@@ -111,7 +111,7 @@ void FleetStats::Merge(const FleetStats& other) {
   step.Merge(other.step);
   steps_sent += other.steps_sent;
   steps_dropped += other.steps_dropped;
-  waited_for_slot += other.waited_for_slot;
+  started_late += other.started_late;
   watch_events += other.watch_events;
   watch_delay_ms.insert(watch_delay_ms.end(), other.watch_delay_ms.begin(),
                         other.watch_delay_ms.end());
@@ -335,7 +335,7 @@ class Fleet::SimRank {
       return;
     }
     if (Clock::now() - due_ > std::chrono::milliseconds(1) && measured_) {
-      queue_->stats.waited_for_slot++;
+      queue_->stats.started_late++;
     }
     const int64_t done = StepsDoneAt(Clock::now());
     const int64_t first = std::max(reported_ + 1, done - kMaxStepsPerReport + 1);
@@ -537,7 +537,7 @@ class Fleet::SimWorker {
       return;
     }
     if (Clock::now() - due_ > std::chrono::milliseconds(1) && measured_) {
-      queue_->stats.waited_for_slot++;
+      queue_->stats.started_late++;
     }
     heartbeat_request_.Clear();
     heartbeat_request_.set_worker_id(id_);

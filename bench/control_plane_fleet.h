@@ -94,8 +94,11 @@ struct FleetStats {
   // unreported because too many piled up (whole run).
   int64_t steps_sent = 0;
   int64_t steps_dropped = 0;
-  // Sends due in the window that waited for a slot (max_rpcs_in_flight).
-  int64_t waited_for_slot = 0;
+  // Sends due in the window that started over 1 ms after they were due:
+  // the load generator's own delay (a busy completion-queue thread, a late
+  // timer, or a wait for a slot under max_rpcs_in_flight), which the
+  // latencies "from due" include and those "from the call's start" do not.
+  int64_t started_late = 0;
   // Step events the watchers received in the window, and for each the time
   // from the step's time_unix_ms (set when its report was sent) to its
   // arrival, in ms (both from the system clock, so ms resolution).

@@ -332,6 +332,18 @@ example:
                {},
                {},
                ArgKind::kNone});
+  c.push_back({"whoami",
+               {"whoami"},
+               "who the controller takes you for",
+               R"(Prints the user the controller takes this caller for (its token or client
+certificate), the user's role (reader, user or admin) and the credential.
+
+example:
+  loomctl whoami
+  loomctl -o json whoami)",
+               {},
+               {},
+               ArgKind::kNone});
   c.push_back({"plan",
                {"plan FILE [--topology|--cluster T] [--top K] [--tokens N] [--executable-only]"},
                "plan data/tensor/pipeline parallelism for a spec",

@@ -315,6 +315,10 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
              absl::StrCat("--worker_timeout_s=", o.worker_timeout_s)}) {
       ctl_args.push_back(std::move(arg));
     }
+    // Loom Console on a free port of the controller's host (HTTPS with its
+    // certificate); a restart keeps the port, as it keeps --listen's.
+    const size_t console_arg = ctl_args.size();
+    ctl_args.push_back("--console_port=0");
     if (!o.queues_file.empty()) ctl_args.push_back("--queues=" + o.queues_file);
     if (!store_url.empty()) ctl_args.push_back("--store=" + store_url);
     for (const std::string& flag : o.controller_flags) ctl_args.push_back(flag);
@@ -342,6 +346,10 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     // A restarted controller listens where this one does, so the workers
     // (given this address) find it again.
     ctl_args[listen_arg] = "--listen=" + ctl.grpc_address;
+    ctl.console_url = ready_info->console_url;
+    if (const size_t colon = ctl.console_url.rfind(':'); colon != std::string::npos) {
+      ctl_args[console_arg] = "--console_port=" + ctl.console_url.substr(colon + 1);
+    }
     if (absl::Status s = WriteArgs(o.home, ctl.name, ctl_args); !s.ok()) {
       kill(*pid, SIGKILL);
       LocalDown(o.home).IgnoreError();

@@ -48,6 +48,7 @@ const std::map<std::string, Runner>& Runners() {
       {"report", CmdReport},
       {"logs", CmdLogs},
       {"queues", CmdQueues},
+      {"whoami", CmdWhoAmI},
       {"steps", CmdSteps},
   };
   return *runners;

@@ -29,6 +29,9 @@ ABSL_FLAG(std::string, health_listen, "",
 ABSL_FLAG(int32_t, console_port, -1,
           "serve Loom Console's JSON API (/api/v1/, docs/console.md) on this port of the --listen "
           "host, over HTTPS with --tls_cert/--tls_key; 0 = pick a free port, -1 = no console");
+ABSL_FLAG(absl::Duration, console_session_lifetime, absl::Hours(12),
+          "how long a Loom Console login lasts (it ends sooner on logout, or when its token is "
+          "revoked)");
 ABSL_FLAG(bool, allow_plaintext, false,
           "serve without TLS (no --tls_cert): tokens then cross the network in the clear");
 ABSL_FLAG(std::string, data_root, "",

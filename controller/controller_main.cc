@@ -41,6 +41,7 @@
 #include "controller/admission/path_policy.h"
 #include "controller/checkpoints/checkpoint_verifier.h"
 #include "controller/console/console_server.h"
+#include "controller/console/sessions.h"
 #include "controller/controller_flags.h"
 #include "controller/job_manager.h"
 #include "controller/leader/catalog_mirror.h"
@@ -307,8 +308,11 @@ int main(int argc, char** argv) {
   }
 
   std::atomic<bool> shutting_down{false};
-  controller::JobServiceImpl job_service(&manager, access->get(), &rpc_metrics, &shutting_down,
-                                         logs->get(), &leadership);
+  controller::console::ConsoleSessions sessions(store->get(),
+                                                absl::GetFlag(FLAGS_console_session_lifetime));
+  controller::JobServiceImpl job_service(
+      &manager, access->get(), &rpc_metrics, &shutting_down, logs->get(), &leadership,
+      absl::GetFlag(FLAGS_console_port) >= 0 ? &sessions : nullptr);
   controller::WorkerServiceImpl worker_service(&manager, access->get(), &rpc_metrics, logs->get(),
                                                &leadership);
   grpc::EnableDefaultHealthCheckService(true);
@@ -362,11 +366,10 @@ int main(int argc, char** argv) {
   // Loom Console: the JSON API answered by this server's own services.
   std::unique_ptr<controller::console::ConsoleServer> console;
   if (const int console_port = absl::GetFlag(FLAGS_console_port); console_port >= 0) {
-    auto started = controller::console::ConsoleServer::Start(
-        {absl::StrCat(host, ":", console_port), absl::GetFlag(FLAGS_tls_cert),
-         absl::GetFlag(FLAGS_tls_key)},
-        std::make_unique<controller::console::ApiGateway>(
-            server->InProcessChannel(grpc::ChannelArguments()), absl::Seconds(30)));
+    auto started = controller::console::StartControllerConsole(
+        absl::StrCat(host, ":", console_port), absl::GetFlag(FLAGS_tls_cert),
+        absl::GetFlag(FLAGS_tls_key), server.get(), store->get(), &sessions, &leadership,
+        lease_holder);
     if (!started.ok()) return Fail(absl::StrCat("--console_port: ", started.status().message()));
     console = *std::move(started);
   }
@@ -419,11 +422,15 @@ int main(int argc, char** argv) {
     lease_options.address = absl::GetFlag(FLAGS_advertise_address).empty()
                                 ? grpc_address
                                 : absl::GetFlag(FLAGS_advertise_address);
+    lease_options.console_url = console_url;
     lease_options.lease = lease;
     lease_options.renew_interval = lease_renew;
     std::vector<std::string> again(argv, argv + argc);
-    for (std::string& arg : again) {
+    for (std::string& arg : again) {  // the same ports again
       if (absl::StartsWith(arg, "--listen=")) arg = absl::StrCat("--listen=", grpc_address);
+      if (absl::StartsWith(arg, "--console_port=") && console) {
+        arg = absl::StrCat("--console_port=", console->port());
+      }
     }
     elector = std::make_unique<controller::LeaderElector>(
         store->get(), &leadership, lease_options,
@@ -522,21 +529,13 @@ int main(int argc, char** argv) {
       // the controller no longer knows) go, once a minute.
       if (absl::Now() >= next_log_sweep) {
         next_log_sweep = absl::Now() + absl::Minutes(1);
-        absl::StatusOr<std::vector<std::string>> with_logs =
-            leadership.LeadingNow() ? (*logs)->Jobs() : std::vector<std::string>{};
-        if (!with_logs.ok()) {
-          std::cerr << "loom-controller: rank logs: " << with_logs.status().message() << std::endl;
-        }
-        for (const std::string& job : with_logs.ok() ? *with_logs : std::vector<std::string>{}) {
+        absl::Status swept = (*logs)->RemoveExpired([&](const std::string& job) {
           absl::StatusOr<std::optional<absl::Time>> ended = manager.EndedAt(job);
-          const bool expired = absl::IsNotFound(ended.status()) ||
-                               (ended.ok() && ended->has_value() &&
-                                **ended + log_retention <= absl::Now());
-          if (!expired) continue;
-          if (absl::Status removed = (*logs)->Remove(job); !removed.ok()) {
-            std::cerr << "loom-controller: rank logs: " << removed.message() << std::endl;
-          }
-        }
+          return absl::IsNotFound(ended.status()) ||
+                 (ended.ok() && ended->has_value() && **ended + log_retention <= absl::Now());
+        });
+        if (!swept.ok())
+          std::cerr << "loom-controller: rank logs: " << swept.message() << std::endl;
       }
       auto counts = manager.JobCountsByState();
       for (int s = loom::v1::PENDING; s <= loom::v1::PREEMPTED; ++s) {

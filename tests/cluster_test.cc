@@ -318,6 +318,13 @@ TEST_F(ClusterTest, QueueFileIsCheckedAtStartReloadedOnSighupAndNamedAtSubmit) {
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("research"));
   EXPECT_THAT(table.out, HasSubstr("priority classes: high=100"));
+  // Who the cluster's token is, and where its console serves.
+  auto me = Ctl("whoami");
+  ASSERT_EQ(me.exit_code, 0) << me.err;
+  EXPECT_THAT(me.out, HasSubstr("(admin, by token)"));
+  auto daemons = Ctl("local status");
+  EXPECT_THAT(daemons.out, HasSubstr("CONSOLE"));
+  EXPECT_THAT(daemons.out, HasSubstr("https://127.0.0.1:"));
   auto listed = Ctl("-o json queues");
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   loom::v1::ListQueuesResponse queues_now;

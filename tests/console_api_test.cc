@@ -13,6 +13,7 @@
 #include "common/jobspec_parse.h"
 #include "controller/service/access.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "loom/v1/service.grpc.pb.h"
@@ -50,15 +51,17 @@ class ConsoleApiTest : public ::testing::Test {
   }
 
   // One HTTPS request with curl, trusting only the cluster CA.
+  // `curl_args`: more of curl's arguments (a cookie jar, headers).
   HttpReply Http(const std::string& method, const std::string& path, const std::string& token,
-                 const std::string& body = "") {
+                 const std::string& body = "", const std::string& curl_args = "") {
     const std::string head = dir_ + "/reply.headers", out = dir_ + "/reply.body";
     unlink(head.c_str());
     unlink(out.c_str());
     std::string cmd = absl::StrCat("curl -sS --max-time 20 --cacert ", tls_, "/ca.pem -X ", method,
                                    " -D ", head, " -o ", out, " -w '%{http_code}'");
     if (!token.empty()) absl::StrAppend(&cmd, " -H 'Authorization: Bearer ", token, "'");
-    if (!body.empty() || method == "POST") {
+    if (!curl_args.empty()) absl::StrAppend(&cmd, " ", curl_args);
+    if ((!body.empty() || method == "POST") && curl_args.find("--data") == std::string::npos) {
       EXPECT_TRUE(WritePrivateFile(dir_ + "/request.json", body.empty() ? "{}" : body).ok());
       absl::StrAppend(&cmd, " -H 'Content-Type: application/json' --data-binary @", dir_,
                       "/request.json");
@@ -104,6 +107,21 @@ resources: {workers: 1, ranks: 1}
     v1::SubmitJobRequest request;
     *request.mutable_spec() = *spec;
     return Json(request);
+  }
+
+  // A browser's cookie jar for `who`, and its session's CSRF header.
+  std::string Jar(const std::string& who) {
+    const std::string jar = dir_ + "/" + who + ".cookies";
+    return absl::StrCat("-b ", jar, " -c ", jar);
+  }
+  static std::string Csrf(const std::string& login_body) {
+    google::protobuf::Struct s;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(login_body, &s).ok()) << login_body;
+    return absl::StrCat("-H 'X-Loom-CSRF: ", s.fields().at("csrf_token").string_value(), "'");
+  }
+  HttpReply LogIn(const std::string& who, const std::string& token) {
+    return Http("POST", "/api/v1/session", "", absl::StrCat(R"({"token": ")", token, R"("})"),
+                Jar(who));
   }
 
   testing::TlsController controller_;
@@ -176,6 +194,92 @@ TEST_F(ConsoleApiTest, ErrorsCarryTheGrpcCodeAndItsHttpStatus) {
   EXPECT_THAT(method.headers, HasSubstr("Allow: GET, POST"));
 
   EXPECT_EQ(Http("GET", "/api/v2/jobs", "rita-token").status, 404);
+}
+
+// A page logs in with a token and then holds only an HttpOnly cookie; what
+// changes state needs the session's CSRF token too; the session is the
+// user's (roles and ownership as for the token), and ends on logout or
+// when the token is revoked.
+TEST_F(ConsoleApiTest, SessionsStandForTheirTokenWithCsrfOnEveryChange) {
+  HttpReply uma = LogIn("uma", "uma-token");
+  ASSERT_EQ(uma.status, 200) << uma.body;
+  EXPECT_THAT(uma.body, HasSubstr(R"("name":"uma","role":"user","credential":"session")"));
+  EXPECT_THAT(uma.body, HasSubstr(absl::StrCat(R"("consoles":[")", console_, R"("])")));
+  EXPECT_THAT(uma.headers, HasSubstr("Set-Cookie: loom_session="));
+  EXPECT_THAT(uma.headers, HasSubstr("; Path=/; HttpOnly; SameSite=Strict; Secure; Max-Age="));
+  EXPECT_THAT(uma.body, ::testing::Not(HasSubstr("uma-token")));
+
+  // Reads need the cookie alone; a change needs X-Loom-CSRF as well.
+  EXPECT_EQ(Http("GET", "/api/v1/jobs", "", "", Jar("uma")).status, 200);
+  HttpReply who = Http("GET", "/api/v1/session", "", "", Jar("uma"));
+  ASSERT_EQ(who.status, 200) << who.body;
+  EXPECT_EQ(Csrf(who.body), Csrf(uma.body));
+  HttpReply forged = Http("POST", "/api/v1/jobs", "", SubmitBody("console-s"), Jar("uma"));
+  EXPECT_EQ(forged.status, 403) << forged.body;
+  EXPECT_THAT(forged.body, HasSubstr("X-Loom-CSRF"));
+  HttpReply wrong = Http("POST", "/api/v1/jobs", "", SubmitBody("console-s"),
+                         Jar("uma") + " -H 'X-Loom-CSRF: " + std::string(64, '0') + "'");
+  EXPECT_EQ(wrong.status, 403) << wrong.body;
+  HttpReply submitted =
+      Http("POST", "/api/v1/jobs", "", SubmitBody("console-s"), Jar("uma") + " " + Csrf(uma.body));
+  ASSERT_EQ(submitted.status, 200) << submitted.body;
+  v1::SubmitJobResponse made;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.body, &made).ok());
+  const std::string cancel = "/api/v1/jobs/" + made.job().id() + ":cancel";
+
+  // Another user's session may not cancel it; its owner's may.
+  HttpReply ulf = LogIn("ulf", "ulf-token");
+  ASSERT_EQ(ulf.status, 200) << ulf.body;
+  HttpReply refused = Http("POST", cancel, "", "", Jar("ulf") + " " + Csrf(ulf.body));
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("PERMISSION_DENIED"));
+  HttpReply cancelled = Http("POST", cancel, "", "", Jar("uma") + " " + Csrf(uma.body));
+  ASSERT_EQ(cancelled.status, 200) << cancelled.body;
+  EXPECT_THAT(cancelled.body, HasSubstr(R"("state":"CANCELLED")"));
+  // The job records who cancelled it: the session's user.
+  HttpReply events = Http("GET", "/api/v1/jobs/" + made.job().id() + "/events", "", "", Jar("uma"));
+  EXPECT_THAT(events.body, HasSubstr("uma"));
+
+  // Logging out ends the session (and needs the CSRF token too).
+  EXPECT_EQ(Http("DELETE", "/api/v1/session", "", "", Jar("uma")).status, 403);
+  HttpReply out = Http("DELETE", "/api/v1/session", "", "", Jar("uma") + " " + Csrf(uma.body));
+  ASSERT_EQ(out.status, 200) << out.body;
+  EXPECT_THAT(out.headers, HasSubstr("Max-Age=0"));
+  EXPECT_EQ(Http("GET", "/api/v1/jobs", "", "", Jar("uma")).status, 401);
+
+  // Revoking the token (the users file without ulf) ends ulf's session.
+  ASSERT_EQ(Http("GET", "/api/v1/jobs", "", "", Jar("ulf")).status, 200);
+  ASSERT_TRUE(
+      WritePrivateFile(dir_ + "/users",
+                       controller::UsersFileLine("rita", controller::Role::kReader, "rita-token"))
+          .ok());
+  int status = 0;
+  for (int i = 0;
+       i < 100 && (status = Http("GET", "/api/v1/jobs", "", "", Jar("ulf")).status) == 200; ++i) {
+    usleep(100 * 1000);
+  }
+  EXPECT_EQ(status, 401);
+  HttpReply gone = Http("GET", "/api/v1/session", "", "", Jar("ulf"));
+  EXPECT_EQ(gone.status, 401);
+  EXPECT_THAT(gone.body, HasSubstr("log in again"));
+}
+
+TEST_F(ConsoleApiTest, LoginRefusesWhatIsNotAPersonsToken) {
+  EXPECT_EQ(LogIn("x", "not-a-token").status, 401);
+  HttpReply worker = LogIn("w", "the-workers-token");
+  EXPECT_EQ(worker.status, 403) << worker.body;
+  EXPECT_THAT(worker.headers, ::testing::Not(HasSubstr("Set-Cookie")));
+  EXPECT_EQ(Http("POST", "/api/v1/session", "", "{}", Jar("x")).status, 400);
+  // A form post from another site cannot carry JSON's content type.
+  HttpReply form = Http("POST", "/api/v1/session", "", "",
+                        absl::StrCat(Jar("x"), " -H 'Content-Type: text/plain' --data-binary ",
+                                     testing::ShellQuote(R"({"token": "rita-token"})")));
+  EXPECT_EQ(form.status, 415) << form.body;
+  EXPECT_EQ(Http("GET", "/api/v1/session", "", "", Jar("x")).status, 401);
+  // A made-up cookie is no session.
+  HttpReply made_up =
+      Http("GET", "/api/v1/jobs", "", "", "-H 'Cookie: loom_session=" + std::string(64, 'a') + "'");
+  EXPECT_EQ(made_up.status, 401) << made_up.body;
 }
 
 }  // namespace

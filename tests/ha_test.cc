@@ -45,6 +45,21 @@ class HaTest : public ClusterTest {
     }
   }
 
+  // curl to a console, trusting the cluster CA, with a cookie jar:
+  // "<HTTP status> <Location header>".
+  std::string Console(const std::string& method, const std::string& url,
+                      const std::string& body = "") {
+    const std::string jar = home_ + "/console.cookies";
+    std::string cmd =
+        absl::StrCat("curl -sS --max-time 10 --cacert ", home_, "/tls/ca.pem -b ", jar, " -c ", jar,
+                     " -X ", method, " -o /dev/null -w '%{http_code} %{redirect_url}'");
+    if (!body.empty()) {
+      absl::StrAppend(&cmd, " -H 'Content-Type: application/json' --data-binary ",
+                      ShellQuote(body));
+    }
+    return std::string(absl::StripAsciiWhitespace(RunCommand(cmd + " " + ShellQuote(url)).out));
+  }
+
   // The epochs worker-<i> followed, in order, from its log.
   std::vector<int64_t> WorkerEpochs(int i) {
     std::vector<int64_t> epochs;
@@ -106,6 +121,18 @@ TEST_F(HaTest, KilledLeaderIsReplacedWithinSecondsAndItsJobLosesNothing) {
   EXPECT_EQ(before.first.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(before.first.error_message(), HasSubstr("this controller is a standby"));
   EXPECT_EQ(before.second, controller_);
+  // So does its console: it sends the browser to the leader's (307). A
+  // page logged in at the leader stays logged in across the failover (the
+  // session is in the store).
+  const std::string leader_console = Daemon("controller-0").console_url;
+  const std::string standby_console = Daemon("controller-1").console_url;
+  ASSERT_FALSE(leader_console.empty());
+  ASSERT_FALSE(standby_console.empty());
+  EXPECT_EQ(Console("POST", leader_console + "/api/v1/session",
+                    absl::StrCat(R"({"token": ")", token_, R"("})")),
+            "200");
+  EXPECT_EQ(Console("GET", standby_console + "/api/v1/jobs/" + job),
+            absl::StrCat("307 ", leader_console, "/api/v1/jobs/", job));
 
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(Daemon("controller-0").pid, SIGKILL), 0);
@@ -123,6 +150,7 @@ TEST_F(HaTest, KilledLeaderIsReplacedWithinSecondsAndItsJobLosesNothing) {
   // ./bench/run.sh failover measures the p50 and p99 over many cycles.
   EXPECT_LT(failover_s, 6.0);
   EXPECT_EQ(Daemon("controller-1").role, "active");
+  EXPECT_EQ(Console("GET", standby_console + "/api/v1/jobs/" + job), "200");
 
   // loomctl follows the leader on its own.
   ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))

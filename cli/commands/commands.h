@@ -59,6 +59,8 @@ int CmdPlan(const Globals& g, const std::vector<std::string>& args);
 // workers.cc
 int CmdWorkers(const Globals& g, const std::vector<std::string>& args);
 int CmdQueues(const Globals& g, const std::vector<std::string>& args);
+// Who the controller takes this caller for: name, role, credential.
+int CmdWhoAmI(const Globals& g, const std::vector<std::string>& args);
 
 // data.cc: `data prepare ...` (args[0] is the subcommand).
 int CmdData(const Globals& g, const std::vector<std::string>& args);

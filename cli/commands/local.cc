@@ -87,9 +87,10 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
     }
     for (const auto& d : *daemons) {
       std::cout << absl::StrFormat(
-          "%-13s pid %-7d %s%s%s\n", d.name, d.pid,
+          "%-13s pid %-7d %s%s%s%s\n", d.name, d.pid,
           d.grpc_address.empty() ? "" : "grpc " + d.grpc_address + "  ",
           d.metrics_address.empty() ? "" : "metrics http://" + d.metrics_address + "/metrics",
+          d.console_url.empty() ? "" : "  console " + d.console_url,
           d.role.empty() || d.role == "database" ? "" : "  " + d.role);
     }
     std::cout << "local cluster up: state in " << g.home << ", token in " << g.home << "/token"
@@ -135,7 +136,8 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
     bool all = true;
     for (const auto& d : daemons) all &= d.alive;
     if (g.json) {
-      // [{"name", "pid", "alive", "role", "grpc_address", "metrics_address", "log"}]
+      // [{"name", "pid", "alive", "role", "grpc_address", "metrics_address",
+      //   "console_url", "log"}]
       JsonWriter w;
       w.BeginArray();
       for (const DaemonInfo& d : daemons) {
@@ -146,6 +148,7 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
         w.Field("role", d.role);
         w.Field("grpc_address", d.grpc_address);
         w.Field("metrics_address", d.metrics_address);
+        w.Field("console_url", d.console_url);
         w.Field("log", d.log_path);
         w.EndObject();
       }
@@ -154,11 +157,12 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
       return all ? 0 : 1;
     }
     std::vector<std::vector<std::string>> rows = {
-        {"DAEMON", "PID", "ALIVE", "ROLE", "GRPC", "METRICS"}};
+        {"DAEMON", "PID", "ALIVE", "ROLE", "GRPC", "METRICS", "CONSOLE"}};
     for (const auto& d : daemons) {
       rows.push_back({d.name, absl::StrCat(d.pid), d.alive ? "yes" : "no",
                       d.role.empty() ? "-" : d.role, d.grpc_address.empty() ? "-" : d.grpc_address,
-                      d.metrics_address.empty() ? "-" : d.metrics_address});
+                      d.metrics_address.empty() ? "-" : d.metrics_address,
+                      d.console_url.empty() ? "-" : d.console_url});
     }
     PrintTable(rows);
     return all ? 0 : 1;

@@ -51,6 +51,23 @@ int CmdWorkers(const Globals& g, const std::vector<std::string>& args) {
   return 0;
 }
 
+int CmdWhoAmI(const Globals& g, const std::vector<std::string>& args) {
+  if (!args.empty()) return Usage("whoami: takes no arguments");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  loom::v1::WhoAmIResponse resp;
+  absl::Status s =
+      (*client)->Call(&loom::v1::JobService::Stub::WhoAmI, loom::v1::WhoAmIRequest(), &resp);
+  if (!s.ok()) return Fail(s);
+  if (g.json) {
+    std::cout << ToJson(resp) << std::endl;
+  } else {
+    std::cout << resp.name() << " (" << resp.role() << ", by " << resp.credential() << ")"
+              << std::endl;
+  }
+  return 0;
+}
+
 int CmdQueues(const Globals& g, const std::vector<std::string>& args) {
   if (!args.empty()) return Usage("queues: takes no arguments");
   auto client = Client::Connect(g);

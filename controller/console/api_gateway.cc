@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "controller/console/sessions.h"
 #include "controller/leader/leader_lease.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/struct.pb.h"
@@ -107,10 +108,137 @@ void SetString(Message* m, const char* name, const std::string& value) {
   }
 }
 
+// Equal strings, in time that does not depend on where they differ.
+bool SameSecret(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string JsonString(absl::string_view text) {
+  google::protobuf::Value v;
+  v.set_string_value(std::string(text));
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(v, &out);
+  return out;
+}
+
 }  // namespace
 
 ApiGateway::ApiGateway(std::shared_ptr<grpc::Channel> channel, absl::Duration deadline)
-    : stub_(loom::v1::JobService::NewStub(std::move(channel))), deadline_(deadline) {}
+    : ApiGateway(std::move(channel), GatewayOptions{deadline}) {}
+
+ApiGateway::ApiGateway(std::shared_ptr<grpc::Channel> channel, GatewayOptions options)
+    : stub_(loom::v1::JobService::NewStub(std::move(channel))), options_(std::move(options)) {}
+
+std::string ApiGateway::CookieValue(absl::string_view header, absl::string_view name) {
+  for (absl::string_view pair : absl::StrSplit(header, ';')) {
+    pair = absl::StripAsciiWhitespace(pair);
+    if (absl::ConsumePrefix(&pair, name) && absl::ConsumePrefix(&pair, "=")) {
+      return std::string(pair);
+    }
+  }
+  return "";
+}
+
+ApiReply ApiGateway::WhoAmIReply(grpc::ClientContext* ctx, const std::string& session_id,
+                                 absl::Time expires) const {
+  loom::v1::WhoAmIResponse who;
+  const grpc::Status s = stub_->WhoAmI(ctx, loom::v1::WhoAmIRequest(), &who);
+  if (!s.ok()) return ErrorReply(s.error_code(), s.error_message());
+  std::string consoles;
+  if (options_.consoles) {
+    for (const std::string& url : options_.consoles()) {
+      absl::StrAppend(&consoles, consoles.empty() ? "" : ",", JsonString(url));
+    }
+  }
+  ApiReply reply;
+  reply.body =
+      absl::StrCat("{\"name\":", JsonString(who.name()), ",\"role\":", JsonString(who.role()),
+                   ",\"credential\":\"session\",\"csrf_token\":",
+                   JsonString(ConsoleSessions::CsrfTokenOf(session_id)),
+                   expires == absl::InfinitePast()
+                       ? ""
+                       : absl::StrCat(",\"expires_unix_ms\":", absl::ToUnixMillis(expires)),
+                   ",\"consoles\":[", consoles, "]}");
+  return reply;
+}
+
+ApiReply ApiGateway::HandleSession(const ApiRequest& request) const {
+  if (options_.sessions == nullptr) {
+    return ErrorReply(grpc::StatusCode::UNIMPLEMENTED,
+                      "this console has no sessions: send Authorization: Bearer <token>");
+  }
+  const std::string cookie = CookieValue(request.cookie, kSessionCookie);
+  std::string cookie_flags = absl::StrCat("; Path=/; HttpOnly; SameSite=Strict",
+                                          options_.secure_cookies ? "; Secure" : "");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+  if (request.method == "POST") {
+    if (!absl::StartsWith(absl::AsciiStrToLower(request.content_type), "application/json")) {
+      ApiReply reply = BadRequest("log in with Content-Type: application/json");
+      reply.status = 415;
+      return reply;
+    }
+    google::protobuf::Struct body;
+    if (!google::protobuf::util::JsonStringToMessage(request.body, &body).ok() ||
+        !body.fields().contains("token") ||
+        body.fields().at("token").kind_case() != google::protobuf::Value::kStringValue ||
+        body.fields().at("token").string_value().empty()) {
+      return BadRequest("body: must be {\"token\": \"<a Loom token>\"}");
+    }
+    const std::string& token = body.fields().at("token").string_value();
+    ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    // Who the token is, asked of the controller itself (and refused there
+    // for a worker token or an unknown one).
+    loom::v1::WhoAmIResponse who;
+    const grpc::Status s = stub_->WhoAmI(&ctx, loom::v1::WhoAmIRequest(), &who);
+    if (!s.ok()) return ErrorReply(s.error_code(), s.error_message());
+    absl::StatusOr<ConsoleSessions::Opened> opened = options_.sessions->Open(who.name(), token);
+    if (!opened.ok()) {
+      return ErrorReply(grpc::StatusCode::UNAVAILABLE, std::string(opened.status().message()));
+    }
+    grpc::ClientContext again;
+    again.set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+    again.AddMetadata(kSessionMetadataKey, opened->id);
+    ApiReply reply = WhoAmIReply(&again, opened->id, opened->expires);
+    if (reply.status == 200) {
+      reply.headers.emplace_back(
+          "Set-Cookie", absl::StrCat(kSessionCookie, "=", opened->id, cookie_flags, "; Max-Age=",
+                                     absl::ToInt64Seconds(options_.sessions->lifetime())));
+    }
+    return reply;
+  }
+  if (cookie.empty()) {
+    return ErrorReply(grpc::StatusCode::UNAUTHENTICATED,
+                      "not logged in: POST /api/v1/session with {\"token\": ...}");
+  }
+  if (request.method == "GET" || request.method == "HEAD") {
+    ctx.AddMetadata(kSessionMetadataKey, cookie);
+    return WhoAmIReply(&ctx, cookie, absl::InfinitePast());
+  }
+  if (request.method == "DELETE") {
+    if (!SameSecret(request.csrf, ConsoleSessions::CsrfTokenOf(cookie))) {
+      return ErrorReply(grpc::StatusCode::PERMISSION_DENIED,
+                        "X-Loom-CSRF: missing or not this session's csrf_token");
+    }
+    if (absl::Status s = options_.sessions->End(cookie); !s.ok()) {
+      return ErrorReply(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("cannot end the session: ", s.message()));
+    }
+    ApiReply reply;
+    reply.body = "{}";
+    reply.headers.emplace_back("Set-Cookie",
+                               absl::StrCat(kSessionCookie, "=", cookie_flags, "; Max-Age=0"));
+    return reply;
+  }
+  ApiReply reply = ErrorReply(grpc::StatusCode::UNIMPLEMENTED,
+                              absl::StrCat(request.method, " is not allowed on /api/v1/session"));
+  reply.status = 405;
+  reply.headers.emplace_back("Allow", "GET, POST, DELETE");
+  return reply;
+}
 
 int ApiGateway::HttpStatusOf(grpc::StatusCode code) {
   switch (code) {
@@ -239,6 +367,7 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
   if (!absl::ConsumePrefix(&path, "/api/v1/")) {
     return ErrorReply(grpc::StatusCode::NOT_FOUND, "not an API path: they start with /api/v1/");
   }
+  if (path == "session") return HandleSession(request);
   const std::vector<std::string> parts = absl::StrSplit(path, '/');
   std::string job_id;
   Stub* stub = stub_.get();
@@ -267,6 +396,8 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
     route(get, "GET", MakeCall(stub, &Stub::ListQueues));
   } else if (parts.size() == 1 && parts[0] == "plan") {
     route(post, "POST", MakeCall(stub, &Stub::Plan));
+  } else if (parts.size() == 1 && parts[0] == "whoami") {
+    route(get, "GET", MakeCall(stub, &Stub::WhoAmI));
   } else if ((parts.size() == 2 || parts.size() == 3) && parts[0] == "jobs" && !parts[1].empty()) {
     std::string id = parts[1];
     std::string verb;
@@ -332,8 +463,20 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
   if (!job_id.empty()) SetString(req, "job_id", job_id);
 
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-  if (!request.authorization.empty()) ctx.AddMetadata("authorization", request.authorization);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+  if (!request.authorization.empty()) {
+    ctx.AddMetadata("authorization", request.authorization);
+  } else if (const std::string session = CookieValue(request.cookie, kSessionCookie);
+             options_.sessions != nullptr && !session.empty()) {
+    // A page's request: anything that may change state must prove it came
+    // from a page of this origin (which read the csrf_token at login).
+    if (!get && !SameSecret(request.csrf, ConsoleSessions::CsrfTokenOf(session))) {
+      return ErrorReply(grpc::StatusCode::PERMISSION_DENIED,
+                        "X-Loom-CSRF: missing or not this session's csrf_token (the console's "
+                        "pages send it; GET /api/v1/session answers it)");
+    }
+    ctx.AddMetadata(kSessionMetadataKey, session);
+  }
   std::unique_ptr<Message> resp;
   const grpc::Status s = call.invoke(&ctx, &resp);
   if (!s.ok()) {

@@ -24,6 +24,23 @@
 //   GET  /api/v1/workers                    ListWorkers
 //   GET  /api/v1/queues                     ListQueues
 //   POST /api/v1/plan                       Plan (body: PlanRequest)
+//   GET  /api/v1/whoami                     WhoAmI
+//
+// Sessions (with ConsoleSessions; sessions.h says what they promise):
+//   POST   /api/v1/session   log in: body {"token": "<a Loom token>"}, sent
+//                            as Content-Type: application/json (which a page
+//                            on another origin cannot send without a CORS
+//                            preflight, which this server never grants).
+//                            Sets the loom_session cookie (HttpOnly,
+//                            SameSite=Strict, Secure over TLS, Path=/) and
+//                            answers the user, role, csrf_token, expiry and
+//                            every controller's console URL.
+//   GET    /api/v1/session   the same for the cookie's session (401 without)
+//   DELETE /api/v1/session   log out: ends the session, clears the cookie
+// A request with an Authorization header is that token's, with no CSRF
+// check (a script's). Otherwise the loom_session cookie's session is passed
+// on as "x-loom-session" metadata, and every request but GET and HEAD must
+// carry X-Loom-CSRF equal to the session's csrf_token (403 otherwise).
 //
 // Query parameters name the request message's scalar fields (proto or JSON
 // name; a repeated field may be given more than once); the path's job id
@@ -38,12 +55,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "loom/v1/service.grpc.pb.h"
@@ -56,12 +75,29 @@ struct ApiRequest {
   std::string query;          // "state=RUNNING&name=a%20b", not decoded
   std::string body;           // a JSON object for POST; may be empty
   std::string authorization;  // the Authorization header as sent; may be empty
+  std::string cookie;         // the Cookie header as sent; may be empty
+  std::string csrf;           // the X-Loom-CSRF header; may be empty
+  std::string content_type;   // the Content-Type header; may be empty
 };
 
 struct ApiReply {
   int status = 200;
   std::string body;                                          // JSON
   std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type
+};
+
+class ConsoleSessions;
+
+struct GatewayOptions {
+  // Bounds each call to the controller.
+  absl::Duration deadline = absl::Seconds(30);
+  // Null: no login (the API takes bearer tokens only).
+  ConsoleSessions* sessions = nullptr;
+  // The console serves HTTPS: cookies are marked Secure.
+  bool secure_cookies = false;
+  // Every controller's console URL (for a page whose controller dies); may
+  // be empty.
+  std::function<std::vector<std::string>()> consoles;
 };
 
 class ApiGateway {
@@ -73,6 +109,10 @@ class ApiGateway {
   // `channel` reaches this controller's JobService; `deadline` bounds each
   // call.
   ApiGateway(std::shared_ptr<grpc::Channel> channel, absl::Duration deadline);
+  ApiGateway(std::shared_ptr<grpc::Channel> channel, GatewayOptions options);
+
+  // The session cookie's name.
+  static constexpr const char* kSessionCookie = "loom_session";
 
   ApiReply Handle(const ApiRequest& request) const;
 
@@ -87,9 +127,17 @@ class ApiGateway {
   // field, or a value of the wrong type.
   static absl::Status ParseQuery(const std::string& query, google::protobuf::Message* message);
 
+  // The value of cookie `name` in a Cookie header ("" when absent).
+  static std::string CookieValue(absl::string_view header, absl::string_view name);
+
  private:
+  ApiReply HandleSession(const ApiRequest& request) const;
+  // WhoAmI with `ctx`'s credentials, as the session routes answer it.
+  ApiReply WhoAmIReply(grpc::ClientContext* ctx, const std::string& session_id,
+                       absl::Time expires) const;
+
   std::unique_ptr<loom::v1::JobService::Stub> stub_;
-  const absl::Duration deadline_;
+  const GatewayOptions options_;
 };
 
 }  // namespace loom::controller::console

@@ -1,5 +1,6 @@
 #include "controller/console/console_server.h"
 
+#include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -8,6 +9,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "controller/console/sessions.h"
+#include "controller/leader/leader_lease.h"
+#include "controller/store/store.h"
 
 namespace loom::controller::console {
 namespace {
@@ -85,7 +89,21 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
   http.set_default_headers(std::move(defaults));
 
   const ApiGateway* api = server->gateway_.get();
-  auto handle = [api](const httplib::Request& req, httplib::Response& res) {
+  auto handle = [api, leader_url = options.leader_url](const httplib::Request& req,
+                                                       httplib::Response& res) {
+    if (leader_url) {
+      if (const std::string leader = leader_url(); !leader.empty()) {
+        // A standby: the same request at the leader's console (307 keeps
+        // the method and body).
+        res.status = 307;
+        res.set_header("Location", leader + req.target);
+        res.set_header("X-Loom-Leader", leader);
+        res.set_content(R"({"code":"UNAVAILABLE","message":"this controller stands by: the )"
+                        R"(leader's console is at the Location"})",
+                        "application/json; charset=utf-8");
+        return;
+      }
+    }
     ApiRequest request;
     request.method = req.method;
     request.path = req.path;
@@ -94,6 +112,9 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
     }
     request.body = req.body;
     request.authorization = req.get_header_value("Authorization");
+    request.cookie = req.get_header_value("Cookie");
+    request.csrf = req.get_header_value("X-Loom-CSRF");
+    request.content_type = req.get_header_value("Content-Type");
     ApiReply reply = api->Handle(request);
     res.status = reply.status;
     for (const auto& [name, value] : reply.headers) res.set_header(name, value);
@@ -135,6 +156,40 @@ std::string ConsoleServer::address() const { return absl::StrCat(host_, ":", por
 std::string ConsoleServer::url() const {
   return absl::StrCat(tls_ ? "https://" : "http://", host_ == "0.0.0.0" ? "127.0.0.1" : host_, ":",
                       port_);
+}
+
+absl::StatusOr<std::unique_ptr<ConsoleServer>> StartControllerConsole(
+    const std::string& listen, const std::string& cert, const std::string& key,
+    grpc::Server* server, Store* store, ConsoleSessions* sessions, const Leadership* leadership,
+    const std::string& holder) {
+  if (sessions->lifetime() <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--console_session_lifetime: must be > 0");
+  }
+  GatewayOptions gateway;
+  gateway.sessions = sessions;
+  gateway.secure_cookies = !cert.empty();
+  gateway.consoles = [store] {
+    // Consoles seen in the last week: a page tries them in turn when its
+    // own controller stops answering.
+    auto urls = store->LoadConsoles(absl::ToUnixMillis(absl::Now() - absl::Hours(24 * 7)));
+    return urls.ok() ? *std::move(urls) : std::vector<std::string>();
+  };
+  ConsoleOptions options;
+  options.listen = listen;
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  options.leader_url = [leadership] { return leadership->leader_console_url(); };
+  auto started = ConsoleServer::Start(
+      options, std::make_unique<ApiGateway>(server->InProcessChannel(grpc::ChannelArguments()),
+                                            std::move(gateway)));
+  if (!started.ok()) return started.status();
+  if (absl::Status s =
+          store->PutConsole(holder, (*started)->url(), absl::ToUnixMillis(absl::Now()));
+      !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot record the console's URL in the store: ", s.message()));
+  }
+  return started;
 }
 
 }  // namespace loom::controller::console

@@ -2,7 +2,9 @@
 //
 // Serves the JSON API of ApiGateway under /api/v1/ (cpp-httplib's worker
 // threads call the gateway, which calls this controller's gRPC services in
-// process). Every other path answers 404 for now. With a certificate and
+// process). Every other path answers 404 for now. While the controller
+// stands by and knows the leader's console, every request is answered 307
+// to the same path there, as a standby's gRPC answers name the leader. With a certificate and
 // key it serves HTTPS only (TLS 1.2 and newer), with the controller's own
 // certificate, so a browser that trusts the gRPC port trusts the console.
 //
@@ -13,6 +15,7 @@
 #ifndef LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_
 #define LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +26,13 @@
 namespace httplib {
 class Server;
 }
+namespace grpc {
+class Server;
+}
+namespace loom::controller {
+class Store;
+class Leadership;
+}  // namespace loom::controller
 
 namespace loom::controller::console {
 
@@ -33,6 +43,9 @@ struct ConsoleOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   int threads = 8;
+  // The leader's console URL while this controller stands by, else "" (the
+  // request is served here). May be empty: always served here.
+  std::function<std::string()> leader_url;
 };
 
 class ConsoleServer {
@@ -48,6 +61,7 @@ class ConsoleServer {
 
   // "host:port" as bound (never port 0).
   std::string address() const;
+  int port() const { return port_; }
   // "https://host:port" or "http://host:port" (a wildcard host as 127.0.0.1).
   std::string url() const;
 
@@ -61,6 +75,18 @@ class ConsoleServer {
   int port_ = 0;
   bool tls_ = false;
 };
+
+class ConsoleSessions;
+
+// A controller's console, wired to it: the gateway over `server`'s
+// in-process channel, sessions in `sessions` (which must outlive it), the
+// console URLs recorded in `store` (this one as `holder`'s), and the 307 to
+// the leader's console while `leadership` stands by. TLS when `cert` and
+// `key` are given.
+absl::StatusOr<std::unique_ptr<ConsoleServer>> StartControllerConsole(
+    const std::string& listen, const std::string& cert, const std::string& key,
+    grpc::Server* server, Store* store, ConsoleSessions* sessions, const Leadership* leadership,
+    const std::string& holder);
 
 }  // namespace loom::controller::console
 

@@ -76,6 +76,12 @@ void Leadership::StepDown() {
   renewed_.notify_all();
 }
 
+std::string Leadership::leader_console_url() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (leader_ || seen_.holder.empty() || seen_.expires_unix_ms <= seen_.now_unix_ms) return "";
+  return seen_.console_url;
+}
+
 std::string Leadership::last_seen_holder() const {
   std::lock_guard<std::mutex> lock(mu_);
   return seen_.holder.empty() ? "" : absl::StrCat(seen_.holder, " (epoch ", seen_.epoch, ")");
@@ -133,8 +139,8 @@ std::chrono::milliseconds LeaderElector::Round() {
   const auto lease = std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.lease));
   const int64_t epoch = leadership_->epoch();
   const Steady::time_point sent = Steady::now();
-  absl::StatusOr<Store::Lease> row =
-      store_->AcquireLease(options_.holder, options_.address, options_.lease);
+  absl::StatusOr<Store::Lease> row = store_->AcquireLease(
+      options_.holder, options_.address, options_.lease, /*force=*/false, options_.console_url);
   auto lose = [&](const std::string& reason) {
     leadership_->StepDown();
     lost_ = true;

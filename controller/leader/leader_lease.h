@@ -61,6 +61,9 @@ class Leadership {
   void StepDown();
   // What a standby last read of the lease.
   void SawLeader(const Store::Lease& lease);
+  // The console URL of the leader a standby last saw ("" when this
+  // controller leads, nobody does, or the leader serves no console).
+  std::string leader_console_url() const;
   // The holder it last saw leading ("" if none): who a new leader took
   // over from.
   std::string last_seen_holder() const;
@@ -77,6 +80,7 @@ class Leadership {
 struct LeaderElectorOptions {
   std::string holder;   // unique per process: host, pid and a random suffix
   std::string address;  // where this controller serves gRPC (for clients)
+  std::string console_url;  // where its console serves (for standbys' consoles); may be ""
   absl::Duration lease = absl::Seconds(2);
   absl::Duration renew_interval = absl::Milliseconds(500);
 };

@@ -169,6 +169,16 @@ absl::Status LogStore::Remove(const std::string& job_id) {
   return store_->RemoveLogs(job_id);
 }
 
+absl::Status LogStore::RemoveExpired(const std::function<bool(const std::string&)>& expired) {
+  absl::StatusOr<std::vector<std::string>> jobs = Jobs();
+  if (!jobs.ok()) return jobs.status();
+  absl::Status first;
+  for (const std::string& job : *jobs) {
+    if (expired(job)) first.Update(Remove(job));
+  }
+  return first;
+}
+
 absl::StatusOr<LogStore::Found> LogStore::Search(const std::string& job_id,
                                                  absl::string_view needle, int max_lines) {
   if (absl::Status s = CheckLogJobId(job_id); !s.ok()) return s;

@@ -19,6 +19,7 @@
 #define LOOM_CONTROLLER_LOGS_LOG_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -86,6 +87,9 @@ class LogStore {
   absl::StatusOr<std::vector<std::string>> Jobs();
   // Deletes every log of `job_id` (retention).
   absl::Status Remove(const std::string& job_id);
+  // Retention: deletes the logs of every job for which `expired(job_id)`
+  // is true; the first error of those it met (it goes on past each).
+  absl::Status RemoveExpired(const std::function<bool(const std::string& job_id)>& expired);
 
   // A line of a log that contains what was searched for: where it starts
   // in its log, and its text as valid UTF-8 without its line break.

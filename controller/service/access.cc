@@ -103,6 +103,7 @@ const std::map<std::string, std::set<Role>>& AccessRules() {
         {"JobService.GetRankLog", read},
         {"JobService.SearchRankLogs", read},
         {"JobService.ListQueues", read},
+        {"JobService.WhoAmI", read},
         {"WorkerService.RegisterWorker", worker},
         {"WorkerService.Heartbeat", worker},
         {"WorkerService.ReportStepMetrics", worker},
@@ -236,6 +237,21 @@ absl::StatusOr<Principal> Credentials::Authenticate(absl::string_view bearer,
   return Principal{user.role, user.name, false};
 }
 
+absl::StatusOr<Principal> Credentials::AuthenticateTokenHash(absl::string_view token_sha256) const {
+  if (token_sha256.size() != 64 || !absl::c_all_of(token_sha256, absl::ascii_isxdigit)) {
+    return absl::UnauthenticatedError("the session's token hash is not 64 hex digits");
+  }
+  const std::string hash = absl::HexStringToBytes(absl::AsciiStrToLower(token_sha256));
+  auto it = by_token_hash_.find(hash);
+  if (it == by_token_hash_.end()) {
+    return absl::UnauthenticatedError(
+        "the token this console session was opened with is no user's any more (revoked or "
+        "replaced): log in again with a current token");
+  }
+  const User& user = users_.at(it->second);
+  return Principal{user.role, user.name, false};
+}
+
 std::string UsersFileLine(absl::string_view name, Role role, absl::string_view token) {
   return absl::StrCat(name, " ", RoleName(role), " ", kHashPrefix, Sha256Hex(token), "\n");
 }
@@ -300,6 +316,16 @@ absl::StatusOr<Principal> AccessControl::Authenticate(absl::string_view bearer,
     creds = current_;
   }
   return creds->Authenticate(bearer, certificate_name);
+}
+
+absl::StatusOr<Principal> AccessControl::AuthenticateTokenHash(
+    absl::string_view token_sha256) const {
+  std::shared_ptr<const Credentials> creds;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    creds = current_;
+  }
+  return creds->AuthenticateTokenHash(token_sha256);
 }
 
 absl::Status AccessControl::ReloadIfChanged() {

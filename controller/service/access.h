@@ -24,7 +24,8 @@
 //   worker  WorkerService only
 //   reader  JobService's read-only calls (GetJob, ListJobs, WatchJob,
 //           WatchEvents, ListEvents, ListWorkers, GetStepMetrics,
-//           ListCheckpoints, Plan, ListQueues, GetRankLog, SearchRankLogs)
+//           ListCheckpoints, Plan, ListQueues, GetRankLog, SearchRankLogs,
+//           WhoAmI)
 //   user    a reader that may also submit jobs, and cancel or roll back
 //           the jobs it submitted (AuthorizeJobChange)
 //   admin   every JobService call, on every job
@@ -58,6 +59,7 @@ struct Principal {
   // a holder of the shared worker token.
   std::string name;
   bool certificate = false;  // proven by a client certificate, not a token
+  bool session = false;      // proven by a console session (opened with a token)
 
   // For messages and the job record: "user 'alice'", "worker 'node-3'",
   // "a worker (worker token)".
@@ -97,6 +99,13 @@ class Credentials {
   absl::StatusOr<Principal> Authenticate(absl::string_view bearer,
                                          absl::string_view certificate_name) const;
 
+  // Who holds a console session opened with the token whose SHA-256 is
+  // `token_sha256` (64 hex digits): that token's user with the user's role
+  // now. UNAUTHENTICATED once no user has that token (the user was removed,
+  // or given a new token: the session is revoked with it) or for the
+  // workers' token (sessions are for people).
+  absl::StatusOr<Principal> AuthenticateTokenHash(absl::string_view token_sha256) const;
+
   size_t users() const { return users_.size(); }
   bool has_worker_token() const { return !worker_token_sha256_.empty(); }
 
@@ -109,6 +118,19 @@ class Credentials {
   std::map<std::string, User> users_;                 // by name
   std::map<std::string, std::string> by_token_hash_;  // raw SHA-256 -> name
   std::string worker_token_sha256_;                   // raw 32 bytes, or empty
+};
+
+// Console sessions (controller/console/sessions.h). The console sends a
+// logged-in page's session id as "x-loom-session" metadata; the session
+// stands for the token it was opened with, checked again on every call.
+inline constexpr char kSessionMetadataKey[] = "x-loom-session";
+class SessionDirectory {
+ public:
+  virtual ~SessionDirectory() = default;
+  // The hex SHA-256 of the token session `id` was opened with;
+  // UNAUTHENTICATED (saying to log in again) when the session is unknown,
+  // ended or expired.
+  virtual absl::StatusOr<std::string> TokenHashOf(absl::string_view id) const = 0;
 };
 
 // The users file's line for a new user: "<name> <role> sha256:<hex>\n".
@@ -125,6 +147,7 @@ class AccessControl {
 
   absl::StatusOr<Principal> Authenticate(absl::string_view bearer,
                                          absl::string_view certificate_name) const;
+  absl::StatusOr<Principal> AuthenticateTokenHash(absl::string_view token_sha256) const;
 
   // Re-reads the users file if its modification time or size changed. On a
   // parse error keeps the credentials in force and returns the error (the

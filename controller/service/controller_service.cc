@@ -96,8 +96,9 @@ void RpcMetrics::RecordSince(const std::string& method, const grpc::Status& stat
 
 // ------------------------------------------------------------------ JobService
 
-absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx, const AccessControl& access,
-                                      absl::string_view method) {
+absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx,
+                                      const AccessControl& access, absl::string_view method,
+                                      const SessionDirectory* sessions) {
   std::string certificate_name;
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth != nullptr && auth->IsPeerAuthenticated()) {
@@ -116,11 +117,31 @@ absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx, const 
     }
     bearer = std::string(value);
   }
-  absl::StatusOr<Principal> caller = access.Authenticate(bearer, certificate_name);
+  absl::StatusOr<Principal> caller;
+  if (auto it = md.find(kSessionMetadataKey);
+      sessions != nullptr && bearer.empty() && certificate_name.empty() && it != md.end()) {
+    // A console page's session: the user of the token it was opened with,
+    // if that token is still theirs.
+    absl::StatusOr<std::string> token_hash =
+        sessions->TokenHashOf(absl::string_view(it->second.data(), it->second.size()));
+    if (!token_hash.ok()) return token_hash.status();
+    caller = access.AuthenticateTokenHash(*token_hash);
+    if (caller.ok()) caller->session = true;
+  } else {
+    caller = access.Authenticate(bearer, certificate_name);
+  }
   if (!caller.ok()) return caller.status();
   if (absl::Status allowed = Authorize(*caller, method); !allowed.ok()) return allowed;
   return caller;
 }
+
+namespace {
+// "by user 'uma'", then ": <reason>" when one was given: an action's
+// reason as the job's events record it.
+std::string ByCaller(const Principal& caller, const std::string& reason) {
+  return absl::StrCat("by ", caller.Describe(), reason.empty() ? "" : ": ", reason);
+}
+}  // namespace
 
 absl::Status AdmitLeader(grpc::ServerContextBase* ctx, const Leadership* leadership) {
   if (leadership == nullptr) return absl::OkStatus();
@@ -134,7 +155,8 @@ absl::Status AdmitLeader(grpc::ServerContextBase* ctx, const Leadership* leaders
 
 JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
                                RpcMetrics* metrics, const std::atomic<bool>* shutting_down,
-                               LogStore* logs, const Leadership* leadership)
+                               LogStore* logs, const Leadership* leadership,
+                               const SessionDirectory* sessions)
     : manager_(manager),
       access_(access),
       metrics_(metrics),
@@ -142,7 +164,8 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
       rank_logs_(
           logs,
           [manager](const std::string& job_id) { return manager->AttemptPlacements(job_id); }),
-      leadership_(leadership) {}
+      leadership_(leadership),
+      sessions_(sessions) {}
 
 grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
   grpc::Status g = ToGrpcStatus(s);
@@ -152,10 +175,10 @@ grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
 
 // Declares `caller`, the authenticated and authorized Principal, or answers
 // the RPC with why not.
-#define LOOM_ADMIT(service, method)                                                   \
-  RpcMetrics::Start();                                                                \
-  absl::StatusOr<Principal> caller = AdmitCaller(*ctx, *access_, service "." method); \
-  if (!caller.ok()) return Finish(method, caller.status());                           \
+#define LOOM_ADMIT(service, method)                                                              \
+  RpcMetrics::Start();                                                                           \
+  absl::StatusOr<Principal> caller = AdmitCaller(*ctx, *access_, service "." method, sessions_); \
+  if (!caller.ok()) return Finish(method, caller.status());                                      \
   if (absl::Status led = AdmitLeader(ctx, leadership_); !led.ok()) return Finish(method, led)
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
@@ -224,7 +247,8 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
   if (!s.ok()) return Finish("CancelJob", s);
   s = CheckJobChange(*manager_, *caller, "cancel", req->job_id());
   if (!s.ok()) return Finish("CancelJob", s);
-  auto job = manager_->Cancel(req->job_id(), req->reason());
+  // The event log says who did it (the console's page and loomctl alike).
+  auto job = manager_->Cancel(req->job_id(), ByCaller(*caller, req->reason()));
   if (job.ok()) *resp = std::move(*job);
   return Finish("CancelJob", job.status());
 }
@@ -368,7 +392,9 @@ grpc::Status JobServiceImpl::RollbackJob(grpc::ServerContext* ctx,
   if (!s.ok()) return Finish("RollbackJob", s);
   s = CheckJobChange(*manager_, *caller, "roll back", req->job_id());
   if (!s.ok()) return Finish("RollbackJob", s);
-  auto job = manager_->Rollback(*req);
+  loom::v1::RollbackJobRequest by = *req;
+  by.set_reason(ByCaller(*caller, req->reason()));
+  auto job = manager_->Rollback(by);
   if (job.ok()) *resp = std::move(*job);
   return Finish("RollbackJob", job.status());
 }
@@ -389,6 +415,15 @@ grpc::Status JobServiceImpl::SearchRankLogs(grpc::ServerContext* ctx,
   absl::StatusOr<loom::v1::SearchRankLogsResponse> found = rank_logs_.Search(*req);
   if (found.ok()) *resp = std::move(*found);
   return Finish("SearchRankLogs", found.status());
+}
+
+grpc::Status JobServiceImpl::WhoAmI(grpc::ServerContext* ctx, const loom::v1::WhoAmIRequest*,
+                                    loom::v1::WhoAmIResponse* resp) {
+  LOOM_ADMIT("JobService", "WhoAmI");
+  resp->set_name(caller->name);
+  resp->set_role(RoleName(caller->role));
+  resp->set_credential(caller->session ? "session" : caller->certificate ? "certificate" : "token");
+  return Finish("WhoAmI", absl::OkStatus());
 }
 
 // --------------------------------------------------------------- WorkerService

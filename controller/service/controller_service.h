@@ -53,9 +53,12 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   // `leadership` (may be null: always leading) gates every RPC: while this
   // controller does not lead, RPCs are answered UNAVAILABLE naming the
   // leader, with its address in the trailing metadata kLeaderMetadataKey.
+  // `sessions` (may be null: no console sessions) resolves the console's
+  // "x-loom-session" metadata.
   JobServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics,
                  const std::atomic<bool>* shutting_down, LogStore* logs,
-                 const Leadership* leadership = nullptr);
+                 const Leadership* leadership = nullptr,
+                 const SessionDirectory* sessions = nullptr);
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const loom::v1::SubmitJobRequest* req,
                          loom::v1::SubmitJobResponse* resp) override;
@@ -91,6 +94,8 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
                           loom::v1::GetRankLogResponse* resp) override;
   grpc::Status SearchRankLogs(grpc::ServerContext* ctx, const loom::v1::SearchRankLogsRequest* req,
                               loom::v1::SearchRankLogsResponse* resp) override;
+  grpc::Status WhoAmI(grpc::ServerContext* ctx, const loom::v1::WhoAmIRequest* req,
+                      loom::v1::WhoAmIResponse* resp) override;
 
  private:
   // Writes the events `next` returns (it waits a while for some) until
@@ -107,6 +112,7 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   const std::atomic<bool>* const shutting_down_;
   RankLogs rank_logs_;  // over the LogStore and the manager's placements
   const Leadership* const leadership_;
+  const SessionDirectory* const sessions_;
 };
 
 // Heartbeat and ReportStepMetrics, the RPCs every worker makes every
@@ -161,6 +167,8 @@ class WorkerServiceImpl final
   RpcMetrics* const metrics_;
   RankLogs rank_logs_;  // over the LogStore and the manager's placements
   const Leadership* const leadership_;
+  // Workers hold no console sessions (LOOM_ADMIT reads this).
+  const SessionDirectory* const sessions_ = nullptr;
 };
 
 // OK when `leadership` is null or this controller leads now; otherwise
@@ -169,10 +177,12 @@ class WorkerServiceImpl final
 absl::Status AdmitLeader(grpc::ServerContextBase* ctx, const Leadership* leadership);
 
 // The caller of `ctx`: its verified client certificate's common name, else
-// its bearer token, through `access`; then authorized for `method`
-// ("JobService.GetJob"). UNAUTHENTICATED / PERMISSION_DENIED otherwise.
-absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx, const AccessControl& access,
-                                      absl::string_view method);
+// its bearer token, else (with `sessions`) its console session, through
+// `access`; then authorized for `method` ("JobService.GetJob").
+// UNAUTHENTICATED / PERMISSION_DENIED otherwise.
+absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx,
+                                      const AccessControl& access, absl::string_view method,
+                                      const SessionDirectory* sessions = nullptr);
 
 }  // namespace loom::controller
 

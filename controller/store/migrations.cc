@@ -241,6 +241,43 @@ CREATE UNIQUE INDEX IF NOT EXISTS rank_log_chunks_by_log
   ON rank_log_chunks (job_id, rank, generation, start_offset);
 CREATE INDEX IF NOT EXISTS rank_log_chunks_search ON rank_log_chunks USING gin (lines gin_trgm_ops);
 )sql"},
+    // Loom Console: sessions in the store, so a page logged in at one
+    // controller stays logged in at the next leader (the session id's
+    // SHA-256 and the token's, never either secret); every controller's
+    // console URL, so a page whose controller died finds another; and the
+    // leader's console URL in the lease row, where a standby's console
+    // reads where to send the browser.
+    {6, "console sessions and URLs",
+     R"sql(
+CREATE TABLE IF NOT EXISTS console_sessions (
+  id_sha256 TEXT PRIMARY KEY,
+  user_name TEXT NOT NULL,
+  token_sha256 TEXT NOT NULL,
+  created_unix_ms INTEGER NOT NULL,
+  expires_unix_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS consoles (
+  holder TEXT PRIMARY KEY,
+  url TEXT NOT NULL,
+  seen_unix_ms INTEGER NOT NULL
+);
+ALTER TABLE leader ADD COLUMN console_url TEXT NOT NULL DEFAULT '';
+)sql",
+     R"sql(
+CREATE TABLE IF NOT EXISTS console_sessions (
+  id_sha256 TEXT PRIMARY KEY,
+  user_name TEXT NOT NULL,
+  token_sha256 TEXT NOT NULL,
+  created_unix_ms BIGINT NOT NULL,
+  expires_unix_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS consoles (
+  holder TEXT PRIMARY KEY,
+  url TEXT NOT NULL,
+  seen_unix_ms BIGINT NOT NULL
+);
+ALTER TABLE leader ADD COLUMN console_url TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 // Columns a SQLite file from before schema_migrations may lack (added by

@@ -4,8 +4,9 @@
 // Version 1 is the catalogs every Loom before PostgreSQL support kept in SQLite (a
 // SQLite file from then has no schema_migrations table: its tables are
 // brought up to version 1 in place, columns added since included); version
-// 2 adds the leader lease, version 3 the jobs' change sequence. A migration never changes once
-// released: a new one is added at the end.
+// 2 adds the leader lease, version 3 the jobs' change sequence, 4 the event log, 5 rank logs, 6
+// console sessions and URLs. A migration never changes once released: a new one is added at the
+// end.
 #ifndef LOOM_CONTROLLER_STORE_MIGRATIONS_H_
 #define LOOM_CONTROLLER_STORE_MIGRATIONS_H_
 

@@ -302,6 +302,28 @@ class Store {
   // The text a chunk is searched by: `carry` then `data` as valid UTF-8.
   static std::string LogSearchText(absl::string_view carry, absl::string_view data);
 
+  // --- Loom Console (store_console.cc) ---
+  // A console session: hashes of its id and of the token it was opened with
+  // (hex SHA-256), never either secret.
+  struct SessionRow {
+    std::string id_sha256;
+    std::string user;
+    std::string token_sha256;
+    int64_t created_unix_ms = 0;
+    int64_t expires_unix_ms = 0;
+  };
+  // Records a new session, and deletes those expired by its creation time.
+  absl::Status PutSession(const SessionRow& session);
+  // The session (expired or not), or NOT_FOUND.
+  absl::StatusOr<SessionRow> GetSession(const std::string& id_sha256);
+  // Ends a session; a no-op for one that is gone.
+  absl::Status DeleteSession(const std::string& id_sha256);
+  // Records (or refreshes) where `holder`'s console serves. Not fenced: a
+  // standby records its own.
+  absl::Status PutConsole(const std::string& holder, const std::string& url, int64_t seen_unix_ms);
+  // The console URLs seen after `seen_after_unix_ms`, most recent first.
+  absl::StatusOr<std::vector<std::string>> LoadConsoles(int64_t seen_after_unix_ms);
+
   // --- The leader lease (store_lease.cc) ---
   // One row says which controller leads, under which epoch, until when, on
   // the database's clock. Epochs only grow: each change of holder adds one.
@@ -309,6 +331,7 @@ class Store {
     int64_t epoch = 0;    // 0: nobody has led yet
     std::string holder;   // the leading controller's unique id
     std::string address;  // where it serves (for standbys to name)
+    std::string console_url;  // where its console serves ("" when it has none)
     int64_t expires_unix_ms = 0;
     int64_t now_unix_ms = 0;  // the database's clock when it was read
     bool held_by(absl::string_view id) const {
@@ -321,9 +344,11 @@ class Store {
   // after the call: the caller leads when Lease::held_by(holder). Taking it
   // from someone else (or after a release) adds one to the epoch; renewing
   // keeps it. `force` takes it even from a live holder (a SQLite store,
-  // whose directory lock proves the last holder gone).
+  // whose directory lock proves the last holder gone). `console_url` is
+  // recorded with the address.
   absl::StatusOr<Lease> AcquireLease(const std::string& holder, const std::string& address,
-                                     absl::Duration duration, bool force = false);
+                                     absl::Duration duration, bool force = false,
+                                     const std::string& console_url = "");
   // Ends `holder`'s lease at once (a clean stop), so a standby need not wait
   // for it to expire; a no-op when `holder` no longer has it.
   absl::Status ReleaseLease(const std::string& holder);

@@ -15,6 +15,7 @@ Store::Lease LeaseOf(const store::SqlRow& row) {
   lease.address = row[2].s;
   lease.expires_unix_ms = row[3].i;
   lease.now_unix_ms = row[4].i;
+  lease.console_url = row[5].s;
   return lease;
 }
 
@@ -22,7 +23,8 @@ Store::Lease LeaseOf(const store::SqlRow& row) {
 
 absl::StatusOr<Store::Lease> Store::AcquireLease(const std::string& holder,
                                                  const std::string& address,
-                                                 absl::Duration duration, bool force) {
+                                                 absl::Duration duration, bool force,
+                                                 const std::string& console_url) {
   if (holder.empty()) return absl::InvalidArgumentError("lease holder: must not be empty");
   const int64_t duration_ms = absl::ToInt64Milliseconds(duration);
   if (duration_ms <= 0) return absl::InvalidArgumentError("lease duration: must be > 0");
@@ -36,7 +38,7 @@ absl::StatusOr<Store::Lease> Store::AcquireLease(const std::string& holder,
   };
   auto read = conn_->Run(
       absl::StrCat("SELECT epoch, holder, address, expires_unix_ms, ", conn_->NowUnixMs(),
-                   " FROM leader WHERE id = 1", conn_->ForUpdate(), ";"),
+                   ", console_url FROM leader WHERE id = 1", conn_->ForUpdate(), ";"),
       {});
   if (!read.ok()) return fail(read.status());
   if (read->rows.size() != 1) {
@@ -55,10 +57,13 @@ absl::StatusOr<Store::Lease> Store::AcquireLease(const std::string& holder,
   if (!mine) lease.epoch += 1;
   lease.holder = holder;
   lease.address = address;
+  lease.console_url = console_url;
   lease.expires_unix_ms = lease.now_unix_ms + duration_ms;
   auto write = conn_->Run(
-      "UPDATE leader SET epoch = ?, holder = ?, address = ?, expires_unix_ms = ? WHERE id = 1;",
-      {Int(lease.epoch), Text(lease.holder), Text(lease.address), Int(lease.expires_unix_ms)});
+      "UPDATE leader SET epoch = ?, holder = ?, address = ?, expires_unix_ms = ?, console_url = ? "
+      "WHERE id = 1;",
+      {Int(lease.epoch), Text(lease.holder), Text(lease.address), Int(lease.expires_unix_ms),
+       Text(lease.console_url)});
   if (!write.ok()) return fail(write.status());
   s = conn_->Commit();
   if (!s.ok()) return s;
@@ -78,7 +83,7 @@ absl::Status Store::ReleaseLease(const std::string& holder) {
 absl::StatusOr<Store::Lease> Store::ReadLease() {
   WatchedLock lock(mu_, __func__);
   auto r = conn_->Run(absl::StrCat("SELECT epoch, holder, address, expires_unix_ms, ",
-                                   conn_->NowUnixMs(), " FROM leader WHERE id = 1;"),
+                                   conn_->NowUnixMs(), ", console_url FROM leader WHERE id = 1;"),
                       {});
   if (!r.ok()) return r.status();
   if (r->rows.size() != 1) return absl::DataLossError("store: the leader table has lost its row");

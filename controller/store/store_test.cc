@@ -576,8 +576,9 @@ TEST_P(StoreBackendTest, PruningAJobsEventsKeepsItsTransitionsAndNewestOthers) {
   EXPECT_EQ(st.PruneEvents("a", 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// A database of schema version 3 (before the event log and the rank logs)
-// is brought forward on open: the tables are made, its jobs kept.
+// A database of schema version 3 (before the event log, the rank logs and
+// the console's tables) is brought forward on open: the tables are made,
+// its jobs kept.
 TEST_P(StoreBackendTest, ADatabaseFromBeforeTheEventLogIsBroughtForward) {
   {
     auto store = OpenStore();
@@ -591,11 +592,14 @@ TEST_P(StoreBackendTest, ADatabaseFromBeforeTheEventLogIsBroughtForward) {
     if (!postgres()) ASSERT_TRUE(conn->Exec("DROP TABLE rank_log_search;").ok());
     ASSERT_TRUE(conn->Exec("DROP TABLE rank_log_chunks;").ok());
     ASSERT_TRUE(conn->Exec("DROP TABLE rank_logs;").ok());
+    ASSERT_TRUE(conn->Exec("DROP TABLE console_sessions;").ok());
+    ASSERT_TRUE(conn->Exec("DROP TABLE consoles;").ok());
+    ASSERT_TRUE(conn->Exec("ALTER TABLE leader DROP COLUMN console_url;").ok());
     ASSERT_TRUE(conn->Exec("DELETE FROM schema_migrations WHERE version >= 4;").ok());
   }
   auto store = OpenStore();
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(store::LatestSchemaVersion(), 5);
+  EXPECT_EQ(store::LatestSchemaVersion(), 6);
   auto log = (*store)->AppendLog("old-1", 0, 0, 0, "a line\n", false, 4096);
   ASSERT_TRUE(log.ok()) << log.status();
   EXPECT_EQ(log->end, 7);
@@ -716,6 +720,45 @@ TEST_P(StoreBackendTest, LeaseMovesOnlyWhenExpiredAndFencesTheOldEpoch) {
   ASSERT_TRUE(forced.ok());
   EXPECT_TRUE(forced->held_by("ctl-b"));
   EXPECT_EQ(forced->epoch, 4);
+}
+
+// Console sessions are kept by the hashes of their id and token, found by
+// any controller of the store, deleted on logout, and the expired ones go
+// when a new one is recorded. Each controller's console URL is listed, and
+// the leader's rides in the lease row.
+TEST_P(StoreBackendTest, ConsoleSessionsAndURLs) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store& st = **store;
+  const std::string a(64, 'a'), b(64, 'b'), token(64, 'c');
+  ASSERT_TRUE(st.PutSession({a, "alice", token, 1000, 5000}).ok());
+  auto got = st.GetSession(a);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->user, "alice");
+  EXPECT_EQ(got->token_sha256, token);
+  EXPECT_EQ(got->expires_unix_ms, 5000);
+  EXPECT_FALSE(st.PutSession({a, "alice", token, 1000, 5000}).ok());  // an id never repeats
+  EXPECT_EQ(st.PutSession({"", "alice", token, 1, 2}).code(), absl::StatusCode::kInvalidArgument);
+  // Recorded after `a` expired: `a` goes.
+  ASSERT_TRUE(st.PutSession({b, "bob", token, 6000, 9000}).ok());
+  EXPECT_TRUE(absl::IsNotFound(st.GetSession(a).status()));
+  ASSERT_TRUE(st.DeleteSession(b).ok());
+  EXPECT_TRUE(absl::IsNotFound(st.GetSession(b).status()));
+  EXPECT_TRUE(st.DeleteSession(b).ok());
+
+  ASSERT_TRUE(st.PutConsole("ctl-a", "https://10.0.0.1:7443", 100).ok());
+  ASSERT_TRUE(st.PutConsole("ctl-b", "https://10.0.0.2:7443", 200).ok());
+  ASSERT_TRUE(st.PutConsole("ctl-a", "https://10.0.0.1:7444", 300).ok());  // restarted
+  auto urls = st.LoadConsoles(150);
+  ASSERT_TRUE(urls.ok()) << urls.status();
+  EXPECT_EQ(*urls, (std::vector<std::string>{"https://10.0.0.1:7444", "https://10.0.0.2:7443"}));
+  EXPECT_EQ(st.LoadConsoles(250)->size(), 1u);
+
+  auto lease = st.AcquireLease("ctl-a", "10.0.0.1:7000", absl::Seconds(5), /*force=*/false,
+                               "https://10.0.0.1:7444");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->console_url, "https://10.0.0.1:7444");
+  EXPECT_EQ(st.ReadLease()->console_url, "https://10.0.0.1:7444");
 }
 
 // Fencing under load (PostgreSQL, two controllers): while the old leader
