@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <future>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -280,6 +281,56 @@ TEST_F(ConsoleApiTest, LoginRefusesWhatIsNotAPersonsToken) {
   HttpReply made_up =
       Http("GET", "/api/v1/jobs", "", "", "-H 'Cookie: loom_session=" + std::string(64, 'a') + "'");
   EXPECT_EQ(made_up.status, 401) << made_up.body;
+}
+
+// The event streams (Server-Sent Events over WatchJob / WatchEvents): a
+// job's stream carries its logged events with their seq as the SSE id and
+// ends with the job; a reconnect with Last-Event-ID gets only what came
+// after; a caller refused or a job unknown gets the status, not a stream.
+TEST_F(ConsoleApiTest, EventStreamsResumeFromLastEventId) {
+  HttpReply submitted = Http("POST", "/api/v1/jobs", "uma-token", SubmitBody("console-e"));
+  ASSERT_EQ(submitted.status, 200) << submitted.body;
+  v1::SubmitJobResponse made;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.body, &made).ok());
+  const std::string id = made.job().id();
+  const std::string stream = "/api/v1/jobs/" + id + "/events:stream";
+
+  // Follows the job until it ends (the cancel below), at most 30 s.
+  auto follower = std::async(std::launch::async, [&] {
+    return testing::RunCommand(absl::StrCat("curl -sS -N --max-time 30 --cacert ", tls_,
+                                            "/ca.pem -H 'Authorization: Bearer ", "rita-token' ",
+                                            testing::ShellQuote(console_ + stream)));
+  });
+  // The stream is open once the controller counts a watcher; then cancel.
+  usleep(1500 * 1000);
+  ASSERT_EQ(Http("POST", "/api/v1/jobs/" + id + ":cancel", "uma-token").status, 200);
+  ASSERT_EQ(follower.wait_for(std::chrono::seconds(40)), std::future_status::ready);
+  const testing::CommandResult followed = follower.get();
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;  // it ended with the job
+  const std::string& text = followed.out;
+  EXPECT_EQ(text.rfind("retry: 2000\n\n", 0), 0u) << text;
+  EXPECT_THAT(text, HasSubstr("id: 1\nevent: transition\ndata: {"));
+  EXPECT_THAT(text, HasSubstr(R"("to":"PENDING")"));
+  EXPECT_THAT(text, HasSubstr("id: 2\nevent: transition\ndata: {"));
+  EXPECT_THAT(text, HasSubstr(R"("to":"CANCELLED")"));
+  EXPECT_THAT(text, HasSubstr("event: end\ndata: {\"code\":\"OK\""));
+
+  // A reconnect after seq 1 gets seq 2 and not seq 1.
+  HttpReply resumed = Http("GET", stream, "rita-token", "", "-N -H 'Last-Event-ID: 1'");
+  ASSERT_EQ(resumed.status, 200) << resumed.body;
+  EXPECT_THAT(resumed.headers, HasSubstr("Content-Type: text/event-stream"));
+  EXPECT_THAT(resumed.body, ::testing::Not(HasSubstr("id: 1\n")));
+  EXPECT_THAT(resumed.body, HasSubstr("id: 2\nevent: transition"));
+
+  // Every job's events after seq 1 (it never ends: curl stops it after 2 s).
+  HttpReply mine =
+      Http("GET", "/api/v1/events:stream?after_seq=1", "rita-token", "", "-N --max-time 2");
+  EXPECT_THAT(mine.body, HasSubstr("id: 2\n"));
+  EXPECT_THAT(mine.body, ::testing::Not(HasSubstr("id: 1\n")));
+
+  EXPECT_EQ(Http("GET", stream, "").status, 401);
+  EXPECT_EQ(Http("GET", "/api/v1/jobs/no-such-3/events:stream", "rita-token").status, 404);
+  EXPECT_EQ(Http("GET", stream, "rita-token", "", "-H 'Last-Event-ID: x'").status, 400);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "controller/console/event_stream.h"
 #include "controller/console/sessions.h"
 #include "controller/leader/leader_lease.h"
 #include "google/protobuf/descriptor.h"
@@ -48,26 +50,8 @@ bool UrlDecode(absl::string_view in, std::string* out) {
 }
 
 ApiReply ErrorReply(grpc::StatusCode code, const std::string& message) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  const int c = static_cast<int>(code);
   google::protobuf::Struct error;
-  (*error.mutable_fields())["code"].set_string_value(c >= 0 && c < 17 ? kNames[c] : "UNKNOWN");
+  (*error.mutable_fields())["code"].set_string_value(ApiGateway::CodeName(code));
   (*error.mutable_fields())["message"].set_string_value(message);
   ApiReply reply;
   reply.status = ApiGateway::HttpStatusOf(code);
@@ -140,6 +124,128 @@ std::string ApiGateway::CookieValue(absl::string_view header, absl::string_view 
     }
   }
   return "";
+}
+
+const char* ApiGateway::CodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  const int c = static_cast<int>(code);
+  return c >= 0 && c < 17 ? kNames[c] : "UNKNOWN";
+}
+
+bool ApiGateway::AddCredentials(const ApiRequest& request, bool changes, grpc::ClientContext* ctx,
+                                ApiReply* error) const {
+  if (!request.authorization.empty()) {
+    ctx->AddMetadata("authorization", request.authorization);
+    return true;
+  }
+  const std::string session = CookieValue(request.cookie, kSessionCookie);
+  if (options_.sessions == nullptr || session.empty()) return true;  // the controller says 401
+  // A page's request: anything that may change state must prove it came
+  // from a page of this origin (which read the csrf_token at login).
+  if (changes && !SameSecret(request.csrf, ConsoleSessions::CsrfTokenOf(session))) {
+    *error = ErrorReply(grpc::StatusCode::PERMISSION_DENIED,
+                        "X-Loom-CSRF: missing or not this session's csrf_token (the console's "
+                        "pages send it; GET /api/v1/session answers it)");
+    return false;
+  }
+  ctx->AddMetadata(kSessionMetadataKey, session);
+  return true;
+}
+
+bool ApiGateway::IsStream(const ApiRequest& request) {
+  absl::string_view path = request.path;
+  return (request.method == "GET" || request.method == "HEAD") &&
+         absl::ConsumePrefix(&path, "/api/v1/") && absl::EndsWith(path, "events:stream");
+}
+
+std::unique_ptr<EventStream> ApiGateway::OpenStream(const ApiRequest& request,
+                                                    ApiReply* error) const {
+  absl::string_view path = request.path;
+  absl::ConsumePrefix(&path, "/api/v1/");
+  std::string job_id;
+  if (path != "events:stream") {
+    const std::vector<std::string> parts = absl::StrSplit(path, '/');
+    if (parts.size() != 3 || parts[0] != "jobs" || parts[1].empty() ||
+        parts[2] != "events:stream") {
+      *error =
+          ErrorReply(grpc::StatusCode::NOT_FOUND, absl::StrCat("no API route GET ", request.path,
+                                                               " (streams: /api/v1/events:stream, "
+                                                               "/api/v1/jobs/{id}/events:stream)"));
+      return nullptr;
+    }
+    job_id = parts[1];
+  }
+  // Where to resume: Last-Event-ID (a browser reconnecting), else ?after_seq.
+  std::optional<int64_t> after;
+  loom::v1::WatchEventsRequest query;
+  if (absl::Status q = ParseQuery(request.query, &query); !q.ok()) {
+    *error = BadRequest(std::string(q.message()));
+    return nullptr;
+  }
+  if (query.has_after_seq()) after = query.after_seq();
+  if (!request.last_event_id.empty()) {
+    int64_t seq = 0;
+    if (!absl::SimpleAtoi(request.last_event_id, &seq) || seq < 0) {
+      *error = BadRequest(
+          absl::StrCat("Last-Event-ID: \"", request.last_event_id, "\" is not an event seq"));
+      return nullptr;
+    }
+    after = seq;
+  }
+  // The caller, checked as any route's (and the job, found).
+  grpc::ClientContext check;
+  check.set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+  if (!AddCredentials(request, false, &check, error)) return nullptr;
+  grpc::Status s;
+  if (job_id.empty()) {
+    loom::v1::WhoAmIResponse who;
+    s = stub_->WhoAmI(&check, loom::v1::WhoAmIRequest(), &who);
+  } else {
+    loom::v1::GetJobRequest get;
+    get.set_job_id(job_id);
+    loom::v1::Job job;
+    s = stub_->GetJob(&check, get, &job);
+  }
+  if (!s.ok()) {
+    *error = ErrorReply(s.error_code(), s.error_message());
+    return nullptr;
+  }
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!AddCredentials(request, false, ctx.get(), error)) return nullptr;
+  loom::v1::JobService::Stub* stub = stub_.get();
+  if (job_id.empty()) {
+    loom::v1::WatchEventsRequest watch;
+    if (after.has_value()) watch.set_after_seq(*after);
+    return std::make_unique<EventStream>(std::move(ctx), [stub, watch](grpc::ClientContext* c) {
+      return std::unique_ptr<EventStream::Reader>(stub->WatchEvents(c, watch));
+    });
+  }
+  loom::v1::WatchJobRequest watch;
+  watch.set_job_id(job_id);
+  if (after.has_value()) {
+    watch.set_after_seq(*after);
+  } else {
+    watch.set_include_history(true);
+  }
+  return std::make_unique<EventStream>(std::move(ctx), [stub, watch](grpc::ClientContext* c) {
+    return std::unique_ptr<EventStream::Reader>(stub->WatchJob(c, watch));
+  });
 }
 
 ApiReply ApiGateway::WhoAmIReply(grpc::ClientContext* ctx, const std::string& session_id,
@@ -464,19 +570,7 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
 
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
-  if (!request.authorization.empty()) {
-    ctx.AddMetadata("authorization", request.authorization);
-  } else if (const std::string session = CookieValue(request.cookie, kSessionCookie);
-             options_.sessions != nullptr && !session.empty()) {
-    // A page's request: anything that may change state must prove it came
-    // from a page of this origin (which read the csrf_token at login).
-    if (!get && !SameSecret(request.csrf, ConsoleSessions::CsrfTokenOf(session))) {
-      return ErrorReply(grpc::StatusCode::PERMISSION_DENIED,
-                        "X-Loom-CSRF: missing or not this session's csrf_token (the console's "
-                        "pages send it; GET /api/v1/session answers it)");
-    }
-    ctx.AddMetadata(kSessionMetadataKey, session);
-  }
+  if (ApiReply refused; !AddCredentials(request, !get, &ctx, &refused)) return refused;
   std::unique_ptr<Message> resp;
   const grpc::Status s = call.invoke(&ctx, &resp);
   if (!s.ok()) {

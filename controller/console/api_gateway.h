@@ -78,6 +78,7 @@ struct ApiRequest {
   std::string cookie;         // the Cookie header as sent; may be empty
   std::string csrf;           // the X-Loom-CSRF header; may be empty
   std::string content_type;   // the Content-Type header; may be empty
+  std::string last_event_id;  // the Last-Event-ID header (an SSE reconnect); may be empty
 };
 
 struct ApiReply {
@@ -87,6 +88,7 @@ struct ApiReply {
 };
 
 class ConsoleSessions;
+class EventStream;
 
 struct GatewayOptions {
   // Bounds each call to the controller.
@@ -129,8 +131,25 @@ class ApiGateway {
 
   // The value of cookie `name` in a Cookie header ("" when absent).
   static std::string CookieValue(absl::string_view header, absl::string_view name);
+  // "NOT_FOUND" for NOT_FOUND, and so on.
+  static const char* CodeName(grpc::StatusCode code);
+
+  // True for the routes answered with a stream of events (event_stream.h):
+  // GET /api/v1/events:stream and GET /api/v1/jobs/{id}/events:stream.
+  static bool IsStream(const ApiRequest& request);
+  // Starts the stream of such a route, after checking the caller (and that
+  // the job exists) with a unary call, so a refused caller gets the status
+  // of any route (401, 403, 404) instead of a stream. Null, with *error
+  // set, when it does not start.
+  std::unique_ptr<EventStream> OpenStream(const ApiRequest& request, ApiReply* error) const;
 
  private:
+  // Puts the request's credentials on `ctx`: its Authorization header, else
+  // its session cookie's session, which must prove the request came from a
+  // console page (X-Loom-CSRF) when it `changes` anything. False, with
+  // *error set, when it must not go on.
+  bool AddCredentials(const ApiRequest& request, bool changes, grpc::ClientContext* ctx,
+                      ApiReply* error) const;
   ApiReply HandleSession(const ApiRequest& request) const;
   // WhoAmI with `ctx`'s credentials, as the session routes answer it.
   ApiReply WhoAmIReply(grpc::ClientContext* ctx, const std::string& session_id,

@@ -6,7 +6,7 @@ set(_dir ${CMAKE_CURRENT_LIST_DIR})
 find_package(OpenSSL REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
-loom_library(loom_console SRCS ${_dir}/api_gateway.cc ${_dir}/console_server.cc ${_dir}/sessions.cc
+loom_library(loom_console SRCS ${_dir}/api_gateway.cc ${_dir}/console_server.cc ${_dir}/sessions.cc ${_dir}/event_stream.cc
   DEPS loom_leader loom_store loom_proto loom_grpc loom_grpc_util loom_sha256 loom_common PkgConfig::CPP_HTTPLIB OpenSSL::SSL
        OpenSSL::Crypto absl::strings absl::time)
 loom_test(loom_api_gateway_test SRCS ${_dir}/api_gateway_test.cc DEPS loom_console)

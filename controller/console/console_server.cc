@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "controller/console/event_stream.h"
 #include "controller/console/sessions.h"
 #include "controller/leader/leader_lease.h"
 #include "controller/store/store.h"
@@ -51,6 +52,7 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
     return absl::InvalidArgumentError("console TLS needs both a certificate and a key");
   }
   if (options.threads < 1) return absl::InvalidArgumentError("console threads must be >= 1");
+  if (options.max_streams < 0) return absl::InvalidArgumentError("console streams must be >= 0");
 
   std::unique_ptr<ConsoleServer> server(new ConsoleServer());
   server->gateway_ = std::move(gateway);
@@ -78,7 +80,7 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
     server->http_ = std::make_unique<httplib::Server>();
   }
   httplib::Server& http = *server->http_;
-  const int threads = options.threads;
+  const int threads = options.threads + options.max_streams;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // A larger body is answered 413 before the handler runs.
   http.set_payload_max_length(ApiGateway::kMaxBodyBytes);
@@ -89,8 +91,9 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
   http.set_default_headers(std::move(defaults));
 
   const ApiGateway* api = server->gateway_.get();
-  auto handle = [api, leader_url = options.leader_url](const httplib::Request& req,
-                                                       httplib::Response& res) {
+  auto handle = [api, leader_url = options.leader_url, streams = server->streams_,
+                 max_streams = options.max_streams](const httplib::Request& req,
+                                                    httplib::Response& res) {
     if (leader_url) {
       if (const std::string leader = leader_url(); !leader.empty()) {
         // A standby: the same request at the leader's console (307 keeps
@@ -115,6 +118,41 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
     request.cookie = req.get_header_value("Cookie");
     request.csrf = req.get_header_value("X-Loom-CSRF");
     request.content_type = req.get_header_value("Content-Type");
+    request.last_event_id = req.get_header_value("Last-Event-ID");
+    if (ApiGateway::IsStream(request)) {
+      ApiReply refused;
+      std::shared_ptr<EventStream> stream;
+      if (streams->fetch_add(1) >= max_streams) {
+        refused.status = 429;
+        refused.body = absl::StrCat(
+            R"({"code":"RESOURCE_EXHAUSTED","message":"this console has )", max_streams,
+            R"( event streams open, its most: close a page, or retry later"})");
+      } else {
+        stream = api->OpenStream(request, &refused);
+      }
+      if (stream == nullptr) {
+        streams->fetch_sub(1);
+        res.status = refused.status;
+        for (const auto& [name, value] : refused.headers) res.set_header(name, value);
+        res.set_content(std::move(refused.body), "application/json; charset=utf-8");
+        return;
+      }
+      // Proxies (nginx) must pass each event on at once.
+      res.set_header("X-Accel-Buffering", "no");
+      res.set_chunked_content_provider(
+          "text/event-stream; charset=utf-8",
+          [stream](size_t, httplib::DataSink& sink) {
+            const std::string chunk = stream->Next(absl::Seconds(15));
+            if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) return false;
+            if (stream->ended()) sink.done();
+            return true;
+          },
+          [stream, streams](bool) mutable {
+            stream.reset();  // cancels the call
+            streams->fetch_sub(1);
+          });
+      return;
+    }
     ApiReply reply = api->Handle(request);
     res.status = reply.status;
     for (const auto& [name, value] : reply.headers) res.set_header(name, value);

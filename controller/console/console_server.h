@@ -2,7 +2,8 @@
 //
 // Serves the JSON API of ApiGateway under /api/v1/ (cpp-httplib's worker
 // threads call the gateway, which calls this controller's gRPC services in
-// process). Every other path answers 404 for now. While the controller
+// process), and its event streams (event_stream.h), each on a thread of
+// its own while it is open. Every other path answers 404 for now. While the controller
 // stands by and knows the leader's console, every request is answered 307
 // to the same path there, as a standby's gRPC answers name the leader. With a certificate and
 // key it serves HTTPS only (TLS 1.2 and newer), with the controller's own
@@ -15,6 +16,7 @@
 #ifndef LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_
 #define LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -42,7 +44,11 @@ struct ConsoleOptions {
   // Both or neither: PEM files of the controller's TLS certificate and key.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Threads for requests; each open event stream holds one more.
   int threads = 8;
+  // Event streams open at once (a page holds one or two); one more is
+  // answered 429.
+  int max_streams = 64;
   // The leader's console URL while this controller stands by, else "" (the
   // request is served here). May be empty: always served here.
   std::function<std::string()> leader_url;
@@ -69,6 +75,7 @@ class ConsoleServer {
   ConsoleServer() = default;
 
   std::unique_ptr<ApiGateway> gateway_;
+  std::shared_ptr<std::atomic<int>> streams_ = std::make_shared<std::atomic<int>>(0);
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
   std::string host_;
