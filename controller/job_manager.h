@@ -68,7 +68,6 @@ class JobManager {
   absl::StatusOr<Placements> AttemptPlacements(const std::string& job_id);
   // When the job ended (its last transition); nullopt while unfinished.
   absl::StatusOr<std::optional<absl::Time>> EndedAt(const std::string& job_id);
-  // JobTable::List and ListPage.
   std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit);
   std::vector<loom::v1::Job> ListPage(const std::set<loom::v1::JobState>& states, int page_size,
                                       int64_t before_seq, bool full, int64_t* next_before_seq);
@@ -83,6 +82,7 @@ class JobManager {
                                                   std::optional<int64_t> after_seq = std::nullopt);
   // The event log's readers (every job's events: WatchEvents, ListEvents).
   EventHub& events() { return hub_; }
+  Store* store() { return store_; }  // for readers that take no lock (step series)
 
   // --- worker API (workers/worker_liveness.h, progress/step_reports.h)
   absl::StatusOr<loom::v1::RegisterWorkerResponse> RegisterWorker(

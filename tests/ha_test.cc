@@ -46,18 +46,21 @@ class HaTest : public ClusterTest {
   }
 
   // curl to a console, trusting the cluster CA, with a cookie jar:
-  // "<HTTP status> <Location header>".
+  // "<HTTP status> <Location header>"; with `reply`, the body goes there.
   std::string Console(const std::string& method, const std::string& url,
-                      const std::string& body = "") {
-    const std::string jar = home_ + "/console.cookies";
+                      const std::string& body = "", std::string* reply = nullptr) {
+    const std::string jar = home_ + "/console.cookies", out = home_ + "/console.reply";
     std::string cmd =
         absl::StrCat("curl -sS --max-time 10 --cacert ", home_, "/tls/ca.pem -b ", jar, " -c ", jar,
-                     " -X ", method, " -o /dev/null -w '%{http_code} %{redirect_url}'");
+                     " -X ", method, " -o ", out, " -w '%{http_code} %{redirect_url}'");
     if (!body.empty()) {
       absl::StrAppend(&cmd, " -H 'Content-Type: application/json' --data-binary ",
                       ShellQuote(body));
     }
-    return std::string(absl::StripAsciiWhitespace(RunCommand(cmd + " " + ShellQuote(url)).out));
+    const std::string status(
+        absl::StripAsciiWhitespace(RunCommand(cmd + " " + ShellQuote(url)).out));
+    if (reply != nullptr) *reply = ReadFile(out).value_or("");
+    return status;
   }
 
   // The epochs worker-<i> followed, in order, from its log.
@@ -157,6 +160,21 @@ TEST_F(HaTest, KilledLeaderIsReplacedWithinSecondsAndItsJobLosesNothing) {
       << Status(job).DebugString();
   const loom::v1::Job done = Status(job);
   ASSERT_NO_FATAL_FAILURE(ExpectNoRestart(done, kSteps));
+  // The console's chart series, from the new leader with the session made
+  // at the old one: every step, before and after the failover, in 50
+  // buckets.
+  std::string series;
+  ASSERT_EQ(
+      Console("GET", standby_console + "/api/v1/jobs/" + job + "/series?buckets=50", "", &series),
+      "200");
+  // (Steps 0, the evaluation before training, to kSteps.)
+  EXPECT_THAT(series, HasSubstr(absl::StrCat(R"("steps":")", kSteps + 1, R"(")")));
+  loom::v1::GetStepSeriesResponse parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(series, &parsed).ok()) << series;
+  EXPECT_EQ(parsed.bucket_first_step_size(), 50);
+  EXPECT_EQ(parsed.bucket_last_step(49), kSteps);
+  ASSERT_EQ(parsed.series_size(), 4);
+  EXPECT_EQ(parsed.series(0).name(), "loss");
   bool readopted = false;
   for (const auto& e : done.events()) {
     if (e.kind() != loom::v1::RecoveryEvent::READOPTED) continue;

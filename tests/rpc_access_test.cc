@@ -59,6 +59,7 @@ const std::map<std::string, std::set<Caller>>& Expected() {
       {"loom.v1.JobService.SearchRankLogs", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.ListQueues", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.WhoAmI", {kReader, kUser, kAdmin}},
+      {"loom.v1.JobService.GetStepSeries", {kReader, kUser, kAdmin}},
       {"loom.v1.WorkerService.RegisterWorker", {kWorker}},
       {"loom.v1.WorkerService.Heartbeat", {kWorker}},
       {"loom.v1.WorkerService.ReportStepMetrics", {kWorker}},

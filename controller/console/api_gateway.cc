@@ -524,6 +524,8 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
       route(post, "POST", MakeCall(stub, &Stub::RollbackJob));
     } else if (sub == "steps") {
       route(get, "GET", MakeCall(stub, &Stub::GetStepMetrics));
+    } else if (sub == "series") {
+      route(get, "GET", MakeCall(stub, &Stub::GetStepSeries));
     } else if (sub == "checkpoints") {
       route(get, "GET", MakeCall(stub, &Stub::ListCheckpoints));
     } else if (sub == "events") {

@@ -16,6 +16,7 @@
 //   POST /api/v1/jobs/{id}:cancel           CancelJob (body: CancelJobRequest)
 //   POST /api/v1/jobs/{id}:rollback         RollbackJob (body: RollbackJobRequest)
 //   GET  /api/v1/jobs/{id}/steps            GetStepMetrics
+//   GET  /api/v1/jobs/{id}/series           GetStepSeries (downsampled for charts)
 //   GET  /api/v1/jobs/{id}/checkpoints      ListCheckpoints
 //   GET  /api/v1/jobs/{id}/events           ListEvents (of the job)
 //   GET  /api/v1/jobs/{id}/logs             GetRankLog

@@ -17,3 +17,9 @@ loom_library(loom_step_reports SRCS ${_dir}/step_reports.cc
        absl::strings)
 loom_test(loom_step_reports_test SRCS ${_dir}/step_reports_test.cc
   DEPS loom_step_reports ${LOOM_SUBSYSTEM_TEST_DEPS})
+loom_library(loom_step_series SRCS ${_dir}/step_series.cc DEPS loom_grpc absl::strings)
+loom_test(loom_step_series_test SRCS ${_dir}/step_series_test.cc DEPS loom_step_series)
+loom_library(loom_step_series_index SRCS ${_dir}/step_series_index.cc
+  DEPS loom_step_series loom_store)
+loom_test(loom_step_series_index_test SRCS ${_dir}/step_series_index_test.cc
+  DEPS loom_step_series_index)

@@ -97,6 +97,7 @@ const std::map<std::string, std::set<Role>>& AccessRules() {
         {"JobService.ListEvents", read},
         {"JobService.ListWorkers", read},
         {"JobService.GetStepMetrics", read},
+        {"JobService.GetStepSeries", read},
         {"JobService.ListCheckpoints", read},
         {"JobService.Plan", read},
         {"JobService.RollbackJob", write},  // and AuthorizeJobChange

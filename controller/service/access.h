@@ -23,7 +23,7 @@
 // Roles, checked per RPC (Authorize; the table is AccessRules()):
 //   worker  WorkerService only
 //   reader  JobService's read-only calls (GetJob, ListJobs, WatchJob,
-//           WatchEvents, ListEvents, ListWorkers, GetStepMetrics,
+//           WatchEvents, ListEvents, ListWorkers, GetStepMetrics, GetStepSeries,
 //           ListCheckpoints, Plan, ListQueues, GetRankLog, SearchRankLogs,
 //           WhoAmI)
 //   user    a reader that may also submit jobs, and cancel or roll back

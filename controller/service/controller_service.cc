@@ -164,6 +164,7 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
       rank_logs_(
           logs,
           [manager](const std::string& job_id) { return manager->AttemptPlacements(job_id); }),
+      series_(manager->store()),
       leadership_(leadership),
       sessions_(sessions) {}
 
@@ -355,6 +356,20 @@ grpc::Status JobServiceImpl::GetStepMetrics(grpc::ServerContext* ctx,
     for (auto& m : *steps) *resp->add_steps() = std::move(m);
   }
   return Finish("GetStepMetrics", steps.status());
+}
+
+grpc::Status JobServiceImpl::GetStepSeries(grpc::ServerContext* ctx,
+                                           const loom::v1::GetStepSeriesRequest* req,
+                                           loom::v1::GetStepSeriesResponse* resp) {
+  LOOM_ADMIT("JobService", "GetStepSeries");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("GetStepSeries", s);
+  // The job's attempt says which of its steps were recorded again.
+  absl::StatusOr<loom::v1::Job> job = manager_->Get(req->job_id());
+  if (!job.ok()) return Finish("GetStepSeries", job.status());
+  auto series = series_.Query(*req, job->generation(), job->resume_step());
+  if (series.ok()) *resp = std::move(*series);
+  return Finish("GetStepSeries", series.status());
 }
 
 grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,

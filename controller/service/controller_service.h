@@ -12,11 +12,12 @@
 #include <utility>
 
 #include "common/metrics.h"
-#include "controller/service/access.h"
 #include "controller/job_manager.h"
 #include "controller/leader/leader_lease.h"
 #include "controller/logs/log_store.h"
 #include "controller/logs/rank_logs.h"
+#include "controller/progress/step_series_index.h"
+#include "controller/service/access.h"
 #include "loom/v1/service.grpc.pb.h"
 
 namespace loom::controller {
@@ -81,6 +82,8 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   grpc::Status GetStepMetrics(grpc::ServerContext* ctx,
                               const loom::v1::GetStepMetricsRequest* req,
                               loom::v1::GetStepMetricsResponse* resp) override;
+  grpc::Status GetStepSeries(grpc::ServerContext* ctx, const loom::v1::GetStepSeriesRequest* req,
+                             loom::v1::GetStepSeriesResponse* resp) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx,
                                const loom::v1::ListCheckpointsRequest* req,
                                loom::v1::ListCheckpointsResponse* resp) override;
@@ -111,6 +114,7 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   RpcMetrics* const metrics_;
   const std::atomic<bool>* const shutting_down_;
   RankLogs rank_logs_;  // over the LogStore and the manager's placements
+  StepSeriesIndex series_;  // over the manager's store
   const Leadership* const leadership_;
   const SessionDirectory* const sessions_;
 };

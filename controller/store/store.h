@@ -185,6 +185,17 @@ class Store {
   absl::StatusOr<std::vector<loom::v1::StepMetrics>> LoadStepMetrics(const std::string& job_id,
                                                                      int limit);
 
+  // The job's first and last recorded steps (0 and -1: none), from the
+  // index (store_steps.cc).
+  absl::StatusOr<std::pair<int64_t, int64_t>> StepBounds(const std::string& job_id);
+  // Calls `fn` with each step record of the job in [from_step, to_step], in
+  // step order and, for a step recorded more than once, in the order of
+  // recording; reads `chunk_rows` rows per query, letting other users of
+  // the store in between.
+  absl::Status ScanStepMetrics(const std::string& job_id, int64_t from_step, int64_t to_step,
+                               const std::function<void(const loom::v1::StepMetrics&)>& fn,
+                               int chunk_rows = 4096);
+
   // Keeps at most `keep` (>= 2) of a job's step rows, evenly spaced by
   // position with the first and the last among them, and deletes the rest
   // in one transaction. Returns how many rows were deleted.
