@@ -2336,7 +2336,7 @@ seed: 7
   auto r = Ctl(absl::StrCat("rollback ", job, " --to-step ", to, " --skip ", skip_begin, ":",
                             skip_end, " --reason drill"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr("operator rollback (drill)"));
+  EXPECT_THAT(r.out, HasSubstr("operator rollback (by user 'local': drill)"));
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("(step ", checkpoint, ")")));
 
   ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))

@@ -283,6 +283,35 @@ TEST_F(ConsoleApiTest, LoginRefusesWhatIsNotAPersonsToken) {
   EXPECT_EQ(made_up.status, 401) << made_up.body;
 }
 
+// The pages: every page's stable URL answers the HTML shell, the assets are
+// served from the binary with their types, under the strict CSP; anything
+// else is 404.
+TEST_F(ConsoleApiTest, ServesThePagesFromTheBinary) {
+  HttpReply jobs = Http("GET", "/jobs", "");
+  ASSERT_EQ(jobs.status, 200) << jobs.body;
+  EXPECT_THAT(jobs.headers, HasSubstr("Content-Type: text/html"));
+  EXPECT_THAT(jobs.headers,
+              HasSubstr("Content-Security-Policy: default-src 'self'; script-src 'self'"));
+  EXPECT_THAT(jobs.body, HasSubstr(R"(<script type="module" src="/assets/console.js"></script>)"));
+  for (const char* page : {"/jobs/gpt-1", "/compare", "/queues", "/workers", "/plan", "/login"}) {
+    HttpReply p = Http("GET", page, "");
+    EXPECT_EQ(p.status, 200) << page;
+    EXPECT_EQ(p.body, jobs.body) << page;
+  }
+  HttpReply js = Http("GET", "/assets/console.js", "");
+  ASSERT_EQ(js.status, 200);
+  EXPECT_THAT(js.headers, HasSubstr("Content-Type: text/javascript"));
+  EXPECT_THAT(js.body, HasSubstr("textContent"));
+  EXPECT_THAT(js.body, ::testing::Not(HasSubstr("innerHTML")));
+  EXPECT_EQ(Http("GET", "/assets/console.css", "").status, 200);
+  EXPECT_EQ(Http("GET", "/assets/nope.js", "").status, 404);
+  EXPECT_EQ(Http("GET", "/jobsx", "").status, 404);
+  EXPECT_EQ(Http("POST", "/jobs", "").status, 405);
+  HttpReply root = Http("GET", "/", "");
+  EXPECT_EQ(root.status, 302);
+  EXPECT_THAT(root.headers, HasSubstr("Location: /jobs"));
+}
+
 // The event streams (Server-Sent Events over WatchJob / WatchEvents): a
 // job's stream carries its logged events with their seq as the SSE id and
 // ends with the job; a reconnect with Last-Event-ID gets only what came

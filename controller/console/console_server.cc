@@ -7,8 +7,11 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "controller/console/console_assets.h"
 #include "controller/console/event_stream.h"
 #include "controller/console/sessions.h"
 #include "controller/leader/leader_lease.h"
@@ -34,6 +37,44 @@ std::string OpensslError() {
   char text[256];
   ERR_error_string_n(e, text, sizeof(text));
   return text;
+}
+
+// The pages: /assets/<name> from the embedded assets; every page's path
+// (a stable URL a person can paste) answers the one HTML shell, whose
+// script draws the page the path names.
+void ServePage(const httplib::Request& req, httplib::Response& res) {
+  auto send = [&res](const ConsoleAsset& a) {
+    res.set_content(reinterpret_cast<const char*>(a.data), a.size, a.content_type);
+  };
+  if (req.method != "GET" && req.method != "HEAD") {
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    return;
+  }
+  absl::string_view path = req.path;
+  if (path == "/") {
+    res.status = 302;
+    res.set_header("Location", "/jobs");
+    return;
+  }
+  if (absl::ConsumePrefix(&path, "/assets/")) {
+    for (const ConsoleAsset& a : ConsoleAssets()) {
+      if (path == a.name) return send(a);
+    }
+  } else {
+    static const char* const kPages[] = {"/login",  "/jobs",    "/compare",
+                                         "/queues", "/workers", "/plan"};
+    for (const char* page : kPages) {
+      absl::string_view rest = req.path;
+      if (absl::ConsumePrefix(&rest, page) && (rest.empty() || rest[0] == '/')) {
+        for (const ConsoleAsset& a : ConsoleAssets()) {
+          if (absl::string_view(a.name) == "index.html") return send(a);
+        }
+      }
+    }
+  }
+  res.status = 404;
+  res.set_content("No such page of Loom Console.\n", "text/plain; charset=utf-8");
 }
 
 }  // namespace
@@ -151,6 +192,10 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
             stream.reset();  // cancels the call
             streams->fetch_sub(1);
           });
+      return;
+    }
+    if (!absl::StartsWith(req.path, "/api/")) {
+      ServePage(req, res);
       return;
     }
     ApiReply reply = api->Handle(request);
