@@ -202,6 +202,26 @@ class ClusterTest : public ::testing::Test {
   }
 
   // A small job; `steps` large makes it run until cancelled.
+  // Replaces every sample of data batches [begin, end) of the cluster's
+  // training shard (in the data order of `seed`, `seq_len` tokens a
+  // sample, `global_batch` samples a batch) by random bytes: a job with
+  // those settings sees its loss spike there.
+  void PoisonDataBatches(int64_t begin, int64_t end, int seq_len, int global_batch, uint64_t seed) {
+    const std::string shard = home_ + "/data/train_000000.bin";
+    auto tokens = engine::ReadShard(shard);
+    ASSERT_TRUE(tokens.ok()) << tokens.status();
+    auto dataset = engine::TokenDataset::FromShards({*tokens}, seq_len);
+    ASSERT_TRUE(dataset.ok());
+    std::mt19937 rng(99);
+    for (int64_t d = begin; d < end; ++d) {
+      for (int j = 0; j < global_batch; ++j) {
+        int64_t sample = dataset->SampleAt(seed, d * global_batch + j);
+        for (int64_t k = 0; k <= seq_len; ++k) (*tokens)[sample * seq_len + k] = rng() % 256;
+      }
+    }
+    ASSERT_TRUE(engine::WriteShard(shard, *tokens).ok());
+  }
+
   std::string WriteSpec(const std::string& name, int steps, int workers,
                         const std::string& extra = "") {
     std::string path = absl::StrCat(home_, "/", name, ".yaml");

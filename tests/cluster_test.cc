@@ -2071,19 +2071,8 @@ void ClusterTest::SpikeRollsBackSkipsAndMatchesAReplay(const std::string& layout
   constexpr int kSeqLen = 32, kGlobalBatch = 16, kPoisonBegin = 60, kPoisonEnd = 64;
   constexpr uint64_t kSeed = 7;
   // Poison every sample of data batches [60, 64) in the data order.
-  std::string shard = home_ + "/data/train_000000.bin";
-  auto tokens = engine::ReadShard(shard);
-  ASSERT_TRUE(tokens.ok()) << tokens.status();
-  auto dataset = engine::TokenDataset::FromShards({*tokens}, kSeqLen);
-  ASSERT_TRUE(dataset.ok());
-  std::mt19937 rng(99);
-  for (int64_t d = kPoisonBegin; d < kPoisonEnd; ++d) {
-    for (int j = 0; j < kGlobalBatch; ++j) {
-      int64_t sample = dataset->SampleAt(kSeed, d * kGlobalBatch + j);
-      for (int64_t k = 0; k <= kSeqLen; ++k) (*tokens)[sample * kSeqLen + k] = rng() % 256;
-    }
-  }
-  ASSERT_TRUE(engine::WriteShard(shard, *tokens).ok());
+  ASSERT_NO_FATAL_FAILURE(
+      PoisonDataBatches(kPoisonBegin, kPoisonEnd, kSeqLen, kGlobalBatch, kSeed));
 
   // keep: 10 keeps every checkpoint of the 100 steps: with keep: 2 the
   // ranks keep the step-40 target only until they pass step 90, and on a

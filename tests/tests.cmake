@@ -23,6 +23,16 @@ add_dependencies(loom_cluster_pg_test loomctl loom-controller loom-worker loom-r
 gtest_discover_tests(loom_cluster_pg_test TEST_PREFIX "postgres/" PROPERTIES TIMEOUT 300
                      LABELS integration)
 
+# Loom Console in Debian's Chromium, driven by playwright-core (installed by
+# scripts/install-deploy-deps.sh), against a local cluster.
+add_executable(loom_console_browser_test console_browser_test.cc)
+target_compile_definitions(loom_console_browser_test PRIVATE
+  LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}" LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_link_libraries(loom_console_browser_test PRIVATE loom_test_util loom_local_cluster loom_grpc
+  loom_data loom_file_util gRPC::grpc++ absl::strings GTest::gtest GTest::gmock GTest::gtest_main)
+add_dependencies(loom_console_browser_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
+gtest_discover_tests(loom_console_browser_test PROPERTIES TIMEOUT 600 LABELS integration)
+
 # Active/standby controllers over PostgreSQL: `local up --ha`.
 add_executable(loom_ha_test ha_test.cc)
 target_compile_definitions(loom_ha_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"

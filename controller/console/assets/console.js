@@ -262,6 +262,8 @@ function chart(lines, {markers = [], onZoom, xLabel = 'step', height = 260} = {}
       g.fillText(fmt(Math.round(xv), 6), Math.min(X(xv) - 10, w - 60), hh - 10);
     }
     g.fillText(xLabel, w - pad.r - 40, hh - 1);
+    // Labels of markers close together go on rows of their own.
+    let lastLabelX = -Infinity, row = 0;
     for (const m of markers) {
       if (!(m.x >= x0 && m.x <= x1)) continue;
       g.strokeStyle = m.color;
@@ -272,7 +274,9 @@ function chart(lines, {markers = [], onZoom, xLabel = 'step', height = 260} = {}
       g.stroke();
       g.setLineDash([]);
       g.fillStyle = m.color;
-      g.fillText(m.label, X(m.x) + 2, pad.t + 10);
+      row = X(m.x) - lastLabelX < 60 ? (row + 1) % 4 : 0;
+      lastLabelX = X(m.x);
+      g.fillText(m.label, X(m.x) + 2, pad.t + 10 + 12 * row);
     }
     for (const l of lines) {
       const pts = l.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
@@ -651,6 +655,11 @@ async function pageJob(id) {
               {label: 'validation loss', color: COLORS[1], points: pts('val_loss')}
             ],
             {markers, onZoom}),
+        // The markers in words too (screen readers; a canvas holds no text).
+        markers.length ?
+            h('ul', {class: 'markers'},
+              markers.map((m) => h('li', {'data-kind': m.label}, m.label + ' at step ' + m.x))) :
+            null,
         h('div', {class: 'grid2'},
           h('div', {}, h('h2', {}, 'Tokens/s'),
             chart(
