@@ -42,7 +42,22 @@ std::string EventStream::Format(const loom::v1::JobEvent& event) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(event, &json, options);
+  if (event.has_step() && event.has_job()) {
+    // A step comes ten times a second: it carries the job's id, state,
+    // generation and summary, not its spec, plan and history (a few KB,
+    // sent again with every other kind of event).
+    loom::v1::JobEvent slim = event;
+    loom::v1::Job* job = slim.mutable_job();
+    loom::v1::Job kept;
+    kept.set_id(job->id());
+    kept.set_state(job->state());
+    kept.set_generation(job->generation());
+    *kept.mutable_summary() = job->summary();
+    *job = std::move(kept);
+    (void)google::protobuf::util::MessageToJsonString(slim, &json, options);
+  } else {
+    (void)google::protobuf::util::MessageToJsonString(event, &json, options);
+  }
   // Protobuf's JSON has no raw line breaks (they are escaped in strings),
   // so one data line carries it.
   return absl::StrCat(event.seq() > 0 ? absl::StrCat("id: ", event.seq(), "\n") : "",

@@ -18,7 +18,8 @@
 // 2 s); then per event "id: <seq>" (logged events only: a step is not
 // logged and has none, so a reconnect resumes after the last logged event),
 // "event: transition|step|checkpoint|recovery|job" and "data: <the
-// JobEvent in protobuf's JSON mapping, proto field names>"; a comment line
+// JobEvent in protobuf's JSON mapping, proto field names>", a step's `job`
+// cut to its id, state, generation and summary; a comment line
 // when nothing was sent for a while, which keeps proxies from closing the
 // stream and finds a page that went away. When the call ends (a job's
 // stream ends with the job; the controller stops or steps down) the last
