@@ -99,6 +99,10 @@ int CountRankProcesses(const std::string& needle, const std::string& home) {
   return static_cast<int>(RankPids(needle, home).size());
 }
 
+// A job's states without its rendezvous retries (defined below).
+std::vector<loom::v1::JobState> StatesWithoutRendezvousRetries(const loom::v1::Job& job,
+                                                               int* retries = nullptr);
+
 class ClusterTest : public ::testing::Test {
  protected:
   // Two workers, a queue file with priority class `high` and preemption
@@ -202,6 +206,36 @@ class ClusterTest : public ::testing::Test {
   }
 
   // A small job; `steps` large makes it run until cancelled.
+  // A preempted job's states, without rendezvous retries: placed, running,
+  // then per preemption PREEMPTED and placed again, running again; except
+  // that a job placed again may be preempted once more before its ranks
+  // start (SCHEDULED -> PREEMPTED: nothing trained, nothing lost). It ends
+  // running, then SUCCEEDED, preempted `preemptions` times.
+  void ExpectPreemptedStates(const loom::v1::Job& done, int64_t preemptions) {
+    const std::vector<loom::v1::JobState> got = StatesWithoutRendezvousRetries(done);
+    ASSERT_GE(got.size(), 4u) << done.DebugString();
+    EXPECT_EQ(got[0], loom::v1::PENDING);
+    EXPECT_EQ(got[1], loom::v1::SCHEDULED);
+    EXPECT_EQ(got[2], loom::v1::RUNNING);
+    EXPECT_EQ(got[got.size() - 2], loom::v1::RUNNING) << done.DebugString();
+    EXPECT_EQ(got.back(), loom::v1::SUCCEEDED);
+    int64_t preempted = 0;
+    for (size_t i = 3; i + 1 < got.size(); ++i) {
+      if (got[i] == loom::v1::PREEMPTED) {
+        ++preempted;
+        EXPECT_TRUE(got[i - 1] == loom::v1::RUNNING || got[i - 1] == loom::v1::SCHEDULED)
+            << done.DebugString();
+        EXPECT_EQ(got[i + 1], loom::v1::SCHEDULED) << done.DebugString();
+      } else if (got[i] == loom::v1::SCHEDULED) {
+        EXPECT_TRUE(got[i + 1] == loom::v1::RUNNING || got[i + 1] == loom::v1::PREEMPTED)
+            << done.DebugString();
+      } else {
+        EXPECT_EQ(got[i], loom::v1::RUNNING) << done.DebugString();
+      }
+    }
+    EXPECT_EQ(preempted, preemptions) << done.DebugString();
+  }
+
   // Replaces every sample of data batches [begin, end) of the cluster's
   // training shard (in the data order of `seed`, `seq_len` tokens a
   // sample, `global_batch` samples a batch) by random bytes: a job with
@@ -355,7 +389,7 @@ seed: 7
 // reason says "rendezvous retry", followed by the states that led back to
 // where the attempt had been. `retries` (may be null) gets their number.
 std::vector<loom::v1::JobState> StatesWithoutRendezvousRetries(const loom::v1::Job& job,
-                                                               int* retries = nullptr) {
+                                                               int* retries) {
   std::vector<loom::v1::JobState> states;
   int n = 0;
   const auto& h = job.history();

@@ -426,32 +426,7 @@ TEST_F(ClusterTest, PreemptedJobSavesResumesAndMatchesItsUninterruptedRunBitwise
   }
   EXPECT_TRUE(preemptions == 1 || (preemptions == 2 && urgent_placements > 1))
       << "preemptions " << preemptions << ", urgent placed " << urgent_placements << " time(s)";
-  // Its states: placed, running, then per preemption PREEMPTED and placed
-  // again, running again; except that a job placed again may be preempted
-  // once more before its ranks start (SCHEDULED -> PREEMPTED: nothing
-  // trained, nothing lost). It ends running, then SUCCEEDED.
-  const std::vector<loom::v1::JobState> got = StatesWithoutRendezvousRetries(done);
-  ASSERT_GE(got.size(), 4u) << done.DebugString();
-  EXPECT_EQ(got[0], loom::v1::PENDING);
-  EXPECT_EQ(got[1], loom::v1::SCHEDULED);
-  EXPECT_EQ(got[2], loom::v1::RUNNING);
-  EXPECT_EQ(got[got.size() - 2], loom::v1::RUNNING) << done.DebugString();
-  EXPECT_EQ(got.back(), loom::v1::SUCCEEDED);
-  int64_t preempted = 0;
-  for (size_t i = 3; i + 1 < got.size(); ++i) {
-    if (got[i] == loom::v1::PREEMPTED) {
-      ++preempted;
-      EXPECT_TRUE(got[i - 1] == loom::v1::RUNNING || got[i - 1] == loom::v1::SCHEDULED)
-          << done.DebugString();
-      EXPECT_EQ(got[i + 1], loom::v1::SCHEDULED) << done.DebugString();
-    } else if (got[i] == loom::v1::SCHEDULED) {
-      EXPECT_TRUE(got[i + 1] == loom::v1::RUNNING || got[i + 1] == loom::v1::PREEMPTED)
-          << done.DebugString();
-    } else {
-      EXPECT_EQ(got[i], loom::v1::RUNNING) << done.DebugString();
-    }
-  }
-  EXPECT_EQ(preempted, preemptions) << done.DebugString();
+  ASSERT_NO_FATAL_FAILURE(ExpectPreemptedStates(done, preemptions));
   // The preemption that saved mid-run: the first of each kind.
   const loom::v1::RecoveryEvent* asked = nullptr;
   const loom::v1::RecoveryEvent* stopped = nullptr;

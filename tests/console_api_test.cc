@@ -301,8 +301,13 @@ TEST_F(ConsoleApiTest, ServesThePagesFromTheBinary) {
   HttpReply js = Http("GET", "/assets/console.js", "");
   ASSERT_EQ(js.status, 200);
   EXPECT_THAT(js.headers, HasSubstr("Content-Type: text/javascript"));
-  EXPECT_THAT(js.body, HasSubstr("textContent"));
-  EXPECT_THAT(js.body, ::testing::Not(HasSubstr("innerHTML")));
+  EXPECT_THAT(js.body, HasSubstr("from './core.js'"));
+  // Every module the page loads is served, and none writes HTML from strings.
+  for (const char* module : {"console.js", "core.js", "chart.js", "job_page.js"}) {
+    HttpReply m = Http("GET", std::string("/assets/") + module, "");
+    EXPECT_EQ(m.status, 200) << module;
+    EXPECT_THAT(m.body, ::testing::Not(HasSubstr("innerHTML"))) << module;
+  }
   EXPECT_EQ(Http("GET", "/assets/console.css", "").status, 200);
   EXPECT_EQ(Http("GET", "/assets/nope.js", "").status, 404);
   EXPECT_EQ(Http("GET", "/jobsx", "").status, 404);

@@ -7,7 +7,7 @@ find_package(OpenSSL REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 # The pages, compiled in.
-set(_assets index.html console.js console.css favicon.svg)
+set(_assets index.html console.js core.js chart.js job_page.js console.css favicon.svg)
 set(_assets_paths "")
 foreach(_a ${_assets})
   list(APPEND _assets_paths ${_dir}/assets/${_a})
