@@ -29,6 +29,10 @@ ABSL_FLAG(std::string, health_listen, "",
 ABSL_FLAG(int32_t, console_port, -1,
           "serve Loom Console's JSON API (/api/v1/, docs/console.md) on this port of the --listen "
           "host, over HTTPS with --tls_cert/--tls_key; 0 = pick a free port, -1 = no console");
+ABSL_FLAG(std::string, console_url, "",
+          "the URL browsers reach this console at, \"https://host[:port]\" with no path (behind "
+          "a Service or an Ingress: its URL); a standby sends browsers to the leader's, and a "
+          "page follows the leader to it; default: https://<--listen host>:<console port>");
 ABSL_FLAG(absl::Duration, console_session_lifetime, absl::Hours(12),
           "how long a Loom Console login lasts (it ends sooner on logout, or when its token is "
           "revoked)");

@@ -21,6 +21,7 @@ ABSL_DECLARE_FLAG(std::string, users_file);
 ABSL_DECLARE_FLAG(std::string, tls_client_ca);
 ABSL_DECLARE_FLAG(std::string, health_listen);
 ABSL_DECLARE_FLAG(int32_t, console_port);
+ABSL_DECLARE_FLAG(std::string, console_url);
 ABSL_DECLARE_FLAG(absl::Duration, console_session_lifetime);
 ABSL_DECLARE_FLAG(bool, allow_plaintext);
 ABSL_DECLARE_FLAG(std::string, data_root);

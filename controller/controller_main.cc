@@ -367,9 +367,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<controller::console::ConsoleServer> console;
   if (const int console_port = absl::GetFlag(FLAGS_console_port); console_port >= 0) {
     auto started = controller::console::StartControllerConsole(
-        absl::StrCat(host, ":", console_port), absl::GetFlag(FLAGS_tls_cert),
-        absl::GetFlag(FLAGS_tls_key), server.get(), store->get(), &sessions, &leadership,
-        lease_holder);
+        absl::StrCat(host, ":", console_port), absl::GetFlag(FLAGS_console_url),
+        absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), server.get(), store->get(),
+        &sessions, &leadership, lease_holder);
     if (!started.ok()) return Fail(absl::StrCat("--console_port: ", started.status().message()));
     console = *std::move(started);
   }

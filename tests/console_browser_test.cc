@@ -5,13 +5,15 @@
 // of a job trained on poisoned data, log search, comparing three runs,
 // markup in an event shown as text, a cancel confirmed and recorded, a
 // reader refused; and screenshots of every page at 1280x800 and 390x844
-// under $LOOM_CONSOLE_SHOTS (default <build>/console-shots).
+// under $LOOM_CONSOLE_SHOTS (default <build>/console-shots). On the HA
+// cluster, a job page followed across a kill of the leader.
 //
 // playwright-core comes from scripts/install-deploy-deps.sh (pinned in
 // tests/console/package-lock.json); without it the test fails saying so.
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tests/cluster_fixture.h"
 
@@ -110,6 +112,62 @@ seed: 7
           << page << " " << size;
     }
   }
+}
+
+// The HA cluster (`local up --ha`): a job page open at the leader's console
+// while the test kills the leader (kill -9) goes on at the new leader's by
+// itself, with no missing step and no reload (tests/console/ha_flow.mjs).
+TEST_F(ClusterTest, ConsolePageFollowsTheLeaderAcrossAKill) {
+  const std::string tools = ConsoleTools();
+  ASSERT_TRUE(std::filesystem::exists(tools + "/node_modules/playwright-core/index.mjs"))
+      << "no playwright-core under " << tools << ": run ./scripts/install-deploy-deps.sh";
+  ASSERT_TRUE(std::filesystem::exists("/usr/bin/chromium"))
+      << "no /usr/bin/chromium: run ./scripts/install-deps.sh";
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, /*worker_timeout_s=*/10, "--ha"));
+  auto leader = cli::ReadReadyFile(home_ + "/run/controller-0.json");
+  auto standby = cli::ReadReadyFile(home_ + "/run/controller-1.json");
+  ASSERT_TRUE(leader.ok() && standby.ok());
+  ASSERT_EQ(leader->role, "active");
+  ASSERT_FALSE(leader->console_url.empty());
+  ASSERT_FALSE(standby->console_url.empty());
+  // Few enough steps that the chart's buckets are single steps (about
+  // 1,200 px), each slow enough (a wider model) that the job is still
+  // running well after the failover.
+  constexpr int kSteps = 600;
+  const std::string spec = home_ + "/followed.yaml";
+  std::ofstream(spec) << "name: followed\n"
+                      << absl::StrFormat(R"(model:
+  gpt: {n_layer: 4, n_head: 4, d_model: 160, seq_len: 128, vocab_size: 256}
+data: {train: ["data/train_*.bin"]}
+optimizer:
+  adamw: {lr: 0.001, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {total_steps: %d, warmup_steps: 5}
+batch: {global_batch: 16, micro_batch: 8}
+resources: {workers: 2, ranks: 2}
+checkpoint: {interval_steps: 50, keep: 2}
+seed: 7
+recovery: {disable_spike_detection: true, max_restarts: 0}
+)",
+                                         kSteps);
+  const std::string job = Submit(spec);
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::RUNNING; }, 90))
+      << Status(job).DebugString();
+  const char* shots_env = std::getenv("LOOM_CONSOLE_SHOTS");
+  const std::string shots = shots_env ? shots_env : std::string(LOOM_BIN_DIR) + "/../console-shots";
+  std::filesystem::create_directories(shots);
+  auto run = RunCommand(absl::StrCat(
+      "LOOM_CONSOLE_TOOLS=", ShellQuote(tools), " LOOM_CONSOLE_URL=",
+      ShellQuote(leader->console_url), " LOOM_PEER_URL=", ShellQuote(standby->console_url),
+      " LOOM_TOKEN=", ShellQuote(token_), " LOOM_JOB=", ShellQuote(job), " LOOM_JOB_STEPS=", kSteps,
+      " LOOM_LEADER_PID=", leader->pid, " LOOM_SHOTS=", ShellQuote(shots), " timeout 400 node ",
+      LOOM_SOURCE_DIR, "/tests/console/ha_flow.mjs"));
+  std::cout << run.out << run.err << std::endl;
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << Status(job).DebugString();
+  // The job itself lost nothing either (loomctl follows the leader).
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.state(), loom::v1::SUCCEEDED) << done.DebugString();
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.summary().last_step(), kSteps);
 }
 
 }  // namespace

@@ -5,12 +5,16 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
+#include <mutex>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "controller/console/console_assets.h"
 #include "controller/console/event_stream.h"
 #include "controller/console/sessions.h"
@@ -20,15 +24,49 @@
 namespace loom::controller::console {
 namespace {
 
-// Headers every reply carries: nothing cached, no content sniffing, and no
-// script, style, image or connection from another origin.
+// Headers every reply carries: nothing cached, no content sniffing; the
+// Content-Security-Policy is set per reply (ContentSecurityPolicy).
 constexpr const char* kSecurityHeaders[][2] = {
     {"Cache-Control", "no-store"},
     {"X-Content-Type-Options", "nosniff"},
-    {"Content-Security-Policy",
-     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"},
     {"Referrer-Policy", "no-referrer"},
+};
+
+// No script, style, image or connection from another origin, but
+// connections to the peer consoles.
+std::string ContentSecurityPolicy(const std::vector<std::string>& peers) {
+  std::string connect = "'self'";
+  for (const std::string& p : peers) absl::StrAppend(&connect, " ", p);
+  return absl::StrCat(
+      "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+      "connect-src ",
+      connect, "; frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+}
+
+// The peer consoles' origins, read at most every 5 s (every reply needs
+// them).
+class PeerOrigins {
+ public:
+  explicit PeerOrigins(std::function<std::vector<std::string>()> load) : load_(std::move(load)) {}
+  std::vector<std::string> Get() {
+    if (!load_) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Time now = absl::Now();
+    if (now - loaded_ >= absl::Seconds(5)) {
+      origins_.clear();
+      for (const std::string& url : load_()) {
+        if (std::string o = ConsoleOrigin(url); !o.empty()) origins_.push_back(std::move(o));
+      }
+      loaded_ = now;
+    }
+    return origins_;
+  }
+
+ private:
+  const std::function<std::vector<std::string>()> load_;
+  std::mutex mu_;
+  absl::Time loaded_ = absl::InfinitePast();
+  std::vector<std::string> origins_;
 };
 
 std::string OpensslError() {
@@ -79,6 +117,30 @@ void ServePage(const httplib::Request& req, httplib::Response& res) {
 
 }  // namespace
 
+std::string ConsoleOrigin(absl::string_view url) {
+  std::string u = absl::AsciiStrToLower(url);
+  absl::string_view rest = u;
+  absl::ConsumeSuffix(&rest, "/");
+  std::string scheme, default_port;
+  if (absl::ConsumePrefix(&rest, "https://")) {
+    scheme = "https://";
+    default_port = ":443";
+  } else if (absl::ConsumePrefix(&rest, "http://")) {
+    scheme = "http://";
+    default_port = ":80";
+  } else {
+    return "";
+  }
+  if (rest.empty()) return "";
+  for (char c : rest) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '-' && c != ':' && c != '[' && c != ']') {
+      return "";
+    }
+  }
+  absl::ConsumeSuffix(&rest, default_port);
+  return absl::StrCat(scheme, rest);
+}
+
 absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
     const ConsoleOptions& options, std::unique_ptr<ApiGateway> gateway) {
   const size_t colon = options.listen.rfind(':');
@@ -92,12 +154,19 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
   if (tls != !options.tls_key_file.empty()) {
     return absl::InvalidArgumentError("console TLS needs both a certificate and a key");
   }
+  if (!options.advertised_url.empty() && ConsoleOrigin(options.advertised_url).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "console URL \"", options.advertised_url,
+        "\" must be \"https://host[:port]\" (or http://), with no path: the pages call "
+        "/api/v1/ at its root"));
+  }
   if (options.threads < 1) return absl::InvalidArgumentError("console threads must be >= 1");
   if (options.max_streams < 0) return absl::InvalidArgumentError("console streams must be >= 0");
 
   std::unique_ptr<ConsoleServer> server(new ConsoleServer());
   server->gateway_ = std::move(gateway);
   server->tls_ = tls;
+  server->advertised_url_ = ConsoleOrigin(options.advertised_url);
   std::string tls_error;
   if (tls) {
     auto https = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
@@ -180,8 +249,11 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
       }
       // Proxies (nginx) must pass each event on at once.
       res.set_header("X-Accel-Buffering", "no");
+      // Exactly "text/event-stream" (UTF-8 by definition): cpp-httplib
+      // compresses any other text/* reply for a browser that accepts br or
+      // gzip, and a compressor holds events back until its buffer fills.
       res.set_chunked_content_provider(
-          "text/event-stream; charset=utf-8",
+          "text/event-stream",
           [stream](size_t, httplib::DataSink& sink) {
             const std::string chunk = stream->Next(absl::Seconds(15));
             if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) return false;
@@ -203,6 +275,36 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
     for (const auto& [name, value] : reply.headers) res.set_header(name, value);
     res.set_content(std::move(reply.body), "application/json; charset=utf-8");
   };
+  // Every reply: the policy, and CORS for a page of a peer console (its
+  // own controller gone, it goes on here). Other origins get no CORS
+  // headers, so browsers keep their pages out.
+  auto peers = std::make_shared<PeerOrigins>(options.peer_origins);
+  http.set_post_routing_handler([peers](const httplib::Request& req, httplib::Response& res) {
+    const std::vector<std::string> origins = peers->Get();
+    res.set_header("Content-Security-Policy", ContentSecurityPolicy(origins));
+    res.set_header("Vary", "Origin");
+    const std::string origin = ConsoleOrigin(req.get_header_value("Origin"));
+    if (origin.empty() || std::find(origins.begin(), origins.end(), origin) == origins.end()) {
+      return;
+    }
+    res.set_header("Access-Control-Allow-Origin", req.get_header_value("Origin"));
+    res.set_header("Access-Control-Allow-Credentials", "true");
+    if (req.method == "OPTIONS") {
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE");
+      res.set_header("Access-Control-Allow-Headers",
+                     "Content-Type, Authorization, X-Loom-CSRF, Last-Event-ID");
+      res.set_header("Access-Control-Max-Age", "600");
+      res.status = 204;
+    }
+  });
+  // A preflight: answered 204 with the CORS headers above for a peer's page,
+  // 403 for any other origin.
+  http.Options(".*", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 403;
+    res.set_content(R"({"code":"PERMISSION_DENIED","message":"cross-origin requests are )"
+                    R"(answered only for the pages of this store's other consoles"})",
+                    "application/json; charset=utf-8");
+  });
   http.Get(".*", handle);
   http.Post(".*", handle);
   http.Put(".*", handle);
@@ -237,31 +339,35 @@ ConsoleServer::~ConsoleServer() {
 std::string ConsoleServer::address() const { return absl::StrCat(host_, ":", port_); }
 
 std::string ConsoleServer::url() const {
+  if (!advertised_url_.empty()) return advertised_url_;
   return absl::StrCat(tls_ ? "https://" : "http://", host_ == "0.0.0.0" ? "127.0.0.1" : host_, ":",
                       port_);
 }
 
 absl::StatusOr<std::unique_ptr<ConsoleServer>> StartControllerConsole(
-    const std::string& listen, const std::string& cert, const std::string& key,
-    grpc::Server* server, Store* store, ConsoleSessions* sessions, const Leadership* leadership,
-    const std::string& holder) {
+    const std::string& listen, const std::string& advertised_url, const std::string& cert,
+    const std::string& key, grpc::Server* server, Store* store, ConsoleSessions* sessions,
+    const Leadership* leadership, const std::string& holder) {
   if (sessions->lifetime() <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--console_session_lifetime: must be > 0");
   }
   GatewayOptions gateway;
   gateway.sessions = sessions;
   gateway.secure_cookies = !cert.empty();
-  gateway.consoles = [store] {
-    // Consoles seen in the last week: a page tries them in turn when its
-    // own controller stops answering.
+  // Consoles seen in the last week: a page tries them in turn when its own
+  // controller stops answering.
+  auto consoles = [store] {
     auto urls = store->LoadConsoles(absl::ToUnixMillis(absl::Now() - absl::Hours(24 * 7)));
     return urls.ok() ? *std::move(urls) : std::vector<std::string>();
   };
+  gateway.consoles = consoles;
   ConsoleOptions options;
   options.listen = listen;
   options.tls_cert_file = cert;
   options.tls_key_file = key;
   options.leader_url = [leadership] { return leadership->leader_console_url(); };
+  options.advertised_url = advertised_url;
+  options.peer_origins = consoles;
   auto started = ConsoleServer::Start(
       options, std::make_unique<ApiGateway>(server->InProcessChannel(grpc::ChannelArguments()),
                                             std::move(gateway)));

@@ -11,8 +11,9 @@
 //
 // Every reply carries Cache-Control: no-store, X-Content-Type-Options:
 // nosniff and a Content-Security-Policy that allows nothing from another
-// origin. Request bodies over ApiGateway::kMaxBodyBytes are refused (413)
-// without being read.
+// origin but connections to the peer consoles (ConsoleOptions::peer_origins),
+// which alone get CORS answers. Request bodies over
+// ApiGateway::kMaxBodyBytes are refused (413) without being read.
 #ifndef LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_
 #define LOOM_CONTROLLER_CONSOLE_CONSOLE_SERVER_H_
 
@@ -21,8 +22,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "controller/console/api_gateway.h"
 
 namespace httplib {
@@ -52,6 +55,14 @@ struct ConsoleOptions {
   // The leader's console URL while this controller stands by, else "" (the
   // request is served here). May be empty: always served here.
   std::function<std::string()> leader_url;
+  // The URL browsers reach this console at ("https://host[:port]", no path):
+  // behind a Service or an Ingress, theirs. Empty: the listen address's.
+  std::string advertised_url;
+  // The origins of the other consoles over the same store ("scheme://host:port"),
+  // asked at most every few seconds. A page loaded from one of them may
+  // call this console (CORS with credentials, and the page's connect-src):
+  // when its own controller dies, the page goes on at the new leader's.
+  std::function<std::vector<std::string>()> peer_origins;
 };
 
 class ConsoleServer {
@@ -68,7 +79,8 @@ class ConsoleServer {
   // "host:port" as bound (never port 0).
   std::string address() const;
   int port() const { return port_; }
-  // "https://host:port" or "http://host:port" (a wildcard host as 127.0.0.1).
+  // ConsoleOptions::advertised_url, else "https://host:port" or
+  // "http://host:port" (a wildcard host as 127.0.0.1).
   std::string url() const;
 
  private:
@@ -81,19 +93,27 @@ class ConsoleServer {
   std::string host_;
   int port_ = 0;
   bool tls_ = false;
+  std::string advertised_url_;
 };
+
+// The origin of a console URL as browsers write it in an Origin header:
+// "scheme://host[:port]", lower case, the scheme's default port left out; a
+// trailing "/" is allowed. "" when `url` is not http(s), or has a path, a
+// query, a user, or a character no origin has.
+std::string ConsoleOrigin(absl::string_view url);
 
 class ConsoleSessions;
 
 // A controller's console, wired to it: the gateway over `server`'s
 // in-process channel, sessions in `sessions` (which must outlive it), the
-// console URLs recorded in `store` (this one as `holder`'s), and the 307 to
+// console URLs recorded in `store` (this one, `advertised_url` or its own, as
+// `holder`'s; the others are its peers), and the 307 to
 // the leader's console while `leadership` stands by. TLS when `cert` and
 // `key` are given.
 absl::StatusOr<std::unique_ptr<ConsoleServer>> StartControllerConsole(
-    const std::string& listen, const std::string& cert, const std::string& key,
-    grpc::Server* server, Store* store, ConsoleSessions* sessions, const Leadership* leadership,
-    const std::string& holder);
+    const std::string& listen, const std::string& advertised_url, const std::string& cert,
+    const std::string& key, grpc::Server* server, Store* store, ConsoleSessions* sessions,
+    const Leadership* leadership, const std::string& holder);
 
 }  // namespace loom::controller::console
 

@@ -17,11 +17,40 @@ k8s="$LOOM_SOURCE_DIR/deploy/k8s"
 overlays=()
 for dir in "$k8s"/overlays/*/; do overlays+=("$(basename "$dir")"); done
 [ "${#overlays[@]}" -ge 3 ] || fail "expected the cpu-dev, gpu and ha overlays, found: ${overlays[*]}"
-for o in "${overlays[@]}"; do
-  "$KUBECTL" kustomize "$k8s/overlays/$o" > "$tmp/$o.yaml" || fail "overlay $o does not build"
+# The console's Ingress example, as an operator adds it: ha plus the
+# console-ingress component (checked below like an overlay of its own).
+mkdir -p "$tmp/k/ha-ingress"
+rel=$(realpath --relative-to="$tmp/k/ha-ingress" "$k8s")
+printf 'resources: [%s/overlays/ha]\ncomponents: [%s/components/console-ingress]\n' "$rel" "$rel" \
+  > "$tmp/k/ha-ingress/kustomization.yaml"
+for o in "${overlays[@]}" ha-ingress; do
+  dir="$k8s/overlays/$o"
+  [ "$o" = ha-ingress ] && dir="$tmp/k/ha-ingress"
+  "$KUBECTL" kustomize "$dir" > "$tmp/$o.yaml" || fail "overlay $o does not build"
   say "overlay $o: $(grep -c '^kind:' "$tmp/$o.yaml") objects; validating"
   node "$k8s/validate.js" "$tmp/$o.yaml" || fail "overlay $o: objects fail validation"
 done
+# Loom Console: served by every overlay's controller, through the Service,
+# reachable past the NetworkPolicy; the Ingress example names the Service's
+# console port, checks the controller's certificate, and streams unbuffered.
+for o in "${overlays[@]}" ha-ingress; do
+  f="$tmp/$o.yaml"
+  grep -q -- '--console_port=8443' "$f" || fail "overlay $o: the controller serves no console"
+  service=$(sed -n '/^kind: Service$/,/^---/p' "$f")
+  grep -q 'name: console' <<<"$service" || fail "overlay $o: no console port on a Service"
+  policy=$(sed -n '/^kind: NetworkPolicy$/,/^---/p' "$f")
+  grep -q 'port: console' <<<"$policy" || fail "overlay $o: the NetworkPolicy shuts the console out"
+done
+f="$tmp/ha-ingress.yaml"
+[ "$(grep -c '^kind: Ingress$' "$f")" = 1 ] || fail "ha-ingress: no Ingress"
+ingress=$(sed -n '/^kind: Ingress$/,/^---/p' "$f")
+for want in 'backend-protocol: HTTPS' 'proxy-ssl-verify: "on"' 'proxy-buffering: "off"' \
+            'name: loom-controller' 'name: console' 'secretName: loom-console-tls'; do
+  grep -qF "$want" <<<"$ingress" || fail "ha-ingress: the Ingress lacks $want"
+done
+grep -q -- '--console_url=https://loom.example.com' "$f" || fail "ha-ingress: no --console_url"
+say "console: served, on the Service, allowed by the policy; the Ingress example is whole"
+overlays+=(ha-ingress)
 
 # What the issue requires is there, in every overlay.
 for o in "${overlays[@]}"; do
@@ -30,7 +59,7 @@ for o in "${overlays[@]}"; do
               PersistentVolumeClaim Deployment StatefulSet Service PodDisruptionBudget NetworkPolicy; do
     grep -q "^kind: $kind\$" "$f" || fail "overlay $o has no $kind"
   done
-  if [ "$o" = ha ]; then
+  if [ "$o" = ha ] || [ "$o" = ha-ingress ]; then
     # Two controllers over PostgreSQL: rolled one at a time, the
     # Service's traffic to the leader alone, the database a StatefulSet on a
     # claim, its password from the Secret only.

@@ -38,8 +38,8 @@ const YAML = createRequire(path.join(toolsDir, 'package.json'))('yaml');
 
 const [renderedFile, paramsFile] = process.argv.slice(2);
 const p = JSON.parse(fs.readFileSync(paramsFile, 'utf8'));
-// p: {controllerGrpc, controllerMetrics, controllerHealth, workerMetrics: [..], workerHealth: [..],
-//     hostDir: {claimName: dir}, secretDir, dataMount}
+// p: {controllerGrpc, controllerMetrics, controllerHealth, controllerConsole,
+//     workerMetrics: [..], workerHealth: [..], hostDir: {claimName: dir}, secretDir, dataMount}
 const objs = YAML.parseAllDocuments(fs.readFileSync(renderedFile, 'utf8')).map((d) => d.toJS()).filter(Boolean);
 const note = (s) => process.stderr.write(`kube-play: ${s}\n`);
 const out = [];
@@ -109,8 +109,9 @@ for (const o of objs) {
         c.args = (c.args || []).map((a) => (a === '--data_root=/data' ? `--data_root=${p.dataMount}` : a));
         c.args = [...c.args, `--listen=127.0.0.1:${p.controllerGrpc}`,
                   `--metrics_listen=127.0.0.1:${p.controllerMetrics}`,
-                  `--health_listen=127.0.0.1:${p.controllerHealth}`];
-        note(`${o.metadata.name}/${c.name}: gRPC on 127.0.0.1:${p.controllerGrpc}, metrics on 127.0.0.1:${p.controllerMetrics}, health on 127.0.0.1:${p.controllerHealth}, data root ${p.dataMount}`);
+                  `--health_listen=127.0.0.1:${p.controllerHealth}`,
+                  `--console_port=${p.controllerConsole}`];
+        note(`${o.metadata.name}/${c.name}: gRPC on 127.0.0.1:${p.controllerGrpc}, metrics on 127.0.0.1:${p.controllerMetrics}, health on 127.0.0.1:${p.controllerHealth}, console on 127.0.0.1:${p.controllerConsole}, data root ${p.dataMount}`);
       }
       out.push(o);
       break;

@@ -56,9 +56,10 @@ done
 chmod -R a+rX "$T/data"
 
 grpc=$(free_port); metrics=$(free_port); health=$(free_port); w0=$(free_port); w1=$(free_port)
-h0=$(free_port); h1=$(free_port)
+h0=$(free_port); h1=$(free_port); console=$(free_port)
 cat > "$T/params.json" << JSON
 {"controllerGrpc": $grpc, "controllerMetrics": $metrics, "controllerHealth": $health,
+ "controllerConsole": $console,
  "workerMetrics": [$w0, $w1],
  "workerHealth": [$h0, $h1],
  "hostDir": {"loom-controller-data": "$T/controller-data", "loom-checkpoints": "$T/checkpoints",
@@ -100,6 +101,15 @@ for c in loom-controller-pod-0-controller loom-worker-0-worker loom-worker-1-wor
     fail "$c: root filesystem is writable (readOnlyRootFilesystem)"
 done
 say "controller and both workers up, non-root, read-only root filesystems"
+# Loom Console, as the manifests serve it: HTTPS with the controller's
+# certificate, the pages, and the API for the users file's people only.
+con=(curl -sS --max-time 10 --cacert "$T/tls/ca.pem" -o "$T/console.out" -w '%{http_code}')
+[ "$("${con[@]}" "https://127.0.0.1:$console/jobs")" = 200 ] || fail "the console's pages: $(cat "$T/console.out")"
+[ "$("${con[@]}" "https://127.0.0.1:$console/api/v1/jobs")" = 401 ] ||
+  fail "the console's API answered a caller with no token: $(cat "$T/console.out")"
+[ "$("${con[@]}" -H "Authorization: Bearer $(cat "$T/host-token")" "https://127.0.0.1:$console/api/v1/whoami")" = 200 ] ||
+  fail "the console's API refused the admin: $(cat "$T/console.out")"
+say "the console serves its pages over HTTPS and its API to the users file's people: $(cat "$T/console.out")"
 [ -z "$(podman ps -a --format '{{.Names}}' | grep -E 'loom-(controller|worker)-.*-token$' || true)" ] ||
   fail "an init container copies the token; the daemons should read the Secret directly"
 # What a worker pod can read of the Secrets: the CA certificate and the

@@ -30,6 +30,14 @@ export function chart(lines, {markers = [], onZoom, xLabel = 'step', height = 26
       }
     }
   }
+  // What the first line holds, for scripts (the browser test counts the
+  // steps a page shows): its distinct steps, its first and its last.
+  const held = lines.length ? lines[0].points.filter((p) => Number.isFinite(p.x)) : [];
+  canvas.dataset.steps = String(new Set(held.map((p) => p.x)).size);
+  if (held.length) {
+    canvas.dataset.firstStep = String(held[0].x);
+    canvas.dataset.lastStep = String(held[held.length - 1].x);
+  }
   const pad = {l: 64, r: 12, t: 10, b: 28};
   let drag = null;
   const draw = () => {

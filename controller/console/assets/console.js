@@ -9,7 +9,7 @@
 // updates through the event streams, resuming after a lost connection.
 
 import {chart, COLORS, seriesPoints} from './chart.js';
-import {api, badge, cleanups, errorBox, fmt, go, h, num, router, session, show, stream, table, when} from './core.js';
+import {api, badge, cleanups, errorBox, fmt, go, h, markPainted, num, router, session, show, stream, table, when} from './core.js';
 import {pageJob} from './job_page.js';
 
 // ------------------------------------------------------------------ pages
@@ -138,6 +138,7 @@ async function pageJobs() {
       jobs = token ? jobs.concat(page.jobs || []) : (page.jobs || []);
       next = page.next_page_token || '';
       render();
+      markPainted('loom:jobs');
     } catch (e) {
       list.replaceChildren(errorBox(e));
     }

@@ -5,7 +5,8 @@ export const session = {
   name: '',
   role: '',
   csrf: '',
-  consoles: []
+  consoles: [],  // every console over this store (the login answer)
+  base: ''       // where the API is called: '' (this page's origin) or a peer's
 };
 export const cleanups = [];  // closes the current page's streams and timers
 
@@ -45,7 +46,7 @@ export class ApiError extends Error {
 
 // Calls the JSON API. `query`: an object (arrays repeat the parameter).
 export async function api(path, {method = 'GET', body, query} = {}) {
-  let url = '/api/v1/' + path;
+  let url = session.base + '/api/v1/' + path;
   if (query) {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(query)) {
@@ -55,7 +56,7 @@ export async function api(path, {method = 'GET', body, query} = {}) {
     const s = q.toString();
     if (s) url += '?' + s;
   }
-  const init = {method, credentials: 'same-origin', headers: {}};
+  const init = {method, credentials: session.base ? 'include' : 'same-origin', headers: {}};
   if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers['Content-Type'] = 'application/json';
@@ -161,36 +162,116 @@ export function stat(label, value) {
 
 // A live stream of events (Server-Sent Events). The browser reconnects by
 // itself with Last-Event-ID; `onReconnect` runs after each reconnect, for
-// what the stream does not replay (steps).
+// what the stream does not replay (steps). When the console that serves the
+// stream stops answering (its controller died), the page asks the other
+// consoles over the same store and goes on at the one that leads, from the
+// last event it had (followLeader).
 export function stream(path, handlers, onReconnect) {
-  const es = new EventSource('/api/v1/' + path);
+  let es = null;
+  let lastId = '';
   let lost = false;
-  for (const [kind, fn] of Object.entries(handlers)) {
-    es.addEventListener(kind, (m) => {
-      try {
-        fn(JSON.parse(m.data));
-      } catch (e) {
-        console.error(e);
-      }
+  let closed = false;
+  let probe = null;
+  const open = () => {
+    let url = session.base + '/api/v1/' + path;
+    if (lastId) url += (url.includes('?') ? '&' : '?') + 'after_seq=' + encodeURIComponent(lastId);
+    es = new EventSource(url, {withCredentials: !!session.base});
+    for (const [kind, fn] of Object.entries(handlers)) {
+      es.addEventListener(kind, (m) => {
+        if (m.lastEventId) lastId = m.lastEventId;
+        try {
+          fn(JSON.parse(m.data));
+        } catch (e) {
+          console.error(e);
+        }
+      });
+    }
+    es.addEventListener('end', (m) => {
+      const end = JSON.parse(m.data);
+      if (end.code === 'OK' || end.code === 'UNAUTHENTICATED' || end.code === 'PERMISSION_DENIED' ||
+          end.code === 'NOT_FOUND')
+        stop();
     });
-  }
-  es.addEventListener('end', (m) => {
-    const end = JSON.parse(m.data);
-    if (end.code === 'OK' || end.code === 'UNAUTHENTICATED' || end.code === 'PERMISSION_DENIED' ||
-        end.code === 'NOT_FOUND')
+    es.onerror = () => {
+      lost = true;
+      if (!probe && !closed) probe = setTimeout(check, 1500);
+    };
+    es.onopen = () => {
+      if (lost && onReconnect) onReconnect();
+      lost = false;
+    };
+  };
+  // Still not reconnected: find the leader's console and go on there.
+  const check = async () => {
+    probe = null;
+    if (closed || (es && es.readyState === EventSource.OPEN)) return;
+    const moved = await followLeader();
+    if (closed) return;
+    if (moved) {
       es.close();
-  });
-  es.onerror = () => {
-    lost = true;
+      open();
+      lost = true;  // onopen re-reads what the stream does not replay
+    } else {
+      probe = setTimeout(check, 2000);
+    }
   };
-  es.onopen = () => {
-    if (lost && onReconnect) onReconnect();
-    lost = false;
+  const stop = () => {
+    closed = true;
+    if (probe) clearTimeout(probe);
+    if (es) es.close();
   };
-  cleanups.push(() => es.close());
-  return es;
+  open();
+  cleanups.push(stop);
+  return {close: stop};
 }
 
+// Finds the console that answers for the store now: this page's own first,
+// then every other the login listed. True when that is another than the
+// one the page used (session.base is then set to it, and a notice says
+// so); false when the current one answers, or none does.
+let following = null;
+export function followLeader() {
+  if (!following) following = findLeader().finally(() => following = null);
+  return following;
+}
+
+async function findLeader() {
+  const current = session.base || location.origin;
+  for (const c of [current, ...session.consoles.filter((c) => c !== current)]) {
+    let res = null;
+    try {
+      res = await fetch(c + '/api/v1/whoami', {
+        credentials: c === location.origin ? 'same-origin' : 'include',
+        redirect: 'manual',  // a standby's 307 names a leader that may be gone
+        cache: 'no-store',
+        signal: AbortSignal.timeout(2000)
+      });
+    } catch (e) {
+      continue;  // not answering: the next one
+    }
+    if (!res.ok) continue;
+    if (c === current) return false;
+    session.base = c === location.origin ? '' : c;
+    const note = document.getElementById('moved');
+    note.replaceChildren(
+        'The controller that served this page stopped answering; the page now follows the ' +
+            'leader at ',
+        h('a', {href: c + location.pathname + location.search}, c), '.');
+    note.hidden = false;
+    return true;
+  }
+  return false;
+}
+
+// Marks (performance.mark) the first time `name` is painted on this page,
+// for the browser's own timing of it (./bench/run.sh console): after the
+// next frame.
+export function markPainted(name) {
+  const mark = () => {
+    if (!performance.getEntriesByName(name).length) performance.mark(name);
+  };
+  if (!performance.getEntriesByName(name).length) requestAnimationFrame(() => setTimeout(mark, 0));
+}
 
 // Set by console.js: draws the page of the current URL.
 export const router = {

@@ -1,6 +1,6 @@
 // Loom Console: one job's page.
 import {chart, COLORS, markersOf, seriesPoints} from './chart.js';
-import {api, badge, cleanups, duration, errorBox, fmt, go, h, main, num, session, show, stat, stream, table, when} from './core.js';
+import {api, badge, cleanups, duration, errorBox, fmt, go, h, main, markPainted, num, session, show, stat, stream, table, when} from './core.js';
 
 export async function pageJob(id) {
   let job;
@@ -95,6 +95,7 @@ export async function pageJob(id) {
     if (!((reply.bucket_last_step || []).length)) seriesLast = -1;
     live = live.filter((m) => num(m.step) > seriesLast);
     renderCharts();
+    markPainted('loom:charts');
   };
   const renderCharts = () => {
     // The series read, then the steps that arrived after its last step (the
