@@ -120,6 +120,19 @@ target_link_libraries(loom_control_plane_bench PRIVATE loom_test_util loom_local
                       absl::strings absl::str_format absl::synchronization)
 add_dependencies(loom_control_plane_bench loom-controller)
 
+# console: Loom Console against a store of 10,000 jobs, a 1,000,000-step job
+# with 10 million log lines, and a live job on simulated workers; the jobs
+# page's server time, the big chart's paint in Chromium, step-to-page delay,
+# log search. (cpp-httplib comes with loom_console.)
+add_executable(loom_console_bench ${CMAKE_CURRENT_LIST_DIR}/console_bench.cc
+               ${CMAKE_CURRENT_LIST_DIR}/control_plane_fleet.cc
+               ${CMAKE_CURRENT_LIST_DIR}/control_plane_report.cc)
+target_link_libraries(loom_console_bench PRIVATE loom_test_util loom_local_cluster loom_grpc
+                      loom_grpc_util loom_file_util loom_jobspec loom_data loom_store loom_log_store
+                      loom_access loom_console absl::strings absl::str_format
+                      absl::synchronization)
+add_dependencies(loom_console_bench loom-controller)
+
 # scheduler: the real scheduling policy through ClusterSim over a synthetic
 # 15,000-job trace on 1,000 workers; waits, utilisation, goodput,
 # preemptions and decisions/s against bench/scheduler_thresholds.txt.

@@ -75,6 +75,7 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/control_plane_fleet.h"
 #include "bench/control_plane_report.h"
+#include "bench/controller_process.h"
 #include "cli/local_cluster.h"
 #include "common/file_util.h"
 #include "common/formats/data.h"
@@ -88,6 +89,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using loom::bench::ControllerProcess;
 using loom::bench::Fleet;
 using loom::bench::FleetStats;
 using loom::bench::Percentile;
@@ -120,65 +122,6 @@ double SecondsSince(Clock::time_point t) {
 }
 
 // --------------------------------------------------------------- processes
-
-// The loom-controller child: started with its output to a log, killed
-// (SIGKILL) and reaped when this goes out of scope unless Stop() ran. The
-// child also dies with this process (PR_SET_PDEATHSIG).
-class ControllerProcess {
- public:
-  // `cpus`: the CPUs the controller may run on; nullptr = this process's.
-  static absl::StatusOr<std::unique_ptr<ControllerProcess>> Start(
-      const std::vector<std::string>& args, const std::string& log_path,
-      const cpu_set_t* cpus) {
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) return absl::ResourceExhaustedError("fork failed");
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      if (cpus != nullptr && sched_setaffinity(0, sizeof(*cpus), cpus) != 0) _exit(126);
-      FILE* log = std::freopen(log_path.c_str(), "w", stderr);
-      if (log != nullptr) dup2(fileno(stderr), STDOUT_FILENO);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    return std::unique_ptr<ControllerProcess>(new ControllerProcess(pid));
-  }
-  ~ControllerProcess() {
-    if (!reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  int pid() const { return pid_; }
-  bool Exited() {
-    if (!reaped_ && waitpid(pid_, nullptr, WNOHANG) == pid_) reaped_ = true;
-    return reaped_;
-  }
-  // SIGTERM, then SIGKILL after `grace`; reaps it.
-  void Stop(std::chrono::milliseconds grace) {
-    if (Exited()) return;
-    kill(pid_, SIGTERM);
-    const auto deadline = Clock::now() + grace;
-    while (!Exited() && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!Exited()) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      reaped_ = true;
-    }
-  }
-
- private:
-  explicit ControllerProcess(int pid) : pid_(pid) {}
-  const int pid_;
-  bool reaped_ = false;
-};
 
 // The number on a line of /proc/<pid>/status ("VmRSS" and "VmHWM" in KiB,
 // "Threads").

@@ -427,6 +427,17 @@ bench_parallel() {
 # SQLite and on PostgreSQL: ingest rate, and the median search time for a
 # rare, a unique and a common string against a full scan of the same
 # bytes; fails when a rare-string search takes 500 ms or more.
+# Loom Console against 10,000 jobs, a 1,000,000-step job with 10 million
+# log lines and a live job (CONSOLE_JOBS, CONSOLE_STEPS, CONSOLE_LOG_LINES,
+# CONSOLE_LIVE_SECONDS): the jobs page's p95 and size, the big job's charts
+# painted in Chromium (cold and warm) and their reply's size, the delay from
+# a step's report to the open page, log search; fails when a target is
+# missed. Needs playwright-core (scripts/install-deploy-deps.sh).
+bench_console() {
+  build loom_console_bench loom-controller
+  "$BUILD_DIR/bin/loom_console_bench" "$BUILD_DIR/bin" "$PWD"
+}
+
 bench_logs() {
   build loom_logs_bench
   "$BUILD_DIR/bin/loom_logs_bench"

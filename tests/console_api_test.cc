@@ -317,6 +317,41 @@ TEST_F(ConsoleApiTest, ServesThePagesFromTheBinary) {
   EXPECT_THAT(root.headers, HasSubstr("Location: /jobs"));
 }
 
+// Cross-origin calls: answered (CORS with credentials) only for the pages of
+// the consoles recorded in the store, which a page follows when its own
+// controller dies; any other origin gets no CORS header and its preflight
+// is refused. Each page may connect to exactly those origins.
+TEST_F(ConsoleApiTest, CrossOriginCallsOnlyFromTheStoresConsoles) {
+  // This controller's own console is the one the store records.
+  HttpReply peer = Http("OPTIONS", "/api/v1/jobs", "", "",
+                        "-H " + testing::ShellQuote("Origin: " + console_) +
+                            " -H 'Access-Control-Request-Method: POST'"
+                            " -H 'Access-Control-Request-Headers: content-type,x-loom-csrf'");
+  EXPECT_EQ(peer.status, 204) << peer.headers << peer.body;
+  EXPECT_THAT(peer.headers, HasSubstr("Access-Control-Allow-Origin: " + console_ + "\r\n"));
+  EXPECT_THAT(peer.headers, HasSubstr("Access-Control-Allow-Credentials: true"));
+  EXPECT_THAT(peer.headers, HasSubstr("X-Loom-CSRF"));
+  HttpReply peer_get = Http("GET", "/api/v1/jobs", "rita-token", "",
+                            "-H " + testing::ShellQuote("Origin: " + console_));
+  EXPECT_EQ(peer_get.status, 200);
+  EXPECT_THAT(peer_get.headers, HasSubstr("Access-Control-Allow-Origin: " + console_));
+  EXPECT_THAT(peer_get.headers, HasSubstr("connect-src 'self' " + console_ + ";"));
+
+  const std::string evil = "-H 'Origin: https://evil.example'";
+  HttpReply preflight =
+      Http("OPTIONS", "/api/v1/jobs", "", "", evil + " -H 'Access-Control-Request-Method: POST'");
+  EXPECT_EQ(preflight.status, 403) << preflight.body;
+  EXPECT_THAT(preflight.headers, ::testing::Not(HasSubstr("Access-Control-Allow")));
+  HttpReply get = Http("GET", "/api/v1/jobs", "rita-token", "", evil);
+  EXPECT_EQ(get.status, 200);  // the browser, not the server, keeps the reply from the page
+  EXPECT_THAT(get.headers, ::testing::Not(HasSubstr("Access-Control-Allow")));
+  EXPECT_THAT(get.headers, HasSubstr("Vary: Origin"));
+  // An origin that only starts like the console's is another origin.
+  HttpReply longer = Http("GET", "/api/v1/jobs", "rita-token", "",
+                          "-H " + testing::ShellQuote("Origin: " + console_ + "0"));
+  EXPECT_THAT(longer.headers, ::testing::Not(HasSubstr("Access-Control-Allow")));
+}
+
 // The event streams (Server-Sent Events over WatchJob / WatchEvents): a
 // job's stream carries its logged events with their seq as the SSE id and
 // ends with the job; a reconnect with Last-Event-ID gets only what came

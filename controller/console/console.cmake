@@ -26,3 +26,4 @@ loom_library(loom_console SRCS ${_assets_cc} ${_dir}/api_gateway.cc ${_dir}/cons
 loom_test(loom_api_gateway_test SRCS ${_dir}/api_gateway_test.cc DEPS loom_console)
 loom_test(loom_console_sessions_test SRCS ${_dir}/sessions_test.cc DEPS loom_console)
 loom_test(loom_event_stream_test SRCS ${_dir}/event_stream_test.cc DEPS loom_console)
+loom_test(loom_console_server_test SRCS ${_dir}/console_server_test.cc DEPS loom_console)

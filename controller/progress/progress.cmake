@@ -23,3 +23,5 @@ loom_library(loom_step_series_index SRCS ${_dir}/step_series_index.cc
   DEPS loom_step_series loom_store)
 loom_test(loom_step_series_index_test SRCS ${_dir}/step_series_index_test.cc
   DEPS loom_step_series_index)
+loom_library(loom_series_warmer SRCS ${_dir}/series_warmer.cc DEPS loom_step_series_index loom_proto)
+loom_test(loom_series_warmer_test SRCS ${_dir}/series_warmer_test.cc DEPS loom_series_warmer)

@@ -77,7 +77,12 @@ absl::StatusOr<loom::v1::GetStepSeriesResponse> StepSeriesIndex::Query(
     if (!s.ok()) return s;
     return builder->Finish();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (absl::Status s = EnsureKept(lock, request.job_id(), bounds->first, bounds->second, generation,
+                                  resume_step);
+      !s.ok()) {
+    return s;
+  }
   JobBlocks& job = jobs_[request.job_id()];
   job.last_used = ++uses_;
   if (absl::Status s =
@@ -104,6 +109,54 @@ absl::StatusOr<loom::v1::GetStepSeriesResponse> StepSeriesIndex::Query(
     s = store_->ScanStepMetrics(request.job_id(), end_whole * kBlockSteps, to, add);
     if (!s.ok()) return s;
   }
+  EvictLocked();
+  return builder->Finish();
+}
+
+absl::StatusOr<StepSeriesIndex::JobBlocks> StepSeriesIndex::Build(const std::string& job_id,
+                                                                  int64_t first_step,
+                                                                  int64_t last_step,
+                                                                  int64_t generation,
+                                                                  int64_t resume_step) {
+  JobBlocks job;
+  if (absl::Status s = Refresh(job_id, &job, first_step, last_step, generation, resume_step);
+      !s.ok()) {
+    return s;
+  }
+  return job;
+}
+
+absl::Status StepSeriesIndex::EnsureKept(std::unique_lock<std::mutex>& lock,
+                                         const std::string& job_id, int64_t first_step,
+                                         int64_t last_step, int64_t generation,
+                                         int64_t resume_step) {
+  // One read per job: a second asker waits for the first's.
+  built_.wait(lock, [&] { return building_.count(job_id) == 0; });
+  if (jobs_.find(job_id) != jobs_.end()) return absl::OkStatus();
+  // Read whole outside the lock, so that other jobs' charts are not held up
+  // behind a long job's first read.
+  building_.insert(job_id);
+  lock.unlock();
+  absl::StatusOr<JobBlocks> built = Build(job_id, first_step, last_step, generation, resume_step);
+  lock.lock();
+  building_.erase(job_id);
+  built_.notify_all();
+  if (!built.ok()) return built.status();
+  jobs_.emplace(job_id, *std::move(built)).first->second.last_used = ++uses_;
+  return absl::OkStatus();
+}
+
+absl::Status StepSeriesIndex::Warm(const std::string& job_id, int64_t generation,
+                                   int64_t resume_step) {
+  absl::StatusOr<std::pair<int64_t, int64_t>> bounds = store_->StepBounds(job_id);
+  if (!bounds.ok()) return bounds.status();
+  std::unique_lock<std::mutex> lock(mu_);
+  absl::Status s = EnsureKept(lock, job_id, bounds->first, bounds->second, generation, resume_step);
+  EvictLocked();
+  return s;
+}
+
+void StepSeriesIndex::EvictLocked() {
   for (;;) {
     size_t blocks = 0;
     for (const auto& [id, kept] : jobs_) blocks += kept.blocks.size();
@@ -111,9 +164,8 @@ absl::StatusOr<loom::v1::GetStepSeriesResponse> StepSeriesIndex::Query(
     auto oldest = std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
       return a.second.last_used < b.second.last_used;
     });
-    jobs_.erase(oldest);  // never this query's job: it was used last
+    jobs_.erase(oldest);  // never the job used last
   }
-  return builder->Finish();
 }
 
 size_t StepSeriesIndex::BlocksOf(const std::string& job_id) {

@@ -141,5 +141,30 @@ TEST_F(StepSeriesIndexTest, AJobWithoutStepsAnswersEmpty) {
   EXPECT_EQ(index_->Query(r, 0, -1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The store's chunked scan that builds the index: every record in (step,
+// record) order, each once, whatever the chunk size and wherever a chunk
+// ends (in the middle of a step's repeated records too), within [from, to].
+TEST_F(StepSeriesIndexTest, StoreScanVisitsEveryRecordOnceAcrossChunks) {
+  std::vector<loom::v1::StepMetrics> batch;
+  for (int64_t s = 1; s <= 20; ++s) {
+    for (int again = 0; again < (s == 7 ? 3 : 1); ++again) {
+      loom::v1::StepMetrics m;
+      m.set_step(s);
+      m.set_loss(static_cast<double>(s) + again / 10.0);
+      batch.push_back(m);
+    }
+  }
+  ASSERT_TRUE(store_->AppendStepMetrics("j", batch).ok());
+  for (int chunk : {1, 2, 3, 5, 100}) {
+    std::vector<double> seen;
+    ASSERT_TRUE(
+        store_
+            ->ScanStepMetrics(
+                "j", 5, 9, [&](const loom::v1::StepMetrics& m) { seen.push_back(m.loss()); }, chunk)
+            .ok());
+    EXPECT_THAT(seen, ::testing::ElementsAre(5, 6, 7, 7.1, 7.2, 8, 9)) << "chunk " << chunk;
+  }
+}
+
 }  // namespace
 }  // namespace loom::controller

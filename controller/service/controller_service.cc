@@ -166,7 +166,10 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
           [manager](const std::string& job_id) { return manager->AttemptPlacements(job_id); }),
       series_(manager->store()),
       leadership_(leadership),
-      sessions_(sessions) {}
+      sessions_(sessions),
+      warmer_(
+          &series_, [manager] { return manager->List({}, 0); },
+          [leadership] { return leadership == nullptr || leadership->LeadingNow(); }) {}
 
 grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
   grpc::Status g = ToGrpcStatus(s);

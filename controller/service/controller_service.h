@@ -16,6 +16,7 @@
 #include "controller/leader/leader_lease.h"
 #include "controller/logs/log_store.h"
 #include "controller/logs/rank_logs.h"
+#include "controller/progress/series_warmer.h"
 #include "controller/progress/step_series_index.h"
 #include "controller/service/access.h"
 #include "loom/v1/service.grpc.pb.h"
@@ -56,6 +57,8 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   // leader, with its address in the trailing metadata kLeaderMetadataKey.
   // `sessions` (may be null: no console sessions) resolves the console's
   // "x-loom-session" metadata.
+  // Once this controller leads, the longest jobs' chart series are read
+  // ahead (SeriesWarmer).
   JobServiceImpl(JobManager* manager, const AccessControl* access, RpcMetrics* metrics,
                  const std::atomic<bool>* shutting_down, LogStore* logs,
                  const Leadership* leadership = nullptr,
@@ -117,6 +120,7 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   StepSeriesIndex series_;  // over the manager's store
   const Leadership* const leadership_;
   const SessionDirectory* const sessions_;
+  SeriesWarmer warmer_;  // last: its thread starts when the rest is built
 };
 
 // Heartbeat and ReportStepMetrics, the RPCs every worker makes every

@@ -7,4 +7,4 @@ loom_test(loom_access_test SRCS ${_dir}/access_test.cc DEPS loom_access loom_fil
 # The gRPC services over the job manager.
 loom_library(loom_controller_service SRCS ${_dir}/controller_service.cc
   DEPS loom_leader loom_access loom_job_manager loom_grpc loom_grpc_util loom_metrics loom_log_store
-       loom_rank_logs loom_step_series_index)
+       loom_rank_logs loom_step_series_index loom_series_warmer)

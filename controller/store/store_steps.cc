@@ -26,9 +26,13 @@ absl::Status Store::ScanStepMetrics(const std::string& job_id, int64_t from_step
                                     int chunk_rows) {
   if (chunk_rows < 1) return absl::InvalidArgumentError("chunk_rows: must be >= 1");
   const std::string row_id = conn_->StepRowId();
+  // "After (step, row)" is written with `step >= ?` outside the OR: with
+  // bound values SQLite's planner cannot start a range at an OR, and
+  // scanned the job's index from its first step for every chunk (a
+  // million-step job took 18 s instead of 1).
   const std::string query = absl::StrCat(
       "SELECT step, ", row_id, ", metrics FROM step_metrics WHERE job_id = ? AND step <= ? AND ",
-      "(step > ? OR (step = ? AND ", row_id, " > ?)) ORDER BY step, ", row_id, " LIMIT ?;");
+      "step >= ? AND (step > ? OR ", row_id, " > ?) ORDER BY step, ", row_id, " LIMIT ?;");
   // Where the last chunk ended: (step, row id), the next starts after it.
   int64_t step = from_step - 1, row = std::numeric_limits<int64_t>::max();
   for (;;) {

@@ -98,6 +98,9 @@ try {
   assert.deepEqual(held, { steps, first: 1, last: steps });
   assert.equal(await stepShown(page), steps);
   assert.equal(await page.evaluate(() => window.loomKeptOpen), true, 'the page was loaded again');
+  // No value the page failed to fill shows as a word.
+  const text = await page.locator('main').innerText();
+  assert.doesNotMatch(text, /\b(null|undefined|NaN)\b/, 'a value shows as null/undefined/NaN');
   await page.screenshot({ path: path.join(env('LOOM_SHOTS'), 'job-after-failover-1280x800.png'),
                           fullPage: true });
   log('PASS');

@@ -130,7 +130,7 @@ export async function pageJob(id) {
         markers.length ?
             h('ul', {class: 'markers'},
               markers.map((m) => h('li', {'data-kind': m.label}, m.label + ' at step ' + m.x))) :
-            null,
+            '',  // (replaceChildren would write a null as the text "null")
         h('div', {class: 'grid2'},
           h('div', {}, h('h2', {}, 'Tokens/s'),
             chart(
