@@ -91,7 +91,7 @@ examples:
                {},
                ArgKind::kFile});
   c.push_back({"list",
-               {"list [--state STATE] [--pending]"},
+               {"list [--state STATE] [--pending] [--queue Q] [--user U] [--name TEXT]"},
                "list jobs, newest first",
                R"(Lists jobs with their state, progress and submitter, newest first.
   --state STATE   only jobs in STATE (PENDING, SCHEDULED, RUNNING, SUCCEEDED,
@@ -99,13 +99,18 @@ examples:
   --pending       the waiting jobs by queue, in the order they would start:
                   each one's priority, position and what it waits for (over
                   quota, gang does not fit, capacity reserved)
+  --queue Q       only jobs of queue Q ("default" takes those naming none)
+  --user U        only jobs user U submitted
+  --name TEXT     only jobs whose name or id contains TEXT
+The controller filters, so a long history is not sent to be thrown away.
 
 examples:
   loomctl list
   loomctl list --state RUNNING
+  loomctl list --user uma --name sweep
   loomctl list --pending)",
                {},
-               {"--state", "--pending"},
+               {"--state", "--pending", "--queue", "--user", "--name"},
                ArgKind::kNone});
   c.push_back({"status",
                {"status JOB"},

@@ -165,10 +165,10 @@ absl::StatusOr<std::optional<absl::Time>> JobManager::EndedAt(const std::string&
                                          : absl::InfinitePast());
 }
 
-std::vector<Job> JobManager::ListPage(const std::set<JobState>& states, int page_size,
-                                      int64_t before_seq, bool full, int64_t* next_before_seq) {
+std::vector<Job> JobManager::ListPage(const JobFilter& filter, int page_size, int64_t before_seq,
+                                      bool full, int64_t* next_before_seq) {
   WatchedLock lock(mu_, __func__);
-  return jobs_.ListPage(states, page_size, before_seq, full, next_before_seq);
+  return jobs_.ListPage(filter, page_size, before_seq, full, next_before_seq);
 }
 
 std::vector<Job> JobManager::List(const std::set<JobState>& states, int limit) {

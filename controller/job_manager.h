@@ -69,8 +69,8 @@ class JobManager {
   // When the job ended (its last transition); nullopt while unfinished.
   absl::StatusOr<std::optional<absl::Time>> EndedAt(const std::string& job_id);
   std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit);
-  std::vector<loom::v1::Job> ListPage(const std::set<loom::v1::JobState>& states, int page_size,
-                                      int64_t before_seq, bool full, int64_t* next_before_seq);
+  std::vector<loom::v1::Job> ListPage(const JobFilter& filter, int page_size, int64_t before_seq,
+                                      bool full, int64_t* next_before_seq);
   std::vector<loom::v1::WorkerInfo> ListWorkers();
   absl::StatusOr<std::vector<loom::v1::StepMetrics>> StepMetrics(const std::string& job_id,
                                                                  int limit);

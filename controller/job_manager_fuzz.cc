@@ -115,10 +115,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 9: {
       loom::v1::ListJobsRequest req;
       if (Decode(data, size, &req)) {
-        std::set<loom::v1::JobState> states;
-        for (int s : req.states()) states.insert(static_cast<loom::v1::JobState>(s));
+        loom::controller::JobFilter filter{
+            {}, req.queue(), req.submitted_by(), req.name_contains()};
+        for (int s : req.states()) filter.states.insert(static_cast<loom::v1::JobState>(s));
         int64_t next = 0;
-        (void)m.ListPage(states, 1 + static_cast<int>(req.page_size() & 0xff),
+        (void)m.ListPage(filter, 1 + static_cast<int>(req.page_size() & 0xff),
                          static_cast<int64_t>(size), req.full(), &next);
       }
       break;

@@ -1809,7 +1809,7 @@ TEST_F(JobManagerTest, ListPagesNewestFirstWithSummaries) {
   EXPECT_GT(full[0].history_size(), 0);
   // A state filter pages over the matching jobs only: one SCHEDULED, six
   // PENDING behind it on the single slot.
-  auto pending = manager_->ListPage({loom::v1::PENDING}, 100, 0, false, &next);
+  auto pending = manager_->ListPage({{loom::v1::PENDING}}, 100, 0, false, &next);
   EXPECT_EQ(pending.size(), 6u);
 }
 

@@ -159,6 +159,16 @@ TEST_F(ConsoleApiTest, AnswersWhatTheGrpcServiceAnswersTheSameCaller) {
   HttpReply listed = Http("GET", "/api/v1/jobs?states=PENDING", "rita-token");
   ASSERT_EQ(listed.status, 200) << listed.body;
   EXPECT_THAT(listed.body, HasSubstr(absl::StrCat("\"id\":\"", id, "\"")));
+  // Filtered by the controller: by submitter, queue and a piece of the name.
+  for (const char* query : {"submitted_by=uma", "queue=default", "name_contains=sole-"}) {
+    HttpReply found = Http("GET", std::string("/api/v1/jobs?") + query, "rita-token");
+    EXPECT_THAT(found.body, HasSubstr(absl::StrCat("\"id\":\"", id, "\""))) << query;
+  }
+  for (const char* query : {"submitted_by=ulf", "queue=research", "name_contains=console-b"}) {
+    HttpReply none = Http("GET", std::string("/api/v1/jobs?") + query, "rita-token");
+    EXPECT_EQ(none.status, 200) << query;
+    EXPECT_THAT(none.body, ::testing::Not(HasSubstr("\"id\""))) << query;
+  }
 
   // Only its owner (or an admin) cancels it.
   HttpReply reader_cancel = Http("POST", "/api/v1/jobs/" + id + ":cancel", "rita-token");
@@ -185,6 +195,11 @@ TEST_F(ConsoleApiTest, ErrorsCarryTheGrpcCodeAndItsHttpStatus) {
   HttpReply invalid = Http("POST", "/api/v1/jobs", "uma-token", R"({"spec": {"name": "x"}})");
   EXPECT_EQ(invalid.status, 400) << invalid.body;
   EXPECT_THAT(invalid.body, HasSubstr("\"code\":\"INVALID_ARGUMENT\""));
+
+  HttpReply long_name =
+      Http("GET", "/api/v1/jobs?name_contains=" + std::string(300, 'x'), "rita-token");
+  EXPECT_EQ(long_name.status, 400) << long_name.body;
+  EXPECT_THAT(long_name.body, HasSubstr("name_contains: at most 256 bytes"));
 
   HttpReply query = Http("GET", "/api/v1/jobs?colour=red", "rita-token");
   EXPECT_EQ(query.status, 400) << query.body;

@@ -101,6 +101,12 @@ int CmdList(const Globals& g, const std::vector<std::string>& args) {
       loom::v1::JobState st;
       if (!loom::v1::JobState_Parse(args[++i], &st)) return Usage("list: unknown state " + args[i]);
       req.add_states(st);
+    } else if (args[i] == "--queue" && i + 1 < args.size()) {
+      req.set_queue(args[++i]);
+    } else if (args[i] == "--user" && i + 1 < args.size()) {
+      req.set_submitted_by(args[++i]);
+    } else if (args[i] == "--name" && i + 1 < args.size()) {
+      req.set_name_contains(args[++i]);
     } else {
       return Usage("list: unexpected " + args[i]);
     }

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "controller/jobs/job_state_machine.h"
+#include "controller/scheduling/queue_config.h"
 
 namespace loom::controller {
 namespace {
@@ -325,8 +326,20 @@ std::vector<Job> JobTable::List(const std::set<JobState>& states, int limit) con
   return out;
 }
 
-std::vector<Job> JobTable::ListPage(const std::set<JobState>& states, int page_size,
-                                    int64_t before_seq, bool full, int64_t* next_before_seq) const {
+bool JobFilter::Matches(const Job& job) const {
+  if (!states.empty() && !states.count(job.state())) return false;
+  if (!submitted_by.empty() && job.submitted_by() != submitted_by) return false;
+  if (!queue.empty()) {
+    const std::string& named = job.spec().scheduling().queue();
+    if (named != queue && !(named.empty() && queue == loom::scheduling::kDefaultQueue))
+      return false;
+  }
+  return name_contains.empty() || job.spec().name().find(name_contains) != std::string::npos ||
+         job.id().find(name_contains) != std::string::npos;
+}
+
+std::vector<Job> JobTable::ListPage(const JobFilter& filter, int page_size, int64_t before_seq,
+                                    bool full, int64_t* next_before_seq) const {
   std::vector<Job> out;
   *next_before_seq = 0;
   // order_ is in submission order, so sequences increase along it.
@@ -337,7 +350,7 @@ std::vector<Job> JobTable::ListPage(const std::set<JobState>& states, int page_s
   }
   for (; it != order_.rend(); ++it) {
     const Job& job = records_.at(*it).job;
-    if (!states.empty() && !states.count(job.state())) continue;
+    if (!filter.Matches(job)) continue;
     if (static_cast<int>(out.size()) >= page_size) {
       *next_before_seq = JobSequenceOf(out.back().id());
       break;
@@ -351,6 +364,9 @@ std::vector<Job> JobTable::ListPage(const std::set<JobState>& states, int page_s
     brief.mutable_spec()->set_name(job.spec().name());
     *brief.mutable_spec()->mutable_schedule() = job.spec().schedule();
     *brief.mutable_spec()->mutable_resources() = job.spec().resources();
+    if (job.spec().has_scheduling()) {
+      brief.mutable_spec()->mutable_scheduling()->set_queue(job.spec().scheduling().queue());
+    }
     brief.set_state(job.state());
     brief.set_reason(job.reason());
     brief.set_created_unix_ms(job.created_unix_ms());

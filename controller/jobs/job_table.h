@@ -42,6 +42,15 @@
 
 namespace loom::controller {
 
+// Which jobs JobTable::ListPage lists; the default, every one.
+struct JobFilter {
+  std::set<loom::v1::JobState> states;  // empty: any state
+  std::string queue;                    // spec.scheduling.queue; "default" matches none named
+  std::string submitted_by;             // exactly this user
+  std::string name_contains;            // a substring of the name or the id
+  bool Matches(const loom::v1::Job& job) const;
+};
+
 // Hears of transitions as they are recorded (under the controller's lock,
 // in registration order); must not change the job.
 class JobTableListener {
@@ -152,13 +161,13 @@ class JobTable {
   // Jobs in `states` (all when empty), newest first; at most `limit` (all
   // when <= 0).
   std::vector<loom::v1::Job> List(const std::set<loom::v1::JobState>& states, int limit) const;
-  // One page of them: those with a sequence below `before_seq` (0: from the
-  // newest), at most `page_size`; `full` false: the fields a listing shows
-  // (no spec beyond name, schedule and resources; no plan, history or
-  // events). *next_before_seq: where the next page starts, 0 at the end.
-  std::vector<loom::v1::Job> ListPage(const std::set<loom::v1::JobState>& states, int page_size,
-                                      int64_t before_seq, bool full,
-                                      int64_t* next_before_seq) const;
+  // One page of those `filter` matches: those with a sequence below
+  // `before_seq` (0: from the newest), at most `page_size`; `full` false:
+  // the fields a listing shows (no spec beyond name, schedule, resources and
+  // queue; no plan, history or events). *next_before_seq: where the next
+  // page starts, 0 at the end.
+  std::vector<loom::v1::Job> ListPage(const JobFilter& filter, int page_size, int64_t before_seq,
+                                      bool full, int64_t* next_before_seq) const;
 
  private:
   // Keeps pending_, unfinished_, state_counts_ and finished_totals_ in step

@@ -103,6 +103,46 @@ TEST_F(JobTableTest, IndexesFollowTransitions) {
   EXPECT_THAT(std::string(catalog.Lookup("nope-9").status().message()), HasSubstr("nope-9"));
 }
 
+// A listing filtered by queue (the default one taking jobs that name
+// none), submitter and a piece of the name or id, page by page; the page
+// keeps each job's queue.
+TEST_F(JobTableTest, ListPageFiltersOnTheServer) {
+  JobTable catalog(store_.get(), &clock_);
+  struct Made {
+    const char* name;
+    const char* queue;
+    const char* user;
+  };
+  std::vector<std::string> ids;
+  for (const Made& m : {Made{"sweep-lr", "research", "uma"}, Made{"baseline", "", "ulf"},
+                        Made{"sweep-wd", "research", "ulf"}, Made{"sweep-lr", "default", "uma"},
+                        Made{"llama", "prod", "uma"}}) {
+    ids.push_back(Submit(catalog, m.name));
+    JobRecord& rec = *catalog.Find(ids.back());
+    if (*m.queue) rec.job.mutable_spec()->mutable_scheduling()->set_queue(m.queue);
+    rec.job.set_submitted_by(m.user);
+  }
+  auto list = [&](const JobFilter& f, int page = 100) {
+    std::vector<std::string> all;
+    int64_t next = 0;
+    do {
+      for (const auto& j : catalog.ListPage(f, page, next, false, &next)) all.push_back(j.id());
+    } while (next > 0);
+    return all;
+  };
+  EXPECT_THAT(list({{}, "research"}), ElementsAre(ids[2], ids[0]));
+  EXPECT_THAT(list({{}, "default"}), ElementsAre(ids[3], ids[1]));
+  EXPECT_THAT(list({{}, "", "uma"}, 1), ElementsAre(ids[4], ids[3], ids[0]));
+  EXPECT_THAT(list({{}, "", "", "sweep"}, 2), ElementsAre(ids[3], ids[2], ids[0]));
+  EXPECT_THAT(list({{}, "", "", "-2"}), ElementsAre(ids[1]));  // a piece of an id
+  EXPECT_THAT(list({{}, "research", "uma", "sweep-lr"}), ElementsAre(ids[0]));
+  EXPECT_THAT(list({{loom::v1::SUCCEEDED}, "research"}), ElementsAre());
+  EXPECT_TRUE(list({{}, "nope"}).empty());
+  int64_t next = 0;
+  EXPECT_EQ(catalog.ListPage({{}, "prod"}, 10, 0, false, &next)[0].spec().scheduling().queue(),
+            "prod");
+}
+
 // A new catalog over the same store finds every job, its history and
 // state, continues the id sequence, and counts ended jobs without handing
 // them out to be thinned again.

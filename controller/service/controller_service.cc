@@ -212,13 +212,22 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
   if (req->limit() < 0) {
     return Finish("ListJobs", absl::InvalidArgumentError("limit: must be >= 0"));
   }
-  std::set<loom::v1::JobState> states;
+  JobFilter filter{{}, req->queue(), req->submitted_by(), req->name_contains()};
   for (int s : req->states()) {
     if (!loom::v1::JobState_IsValid(s) || s == loom::v1::JOB_STATE_UNSPECIFIED) {
       return Finish("ListJobs",
                     absl::InvalidArgumentError(absl::StrCat("states: unknown state ", s)));
     }
-    states.insert(static_cast<loom::v1::JobState>(s));
+    filter.states.insert(static_cast<loom::v1::JobState>(s));
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string&>{"queue", req->queue()},
+        {"submitted_by", req->submitted_by()},
+        {"name_contains", req->name_contains()}}) {
+    if (value.size() > 256) {
+      return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
+                                    field, ": at most 256 bytes, got ", value.size())));
+    }
   }
   if (req->page_size() < 0 || req->page_size() > 1000) {
     return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
@@ -235,7 +244,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
   int page = req->page_size() > 0 ? req->page_size() : 100;
   if (req->limit() > 0) page = std::min(page, req->limit());
   int64_t next = 0;
-  for (auto& job : manager_->ListPage(states, page, before, req->full(), &next)) {
+  for (auto& job : manager_->ListPage(filter, page, before, req->full(), &next)) {
     *resp->add_jobs() = std::move(job);
   }
   // `limit` caps the pages together: the caller counts what it has read.

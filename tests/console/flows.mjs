@@ -78,6 +78,22 @@ try {
   await logIn(page, env('LOOM_TOKEN'));
   log('logged in');
 
+  // The jobs page filters on the server: a piece of the name finds the
+  // three compared runs, a submitter no one is finds none, and the URL
+  // keeps the filter.
+  const rowsShown = () => page.locator('main table tbody tr').count();
+  await page.fill('input[placeholder="name or id"]', 'lr-');
+  await page.waitForFunction(
+      () => document.querySelectorAll('main table tbody tr').length === 3, null,
+      { timeout: 30000 });
+  assert.match(page.url(), /[?&]name=lr-/);
+  await page.fill('input[placeholder="submitter (exact)"]', 'nobody');
+  await page.waitForFunction(() => !document.querySelector('main table tbody tr'), null,
+                             { timeout: 30000 });
+  log('jobs filtered on the server: "lr-" gives 3,', 'submitter "nobody"', await rowsShown());
+  await page.goto(url + '/jobs');
+  await page.waitForSelector('main table tbody tr');
+
   // The spiky job's page while it runs: steps arrive live, then its spike
   // and rollback show as markers and events.
   await page.goto(url + '/jobs/' + jobs.spiky);

@@ -371,12 +371,13 @@ TEST_F(TrainerTest, AStaleAttemptStopsAtItsNextSavePointWritingNothing) {
   config.continue_after_failed_save = true;
   TrainerCallbacks callbacks;
   std::vector<int64_t> failed_at;
-  callbacks.on_step = [&](const loom::v1::StepMetrics& m) {
-    // Step 3 is after checkpoint 2's save started; wait for it, then claim.
-    if (m.step() == 3) {
-      for (int i = 0; i < 1000 && CheckpointSteps(config.checkpoint_dir).empty(); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+  // The claim comes once checkpoint 2's save has ended (committed, and its
+  // older checkpoints pruned: the writer checks the fence for that too),
+  // and before checkpoint 4's begins: its report reaches the training
+  // thread before the next save starts. (Claiming as soon as checkpoint 2's
+  // directory appeared raced its pruning.)
+  callbacks.on_checkpoint = [&](const CheckpointReport& r) {
+    if (r.step == 2) {
       ASSERT_TRUE(ClaimCheckpointDir(config.checkpoint_dir, {"job-7", 1}).ok());
     }
   };

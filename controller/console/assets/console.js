@@ -59,15 +59,20 @@ async function pageJobs() {
   let jobs = [], next = '';
   const list = h('div');
   const more = h('button', {onclick: () => load(next)}, 'Load more');
+  // The controller filters (ListJobs' queue, submitted_by, name_contains),
+  // so every matching job is found, not only those of the pages loaded.
+  let typing = null;
   const field = (key, label) => {
     const input = h('input', {placeholder: label, value: filters[key]});
     input.addEventListener('input', () => {
-      filters[key] = input.value;
+      filters[key] = input.value.trim();
       keepUrl();
-      render();
+      clearTimeout(typing);
+      typing = setTimeout(reload, 300);
     });
     return input;
   };
+  cleanups.push(() => clearTimeout(typing));
   const stateSelect =
       h('select', {}, h('option', {value: ''}, 'every state'),
         STATES.map((s) => h('option', {value: s, selected: s === filters.state}, s)));
@@ -83,12 +88,7 @@ async function pageJobs() {
     history.replaceState(null, '', '/jobs' + (q.toString() ? '?' + q : ''));
   };
   const render = () => {
-    const rows = jobs.filter(
-        (j) =>
-            (!filters.queue || ((j.spec.scheduling || {}).queue || '').includes(filters.queue)) &&
-            (!filters.submitter || (j.submitted_by || '').includes(filters.submitter)) &&
-            (!filters.name || (j.spec.name || '').includes(filters.name) ||
-             j.id.includes(filters.name)));
+    const rows = jobs;
     list.replaceChildren(
         rows.length ? table(
                           [
@@ -130,11 +130,21 @@ async function pageJobs() {
                       h('p', {class: 'muted'}, 'No job matches.'));
     more.hidden = !next;
   };
+  let loads = 0;  // a reply to an older filter is dropped
   const load = async (token) => {
+    const mine = ++loads;
     try {
       const page = await api('jobs', {
-        query: {states: filters.state || undefined, page_size: 200, page_token: token || undefined}
+        query: {
+          states: filters.state,
+          queue: filters.queue,
+          submitted_by: filters.submitter,
+          name_contains: filters.name,
+          page_size: 200,
+          page_token: token
+        }
       });
+      if (mine !== loads) return;
       jobs = token ? jobs.concat(page.jobs || []) : (page.jobs || []);
       next = page.next_page_token || '';
       render();
@@ -147,7 +157,7 @@ async function pageJobs() {
   show(
       h('h1', {}, 'Jobs'),
       h('div', {class: 'filters'}, stateSelect, field('name', 'name or id'),
-        field('queue', 'queue'), field('submitter', 'submitter')),
+        field('queue', 'queue (exact)'), field('submitter', 'submitter (exact)')),
       list, more);
   await load('');
   // States change live: a transition updates its row, a new job reloads.
