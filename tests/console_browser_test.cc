@@ -12,6 +12,7 @@
 // tests/console/package-lock.json); without it the test fails saying so.
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -132,7 +133,10 @@ TEST_F(ClusterTest, ConsolePageFollowsTheLeaderAcrossAKill) {
   ASSERT_FALSE(standby->console_url.empty());
   // Few enough steps that the chart's buckets are single steps (about
   // 1,200 px), each slow enough (a wider model) that the job is still
-  // running well after the failover.
+  // running well after the failover. The page submits it, once the browser
+  // is up and logged in (the spec as loomctl validate writes it: defaults
+  // applied, data paths absolute), so that a slow browser start cannot let
+  // the job end before the kill.
   constexpr int kSteps = 600;
   const std::string spec = home_ + "/followed.yaml";
   std::ofstream(spec) << "name: followed\n"
@@ -149,19 +153,23 @@ seed: 7
 recovery: {disable_spike_detection: true, max_restarts: 0}
 )",
                                          kSteps);
-  const std::string job = Submit(spec);
-  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::RUNNING; }, 90))
-      << Status(job).DebugString();
+  auto spec_json = Ctl("-o json validate " + spec);
+  ASSERT_EQ(spec_json.exit_code, 0) << spec_json.err;
   const char* shots_env = std::getenv("LOOM_CONSOLE_SHOTS");
   const std::string shots = shots_env ? shots_env : std::string(LOOM_BIN_DIR) + "/../console-shots";
   std::filesystem::create_directories(shots);
   auto run = RunCommand(absl::StrCat(
-      "LOOM_CONSOLE_TOOLS=", ShellQuote(tools), " LOOM_CONSOLE_URL=",
-      ShellQuote(leader->console_url), " LOOM_PEER_URL=", ShellQuote(standby->console_url),
-      " LOOM_TOKEN=", ShellQuote(token_), " LOOM_JOB=", ShellQuote(job), " LOOM_JOB_STEPS=", kSteps,
+      "LOOM_CONSOLE_TOOLS=", ShellQuote(tools),
+      " LOOM_CONSOLE_URL=", ShellQuote(leader->console_url),
+      " LOOM_PEER_URL=", ShellQuote(standby->console_url), " LOOM_TOKEN=", ShellQuote(token_),
+      " LOOM_SPEC_JSON=", ShellQuote(spec_json.out), " LOOM_JOB_STEPS=", kSteps,
       " LOOM_LEADER_PID=", leader->pid, " LOOM_SHOTS=", ShellQuote(shots), " timeout 400 node ",
       LOOM_SOURCE_DIR, "/tests/console/ha_flow.mjs"));
   std::cout << run.out << run.err << std::endl;
+  std::smatch submitted;
+  ASSERT_TRUE(std::regex_search(run.out, submitted, std::regex("submitted (\\S+) through")))
+      << run.out << run.err;
+  const std::string job = submitted[1];
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err << Status(job).DebugString();
   // The job itself lost nothing either (loomctl follows the leader).
   const loom::v1::Job done = Status(job);

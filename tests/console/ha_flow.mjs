@@ -1,5 +1,6 @@
 // Loom Console across a leader failover, in Debian's Chromium driven by
-// playwright-core: a job page opened at the leader's console stays open
+// playwright-core: the page submits a job, and its page, opened at the
+// leader's console, stays open
 // while the test kills that controller (kill -9), finds the new leader's
 // console by itself, and goes on updating to the job's end with every step
 // on its chart and without reloading.
@@ -8,7 +9,8 @@
 //     LOOM_CONSOLE_TOOLS  where scripts/install-deploy-deps.sh put playwright-core
 //     LOOM_CONSOLE_URL    the leader's console; LOOM_PEER_URL the standby's
 //     LOOM_TOKEN          an admin's token
-//     LOOM_JOB            the running job; LOOM_JOB_STEPS its total steps
+//     LOOM_SPEC_JSON      the job to submit (loomctl -o json validate's output);
+//     LOOM_JOB_STEPS      its total steps
 //     LOOM_LEADER_PID     the leader's pid, killed here once the page is live
 //     LOOM_SHOTS          where the screenshot of the page after it goes
 //
@@ -26,7 +28,6 @@ const { chromium } =
     await import(path.join(env('LOOM_CONSOLE_TOOLS'), 'node_modules/playwright-core/index.mjs'));
 const url = env('LOOM_CONSOLE_URL');
 const peer = env('LOOM_PEER_URL');
-const job = env('LOOM_JOB');
 const steps = Number(env('LOOM_JOB_STEPS'));
 const log = (...a) => console.log('[console-ha]', ...a);
 
@@ -60,13 +61,26 @@ try {
   await page.fill('input[name=token]', env('LOOM_TOKEN'));
   await page.click('button[type=submit]');
   await page.waitForSelector('h1:has-text("Jobs")');
+  // Submitted through the console's API, with the session and its CSRF token.
+  const submitted = await page.evaluate(async (spec) => {
+    const who = await (await fetch('/api/v1/session')).json();
+    const res = await fetch('/api/v1/jobs', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'X-Loom-CSRF': who.csrf_token },
+      body: JSON.stringify({ spec }),
+    });
+    return { status: res.status, body: await res.json() };
+  }, JSON.parse(env('LOOM_SPEC_JSON')));
+  assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
+  const job = submitted.body.job.id;
+  log('submitted', job, 'through the console');
   await page.goto(url + '/jobs/' + job);
   await page.waitForSelector('canvas.chart');
   await page.waitForFunction(
       () => [...document.querySelectorAll('.stat')].some(
           (s) => s.querySelector('.label').textContent === 'step' &&
               Number(s.querySelector('.value').textContent.split('/')[0]) >= 10),
-      null, { timeout: 60000 });
+      null, { timeout: 120000 });
   // A mark on the window: gone if the page were loaded again.
   await page.evaluate(() => { window.loomKeptOpen = true; });
   const before = await stepShown(page);
