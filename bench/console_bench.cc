@@ -395,13 +395,9 @@ int main(int argc, char** argv) {
        "--ready_file=" + dir + "/controller.json", "--console_port=0", "--data_root=" + dir},
       log, nullptr);
   if (!controller.ok()) return Die(controller.status().ToString());
-  absl::StatusOr<loom::cli::DaemonInfo> info = absl::UnavailableError("not ready");
   const auto started = Clock::now();
-  while (SecondsSince(started) < 120) {
-    info = loom::cli::ReadReadyFile(dir + "/controller.json");
-    if (info.ok() || (*controller)->Exited()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  absl::StatusOr<loom::cli::DaemonInfo> info =
+      (*controller)->WaitReady(dir + "/controller.json", 120);
   if (!info.ok() || info->console_url.empty()) return Die("the controller did not start; " + log);
   std::cout << absl::StrFormat("controller: serving after %.1f s, console %s\n",
                                SecondsSince(started), info->console_url);

@@ -14,22 +14,12 @@
 // the series, loom:jobs when the jobs table is), from the navigation's
 // start. Every wait is bounded.
 import fs from 'node:fs';
-import path from 'node:path';
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-};
-const { chromium } =
-    await import(path.join(env('LOOM_CONSOLE_TOOLS'), 'node_modules/playwright-core/index.mjs'));
+import { env, launchChromium, logIn } from '../tests/console/chromium.mjs';
+
 const url = env('LOOM_CONSOLE_URL');
 const log = (...a) => console.log('[console-bench]', ...a);
-const browser = await chromium.launch({
-  executablePath: process.env.LOOM_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu'],
-  timeout: 60000,
-});
+const browser = await launchChromium();
 
 // Navigates and waits for the mark `name`; its time from the navigation's
 // start, the first contentful paint, and the resources the page fetched.
@@ -51,11 +41,7 @@ try {
   const page = await context.newPage();
   page.setDefaultTimeout(60000);
   page.on('pageerror', (e) => { throw new Error('page error: ' + e); });
-  await page.goto(url + '/login');
-  await page.waitForSelector('input[name=token]');
-  await page.fill('input[name=token]', env('LOOM_TOKEN'));
-  await page.click('button[type=submit]');
-  await page.waitForSelector('h1:has-text("Jobs")');
+  await logIn(page, url, env('LOOM_TOKEN'));
 
   // The big job: its page's first open, then three more.
   const big = url + '/jobs/' + encodeURIComponent(env('LOOM_BIG_JOB'));

@@ -554,12 +554,8 @@ int main(int argc, char** argv) {
   auto controller =
       ControllerProcess::Start(controller_args, log, pinned ? &controller_cpus : nullptr);
   if (!controller.ok()) return Die(controller.status().ToString());
-  absl::StatusOr<loom::cli::DaemonInfo> info = absl::UnavailableError("not ready");
-  for (const auto start = Clock::now(); SecondsSince(start) < 30;) {
-    info = loom::cli::ReadReadyFile(dir + "/controller.json");
-    if (info.ok() || (*controller)->Exited()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  absl::StatusOr<loom::cli::DaemonInfo> info =
+      (*controller)->WaitReady(dir + "/controller.json", 30);
   if (!info.ok()) return Die("the controller did not start; see " + log);
   const int pid = (*controller)->pid();
   auto watchdog = std::make_unique<ThreadWatchdog>(pid);

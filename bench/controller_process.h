@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cli/local_cluster.h"
 
 namespace loom::bench {
 
@@ -53,6 +54,20 @@ class ControllerProcess {
     }
   }
   int pid() const { return pid_; }
+  // Its ready file (--ready_file) once written, polled every 50 ms for at
+  // most `seconds`; UNAVAILABLE when it exits first or the time runs out.
+  absl::StatusOr<loom::cli::DaemonInfo> WaitReady(const std::string& ready_file, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(seconds));
+    for (;;) {
+      absl::StatusOr<loom::cli::DaemonInfo> info = loom::cli::ReadReadyFile(ready_file);
+      if (info.ok()) return info;
+      if (Exited()) return absl::UnavailableError("the controller exited before it was ready");
+      if (std::chrono::steady_clock::now() >= deadline) return info.status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   bool Exited() {
     if (!reaped_ && waitpid(pid_, nullptr, WNOHANG) == pid_) reaped_ = true;
     return reaped_;

@@ -2,7 +2,7 @@ loom_library(loom_local_cluster SRCS local_cluster.cc local_postgres.cc cluster_
   DEPS loom_access loom_file_util loom_grpc_util loom_proto loom_postgres_install
        PostgreSQL::PostgreSQL absl::strings absl::str_format absl::time)
 loom_library(loom_plan_command SRCS plan_command.cc DEPS loom_planner loom_job_planning loom_proto absl::strings)
-loom_library(loom_cli_help SRCS help.cc DEPS absl::strings)
+loom_library(loom_cli_help SRCS help.cc bash_completion.cc DEPS absl::strings)
 loom_library(loom_report SRCS report.cc DEPS loom_proto loom_goodput absl::strings absl::str_format absl::time)
 loom_test(loom_report_test SRCS report_test.cc DEPS loom_report)
 loom_test(loom_cli_help_test SRCS help_test.cc DEPS loom_cli_help)

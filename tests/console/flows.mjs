@@ -14,24 +14,13 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-};
-const { chromium } =
-    await import(path.join(env('LOOM_CONSOLE_TOOLS'), 'node_modules/playwright-core/index.mjs'));
+import { env, launchChromium, logIn as logInAt } from './chromium.mjs';
+
 const url = env('LOOM_CONSOLE_URL');
 const jobs = JSON.parse(env('LOOM_JOBS'));
 const shots = env('LOOM_SHOTS');
 
-const browser = await chromium.launch({
-  executablePath: process.env.LOOM_CHROMIUM || '/usr/bin/chromium',
-  // The cluster's CA is the test's own: the page trusts it as a user would
-  // after installing it.
-  args: ['--no-sandbox', '--disable-gpu'],
-  timeout: 60000,
-});
+const browser = await launchChromium();
 const log = (...a) => console.log('[console-flows]', ...a);
 let dialogs = [];  // every alert/confirm the pages opened: an injected script would add one
 
@@ -47,13 +36,7 @@ async function newPage(viewport = { width: 1280, height: 800 }) {
   return { context, page };
 }
 
-async function logIn(page, token) {
-  await page.goto(url + '/jobs');
-  await page.waitForSelector('input[name=token]');
-  await page.fill('input[name=token]', token);
-  await page.click('button[type=submit]');
-  await page.waitForSelector('h1:has-text("Jobs")');
-}
+const logIn = (page, token) => logInAt(page, url, token);
 
 // The number in the job page's "step" tile.
 async function stepShown(page) {

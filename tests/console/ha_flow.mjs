@@ -19,23 +19,14 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-};
-const { chromium } =
-    await import(path.join(env('LOOM_CONSOLE_TOOLS'), 'node_modules/playwright-core/index.mjs'));
+import { env, launchChromium, logIn } from './chromium.mjs';
+
 const url = env('LOOM_CONSOLE_URL');
 const peer = env('LOOM_PEER_URL');
 const steps = Number(env('LOOM_JOB_STEPS'));
 const log = (...a) => console.log('[console-ha]', ...a);
 
-const browser = await chromium.launch({
-  executablePath: process.env.LOOM_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu'],
-  timeout: 60000,
-});
+const browser = await launchChromium();
 
 // The step tile's number, and what the loss chart holds.
 const stepShown = (page) => page.evaluate(() => {
@@ -56,11 +47,7 @@ try {
   page = await context.newPage();
   page.setDefaultTimeout(30000);
   page.on('pageerror', (e) => { throw new Error('page error: ' + e); });
-  await page.goto(url + '/jobs');
-  await page.waitForSelector('input[name=token]');
-  await page.fill('input[name=token]', env('LOOM_TOKEN'));
-  await page.click('button[type=submit]');
-  await page.waitForSelector('h1:has-text("Jobs")');
+  await logIn(page, url, env('LOOM_TOKEN'));
   // Submitted through the console's API, with the session and its CSRF token.
   const submitted = await page.evaluate(async (spec) => {
     const who = await (await fetch('/api/v1/session')).json();

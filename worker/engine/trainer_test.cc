@@ -371,11 +371,8 @@ TEST_F(TrainerTest, AStaleAttemptStopsAtItsNextSavePointWritingNothing) {
   config.continue_after_failed_save = true;
   TrainerCallbacks callbacks;
   std::vector<int64_t> failed_at;
-  // The claim comes once checkpoint 2's save has ended (committed, and its
-  // older checkpoints pruned: the writer checks the fence for that too),
-  // and before checkpoint 4's begins: its report reaches the training
-  // thread before the next save starts. (Claiming as soon as checkpoint 2's
-  // directory appeared raced its pruning.)
+  // Claimed once checkpoint 2's save has ended (pruning, fenced too,
+  // included) and before checkpoint 4's begins.
   callbacks.on_checkpoint = [&](const CheckpointReport& r) {
     if (r.step == 2) {
       ASSERT_TRUE(ClaimCheckpointDir(config.checkpoint_dir, {"job-7", 1}).ok());
