@@ -323,6 +323,50 @@ examples:
                {},
                {},
                ArgKind::kNone});
+  c.push_back({"cordon",
+               {"cordon NODE [--for DURATION] [--reason TEXT]"},
+               "take a node out of placement (admins)",
+               R"(The node's workers take no new ranks; ranks already there keep running.
+The cordon is stored: it outlives a controller restart and a failover.
+  --for DURATION  end it by itself after this long (90s, 10m, 2h); without
+                  it, the node stays cordoned until `loomctl uncordon`
+  --reason TEXT   shown with the cordon in `loomctl workers`
+
+example:
+  loomctl cordon node-7 --reason "replacing a DIMM")",
+               {},
+               {"--for", "--reason"},
+               ArgKind::kNode});
+  c.push_back({"uncordon",
+               {"uncordon NODE"},
+               "put a cordoned node back into placement (admins)",
+               R"(Ends the node's cordon, whoever set it: an operator, a drain, or a slow
+rank's recovery (recovery.slow_rank.action "cordon").
+
+example:
+  loomctl uncordon node-7)",
+               {},
+               {},
+               ArgKind::kNode});
+  c.push_back({"drain",
+               {"drain NODE [--deadline DURATION] [--reason TEXT]"},
+               "move every job off a node without losing a step (admins)",
+               R"(Cordons the node, then asks each job with ranks there to save a checkpoint
+at its next step boundary and stop; an elastic job is then re-planned
+without the node, any other is placed again on other workers (or waits for
+room). No restart is counted, and each job's DRAINED event gives the steps
+it lost: 0 when its save committed before the deadline. The node stays
+cordoned until `loomctl uncordon`.
+  --deadline DURATION  how long the node has (default: the queues'
+                       preemption grace); a job not saved by then is
+                       stopped and resumes from its newest checkpoint
+  --reason TEXT        recorded in the events and the cordon
+
+example:
+  loomctl drain node-7 --deadline 2m --reason "kernel upgrade")",
+               {},
+               {"--deadline", "--reason"},
+               ArgKind::kNode});
   c.push_back({"queues",
                {"queues"},
                "list the shared cluster's queues",

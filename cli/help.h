@@ -14,7 +14,7 @@
 namespace loom::cli {
 
 // What a positional argument is, for completion.
-enum class ArgKind { kNone, kFile, kDir, kJob };
+enum class ArgKind { kNone, kFile, kDir, kJob, kNode };
 
 struct CommandHelp {
   std::string name;                     // "submit"; "local" for a command with subcommands

@@ -35,6 +35,9 @@ const std::map<std::string, Runner>& Runners() {
       {"watch", CmdWatch},
       {"cancel", CmdCancel},
       {"workers", CmdWorkers},
+      {"cordon", CmdCordon},
+      {"uncordon", CmdUncordon},
+      {"drain", CmdDrain},
       {"events", CmdEvents},
       {"plan", CmdPlan},
       {"rollback", CmdRollback},
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
     return Usage("--tls-cert and --tls-key go together");
   }
   if (cmd == "__jobs") return CmdJobIds(g, args);
+  if (cmd == "__nodes") return CmdNodeNames(g, args);
   auto runner = Runners().find(cmd);
   if (runner == Runners().end()) return Usage("unknown command " + cmd);
   if (cmd != "help" && WantsHelp(args)) {

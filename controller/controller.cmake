@@ -26,12 +26,13 @@ include(${CMAKE_CURRENT_SOURCE_DIR}/slow_ranks/slow_ranks.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/workers/workers.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/progress/progress.cmake)
 include(${CMAKE_CURRENT_SOURCE_DIR}/logs/logs.cmake)
+include(${CMAKE_CURRENT_SOURCE_DIR}/drains/drains.cmake)
 
 # The composition: one lock over the subsystems, the API the services call.
 loom_library(loom_job_manager SRCS job_manager.cc
   DEPS loom_event_hub loom_job_table loom_admission loom_preemptor loom_elastic
        loom_slow_rank_handler loom_failure_handler loom_rollbacks loom_workers loom_rank_commands
-       loom_step_reports
+       loom_step_reports loom_drains
        loom_checkpoint_catalog loom_store loom_jobspec loom_common absl::strings
        absl::synchronization)
 loom_test(loom_job_manager_test SRCS job_manager_test.cc DEPS loom_job_manager loom_goodput loom_metrics

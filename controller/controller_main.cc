@@ -50,7 +50,8 @@
 #include "controller/progress/goodput.h"
 #include "controller/scheduling/queue_config.h"
 #include "controller/service/access.h"
-#include "controller/service/controller_service.h"
+#include "controller/service/job_service.h"
+#include "controller/service/worker_service.h"
 #include "controller/store/store.h"
 
 namespace {
@@ -510,9 +511,10 @@ int main(int argc, char** argv) {
       // ended, within a tick (its final figures); the jobs not ended, every
       // 5 s.
       auto record = [&](const loom::v1::Job& job) {
-        absl::StatusOr<std::vector<loom::v1::StepMetrics>> steps = manager.StepMetrics(job.id(), 0);
-        if (!steps.ok()) return;
-        goodput_metrics.Record(job.id(), controller::ComputeGoodput(job, *steps, absl::Now()));
+        absl::StatusOr<loom::v1::GetGoodputResponse> figures =
+            job_service.goodput().Get(job, absl::Now());
+        if (!figures.ok()) return;
+        goodput_metrics.Record(job.id(), controller::GoodputBoard::FromResponse(*figures));
       };
       for (const std::string& id : manager.TakeRecentlyEnded()) {
         if (absl::StatusOr<loom::v1::Job> ended = manager.Get(id); ended.ok()) record(*ended);
@@ -537,14 +539,15 @@ int main(int argc, char** argv) {
         if (!swept.ok())
           std::cerr << "loom-controller: rank logs: " << swept.message() << std::endl;
       }
-      auto counts = manager.JobCountsByState();
+      controller::ControllerGauges gauges = manager.Gauges();
+      auto& counts = gauges.jobs_by_state;
       for (int s = loom::v1::PENDING; s <= loom::v1::PREEMPTED; ++s) {
         auto state = static_cast<loom::v1::JobState>(s);
         jobs_gauge.Add({{"state", loom::v1::JobState_Name(state)}})
             .Set(counts.count(state) ? counts[state] : 0);
       }
-      workers_gauge.Set(manager.AliveWorkers());
-      auto totals = manager.RecoveryCounts();
+      workers_gauge.Set(gauges.alive_workers);
+      const controller::RecoveryTotals& totals = gauges.recovery;
       auto bump = [](metrics::Counter& c, int64_t total) {
         if (total > c.Value()) c.Increment(static_cast<double>(total) - c.Value());
       };
@@ -552,8 +555,8 @@ int main(int argc, char** argv) {
       bump(rollbacks_total, totals.rollbacks);
       bump(preemptions_total, totals.preemptions);
       bump(spikes_total, totals.spikes);
-      bump(store_write_failures_total, manager.StoreWriteFailures());
-      bump(illegal_transitions_total, manager.IllegalTransitions());
+      bump(store_write_failures_total, gauges.store_write_failures);
+      bump(illegal_transitions_total, gauges.illegal_transitions);
       bump(store_writes_total, (*store)->writes_committed());
       bump(store_transactions_total, (*store)->batches_committed());
       // An edited users file takes effect within a tick (revocation).

@@ -18,6 +18,7 @@ using loom::v1::JobState;
 // Collects the jobs that end, for the controller's goodput series.
 class JobManager::EndedJobs : public JobTableListener {
  public:
+  static constexpr size_t kMaxRecentlyEnded = 10000;
   void OnTransition(const JobRecord& rec, JobState to) override {
     if (IsTerminalJobState(to) && ids.size() < kMaxRecentlyEnded) ids.push_back(rec.job.id());
   }
@@ -56,8 +57,10 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
                    Submissions::Options{options_.checkpoint_root, options_.extra_checkpoint_roots,
                                         options_.data_roots}),
       reports_(&jobs_, &workers_, &catalog_, store, &hub_, clock, metrics, &rollbacks_,
-               &slow_ranks_) {
+               &slow_ranks_),
+      drains_(&jobs_, &workers_, &preemptor_, &replanner_, &catalog_, store, &schedule_, clock) {
   preemptor_.SetMoveHandler(MoveIntent::kGrow, &replanner_);
+  preemptor_.SetMoveHandler(MoveIntent::kDrain, &drains_);
   preemptor_.SetMoveHandler(MoveIntent::kAwayFromNode, &replanner_);
   preemptor_.SetMoveHandler(MoveIntent::kReplanAround, &slow_ranks_);
   jobs_.AddListener(&admitter_);
@@ -66,21 +69,15 @@ JobManager::JobManager(Store* store, const Clock* clock, JobManagerOptions optio
 
 JobManager::~JobManager() = default;
 
-absl::Status JobManager::Recover(const std::string& why) { return RecoverFrom(why, std::nullopt); }
-
-absl::Status JobManager::Recover(const std::string& why, std::vector<loom::v1::Job> jobs) {
-  return RecoverFrom(why, std::move(jobs));
-}
-
-absl::Status JobManager::RecoverFrom(const std::string& why,
-                                     std::optional<std::vector<loom::v1::Job>> jobs) {
+absl::Status JobManager::Recover(const std::string& why,
+                                 std::optional<std::vector<loom::v1::Job>> jobs) {
   WatchedLock lock(mu_, __func__);
   RETURN_IF_ERROR(jobs.has_value() ? jobs_.Load(*std::move(jobs)) : jobs_.Load());
   // Cordons still in force (slow ranks) outlive the restart.
   ASSIGN_OR_RETURN(const std::vector<Store::CordonRow> cordons,
                    store_->LoadCordons(clock_->NowUnixMillis()));
   for (const Store::CordonRow& c : cordons) {
-    workers_.Cordon(c.node, absl::FromUnixMillis(c.until_unix_ms), c.reason);
+    workers_.Cordon(c.node, WorkerRegistry::CordonEndFromUnixMillis(c.until_unix_ms), c.reason);
   }
   liveness_.AwaitReadoption(why);
   return absl::OkStatus();
@@ -111,6 +108,24 @@ absl::StatusOr<Job> JobManager::Rollback(const loom::v1::RollbackJobRequest& req
   ASSIGN_OR_RETURN(JobRecord * rec, jobs_.Lookup(req.job_id()));
   RETURN_IF_ERROR(rollbacks_.Operator(*rec, req));
   return rec->job;
+}
+
+absl::StatusOr<loom::v1::CordonNodeResponse> JobManager::Cordon(
+    const loom::v1::CordonNodeRequest& r, const std::string& by) {
+  WatchedLock lock(mu_, __func__);
+  return drains_.Cordon(r, by);
+}
+
+absl::StatusOr<loom::v1::CordonNodeResponse> JobManager::Uncordon(
+    const loom::v1::UncordonNodeRequest& r, const std::string& by) {
+  WatchedLock lock(mu_, __func__);
+  return drains_.Uncordon(r, by);
+}
+
+absl::StatusOr<loom::v1::DrainNodeResponse> JobManager::Drain(const loom::v1::DrainNodeRequest& r,
+                                                              const std::string& by) {
+  WatchedLock lock(mu_, __func__);
+  return drains_.Drain(r, by);
 }
 
 absl::StatusOr<Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
@@ -397,24 +412,15 @@ void JobManager::ThinFinishedJobs() {
   }
 }
 
-std::map<JobState, int> JobManager::JobCountsByState() {
+ControllerGauges JobManager::Gauges() {
   WatchedLock lock(mu_, __func__);
-  return jobs_.state_counts();
-}
-
-RecoveryTotals JobManager::RecoveryCounts() {
-  WatchedLock lock(mu_, __func__);
-  return jobs_.Totals();
-}
-
-int64_t JobManager::StoreWriteFailures() {
-  WatchedLock lock(mu_, __func__);
-  return jobs_.write_failures();
-}
-
-int64_t JobManager::IllegalTransitions() {
-  WatchedLock lock(mu_, __func__);
-  return jobs_.illegal_transitions();
+  ControllerGauges g;
+  g.jobs_by_state = jobs_.state_counts();
+  g.alive_workers = workers_.alive_count();
+  g.store_write_failures = jobs_.write_failures();
+  g.illegal_transitions = jobs_.illegal_transitions();
+  g.recovery = jobs_.Totals();
+  return g;
 }
 
 std::vector<std::string> JobManager::TakeRecentlyEnded() {
@@ -422,11 +428,6 @@ std::vector<std::string> JobManager::TakeRecentlyEnded() {
   std::vector<std::string> out;
   out.swap(ended_->ids);
   return out;
-}
-
-int JobManager::AliveWorkers() {
-  WatchedLock lock(mu_, __func__);
-  return workers_.alive_count();
 }
 
 }  // namespace loom::controller

@@ -6,6 +6,7 @@
 //   recovery/     rank failures and restarts; spike and operator rollbacks
 //   elastic/      re-planning elastic jobs onto the live cluster
 //   slow_ranks/   slow ranks: report, cordon, re-split the pipeline
+//   drains/       operators' cordons and drains of nodes
 //   workers/      registration, heartbeats, leases, re-adoption
 //   progress/     step reports, checkpoint events, goodput
 //   events/       the event log's readers (watchers)
@@ -27,6 +28,7 @@
 #include "common/watched_mutex.h"
 #include "controller/admission/admitter.h"
 #include "controller/admission/submission.h"
+#include "controller/drains/drains.h"
 #include "controller/events/event_hub.h"
 #include "controller/events/job_watch.h"
 #include "controller/job_manager_options.h"
@@ -48,8 +50,8 @@ class JobManager {
 
   // Loads the jobs (from the store, or `jobs`: a standby's warm copy) and the
   // cordons; running attempts wait to be re-adopted (`why`: WorkerLiveness).
-  absl::Status Recover(const std::string& why = "the controller restarted");
-  absl::Status Recover(const std::string& why, std::vector<loom::v1::Job> jobs);
+  absl::Status Recover(const std::string& why = "the controller restarted",
+                       std::optional<std::vector<loom::v1::Job>> jobs = std::nullopt);
 
   // --- client API. Submit: admission/submission.h (`role` empty: unchecked).
   absl::StatusOr<loom::v1::Job> Submit(loom::v1::JobSpec spec, std::string submitted_by = "",
@@ -72,6 +74,12 @@ class JobManager {
   std::vector<loom::v1::Job> ListPage(const JobFilter& filter, int page_size, int64_t before_seq,
                                       bool full, int64_t* next_before_seq);
   std::vector<loom::v1::WorkerInfo> ListWorkers();
+  // drains/drains.h; `by`: who asked ("user 'ada'").
+  using NodeReply = absl::StatusOr<loom::v1::CordonNodeResponse>;
+  NodeReply Cordon(const loom::v1::CordonNodeRequest& r, const std::string& by);
+  NodeReply Uncordon(const loom::v1::UncordonNodeRequest& r, const std::string& by);
+  absl::StatusOr<loom::v1::DrainNodeResponse> Drain(const loom::v1::DrainNodeRequest& r,
+                                                    const std::string& by);
   absl::StatusOr<std::vector<loom::v1::StepMetrics>> StepMetrics(const std::string& job_id,
                                                                  int limit);
   // The job's checkpoints; `verify` re-reads each on disk first (unlocked).
@@ -102,23 +110,14 @@ class JobManager {
   void SetQueueConfig(scheduling::QueueConfig config);
   scheduling::QueueConfig queue_config();
   loom::v1::ListQueuesResponse ListQueues();
-
   // The periodic checks, in order (the controller's loop calls it).
   void Tick();
-
-  // For /metrics: kept as jobs change, no scan of all jobs.
-  std::map<loom::v1::JobState, int> JobCountsByState();
-  int AliveWorkers();
-  int64_t StoreWriteFailures();  // job writes that failed (each retried)
-  int64_t IllegalTransitions();  // 0 unless the controller has a bug
-  RecoveryTotals RecoveryCounts();
-  // Jobs ended since the last call (at most kMaxRecentlyEnded): goodput.
+  ControllerGauges Gauges();  // for /metrics (jobs/job_record.h)
+  // Jobs ended since the last call (at most 10,000): goodput.
   std::vector<std::string> TakeRecentlyEnded();
-  static constexpr size_t kMaxRecentlyEnded = 10000;
 
  private:
-  class EndedJobs;  // a JobTableListener collecting TakeRecentlyEnded's jobs
-  absl::Status RecoverFrom(const std::string& why, std::optional<std::vector<loom::v1::Job>> jobs);
+  class EndedJobs;          // a JobTableListener collecting TakeRecentlyEnded's jobs
   void ThinFinishedJobs();  // finished_steps_kept, finished_events_kept; outside mu_
 
   Store* const store_;
@@ -142,6 +141,7 @@ class JobManager {
   Admitter admitter_;
   Submissions submissions_;
   StepReports reports_;
+  Drains drains_;
 };
 
 }  // namespace loom::controller

@@ -66,7 +66,7 @@ class JobManagerTest : public ::testing::Test {
   // committed checkpoints, each once, numbered 1, 2, 3, ... for the job.
   void TearDown() override {
     if (manager_ == nullptr) return;
-    EXPECT_EQ(manager_->IllegalTransitions(), 0);
+    EXPECT_EQ(manager_->Gauges().illegal_transitions, 0);
     for (const loom::v1::Job& job : manager_->List({}, 0)) ExpectLogged(job);
   }
   void ExpectLogged(const loom::v1::Job& job) {
@@ -1309,7 +1309,7 @@ TEST_F(JobManagerTest, TheControllersOwnPauseIsNotCountedAsItsWorkersSilence) {
   clock_.Advance(absl::Seconds(12));
   manager_->Tick();  // on waking: 1 s of the 12 counted
   EXPECT_EQ(StateOf(job.id()), loom::v1::RUNNING);
-  EXPECT_EQ(manager_->AliveWorkers(), 2);
+  EXPECT_EQ(manager_->Gauges().alive_workers, 2);
   Beat(w2, 29502);  // w2 is heard again; w1 stays silent
   for (int i = 0; i < 8; ++i) {  // 4 s more, checks on time: 5 s, not past it
     clock_.Advance(absl::Milliseconds(500));
@@ -1323,7 +1323,7 @@ TEST_F(JobManagerTest, TheControllersOwnPauseIsNotCountedAsItsWorkersSilence) {
   EXPECT_THAT(failed.reason(),
               HasSubstr("stopped heartbeating (silent for 16.5s, timeout 5.0s, 11.0s of it while "
                         "the controller itself was paused)"));
-  EXPECT_EQ(manager_->AliveWorkers(), 1);  // w2, heard after the pause
+  EXPECT_EQ(manager_->Gauges().alive_workers, 1);  // w2, heard after the pause
 }
 
 TEST_F(JobManagerTest, SilentWorkerFailsItsJobWithReason) {
@@ -1343,7 +1343,7 @@ TEST_F(JobManagerTest, SilentWorkerFailsItsJobWithReason) {
   EXPECT_EQ(failed.state(), loom::v1::FAILED);
   EXPECT_THAT(failed.reason(), HasSubstr("stopped heartbeating"));
   EXPECT_THAT(failed.reason(), HasSubstr("node-b"));
-  EXPECT_EQ(manager_->AliveWorkers(), 1);
+  EXPECT_EQ(manager_->Gauges().alive_workers, 1);
   loom::v1::HeartbeatRequest late;
   late.set_worker_id(w2);
   EXPECT_EQ(manager_->Heartbeat(late).status().code(), absl::StatusCode::kNotFound);
@@ -2421,7 +2421,7 @@ TEST_F(JobManagerTest, WatchersAreBoundedAndCountsFollowTheJobs) {
   Beat(w1, 29500);
   auto a = *manager_->Submit(Spec(1));
   auto b = *manager_->Submit(Spec(1));
-  auto counts = manager_->JobCountsByState();
+  auto counts = manager_->Gauges().jobs_by_state;
   EXPECT_EQ(counts[loom::v1::SCHEDULED], 1);
   EXPECT_EQ(counts[loom::v1::PENDING], 1);
   auto q1 = manager_->Watch(a.id(), false);
@@ -2473,7 +2473,7 @@ TEST_F(JobManagerTest, WatchersAreBoundedAndCountsFollowTheJobs) {
   }
   EXPECT_THAT(left, ::testing::ElementsAre("PENDING", "SCHEDULED", "RUNNING", "checkpoint 30",
                                            "checkpoint 40", "SUCCEEDED"));
-  counts = manager_->JobCountsByState();
+  counts = manager_->Gauges().jobs_by_state;
   EXPECT_EQ(counts[loom::v1::SUCCEEDED], 1);
   EXPECT_EQ(counts[loom::v1::SCHEDULED] + counts[loom::v1::RUNNING], 1);
   EXPECT_EQ(counts[loom::v1::PENDING], 0);
@@ -2493,11 +2493,11 @@ TEST_F(JobManagerTest, FailedDurableWriteIsRetriedUntilItLands) {
   auto cancelled = manager_->Cancel(job.id(), "while the disk is busy");
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   EXPECT_EQ(cancelled->state(), loom::v1::CANCELLED);
-  EXPECT_EQ(manager_->StoreWriteFailures(), 1);
+  EXPECT_EQ(manager_->Gauges().store_write_failures, 1);
   ASSERT_EQ(sqlite3_exec(other, "ROLLBACK;", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(other);
   manager_->Tick();
-  EXPECT_EQ(manager_->StoreWriteFailures(), 1);  // the retry landed
+  EXPECT_EQ(manager_->Gauges().store_write_failures, 1);  // the retry landed
   // A new controller on the same store sees the cancel and its history.
   manager_.reset();
   JobManager again(store_.get(), &clock_, opts_, metrics_.get());

@@ -58,6 +58,11 @@ int CmdPlan(const Globals& g, const std::vector<std::string>& args);
 
 // workers.cc
 int CmdWorkers(const Globals& g, const std::vector<std::string>& args);
+// `cordon NODE`, `uncordon NODE`, `drain NODE`: an admin takes a node out of
+// placement, puts it back, or moves its jobs off it (workers.cc).
+int CmdCordon(const Globals& g, const std::vector<std::string>& args);
+int CmdUncordon(const Globals& g, const std::vector<std::string>& args);
+int CmdDrain(const Globals& g, const std::vector<std::string>& args);
 int CmdQueues(const Globals& g, const std::vector<std::string>& args);
 // Who the controller takes this caller for: name, role, credential.
 int CmdWhoAmI(const Globals& g, const std::vector<std::string>& args);
@@ -87,6 +92,7 @@ int CmdSteps(const Globals& g, const std::vector<std::string>& args);
 int CmdCompletion(const Globals& g, const std::vector<std::string>& args);
 int CmdHelp(const Globals& g, const std::vector<std::string>& args);
 int CmdJobIds(const Globals& g, const std::vector<std::string>& args);
+int CmdNodeNames(const Globals& g, const std::vector<std::string>& args);
 
 }  // namespace loom::cli
 

@@ -1,5 +1,5 @@
 // The commands about loomctl itself, all generated from the help table
-// (cli/help.h): `help`, `completion bash`, and `__jobs`, the hidden command
+// (cli/help.h): `help`, `completion bash`, and `__jobs` and `__nodes`, the hidden commands
 // the completion script calls for job ids (cli/commands/commands.h).
 #include <iostream>
 
@@ -44,6 +44,19 @@ int CmdJobIds(const Globals& g, const std::vector<std::string>&) {
   auto ctx = (*client)->Context(absl::Seconds(2));
   if (!(*client)->stub->ListJobs(ctx.get(), req, &resp).ok()) return 1;
   for (const auto& j : resp.jobs()) std::cout << j.id() << "\n";
+  return 0;
+}
+
+// `loomctl __nodes`: the registered workers' nodes, one per line.
+int CmdNodeNames(const Globals& g, const std::vector<std::string>&) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return 1;
+  loom::v1::ListWorkersResponse resp;
+  auto ctx = (*client)->Context(absl::Seconds(2));
+  if (!(*client)->stub->ListWorkers(ctx.get(), loom::v1::ListWorkersRequest(), &resp).ok()) {
+    return 1;
+  }
+  for (const auto& w : resp.workers()) std::cout << w.node() << "\n";
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "controller/console/event_stream.h"
+#include "controller/console/query_params.h"
 #include "controller/console/sessions.h"
 #include "controller/leader/leader_lease.h"
 #include "google/protobuf/descriptor.h"
@@ -23,31 +24,6 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using Stub = loom::v1::JobService::Stub;
-
-// Decodes %XX and '+' (a space in a query string). False for a broken escape.
-bool UrlDecode(absl::string_view in, std::string* out) {
-  out->clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == '+') {
-      out->push_back(' ');
-    } else if (in[i] == '%') {
-      int v = 0;
-      if (i + 2 >= in.size()) return false;
-      for (int k = 1; k <= 2; ++k) {
-        const char c = in[i + k];
-        if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
-        v = v * 16 + (absl::ascii_isdigit(static_cast<unsigned char>(c))
-                          ? c - '0'
-                          : absl::ascii_tolower(static_cast<unsigned char>(c)) - 'a' + 10);
-      }
-      out->push_back(static_cast<char>(v));
-      i += 2;
-    } else {
-      out->push_back(in[i]);
-    }
-  }
-  return true;
-}
 
 ApiReply ErrorReply(grpc::StatusCode code, const std::string& message) {
   google::protobuf::Struct error;
@@ -194,7 +170,7 @@ std::unique_ptr<EventStream> ApiGateway::OpenStream(const ApiRequest& request,
   // Where to resume: Last-Event-ID (a browser reconnecting), else ?after_seq.
   std::optional<int64_t> after;
   loom::v1::WatchEventsRequest query;
-  if (absl::Status q = ParseQuery(request.query, &query); !q.ok()) {
+  if (absl::Status q = ParseQueryParams(request.query, &query); !q.ok()) {
     *error = BadRequest(std::string(q.message()));
     return nullptr;
   }
@@ -376,98 +352,6 @@ int ApiGateway::HttpStatusOf(grpc::StatusCode code) {
   }
 }
 
-absl::Status ApiGateway::ParseQuery(const std::string& query, Message* message) {
-  const google::protobuf::Descriptor* d = message->GetDescriptor();
-  const google::protobuf::Reflection* r = message->GetReflection();
-  for (absl::string_view pair : absl::StrSplit(query, '&', absl::SkipEmpty())) {
-    const size_t eq = pair.find('=');
-    std::string key, value;
-    if (!UrlDecode(pair.substr(0, eq), &key) ||
-        !UrlDecode(eq == absl::string_view::npos ? "" : pair.substr(eq + 1), &value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("query: a broken %-escape in \"", std::string(pair), "\""));
-    }
-    const FieldDescriptor* f = d->FindFieldByName(key);
-    if (f == nullptr) f = d->FindFieldByCamelcaseName(key);
-    if (f == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("query: unknown parameter \"", key, "\" (",
-                                                     d->name(), " has no such field)"));
-    }
-    auto bad = [&](absl::string_view want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("query: ", key, ": \"", value, "\" is not ", want));
-    };
-    const bool rep = f->is_repeated();
-    switch (f->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_STRING:
-        rep ? r->AddString(message, f, value) : r->SetString(message, f, value);
-        break;
-      case FieldDescriptor::CPPTYPE_INT32: {
-        int32_t v;
-        if (!absl::SimpleAtoi(value, &v)) return bad("an integer");
-        rep ? r->AddInt32(message, f, v) : r->SetInt32(message, f, v);
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_INT64: {
-        int64_t v;
-        if (!absl::SimpleAtoi(value, &v)) return bad("an integer");
-        rep ? r->AddInt64(message, f, v) : r->SetInt64(message, f, v);
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_UINT32: {
-        uint32_t v;
-        if (!absl::SimpleAtoi(value, &v)) return bad("a non-negative integer");
-        rep ? r->AddUInt32(message, f, v) : r->SetUInt32(message, f, v);
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_UINT64: {
-        uint64_t v;
-        if (!absl::SimpleAtoi(value, &v)) return bad("a non-negative integer");
-        rep ? r->AddUInt64(message, f, v) : r->SetUInt64(message, f, v);
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_DOUBLE:
-      case FieldDescriptor::CPPTYPE_FLOAT: {
-        double v;
-        if (!absl::SimpleAtod(value, &v)) return bad("a number");
-        if (f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-          rep ? r->AddDouble(message, f, v) : r->SetDouble(message, f, v);
-        } else {
-          rep ? r->AddFloat(message, f, static_cast<float>(v))
-              : r->SetFloat(message, f, static_cast<float>(v));
-        }
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_BOOL: {
-        bool v;
-        if (value == "true" || value == "1") {
-          v = true;
-        } else if (value == "false" || value == "0") {
-          v = false;
-        } else {
-          return bad("true or false");
-        }
-        rep ? r->AddBool(message, f, v) : r->SetBool(message, f, v);
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_ENUM: {
-        const google::protobuf::EnumValueDescriptor* e = f->enum_type()->FindValueByName(value);
-        int number;
-        if (e == nullptr && absl::SimpleAtoi(value, &number)) {
-          e = f->enum_type()->FindValueByNumber(number);
-        }
-        if (e == nullptr) return bad(absl::StrCat("a value of ", f->enum_type()->name()));
-        rep ? r->AddEnum(message, f, e) : r->SetEnum(message, f, e);
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_MESSAGE:
-        return absl::InvalidArgumentError(
-            absl::StrCat("query: ", key, " is a message: send it in a POST body as JSON"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 ApiReply ApiGateway::Handle(const ApiRequest& request) const {
   absl::string_view path = request.path;
   if (!absl::ConsumePrefix(&path, "/api/v1/")) {
@@ -476,6 +360,7 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
   if (path == "session") return HandleSession(request);
   const std::vector<std::string> parts = absl::StrSplit(path, '/');
   std::string job_id;
+  std::string node;  // from /api/v1/nodes/{node}:verb
   Stub* stub = stub_.get();
   Call call;
   const bool get = request.method == "GET" || request.method == "HEAD";
@@ -504,6 +389,18 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
     route(post, "POST", MakeCall(stub, &Stub::Plan));
   } else if (parts.size() == 1 && parts[0] == "whoami") {
     route(get, "GET", MakeCall(stub, &Stub::WhoAmI));
+  } else if (parts.size() == 2 && parts[0] == "nodes" && !parts[1].empty()) {
+    // /api/v1/nodes/{node}:cordon, :uncordon, :drain (the node in the body).
+    const size_t colon = parts[1].rfind(':');
+    const std::string verb = colon == std::string::npos ? "" : parts[1].substr(colon + 1);
+    node = parts[1].substr(0, colon);
+    if (verb == "cordon") {
+      route(post, "POST", MakeCall(stub, &Stub::CordonNode));
+    } else if (verb == "uncordon") {
+      route(post, "POST", MakeCall(stub, &Stub::UncordonNode));
+    } else if (verb == "drain") {
+      route(post, "POST", MakeCall(stub, &Stub::DrainNode));
+    }
   } else if ((parts.size() == 2 || parts.size() == 3) && parts[0] == "jobs" && !parts[1].empty()) {
     std::string id = parts[1];
     std::string verb;
@@ -534,6 +431,8 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
       route(get, "GET", MakeCall(stub, &Stub::GetRankLog));
     } else if (sub == "logs:search") {
       route(get, "GET", MakeCall(stub, &Stub::SearchRankLogs));
+    } else if (sub == "goodput") {
+      route(get, "GET", MakeCall(stub, &Stub::GetGoodput));
     }
   }
   if (!allow.empty()) {
@@ -551,7 +450,7 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
   }
 
   Message* req = call.request.get();
-  if (absl::Status q = ParseQuery(request.query, req); !q.ok()) {
+  if (absl::Status q = ParseQueryParams(request.query, req); !q.ok()) {
     return BadRequest(std::string(q.message()));
   }
   if (post && !absl::StripAsciiWhitespace(request.body).empty()) {
@@ -569,6 +468,7 @@ ApiReply ApiGateway::Handle(const ApiRequest& request) const {
     }
   }
   if (!job_id.empty()) SetString(req, "job_id", job_id);
+  if (!node.empty()) SetString(req, "node", node);
 
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));

@@ -125,11 +125,6 @@ class ApiGateway {
   // DEADLINE_EXCEEDED 504, OK 200, the rest 500.
   static int HttpStatusOf(grpc::StatusCode code);
 
-  // Sets `message`'s scalar fields from a query string ("a=1&b=x%20y");
-  // INVALID_ARGUMENT naming the parameter for an unknown field, a message
-  // field, or a value of the wrong type.
-  static absl::Status ParseQuery(const std::string& query, google::protobuf::Message* message);
-
   // The value of cookie `name` in a Cookie header ("" when absent).
   static std::string CookieValue(absl::string_view header, absl::string_view name);
   // "NOT_FOUND" for NOT_FOUND, and so on.

@@ -20,10 +20,11 @@ add_custom_command(
           -P ${_dir}/embed_assets.cmake
   DEPENDS ${_assets_paths} ${_dir}/embed_assets.cmake
   COMMENT "embedding the console's pages")
-loom_library(loom_console SRCS ${_assets_cc} ${_dir}/api_gateway.cc ${_dir}/console_server.cc ${_dir}/sessions.cc ${_dir}/event_stream.cc
+loom_library(loom_console SRCS ${_assets_cc} ${_dir}/api_gateway.cc ${_dir}/query_params.cc ${_dir}/console_server.cc ${_dir}/sessions.cc ${_dir}/event_stream.cc
   DEPS loom_leader loom_store loom_proto loom_grpc loom_grpc_util loom_sha256 loom_common PkgConfig::CPP_HTTPLIB OpenSSL::SSL
        OpenSSL::Crypto absl::strings absl::time)
 loom_test(loom_api_gateway_test SRCS ${_dir}/api_gateway_test.cc DEPS loom_console)
+loom_test(loom_query_params_test SRCS ${_dir}/query_params_test.cc DEPS loom_console)
 loom_test(loom_console_sessions_test SRCS ${_dir}/sessions_test.cc DEPS loom_console)
 loom_test(loom_event_stream_test SRCS ${_dir}/event_stream_test.cc DEPS loom_console)
 loom_test(loom_console_server_test SRCS ${_dir}/console_server_test.cc DEPS loom_console)

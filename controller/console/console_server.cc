@@ -55,7 +55,11 @@ class PeerOrigins {
     if (now - loaded_ >= absl::Seconds(5)) {
       origins_.clear();
       for (const std::string& url : load_()) {
-        if (std::string o = ConsoleOrigin(url); !o.empty()) origins_.push_back(std::move(o));
+        // Once each: a controller restarted on the same port is listed again.
+        if (std::string o = ConsoleOrigin(url);
+            !o.empty() && std::find(origins_.begin(), origins_.end(), o) == origins_.end()) {
+          origins_.push_back(std::move(o));
+        }
       }
       loaded_ = now;
     }

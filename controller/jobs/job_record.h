@@ -45,6 +45,7 @@ enum class MoveIntent {
   kGrow,          // an elastic job saw room to grow: re-planned larger
   kAwayFromNode,  // a slow rank's node was cordoned: re-planned or placed without it
   kReplanAround,  // a slow rank's stage gets fewer blocks: placed again, re-split
+  kDrain,         // its node is draining: re-planned or placed again without it
 };
 
 // A save-and-stop under way for the current attempt: its ranks were asked to
@@ -59,7 +60,7 @@ struct PreemptionInProgress {
   int64_t step_at_ask = -1;    // the last step reported when asked
   bool forced = false;         // the grace ran out and a plain stop was sent
   int grow_to = 0;             // kGrow: the gang it saw room for
-  std::string away_from_node;  // kAwayFromNode: the cordoned node
+  std::string away_from_node;  // kAwayFromNode, kDrain: the node it leaves
 };
 
 // One job: its durable part (`job`) and what the controller keeps about its
@@ -128,6 +129,16 @@ struct JobRecord {
 // Restarts, rollbacks, loss spikes and preemptions over every job.
 struct RecoveryTotals {
   int64_t restarts = 0, rollbacks = 0, spikes = 0, preemptions = 0;
+};
+
+// The controller's figures for /metrics, kept as jobs change rather than
+// found by a scan of every job (JobManager::Gauges).
+struct ControllerGauges {
+  std::map<loom::v1::JobState, int> jobs_by_state;
+  int alive_workers = 0;
+  int64_t store_write_failures = 0;  // job writes that failed (each retried)
+  int64_t illegal_transitions = 0;   // 0 unless the controller has a bug
+  RecoveryTotals recovery;
 };
 
 }  // namespace loom::controller

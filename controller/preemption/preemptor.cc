@@ -106,6 +106,9 @@ void Preemptor::CheckGraces() {
       case MoveIntent::kReplanAround:
         doing = "re-splitting its pipeline around a slow node";
         break;
+      case MoveIntent::kDrain:
+        doing = absl::StrCat("moving off draining node ", p.away_from_node);
+        break;
     }
     const std::string why = absl::StrFormat(
         "%s: no checkpoint committed within the grace of %.0fs; stopping without one", doing,

@@ -25,3 +25,6 @@ loom_test(loom_step_series_index_test SRCS ${_dir}/step_series_index_test.cc
   DEPS loom_step_series_index)
 loom_library(loom_series_warmer SRCS ${_dir}/series_warmer.cc DEPS loom_step_series_index loom_proto)
 loom_test(loom_series_warmer_test SRCS ${_dir}/series_warmer_test.cc DEPS loom_series_warmer)
+loom_library(loom_goodput_board SRCS ${_dir}/goodput_board.cc
+  DEPS loom_goodput loom_job_state_machine loom_grpc)
+loom_test(loom_goodput_board_test SRCS ${_dir}/goodput_board_test.cc DEPS loom_goodput_board)

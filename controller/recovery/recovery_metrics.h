@@ -50,6 +50,8 @@ inline constexpr char kCauseCapacityReturned[] = "capacity_returned";
 inline constexpr char kCauseCapacityShort[] = "capacity_short";
 // A slow rank's worker was cordoned and the job re-planned without it.
 inline constexpr char kCauseSlowRank[] = "slow_rank";
+// An operator drained the node the job ran on (DrainNode).
+inline constexpr char kCauseDrain[] = "drain";
 
 class RecoveryMetrics {
  public:

@@ -87,6 +87,7 @@ const std::map<std::string, std::set<Role>>& AccessRules() {
     const std::set<Role> read = {Role::kReader, Role::kUser, Role::kAdmin};
     const std::set<Role> write = {Role::kUser, Role::kAdmin};
     const std::set<Role> worker = {Role::kWorker};
+    const std::set<Role> admin = {Role::kAdmin};
     return new std::map<std::string, std::set<Role>>{
         {"JobService.SubmitJob", write},
         {"JobService.GetJob", read},
@@ -105,6 +106,10 @@ const std::map<std::string, std::set<Role>>& AccessRules() {
         {"JobService.SearchRankLogs", read},
         {"JobService.ListQueues", read},
         {"JobService.WhoAmI", read},
+        {"JobService.GetGoodput", read},
+        {"JobService.CordonNode", admin},
+        {"JobService.UncordonNode", admin},
+        {"JobService.DrainNode", admin},
         {"WorkerService.RegisterWorker", worker},
         {"WorkerService.Heartbeat", worker},
         {"WorkerService.ReportStepMetrics", worker},

@@ -25,10 +25,11 @@
 //   reader  JobService's read-only calls (GetJob, ListJobs, WatchJob,
 //           WatchEvents, ListEvents, ListWorkers, GetStepMetrics, GetStepSeries,
 //           ListCheckpoints, Plan, ListQueues, GetRankLog, SearchRankLogs,
-//           WhoAmI)
+//           WhoAmI, GetGoodput)
 //   user    a reader that may also submit jobs, and cancel or roll back
 //           the jobs it submitted (AuthorizeJobChange)
-//   admin   every JobService call, on every job
+//   admin   every JobService call, on every job; only admins cordon,
+//           uncordon and drain nodes
 // A method missing from the table is denied to everyone.
 #ifndef LOOM_CONTROLLER_SERVICE_ACCESS_H_
 #define LOOM_CONTROLLER_SERVICE_ACCESS_H_

@@ -150,10 +150,12 @@ void SlowRankHandler::Handle(JobRecord& rec, const recovery::SlowRankFinding& f,
     const std::string reason =
         absl::StrFormat("rank %d of job %s was %.2fx slower than its peers at step %d", f.rank,
                         rec.job.id(), f.slowdown, f.step);
-    workers_->Cordon(node, until, reason);
     // Kept across a controller restart; a failed write only shortens it to
-    // this controller's life.
-    if (absl::Status s = store_->PutCordon({node, absl::ToUnixMillis(until), reason}); !s.ok()) {
+    // this controller's life. A longer cordon in force (an operator's) stays.
+    const WorkerRegistry::CordonEntry held = workers_->Cordon(node, until, reason);
+    if (absl::Status s = store_->PutCordon(
+            {node, WorkerRegistry::CordonEndToUnixMillis(held.until), held.reason});
+        !s.ok()) {
       std::cerr << "loom-controller: could not record the cordon of " << node << ": " << s
                 << std::endl;
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -244,7 +245,9 @@ std::vector<loom::v1::WorkerInfo> WorkerRegistry::List() const {
     info.set_slots_used(static_cast<int>(w.ranks.size()));
     info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_heartbeat));
     if (auto c = cordons_.find(w.info.node()); c != cordons_.end() && IsCordoned(w.info.node())) {
-      info.set_cordoned_until_unix_ms(absl::ToUnixMillis(c->second.until));
+      info.set_cordoned(true);
+      info.set_cordoned_until_unix_ms(
+          c->second.until == absl::InfiniteFuture() ? 0 : absl::ToUnixMillis(c->second.until));
       info.set_cordon_reason(c->second.reason);
     }
     out.push_back(std::move(info));
@@ -272,8 +275,29 @@ void WorkerRegistry::ReleaseJobSlots(const std::string& job_id) {
   }
 }
 
-void WorkerRegistry::Cordon(const std::string& node, absl::Time until, std::string reason) {
-  cordons_[node] = CordonEntry{until, std::move(reason)};
+WorkerRegistry::CordonEntry WorkerRegistry::Cordon(const std::string& node, absl::Time until,
+                                                   std::string reason) {
+  auto it = cordons_.find(node);
+  if (it == cordons_.end() || clock_->Now() >= it->second.until || until >= it->second.until) {
+    cordons_[node] = CordonEntry{until, std::move(reason)};
+  }
+  return cordons_[node];
+}
+
+bool WorkerRegistry::Uncordon(const std::string& node) {
+  const bool was = IsCordoned(node);
+  cordons_.erase(node);
+  return was;
+}
+
+int64_t WorkerRegistry::CordonEndToUnixMillis(absl::Time until) {
+  return until == absl::InfiniteFuture() ? std::numeric_limits<int64_t>::max()
+                                         : absl::ToUnixMillis(until);
+}
+
+absl::Time WorkerRegistry::CordonEndFromUnixMillis(int64_t unix_ms) {
+  return unix_ms == std::numeric_limits<int64_t>::max() ? absl::InfiniteFuture()
+                                                        : absl::FromUnixMillis(unix_ms);
 }
 
 std::optional<absl::Time> WorkerRegistry::CordonedUntil(const std::string& node) const {

@@ -166,10 +166,24 @@ class WorkerRegistry {
   void ReleaseJobSlots(const std::string& job_id);
 
   // --- cordons (by node: a worker that registers again keeps its node's)
-  // Until `until`, the workers of `node` are offered to no new rank (Offers
-  // leaves them out; ranks already there keep running). A later call
-  // replaces an earlier one.
-  void Cordon(const std::string& node, absl::Time until, std::string reason);
+  // Until `until` (InfiniteFuture: until Uncordon), the workers of `node`
+  // are offered to no new rank (Offers leaves them out; ranks already there
+  // keep running). Of two cordons of a node the one that ends later holds,
+  // with its reason: a slow rank's 10-minute cordon does not shorten an
+  // operator's. Returns the cordon in force afterwards.
+  struct CordonEntry {
+    absl::Time until;
+    std::string reason;
+  };
+  CordonEntry Cordon(const std::string& node, absl::Time until, std::string reason);
+  // Ends the node's cordon, whoever set it; whether it was cordoned.
+  bool Uncordon(const std::string& node);
+  // A cordon's end as the store keeps it (INT64_MAX: until uncordoned),
+  // and back.
+  static int64_t CordonEndToUnixMillis(absl::Time until);
+  static absl::Time CordonEndFromUnixMillis(int64_t unix_ms);
+  // Whether a worker has registered from `node` (alive or dead).
+  bool HasNode(const std::string& node) const { return worker_by_node_.count(node) > 0; }
   // Whether `node` is cordoned now, and until when.
   bool IsCordoned(const std::string& node) const { return CordonedUntil(node).has_value(); }
   std::optional<absl::Time> CordonedUntil(const std::string& node) const;
@@ -183,10 +197,6 @@ class WorkerRegistry {
   // of the controller's CPU (perf, bench control-plane).
   std::unordered_map<std::string, Worker*> by_id_;
   std::map<std::string, std::string> worker_by_node_;  // node -> newest worker id there
-  struct CordonEntry {
-    absl::Time until;
-    std::string reason;
-  };
   std::map<std::string, CordonEntry> cordons_;  // by node; expired ones linger harmlessly
   // The alive workers, by lease_from, oldest first.
   std::list<Worker*> lease_order_;

@@ -96,6 +96,26 @@ try {
   log('spike and rollback shown:',
       await page.locator('ul.markers').innerText().then((t) => t.replace(/\n/g, '; ')));
 
+  // Goodput: every bucket, summing to the wall time, and an ETTR in (0, 1].
+  await page.waitForSelector('#goodput[data-ettr] table tbody tr');
+  const goodput = await page.evaluate(() => {
+    const box = document.querySelector('#goodput');
+    const rows = [...box.querySelectorAll('table tbody tr')].map(
+        (tr) => [tr.cells[0].textContent, Number(tr.cells[1].textContent)]);
+    const widths = [...box.querySelectorAll('.goodput-bar span')].reduce(
+        (sum, s) => sum + parseFloat(s.style.width), 0);
+    return { ettr: Number(box.dataset.ettr), wall: Number(box.dataset.wallSeconds), rows, widths };
+  });
+  assert.equal(goodput.rows.length, 11, JSON.stringify(goodput.rows));
+  assert.ok(goodput.ettr > 0 && goodput.ettr <= 1, 'ETTR ' + goodput.ettr);
+  const productive = goodput.rows.find(([name]) => name === 'productive steps');
+  assert.ok(productive && productive[1] > 0, JSON.stringify(goodput.rows));
+  const summed = goodput.rows.reduce((sum, [, sec]) => sum + sec, 0);
+  assert.ok(Math.abs(summed - goodput.wall) <= 0.01 * goodput.wall + 0.01,
+            `buckets ${summed} s, wall ${goodput.wall} s`);
+  assert.ok(Math.abs(goodput.widths - 100) < 0.5, 'bar ' + goodput.widths + '%');
+  log('goodput: ETTR', goodput.ettr, 'over', goodput.wall, 's in 11 buckets');
+
   // The logs: search across ranks and attempts.
   await page.fill('input[placeholder^="search every rank"]', 'loom-rank');
   await page.press('input[placeholder^="search every rank"]', 'Enter');
@@ -124,6 +144,24 @@ try {
   await page.waitForSelector('td:has-text("by user")');
   log('cancelled from the page, recorded with who did it');
 
+  // An admin cordons a node from the workers page (asked for a reason and a
+  // confirmation), sees it, and uncordons it.
+  await page.goto(url + '/workers');
+  const firstNode = await page.locator('main table tbody tr span.actions').first()
+                        .getAttribute('data-node');
+  const row = page.locator(`main table tbody tr:has(span.actions[data-node="${firstNode}"])`);
+  dialogs = [];
+  await row.locator('button:text-is("Cordon…")').click();
+  await page.waitForSelector(
+      `main table tbody tr:has(span.actions[data-node="${firstNode}"]) button:text-is("Uncordon")`);
+  assert.match(await row.innerText(), /until uncordoned \(cordoned by user /);
+  assert.ok(dialogs.some((d) => d.startsWith('prompt:')), 'cordon asked for a reason');
+  assert.ok(dialogs.some((d) => d.startsWith('confirm:')), 'cordon asked for confirmation');
+  await row.locator('button:text-is("Uncordon")').click();
+  await page.waitForSelector(
+      `main table tbody tr:has(span.actions[data-node="${firstNode}"]) button:text-is("Cordon…")`);
+  log('cordoned and uncordoned', firstNode, 'from the workers page');
+
   // Screenshots of every page, wide and narrow.
   for (const [name, viewport] of [['1280x800', { width: 1280, height: 800 }],
                                   ['390x844', { width: 390, height: 844 }]]) {
@@ -150,6 +188,11 @@ try {
     await reader.page.goto(url + '/jobs/' + jobs.spiky);
     await reader.page.waitForSelector('canvas');
     assert.equal(await reader.page.locator('button:text-is("Cancel")').count(), 0);
+    await reader.page.goto(url + '/workers');
+    await reader.page.waitForSelector('main table tbody tr');
+    assert.equal(await reader.page.locator('button:text-is("Drain…")').count(), 0);
+    await reader.page.goto(url + '/jobs/' + jobs.spiky);
+    await reader.page.waitForSelector('canvas');
     const csrf = await reader.page.evaluate(async () => {
       const r = await fetch('/api/v1/session');
       return (await r.json()).csrf_token;
@@ -162,8 +205,16 @@ try {
       return r.status;
     }, [jobs.long, csrf]);
     assert.equal(refused, 403);
+    const drainRefused = await reader.page.evaluate(async ([node, token]) => {
+      const r = await fetch('/api/v1/nodes/' + encodeURIComponent(node) + ':drain',
+                            { method: 'POST', headers: { 'X-Loom-CSRF': token,
+                                                         'Content-Type': 'application/json' },
+                              body: '{}' });
+      return r.status;
+    }, [firstNode, csrf]);
+    assert.equal(drainRefused, 403);
     await reader.context.close();
-    log('a reader is refused a cancel (403)');
+    log('a reader is refused a cancel and a drain (403)');
   }
   log('all flows passed');
   await browser.close();

@@ -300,36 +300,78 @@ async function pageQueues() {
 }
 
 async function pageWorkers() {
+  const admin = session.role === 'admin';
+  // An admin's action on a node, confirmed in the page and checked again by
+  // the controller (only admins may); the page is read again after it.
+  const act = async (node, verb, body, question) => {
+    if (!confirm(question)) return;
+    try {
+      await api('nodes/' + encodeURIComponent(node) + ':' + verb, {method: 'POST', body});
+    } catch (e) {
+      alert(verb + ' ' + node + ': ' + e.message);
+    }
+    pageWorkers();
+  };
+  const cordon = (w) => {
+    const reason = prompt('Cordon ' + w.node + ': its workers take no new ranks. Reason?', '');
+    if (reason === null) return;
+    act(w.node, 'cordon', {reason}, 'Cordon node ' + w.node + ' until it is uncordoned?');
+  };
+  const drain = (w) => {
+    const reason = prompt('Drain ' + w.node + ': its jobs save a checkpoint and move. Reason?', '');
+    if (reason === null) return;
+    act(w.node, 'drain', {reason},
+        'Drain node ' + w.node + '? Every job with ranks there saves a checkpoint at its next ' +
+            'step and moves off it; the node stays cordoned.');
+  };
+  const cordoned = (w) => !w.cordoned ?
+      'no' :
+      (num(w.cordoned_until_unix_ms) ? 'until ' + when(w.cordoned_until_unix_ms) :
+                                       'until uncordoned') +
+          (w.cordon_reason ? ' (' + w.cordon_reason + ')' : '');
+  const columns = [
+    {label: 'Worker', get: (w) => w.id},
+    {label: 'Node', get: (w) => w.node || ''},
+    {label: 'Alive', get: (w) => (w.alive ? 'yes' : 'no')},
+    {label: 'Cordoned', get: cordoned},
+    {
+      label: 'Slots',
+      num: true,
+      get: (w) => num(w.slots) || 0,
+      show: (w) => (num(w.slots_used) || 0) + ' / ' + (num(w.slots) || 0)
+    },
+    {label: 'GPUs', num: true, get: (w) => num(w.gpus) || 0},
+    {
+      label: 'GEMM GFLOP/s per thread',
+      num: true,
+      get: (w) => num(w.gemm_flops_per_second_per_thread) / 1e9 || 0,
+      show: (w) => fmt(num(w.gemm_flops_per_second_per_thread) / 1e9, 3)
+    },
+    {label: 'Zone', get: (w) => w.zone || '–'},
+    {
+      label: 'Last heartbeat',
+      get: (w) => num(w.last_heartbeat_unix_ms),
+      show: (w) => when(w.last_heartbeat_unix_ms)
+    },
+  ];
+  if (admin) {
+    columns.push({
+      label: 'Actions',
+      get: () => '',
+      show: (w) =>
+          h('span', {class: 'actions', 'data-node': w.node},
+            w.cordoned ? h('button', {
+              onclick: () =>
+                  act(w.node, 'uncordon', {}, 'Uncordon node ' + w.node + '? It takes ranks again.')
+            },
+                           'Uncordon') :
+                         h('button', {onclick: () => cordon(w)}, 'Cordon…'),
+            h('button', {class: 'danger', onclick: () => drain(w)}, 'Drain…'))
+    });
+  }
   try {
     const r = await api('workers');
-    show(
-        h('h1', {}, 'Workers'),
-        table(
-            [
-              {label: 'Worker', get: (w) => w.id},
-              {label: 'Node', get: (w) => w.node || ''},
-              {label: 'Alive', get: (w) => (w.alive ? 'yes' : 'no')},
-              {
-                label: 'Slots',
-                num: true,
-                get: (w) => num(w.slots) || 0,
-                show: (w) => (num(w.slots_used) || 0) + ' / ' + (num(w.slots) || 0)
-              },
-              {label: 'GPUs', num: true, get: (w) => num(w.gpus) || 0},
-              {
-                label: 'GEMM GFLOP/s per thread',
-                num: true,
-                get: (w) => num(w.gemm_flops_per_second_per_thread) / 1e9 || 0,
-                show: (w) => fmt(num(w.gemm_flops_per_second_per_thread) / 1e9, 3)
-              },
-              {label: 'Zone', get: (w) => w.zone || '–'},
-              {
-                label: 'Last heartbeat',
-                get: (w) => num(w.last_heartbeat_unix_ms),
-                show: (w) => when(w.last_heartbeat_unix_ms)
-              },
-            ],
-            r.workers || [], {sortBy: 0}));
+    show(h('h1', {}, 'Workers'), table(columns, r.workers || [], {sortBy: 0}));
   } catch (e) {
     show(h('h1', {}, 'Workers'), errorBox(e));
   }

@@ -11,7 +11,7 @@ export async function pageJob(id) {
     return;
   }
   const head = h('div'), charts = h('div'), eventsBox = h('div'), checkpointsBox = h('div'),
-        placement = h('div'), logs = h('div');
+        placement = h('div'), logs = h('div'), goodputBox = h('div', {id: 'goodput'});
   let zoom = null;  // [from, to] or null
   let live = [];    // steps that arrived since the last series read
   let series = {};
@@ -216,6 +216,58 @@ export async function pageJob(id) {
       checkpointsBox.replaceChildren(h('h2', {}, 'Checkpoints'), errorBox(e));
     }
   };
+  // Where the job's wall time went (the controller's goodput buckets): a bar
+  // of shares, and each bucket's seconds.
+  const loadGoodput = async () => {
+    try {
+      const g = await api('jobs/' + encodeURIComponent(id) + '/goodput');
+      const wall = num(g.wall_seconds) || 0;
+      const buckets = (g.buckets || []).map((b) => ({...b, seconds: num(b.seconds) || 0}));
+      const bar = h('div', {class: 'goodput-bar', 'aria-label': 'goodput buckets'});
+      buckets.forEach((b, i) => {
+        if (!(wall > 0) || b.seconds <= 0) return;
+        const part = h('span', {title: b.description + ': ' + duration(b.seconds)});
+        part.style.width = (100 * b.seconds / wall).toFixed(3) + '%';
+        part.style.background = COLORS[i % COLORS.length];
+        bar.append(part);
+      });
+      goodputBox.dataset.ettr = String(num(g.ettr) || 0);
+      goodputBox.dataset.wallSeconds = String(wall);
+      goodputBox.replaceChildren(
+          h('h2', {}, 'Goodput'),
+          h('div', {class: 'stats'}, stat('ETTR', fmt(g.ettr, 3)),
+            stat('wall time', duration(wall)),
+            stat('step reports', String(num(g.step_reports) || 0))),
+          bar,
+          table(
+              [
+                {
+                  label: 'Bucket',
+                  get: (b) => b.description,
+                  show: (b) => {
+                    const sw = h('span', {class: 'swatch'});
+                    sw.style.background = COLORS[buckets.indexOf(b) % COLORS.length];
+                    return h('span', {}, sw, b.description);
+                  }
+                },
+                {
+                  label: 'Seconds',
+                  num: true,
+                  get: (b) => b.seconds,
+                  show: (b) => fmt(b.seconds, 4)
+                },
+                {
+                  label: 'Share',
+                  num: true,
+                  get: (b) => b.seconds,
+                  show: (b) => wall > 0 ? (100 * b.seconds / wall).toFixed(1) + '%' : '–'
+                },
+              ],
+              buckets));
+    } catch (e) {
+      goodputBox.replaceChildren(h('h2', {}, 'Goodput'), errorBox(e));
+    }
+  };
   const renderLogs = () => {
     const ranks = Math.max(1, num((job.spec.resources || {}).ranks) || 1);
     const rank =
@@ -274,11 +326,18 @@ export async function pageJob(id) {
     renderPlacement();
   };
 
-  show(head, charts, placement, eventsBox, checkpointsBox, logs);
+  show(head, charts, placement, eventsBox, goodputBox, checkpointsBox, logs);
   renderAll();
   renderLogs();
-  await Promise.all(
-      [loadSeries().catch((e) => charts.replaceChildren(errorBox(e))), loadCheckpoints()]);
+  await Promise.all([
+    loadSeries().catch((e) => charts.replaceChildren(errorBox(e))), loadCheckpoints(), loadGoodput()
+  ]);
+  // A job still going: its goodput moves with the clock (the controller
+  // recomputes it at most every few seconds).
+  const goodputTimer = setInterval(() => {
+    if (!['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(job.state)) loadGoodput();
+  }, 10000);
+  cleanups.push(() => clearInterval(goodputTimer));
 
   // Live: steps go onto the charts; anything else reloads the job (at most
   // twice a second). After a reconnect the series is read again: steps are
@@ -294,6 +353,7 @@ export async function pageJob(id) {
         renderEvents();
         renderPlacement();
         loadCheckpoints();
+        loadGoodput();
       } catch (e) {
         console.error(e);
       }

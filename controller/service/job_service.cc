@@ -1,4 +1,4 @@
-#include "controller/service/controller_service.h"
+#include "controller/service/job_service.h"
 
 #include <algorithm>
 #include <map>
@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,12 +17,6 @@
 namespace loom::controller {
 namespace {
 
-absl::Status RequireId(const std::string& id, const char* field) {
-  if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
-  if (id.size() > 256) return absl::InvalidArgumentError(absl::StrCat(field, ": too long"));
-  return absl::OkStatus();
-}
-
 // Admins change any job, users the jobs they submitted (access.h).
 absl::Status CheckJobChange(JobManager& manager, const Principal& caller, absl::string_view verb,
                             const std::string& job_id) {
@@ -33,125 +26,12 @@ absl::Status CheckJobChange(JobManager& manager, const Principal& caller, absl::
   return AuthorizeJobChange(caller, verb, job_id, *submitter);
 }
 
-}  // namespace
-
-namespace {
-// When the RPC being handled on this thread started (RpcMetrics::Start).
-absl::Time& RpcStartTime() {
-  thread_local absl::Time start = absl::InfinitePast();
-  return start;
-}
-}  // namespace
-
-RpcMetrics::RpcMetrics(metrics::Registry& registry)
-    : rpcs_(metrics::BuildCounter()
-                .Name("loom_controller_rpcs_total")
-                .Help("RPCs handled by the controller, by method and status code.")
-                .Register(registry)),
-      duration_(metrics::BuildHistogram()
-                    .Name("loom_controller_rpc_duration_seconds")
-                    .Help("Time to handle a unary RPC, by method (streams excluded).")
-                    .Register(registry)) {}
-
-void RpcMetrics::Start() { RpcStartTime() = absl::Now(); }
-
-void RpcMetrics::Record(const std::string& method, const grpc::Status& status) {
-  RecordSince(method, status, RpcStartTime());
-  RpcStartTime() = absl::InfinitePast();
-}
-
-void RpcMetrics::RecordSince(const std::string& method, const grpc::Status& status,
-                             absl::Time start) {
-  static const char* kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
-                                 "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-                                 "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
-  int code = status.error_code();
-  if (code < 0 || code > 16) code = 2;  // UNKNOWN
-  // The series are looked up once per (method, code): building label sets
-  // and a histogram's buckets on every RPC was a tenth of the controller's
-  // time under load.
-  metrics::Counter* counter = nullptr;
-  metrics::Histogram* histogram = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& c = counters_[{method, code}];
-    if (c == nullptr) c = &rpcs_.Add({{"method", method}, {"code", kCodes[code]}});
-    counter = c;
-    if (method != "WatchJob" && method != "WatchEvents") {  // streams: no duration
-      auto& h = histograms_[method];
-      if (h == nullptr) {
-        h = &duration_.Add({{"method", method}}, metrics::ExponentialBuckets(0.0001, 4, 10));
-      }
-      histogram = h;
-    }
-  }
-  counter->Increment();
-  if (histogram != nullptr && start != absl::InfinitePast()) {
-    histogram->Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  }
-}
-
-// ------------------------------------------------------------------ JobService
-
-absl::StatusOr<Principal> AdmitCaller(const grpc::ServerContextBase& ctx,
-                                      const AccessControl& access, absl::string_view method,
-                                      const SessionDirectory* sessions) {
-  std::string certificate_name;
-  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
-  if (auth != nullptr && auth->IsPeerAuthenticated()) {
-    // Set only for a client certificate the handshake verified against the
-    // cluster CA (--tls_client_ca).
-    for (const grpc::string_ref& cn : auth->FindPropertyValues("x509_common_name")) {
-      certificate_name.assign(cn.data(), cn.size());
-    }
-  }
-  std::string bearer;
-  const auto& md = ctx.client_metadata();
-  if (auto it = md.find("authorization"); it != md.end()) {
-    absl::string_view value(it->second.data(), it->second.size());
-    if (!absl::ConsumePrefix(&value, "Bearer ") || value.empty()) {
-      return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
-    }
-    bearer = std::string(value);
-  }
-  absl::StatusOr<Principal> caller;
-  if (auto it = md.find(kSessionMetadataKey);
-      sessions != nullptr && bearer.empty() && certificate_name.empty() && it != md.end()) {
-    // A console page's session: the user of the token it was opened with,
-    // if that token is still theirs.
-    absl::StatusOr<std::string> token_hash =
-        sessions->TokenHashOf(absl::string_view(it->second.data(), it->second.size()));
-    if (!token_hash.ok()) return token_hash.status();
-    caller = access.AuthenticateTokenHash(*token_hash);
-    if (caller.ok()) caller->session = true;
-  } else {
-    caller = access.Authenticate(bearer, certificate_name);
-  }
-  if (!caller.ok()) return caller.status();
-  if (absl::Status allowed = Authorize(*caller, method); !allowed.ok()) return allowed;
-  return caller;
-}
-
-namespace {
 // "by user 'uma'", then ": <reason>" when one was given: an action's
 // reason as the job's events record it.
 std::string ByCaller(const Principal& caller, const std::string& reason) {
   return absl::StrCat("by ", caller.Describe(), reason.empty() ? "" : ": ", reason);
 }
 }  // namespace
-
-absl::Status AdmitLeader(grpc::ServerContextBase* ctx, const Leadership* leadership) {
-  if (leadership == nullptr) return absl::OkStatus();
-  std::string leader_address;
-  absl::Status s = leadership->Admit(&leader_address);
-  if (!s.ok() && !leader_address.empty()) {
-    ctx->AddTrailingMetadata(kLeaderMetadataKey, leader_address);
-  }
-  return s;
-}
 
 JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
                                RpcMetrics* metrics, const std::atomic<bool>* shutting_down,
@@ -165,6 +45,7 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, const AccessControl* access,
           logs,
           [manager](const std::string& job_id) { return manager->AttemptPlacements(job_id); }),
       series_(manager->store()),
+      goodput_([manager](const std::string& job_id) { return manager->StepMetrics(job_id, 0); }),
       leadership_(leadership),
       sessions_(sessions),
       warmer_(
@@ -176,14 +57,6 @@ grpc::Status JobServiceImpl::Finish(const char* method, const absl::Status& s) {
   metrics_->Record(method, g);
   return g;
 }
-
-// Declares `caller`, the authenticated and authorized Principal, or answers
-// the RPC with why not.
-#define LOOM_ADMIT(service, method)                                                              \
-  RpcMetrics::Start();                                                                           \
-  absl::StatusOr<Principal> caller = AdmitCaller(*ctx, *access_, service "." method, sessions_); \
-  if (!caller.ok()) return Finish(method, caller.status());                                      \
-  if (absl::Status led = AdmitLeader(ctx, leadership_); !led.ok()) return Finish(method, led)
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                        const loom::v1::SubmitJobRequest* req,
@@ -230,9 +103,9 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
     }
   }
   if (req->page_size() < 0 || req->page_size() > 1000) {
-    return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
-                                  "page_size: must be in [0, 1000] (0 = 100), got ",
-                                  req->page_size())));
+    return Finish("ListJobs",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "page_size: must be in [0, 1000] (0 = 100), got ", req->page_size())));
   }
   int64_t before = 0;
   if (!req->page_token().empty() &&
@@ -253,8 +126,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
-                                       const loom::v1::CancelJobRequest* req,
-                                       loom::v1::Job* resp) {
+                                       const loom::v1::CancelJobRequest* req, loom::v1::Job* resp) {
   LOOM_ADMIT("JobService", "CancelJob");
   absl::Status s = RequireId(req->job_id(), "job_id");
   if (!s.ok()) return Finish("CancelJob", s);
@@ -276,9 +148,9 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
   if (req->has_after_seq()) after = req->after_seq();
   auto watch = manager_->Watch(req->job_id(), req->include_history(), after);
   if (!watch.ok()) return Finish("WatchJob", watch.status());
-  return Finish("WatchJob",
-                StreamEvents(*ctx, [&] { return (*watch)->Next(absl::Milliseconds(200)); },
-                             [&] { return (*watch)->ended(); }, writer));
+  return Finish("WatchJob", StreamEvents(
+                                *ctx, [&] { return (*watch)->Next(absl::Milliseconds(200)); },
+                                [&] { return (*watch)->ended(); }, writer));
 }
 
 absl::Status JobServiceImpl::StreamEvents(
@@ -308,9 +180,9 @@ grpc::Status JobServiceImpl::WatchEvents(grpc::ServerContext* ctx,
   }
   auto cursor = manager_->events().Subscribe("", req->has_after_seq() ? req->after_seq() : -1);
   if (!cursor.ok()) return Finish("WatchEvents", cursor.status());
-  return Finish("WatchEvents",
-                StreamEvents(*ctx, [&] { return (*cursor)->Next(absl::Milliseconds(200)); },
-                             [] { return false; }, writer));
+  return Finish("WatchEvents", StreamEvents(
+                                   *ctx, [&] { return (*cursor)->Next(absl::Milliseconds(200)); },
+                                   [] { return false; }, writer));
 }
 
 grpc::Status JobServiceImpl::ListEvents(grpc::ServerContext* ctx,
@@ -326,13 +198,14 @@ grpc::Status JobServiceImpl::ListEvents(grpc::ServerContext* ctx,
                                     " is out of range (0 for the default 500, at most 5000)")));
   }
   if (!req->job_id().empty()) {
-    if (auto job = manager_->Get(req->job_id()); !job.ok()) return Finish("ListEvents", job.status());
+    if (auto job = manager_->Get(req->job_id()); !job.ok())
+      return Finish("ListEvents", job.status());
   }
   auto page = manager_->events().Read(req->job_id(), req->after_seq(),
                                       req->page_size() == 0 ? 500 : req->page_size());
   if (!page.ok()) {
-    return Finish("ListEvents", absl::UnavailableError(absl::StrCat(
-                                    "reading the event log: ", page.status().message())));
+    return Finish("ListEvents", absl::UnavailableError(absl::StrCat("reading the event log: ",
+                                                                    page.status().message())));
   }
   for (loom::v1::JobEvent& e : page->events) *resp->add_events() = std::move(e);
   resp->set_last_seq(page->last_seq);
@@ -414,7 +287,8 @@ grpc::Status JobServiceImpl::RollbackJob(grpc::ServerContext* ctx,
                                          loom::v1::Job* resp) {
   LOOM_ADMIT("JobService", "RollbackJob");
   absl::Status s = RequireId(req->job_id(), "job_id");
-  if (s.ok() && req->skip_size() > 1000) s = absl::InvalidArgumentError("skip: at most 1000 ranges");
+  if (s.ok() && req->skip_size() > 1000)
+    s = absl::InvalidArgumentError("skip: at most 1000 ranges");
   if (s.ok() && req->reason().size() > 1024) s = absl::InvalidArgumentError("reason: too long");
   if (!s.ok()) return Finish("RollbackJob", s);
   s = CheckJobChange(*manager_, *caller, "roll back", req->job_id());
@@ -453,129 +327,44 @@ grpc::Status JobServiceImpl::WhoAmI(grpc::ServerContext* ctx, const loom::v1::Wh
   return Finish("WhoAmI", absl::OkStatus());
 }
 
-// --------------------------------------------------------------- WorkerService
-
-WorkerServiceImpl::WorkerServiceImpl(JobManager* manager, const AccessControl* access,
-                                     RpcMetrics* metrics, LogStore* logs,
-                                     const Leadership* leadership)
-    : manager_(manager),
-      access_(access),
-      metrics_(metrics),
-      rank_logs_(
-          logs,
-          [manager](const std::string& job_id) { return manager->AttemptPlacements(job_id); }),
-      leadership_(leadership) {}
-
-absl::Status WorkerServiceImpl::CheckWorker(const Principal& caller, const std::string& worker_id) {
-  if (caller.name.empty()) return absl::OkStatus();  // the shared worker token
-  absl::StatusOr<std::string> node = manager_->WorkerNode(worker_id);
-  if (!node.ok()) return node.status();
-  if (*node != caller.name) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        caller.Describe(), " may not act for worker ", worker_id, ", which is node '", *node, "'"));
-  }
-  return absl::OkStatus();
+grpc::Status JobServiceImpl::GetGoodput(grpc::ServerContext* ctx,
+                                        const loom::v1::GetGoodputRequest* req,
+                                        loom::v1::GetGoodputResponse* resp) {
+  LOOM_ADMIT("JobService", "GetGoodput");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("GetGoodput", s);
+  absl::StatusOr<loom::v1::Job> job = manager_->Get(req->job_id());
+  if (!job.ok()) return Finish("GetGoodput", job.status());
+  absl::StatusOr<loom::v1::GetGoodputResponse> figures = goodput_.Get(*job, absl::Now());
+  if (figures.ok()) *resp = std::move(*figures);
+  return Finish("GetGoodput", figures.status());
 }
 
-grpc::Status WorkerServiceImpl::Finish(const char* method, const absl::Status& s) {
-  grpc::Status g = ToGrpcStatus(s);
-  metrics_->Record(method, g);
-  return g;
-}
-
-grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
-                                               const loom::v1::RegisterWorkerRequest* req,
-                                               loom::v1::RegisterWorkerResponse* resp) {
-  LOOM_ADMIT("WorkerService", "RegisterWorker");
-  if (!caller->name.empty() && req->node() != caller->name) {
-    return Finish("RegisterWorker",
-                  absl::PermissionDeniedError(absl::StrCat(
-                      caller->Describe(), " may register only as node '", caller->name,
-                      "', not as '", req->node(), "' (its certificate names the node)")));
-  }
-  auto r = manager_->RegisterWorker(*req);
+grpc::Status JobServiceImpl::CordonNode(grpc::ServerContext* ctx,
+                                        const loom::v1::CordonNodeRequest* req,
+                                        loom::v1::CordonNodeResponse* resp) {
+  LOOM_ADMIT("JobService", "CordonNode");
+  auto r = manager_->Cordon(*req, caller->Describe());
   if (r.ok()) *resp = std::move(*r);
-  resp->set_controller_epoch(leadership_ != nullptr ? leadership_->epoch() : 0);
-  return Finish("RegisterWorker", r.status());
+  return Finish("CordonNode", r.status());
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
-                                                       const loom::v1::HeartbeatRequest* req,
-                                                       loom::v1::HeartbeatResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(HandleHeartbeat(ctx, req, resp));
-  return reactor;
-}
-
-grpc::Status WorkerServiceImpl::HandleHeartbeat(grpc::ServerContextBase* ctx,
-                                                const loom::v1::HeartbeatRequest* req,
-                                                loom::v1::HeartbeatResponse* resp) {
-  LOOM_ADMIT("WorkerService", "Heartbeat");
-  absl::Status s = RequireId(req->worker_id(), "worker_id");
-  if (s.ok()) s = CheckWorker(*caller, req->worker_id());
-  if (!s.ok()) return Finish("Heartbeat", s);
-  auto r = manager_->Heartbeat(*req);
+grpc::Status JobServiceImpl::UncordonNode(grpc::ServerContext* ctx,
+                                          const loom::v1::UncordonNodeRequest* req,
+                                          loom::v1::CordonNodeResponse* resp) {
+  LOOM_ADMIT("JobService", "UncordonNode");
+  auto r = manager_->Uncordon(*req, caller->Describe());
   if (r.ok()) *resp = std::move(*r);
-  resp->set_controller_epoch(leadership_ != nullptr ? leadership_->epoch() : 0);
-  return Finish("Heartbeat", r.status());
+  return Finish("UncordonNode", r.status());
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStepMetrics(
-    grpc::CallbackServerContext* ctx, const loom::v1::ReportStepMetricsRequest* req,
-    loom::v1::ReportStepMetricsResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const absl::Time start = absl::Now();
-  auto answer = [this, reactor, start](const absl::Status& s) {
-    grpc::Status g = ToGrpcStatus(s);
-    metrics_->RecordSince("ReportStepMetrics", g, start);
-    reactor->Finish(g);
-  };
-  absl::StatusOr<Principal> caller =
-      AdmitCaller(*ctx, *access_, "WorkerService.ReportStepMetrics");
-  absl::Status s = caller.status();
-  if (s.ok()) s = AdmitLeader(ctx, leadership_);
-  if (s.ok()) s = RequireId(req->worker_id(), "worker_id");
-  if (s.ok()) s = RequireId(req->job_id(), "job_id");
-  if (s.ok()) s = CheckWorker(*caller, req->worker_id());
-  if (!s.ok()) {
-    answer(s);
-    return reactor;
-  }
-  const int64_t epoch = leadership_ != nullptr ? leadership_->epoch() : 0;
-  // `resp` stays valid until the reactor is finished.
-  manager_->ReportEventsAsync(
-      *req, [resp, answer, epoch](absl::StatusOr<loom::v1::ReportStepMetricsResponse> r) {
-        if (r.ok()) *resp = std::move(*r);
-        resp->set_controller_epoch(epoch);
-        answer(r.status());
-      });
-  return reactor;
-}
-
-grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* ctx,
-                                               const loom::v1::ReportRankExitRequest* req,
-                                               loom::v1::ReportRankExitResponse*) {
-  LOOM_ADMIT("WorkerService", "ReportRankExit");
-  absl::Status s = RequireId(req->worker_id(), "worker_id");
-  if (s.ok()) s = RequireId(req->job_id(), "job_id");
-  if (s.ok() && req->rank() < 0) s = absl::InvalidArgumentError("rank: must be >= 0");
-  if (s.ok()) s = CheckWorker(*caller, req->worker_id());
-  if (!s.ok()) return Finish("ReportRankExit", s);
-  return Finish("ReportRankExit", manager_->ReportRankExit(*req));
-}
-
-grpc::Status WorkerServiceImpl::AppendRankLogs(grpc::ServerContext* ctx,
-                                               const loom::v1::AppendRankLogsRequest* req,
-                                               loom::v1::AppendRankLogsResponse* resp) {
-  LOOM_ADMIT("WorkerService", "AppendRankLogs");
-  absl::Status s = RequireId(req->worker_id(), "worker_id");
-  if (s.ok()) s = RankLogs::ValidateAppend(*req);
-  if (s.ok()) s = CheckWorker(*caller, req->worker_id());
-  absl::StatusOr<std::string> node = s.ok() ? manager_->WorkerNode(req->worker_id()) : s;
-  if (!node.ok()) return Finish("AppendRankLogs", node.status());
-  absl::StatusOr<loom::v1::AppendRankLogsResponse> appended = rank_logs_.Append(*req, *node);
-  if (appended.ok()) *resp = *std::move(appended);
-  return Finish("AppendRankLogs", appended.status());
+grpc::Status JobServiceImpl::DrainNode(grpc::ServerContext* ctx,
+                                       const loom::v1::DrainNodeRequest* req,
+                                       loom::v1::DrainNodeResponse* resp) {
+  LOOM_ADMIT("JobService", "DrainNode");
+  auto r = manager_->Drain(*req, caller->Describe());
+  if (r.ok()) *resp = std::move(*r);
+  return Finish("DrainNode", r.status());
 }
 
 }  // namespace loom::controller

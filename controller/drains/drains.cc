@@ -1,0 +1,233 @@
+#include "controller/drains/drains.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "controller/jobs/job_state_machine.h"
+#include "controller/recovery/recovery_metrics.h"
+
+namespace loom::controller {
+namespace {
+
+absl::Status CheckReason(const std::string& reason) {
+  if (reason.size() > Drains::kMaxReasonBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reason: ", reason.size(), " bytes, more than ", Drains::kMaxReasonBytes));
+  }
+  return absl::OkStatus();
+}
+
+// "by user 'ada'", then ": <reason>" when one was given.
+std::string Attributed(const std::string& by, const std::string& reason) {
+  return absl::StrCat("by ", by.empty() ? std::string("the controller") : by,
+                      reason.empty() ? "" : ": ", reason);
+}
+
+}  // namespace
+
+Drains::Drains(JobTable* jobs, WorkerRegistry* workers, Preemptor* preemptor, Replanner* replanner,
+               CheckpointCatalog* catalog, Store* store, ScheduleSignal* schedule,
+               const Clock* clock)
+    : jobs_(jobs),
+      workers_(workers),
+      preemptor_(preemptor),
+      replanner_(replanner),
+      catalog_(catalog),
+      store_(store),
+      schedule_(schedule),
+      clock_(clock) {}
+
+absl::Status Drains::CheckNode(const std::string& node) const {
+  if (node.empty()) return absl::InvalidArgumentError("node: must not be empty");
+  if (node.size() > 256) return absl::InvalidArgumentError("node: longer than 256 bytes");
+  if (!workers_->HasNode(node)) {
+    return absl::NotFoundError(absl::StrCat("no worker has registered from node \"", node,
+                                            "\" (`loomctl workers` lists the nodes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Drains::Put(const std::string& node, absl::Time until, const std::string& reason) {
+  // The store first: a cordon the store did not take would vanish at the
+  // next failover, so the caller hears of it and nothing changes.
+  if (absl::Status s =
+          store_->PutCordon({node, WorkerRegistry::CordonEndToUnixMillis(until), reason});
+      !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("the cordon of node ", node, " could not be stored: ", s.message()));
+  }
+  workers_->Uncordon(node);  // an operator's cordon replaces whatever was there
+  workers_->Cordon(node, until, reason);
+  return absl::OkStatus();
+}
+
+google::protobuf::RepeatedPtrField<loom::v1::WorkerInfo> Drains::WorkersOf(
+    const std::string& node) const {
+  google::protobuf::RepeatedPtrField<loom::v1::WorkerInfo> out;
+  for (loom::v1::WorkerInfo& w : workers_->List()) {
+    if (w.node() == node) *out.Add() = std::move(w);
+  }
+  return out;
+}
+
+absl::StatusOr<loom::v1::CordonNodeResponse> Drains::Cordon(
+    const loom::v1::CordonNodeRequest& request, const std::string& by) {
+  if (absl::Status s = CheckNode(request.node()); !s.ok()) return s;
+  if (absl::Status s = CheckReason(request.reason()); !s.ok()) return s;
+  if (request.seconds() < 0 || request.seconds() > kMaxCordonSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat("seconds: ", request.seconds(),
+                                                   " is outside [0, ", kMaxCordonSeconds,
+                                                   "] (0: until uncordoned)"));
+  }
+  const absl::Time until = request.seconds() == 0
+                               ? absl::InfiniteFuture()
+                               : clock_->Now() + absl::Seconds(request.seconds());
+  if (absl::Status s =
+          Put(request.node(), until, absl::StrCat("cordoned ", Attributed(by, request.reason())));
+      !s.ok()) {
+    return s;
+  }
+  if (until != absl::InfiniteFuture()) schedule_->RequestBy(until);  // placement resumes then
+  loom::v1::CordonNodeResponse out;
+  *out.mutable_workers() = WorkersOf(request.node());
+  return out;
+}
+
+absl::StatusOr<loom::v1::CordonNodeResponse> Drains::Uncordon(
+    const loom::v1::UncordonNodeRequest& request, const std::string& by) {
+  if (absl::Status s = CheckNode(request.node()); !s.ok()) return s;
+  // Stored as a cordon that has ended: a restarted controller loads none.
+  if (absl::Status s = store_->PutCordon({request.node(), clock_->NowUnixMillis(),
+                                          absl::StrCat("uncordoned ", Attributed(by, ""))});
+      !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("the end of node ", request.node(),
+                                               "'s cordon could not be stored: ", s.message()));
+  }
+  workers_->Uncordon(request.node());
+  schedule_->Request();  // its slots can take ranks again
+  loom::v1::CordonNodeResponse out;
+  *out.mutable_workers() = WorkersOf(request.node());
+  return out;
+}
+
+absl::StatusOr<loom::v1::DrainNodeResponse> Drains::Drain(const loom::v1::DrainNodeRequest& request,
+                                                          const std::string& by) {
+  const std::string& node = request.node();
+  if (absl::Status s = CheckNode(node); !s.ok()) return s;
+  if (absl::Status s = CheckReason(request.reason()); !s.ok()) return s;
+  if (request.deadline_seconds() < 0 || request.deadline_seconds() > kMaxDeadlineSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat("deadline_seconds: ", request.deadline_seconds(),
+                                                   " is outside [0, ", kMaxDeadlineSeconds,
+                                                   "] (0: the queues' preemption grace)"));
+  }
+  const std::string who = Attributed(by, request.reason());
+  if (absl::Status s = Put(node, absl::InfiniteFuture(), absl::StrCat("drained ", who)); !s.ok()) {
+    return s;
+  }
+  const absl::Time now = clock_->Now();
+  loom::v1::DrainNodeResponse out;
+  for (const std::string& id : jobs_->unfinished()) {
+    JobRecord& rec = *jobs_->Find(id);
+    if (!IsAttemptRunningState(rec.job.state()) || rec.pending_failure) continue;
+    const bool there =
+        std::any_of(rec.job.ranks().begin(), rec.job.ranks().end(),
+                    [&](const loom::v1::RankAssignment& a) { return a.node() == node; });
+    if (!there) continue;
+    out.add_moving_job_ids(id);
+    if (rec.preempting) {
+      // Already saving to move (a preemption, a re-plan): it leaves the
+      // node with that move, by the drain's deadline at the latest.
+      if (request.deadline_seconds() > 0) {
+        rec.preempting->deadline =
+            std::min(rec.preempting->deadline, now + absl::Seconds(request.deadline_seconds()));
+      }
+      continue;
+    }
+    const bool elastic = replanner_ != nullptr && rec.job.spec().has_elastic();
+    const std::string then = elastic ? "then it is re-planned without the node"
+                                     : "then it is placed again on other workers";
+    loom::v1::RecoveryEvent ev;
+    ev.set_kind(loom::v1::RecoveryEvent::DRAINING);
+    ev.set_cause(kCauseDrain);
+    ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
+    ev.set_generation(rec.job.generation());
+    if (rec.job.state() == loom::v1::SCHEDULED) {
+      // No step of this attempt has run: a plain stop loses nothing.
+      ev.set_message(absl::StrFormat(
+          "node %s is draining (%s); the job's ranks had not started training, so they stop "
+          "without a save; %s",
+          node, who, then));
+      jobs_->AddEvent(rec, ev);
+      PreemptionInProgress p;
+      p.intent = MoveIntent::kDrain;
+      p.since = now;
+      p.deadline = now;
+      p.forced = true;
+      p.reason = kCauseDrain;
+      p.message = who;
+      p.away_from_node = node;
+      rec.preempting = std::move(p);
+      preemptor_->Finish(rec);
+      continue;
+    }
+    PreemptionInProgress& p = preemptor_->SaveAndStopToMove(
+        rec, MoveIntent::kDrain, kCauseDrain, absl::StrCat("moving off draining node ", node),
+        absl::StrCat("node ", node, " is draining: save a checkpoint, then stop"));
+    p.away_from_node = node;
+    p.message = who;
+    if (request.deadline_seconds() > 0)
+      p.deadline = now + absl::Seconds(request.deadline_seconds());
+    ev.set_message(absl::StrFormat(
+        "node %s is draining (%s); asked the ranks to save a checkpoint at the next step "
+        "boundary and stop within %.0fs, %s",
+        node, who, absl::ToDoubleSeconds(p.deadline - now), then));
+    jobs_->AddEvent(rec, ev);
+    jobs_->Persist(rec, 0);
+  }
+  schedule_->Request();
+  *out.mutable_workers() = WorkersOf(node);
+  return out;
+}
+
+void Drains::FinishMove(JobRecord& rec, const PreemptionInProgress& move) {
+  const absl::Time now = clock_->Now();
+  const int64_t checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+  const int64_t lost =
+      std::max<int64_t>(0, rec.attempt_last_step - std::max<int64_t>(0, checkpoint));
+  const std::string from =
+      checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint) : "the start";
+  std::string what;
+  if (move.step_at_ask < 0 && rec.attempt_last_step < 0) {
+    what = absl::StrCat("before its ranks trained a step: nothing lost; it resumes from ", from);
+  } else if (lost == 0) {
+    what = absl::StrFormat(
+        "every rank stopped %.1fs after the request, with the checkpoint at step %d: 0 steps lost",
+        absl::ToDoubleSeconds(now - move.since), checkpoint);
+  } else {
+    what = absl::StrFormat(
+        "no checkpoint committed in time (%s); it resumes from %s: %d step(s) lost",
+        move.forced ? "stopped at the deadline" : "the ranks stopped without one", from, lost);
+  }
+  loom::v1::RecoveryEvent ev;
+  ev.set_kind(loom::v1::RecoveryEvent::DRAINED);
+  ev.set_cause(kCauseDrain);
+  ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
+  ev.set_checkpoint_step(checkpoint);
+  ev.set_steps_lost(lost);
+  ev.set_resume_step(-1);
+  ev.set_generation(rec.job.generation() + 1);
+  ev.set_message(
+      absl::StrCat("drained off node ", move.away_from_node, " (", move.message, "): ", what));
+  jobs_->AddEvent(rec, ev);
+  const std::string why = absl::StrCat("node ", move.away_from_node, " was drained");
+  if (replanner_ == nullptr || !rec.job.spec().has_elastic() ||
+      !replanner_->Replan(rec, why, kCauseDrain)) {
+    rec.job.set_resume_step(-1);
+    jobs_->Requeue(rec, absl::StrCat(why, "; placed again without it (no restart counted)"));
+  }
+  schedule_->Request();
+}
+
+}  // namespace loom::controller

@@ -1,0 +1,80 @@
+// Operators' actions on nodes: cordon, uncordon and drain.
+//
+// A cordon keeps a node's workers out of placement (WorkerRegistry::Cordon)
+// and is written to the store, so that it outlives a controller restart and
+// a failover; an operator's cordon lasts until it is uncordoned unless it
+// was given a time. A drain cordons the node, then moves every job whose
+// current attempt has ranks there through the preemptor's save-and-stop
+// (MoveIntent::kDrain): a DRAINING event names the node, who asked and the
+// deadline; once the job's ranks are gone (FinishMove) a DRAINED event
+// gives the checkpoint it resumes from and the steps that cost (0 when the
+// save committed in time), and the job is re-planned without the node
+// (elastic, through the replanner) or placed again elsewhere. No restart is
+// counted. A job whose ranks had not started training is moved at once.
+//
+// Thread-compatible: called with the controller's lock held.
+#ifndef LOOM_CONTROLLER_DRAINS_DRAINS_H_
+#define LOOM_CONTROLLER_DRAINS_DRAINS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "controller/admission/schedule_signal.h"
+#include "controller/checkpoints/checkpoint_catalog.h"
+#include "controller/elastic/replanner.h"
+#include "controller/jobs/job_table.h"
+#include "controller/preemption/preemptor.h"
+#include "controller/store/store.h"
+#include "controller/workers/worker_registry.h"
+#include "loom/v1/service.pb.h"
+
+namespace loom::controller {
+
+class Drains : public MoveHandler {
+ public:
+  static constexpr size_t kMaxReasonBytes = 512;
+  static constexpr int64_t kMaxCordonSeconds = 366 * 24 * 3600;
+  static constexpr int64_t kMaxDeadlineSeconds = 24 * 3600;
+
+  // All must outlive this; `replanner` may be null (then no job is
+  // re-planned: each is placed again as it was).
+  Drains(JobTable* jobs, WorkerRegistry* workers, Preemptor* preemptor, Replanner* replanner,
+         CheckpointCatalog* catalog, Store* store, ScheduleSignal* schedule, const Clock* clock);
+
+  // `by` is who asked, as events and the cordon's reason record it ("user
+  // 'ada'"). Each answers INVALID_ARGUMENT naming the field for an empty or
+  // over-long node, a reason over kMaxReasonBytes, or a time out of range;
+  // NOT_FOUND for a node no worker has registered from; UNAVAILABLE when
+  // the store does not take the cordon (then nothing changed).
+  absl::StatusOr<loom::v1::CordonNodeResponse> Cordon(const loom::v1::CordonNodeRequest& request,
+                                                      const std::string& by);
+  absl::StatusOr<loom::v1::CordonNodeResponse> Uncordon(
+      const loom::v1::UncordonNodeRequest& request, const std::string& by);
+  absl::StatusOr<loom::v1::DrainNodeResponse> Drain(const loom::v1::DrainNodeRequest& request,
+                                                    const std::string& by);
+
+  // A drained job's ranks are all gone: DRAINED, then re-planned or
+  // placed again.
+  void FinishMove(JobRecord& rec, const PreemptionInProgress& move) override;
+
+ private:
+  absl::Status CheckNode(const std::string& node) const;
+  // Cordons `node` until `until` in the registry and the store.
+  absl::Status Put(const std::string& node, absl::Time until, const std::string& reason);
+  // The node's workers as ListWorkers shows them.
+  google::protobuf::RepeatedPtrField<loom::v1::WorkerInfo> WorkersOf(const std::string& node) const;
+
+  JobTable* const jobs_;
+  WorkerRegistry* const workers_;
+  Preemptor* const preemptor_;
+  Replanner* const replanner_;
+  CheckpointCatalog* const catalog_;
+  Store* const store_;
+  ScheduleSignal* const schedule_;
+  const Clock* const clock_;
+};
+
+}  // namespace loom::controller
+
+#endif  // LOOM_CONTROLLER_DRAINS_DRAINS_H_
