@@ -558,6 +558,92 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
   std::cout << "preemption past the grace: " << stopped->message() << std::endl;
 }
 
+// An operator drains the node a job trains on: the job saves at its next
+// step boundary, stops, waits for room (the other worker is busy with the
+// reference run) and resumes on the other node, with no step lost and no
+// restart, bitwise equal to its uninterrupted run. The drained node stays
+// cordoned across a controller restart until it is uncordoned.
+TEST_F(ClusterTest, DrainedJobMovesOffItsNodeLosingNothingAndMatchesItsUninterruptedRun) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2));
+  constexpr int kSteps = 600;
+  const std::string extra = kPreemptionSpecTail;
+  const std::string reference = Submit(WriteSpec("uncut", kSteps, 1, extra));
+  const std::string job = Submit(WriteSpec("drained", kSteps, 1, extra));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 120; }, 120))
+      << Status(job).DebugString();
+  const loom::v1::Job before = Status(job);
+  ASSERT_LT(before.summary().last_step(), kSteps / 2) << "the drain must land mid-run";
+  ASSERT_EQ(before.ranks_size(), 1);
+  const std::string node = before.ranks(0).node();
+
+  auto drained = Ctl("drain " + node + " --deadline 60s --reason 'kernel upgrade'");
+  ASSERT_EQ(drained.exit_code, 0) << drained.out << drained.err;
+  EXPECT_THAT(drained.out, HasSubstr("saving and moving: " + job));
+  auto workers = Ctl("workers");
+  EXPECT_THAT(workers.out, HasSubstr("cordoned: " + node +
+                                     " takes no new ranks until uncordoned "
+                                     "(drained by user 'local': kernel upgrade)"));
+  ASSERT_TRUE(WaitFor([&] { return Status(reference).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(reference).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.preemptions(), 0);
+  const loom::v1::RecoveryEvent* asked = nullptr;
+  const loom::v1::RecoveryEvent* moved = nullptr;
+  for (const auto& e : done.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::DRAINING) asked = &e;
+    if (e.kind() == loom::v1::RecoveryEvent::DRAINED) moved = &e;
+    EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::RESTART) << e.DebugString();
+  }
+  ASSERT_NE(asked, nullptr) << done.DebugString();
+  ASSERT_NE(moved, nullptr) << done.DebugString();
+  EXPECT_EQ(asked->cause(), "drain");
+  EXPECT_THAT(asked->message(), HasSubstr("by user 'local': kernel upgrade"));
+  EXPECT_EQ(moved->steps_lost(), 0) << moved->message();
+  EXPECT_GE(moved->checkpoint_step(), asked->step());
+  EXPECT_THAT(moved->message(), HasSubstr("0 steps lost"));
+  // Placed again on the other node only.
+  int placements_after = 0;
+  bool after_drain = false;
+  for (const auto& t : done.history()) {
+    if (t.reason().find("was drained") != std::string::npos) after_drain = true;
+    if (after_drain && t.to() == loom::v1::SCHEDULED) {
+      ++placements_after;
+      EXPECT_THAT(t.reason(), ::testing::Not(HasSubstr("@" + node))) << t.reason();
+    }
+  }
+  EXPECT_GE(placements_after, 1);
+  // Every step trained once, and the parameters are the uninterrupted run's.
+  loom::v1::GetStepMetricsResponse steps;
+  ASSERT_NO_FATAL_FAILURE(GetStepMetrics(job, &steps));
+  std::map<int64_t, int> trained;
+  for (const auto& m : steps.steps()) {
+    if (m.step() > 0) trained[m.step()] += 1;
+  }
+  for (const auto& [step, times] : trained) EXPECT_EQ(times, 1) << "step " << step;
+  EXPECT_EQ(trained.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(Digest(CheckpointPathAt(job, kSteps)), Digest(CheckpointPathAt(reference, kSteps)));
+  auto events = Ctl("events " + job);
+  std::cout << "drain, loomctl events " << job << ":\n" << events.out << std::endl;
+
+  // The cordon is stored: a restarted controller keeps it, until uncordoned.
+  auto restarted = Ctl("local restart controller");
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.err;
+  ASSERT_TRUE(WaitFor(
+      [&] { return Ctl("workers").out.find("cordoned: " + node) != std::string::npos; }, 30))
+      << Ctl("workers").out;
+  auto back = Ctl("uncordon " + node);
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_THAT(back.out, HasSubstr("takes ranks"));
+  EXPECT_THAT(Ctl("workers").out, ::testing::Not(HasSubstr("cordoned: ")));
+  auto unknown = Ctl("drain no-such-node");
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("no worker has registered from node"));
+}
+
 TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
   StartCluster(1);
   auto channel = *cli::LocalControllerChannel(home_, controller_);
