@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -381,6 +382,7 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
     std::string wready = absl::StrCat(o.home, "/run/", w.name, ".json");
     std::string work = absl::StrCat(o.home, "/workers/", i);
     MakeDirs(work).IgnoreError();
+    std::remove((work + "/notice").c_str());  // an old cluster's notice is not this one's
     std::vector<std::string> worker_args;
     if (static_cast<size_t>(i) < o.worker_prefix.size()) worker_args = o.worker_prefix[i];
     const std::string address = static_cast<size_t>(i) < o.worker_address.size()
@@ -401,7 +403,9 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
              "--address=" + address, absl::StrCat("--slots=", o.slots_per_worker),
              absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
              "--gpus=" + o.gpus_per_worker, "--work_dir=" + work, "--ready_file=" + wready,
-             "--metrics_listen=127.0.0.1:0"}) {
+             "--metrics_listen=127.0.0.1:0",
+             // `touch <home>/workers/N/notice` says the node is going away.
+             "--notice_file=" + work + "/notice"}) {
       worker_args.push_back(std::move(arg));
     }
     if (absl::Status s = WriteArgs(o.home, w.name, worker_args); !s.ok()) {

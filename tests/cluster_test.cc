@@ -644,6 +644,76 @@ TEST_F(ClusterTest, DrainedJobMovesOffItsNodeLosingNothingAndMatchesItsUninterru
   EXPECT_THAT(unknown.err, HasSubstr("no worker has registered from node"));
 }
 
+// A node's own notices: its worker's SIGTERM (as Kubernetes sends on a
+// drain or eviction) and a notice file (as a node agent or a preStop hook
+// writes). Each worker tells the controller, which drains the node: both
+// jobs save at their next step boundary and move (waiting for room while a
+// reference run holds the third worker), with no step lost and no restart,
+// and end bitwise equal to the reference. The SIGTERMed worker exits once
+// its rank has stopped. (The metadata endpoint's path is
+// worker/node_notice_test.cc's, on loopback.)
+TEST_F(ClusterTest, SigtermAndNoticeFileDrainTheirNodesLosingNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3));
+  constexpr int kSteps = 1000;
+  const std::string extra = kPreemptionSpecTail;
+  const std::string reference = Submit(WriteSpec("uncut", kSteps, 1, extra));
+  const std::string termed = Submit(WriteSpec("termed", kSteps, 1, extra));
+  const std::string filed = Submit(WriteSpec("filed", kSteps, 1, extra));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Status(termed).summary().last_step() >= 60 &&
+               Status(filed).summary().last_step() >= 60;
+      },
+      120))
+      << Status(termed).DebugString() << Status(filed).DebugString();
+  for (const std::string& j : {termed, filed}) {
+    ASSERT_LT(Status(j).summary().last_step(), kSteps - 200) << "the notice must land mid-run";
+  }
+  const std::string termed_node = Status(termed).ranks(0).node();
+  const std::string filed_node = Status(filed).ranks(0).node();
+  int termed_pid = 0;
+  for (const auto& d : Daemons()) {
+    if (d.name == "worker-" + termed_node.substr(termed_node.rfind('-') + 1)) termed_pid = d.pid;
+  }
+  ASSERT_GT(termed_pid, 0);
+  ASSERT_EQ(kill(termed_pid, SIGTERM), 0);
+  std::ofstream(
+      absl::StrCat(home_, "/workers/", filed_node.substr(filed_node.rfind('-') + 1), "/notice"))
+      << "90\n";
+  // The SIGTERMed worker leaves once its rank has saved and stopped.
+  ASSERT_TRUE(WaitFor([&] { return !loom::testing::ProcessAlive(termed_pid); }, 30));
+  for (const std::string& j : {reference, termed, filed}) {
+    ASSERT_TRUE(WaitFor([&] { return Status(j).state() == loom::v1::SUCCEEDED; }, 240))
+        << Status(j).DebugString();
+  }
+  const std::string want = Digest(CheckpointPathAt(reference, kSteps));
+  for (const auto& [j, source] :
+       std::vector<std::pair<std::string, std::string>>{{termed, "sigterm"}, {filed, "file"}}) {
+    const loom::v1::Job done = Status(j);
+    EXPECT_EQ(done.restarts(), 0) << j;
+    const loom::v1::RecoveryEvent* moved = nullptr;
+    for (const auto& e : done.events()) {
+      if (e.kind() == loom::v1::RecoveryEvent::DRAINING) {
+        EXPECT_THAT(e.message(), HasSubstr(source + " notice, ")) << e.message();
+      }
+      if (e.kind() == loom::v1::RecoveryEvent::DRAINED) moved = &e;
+    }
+    ASSERT_NE(moved, nullptr) << done.DebugString();
+    EXPECT_EQ(moved->steps_lost(), 0) << moved->message();
+    loom::v1::GetStepMetricsResponse steps;
+    ASSERT_NO_FATAL_FAILURE(GetStepMetrics(j, &steps));
+    std::map<int64_t, int> trained;
+    for (const auto& m : steps.steps()) {
+      if (m.step() > 0) trained[m.step()] += 1;
+    }
+    for (const auto& [step, times] : trained) EXPECT_EQ(times, 1) << j << " step " << step;
+    EXPECT_EQ(trained.size(), static_cast<size_t>(kSteps)) << j;
+    EXPECT_EQ(Digest(CheckpointPathAt(j, kSteps)), want) << j;
+    std::cout << source << " notice, loomctl events " << j << ":\n"
+              << Ctl("events " + j).out << std::endl;
+  }
+}
+
 TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {
   StartCluster(1);
   auto channel = *cli::LocalControllerChannel(home_, controller_);

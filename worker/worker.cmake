@@ -11,7 +11,7 @@ loom_test(loom_log_shipper_test SRCS log_shipper_test.cc DEPS loom_worker_agent)
 
 
 add_executable(loom-worker worker_main.cc)
-target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_health loom_blas_info
+target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_node_notice loom_health loom_blas_info
   loom_cpu_probe loom_nvml absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
 
 # The rank process links LibTorch and protobuf messages, but no gRPC.
@@ -28,3 +28,12 @@ target_link_libraries(loom-ckpt PRIVATE loom_checkpoint_inspect loom_tokenizer)
 add_dependencies(loom_cpu_probe_test loom-rank)
 target_compile_definitions(loom_cpu_probe_test PRIVATE LOOM_RANK_BINARY="$<TARGET_FILE:loom-rank>")
 loom_test(loom_controller_link_test SRCS controller_link_test.cc DEPS loom_worker_agent)
+# What tells a worker its node is going away (a file, a cloud's metadata,
+# read with cpp-httplib's client).
+find_package(PkgConfig REQUIRED)
+find_package(OpenSSL REQUIRED)
+pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+loom_library(loom_node_notice SRCS node_notice.cc
+  DEPS loom_grpc PkgConfig::CPP_HTTPLIB OpenSSL::SSL OpenSSL::Crypto absl::strings absl::time
+       Threads::Threads)
+loom_test(loom_node_notice_test SRCS node_notice_test.cc DEPS loom_node_notice)

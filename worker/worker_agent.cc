@@ -324,6 +324,8 @@ void WorkerAgent::LogLoop() {
   }
 }
 
+size_t WorkerAgent::RanksRunning() { return supervisor_->Running().size(); }
+
 void WorkerAgent::Stop() {
   stop_ = true;
   cv_.notify_all();
@@ -419,6 +421,9 @@ absl::Status WorkerAgent::HeartbeatOnce(absl::Duration timeout) {
     r->set_generation(running_rank.generation);
   }
   req.set_rendezvous_port(PickFreePort());
+  if (options_.notice) {
+    if (std::optional<loom::v1::NodeNotice> n = options_.notice()) *req.mutable_notice() = *n;
+  }
   loom::v1::HeartbeatResponse resp;
   const absl::Time sent = absl::Now();
   ControllerLink::Target used;

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -75,6 +76,9 @@ struct WorkerOptions {
   // Called on Run()'s thread when the worker becomes registered (true) and
   // when the controller forgets it or Run() returns (false). Optional.
   std::function<void(bool registered)> on_registration;
+  // Whether this node is going away (node_notice.h), asked at every
+  // heartbeat, which then carries it. Optional.
+  std::function<std::optional<loom::v1::NodeNotice>()> notice;
 };
 
 class WorkerAgent {
@@ -91,6 +95,8 @@ class WorkerAgent {
   // until Stop(). Re-registers when the controller forgets this worker.
   void Run();
   void Stop();
+  // How many ranks run here now.
+  size_t RanksRunning();
 
  private:
   struct Outgoing {

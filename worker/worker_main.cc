@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/grpc_util.h"
 #include "common/health_service.h"
 #include "common/json_writer.h"
@@ -32,6 +33,7 @@
 #include "common/metrics_server.h"
 #include "worker/blas_info.h"
 #include "worker/cpu_probe.h"
+#include "worker/node_notice.h"
 #include "worker/telemetry/nvml.h"
 #include "worker/worker_agent.h"
 
@@ -75,6 +77,15 @@ ABSL_FLAG(std::string, work_dir, "", "per-rank logs and files (required)");
 ABSL_FLAG(std::string, rank_binary, "", "path to loom-rank (default: next to loom-worker)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "/metrics listen address");
 ABSL_FLAG(std::string, ready_file, "", "once registered-ready, write {metrics_address} JSON here");
+ABSL_FLAG(std::string, notice_file, "",
+          "a file whose appearance says this node is going away (empty, seconds left, or an "
+          "RFC 3339 time): the controller drains the node by then (empty = none watched)");
+ABSL_FLAG(std::string, notice_url, "",
+          "an HTTP metadata endpoint polled each second for the node's reclaim notice, in the "
+          "shape of AWS's spot instance-action or GCE's instance/preempted (empty = none)");
+ABSL_FLAG(absl::Duration, sigterm_notice, absl::Seconds(25),
+          "on SIGTERM with ranks running, tell the controller the node goes in this long, and "
+          "exit once its ranks have saved and stopped (or then); 0 = stop the ranks at once");
 ABSL_FLAG(std::string, health_listen, "",
           "serve grpc.health.v1 (plaintext) here: SERVING while registered with the controller, "
           "NOT_SERVING otherwise (empty = off)");
@@ -330,6 +341,15 @@ int main(int argc, char** argv) {
               << health_listen.substr(0, health_listen.rfind(':')) << ":" << port << std::endl;
   }
 
+  // What says this node is going away: read by each heartbeat.
+  worker::NodeNoticeOptions notice_options;
+  notice_options.file = absl::GetFlag(FLAGS_notice_file);
+  notice_options.url = absl::GetFlag(FLAGS_notice_url);
+  if (!notice_options.url.empty() && !absl::StartsWith(notice_options.url, "http://")) {
+    return Fail("--notice_url: must be http://host[:port]/path (a metadata endpoint)");
+  }
+  auto notices = std::make_shared<worker::NodeNoticeWatcher>(notice_options);
+  opts.notice = [notices] { return notices->Current(); };
   auto agent = std::make_unique<worker::WorkerAgent>(opts, link, registry);
   std::cerr << "loom-worker: node " << opts.node
             << (opts.zone.empty() ? "" : absl::StrCat(", zone ", opts.zone))
@@ -360,6 +380,31 @@ int main(int argc, char** argv) {
   });
   int sig = 0;
   sigwait(&sigs, &sig);
+  // SIGTERM is a notice (Kubernetes' drain or eviction, a spot reclaim's
+  // shutdown): with ranks running, the controller is told the node goes by
+  // the deadline and moves them (they save at their next step boundary);
+  // the worker exits once they have stopped, at the deadline, or at a
+  // second signal.
+  const absl::Duration sigterm_notice = absl::GetFlag(FLAGS_sigterm_notice);
+  if (!gave_up && sig == SIGTERM && sigterm_notice > absl::ZeroDuration() &&
+      agent->RanksRunning() > 0) {
+    const absl::Time deadline = absl::Now() + sigterm_notice;
+    loom::v1::NodeNotice n;
+    n.set_source("sigterm");
+    n.set_deadline_unix_ms(absl::ToUnixMillis(deadline));
+    n.set_detail("the worker received SIGTERM");
+    notices->Raise(n);
+    std::cerr << "loom-worker: SIGTERM: the controller drains this node; exiting once its "
+              << agent->RanksRunning() << " rank(s) have saved and stopped, or in "
+              << absl::FormatDuration(sigterm_notice) << std::endl;
+    const struct timespec tick = {0, 200 * 1000 * 1000};
+    while (!gave_up && agent->RanksRunning() > 0 && absl::Now() < deadline) {
+      if (sigtimedwait(&sigs, nullptr, &tick) > 0) {
+        std::cerr << "loom-worker: a second signal: stopping now" << std::endl;
+        break;
+      }
+    }
+  }
   agent_stopping = true;
   if (!gave_up) std::cerr << "loom-worker: signal " << sig << ", stopping ranks and exiting" << std::endl;
   agent->Stop();

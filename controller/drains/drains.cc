@@ -1,6 +1,7 @@
 #include "controller/drains/drains.h"
 
 #include <algorithm>
+#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -122,8 +123,46 @@ absl::StatusOr<loom::v1::DrainNodeResponse> Drains::Drain(const loom::v1::DrainN
                                                    " is outside [0, ", kMaxDeadlineSeconds,
                                                    "] (0: the queues' preemption grace)"));
   }
-  const std::string who = Attributed(by, request.reason());
-  if (absl::Status s = Put(node, absl::InfiniteFuture(), absl::StrCat("drained ", who)); !s.ok()) {
+  return DrainFor(node, absl::Seconds(request.deadline_seconds()), absl::InfiniteFuture(),
+                  Attributed(by, request.reason()));
+}
+
+void Drains::Notice(const loom::v1::WorkerInfo& worker, const loom::v1::NodeNotice& notice) {
+  const std::string& node = worker.node();
+  const absl::Time now = clock_->Now();
+  const absl::Time deadline = absl::FromUnixMillis(notice.deadline_unix_ms());
+  auto it = noticed_.find(node);
+  if (it != noticed_.end() && it->second + absl::Minutes(1) <= now) {
+    noticed_.erase(it);  // its cordon has ended: a node back under this name is new
+    it = noticed_.end();
+  }
+  if (it != noticed_.end() && deadline >= it->second) return;  // already acted on
+  if (deadline + absl::Minutes(1) <= now) return;              // stale: the node outlived it
+  noticed_[node] = deadline;
+  const absl::Duration left =
+      std::max(absl::Seconds(1), absl::Ceil(deadline - now, absl::Seconds(1)));
+  std::string source = notice.source().substr(0, 64);
+  std::string detail = notice.detail().substr(0, kMaxReasonBytes);
+  const std::string who =
+      absl::StrFormat("by worker %s: %s notice, %.0fs before the node goes%s%s", worker.id(),
+                      source.empty() ? "a" : source, absl::ToDoubleSeconds(left),
+                      detail.empty() ? "" : "; ", detail);
+  absl::StatusOr<loom::v1::DrainNodeResponse> drained = DrainFor(
+      node, std::min(left, absl::Seconds(kMaxDeadlineSeconds)), deadline + absl::Minutes(1), who);
+  if (!drained.ok()) {
+    noticed_.erase(node);  // the next heartbeat tries again
+    std::cerr << "loom-controller: node " << node << "'s notice: " << drained.status() << std::endl;
+    return;
+  }
+  std::cerr << "loom-controller: node " << node << " drains (" << who
+            << "): " << drained->moving_job_ids_size() << " job(s) moving" << std::endl;
+}
+
+absl::StatusOr<loom::v1::DrainNodeResponse> Drains::DrainFor(const std::string& node,
+                                                             absl::Duration deadline,
+                                                             absl::Time cordon_until,
+                                                             const std::string& who) {
+  if (absl::Status s = Put(node, cordon_until, absl::StrCat("drained ", who)); !s.ok()) {
     return s;
   }
   const absl::Time now = clock_->Now();
@@ -139,9 +178,8 @@ absl::StatusOr<loom::v1::DrainNodeResponse> Drains::Drain(const loom::v1::DrainN
     if (rec.preempting) {
       // Already saving to move (a preemption, a re-plan): it leaves the
       // node with that move, by the drain's deadline at the latest.
-      if (request.deadline_seconds() > 0) {
-        rec.preempting->deadline =
-            std::min(rec.preempting->deadline, now + absl::Seconds(request.deadline_seconds()));
+      if (deadline > absl::ZeroDuration()) {
+        rec.preempting->deadline = std::min(rec.preempting->deadline, now + deadline);
       }
       continue;
     }
@@ -177,8 +215,7 @@ absl::StatusOr<loom::v1::DrainNodeResponse> Drains::Drain(const loom::v1::DrainN
         absl::StrCat("node ", node, " is draining: save a checkpoint, then stop"));
     p.away_from_node = node;
     p.message = who;
-    if (request.deadline_seconds() > 0)
-      p.deadline = now + absl::Seconds(request.deadline_seconds());
+    if (deadline > absl::ZeroDuration()) p.deadline = now + deadline;
     ev.set_message(absl::StrFormat(
         "node %s is draining (%s); asked the ranks to save a checkpoint at the next step "
         "boundary and stop within %.0fs, %s",

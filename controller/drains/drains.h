@@ -16,6 +16,7 @@
 #ifndef LOOM_CONTROLLER_DRAINS_DRAINS_H_
 #define LOOM_CONTROLLER_DRAINS_DRAINS_H_
 
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -54,12 +55,27 @@ class Drains : public MoveHandler {
   absl::StatusOr<loom::v1::DrainNodeResponse> Drain(const loom::v1::DrainNodeRequest& request,
                                                     const std::string& by);
 
+  // A worker's heartbeat carries its node's notice (a SIGTERM, a notice
+  // file, a cloud's spot or preemption notice): the node is drained by the
+  // notice's deadline, once per notice (a sooner deadline drains again).
+  // Its cordon ends a minute after the deadline, so that a node that comes
+  // back under the same name takes ranks again. The events name the source
+  // and how long the notice gave ("aws-spot notice, 118s before the node
+  // goes").
+  void Notice(const loom::v1::WorkerInfo& worker, const loom::v1::NodeNotice& notice);
+
   // A drained job's ranks are all gone: DRAINED, then re-planned or
   // placed again.
   void FinishMove(JobRecord& rec, const PreemptionInProgress& move) override;
 
  private:
   absl::Status CheckNode(const std::string& node) const;
+  // Cordons `node` until `cordon_until` and moves its jobs, each asked to
+  // save within `deadline` (0: the queues' grace); `who` says who and why.
+  absl::StatusOr<loom::v1::DrainNodeResponse> DrainFor(const std::string& node,
+                                                       absl::Duration deadline,
+                                                       absl::Time cordon_until,
+                                                       const std::string& who);
   // Cordons `node` until `until` in the registry and the store.
   absl::Status Put(const std::string& node, absl::Time until, const std::string& reason);
   // The node's workers as ListWorkers shows them.
@@ -73,6 +89,7 @@ class Drains : public MoveHandler {
   Store* const store_;
   ScheduleSignal* const schedule_;
   const Clock* const clock_;
+  std::map<std::string, absl::Time> noticed_;  // node -> its notice's deadline
 };
 
 }  // namespace loom::controller

@@ -244,5 +244,34 @@ TEST_F(DrainsTest, AnElasticJobIsReplannedWithoutTheDrainedNode) {
   EXPECT_EQ(rec.job.restarts(), 0);
 }
 
+TEST_F(DrainsTest, ANodesNoticeDrainsItOnceByTheDeadlineAndItsCordonEndsAfter) {
+  JobRecord& rec = AddJob("job-1", loom::v1::RUNNING, {w_[0]}, Fixed());
+  Trained(rec, 12);
+  loom::v1::NodeNotice notice;
+  notice.set_source("aws-spot");
+  notice.set_detail("spot instance-action terminate at 2026-12-07T08:22:00Z");
+  notice.set_deadline_unix_ms(clock_.NowUnixMillis() + 118000);
+  const loom::v1::WorkerInfo worker = workers_.Find(w_[0])->info;
+  drains_->Notice(worker, notice);
+  ASSERT_TRUE(rec.preempting.has_value());
+  EXPECT_EQ(rec.preempting->deadline, clock_.Now() + absl::Seconds(118));
+  ASSERT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::DRAINING));
+  EXPECT_THAT(rec.job.events(0).message(),
+              HasSubstr(absl::StrCat("by worker ", w_[0],
+                                     ": aws-spot notice, 118s before the node goes; spot "
+                                     "instance-action terminate")));
+  EXPECT_EQ(TakeCommands(w_[0]).size(), 1u);
+  // The same notice again (every heartbeat carries it): nothing more.
+  clock_.Advance(absl::Seconds(1));
+  drains_->Notice(worker, notice);
+  EXPECT_EQ(rec.job.events_size(), 1);
+  EXPECT_TRUE(TakeCommands(w_[0]).empty());
+  // The cordon ends a minute after the deadline: a node back under the
+  // same name takes ranks again.
+  EXPECT_TRUE(workers_.IsCordoned("node-a"));
+  clock_.Advance(absl::Seconds(117 + 60));
+  EXPECT_FALSE(workers_.IsCordoned("node-a"));
+}
+
 }  // namespace
 }  // namespace loom::controller
