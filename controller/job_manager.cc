@@ -382,6 +382,7 @@ void JobManager::Tick() {
     liveness_.CheckLeases();
     failures_.ResolveSettled();
     preemptor_.CheckGraces();
+    drains_.Tick();
     replanner_.Grow();
     admitter_.Schedule();
   }

@@ -166,6 +166,11 @@ absl::StatusOr<loom::v1::DrainNodeResponse> Drains::DrainFor(const std::string& 
     return s;
   }
   const absl::Time now = clock_->Now();
+  last_drain_ = now;
+  drained_lately_.insert(node);
+  for (const auto& [id, generation] : replans_) {  // they wait for this one too
+    if (JobRecord* waiting = jobs_->Find(id)) waiting->not_before = now + kSettle;
+  }
   loom::v1::DrainNodeResponse out;
   for (const std::string& id : jobs_->unfinished()) {
     JobRecord& rec = *jobs_->Find(id);
@@ -259,11 +264,50 @@ void Drains::FinishMove(JobRecord& rec, const PreemptionInProgress& move) {
       absl::StrCat("drained off node ", move.away_from_node, " (", move.message, "): ", what));
   jobs_->AddEvent(rec, ev);
   const std::string why = absl::StrCat("node ", move.away_from_node, " was drained");
-  if (replanner_ == nullptr || !rec.job.spec().has_elastic() ||
-      !replanner_->Replan(rec, why, kCauseDrain)) {
+  const bool elastic = replanner_ != nullptr && rec.job.spec().has_elastic();
+  if (elastic && now < last_drain_ + kSettle) {
+    // Other nodes of its pool may be drained next: re-planned once they
+    // have settled (Tick), without them all.
+    rec.job.set_resume_step(-1);
+    jobs_->Requeue(rec, absl::StrFormat("%s; re-planned once no node has drained for %.0fs", why,
+                                        absl::ToDoubleSeconds(kSettle)));
+    rec.not_before = last_drain_ + kSettle;
+    replans_[rec.job.id()] = rec.job.layout_generation();
+    schedule_->RequestBy(rec.not_before);
+    return;
+  }
+  if (!elastic || !replanner_->Replan(rec, why, kCauseDrain)) {
     rec.job.set_resume_step(-1);
     jobs_->Requeue(rec, absl::StrCat(why, "; placed again without it (no restart counted)"));
   }
+  schedule_->Request();
+}
+
+void Drains::Tick() {
+  if (replans_.empty()) {
+    if (clock_->Now() >= last_drain_ + kSettle) drained_lately_.clear();
+    return;
+  }
+  if (clock_->Now() < last_drain_ + kSettle) return;
+  std::string nodes;
+  for (const std::string& n : drained_lately_)
+    absl::StrAppend(&nodes, nodes.empty() ? "" : ", ", n);
+  const std::string why =
+      absl::StrCat(drained_lately_.size() == 1 ? "node " : "nodes ", nodes,
+                   drained_lately_.size() == 1 ? " was drained" : " were drained");
+  for (const auto& [id, generation] : replans_) {
+    JobRecord* rec = jobs_->Find(id);
+    // Placed, ended or re-planned meanwhile: nothing to do.
+    if (rec == nullptr || rec->job.state() != loom::v1::PENDING ||
+        rec->job.layout_generation() != generation) {
+      continue;
+    }
+    rec->not_before = absl::InfinitePast();
+    // When no gang plans without them, it waits for its own, as it is.
+    replanner_->Replan(*rec, why, kCauseDrain);
+  }
+  replans_.clear();
+  drained_lately_.clear();
   schedule_->Request();
 }
 

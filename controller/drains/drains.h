@@ -12,11 +12,18 @@
 // (elastic, through the replanner) or placed again elsewhere. No restart is
 // counted. A job whose ranks had not started training is moved at once.
 //
+// Nodes of a pool that scales down drain a few seconds apart. So that an
+// elastic job moves once, not once per node, a drained elastic job is
+// re-planned only when no node has drained for kSettle: until then it waits
+// PENDING (not placed), and the re-plan leaves out every node drained
+// meanwhile (Tick).
+//
 // Thread-compatible: called with the controller's lock held.
 #ifndef LOOM_CONTROLLER_DRAINS_DRAINS_H_
 #define LOOM_CONTROLLER_DRAINS_DRAINS_H_
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -37,6 +44,7 @@ class Drains : public MoveHandler {
   static constexpr size_t kMaxReasonBytes = 512;
   static constexpr int64_t kMaxCordonSeconds = 366 * 24 * 3600;
   static constexpr int64_t kMaxDeadlineSeconds = 24 * 3600;
+  static constexpr absl::Duration kSettle = absl::Seconds(5);
 
   // All must outlive this; `replanner` may be null (then no job is
   // re-planned: each is placed again as it was).
@@ -67,6 +75,8 @@ class Drains : public MoveHandler {
   // A drained job's ranks are all gone: DRAINED, then re-planned or
   // placed again.
   void FinishMove(JobRecord& rec, const PreemptionInProgress& move) override;
+  // Each tick: re-plans the drained elastic jobs once drains have settled.
+  void Tick();
 
  private:
   absl::Status CheckNode(const std::string& node) const;
@@ -90,6 +100,11 @@ class Drains : public MoveHandler {
   ScheduleSignal* const schedule_;
   const Clock* const clock_;
   std::map<std::string, absl::Time> noticed_;  // node -> its notice's deadline
+  absl::Time last_drain_ = absl::InfinitePast();  // the newest drain or notice
+  std::set<std::string> drained_lately_;          // nodes drained since the last settle
+  // Drained elastic jobs waiting to be re-planned (job id -> the layout
+  // generation they waited with: one re-planned meanwhile is left alone).
+  std::map<std::string, int64_t> replans_;
 };
 
 }  // namespace loom::controller

@@ -231,17 +231,56 @@ TEST_F(DrainsTest, AnElasticJobIsReplannedWithoutTheDrainedNode) {
   ASSERT_TRUE(drains_->Drain(DrainOf("node-c"), "user 'ada'").ok());
   ASSERT_TRUE(rec.preempting.has_value());
   EXPECT_EQ(rec.preempting->deadline, clock_.Now() + queues_.preemption_grace);
-  ASSERT_TRUE(workers_.RecordHeartbeat(w_[0], 29500).ok());
-  ASSERT_TRUE(workers_.RecordHeartbeat(w_[1], 29500).ok());
+  const absl::Time drained_at = clock_.Now();
   RanksExited(rec);
   preemptor_->Finish(rec);
+  // Not re-planned yet: another node of its pool may drain next.
+  EXPECT_EQ(rec.job.state(), loom::v1::PENDING);
+  EXPECT_EQ(rec.not_before, drained_at + Drains::kSettle);
+  EXPECT_THAT(rec.job.reason(), HasSubstr("re-planned once no node has drained for 5s"));
+  ASSERT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::DRAINING, RecoveryEvent::DRAINED));
+  drains_->Tick();
+  EXPECT_EQ(rec.job.events_size(), 2);
+  clock_.Advance(Drains::kSettle);
+  ASSERT_TRUE(workers_.RecordHeartbeat(w_[0], 29500).ok());
+  ASSERT_TRUE(workers_.RecordHeartbeat(w_[1], 29500).ok());
+  drains_->Tick();
   EXPECT_EQ(rec.job.state(), loom::v1::PENDING);
   EXPECT_EQ(rec.job.spec().resources().ranks(), 2);
   ASSERT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::DRAINING, RecoveryEvent::DRAINED,
                                            RecoveryEvent::REPLANNED));
   EXPECT_EQ(rec.job.events(2).cause(), kCauseDrain);
   EXPECT_EQ(rec.job.events(2).steps_lost(), 0);
+  EXPECT_THAT(rec.job.events(2).message(), HasSubstr("node node-c was drained"));
   EXPECT_EQ(rec.job.restarts(), 0);
+}
+
+TEST_F(DrainsTest, NodesDrainedSecondsApartCauseOneReplan) {
+  JobRecord& rec = AddJob("job-1", loom::v1::RUNNING, w_, Elastic(3));
+  Commit(rec, 5);
+  Trained(rec, 5);
+  ASSERT_TRUE(drains_->Drain(DrainOf("node-c"), "user 'ada'").ok());
+  clock_.Advance(absl::Seconds(1));
+  RanksExited(rec);
+  preemptor_->Finish(rec);
+  EXPECT_EQ(rec.job.state(), loom::v1::PENDING);
+  // Three seconds later the pool's next node drains: the job still waits.
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_TRUE(drains_->Drain(DrainOf("node-b"), "user 'ada'").ok());
+  EXPECT_EQ(rec.not_before, clock_.Now() + Drains::kSettle);
+  clock_.Advance(absl::Seconds(3));
+  drains_->Tick();
+  EXPECT_EQ(rec.job.layout_generation(), 0);  // not yet
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(workers_.RecordHeartbeat(w_[0], 29500).ok());
+  drains_->Tick();
+  // One re-plan, onto the one node left.
+  EXPECT_EQ(rec.job.layout_generation(), 1);
+  EXPECT_EQ(rec.job.spec().resources().ranks(), 1);
+  ASSERT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::DRAINING, RecoveryEvent::DRAINED,
+                                           RecoveryEvent::REPLANNED));
+  EXPECT_THAT(rec.job.events(2).message(), HasSubstr("nodes node-b, node-c were drained"));
+  EXPECT_EQ(rec.not_before, absl::InfinitePast());
 }
 
 TEST_F(DrainsTest, ANodesNoticeDrainsItOnceByTheDeadlineAndItsCordonEndsAfter) {
