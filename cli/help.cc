@@ -13,7 +13,7 @@ std::vector<CommandHelp> MakeCommands() {
   c.push_back({"local",
                {"local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto] "
                 "[--data-root DIR]... [--worker-timeout SECONDS] [--queues FILE] "
-                "[--store sqlite|postgres] [--ha]",
+                "[--notice-url URL] [--store sqlite|postgres] [--ha]",
                 "local down", "local restart controller|controller-N|worker-N|postgres [--kill]",
                 "local status"},
                "run a controller and workers on this machine",
@@ -34,6 +34,9 @@ std::vector<CommandHelp> MakeCommands() {
                                 repeatable; replaces the defaults
            --worker-timeout S   seconds of silence before a worker is lost
            --queues FILE        the controller's queue file (docs/scheduling.md)
+           --notice-url URL     each worker polls URL ({node}: its node) for its
+                                node's reclaim notice (AWS spot or GCE shape);
+                                `<home>/workers/N/notice` is watched anyway
            --store S            the controller's store: sqlite (in the home, the
                                 default) or postgres (a PostgreSQL server of the
                                 cluster's own)
@@ -59,7 +62,7 @@ examples (the second lets jobs read data under the current directory only):
   loomctl local down)",
                {"up", "down", "restart", "status"},
                {"--workers", "--slots", "--memory", "--gpus", "--data-root", "--worker-timeout",
-                "--queues", "--kill", "--store", "--ha"},
+                "--queues", "--notice-url", "--kill", "--store", "--ha"},
                ArgKind::kNone});
   c.push_back({"submit",
                {"submit FILE [--follow]"},

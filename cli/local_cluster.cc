@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "cli/cluster_ca.h"
 #include "cli/local_postgres.h"
@@ -407,6 +408,10 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
              // `touch <home>/workers/N/notice` says the node is going away.
              "--notice_file=" + work + "/notice"}) {
       worker_args.push_back(std::move(arg));
+    }
+    if (!o.notice_url.empty()) {
+      worker_args.push_back("--notice_url=" +
+                            absl::StrReplaceAll(o.notice_url, {{"{node}", node}}));
     }
     if (absl::Status s = WriteArgs(o.home, w.name, worker_args); !s.ok()) {
       LocalDown(o.home).IgnoreError();

@@ -46,6 +46,8 @@ struct LocalClusterOptions {
   double worker_timeout_s = 10;  // passed to the controller
   // The controller's --queues file (absolute); empty: the default queue.
   std::string queues_file;
+  // Each worker's --notice_url, "{node}" replaced by its node ("" = none).
+  std::string notice_url;
   // Where each daemon runs, for fault tests that give every daemon its own
   // network namespace (tests/netns_lab.h): a command line prefix that the
   // daemon's command is appended to (e.g. {"ip", "netns", "exec", "ns1"};

@@ -268,7 +268,11 @@ absl::StatusOr<loom::v1::HeartbeatResponse> JobManager::Heartbeat(
   loom::v1::HeartbeatResponse resp;
   ASSIGN_OR_RETURN(WorkerLiveness::Beat beat, liveness_.Heartbeat(req, &resp));
   // A node going away is drained before anything more is placed there.
-  if (req.has_notice()) drains_.Notice(beat.worker->info, req.notice());
+  if (req.has_notice()) {
+    drains_.Notice(beat.worker->info, req.notice());
+  } else {
+    drains_.NoNotice(beat.worker->info.id());
+  }
   // Schedule first, so a start placed on this worker goes out right away.
   admitter_.ScheduleIfDue();
   liveness_.SendCommands(beat, &resp);

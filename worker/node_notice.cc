@@ -38,16 +38,32 @@ NodeNoticeWatcher::~NodeNoticeWatcher() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+
+// Keeps `*held` while a notice goes on (its first deadline, or a sooner
+// one); `now_says` empty withdraws it.
+void Hold(std::optional<loom::v1::NodeNotice>* held, std::optional<loom::v1::NodeNotice> now_says) {
+  if (!now_says) {
+    held->reset();
+  } else if (!*held || now_says->deadline_unix_ms() < (*held)->deadline_unix_ms()) {
+    *held = std::move(now_says);
+  }
+}
+
+}  // namespace
+
 void NodeNoticeWatcher::Raise(loom::v1::NodeNotice notice) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!notice_ || notice.deadline_unix_ms() < notice_->deadline_unix_ms()) {
-    notice_ = std::move(notice);
-  }
+  Hold(&raised_, std::move(notice));
 }
 
 std::optional<loom::v1::NodeNotice> NodeNoticeWatcher::Current() {
   std::lock_guard<std::mutex> lock(mu_);
-  return notice_;
+  std::optional<loom::v1::NodeNotice> out;
+  for (const auto* n : {&raised_, &file_, &url_}) {
+    if (*n && (!out || (*n)->deadline_unix_ms() < out->deadline_unix_ms())) out = **n;
+  }
+  return out;
 }
 
 loom::v1::NodeNotice NodeNoticeWatcher::FromFile(const std::string& content, absl::Time now,
@@ -105,14 +121,17 @@ std::optional<loom::v1::NodeNotice> NodeNoticeWatcher::FromMetadata(int status,
 void NodeNoticeWatcher::CheckOnce() {
   const absl::Time now = absl::Now();
   if (!options_.file.empty()) {
-    std::ifstream in(options_.file);
-    if (in) {
+    std::optional<loom::v1::NodeNotice> says;
+    if (std::ifstream in(options_.file); in) {
       std::stringstream content;
       content << in.rdbuf();
-      Raise(FromFile(content.str(), now, options_.default_notice));
+      says = FromFile(content.str(), now, options_.default_notice);
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    Hold(&file_, std::move(says));
   }
-  if (!options_.url.empty()) {
+  if (!options_.url.empty() && now >= next_url_) {
+    next_url_ = now + options_.url_interval;
     // http://host[:port]/path
     absl::string_view url = options_.url;
     if (!absl::ConsumePrefix(&url, "http://")) return;
@@ -124,11 +143,10 @@ void NodeNoticeWatcher::CheckOnce() {
     client.set_read_timeout(1, 0);
     // GCE answers only requests that carry this header; AWS ignores it.
     httplib::Result r = client.Get(path, {{"Metadata-Flavor", "Google"}});
-    if (r) {
-      if (std::optional<loom::v1::NodeNotice> n = FromMetadata(r->status, r->body, now)) {
-        Raise(*std::move(n));
-      }
-    }
+    if (!r) return;  // unreachable: the last answer stands
+    std::optional<loom::v1::NodeNotice> says = FromMetadata(r->status, r->body, now);
+    std::lock_guard<std::mutex> lock(mu_);
+    Hold(&url_, std::move(says));
   }
 }
 

@@ -8,9 +8,11 @@
 //     {"action": "terminate", "time": "2026-12-07T08:22:00Z"}) and GCE's
 //     `instance/preempted` ("FALSE", then "TRUE": about 30 s left);
 //   - the worker's own SIGTERM (Raise, from worker_main).
-// The first notice holds: later ones are ignored, except an earlier
-// deadline, which replaces it. Thread-safe; the polling runs on its own
-// thread until the watcher is destroyed.
+// A file's or an endpoint's notice holds while it says so (the file exists,
+// the endpoint answers one): taken back, it is withdrawn, and the worker's
+// heartbeats stop carrying it. A raised one (SIGTERM) holds for good. The
+// notice in force is the soonest of those. Thread-safe; the polling runs on
+// its own thread until the watcher is destroyed.
 #ifndef LOOM_WORKER_NODE_NOTICE_H_
 #define LOOM_WORKER_NODE_NOTICE_H_
 
@@ -31,7 +33,10 @@ struct NodeNoticeOptions {
   // What a notice that names no deadline leaves (a file that is empty, a
   // SIGTERM: Kubernetes' default grace is 30 s).
   absl::Duration default_notice = absl::Seconds(30);
-  absl::Duration poll_interval = absl::Seconds(1);
+  // How often the file is looked at, and the endpoint asked (AWS suggests
+  // every 5 s; a notice gives 30 s to 2 minutes).
+  absl::Duration poll_interval = absl::Milliseconds(250);
+  absl::Duration url_interval = absl::Seconds(1);
 };
 
 class NodeNoticeWatcher {
@@ -41,9 +46,10 @@ class NodeNoticeWatcher {
   NodeNoticeWatcher(const NodeNoticeWatcher&) = delete;
   NodeNoticeWatcher& operator=(const NodeNoticeWatcher&) = delete;
 
-  // A notice from elsewhere (the worker's SIGTERM).
+  // A notice from elsewhere (the worker's SIGTERM): it holds for good (a
+  // sooner one replaces it).
   void Raise(loom::v1::NodeNotice notice);
-  // The notice in force, if any.
+  // The notice in force (the soonest deadline), if any.
   std::optional<loom::v1::NodeNotice> Current();
 
   // The notice a file's content gives, read at `now` (tests).
@@ -61,7 +67,12 @@ class NodeNoticeWatcher {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;                           // guarded by mu_
-  std::optional<loom::v1::NodeNotice> notice_;  // guarded by mu_
+  absl::Time next_url_ = absl::InfinitePast();  // when to ask the endpoint next (polling thread)
+  // Each source's notice; the file's and the endpoint's first deadline is
+  // kept while they go on saying so.
+  std::optional<loom::v1::NodeNotice> raised_;  // guarded by mu_
+  std::optional<loom::v1::NodeNotice> file_;    // guarded by mu_
+  std::optional<loom::v1::NodeNotice> url_;     // guarded by mu_
   std::thread thread_;                          // last: started once the rest is built
 };
 

@@ -87,7 +87,12 @@ TEST(NodeNoticeTest, SeesAFileThatAppears) {
   ASSERT_TRUE(WaitForNotice(watcher));
   EXPECT_EQ(watcher.Current()->source(), "file");
   EXPECT_NEAR(watcher.Current()->deadline_unix_ms(), absl::ToUnixMillis(absl::Now()) + 45000, 5000);
+  // Taken back: withdrawn.
   unlink(path.c_str());
+  for (int i = 0; i < 100 && watcher.Current().has_value(); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_FALSE(watcher.Current().has_value());
   rmdir(dir.c_str());
 }
 
@@ -110,6 +115,7 @@ TEST(NodeNoticeTest, PollsAMetadataEndpointOnLoopback) {
   NodeNoticeOptions o;
   o.url = absl::StrCat("http://127.0.0.1:", port, "/latest/meta-data/spot/instance-action");
   o.poll_interval = absl::Milliseconds(50);
+  o.url_interval = absl::Milliseconds(50);
   {
     NodeNoticeWatcher watcher(o);
     absl::SleepFor(absl::Milliseconds(300));
@@ -118,6 +124,18 @@ TEST(NodeNoticeTest, PollsAMetadataEndpointOnLoopback) {
     ASSERT_TRUE(WaitForNotice(watcher));
     EXPECT_EQ(watcher.Current()->source(), "aws-spot");
     EXPECT_EQ(watcher.Current()->deadline_unix_ms(), 1800001320000);
+    // A SIGTERM's notice holds for good; the endpoint's goes when it stops
+    // saying so.
+    loom::v1::NodeNotice term;
+    term.set_source("sigterm");
+    term.set_deadline_unix_ms(1900000000000);
+    watcher.Raise(term);
+    EXPECT_EQ(watcher.Current()->source(), "aws-spot");  // the sooner
+    noticed = false;
+    for (int i = 0; i < 100 && watcher.Current()->source() != "sigterm"; ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    EXPECT_EQ(watcher.Current()->source(), "sigterm");
   }
   EXPECT_GT(flavored.load(), 0);
   server.stop();

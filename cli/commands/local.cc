@@ -7,6 +7,7 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -51,6 +52,11 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
       } else if (args[i] == "--queues" && i + 1 < args.size()) {
         std::error_code ec;
         o.queues_file = std::filesystem::absolute(args[++i], ec).string();
+      } else if (args[i] == "--notice-url" && i + 1 < args.size()) {
+        o.notice_url = args[++i];
+        if (!absl::StartsWith(o.notice_url, "http://")) {
+          return Usage("--notice-url: http://host[:port]/path, {node} for each worker's node");
+        }
       } else if (args[i] == "--ha") {
         o.ha = true;
       } else if (args[i] == "--store" && i + 1 < args.size()) {

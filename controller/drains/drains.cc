@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -131,14 +132,15 @@ void Drains::Notice(const loom::v1::WorkerInfo& worker, const loom::v1::NodeNoti
   const std::string& node = worker.node();
   const absl::Time now = clock_->Now();
   const absl::Time deadline = absl::FromUnixMillis(notice.deadline_unix_ms());
-  auto it = noticed_.find(node);
-  if (it != noticed_.end() && it->second + absl::Minutes(1) <= now) {
-    noticed_.erase(it);  // its cordon has ended: a node back under this name is new
-    it = noticed_.end();
+  // By worker: a node's daemon that registers again (a new id) is a new
+  // worker, whose notice is its own.
+  for (auto it = noticed_.begin(); it != noticed_.end();) {
+    it = it->second + absl::Minutes(1) <= now ? noticed_.erase(it) : std::next(it);
   }
+  auto it = noticed_.find(worker.id());
   if (it != noticed_.end() && deadline >= it->second) return;  // already acted on
   if (deadline + absl::Minutes(1) <= now) return;              // stale: the node outlived it
-  noticed_[node] = deadline;
+  noticed_[worker.id()] = deadline;
   const absl::Duration left =
       std::max(absl::Seconds(1), absl::Ceil(deadline - now, absl::Seconds(1)));
   std::string source = notice.source().substr(0, 64);
@@ -150,7 +152,7 @@ void Drains::Notice(const loom::v1::WorkerInfo& worker, const loom::v1::NodeNoti
   absl::StatusOr<loom::v1::DrainNodeResponse> drained = DrainFor(
       node, std::min(left, absl::Seconds(kMaxDeadlineSeconds)), deadline + absl::Minutes(1), who);
   if (!drained.ok()) {
-    noticed_.erase(node);  // the next heartbeat tries again
+    noticed_.erase(worker.id());  // the next heartbeat tries again
     std::cerr << "loom-controller: node " << node << "'s notice: " << drained.status() << std::endl;
     return;
   }

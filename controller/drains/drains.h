@@ -65,12 +65,18 @@ class Drains : public MoveHandler {
 
   // A worker's heartbeat carries its node's notice (a SIGTERM, a notice
   // file, a cloud's spot or preemption notice): the node is drained by the
-  // notice's deadline, once per notice (a sooner deadline drains again).
+  // notice's deadline, once per worker and notice (a sooner deadline drains
+  // again; a node's daemon that registers again is a new worker).
   // Its cordon ends a minute after the deadline, so that a node that comes
   // back under the same name takes ranks again. The events name the source
   // and how long the notice gave ("aws-spot notice, 118s before the node
   // goes").
   void Notice(const loom::v1::WorkerInfo& worker, const loom::v1::NodeNotice& notice);
+  // The worker's heartbeat carries no notice (any it had was taken back):
+  // a later notice is a new one. What was drained stays drained.
+  void NoNotice(const std::string& worker_id) {
+    if (!noticed_.empty()) noticed_.erase(worker_id);
+  }
 
   // A drained job's ranks are all gone: DRAINED, then re-planned or
   // placed again.
@@ -99,7 +105,7 @@ class Drains : public MoveHandler {
   Store* const store_;
   ScheduleSignal* const schedule_;
   const Clock* const clock_;
-  std::map<std::string, absl::Time> noticed_;  // node -> its notice's deadline
+  std::map<std::string, absl::Time> noticed_;     // worker id -> its notice's deadline
   absl::Time last_drain_ = absl::InfinitePast();  // the newest drain or notice
   std::set<std::string> drained_lately_;          // nodes drained since the last settle
   // Drained elastic jobs waiting to be re-planned (job id -> the layout
