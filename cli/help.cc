@@ -46,7 +46,8 @@ std::vector<CommandHelp> MakeCommands() {
                                 when the leader dies (docs/ha.md)
 down     stops them (the home and its state stay).
 restart  restarts one daemon at the same address: SIGTERM, or SIGKILL with
-         --kill; a dead one is just started (a controller of --ha comes back
+         --kill; a worker with ranks running takes SIGTERM as a notice (its
+         jobs save and move off it first); a dead one is just started (a controller of --ha comes back
          as the standby). Running jobs ride through a controller restart
          within the workers' lease.
 status   shows the local daemons, whether each is alive and each

@@ -251,6 +251,7 @@ absl::StatusOr<loom::v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   {
     WatchedLock lock(mu_, __func__);
     resp = liveness_.Register(req, &row);
+    if (resp.ok()) drains_.Registered(req.node(), resp->worker_id());
   }
   if (!resp.ok()) return resp;
   // The registry table is history only (workers re-register after a

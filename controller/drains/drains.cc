@@ -61,6 +61,7 @@ absl::Status Drains::Put(const std::string& node, absl::Time until, const std::s
         absl::StrCat("the cordon of node ", node, " could not be stored: ", s.message()));
   }
   workers_->Uncordon(node);  // an operator's cordon replaces whatever was there
+  notice_cordons_.erase(node);
   workers_->Cordon(node, until, reason);
   return absl::OkStatus();
 }
@@ -108,6 +109,7 @@ absl::StatusOr<loom::v1::CordonNodeResponse> Drains::Uncordon(
                                                "'s cordon could not be stored: ", s.message()));
   }
   workers_->Uncordon(request.node());
+  notice_cordons_.erase(request.node());
   schedule_->Request();  // its slots can take ranks again
   loom::v1::CordonNodeResponse out;
   *out.mutable_workers() = WorkersOf(request.node());
@@ -156,6 +158,7 @@ void Drains::Notice(const loom::v1::WorkerInfo& worker, const loom::v1::NodeNoti
     std::cerr << "loom-controller: node " << node << "'s notice: " << drained.status() << std::endl;
     return;
   }
+  notice_cordons_[node] = worker.id();
   std::cerr << "loom-controller: node " << node << " drains (" << who
             << "): " << drained->moving_job_ids_size() << " job(s) moving" << std::endl;
 }
@@ -310,6 +313,21 @@ void Drains::Tick() {
   }
   replans_.clear();
   drained_lately_.clear();
+  schedule_->Request();
+}
+
+void Drains::Registered(const std::string& node, const std::string& worker_id) {
+  auto it = notice_cordons_.find(node);
+  if (it == notice_cordons_.end() || it->second == worker_id) return;
+  notice_cordons_.erase(it);
+  if (absl::Status s = store_->PutCordon(
+          {node, clock_->NowUnixMillis(),
+           absl::StrCat("uncordoned: a new worker (", worker_id, ") registered from the node")});
+      !s.ok()) {
+    std::cerr << "loom-controller: could not record the end of node " << node << "'s cordon: " << s
+              << std::endl;
+  }
+  workers_->Uncordon(node);
   schedule_->Request();
 }
 

@@ -67,11 +67,15 @@ class Drains : public MoveHandler {
   // file, a cloud's spot or preemption notice): the node is drained by the
   // notice's deadline, once per worker and notice (a sooner deadline drains
   // again; a node's daemon that registers again is a new worker).
-  // Its cordon ends a minute after the deadline, so that a node that comes
-  // back under the same name takes ranks again. The events name the source
+  // Its cordon ends when a new worker registers from the node (Registered),
+  // or a minute after the deadline. The events name the source
   // and how long the notice gave ("aws-spot notice, 118s before the node
   // goes").
   void Notice(const loom::v1::WorkerInfo& worker, const loom::v1::NodeNotice& notice);
+  // A worker registered from `node`: a cordon that a notice of the node's
+  // previous daemon set is lifted, since the node is back (a pod replaced,
+  // `local restart`); an operator's cordon stays.
+  void Registered(const std::string& node, const std::string& worker_id);
   // The worker's heartbeat carries no notice (any it had was taken back):
   // a later notice is a new one. What was drained stays drained.
   void NoNotice(const std::string& worker_id) {
@@ -107,6 +111,8 @@ class Drains : public MoveHandler {
   const Clock* const clock_;
   std::map<std::string, absl::Time> noticed_;     // worker id -> its notice's deadline
   absl::Time last_drain_ = absl::InfinitePast();  // the newest drain or notice
+  // Nodes whose cordon a notice set -> the worker that gave it.
+  std::map<std::string, std::string> notice_cordons_;
   std::set<std::string> drained_lately_;          // nodes drained since the last settle
   // Drained elastic jobs waiting to be re-planned (job id -> the layout
   // generation they waited with: one re-planned meanwhile is left alone).

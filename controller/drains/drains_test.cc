@@ -312,5 +312,22 @@ TEST_F(DrainsTest, ANodesNoticeDrainsItOnceByTheDeadlineAndItsCordonEndsAfter) {
   EXPECT_FALSE(workers_.IsCordoned("node-a"));
 }
 
+TEST_F(DrainsTest, ANodeBackUnderANewWorkerIsUncordonedUnlessAnOperatorCordonedIt) {
+  loom::v1::NodeNotice notice;
+  notice.set_source("sigterm");
+  notice.set_deadline_unix_ms(clock_.NowUnixMillis() + 25000);
+  drains_->Notice(workers_.Find(w_[0])->info, notice);
+  EXPECT_TRUE(workers_.IsCordoned("node-a"));
+  drains_->Registered("node-a", w_[0]);  // the same worker: still going
+  EXPECT_TRUE(workers_.IsCordoned("node-a"));
+  drains_->Registered("node-a", "node-a-new");  // its daemon came back
+  EXPECT_FALSE(workers_.IsCordoned("node-a"));
+  EXPECT_TRUE(StoredCordons().empty());
+  // An operator's drain is not lifted by a new worker.
+  ASSERT_TRUE(drains_->Drain(DrainOf("node-b"), "user 'ada'").ok());
+  drains_->Registered("node-b", "node-b-new");
+  EXPECT_TRUE(workers_.IsCordoned("node-b"));
+}
+
 }  // namespace
 }  // namespace loom::controller
