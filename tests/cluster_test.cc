@@ -565,7 +565,9 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
 // cordoned across a controller restart until it is uncordoned.
 TEST_F(ClusterTest, DrainedJobMovesOffItsNodeLosingNothingAndMatchesItsUninterruptedRun) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2));
-  constexpr int kSteps = 600;
+  // A step of this model takes about 3 ms: enough of them that the drain,
+  // a loomctl call or two away, lands long before the end, even under load.
+  constexpr int kSteps = 3000;
   const std::string extra = kPreemptionSpecTail;
   const std::string reference = Submit(WriteSpec("uncut", kSteps, 1, extra));
   const std::string job = Submit(WriteSpec("drained", kSteps, 1, extra));
@@ -604,6 +606,7 @@ TEST_F(ClusterTest, DrainedJobMovesOffItsNodeLosingNothingAndMatchesItsUninterru
   EXPECT_THAT(asked->message(), HasSubstr("by user 'local': kernel upgrade"));
   EXPECT_EQ(moved->steps_lost(), 0) << moved->message();
   EXPECT_GE(moved->checkpoint_step(), asked->step());
+  EXPECT_LT(asked->step(), kSteps - 100) << "drained mid-run";
   EXPECT_THAT(moved->message(), HasSubstr("0 steps lost"));
   // Placed again on the other node only.
   int placements_after = 0;
@@ -654,32 +657,39 @@ TEST_F(ClusterTest, DrainedJobMovesOffItsNodeLosingNothingAndMatchesItsUninterru
 // worker/node_notice_test.cc's, on loopback.)
 TEST_F(ClusterTest, SigtermAndNoticeFileDrainTheirNodesLosingNothing) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(3));
-  constexpr int kSteps = 1000;
+  // About 3 ms a step: each notice, given as soon as its job passes step
+  // 60, lands long before the end, even under load.
+  constexpr int kSteps = 3000;
   const std::string extra = kPreemptionSpecTail;
   const std::string reference = Submit(WriteSpec("uncut", kSteps, 1, extra));
   const std::string termed = Submit(WriteSpec("termed", kSteps, 1, extra));
   const std::string filed = Submit(WriteSpec("filed", kSteps, 1, extra));
+  std::map<std::string, int> pid_of;  // "worker-N" -> pid
+  for (const auto& d : Daemons()) pid_of[d.name] = d.pid;
+  int termed_pid = 0;
+  std::string termed_node, filed_node;
   ASSERT_TRUE(WaitFor(
       [&] {
-        return Status(termed).summary().last_step() >= 60 &&
-               Status(filed).summary().last_step() >= 60;
+        for (const std::string& j : {termed, filed}) {
+          std::string& node = j == termed ? termed_node : filed_node;
+          if (!node.empty()) continue;
+          const loom::v1::Job s = Status(j);
+          if (s.summary().last_step() < 60 || s.ranks_size() != 1) continue;
+          EXPECT_LT(s.summary().last_step(), kSteps / 2) << j << ": the notice must land mid-run";
+          node = s.ranks(0).node();
+          const std::string index = node.substr(node.rfind('-') + 1);
+          if (j == termed) {
+            termed_pid = pid_of["worker-" + index];
+            if (termed_pid > 0) kill(termed_pid, SIGTERM);
+          } else {
+            std::ofstream(absl::StrCat(home_, "/workers/", index, "/notice")) << "90\n";
+          }
+        }
+        return !termed_node.empty() && !filed_node.empty();
       },
       120))
       << Status(termed).DebugString() << Status(filed).DebugString();
-  for (const std::string& j : {termed, filed}) {
-    ASSERT_LT(Status(j).summary().last_step(), kSteps - 200) << "the notice must land mid-run";
-  }
-  const std::string termed_node = Status(termed).ranks(0).node();
-  const std::string filed_node = Status(filed).ranks(0).node();
-  int termed_pid = 0;
-  for (const auto& d : Daemons()) {
-    if (d.name == "worker-" + termed_node.substr(termed_node.rfind('-') + 1)) termed_pid = d.pid;
-  }
   ASSERT_GT(termed_pid, 0);
-  ASSERT_EQ(kill(termed_pid, SIGTERM), 0);
-  std::ofstream(
-      absl::StrCat(home_, "/workers/", filed_node.substr(filed_node.rfind('-') + 1), "/notice"))
-      << "90\n";
   // The SIGTERMed worker leaves once its rank has saved and stopped.
   ASSERT_TRUE(WaitFor([&] { return !loom::testing::ProcessAlive(termed_pid); }, 30));
   for (const std::string& j : {reference, termed, filed}) {
