@@ -57,7 +57,7 @@ bool Decode(const uint8_t* data, size_t size, Message* message) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Harness* h = new Harness();
   if (size == 0) return 0;
-  const uint8_t op = data[0] % 12;
+  const uint8_t op = data[0] % 15;
   ++data;
   --size;
   h->clock.Advance(absl::Milliseconds(250));
@@ -129,7 +129,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (Decode(data, size, &req)) (void)m.StepMetrics(req.job_id(), req.limit()).ok();
       break;
     }
-    default:
+    case 12: {
+      loom::v1::CordonNodeRequest req;
+      if (Decode(data, size, &req)) (void)m.Cordon(req, "user 'fuzz'").ok();
+      break;
+    }
+    case 13: {
+      loom::v1::UncordonNodeRequest req;
+      if (Decode(data, size, &req)) (void)m.Uncordon(req, "user 'fuzz'").ok();
+      break;
+    }
+    case 14: {
+      loom::v1::DrainNodeRequest req;
+      if (Decode(data, size, &req)) (void)m.Drain(req, "user 'fuzz'").ok();
+      break;
+    }
+    default:  // 11
       m.Tick();
       break;
   }
