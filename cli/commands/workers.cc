@@ -156,6 +156,18 @@ int ParseNodeArgs(const std::string& cmd, const std::vector<std::string>& args,
   return 0;
 }
 
+// Calls the node action `method`; prints its reply for -o json. Returns the
+// exit code, or -1 when the caller is to print the reply as text.
+template <typename Method, typename Req, typename Resp>
+int CallNodeAction(const Globals& g, Method method, const Req& req, Resp* resp) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return Fail(client.status());
+  if (absl::Status s = (*client)->Call(method, req, resp); !s.ok()) return Fail(s);
+  if (!g.json) return -1;
+  std::cout << ToJson(*resp) << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int CmdCordon(const Globals& g, const std::vector<std::string>& args) {
@@ -168,16 +180,10 @@ int CmdCordon(const Globals& g, const std::vector<std::string>& args) {
   req.set_node(node);
   req.set_reason(reason);
   req.set_seconds(seconds);
-  auto client = Client::Connect(g);
-  if (!client.ok()) return Fail(client.status());
   loom::v1::CordonNodeResponse resp;
-  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::CordonNode, req, &resp);
-  if (!s.ok()) return Fail(s);
-  if (g.json) {
-    std::cout << ToJson(resp) << std::endl;
-  } else {
-    PrintNode(node, resp.workers());
-  }
+  int rc = CallNodeAction(g, &loom::v1::JobService::Stub::CordonNode, req, &resp);
+  if (rc >= 0) return rc;
+  PrintNode(node, resp.workers());
   return 0;
 }
 
@@ -188,16 +194,10 @@ int CmdUncordon(const Globals& g, const std::vector<std::string>& args) {
   if (!reason.empty()) return Usage("uncordon: takes no --reason");
   loom::v1::UncordonNodeRequest req;
   req.set_node(node);
-  auto client = Client::Connect(g);
-  if (!client.ok()) return Fail(client.status());
   loom::v1::CordonNodeResponse resp;
-  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::UncordonNode, req, &resp);
-  if (!s.ok()) return Fail(s);
-  if (g.json) {
-    std::cout << ToJson(resp) << std::endl;
-  } else {
-    PrintNode(node, resp.workers());
-  }
+  int rc = CallNodeAction(g, &loom::v1::JobService::Stub::UncordonNode, req, &resp);
+  if (rc >= 0) return rc;
+  PrintNode(node, resp.workers());
   return 0;
 }
 
@@ -211,15 +211,9 @@ int CmdDrain(const Globals& g, const std::vector<std::string>& args) {
   req.set_node(node);
   req.set_reason(reason);
   req.set_deadline_seconds(seconds);
-  auto client = Client::Connect(g);
-  if (!client.ok()) return Fail(client.status());
   loom::v1::DrainNodeResponse resp;
-  absl::Status s = (*client)->Call(&loom::v1::JobService::Stub::DrainNode, req, &resp);
-  if (!s.ok()) return Fail(s);
-  if (g.json) {
-    std::cout << ToJson(resp) << std::endl;
-    return 0;
-  }
+  int rc = CallNodeAction(g, &loom::v1::JobService::Stub::DrainNode, req, &resp);
+  if (rc >= 0) return rc;
   PrintNode(node, resp.workers());
   if (resp.moving_job_ids().empty()) {
     std::cout << "no job had ranks there\n";
