@@ -4,9 +4,9 @@ find_library(LOOM_OPENBLAS_LIBRARY NAMES openblas REQUIRED)
 loom_test(loom_blas_info_test SRCS blas_info_test.cc DEPS loom_blas_info ${LOOM_OPENBLAS_LIBRARY})
 loom_library(loom_cpu_probe SRCS cpu_probe.cc DEPS loom_blas_info absl::strings absl::status absl::statusor ${CMAKE_DL_LIBS})
 loom_test(loom_cpu_probe_test SRCS cpu_probe_test.cc DEPS loom_cpu_probe ${CMAKE_DL_LIBS})
-loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc log_shipper.cc controller_link.cc
+loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc free_port.cc log_shipper.cc controller_link.cc
   DEPS loom_grpc loom_grpc_util loom_file_util loom_metrics loom_common absl::strings Threads::Threads)
-loom_test(loom_worker_agent_test SRCS worker_agent_test.cc DEPS loom_worker_agent)
+loom_test(loom_free_port_test SRCS free_port_test.cc DEPS loom_worker_agent)
 loom_test(loom_log_shipper_test SRCS log_shipper_test.cc DEPS loom_worker_agent)
 
 

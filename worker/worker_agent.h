@@ -33,6 +33,7 @@
 #include "common/metrics.h"
 #include "loom/v1/service.grpc.pb.h"
 #include "worker/controller_link.h"
+#include "worker/free_port.h"
 #include "worker/log_shipper.h"
 #include "worker/rank_supervisor.h"
 
@@ -225,11 +226,6 @@ class WorkerAgent {
   std::thread sender_;
   std::thread log_sender_;
 };
-
-// A TCP port that is free on this host right now (bound then released),
-// from [20000, 30000) when that lies outside the kernel's ephemeral range,
-// else any; 0 when none could be bound.
-int PickFreePort();
 
 }  // namespace loom::worker
 

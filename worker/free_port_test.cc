@@ -1,4 +1,4 @@
-#include "worker/worker_agent.h"
+#include "worker/free_port.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
