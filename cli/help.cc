@@ -293,7 +293,9 @@ examples:
   c.push_back({"checkpoints",
                {"checkpoints JOB [--verify]"},
                "the job's checkpoint catalog",
-               R"(Lists the job's checkpoints: committed, pruned, corrupt or missing.
+               R"(Lists the job's checkpoints: committed, pruned, corrupt or missing, and
+their TIER: local (the directory is there), remote (a copy in the object
+store of checkpoint.remote), or both.
   --verify   re-read every file of every committed checkpoint and check its
              checksums (reads every byte: takes as long as the disk needs);
              exits 1 if any checkpoint is corrupt

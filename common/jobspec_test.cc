@@ -504,6 +504,13 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
        "checkpoint.interval_steps: must be in [0, 1000000000], got -5"},
       {"negative keep", [](JobSpec* s) { s->mutable_checkpoint()->set_keep(-1); }, kInvalid,
        "checkpoint.keep: must be in [1, 100000], got -1"},
+      {"remote tier not in an object store",
+       [](JobSpec* s) { s->mutable_checkpoint()->set_remote("/mnt/backup"); }, kInvalid,
+       "checkpoint.remote: \"/mnt/backup\" is not an object-store location: write "
+       "s3://bucket/prefix"},
+      {"remote tier with a bucket S3 refuses",
+       [](JobSpec* s) { s->mutable_checkpoint()->set_remote("s3://My_Bucket/x"); }, kInvalid,
+       "checkpoint.remote: \"s3://My_Bucket/x\": bucket \"My_Bucket\" is not a valid bucket"},
       {"invalid beats unimplemented",
        [](JobSpec* s) {
          s->set_precision(v1::FP16);

@@ -9,6 +9,7 @@
 #include "common/jobspec_rules.h"
 #include "common/jobspec_validate.h"
 #include "common/model_shape.h"
+#include "common/object_store/s3_config.h"
 #include "common/status_macros.h"
 
 namespace loom {
@@ -90,7 +91,12 @@ absl::Status ValidateSchedule(const v1::ScheduleSpec& schedule) {
 absl::Status ValidateCheckpoint(const v1::CheckpointSpec& checkpoint) {
   RETURN_IF_ERROR(CheckInRange<int64_t>("checkpoint.interval_steps", checkpoint.interval_steps(), 0,
                                         kMaxSteps));
-  return CheckInRange("checkpoint.keep", checkpoint.keep(), 1, 100000);
+  RETURN_IF_ERROR(CheckInRange("checkpoint.keep", checkpoint.keep(), 1, 100000));
+  if (!checkpoint.remote().empty()) {
+    absl::StatusOr<object_store::S3Location> remote = object_store::ParseS3Url(checkpoint.remote());
+    if (!remote.ok()) return FieldError("checkpoint.remote", remote.status().message());
+  }
+  return absl::OkStatus();
 }
 
 // recovery.slow_rank.

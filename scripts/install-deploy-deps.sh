@@ -10,33 +10,42 @@
 #    OpenAPI validators;
 #  * pinned npm packages (tests/console/package-lock.json) into
 #    $LOOM_CONSOLE_TOOLS_DIR (default ~/.cache/loom/console-tests):
-#    playwright-core, for Loom Console's browser tests.
+#    playwright-core, for Loom Console's browser tests;
+#  * Ceph's RADOS Gateway with one monitor, manager and OSD (ceph-mon,
+#    ceph-mgr, ceph-osd, radosgw, ceph-common: ~70 MB), the S3-compatible
+#    store the object-store tests start (tests/object_store/radosgw.sh), and
+#    s3cmd, the independent client that checks what Loom uploaded.
 # Idempotent: a second run installs nothing and reuses the npm tree while the
 # lock file is unchanged. Tests never download; they only use what this put.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extra=(podman runc catatonit containernetworking-plugins debootstrap unzip)
+extra=(podman runc catatonit containernetworking-plugins debootstrap unzip
+       ceph-mon ceph-mgr ceph-osd radosgw ceph-common s3cmd)
 command -v node > /dev/null || extra+=(nodejs)
 command -v npm > /dev/null || extra+=(npm)
 ./scripts/install-deps.sh "${extra[@]}" "$@"
 
-# Loom Console's browser tests: playwright-core, pinned in
-# tests/console/package-lock.json, into $LOOM_CONSOLE_TOOLS_DIR (default
-# ~/.cache/loom/console-tests). It downloads no browser: the tests drive
-# Debian's chromium (install-deps.sh).
-CONSOLE_TOOLS=${LOOM_CONSOLE_TOOLS_DIR:-$HOME/.cache/loom/console-tests}
-console_want=$(sha256sum tests/console/package-lock.json tests/console/package.json tests/console/.npmrc | sha256sum | cut -c1-64)
-if [ -d "$CONSOLE_TOOLS/node_modules/playwright-core" ] &&
-   [ "$(cat "$CONSOLE_TOOLS/.lock.sha256" 2>/dev/null)" = "$console_want" ]; then
-  echo "install-deploy-deps: console test tools in $CONSOLE_TOOLS are current"
-else
-  echo "install-deploy-deps: installing pinned console test tools into $CONSOLE_TOOLS"
-  rm -rf "$CONSOLE_TOOLS"
-  mkdir -p "$CONSOLE_TOOLS"
-  cp tests/console/package.json tests/console/package-lock.json tests/console/.npmrc "$CONSOLE_TOOLS/"
-  (cd "$CONSOLE_TOOLS" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error > /dev/null)
-  echo "$console_want" > "$CONSOLE_TOOLS/.lock.sha256"
-fi
+# npm_tools NAME SOURCE_DIR TARGET_DIR MARKER: `npm ci` of SOURCE_DIR's pinned
+# package.json and lock into TARGET_DIR, unless its stamp says it is current
+# (MARKER: a path under node_modules that a complete install has).
+npm_tools() {
+  local name=$1 src=$2 target=$3 marker=$4 want
+  want=$(sha256sum "$src/package-lock.json" "$src/package.json" "$src/.npmrc" | sha256sum | cut -c1-64)
+  if [ -e "$target/node_modules/$marker" ] && [ "$(cat "$target/.lock.sha256" 2>/dev/null)" = "$want" ]; then
+    echo "install-deploy-deps: $name in $target are current"
+    return
+  fi
+  echo "install-deploy-deps: installing pinned $name into $target"
+  rm -rf "$target"
+  mkdir -p "$target"
+  cp "$src/package.json" "$src/package-lock.json" "$src/.npmrc" "$target/"
+  (cd "$target" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error > /dev/null)
+  echo "$want" > "$target/.lock.sha256"
+}
+# Loom Console's browser tests: playwright-core. It downloads no browser:
+# the tests drive Debian's chromium (install-deps.sh).
+npm_tools "console test tools" tests/console \
+  "${LOOM_CONSOLE_TOOLS_DIR:-$HOME/.cache/loom/console-tests}" playwright-core
 
 TOOLS=${LOOM_TOOLS_DIR:-$HOME/.cache/loom/deploy-tools}
 stamp="$TOOLS/.lock.sha256"

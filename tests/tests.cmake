@@ -20,6 +20,17 @@ gtest_discover_tests(loom_cluster_test TEST_FILTER "-${LOOM_LONG_CLUSTER_TESTS}"
 gtest_discover_tests(loom_cluster_test TEST_FILTER "${LOOM_LONG_CLUSTER_TESTS}"
                      PROPERTIES TIMEOUT 600 LABELS integration)
 
+# Checkpoints in an object store (Ceph's RADOS Gateway on loopback, from
+# scripts/install-deploy-deps.sh), on a local cluster.
+add_executable(loom_remote_tier_test remote_tier_test.cc)
+target_compile_definitions(loom_remote_tier_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_link_libraries(loom_remote_tier_test PRIVATE loom_test_util loom_local_cluster loom_grpc loom_data
+  loom_file_util loom_s3_test_server gRPC::grpc++ absl::strings GTest::gtest GTest::gmock
+  GTest::gtest_main)
+add_dependencies(loom_remote_tier_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
+gtest_discover_tests(loom_remote_tier_test PROPERTIES TIMEOUT 300 LABELS integration)
+
 # The cluster scenarios whose subject is what the controller keeps in its
 # store, again with the controller on PostgreSQL (`local up --store
 # postgres`): jobs and their transitions across controller restarts, the

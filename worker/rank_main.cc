@@ -8,10 +8,11 @@
 // training finished; 1 = error (last stderr line says why); 143 = stopped.
 #include <signal.h>
 #include <stdlib.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -20,21 +21,21 @@
 #include <string>
 #include <thread>
 
-#include <torch/torch.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/file_util.h"
+#include "absl/strings/strip.h"
 #include "common/device_catalog.h"
+#include "common/file_util.h"
+#include "common/formats/data.h"
 #include "common/jobspec.h"
+#include "common/object_store/remote_checkpoints.h"
 #include "common/rank_exit.h"
-#include "worker/engine/block_probe.h"
-#include "worker/engine/checkpoint/checkpoint_choice.h"
-#include "worker/engine/checkpoint/checkpoint_writer.h"  // IsCheckpointVolumeFull
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
 #include "worker/blas_info.h"
-#include "common/formats/data.h"
+#include "worker/engine/block_probe.h"
+#include "worker/engine/checkpoint/checkpoint_choice.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"  // IsCheckpointVolumeFull
 #include "worker/engine/gpt.h"
 #include "worker/engine/host_allocator.h"
 #include "worker/engine/openmp_wait.h"
@@ -357,6 +358,15 @@ int main(int argc, char** argv) {
             << std::endl;
 
   loom::engine::TrainerCallbacks cb;
+  if (!a.spec().checkpoint().remote().empty()) {
+    // The remote tier: what the directory lost comes back from the store.
+    const std::string remote =
+        absl::StrCat(absl::StripSuffix(a.spec().checkpoint().remote(), "/"), "/", a.job_id());
+    cb.before_resume = [remote, r = a.rank()](const std::string& dir, int64_t resume_step) {
+      std::cerr << "loom-rank " << r << ": "
+                << loom::object_store::RestoreForResume(remote, dir, resume_step) << std::endl;
+    };
+  }
   int rank = a.rank();
   // Memory this rank may use: the host's (or container's) limit shared by
   // the ranks this worker runs of the job (the scheduler spreads ranks

@@ -4,8 +4,15 @@ find_library(LOOM_OPENBLAS_LIBRARY NAMES openblas REQUIRED)
 loom_test(loom_blas_info_test SRCS blas_info_test.cc DEPS loom_blas_info ${LOOM_OPENBLAS_LIBRARY})
 loom_library(loom_cpu_probe SRCS cpu_probe.cc DEPS loom_blas_info absl::strings absl::status absl::statusor ${CMAKE_DL_LIBS})
 loom_test(loom_cpu_probe_test SRCS cpu_probe_test.cc DEPS loom_cpu_probe ${CMAKE_DL_LIBS})
+# The remote tier: committed checkpoints uploaded to the object store in the
+# background (checkpoint_uploader.h).
+loom_library(loom_checkpoint_uploader SRCS checkpoint_uploader.cc
+  DEPS loom_object_store loom_proto absl::strings Threads::Threads)
+loom_test(loom_checkpoint_uploader_test SRCS checkpoint_uploader_test.cc
+  DEPS loom_checkpoint_uploader loom_s3_test_server LABELS integration)
 loom_library(loom_worker_agent SRCS rank_supervisor.cc worker_agent.cc free_port.cc log_shipper.cc controller_link.cc
-  DEPS loom_grpc loom_grpc_util loom_file_util loom_metrics loom_common absl::strings Threads::Threads)
+  DEPS loom_grpc loom_grpc_util loom_file_util loom_metrics loom_common loom_checkpoint_uploader
+       absl::strings Threads::Threads)
 loom_test(loom_free_port_test SRCS free_port_test.cc DEPS loom_worker_agent)
 loom_test(loom_log_shipper_test SRCS log_shipper_test.cc DEPS loom_worker_agent)
 
@@ -17,7 +24,7 @@ target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_node_notice loo
 # The rank process links LibTorch and protobuf messages, but no gRPC.
 add_executable(loom-rank rank_main.cc)
 target_link_libraries(loom-rank PRIVATE loom_engine loom_blas_info loom_proto loom_file_util
-  loom_telemetry loom_gemm_calibration loom_nvml loom_device_catalog loom_jobspec)
+  loom_telemetry loom_gemm_calibration loom_nvml loom_device_catalog loom_jobspec loom_object_store)
 
 loom_test(loom_rank_supervisor_test SRCS rank_supervisor_test.cc DEPS loom_worker_agent)
 

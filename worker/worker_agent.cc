@@ -16,6 +16,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/grpc_util.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -206,6 +207,14 @@ WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<ControllerLink> 
   sup.on_event = [this](const std::string& job, int rank, int64_t generation,
                         const loom::v1::RankEvent& e) { OnEvent(job, rank, generation, e); };
   sup.on_exit = [this](const RankExit& exit) { OnExit(exit); };
+  CheckpointUploader::Options up;
+  up.uploader = absl::StrCat("worker on node ", options_.node);
+  uploader_ = std::make_unique<CheckpointUploader>(
+      up, [this](const std::string& job, int64_t generation, const loom::v1::CheckpointInfo& c) {
+        loom::v1::RankEvent e;
+        *e.mutable_checkpoint() = c;
+        Queue(job, generation, e);
+      });
   log_shipper_ = std::make_unique<LogShipper>(
       [this](loom::v1::AppendRankLogsRequest* req, loom::v1::AppendRankLogsResponse* resp) {
         {
@@ -391,6 +400,14 @@ void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
   if (cmd.has_start()) {
     loom::v1::StartRank start = cmd.start();
     start.set_local_addr(options_.address);
+    if (start.rank() == 0 && !start.spec().checkpoint().remote().empty()) {
+      // The job's own place under the spec's location.
+      std::lock_guard<std::mutex> lock(mu_);
+      remote_tiers_[start.job_id()] = {
+          start.generation(),
+          absl::StrCat(absl::StripSuffix(start.spec().checkpoint().remote(), "/"), "/",
+                       start.job_id())};
+    }
     std::string json;
     google::protobuf::util::JsonPrintOptions opts;
     opts.preserve_proto_field_names = true;
@@ -507,6 +524,20 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
     std::cerr << LogTime() << "loom-worker: checkpoint of " << job_id << " at step " << e.checkpoint().step()
               << " failed: " << e.checkpoint().error() << std::endl;
   }
+  if (e.has_checkpoint() && e.checkpoint().status().empty() && rank == 0) {
+    std::string remote;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = remote_tiers_.find(job_id);
+      if (it != remote_tiers_.end()) remote = it->second.second;
+    }
+    if (!remote.empty()) uploader_->Enqueue(job_id, generation, e.checkpoint(), remote);
+  }
+  Queue(job_id, generation, e);
+}
+
+void WorkerAgent::Queue(const std::string& job_id, int64_t generation,
+                        const loom::v1::RankEvent& e) {
   std::lock_guard<std::mutex> lock(mu_);
   // While the controller is away the queue grows by a step report per
   // step; past the bound the oldest step reports go (checkpoint reports and
@@ -526,6 +557,12 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
 }
 
 void WorkerAgent::OnExit(const RankExit& exit) {
+  if (exit.rank == 0) {
+    // Its committed checkpoints were queued as their reports came.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = remote_tiers_.find(exit.job_id);
+    if (it != remote_tiers_.end() && it->second.first == exit.generation) remote_tiers_.erase(it);
+  }
   if (exit.log_begin >= 0) log_shipper_->Exited(exit.job_id, exit.rank, exit.generation, exit.log_end);
   std::cerr << LogTime() << "loom-worker: rank " << exit.rank << " of " << exit.job_id << " exited (code "
             << exit.exit_code << ", signal " << exit.signal << ")"

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "loom/v1/service.grpc.pb.h"
+#include "worker/checkpoint_uploader.h"
 #include "worker/controller_link.h"
 #include "worker/free_port.h"
 #include "worker/log_shipper.h"
@@ -155,6 +157,8 @@ class WorkerAgent {
   void OnEvent(const std::string& job_id, int rank, int64_t generation,
                const loom::v1::RankEvent& event);
   void OnExit(const RankExit& exit);
+  // Queues `e` for the controller, in the report of `job_id`'s attempt.
+  void Queue(const std::string& job_id, int64_t generation, const loom::v1::RankEvent& e);
   // A call's context with the token and a deadline `timeout` from now
   // (rpc_timeout unless given).
   std::unique_ptr<grpc::ClientContext> NewContext();
@@ -221,6 +225,10 @@ class WorkerAgent {
   // kLogShipInterval, so a slow log never holds up step reports.
   static constexpr absl::Duration kLogShipInterval = absl::Milliseconds(250);
   void LogLoop();
+  // The rank-0 jobs here with a remote tier: job id -> (attempt, its
+  // location "s3://bucket/prefix/<job>"). Under mu_.
+  std::map<std::string, std::pair<int64_t, std::string>> remote_tiers_;
+  std::unique_ptr<CheckpointUploader> uploader_;  // reports through Queue
   std::unique_ptr<LogShipper> log_shipper_;     // outlives the supervisor, which feeds it
   std::unique_ptr<RankSupervisor> supervisor_;  // destroyed before the members above
   std::thread sender_;

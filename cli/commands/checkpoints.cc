@@ -43,17 +43,34 @@ int CmdCheckpoints(const Globals& g, const std::vector<std::string>& args) {
     return rc;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"STEP", "ATTEMPT", "TIME", "SIZE", "WRITE S", "STALL S", "STATUS", "PATH"}};
+      {"STEP", "ATTEMPT", "TIME", "SIZE", "WRITE S", "STALL S", "STATUS", "TIER", "PATH"}};
+  bool any_remote = false;
   for (const auto& c : resp.checkpoints()) {
+    // Where it can be restored from: its directory ("local", when the
+    // status says it is there) and the object store ("remote").
+    const bool local = c.status() == "committed";
+    const bool remote = !c.remote_url().empty() && c.status() != "corrupt";
+    any_remote = any_remote || !c.remote_url().empty();
+    const std::string tier = local && remote ? "local+remote"
+                             : local         ? "local"
+                             : remote        ? "remote"
+                                             : "-";
     rows.push_back({absl::StrCat(c.step()), absl::StrCat(c.generation()),
                     absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(c.time_unix_ms()),
                                      absl::LocalTimeZone()),
                     absl::StrFormat("%.1f MB", c.bytes() / 1e6),
                     c.write_seconds() > 0 ? absl::StrFormat("%.3f", c.write_seconds()) : "-",
                     c.stall_seconds() > 0 ? absl::StrFormat("%.3f", c.stall_seconds()) : "-",
-                    c.status(), c.path()});
+                    c.status(), tier, c.path()});
   }
   PrintTable(rows);
+  if (any_remote) {
+    for (const auto& c : resp.checkpoints()) {
+      if (c.remote_url().empty()) continue;
+      std::cout << "step " << c.step() << ": remote copy " << c.remote_url()
+                << absl::StrFormat(" (uploaded in %.1f s)", c.upload_seconds()) << "\n";
+    }
+  }
   for (const auto& c : resp.checkpoints()) {
     if (c.status() != "corrupt") continue;
     std::cout << "step " << c.step() << ": " << c.corrupt_file() << " failed its "

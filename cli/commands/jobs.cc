@@ -370,8 +370,14 @@ std::vector<std::string> EventRow(const loom::v1::JobEvent& e) {
     return {seq, time, StateName(e.transition().to()), "-", "-", "-", e.transition().reason()};
   }
   if (e.has_checkpoint()) {
-    return {seq, time, "CHECKPOINT", "-", absl::StrCat(e.checkpoint().step()), "-",
-            e.checkpoint().path()};
+    const bool uploaded = e.checkpoint().status() == "uploaded";
+    return {seq,
+            time,
+            uploaded ? "CHECKPOINT_UPLOADED" : "CHECKPOINT",
+            "-",
+            absl::StrCat(e.checkpoint().step()),
+            "-",
+            uploaded ? e.checkpoint().remote_url() : e.checkpoint().path()};
   }
   const loom::v1::RecoveryEvent& r = e.recovery();
   const bool resumed = r.kind() == loom::v1::RecoveryEvent::ROLLBACK ||

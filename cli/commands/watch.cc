@@ -158,8 +158,13 @@ int Watch(Client* client, const std::string& job_id, bool json) {
                 << std::endl;
     } else if (event.has_checkpoint()) {
       if (tty) std::cout << "\r\033[K";
-      std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
-                << event.checkpoint().path() << std::endl;
+      if (event.checkpoint().status() == "uploaded") {
+        std::cout << "checkpoint step " << event.checkpoint().step() << " uploaded -> "
+                  << event.checkpoint().remote_url() << std::endl;
+      } else {
+        std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
+                  << event.checkpoint().path() << std::endl;
+      }
     }
   };
   absl::Status followed = FollowJob(client, job_id, std::nullopt, print, &last);

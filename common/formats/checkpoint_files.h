@@ -115,6 +115,10 @@ struct ManifestFile {
   int rank = 0;
   uint64_t bytes = 0;
   uint32_t crc32c = 0;
+  // Lowercase hex SHA-256 of the file, or empty. The writer leaves it out
+  // (a CRC-32C guards the fast tier); the object-store upload adds it to
+  // the copy of the manifest it uploads, and a download checks it.
+  std::string sha256;
 };
 
 // Manifest layouts. "replicated": rank 0's shard holds the whole model and

@@ -146,6 +146,7 @@ std::string SerializeManifest(const CheckpointManifest& m) {
     const ManifestFile& f = m.files[i];
     absl::StrAppend(&out, "    {\"name\": ", JsonString(f.name), ", \"rank\": ", f.rank,
                     ", \"bytes\": ", f.bytes, ", \"crc32c\": ", JsonString(Crc32cHex(f.crc32c)),
+                    f.sha256.empty() ? "" : absl::StrCat(", \"sha256\": ", JsonString(f.sha256)),
                     "}", i + 1 < m.files.size() ? "," : "", "\n");
   }
   absl::StrAppend(&out, "  ],\n");
@@ -202,8 +203,10 @@ absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view bytes,
     mf.rank = static_cast<int>(file.Int("rank"));
     mf.bytes = static_cast<uint64_t>(file.Int("bytes"));
     const std::string crc = file.String("crc32c");
+    if (file.Has("sha256")) mf.sha256 = file.String("sha256");
     if (!file.bad().empty() || !absl::SimpleHexAtoi(crc, &mf.crc32c) ||
-        mf.name.find('/') != std::string::npos || mf.name.empty() || mf.name[0] == '.') {
+        (file.Has("sha256") && mf.sha256.size() != 64) || mf.name.find('/') != std::string::npos ||
+        mf.name.empty() || mf.name[0] == '.') {
       return DataLoss(path, absl::StrCat("files[", i, "] is malformed"));
     }
     m.files.push_back(std::move(mf));

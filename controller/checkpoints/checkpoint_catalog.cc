@@ -47,10 +47,48 @@ absl::Status CheckpointCatalog::RecordCommitted(const std::string& job_id,
   info.clear_pruned_paths();  // what this commit pruned is recorded on those entries
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A commit reported again (a retried report) keeps the upload recorded
+    // since.
+    absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> entries = store_->LoadCheckpoints(job_id);
+    if (!entries.ok()) return entries.status();
+    for (const loom::v1::CheckpointInfo& e : *entries) {
+      if (e.step() == info.step() && e.generation() == info.generation() &&
+          e.path() == info.path() && !e.remote_url().empty()) {
+        info.set_remote_url(e.remote_url());
+        info.set_upload_seconds(e.upload_seconds());
+      }
+    }
     absl::Status s = store_->PutCheckpoint(job_id, info);
     if (!s.ok()) return s;
   }
   return MarkPruned(job_id, pruned);
+}
+
+absl::Status CheckpointCatalog::RecordUploaded(const std::string& job_id,
+                                               const loom::v1::CheckpointInfo& report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> entries = store_->LoadCheckpoints(job_id);
+  if (!entries.ok()) return entries.status();
+  std::vector<loom::v1::CheckpointInfo> changed;
+  for (loom::v1::CheckpointInfo& info : *entries) {
+    if (info.step() != report.step() || info.path() != report.path()) continue;
+    changed.push_back(std::move(info));
+  }
+  if (changed.empty()) {  // its commit report was lost
+    loom::v1::CheckpointInfo info;
+    info.set_step(report.step());
+    info.set_path(report.path());
+    info.set_generation(report.generation());
+    info.set_bytes(report.bytes());
+    info.set_time_unix_ms(report.time_unix_ms());
+    info.set_status(kCheckpointCommitted);
+    changed.push_back(std::move(info));
+  }
+  for (loom::v1::CheckpointInfo& info : changed) {
+    info.set_remote_url(report.remote_url());
+    info.set_upload_seconds(report.upload_seconds());
+  }
+  return store_->PutCheckpoints(job_id, changed);
 }
 
 absl::Status CheckpointCatalog::MarkPruned(const std::string& job_id,
@@ -156,7 +194,10 @@ absl::StatusOr<int64_t> CheckpointCatalog::NewestGood(const std::string& job_id,
   int64_t newest = 0;
   for (const loom::v1::CheckpointInfo& info : *entries) {
     if (max_step >= 0 && info.step() > max_step) continue;
-    if (info.status() != kCheckpointCommitted) continue;
+    // Restorable: its directory is there, or its copy in the object store
+    // (a rank restores from there what the directory lost).
+    const bool remote = !info.remote_url().empty() && info.status() != kCheckpointCorrupt;
+    if (info.status() != kCheckpointCommitted && !remote) continue;
     newest = std::max(newest, info.step());
   }
   return newest;

@@ -36,6 +36,13 @@ inline constexpr char kCheckpointCommitted[] = "committed";
 inline constexpr char kCheckpointPruned[] = "pruned";
 inline constexpr char kCheckpointCorrupt[] = "corrupt";
 inline constexpr char kCheckpointMissing[] = "missing";
+// A worker's report of a checkpoint's upload to the object store
+// (CheckpointInfo.remote_url); never a stored status.
+inline constexpr char kCheckpointUploaded[] = "uploaded";
+inline constexpr char kCheckpointUploadFailed[] = "upload_failed";
+inline bool IsUploadOutcome(const loom::v1::CheckpointInfo& c) {
+  return c.status() == kCheckpointUploaded || c.status() == kCheckpointUploadFailed;
+}
 
 // Re-reads a checkpoint's files and checks them against its manifest, as a
 // rank does before resuming from it. Implementations must be safe to call
@@ -66,6 +73,14 @@ class CheckpointCatalog {
   // marks the paths in its pruned_paths "pruned".
   absl::Status RecordCommitted(const std::string& job_id, loom::v1::CheckpointInfo info);
 
+  // Records that the checkpoint at `report.path` (of `report.step`) is
+  // also in the object store, at report.remote_url: every entry at that
+  // path, or, if the catalog has none (the commit report was lost), a new
+  // committed entry from the report. Its status is unchanged: that is the
+  // local copy's; a pruned or missing entry with a remote copy can still be
+  // restored from the store.
+  absl::Status RecordUploaded(const std::string& job_id, const loom::v1::CheckpointInfo& report);
+
   // Marks the entries at `paths` "pruned" (unknown paths are ignored: a
   // checkpoint of an earlier controller, or of a report that was lost).
   absl::Status MarkPruned(const std::string& job_id, const std::vector<std::string>& paths);
@@ -89,7 +104,8 @@ class CheckpointCatalog {
   absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> Verify(const std::string& job_id);
 
   // The step of the newest entry at or before `max_step` (-1 = any) that
-  // is committed and whose directory is there; 0 if none.
+  // is committed and whose directory is there, or that is not corrupt and
+  // has a copy in the object store; 0 if none.
   absl::StatusOr<int64_t> NewestGood(const std::string& job_id, int64_t max_step);
   // NewestGood, 0 also when the catalog cannot be read (a resume point:
   // from scratch rather than from a checkpoint that cannot be vouched for).

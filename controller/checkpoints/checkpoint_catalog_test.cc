@@ -209,6 +209,52 @@ TEST_F(CheckpointCatalogTest, RankReportMarksCorruptAndUnknownPathsAreAdded) {
   EXPECT_EQ(catalog.Verify("job-1").status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A worker's report that a checkpoint is also in the object store: the
+// entry keeps its local status and gains the remote copy, which a retried
+// commit report does not erase, and which keeps a checkpoint whose
+// directory is gone restorable (NewestGood), unless it is corrupt.
+TEST_F(CheckpointCatalogTest, UploadedCopyIsRecordedAndKeepsALostCheckpointRestorable) {
+  CheckpointCatalog catalog(store_.get(), nullptr);
+  const std::vector<loom::v1::CheckpointInfo> reports = Save({2, 4}, /*keep=*/5);
+  ASSERT_EQ(reports.size(), 2u);
+  for (const auto& info : reports) ASSERT_TRUE(catalog.RecordCommitted("job-1", info).ok());
+  loom::v1::CheckpointInfo uploaded = reports[1];
+  uploaded.set_status(kCheckpointUploaded);
+  uploaded.set_remote_url("s3://bucket/runs/job-1/step-000000004");
+  uploaded.set_upload_seconds(0.5);
+  ASSERT_TRUE(catalog.RecordUploaded("job-1", uploaded).ok());
+  ASSERT_TRUE(catalog.RecordCommitted("job-1", reports[1]).ok());  // a retried report
+  auto listed = ByStep(catalog, false);
+  EXPECT_EQ(listed[4].status(), kCheckpointCommitted);
+  EXPECT_EQ(listed[4].remote_url(), "s3://bucket/runs/job-1/step-000000004");
+  EXPECT_DOUBLE_EQ(listed[4].upload_seconds(), 0.5);
+  EXPECT_TRUE(listed[2].remote_url().empty());
+
+  fs::remove_all(dir_);  // every local copy lost
+  listed = ByStep(catalog, false);
+  EXPECT_EQ(listed[2].status(), kCheckpointMissing);
+  EXPECT_EQ(listed[4].status(), kCheckpointMissing);
+  EXPECT_EQ(*catalog.NewestGood("job-1", -1), 4);  // from the store
+  EXPECT_EQ(*catalog.NewestGood("job-1", 3), 0);   // step 2 is on no tier
+
+  // An upload whose commit report was lost is entered from its own report.
+  loom::v1::CheckpointInfo orphan;
+  orphan.set_step(8);
+  orphan.set_path(engine::CheckpointPath(dir_, 8));
+  orphan.set_status(kCheckpointUploaded);
+  orphan.set_remote_url("s3://bucket/runs/job-1/step-000000008");
+  ASSERT_TRUE(catalog.RecordUploaded("job-1", orphan).ok());
+  EXPECT_EQ(ByStep(catalog, false)[8].remote_url(), orphan.remote_url());
+  EXPECT_EQ(*catalog.NewestGood("job-1", -1), 8);
+
+  // Corrupt is for good, whatever tier.
+  loom::v1::CheckpointInfo corrupt = orphan;
+  corrupt.set_status(kCheckpointCorrupt);
+  corrupt.set_failed_check("sha256");
+  ASSERT_TRUE(catalog.MarkCorrupt("job-1", corrupt).ok());
+  EXPECT_EQ(*catalog.NewestGood("job-1", -1), 4);
+}
+
 TEST(CheckpointVerifierTest, RefusesAPathThatNamesNoCheckpoint) {
   FileCheckpointVerifier verifier;
   auto outcome = verifier.Verify("/c/not-a-checkpoint");

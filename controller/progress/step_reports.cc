@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "controller/jobs/job_state_machine.h"
@@ -78,6 +79,13 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> StepReports::ApplyEvents(
   JobRecord& rec = *it;
   if (absl::Status valid = ValidateCheckpointEvents(req); !valid.ok()) return valid;
   loom::v1::ReportStepMetricsResponse resp;
+  bool only_uploads = false;
+  RETURN_IF_ERROR(ApplyUploadEvents(rec, req, &only_uploads));
+  if (only_uploads) {
+    *write = store_->Enqueue(&rec.job, 0, {}, rec.job.id(), rec.unstored_events);
+    *events_through = JobTable::NewestUnstoredEvent(rec);
+    return resp;
+  }
   if (req.generation() < rec.job.generation()) return RefuseStale(rec, req);
   if (req.generation() != rec.job.generation()) {
     return absl::InvalidArgumentError(absl::StrCat("generation: ", req.generation(),
@@ -144,6 +152,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> StepReports::ApplyEvents(
       }
       *out.mutable_step() = std::move(m);
     } else if (ev.has_checkpoint()) {
+      if (IsUploadOutcome(ev.checkpoint())) continue;  // ApplyUploadEvents
       ASSIGN_OR_RETURN(std::optional<loom::v1::CheckpointInfo> committed,
                        ApplyCheckpointEvent(rec, ev.checkpoint(), out.time_unix_ms()));
       if (!committed.has_value()) continue;
@@ -172,6 +181,7 @@ absl::Status StepReports::RefuseStale(JobRecord& rec,
   for (const auto& ev : req.events()) {
     if (!ev.has_checkpoint() || ev.checkpoint().status() == "failed") continue;
     if (ev.checkpoint().status() == kCheckpointCorrupt) continue;  // its load was stale too
+    if (IsUploadOutcome(ev.checkpoint())) continue;                // recorded by ApplyUploadEvents
     loom::v1::CheckpointInfo info = ev.checkpoint();
     info.set_generation(req.generation());
     info.set_time_unix_ms(clock_->NowUnixMillis());
@@ -229,9 +239,15 @@ absl::Status StepReports::ValidateCheckpointEvents(const loom::v1::ReportStepMet
     const loom::v1::CheckpointInfo& c = req.events(i).checkpoint();
     const std::string field = absl::StrCat("events[", i, "].checkpoint");
     if (c.status() != "" && c.status() != kCheckpointCommitted && c.status() != "failed" &&
-        c.status() != kCheckpointCorrupt) {
+        c.status() != kCheckpointCorrupt && !IsUploadOutcome(c)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ".status: \"", c.status(), "\" is not committed, failed or corrupt"));
+          absl::StrCat(field, ".status: \"", c.status(),
+                       "\" is not committed, failed, corrupt, uploaded or upload_failed"));
+    }
+    if (c.status() == kCheckpointUploaded &&
+        (c.path().empty() || c.step() < 0 || !absl::StartsWith(c.remote_url(), "s3://"))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": an uploaded checkpoint needs its path, a step >= 0 and its s3:// remote_url"));
     }
     if (c.status() == kCheckpointCorrupt &&
         (c.path().empty() || c.step() < 0 || c.failed_check().empty())) {
@@ -240,6 +256,43 @@ absl::Status StepReports::ValidateCheckpointEvents(const loom::v1::ReportStepMet
                        ": a corrupt checkpoint needs its path, a step >= 0 and its "
                        "failed_check"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepReports::ApplyUploadEvents(JobRecord& rec,
+                                            const loom::v1::ReportStepMetricsRequest& req,
+                                            bool* only_uploads) {
+  *only_uploads = req.events_size() > 0;
+  for (const auto& ev : req.events()) {
+    if (!ev.has_checkpoint() || !IsUploadOutcome(ev.checkpoint())) {
+      *only_uploads = false;
+      continue;
+    }
+    const loom::v1::CheckpointInfo& c = ev.checkpoint();
+    const int64_t now = clock_->NowUnixMillis();
+    if (c.status() == kCheckpointUploaded) {
+      loom::v1::CheckpointInfo info = c;
+      info.set_time_unix_ms(now);
+      absl::Status s = catalog_->RecordUploaded(rec.job.id(), info);
+      if (!s.ok()) {
+        return absl::UnavailableError(absl::StrCat("could not record checkpoint: ", s.message()));
+      }
+      JobEvent out;
+      out.set_time_unix_ms(now);
+      *out.mutable_checkpoint() = info;
+      jobs_->RecordEvent(rec, out);
+      continue;
+    }
+    // The checkpoint stays on the fast tier only; training goes on.
+    loom::v1::RecoveryEvent failed;
+    failed.set_time_unix_ms(now);
+    failed.set_kind(loom::v1::RecoveryEvent::CHECKPOINT_UPLOAD_FAILED);
+    failed.set_step(c.step());
+    failed.set_generation(req.generation());
+    failed.set_message(absl::StrCat("checkpoint at step ", c.step(),
+                                    " was not uploaded to the object store: ", c.error()));
+    jobs_->AddEvent(rec, std::move(failed));
   }
   return absl::OkStatus();
 }

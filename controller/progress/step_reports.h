@@ -79,6 +79,12 @@ class StepReports {
   // Marks a checkpoint a rank found corrupt at load and records a
   // CHECKPOINT_CORRUPT event. UNAVAILABLE if the store failed.
   absl::Status RecordCorruptCheckpoint(JobRecord& rec, const loom::v1::CheckpointInfo& report);
+  // The rank-0 worker's upload outcomes (statuses "uploaded" and
+  // "upload_failed"), recorded whatever the attempt and the job's state: an
+  // upload may end after its attempt, or the job, did. Sets *only_uploads
+  // when the request holds nothing else.
+  absl::Status ApplyUploadEvents(JobRecord& rec, const loom::v1::ReportStepMetricsRequest& req,
+                                 bool* only_uploads);
 
   JobTable* const jobs_;
   WorkerRegistry* const workers_;

@@ -142,6 +142,53 @@ TEST_F(StepReportsTest, CheckpointEventsEnterTheCatalogTheSummaryAndTheEvents) {
   EXPECT_EQ(recovery, 1);
 }
 
+// Upload outcomes from the rank-0 worker: recorded whatever the job's state
+// and attempt (an upload may finish after the job did), never counted as a
+// commit, and a failure is an event the job keeps.
+TEST_F(StepReportsTest, UploadOutcomesAreRecordedAfterTheAttemptAndTheJobEnded) {
+  JobRecord& rec = AddJob("job-1", loom::v1::RUNNING, {a_});
+  loom::v1::ReportStepMetricsRequest req = Steps(rec, 1, 10);
+  loom::v1::CheckpointInfo* c = req.add_events()->mutable_checkpoint();
+  c->set_step(10);
+  c->set_path(dir_ + "/ckpt/job-1/step-000000010");
+  ASSERT_TRUE(Report(req).ok());
+  rec.job.set_state(loom::v1::SUCCEEDED);
+  rec.job.set_generation(3);  // and a later attempt since
+
+  loom::v1::ReportStepMetricsRequest up;
+  up.set_worker_id(AddWorker("node-b"));  // no longer holds a rank
+  up.set_job_id("job-1");
+  up.set_generation(0);
+  loom::v1::CheckpointInfo* u = up.add_events()->mutable_checkpoint();
+  u->set_step(10);
+  u->set_path(dir_ + "/ckpt/job-1/step-000000010");
+  u->set_status(kCheckpointUploaded);
+  u->set_remote_url("s3://bucket/runs/job-1/step-000000010");
+  u->set_upload_seconds(1.5);
+  loom::v1::CheckpointInfo* f = up.add_events()->mutable_checkpoint();
+  f->set_step(20);
+  f->set_path(dir_ + "/ckpt/job-1/step-000000020");
+  f->set_status(kCheckpointUploadFailed);
+  f->set_error("worker on node node-a: PUT s3://bucket/...: HTTP 503 SlowDown");
+  auto resp = Report(up);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_FALSE(resp->stop());
+  auto listed = catalog_->List("job-1");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].remote_url(), "s3://bucket/runs/job-1/step-000000010");
+  EXPECT_EQ(rec.job.summary().checkpoints_written(), 1);
+  ASSERT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::CHECKPOINT_UPLOAD_FAILED));
+  EXPECT_THAT(rec.job.events(0).message(), HasSubstr("HTTP 503 SlowDown"));
+  EXPECT_THAT(rec.job.events(0).message(), HasSubstr("step 20 was not uploaded"));
+
+  // An upload report without its remote copy is refused.
+  u->clear_remote_url();
+  absl::Status bad = Report(up).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("s3:// remote_url"));
+}
+
 TEST_F(StepReportsTest, ALossSpikeGoesToTheRollbacksAndTheRanksAreToldToStop) {
   loom::v1::JobSpec spec;
   spec.mutable_recovery()->set_rollback_distance(20);

@@ -268,6 +268,9 @@ absl::StatusOr<ResumeOutcome> Resume(const TrainerConfig& config, const Checkpoi
   const int rank = collectives.rank();
   absl::StatusOr<ResumeChoice> plan = ResumeChoice{};
   if (rank == 0) {
+    if (callbacks.before_resume && config.resume_step != 0) {
+      callbacks.before_resume(config.checkpoint_dir, config.resume_step);
+    }
     ResumeRequest request{config.checkpoint_dir, config.resume_step,
                           config.allow_start_from_scratch, std::nullopt};
     if (!config.job_id.empty()) request.fence = FenceToken{config.job_id, config.generation};

@@ -32,6 +32,12 @@ struct TrainerCallbacks {
   // power, memory, precision, total_steps). data_batch is -1 for the step-0
   // report of the untrained model's validation pass.
   std::function<void(const loom::v1::StepMetrics&)> on_step;
+  // Rank 0 only, before it chooses the checkpoint to resume from in
+  // TrainerConfig::checkpoint_dir (not with resume_step 0): brings into
+  // that directory what another tier holds and it lacks (the object store,
+  // CheckpointSpec.remote). An error is reported by the callee and training
+  // goes on with what the directory has.
+  std::function<void(const std::string& dir, int64_t resume_step)> before_resume;
   // Rank 0 only, on the training thread, once a checkpoint has committed: at
   // the first step boundary after that, before the next checkpoint starts,
   // or before Train returns; in step order.

@@ -192,6 +192,16 @@ export async function pageJob(id) {
                     {label: 'Step', num: true, get: (c) => num(c.step)},
                     {label: 'Status', get: (c) => c.status || 'ok'},
                     {
+                      // Where it can be restored from: its directory, and
+                      // the object store once uploaded (checkpoint.remote).
+                      label: 'Tier',
+                      get: (c) => [c.status === 'committed' ? 'local' : '',
+                                   c.remote_url && c.status !== 'corrupt' ? 'remote' : '']
+                                      .filter((t) => t)
+                                      .join('+') ||
+                          '-'
+                    },
+                    {
                       label: 'Size',
                       num: true,
                       get: (c) => num(c.bytes) || 0,

@@ -1,0 +1,174 @@
+// The object-store tier of checkpoints on a real local cluster, with a real
+// S3-compatible store (Ceph's RADOS Gateway on loopback): the daemons take the store's
+// endpoint and credentials from their environment, as `loomctl local up`
+// started with AWS_* variables gives them.
+#include <signal.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_join.h"
+#include "common/object_store/remote_checkpoints.h"
+#include "common/object_store/s3_test_server.h"
+#include "tests/cluster_fixture.h"
+
+namespace loom {
+namespace {
+
+constexpr char kBucket[] = "loom-ckpt";
+
+class RemoteTierTest : public ClusterTest {
+ protected:
+  void StartStoreAndCluster(int workers) {
+    auto s = object_store::S3TestServer::Start(kBucket);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = *std::move(s);
+    // loomctl, and so every daemon `local up` starts, sees the store.
+    ctl_prefix_ = "env";
+    for (const std::string& kv : store_->Environment()) ctl_prefix_ += " " + kv;
+    ctl_prefix_ += " ";
+    ASSERT_NO_FATAL_FAILURE(StartCluster(workers));
+  }
+  // Objects under s3://loom-ckpt/<prefix> as Debian's s3cmd lists them
+  // (an independent client): "size key" lines.
+  std::string S3cmd() {
+    return absl::StrCat("s3cmd --no-ssl --host=127.0.0.1:", store_->port(),
+                        " --host-bucket= --access_key=", store_->access_key(),
+                        " --secret_key=", store_->secret_key(),
+                        " --region=us-east-1 --config=/dev/null ");
+  }
+  std::vector<std::string> S3cmdList(const std::string& prefix) {
+    auto r = RunCommand(absl::StrCat(S3cmd(), "ls -r s3://", kBucket, "/", prefix));
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::vector<std::string> out;
+    for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+      std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (f.size() >= 4) out.push_back(absl::StrCat(f[2], " ", f[3]));
+    }
+    return out;
+  }
+  loom::v1::ListCheckpointsResponse Catalog(const std::string& job) {
+    auto listed = Ctl("-o json checkpoints " + job);
+    EXPECT_EQ(listed.exit_code, 0) << listed.err;
+    loom::v1::ListCheckpointsResponse catalog;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &catalog).ok());
+    return catalog;
+  }
+
+  std::unique_ptr<object_store::S3TestServer> store_;
+};
+
+// Every local checkpoint of a running job wiped and its ranks killed: the
+// restart restores the newest uploaded checkpoint from the store (checked
+// object by object against its manifest's SHA-256) and the job ends
+// bitwise equal to its uninterrupted run.
+TEST_F(RemoteTierTest, WipedJobResumesFromTheObjectStoreAndMatchesItsUninterruptedRun) {
+  ASSERT_NO_FATAL_FAILURE(StartStoreAndCluster(1));
+  constexpr int kSteps = 3000;
+  const std::string ckpt = "checkpoint: {interval_steps: 100, keep: 2";
+  const std::string reference = Submit(WriteSpec("uncut", kSteps, 1, ckpt + "}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(reference).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(reference).DebugString();
+  const std::string want = Digest(CheckpointPathAt(reference, kSteps));
+  ASSERT_FALSE(want.empty());
+
+  const std::string remote = absl::StrCat("s3://", kBucket, "/runs");
+  const std::string job =
+      Submit(WriteSpec("tiered", kSteps, 1, ckpt + ", remote: \"" + remote + "\"}\n"));
+  // An uploaded checkpoint past step 300, with the run far from its end.
+  int64_t uploaded = 0;
+  std::string dir;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
+        for (const auto& c : catalog.checkpoints()) {
+          if (!c.remote_url().empty() && c.step() >= 300) {
+            uploaded = c.step();
+            dir = std::filesystem::path(c.path()).parent_path().string();
+          }
+        }
+        return uploaded > 0;
+      },
+      120))
+      << Status(job).DebugString();
+  ASSERT_LT(Status(job).summary().last_step(), kSteps - 500) << "the wipe must land mid-run";
+
+  // Freeze the ranks, wipe every checkpoint, then kill them.
+  const std::set<int> pids = RankPids(job, home_);
+  ASSERT_EQ(pids.size(), 1u);
+  for (int pid : pids) kill(pid, SIGSTOP);
+  int wiped = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("step-", 0) == 0) {
+      std::filesystem::remove_all(e.path());
+      ++wiped;
+    }
+  }
+  ASSERT_GE(wiped, 1);
+  for (int pid : pids) kill(pid, SIGKILL);
+
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 1);
+  const loom::v1::RecoveryEvent* restart = nullptr;
+  for (const auto& e : done.events()) {
+    if (e.kind() == loom::v1::RecoveryEvent::RESTART) restart = &e;
+    EXPECT_NE(e.kind(), loom::v1::RecoveryEvent::CHECKPOINT_UPLOAD_FAILED) << e.message();
+  }
+  ASSERT_NE(restart, nullptr) << done.DebugString();
+  EXPECT_EQ(Digest(CheckpointPathAt(job, kSteps)), want)
+      << "the resumed run must end bitwise equal to the uninterrupted one";
+
+  // Rank 0 said where its state came from: the store, not the directory.
+  auto logs = Ctl(absl::StrCat("logs ", job, " --rank 0 --attempt 1"));
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("object store: restored step ")));
+  EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("from ", remote, "/", job, "/step-")));
+  EXPECT_THAT(logs.out, HasSubstr("verified"));
+  for (absl::string_view line : absl::StrSplit(logs.out, '\n')) {
+    if (absl::StrContains(line, "object store:")) std::cout << line << "\n";
+  }
+  std::cout << "wiped " << wiped << " checkpoint(s) with step " << uploaded << " uploaded; "
+            << restart->message() << std::endl;
+
+  // The catalog: every checkpoint the run kept locally at the end is also
+  // remote, the final one included (its upload ends after the job did).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
+        for (const auto& c : catalog.checkpoints()) {
+          if (c.step() == kSteps && !c.remote_url().empty()) return true;
+        }
+        return false;
+      },
+      60));
+  auto table = Ctl("checkpoints " + job);
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_THAT(table.out, HasSubstr("TIER"));
+  EXPECT_THAT(table.out, HasSubstr("local+remote"));
+  EXPECT_THAT(table.out, HasSubstr("remote copy s3://"));
+
+  // What the store holds, by an independent client: each checkpoint's shard
+  // and manifest, and the final shard's bytes as the manifest's SHA-256 says.
+  const std::vector<std::string> objects = S3cmdList(absl::StrCat("runs/", job, "/"));
+  const std::string final_prefix = absl::StrCat(remote, "/", job, "/step-000003000/");
+  bool shard = false, manifest = false;
+  for (const std::string& o : objects) {
+    shard = shard || absl::EndsWith(o, final_prefix + "shard-00000.bin");
+    manifest = manifest || absl::EndsWith(o, final_prefix + "MANIFEST.json");
+  }
+  EXPECT_TRUE(shard && manifest) << absl::StrJoin(objects, "\n");
+  const std::string fetched = loom::testing::MakeTempDir("loom_s3cmd") + "/MANIFEST.json";
+  auto get = RunCommand(absl::StrCat(S3cmd(), "get ", final_prefix, "MANIFEST.json ", fetched));
+  ASSERT_EQ(get.exit_code, 0) << get.out << get.err;
+  auto manifest_text = ReadFile(fetched);
+  ASSERT_TRUE(manifest_text.ok());
+  auto local_shard_sha = RunCommand(
+      absl::StrCat("sha256sum ", ShellQuote(CheckpointPathAt(job, kSteps) + "/shard-00000.bin")));
+  ASSERT_EQ(local_shard_sha.exit_code, 0);
+  EXPECT_THAT(*manifest_text,
+              HasSubstr(absl::StrCat("\"sha256\": \"", local_shard_sha.out.substr(0, 64), "\"")));
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,86 @@
+// The worker's background upload of committed checkpoints to the object
+// store (CheckpointSpec.remote): the remote tier. The worker that hosts a
+// job's rank 0 hands each checkpoint that rank reports committed to this
+// uploader; one thread uploads them, newest first, below normal CPU
+// priority, so a save stalls training exactly as long as without a remote
+// tier. No LibTorch.
+//
+// Each outcome is reported once, through `report` (on the upload thread):
+//   "uploaded"       remote_url, bytes, upload_seconds set;
+//   "upload_failed"  error names this worker, the object and the store's
+//                    answer (after the client's bounded retries), or why no
+//                    upload could start (no credentials, a bad location).
+// A checkpoint whose directory retention deleted before its upload began
+// is skipped without a report (it is on no tier to restore from).
+#ifndef LOOM_WORKER_CHECKPOINT_UPLOADER_H_
+#define LOOM_WORKER_CHECKPOINT_UPLOADER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/object_store/remote_checkpoints.h"
+#include "common/object_store/s3_client.h"
+#include "common/object_store/s3_config.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom::worker {
+
+class CheckpointUploader {
+ public:
+  struct Options {
+    object_store::TransferOptions transfer;
+    object_store::S3ClientOptions client;
+    // Who uploads, for messages ("worker w-3 on node-a").
+    std::string uploader = "this worker";
+    // The store's configuration; the default reads the process environment
+    // (object_store::S3ConfigFromEnvironment). Asked at each upload, so a
+    // fixed environment or credentials file is picked up without a restart.
+    std::function<absl::StatusOr<object_store::S3Config>()> config;
+  };
+  using Report = std::function<void(const std::string& job_id, int64_t generation,
+                                    const loom::v1::CheckpointInfo& outcome)>;
+
+  CheckpointUploader(Options options, Report report);
+  // Cancels the upload in flight (its multipart upload is aborted) and drops
+  // the queue.
+  ~CheckpointUploader();
+
+  // Queues the committed checkpoint at `checkpoint_path` (a step directory)
+  // of `job_id` for `remote` (the job's location, "s3://bucket/prefix/<job>").
+  void Enqueue(const std::string& job_id, int64_t generation,
+               const loom::v1::CheckpointInfo& committed, const std::string& remote);
+
+  // Waits until the queue is empty and no upload runs (tests).
+  void WaitIdle();
+
+ private:
+  struct Item {
+    std::string job_id;
+    int64_t generation = 0;
+    loom::v1::CheckpointInfo committed;
+    std::string remote;
+  };
+  void Loop();
+  loom::v1::CheckpointInfo Upload(const Item& item, bool* skipped);
+
+  const Options options_;
+  const Report report_;
+  std::atomic<bool> cancel_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Item> queue_;  // newest step last; taken from the back
+  bool busy_ = false;
+  std::thread thread_;
+};
+
+}  // namespace loom::worker
+
+#endif  // LOOM_WORKER_CHECKPOINT_UPLOADER_H_

@@ -1,0 +1,154 @@
+// The worker's background upload against a real S3-compatible store
+// (Ceph's RADOS Gateway on loopback).
+#include "worker/checkpoint_uploader.h"
+
+#include <filesystem>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/object_store/s3_test_server.h"
+#include "common/object_store/test_checkpoint.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kBucket[] = "uploads";
+
+struct Outcome {
+  std::string job;
+  int64_t generation;
+  loom::v1::CheckpointInfo info;
+};
+
+class CheckpointUploaderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto s = object_store::S3TestServer::Start(kBucket);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = s->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    dir_ = absl::StrCat(::testing::TempDir(), "/uploader-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  CheckpointUploader::Options Options(object_store::S3Config config) {
+    CheckpointUploader::Options o;
+    o.uploader = "worker on node test-node";
+    o.config = [config] { return config; };
+    o.client.max_attempts = 2;
+    o.client.initial_backoff = absl::Milliseconds(10);
+    return o;
+  }
+  CheckpointUploader::Report Collect() {
+    return [this](const std::string& job, int64_t generation, const loom::v1::CheckpointInfo& c) {
+      std::lock_guard<std::mutex> lock(mu_);
+      outcomes_.push_back({job, generation, c});
+    };
+  }
+  loom::v1::CheckpointInfo Committed(int64_t step) {
+    loom::v1::CheckpointInfo c;
+    c.set_step(step);
+    c.set_generation(0);
+    c.set_path(object_store::WriteTestCheckpoint(dir_, step, 0, {50000}));
+    return c;
+  }
+
+  static object_store::S3TestServer* server_;
+  std::string dir_;
+  std::mutex mu_;
+  std::vector<Outcome> outcomes_;
+};
+
+object_store::S3TestServer* CheckpointUploaderTest::server_ = nullptr;
+
+TEST_F(CheckpointUploaderTest, UploadsNewestFirstAndReportsEach) {
+  CheckpointUploader up(Options(server_->Config()), Collect());
+  const std::string remote = absl::StrCat("s3://", kBucket, "/runs/job-1");
+  up.Enqueue("job-1", 3, Committed(10), remote);
+  up.Enqueue("job-1", 3, Committed(20), remote);
+  up.Enqueue("job-1", 3, Committed(30), remote);
+  up.WaitIdle();
+  ASSERT_EQ(outcomes_.size(), 3u);
+  for (const Outcome& o : outcomes_) {
+    EXPECT_EQ(o.job, "job-1");
+    EXPECT_EQ(o.generation, 3);
+    EXPECT_EQ(o.info.status(), "uploaded") << o.info.error();
+    EXPECT_EQ(
+        o.info.remote_url(),
+        absl::StrCat(remote, "/step-", std::string(9 - std::to_string(o.info.step()).size(), '0'),
+                     o.info.step()));
+    EXPECT_EQ(o.info.bytes(), 50000u);
+  }
+  object_store::S3Client client(server_->Config());
+  auto listed = object_store::ListRemoteCheckpoints(client, *object_store::ParseS3Url(remote));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->size(), 3u);
+}
+
+TEST_F(CheckpointUploaderTest, RefusedCredentialsAreReportedNamingTheBucket) {
+  object_store::S3Config config = server_->Config();
+  config.access_key_id = "SOMEONE";
+  config.credentials_source = "environment (AWS_ACCESS_KEY_ID)";
+  CheckpointUploader up(Options(config), Collect());
+  up.Enqueue("job-2", 0, Committed(10), absl::StrCat("s3://", kBucket, "/runs/job-2"));
+  up.WaitIdle();
+  ASSERT_EQ(outcomes_.size(), 1u);
+  const loom::v1::CheckpointInfo& c = outcomes_[0].info;
+  EXPECT_EQ(c.status(), "upload_failed");
+  EXPECT_THAT(c.error(), HasSubstr("worker on node test-node"));
+  EXPECT_THAT(c.error(), HasSubstr("step-000000010/shard-00000.bin"));
+  EXPECT_THAT(c.error(), HasSubstr("bucket \"uploads\""));
+  EXPECT_TRUE(c.remote_url().empty());
+}
+
+TEST_F(CheckpointUploaderTest, NoCredentialsIsAFailureNotARetryLoop) {
+  CheckpointUploader::Options o = Options(server_->Config());
+  o.config = [] {
+    return object_store::S3ConfigFromEnvironment(
+        [](const char*) -> std::optional<std::string> { return std::nullopt; });
+  };
+  CheckpointUploader up(o, Collect());
+  up.Enqueue("job-3", 0, Committed(10), absl::StrCat("s3://", kBucket, "/runs/job-3"));
+  up.WaitIdle();
+  ASSERT_EQ(outcomes_.size(), 1u);
+  EXPECT_EQ(outcomes_[0].info.status(), "upload_failed");
+  EXPECT_THAT(outcomes_[0].info.error(), HasSubstr("no object-store credentials"));
+}
+
+TEST_F(CheckpointUploaderTest, ACheckpointRetentionDeletedFirstIsSkipped) {
+  CheckpointUploader up(Options(server_->Config()), Collect());
+  loom::v1::CheckpointInfo gone = Committed(10);
+  std::filesystem::remove_all(gone.path());
+  up.Enqueue("job-4", 0, gone, absl::StrCat("s3://", kBucket, "/runs/job-4"));
+  up.WaitIdle();
+  EXPECT_TRUE(outcomes_.empty());
+}
+
+TEST_F(CheckpointUploaderTest, AStoppedStoreFailsAfterBoundedRetries) {
+  ASSERT_TRUE(server_->Kill().ok());
+  CheckpointUploader up(Options(server_->Config()), Collect());
+  up.Enqueue("job-5", 0, Committed(10), absl::StrCat("s3://", kBucket, "/runs/job-5"));
+  up.WaitIdle();
+  ASSERT_TRUE(server_->Restart().ok());
+  ASSERT_EQ(outcomes_.size(), 1u);
+  EXPECT_EQ(outcomes_[0].info.status(), "upload_failed");
+  EXPECT_THAT(outcomes_[0].info.error(), HasSubstr("after 2 tries"));
+  EXPECT_THAT(outcomes_[0].info.error(), HasSubstr("step-000000010/shard-00000.bin"));
+}
+
+}  // namespace
+}  // namespace loom::worker
