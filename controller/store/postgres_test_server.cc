@@ -176,6 +176,11 @@ PostgresTestServer::~PostgresTestServer() {
 
 absl::Status PostgresTestServer::Kill() {
   if (pid_ <= 0) return absl::FailedPreconditionError("postgres is not running");
+  // The whole server, as a crash takes it: the postmaster and its backends
+  // (its process group). A backend orphaned by its postmaster's death goes
+  // on serving its connection until it notices, so killing the postmaster
+  // alone let a write through "while the server was down".
+  kill(-pid_, SIGKILL);
   kill(pid_, SIGKILL);
   int status = 0;
   waitpid(pid_, &status, 0);
