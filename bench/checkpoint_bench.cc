@@ -28,6 +28,7 @@
 //   checkpoint: <loom GB/s> GB/s ratio=<loom/disk> of disk, stall <x>% of a step
 #include <fcntl.h>
 #include <stdlib.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,14 +40,13 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
+#include "bench/checkpoint_bench_setup.h"
 #include "common/crc32c.h"
 #include "common/formats/data.h"
 #include "worker/engine/gpt.h"
@@ -113,51 +113,15 @@ double DiskWriteBytesPerSecond(const std::string& path, const char* data, size_t
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR [n_layer] [d_model] [steps] [interval] [threads]\n",
-                 argv[0]);
-    return 2;
-  }
-  auto arg = [&](int i, int64_t fallback) {
-    return argc > i ? std::strtoll(argv[i], nullptr, 10) : fallback;
-  };
-  loom::engine::TrainerConfig config;
-  config.model.n_layer = static_cast<int>(arg(2, 12));
-  config.model.d_model = static_cast<int>(arg(3, 768));
-  config.model.n_head = std::max(1, config.model.d_model / 64);
-  config.model.vocab_size = 50304;
-  config.model.seq_len = 256;
-  const int64_t steps = arg(4, 8);
-  const int64_t interval = arg(5, 2);
-  const int threads = static_cast<int>(arg(6, 2));
-  if (config.model.n_layer < 1 || config.model.d_model < 64 || steps < 2 || interval < 1 ||
-      threads < 1) {
-    std::fprintf(stderr, "%s: bad arguments\n", argv[0]);
-    return 2;
-  }
-  torch::set_num_threads(threads);
-
-  std::string work = (fs::path(argv[1]) / "loom_checkpoint_benchXXXXXX").string();
-  if (mkdtemp(work.data()) == nullptr) {
-    std::perror(argv[1]);
-    return 1;
-  }
-  // Random tokens: the data only has to exist.
-  std::mt19937 rng(1);
-  std::vector<uint16_t> tokens((steps + 2) * (config.model.seq_len + 1));
-  for (uint16_t& t : tokens) t = static_cast<uint16_t>(rng() % config.model.vocab_size);
-  const std::string shard = work + "/train_000000.bin";
-  if (!loom::engine::WriteShard(shard, tokens).ok()) return 1;
-
-  config.train_shards = {shard};
-  config.global_batch = 1;
-  config.micro_batch = 1;
-  config.schedule.total_steps = steps;
-  config.schedule.warmup_steps = 1;
+  std::optional<loom::bench::CheckpointBenchSetup> setup =
+      loom::bench::SetUpCheckpointBench(argc, argv, "loom_checkpoint_bench", {});
+  if (!setup) return 2;
+  loom::engine::TrainerConfig config = setup->config;
+  const int64_t steps = setup->steps, interval = setup->interval;
+  const int threads = setup->threads;
+  const std::string work = setup->work;
   config.checkpoint_dir = work + "/ckpt";
-  config.checkpoint_interval = interval;
   config.keep_checkpoints = 2;
-  config.checkpoint_async = true;
 
   const int64_t params = loom::engine::GptParameterCount(config.model);
   std::printf("checkpoint bench: GPT n_layer=%d d_model=%d vocab=%d seq=%d: %.1fM parameters; "

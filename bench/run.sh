@@ -212,6 +212,18 @@ bench_checkpoint() {
     "${CHECKPOINT_THREADS:-2}"
 }
 
+# Training with asynchronous checkpoints, without and then with the object-
+# store tier's background uploads to a RADOS Gateway on loopback: step time
+# while uploading against without, stall, upload GB/s.
+bench_remote-tier() {
+  build loom_remote_tier_bench
+  local dir=${REMOTE_TIER_BENCH_DIR:-$BUILD_DIR}
+  mkdir -p "$dir"
+  "$BUILD_DIR/bin/loom_remote_tier_bench" "$dir" "${REMOTE_TIER_LAYERS:-6}" \
+    "${REMOTE_TIER_D_MODEL:-512}" "${REMOTE_TIER_STEPS:-12}" "${REMOTE_TIER_INTERVAL:-3}" \
+    "${REMOTE_TIER_THREADS:-2}"
+}
+
 # The BLAS kernels the worker selects in production (worker_main.cc):
 # Debian's OpenBLAS 0.3.21 does not know recent AVX-512 CPUs and falls back
 # to generic SSE3 kernels. An operator's own OPENBLAS_CORETYPE wins.

@@ -53,7 +53,20 @@ void CheckpointUploader::Enqueue(const std::string& job_id, int64_t generation,
 
 void CheckpointUploader::WaitIdle() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return cancel_ || (queue_.empty() && !busy_); });
+  cv_.wait(lock, [&] { return cancel_ || (DueLocked(absl::Now()) < 0 && !busy_); });
+}
+
+size_t CheckpointUploader::Backlog() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<size_t>(
+      std::count_if(queue_.begin(), queue_.end(), [](const Item& i) { return i.failures > 0; }));
+}
+
+int CheckpointUploader::DueLocked(absl::Time now) const {
+  for (int i = static_cast<int>(queue_.size()) - 1; i >= 0; --i) {
+    if (queue_[i].failures == 0 || backlog_not_before_ <= now) return i;
+  }
+  return -1;
 }
 
 void CheckpointUploader::Loop() {
@@ -65,29 +78,74 @@ void CheckpointUploader::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       busy_ = false;
       cv_.notify_all();
-      cv_.wait(lock, [&] { return cancel_ || !queue_.empty(); });
+      while (!cancel_ && DueLocked(absl::Now()) < 0) {
+        // Until something is queued, or the backlog's next try is due.
+        const absl::Time next = queue_.empty() ? absl::InfiniteFuture() : backlog_not_before_;
+        if (next == absl::InfiniteFuture()) {
+          cv_.wait(lock);
+        } else {
+          cv_.wait_for(
+              lock, absl::ToChronoNanoseconds(std::max(absl::Milliseconds(1), next - absl::Now())));
+        }
+      }
       if (cancel_) return;
-      item = std::move(queue_.back());
-      queue_.pop_back();
+      const int due = DueLocked(absl::Now());
+      item = std::move(queue_[due]);
+      queue_.erase(queue_.begin() + due);
       busy_ = true;
     }
-    bool skipped = false;
-    loom::v1::CheckpointInfo outcome = Upload(item, &skipped);
+    bool skipped = false, retry = false;
+    loom::v1::CheckpointInfo outcome = Upload(item, &skipped, &retry);
     if (cancel_) return;
     if (skipped) continue;
     if (outcome.status() == "uploaded") {
       std::cerr << "loom-worker: checkpoint of " << item.job_id << " at step " << outcome.step()
                 << " uploaded to " << outcome.remote_url() << " (" << outcome.bytes()
-                << " bytes in " << outcome.upload_seconds() << " s)" << std::endl;
-    } else {
-      std::cerr << "loom-worker: checkpoint of " << item.job_id << " at step " << outcome.step()
-                << " was not uploaded: " << outcome.error() << std::endl;
+                << " bytes in " << outcome.upload_seconds() << " s"
+                << (item.failures > 0
+                        ? absl::StrCat(", from the backlog after ", item.failures, " failed tries")
+                        : "")
+                << ")" << std::endl;
+      if (item.failures > 0) {
+        // The store is back: the rest of the backlog goes now, newest first.
+        std::lock_guard<std::mutex> lock(mu_);
+        backlog_tries_ = 0;
+        backlog_not_before_ = absl::InfinitePast();
+      }
+      report_(item.job_id, item.generation, outcome);
+      continue;
     }
-    report_(item.job_id, item.generation, outcome);
+    std::cerr << "loom-worker: checkpoint of " << item.job_id << " at step " << outcome.step()
+              << " was not uploaded: " << outcome.error()
+              << (retry ? " (kept in the backlog for a later try)" : "") << std::endl;
+    // Once an outage: the first checkpoint it keeps back says so; the others
+    // of the job join the backlog in silence.
+    bool outage_reported = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      outage_reported = std::any_of(queue_.begin(), queue_.end(), [&](const Item& i) {
+        return i.failures > 0 && i.job_id == item.job_id;
+      });
+    }
+    if (item.failures == 0 && !outage_reported) report_(item.job_id, item.generation, outcome);
+    if (retry) {
+      item.failures++;
+      std::lock_guard<std::mutex> lock(mu_);
+      // One clock for the whole backlog: when it is due, every checkpoint in
+      // it is, and the newest goes first.
+      absl::Duration wait = options_.backlog_retry;
+      for (int i = 0; i < backlog_tries_ && wait < kMaxBacklogRetry; ++i) wait *= 2;
+      ++backlog_tries_;
+      backlog_not_before_ = absl::Now() + std::min(wait, kMaxBacklogRetry);
+      queue_.push_back(std::move(item));
+      std::stable_sort(queue_.begin(), queue_.end(), [](const Item& a, const Item& b) {
+        return a.committed.step() < b.committed.step();
+      });
+    }
   }
 }
 
-loom::v1::CheckpointInfo CheckpointUploader::Upload(const Item& item, bool* skipped) {
+loom::v1::CheckpointInfo CheckpointUploader::Upload(const Item& item, bool* skipped, bool* retry) {
   loom::v1::CheckpointInfo out;
   out.set_step(item.committed.step());
   out.set_path(item.committed.path());
@@ -116,6 +174,7 @@ loom::v1::CheckpointInfo CheckpointUploader::Upload(const Item& item, bool* skip
       *skipped = true;  // deleted by retention during the upload
       return out;
     }
+    *retry = absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status());
     return failed(r.status());
   }
   out.set_status("uploaded");

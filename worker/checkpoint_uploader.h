@@ -5,11 +5,19 @@
 // priority, so a save stalls training exactly as long as without a remote
 // tier. No LibTorch.
 //
-// Each outcome is reported once, through `report` (on the upload thread):
+// Outcomes are reported through `report` (on the upload thread):
 //   "uploaded"       remote_url, bytes, upload_seconds set;
 //   "upload_failed"  error names this worker, the object and the store's
 //                    answer (after the client's bounded retries), or why no
 //                    upload could start (no credentials, a bad location).
+// A store that could not be reached (UNAVAILABLE) is tried again later: the
+// outage's first failure of a job is reported, and each checkpoint it keeps
+// back joins a backlog, all of it retried after
+// Options::backlog_retry (doubling up to 5 minutes), newest first, for as
+// long as its directory is there, and "uploaded" follows when it goes
+// through. A refusal (credentials, a bad request) or a damaged local copy
+// is not retried: the next checkpoint will say the same, and a retry loop
+// against refused credentials helps no one.
 // A checkpoint whose directory retention deleted before its upload began
 // is skipped without a report (it is on no tier to restore from).
 #ifndef LOOM_WORKER_CHECKPOINT_UPLOADER_H_
@@ -26,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/object_store/remote_checkpoints.h"
 #include "common/object_store/s3_client.h"
 #include "common/object_store/s3_config.h"
@@ -44,7 +53,11 @@ class CheckpointUploader {
     // (object_store::S3ConfigFromEnvironment). Asked at each upload, so a
     // fixed environment or credentials file is picked up without a restart.
     std::function<absl::StatusOr<object_store::S3Config>()> config;
+    // When the backlog (checkpoints a store outage kept back) is tried
+    // first; each further failure doubles it, up to kMaxBacklogRetry.
+    absl::Duration backlog_retry = absl::Seconds(30);
   };
+  static constexpr absl::Duration kMaxBacklogRetry = absl::Minutes(5);
   using Report = std::function<void(const std::string& job_id, int64_t generation,
                                     const loom::v1::CheckpointInfo& outcome)>;
 
@@ -58,8 +71,11 @@ class CheckpointUploader {
   void Enqueue(const std::string& job_id, int64_t generation,
                const loom::v1::CheckpointInfo& committed, const std::string& remote);
 
-  // Waits until the queue is empty and no upload runs (tests).
+  // Waits until no checkpoint is due now and no upload runs (tests); the
+  // backlog's later tries do not count.
   void WaitIdle();
+  // The checkpoints kept back by an outage, waiting for a later try.
+  size_t Backlog();
 
  private:
   struct Item {
@@ -67,16 +83,24 @@ class CheckpointUploader {
     int64_t generation = 0;
     loom::v1::CheckpointInfo committed;
     std::string remote;
+    int failures = 0;  // tries that found no store (> 0: in the backlog)
   };
   void Loop();
-  loom::v1::CheckpointInfo Upload(const Item& item, bool* skipped);
+  // The index in queue_ of the newest item due at `now`, or -1.
+  int DueLocked(absl::Time now) const;
+  // `*retry`: the store could not be reached (worth a later try).
+  loom::v1::CheckpointInfo Upload(const Item& item, bool* skipped, bool* retry);
 
   const Options options_;
   const Report report_;
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Item> queue_;  // newest step last; taken from the back
+  std::vector<Item> queue_;  // newest step last; the newest due is taken
+  // The backlog's next try (every item with failures > 0 is due then), and
+  // the tries since the store last answered.
+  absl::Time backlog_not_before_ = absl::InfinitePast();
+  int backlog_tries_ = 0;
   bool busy_ = false;
   std::thread thread_;
 };

@@ -2,8 +2,10 @@
 // (Ceph's RADOS Gateway on loopback).
 #include "worker/checkpoint_uploader.h"
 
+#include <chrono>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -138,16 +140,41 @@ TEST_F(CheckpointUploaderTest, ACheckpointRetentionDeletedFirstIsSkipped) {
   EXPECT_TRUE(outcomes_.empty());
 }
 
-TEST_F(CheckpointUploaderTest, AStoppedStoreFailsAfterBoundedRetries) {
+// An outage: the first checkpoint it keeps back is reported failed (after
+// the client's bounded retries), the rest wait in silence, and when the
+// store is back the backlog goes up, newest first.
+TEST_F(CheckpointUploaderTest, AnOutagesBacklogCatchesUpNewestFirstWhenTheStoreReturns) {
   ASSERT_TRUE(server_->Kill().ok());
-  CheckpointUploader up(Options(server_->Config()), Collect());
-  up.Enqueue("job-5", 0, Committed(10), absl::StrCat("s3://", kBucket, "/runs/job-5"));
+  CheckpointUploader::Options o = Options(server_->Config());
+  o.backlog_retry = absl::Milliseconds(300);
+  CheckpointUploader up(o, Collect());
+  const std::string remote = absl::StrCat("s3://", kBucket, "/runs/job-5");
+  up.Enqueue("job-5", 0, Committed(10), remote);
   up.WaitIdle();
+  up.Enqueue("job-5", 0, Committed(20), remote);
+  up.WaitIdle();
+  EXPECT_EQ(up.Backlog(), 2u);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(outcomes_.size(), 1u);
+    EXPECT_EQ(outcomes_[0].info.status(), "upload_failed");
+    EXPECT_EQ(outcomes_[0].info.step(), 10);
+    EXPECT_THAT(outcomes_[0].info.error(), HasSubstr("after 2 tries"));
+    EXPECT_THAT(outcomes_[0].info.error(), HasSubstr("step-000000010/shard-00000.bin"));
+  }
   ASSERT_TRUE(server_->Restart().ok());
-  ASSERT_EQ(outcomes_.size(), 1u);
-  EXPECT_EQ(outcomes_[0].info.status(), "upload_failed");
-  EXPECT_THAT(outcomes_[0].info.error(), HasSubstr("after 2 tries"));
-  EXPECT_THAT(outcomes_[0].info.error(), HasSubstr("step-000000010/shard-00000.bin"));
+  // Bounded: the backlog's tries are 0.3 s, then 0.6 s, 1.2 s, ... apart.
+  for (int i = 0; i < 200 && up.Backlog() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  up.WaitIdle();
+  EXPECT_EQ(up.Backlog(), 0u);
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSERT_EQ(outcomes_.size(), 3u);
+  EXPECT_EQ(outcomes_[1].info.status(), "uploaded");
+  EXPECT_EQ(outcomes_[1].info.step(), 20);  // newest first
+  EXPECT_EQ(outcomes_[2].info.status(), "uploaded");
+  EXPECT_EQ(outcomes_[2].info.step(), 10);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // loom-ckpt: inspect trainer checkpoints.
-//   loom-ckpt digest CHECKPOINT...   one line each: <sha256 of the model> <tensors> <parameters> CHECKPOINT
+//   loom-ckpt digest CHECKPOINT...   one line each: <sha256 of the model> <tensors> <parameters>
+//   CHECKPOINT
 // (a step directory, which is verified against its manifest first, or an
 // old single-file checkpoint)
 // Two checkpoints have the same digest exactly when their model parameters
@@ -30,6 +31,19 @@
 //   loom-ckpt export CHECKPOINT --tokenizer DATA_DIR --out DIR
 // writes the checkpoint's model in Hugging Face's layout (engine/hf_export.h:
 // model.safetensors, config.json, the tokenizer). `loomctl export` runs it.
+//
+//   loom-ckpt fetch REMOTE DIR [--resume-step N]
+// brings into DIR, a job's checkpoint directory, the newest checkpoint under
+// REMOTE (s3://bucket/prefix/<job>: where checkpoint.remote keeps the job's)
+// when DIR has none as new that verifies (at or before step N when N > 0;
+// default -1, the newest), checked object by object against the uploaded
+// manifest's SHA-256 and committed into DIR as a save commits
+// (common/object_store/remote_checkpoints.h). Rank 0 runs it before it
+// resumes (so that loom-rank links no HTTP client). The store comes from
+// the environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...: s3_config.h).
+// One line on stdout saying what was done; exit 0 when DIR is ready (a
+// checkpoint restored, or none needed), 1 when nothing could be restored
+// (the line says why), 2 for bad usage.
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -37,6 +51,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
+#include "common/object_store/remote_checkpoints.h"
 #include "common/tokenizer.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/checkpoint/checkpoint_inspect.h"
@@ -50,7 +65,8 @@ constexpr char kUsage[] =
     "usage: loom-ckpt digest CHECKPOINT... | loom-ckpt verify CHECKPOINT... |\n"
     "       loom-ckpt sample CHECKPOINT --tokenizer DATA_DIR --prompt TEXT [--tokens N]\n"
     "                 [--temperature T] [--top-k K] [--seed X] |\n"
-    "       loom-ckpt export CHECKPOINT --tokenizer DATA_DIR --out DIR";
+    "       loom-ckpt export CHECKPOINT --tokenizer DATA_DIR --out DIR |\n"
+    "       loom-ckpt fetch s3://BUCKET/PREFIX/JOB DIR [--resume-step N]";
 
 int Digest(int argc, char** argv) {
   int rc = 0;
@@ -226,16 +242,34 @@ int Export(int argc, char** argv) {
   return 0;
 }
 
+int Fetch(int argc, char** argv) {
+  if (argc != 4 && argc != 6) {
+    std::cerr << kUsage << std::endl;
+    return 2;
+  }
+  int64_t resume_step = -1;
+  if (argc == 6 && (std::string(argv[4]) != "--resume-step" ||
+                    !absl::SimpleAtoi(argv[5], &resume_step) || resume_step < -1)) {
+    std::cerr << "loom-ckpt fetch: --resume-step takes a step >= -1\n" << kUsage << std::endl;
+    return 2;
+  }
+  absl::StatusOr<std::string> done =
+      loom::object_store::RestoreForResume(argv[2], argv[3], resume_step);
+  std::cout << (done.ok() ? *done : std::string(done.status().message())) << std::endl;
+  return done.ok() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
   if (argc < 3 || (command != "digest" && command != "verify" && command != "sample" &&
-                    command != "export")) {
+                   command != "export" && command != "fetch")) {
     std::cerr << kUsage << std::endl;
     return 2;
   }
   if (command == "sample") return Sample(argc, argv);
   if (command == "export") return Export(argc, argv);
+  if (command == "fetch") return Fetch(argc, argv);
   return command == "digest" ? Digest(argc, argv) : Verify(argc, argv);
 }

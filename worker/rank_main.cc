@@ -6,8 +6,11 @@
 // trains, and writes one JSON loom.v1.RankEvent per line to stdout. Human
 // logs go to stderr (the worker keeps them in rank-<r>.log). Exit code 0 =
 // training finished; 1 = error (last stderr line says why); 143 = stopped.
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -28,7 +31,6 @@
 #include "common/file_util.h"
 #include "common/formats/data.h"
 #include "common/jobspec.h"
-#include "common/object_store/remote_checkpoints.h"
 #include "common/rank_exit.h"
 #include "google/protobuf/util/json_util.h"
 #include "loom/v1/job.pb.h"
@@ -62,6 +64,52 @@ void Emit(const loom::v1::RankEvent& event) {
   line.push_back('\n');
   fwrite(line.data(), 1, line.size(), stdout);
   fflush(stdout);
+}
+
+// The object-store tier before a resume: `loom-ckpt fetch` (beside this
+// binary) brings into `dir` the store's newest checkpoint when `dir` has
+// none as new (common/object_store/remote_checkpoints.h), so that loom-rank
+// itself links no HTTP client. Returns its line (what it did, or why
+// nothing was restored); the resume then goes on with what `dir` has.
+std::string FetchFromObjectStore(const std::string& remote, const std::string& dir,
+                                 int64_t resume_step) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string bin = n > 0 ? std::string(self, n) : std::string("loom-rank");
+  bin = bin.substr(0, bin.rfind('/') + 1) + "loom-ckpt";
+  const std::string step = std::to_string(resume_step);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return "nothing restored: pipe failed";
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return "nothing restored: fork failed";
+  }
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execl(bin.c_str(), "loom-ckpt", "fetch", remote.c_str(), dir.c_str(), "--resume-step",
+          step.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t got; (got = read(fds[0], buf, sizeof(buf))) != 0;) {
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) break;
+    out.append(buf, static_cast<size_t>(got));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && out.empty()) {
+    return absl::StrCat("nothing restored: could not run ", bin, "; resuming from ", dir, " alone");
+  }
+  return out.empty() ? absl::StrCat(bin, " fetch ended with status ", status) : out;
 }
 
 [[noreturn]] void Die(const std::string& msg, int code = 1) {
@@ -363,8 +411,9 @@ int main(int argc, char** argv) {
     const std::string remote =
         absl::StrCat(absl::StripSuffix(a.spec().checkpoint().remote(), "/"), "/", a.job_id());
     cb.before_resume = [remote, r = a.rank()](const std::string& dir, int64_t resume_step) {
-      std::cerr << "loom-rank " << r << ": "
-                << loom::object_store::RestoreForResume(remote, dir, resume_step) << std::endl;
+      std::cerr << "loom-rank " << r
+                << ": object store: " << FetchFromObjectStore(remote, dir, resume_step)
+                << std::endl;
     };
   }
   int rank = a.rank();

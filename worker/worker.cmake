@@ -24,12 +24,12 @@ target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_node_notice loo
 # The rank process links LibTorch and protobuf messages, but no gRPC.
 add_executable(loom-rank rank_main.cc)
 target_link_libraries(loom-rank PRIVATE loom_engine loom_blas_info loom_proto loom_file_util
-  loom_telemetry loom_gemm_calibration loom_nvml loom_device_catalog loom_jobspec loom_object_store)
+  loom_telemetry loom_gemm_calibration loom_nvml loom_device_catalog loom_jobspec)
 
 loom_test(loom_rank_supervisor_test SRCS rank_supervisor_test.cc DEPS loom_worker_agent)
 
 add_executable(loom-ckpt ckpt_main.cc)
-target_link_libraries(loom-ckpt PRIVATE loom_checkpoint_inspect loom_tokenizer)
+target_link_libraries(loom-ckpt PRIVATE loom_checkpoint_inspect loom_tokenizer loom_object_store)
 
 # `loom-rank --probe` through the worker's ProbeBlocks (cpu_probe.h).
 add_dependencies(loom_cpu_probe_test loom-rank)

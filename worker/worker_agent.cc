@@ -209,6 +209,9 @@ WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<ControllerLink> 
   sup.on_exit = [this](const RankExit& exit) { OnExit(exit); };
   CheckpointUploader::Options up;
   up.uploader = absl::StrCat("worker on node ", options_.node);
+  up.transfer.part_bytes = options_.upload_part_bytes;
+  up.transfer.threads = options_.upload_threads;
+  up.client.max_send_bytes_per_second = options_.upload_max_bytes_per_second;
   uploader_ = std::make_unique<CheckpointUploader>(
       up, [this](const std::string& job, int64_t generation, const loom::v1::CheckpointInfo& c) {
         loom::v1::RankEvent e;

@@ -79,6 +79,12 @@ struct WorkerOptions {
   // Called on Run()'s thread when the worker becomes registered (true) and
   // when the controller forgets it or Run() returns (false). Optional.
   std::function<void(bool registered)> on_registration;
+  // The object-store tier's uploads (checkpoint_uploader.h): part size,
+  // files at once, and a cap on the send rate in bytes a second (0: none),
+  // so that an upload never takes more of the node's network than stated.
+  uint64_t upload_part_bytes = 16ull << 20;
+  int upload_threads = 2;
+  int64_t upload_max_bytes_per_second = 0;
   // Whether this node is going away (node_notice.h), asked at every
   // heartbeat, which then carries it. Optional.
   std::function<std::optional<loom::v1::NodeNotice>()> notice;

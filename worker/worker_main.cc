@@ -86,6 +86,12 @@ ABSL_FLAG(std::string, notice_url, "",
 ABSL_FLAG(absl::Duration, sigterm_notice, absl::Seconds(25),
           "on SIGTERM with ranks running, tell the controller the node goes in this long, and "
           "exit once its ranks have saved and stopped (or then); 0 = stop the ranks at once");
+ABSL_FLAG(int, upload_part_mib, 16,
+          "object-store tier (checkpoint.remote): files over this many MiB are uploaded as "
+          "multipart uploads of parts this size, one part in memory per upload thread (5-5120)");
+ABSL_FLAG(int, upload_threads, 2, "object-store tier: files uploaded at once (1-16)");
+ABSL_FLAG(double, upload_max_mbps, 0,
+          "object-store tier: the most each upload thread sends, megabytes a second (0: no cap)");
 ABSL_FLAG(std::string, health_listen, "",
           "serve grpc.health.v1 (plaintext) here: SERVING while registered with the controller, "
           "NOT_SERVING otherwise (empty = off)");
@@ -165,6 +171,18 @@ int main(int argc, char** argv) {
     std::cerr << "loom-worker: --grid_intensity_g_per_kwh must be >= 0" << std::endl;
     return 2;
   }
+  const int part_mib = absl::GetFlag(FLAGS_upload_part_mib);
+  if (part_mib < 5 || part_mib > 5120) {
+    return Fail("--upload_part_mib must be in [5, 5120] (S3's part sizes)");
+  }
+  opts.upload_part_bytes = static_cast<uint64_t>(part_mib) << 20;
+  opts.upload_threads = absl::GetFlag(FLAGS_upload_threads);
+  if (opts.upload_threads < 1 || opts.upload_threads > 16) {
+    return Fail("--upload_threads must be in [1, 16]");
+  }
+  const double max_mbps = absl::GetFlag(FLAGS_upload_max_mbps);
+  if (!(max_mbps >= 0)) return Fail("--upload_max_mbps must be >= 0");
+  opts.upload_max_bytes_per_second = static_cast<int64_t>(max_mbps * 1e6);
   opts.slots = absl::GetFlag(FLAGS_slots);
   opts.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   if (opts.slots < 1) return Fail("--slots must be >= 1");

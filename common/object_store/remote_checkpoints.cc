@@ -383,20 +383,21 @@ absl::StatusOr<TransferReport> RestoreFromRemote(S3Client& client, const S3Locat
   return report;
 }
 
-std::string RestoreForResume(const std::string& job_url, const std::string& dir,
-                             int64_t resume_step) {
+absl::StatusOr<std::string> RestoreForResume(const std::string& job_url, const std::string& dir,
+                                             int64_t resume_step) {
   absl::StatusOr<S3Location> job = ParseS3Url(job_url);
   absl::StatusOr<S3Config> config = S3ConfigFromEnvironment(ProcessEnvironment());
   absl::Status error = !job.ok() ? job.status() : config.status();
-  std::string note;
   if (error.ok()) {
     S3Client client(*config);
+    std::string note;
     absl::StatusOr<TransferReport> r = RestoreFromRemote(client, *job, dir, resume_step, &note);
-    if (r.ok()) return absl::StrCat("object store: ", note);
+    if (r.ok()) return note;
     error = r.status();
   }
-  return absl::StrCat("object store: nothing restored from ", job_url, " (", error.message(),
-                      "); resuming from ", dir, " alone");
+  return absl::Status(error.code(),
+                      absl::StrCat("nothing restored from ", job_url, " (", error.message(),
+                                   "); resuming from ", dir, " alone"));
 }
 
 }  // namespace loom::object_store

@@ -96,12 +96,13 @@ absl::StatusOr<TransferReport> RestoreFromRemote(S3Client& client, const S3Locat
                                                  const TransferOptions& options = {});
 
 // RestoreFromRemote under `job_url` with the store's configuration from the
-// process environment (s3_config.h), as a rank runs it before resuming: a
-// line for the rank's log saying what was done. An error (no credentials,
-// an unreachable store, a copy that fails its checks) is said in that line
-// too, and the resume goes on with what the directory has.
-std::string RestoreForResume(const std::string& job_url, const std::string& dir,
-                             int64_t resume_step);
+// process environment (s3_config.h), as `loom-ckpt fetch` runs it for rank 0
+// before it resumes: a line saying what was done, or an error saying why
+// nothing was restored (no credentials, an unreachable store, a copy that
+// fails its checks), after which the resume goes on with what the
+// directory has.
+absl::StatusOr<std::string> RestoreForResume(const std::string& job_url, const std::string& dir,
+                                             int64_t resume_step);
 
 }  // namespace loom::object_store
 

@@ -23,9 +23,15 @@ mkdir -p "$tmp/k/ha-ingress"
 rel=$(realpath --relative-to="$tmp/k/ha-ingress" "$k8s")
 printf 'resources: [%s/overlays/ha]\ncomponents: [%s/components/console-ingress]\n' "$rel" "$rel" \
   > "$tmp/k/ha-ingress/kustomization.yaml"
-for o in "${overlays[@]}" ha-ingress; do
+# Checkpoints in an object store, as an operator adds them: gpu plus the
+# object-store component (its flags are checked with the others below).
+mkdir -p "$tmp/k/gpu-object-store"
+printf 'resources: [%s/overlays/gpu]\ncomponents: [%s/components/object-store]\n' "$rel" "$rel" \
+  > "$tmp/k/gpu-object-store/kustomization.yaml"
+for o in "${overlays[@]}" ha-ingress gpu-object-store; do
   dir="$k8s/overlays/$o"
   [ "$o" = ha-ingress ] && dir="$tmp/k/ha-ingress"
+  [ "$o" = gpu-object-store ] && dir="$tmp/k/gpu-object-store"
   "$KUBECTL" kustomize "$dir" > "$tmp/$o.yaml" || fail "overlay $o does not build"
   say "overlay $o: $(grep -c '^kind:' "$tmp/$o.yaml") objects; validating"
   node "$k8s/validate.js" "$tmp/$o.yaml" || fail "overlay $o: objects fail validation"
@@ -50,7 +56,21 @@ for want in 'backend-protocol: HTTPS' 'proxy-ssl-verify: "on"' 'proxy-buffering:
 done
 grep -q -- '--console_url=https://loom.example.com' "$f" || fail "ha-ingress: no --console_url"
 say "console: served, on the Service, allowed by the policy; the Ingress example is whole"
-overlays+=(ha-ingress)
+# The object store: the workers (only) take its place from the ConfigMap and
+# their credentials from the Secret, keep the gpu overlay's own flags, and
+# no credential is in the manifests.
+f="$tmp/gpu-object-store.yaml"
+worker=$(sed -n '/^kind: StatefulSet$/,/^---/p' "$f")
+grep -q 'name: loom-object-store$' <<<"$worker" || fail "object-store: workers do not read the ConfigMap"
+grep -q 'name: loom-object-store-credentials' <<<"$worker" ||
+  fail "object-store: workers do not read the credentials Secret"
+grep -q -- '--upload_max_mbps=200' <<<"$worker" || fail "object-store: no upload cap"
+grep -q 'nvidia.com/gpu: "8"' "$f" || fail "object-store: the gpu overlay's workers changed"
+grep -q 'loom-object-store' <<<"$(sed -n '/^kind: Deployment$/,/^---/p' "$f")" &&
+  fail "object-store: the controller reads the store's credentials too"
+grep -qE 'AWS_(ACCESS_KEY_ID|SECRET_ACCESS_KEY):' "$f" && fail "object-store: credentials in the manifests"
+say "object-store: workers read the store's ConfigMap and credentials Secret; none in the manifests"
+overlays+=(ha-ingress gpu-object-store)
 
 # What the issue requires is there, in every overlay.
 for o in "${overlays[@]}"; do
@@ -93,6 +113,9 @@ for o in "${overlays[@]}"; do
   [ "$(grep -c 'mountPath: /var/lib/loom/checkpoints$' "$f")" = 2 ] ||
     fail "overlay $o: controller and workers do not mount checkpoints at /var/lib/loom/checkpoints"
   grep -q -- '--health_listen=0.0.0.0:9103' "$f" || fail "overlay $o: workers serve no health port"
+  # The preStop hook writes the notice file: every overlay's workers watch it.
+  grep -q -- '--notice_file=/var/lib/loom/work/notice' "$f" ||
+    fail "overlay $o: workers watch no notice file (the preStop hook writes it)"
   # Spec data paths are confined to the workers' data volume.
   grep -q -- '--data_root=/data' "$f" || fail "overlay $o: the controller confines no data paths"
   grep -q 'mountPath: /data$' "$f" || fail "overlay $o: workers do not mount the data volume at /data"
