@@ -213,8 +213,9 @@ bench_checkpoint() {
 }
 
 # Training with asynchronous checkpoints, without and then with the object-
-# store tier's background uploads to a RADOS Gateway on loopback: step time
-# while uploading against without, stall, upload GB/s.
+# store tier's background uploads to a RADOS Gateway on loopback (its daemons
+# at nice 19, REMOTE_TIER_STORE_NICE, standing in for a store elsewhere):
+# step time while uploading against without, stall, upload GB/s.
 bench_remote-tier() {
   build loom_remote_tier_bench
   local dir=${REMOTE_TIER_BENCH_DIR:-$BUILD_DIR}

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,7 +47,8 @@ int FreePort() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start(const std::string& bucket) {
+absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start(const std::string& bucket,
+                                                                  int nice) {
   if (access("/usr/bin/radosgw", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0) {
     return absl::FailedPreconditionError(
         "Ceph's RADOS Gateway is not installed: run ./scripts/install-deploy-deps.sh (it "
@@ -77,6 +79,7 @@ absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start(const std::str
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (nice > 0) setpriority(PRIO_PROCESS, 0, nice);  // the daemons inherit it
     dup2(pipe_fds[1], 1);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) dup2(fd, 2);

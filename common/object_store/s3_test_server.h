@@ -26,8 +26,11 @@ namespace loom::object_store {
 class S3TestServer {
  public:
   // Starts the store and makes `bucket` there. FAILED_PRECONDITION naming
-  // the install script when Ceph's packages are missing.
-  static absl::StatusOr<std::unique_ptr<S3TestServer>> Start(const std::string& bucket);
+  // the install script when Ceph's packages are missing. `nice` (0-19): the
+  // store's daemons run at that CPU priority (a benchmark that stands in for
+  // a store on other machines keeps it from competing with what it measures).
+  static absl::StatusOr<std::unique_ptr<S3TestServer>> Start(const std::string& bucket,
+                                                             int nice = 0);
   ~S3TestServer();
 
   std::string endpoint() const { return endpoint_; }  // http://127.0.0.1:PORT
