@@ -170,5 +170,65 @@ TEST_F(RemoteTierTest, WipedJobResumesFromTheObjectStoreAndMatchesItsUninterrupt
               HasSubstr(absl::StrCat("\"sha256\": \"", local_shard_sha.out.substr(0, 64), "\"")));
 }
 
+// The store goes away mid-run: training goes on with the directory alone,
+// the job records one CHECKPOINT_UPLOAD_FAILED event naming the worker, the
+// object and the store's answer, and once the store is back the
+// checkpoints after it are uploaded again; the job ends without a restart.
+TEST_F(RemoteTierTest, AStoreThatGoesAwayCostsTrainingNothingAndIsCaughtUpWith) {
+  ASSERT_NO_FATAL_FAILURE(StartStoreAndCluster(1));
+  constexpr int kSteps = 10000;  // ~30 s: room for the outage and the uploads after it
+  const std::string remote = absl::StrCat("s3://", kBucket, "/runs");
+  const std::string job =
+      Submit(WriteSpec("outage", kSteps, 1,
+                       "checkpoint: {interval_steps: 100, keep: 2, remote: \"" + remote + "\"}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).summary().last_step() >= 100; }, 120))
+      << Status(job).DebugString();
+  ASSERT_TRUE(store_->Kill().ok());
+  const int64_t killed_at = Status(job).summary().last_step();
+  // The next checkpoint's upload fails after the client's retries.
+  const loom::v1::RecoveryEvent* failed = nullptr;
+  loom::v1::Job now;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        now = Status(job);
+        for (const auto& e : now.events()) {
+          if (e.kind() == loom::v1::RecoveryEvent::CHECKPOINT_UPLOAD_FAILED) failed = &e;
+        }
+        return failed != nullptr;
+      },
+      120))
+      << now.DebugString();
+  EXPECT_THAT(failed->message(), HasSubstr("was not uploaded to the object store"));
+  EXPECT_THAT(failed->message(), HasSubstr("worker on node local-0"));
+  EXPECT_THAT(failed->message(), HasSubstr(absl::StrCat(remote, "/", job, "/step-")));
+  EXPECT_THAT(failed->message(), HasSubstr("no answer"));
+  const std::string failed_message = failed->message();
+  ASSERT_TRUE(store_->Restart().ok());
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 0);
+  int outage_events = 0;
+  for (const auto& e : done.events()) {
+    outage_events += e.kind() == loom::v1::RecoveryEvent::CHECKPOINT_UPLOAD_FAILED ? 1 : 0;
+  }
+  EXPECT_EQ(outage_events, 1) << "one event for the outage";
+  // Uploads went on once the store was back: the final checkpoint is remote.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
+        for (const auto& c : catalog.checkpoints()) {
+          if (c.step() == kSteps && !c.remote_url().empty()) return true;
+        }
+        return false;
+      },
+      60));
+  auto events = Ctl("events " + job);
+  ASSERT_EQ(events.exit_code, 0) << events.err;
+  EXPECT_THAT(events.out, HasSubstr("CHECKPOINT_UPLOAD_FAILED"));
+  EXPECT_THAT(events.out, HasSubstr("CHECKPOINT_UPLOADED"));
+  std::cout << "store killed at step " << killed_at << "; " << failed_message << std::endl;
+}
+
 }  // namespace
 }  // namespace loom

@@ -94,8 +94,8 @@ void CheckpointUploader::Loop() {
       queue_.erase(queue_.begin() + due);
       busy_ = true;
     }
-    bool skipped = false, retry = false;
-    loom::v1::CheckpointInfo outcome = Upload(item, &skipped, &retry);
+    bool skipped = false, retry = false, unreachable = false;
+    loom::v1::CheckpointInfo outcome = Upload(item, &skipped, &retry, &unreachable);
     if (cancel_) return;
     if (skipped) continue;
     if (outcome.status() == "uploaded") {
@@ -106,11 +106,13 @@ void CheckpointUploader::Loop() {
                         ? absl::StrCat(", from the backlog after ", item.failures, " failed tries")
                         : "")
                 << ")" << std::endl;
-      if (item.failures > 0) {
-        // The store is back: the rest of the backlog goes now, newest first.
+      {
+        // The store answers: the rest of the backlog goes now, newest first,
+        // and a later outage is reported again.
         std::lock_guard<std::mutex> lock(mu_);
         backlog_tries_ = 0;
         backlog_not_before_ = absl::InfinitePast();
+        outage_reported_.clear();
       }
       report_(item.job_id, item.generation, outcome);
       continue;
@@ -118,16 +120,14 @@ void CheckpointUploader::Loop() {
     std::cerr << "loom-worker: checkpoint of " << item.job_id << " at step " << outcome.step()
               << " was not uploaded: " << outcome.error()
               << (retry ? " (kept in the backlog for a later try)" : "") << std::endl;
-    // Once an outage: the first checkpoint it keeps back says so; the others
-    // of the job join the backlog in silence.
-    bool outage_reported = false;
+    // Once an outage: its first failure of each job says so; the others
+    // join the backlog in silence.
+    bool report = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      outage_reported = std::any_of(queue_.begin(), queue_.end(), [&](const Item& i) {
-        return i.failures > 0 && i.job_id == item.job_id;
-      });
+      if (unreachable) report = outage_reported_.insert(item.job_id).second;
     }
-    if (item.failures == 0 && !outage_reported) report_(item.job_id, item.generation, outcome);
+    if (item.failures == 0 && report) report_(item.job_id, item.generation, outcome);
     if (retry) {
       item.failures++;
       std::lock_guard<std::mutex> lock(mu_);
@@ -145,7 +145,8 @@ void CheckpointUploader::Loop() {
   }
 }
 
-loom::v1::CheckpointInfo CheckpointUploader::Upload(const Item& item, bool* skipped, bool* retry) {
+loom::v1::CheckpointInfo CheckpointUploader::Upload(const Item& item, bool* skipped, bool* retry,
+                                                    bool* unreachable_out) {
   loom::v1::CheckpointInfo out;
   out.set_step(item.committed.step());
   out.set_path(item.committed.path());
@@ -170,11 +171,18 @@ loom::v1::CheckpointInfo CheckpointUploader::Upload(const Item& item, bool* skip
   absl::StatusOr<object_store::TransferReport> r =
       object_store::UploadCheckpoint(client, *job, item.committed.path(), options_.transfer);
   if (!r.ok()) {
-    if (!std::filesystem::exists(item.committed.path(), ec)) {
-      *skipped = true;  // deleted by retention during the upload
+    const bool unreachable =
+        absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status());
+    const bool gone = !std::filesystem::exists(item.committed.path(), ec);
+    // Retention deleted it during the upload: nothing to retry. That is no
+    // failure of the store's, unless the store failed too (an outage is
+    // still one, even while retention outruns the client's retries).
+    if (gone && !unreachable) {
+      *skipped = true;
       return out;
     }
-    *retry = absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status());
+    *retry = unreachable && !gone;
+    *unreachable_out = unreachable;
     return failed(r.status());
   }
   out.set_status("uploaded");

@@ -11,15 +11,17 @@
 //                    answer (after the client's bounded retries), or why no
 //                    upload could start (no credentials, a bad location).
 // A store that could not be reached (UNAVAILABLE) is tried again later: the
-// outage's first failure of a job is reported, and each checkpoint it keeps
-// back joins a backlog, all of it retried after
+// outage's first failure of each job is reported (once, until the store
+// answers again), and each checkpoint it keeps back joins a backlog, all of
+// it retried after
 // Options::backlog_retry (doubling up to 5 minutes), newest first, for as
 // long as its directory is there, and "uploaded" follows when it goes
 // through. A refusal (credentials, a bad request) or a damaged local copy
 // is not retried: the next checkpoint will say the same, and a retry loop
 // against refused credentials helps no one.
-// A checkpoint whose directory retention deleted before its upload began
-// is skipped without a report (it is on no tier to restore from).
+// A checkpoint whose directory retention deleted before its upload began, or
+// during an upload the store did not fail, is skipped without a report (it
+// is on no tier to restore from).
 #ifndef LOOM_WORKER_CHECKPOINT_UPLOADER_H_
 #define LOOM_WORKER_CHECKPOINT_UPLOADER_H_
 
@@ -29,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,8 +91,9 @@ class CheckpointUploader {
   void Loop();
   // The index in queue_ of the newest item due at `now`, or -1.
   int DueLocked(absl::Time now) const;
-  // `*retry`: the store could not be reached (worth a later try).
-  loom::v1::CheckpointInfo Upload(const Item& item, bool* skipped, bool* retry);
+  // `*unreachable`: the store could not be reached; `*retry`: and the
+  // checkpoint is still there (worth a later try).
+  loom::v1::CheckpointInfo Upload(const Item& item, bool* skipped, bool* retry, bool* unreachable);
 
   const Options options_;
   const Report report_;
@@ -101,6 +105,9 @@ class CheckpointUploader {
   // the tries since the store last answered.
   absl::Time backlog_not_before_ = absl::InfinitePast();
   int backlog_tries_ = 0;
+  // Jobs whose failure in the current outage was reported (cleared when the
+  // store answers again).
+  std::set<std::string> outage_reported_;
   bool busy_ = false;
   std::thread thread_;
 };
