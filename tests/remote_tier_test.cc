@@ -227,7 +227,9 @@ TEST_F(RemoteTierTest, AStoreThatGoesAwayCostsTrainingNothingAndIsCaughtUpWith) 
   ASSERT_EQ(events.exit_code, 0) << events.err;
   EXPECT_THAT(events.out, HasSubstr("CHECKPOINT_UPLOAD_FAILED"));
   EXPECT_THAT(events.out, HasSubstr("CHECKPOINT_UPLOADED"));
-  std::cout << "store killed at step " << killed_at << "; " << failed_message << std::endl;
+  std::cout << "store killed at step " << killed_at << "; " << failed_message << "\n"
+            << "loomctl events " << job << ":\n"
+            << events.out << std::endl;
 }
 
 }  // namespace
