@@ -33,6 +33,19 @@
 #  4. Isolation. Every compile writes its dependency list (-MD); a TU that
 #     read any header of the system's LibTorch (/usr/include/{ATen,c10,torch,
 #     caffe2,...}) fails, as does one that read none of Debian 13's.
+#  5. Results are remembered, as ccache remembers objects. A check is a pure
+#     function of its command, its compiler and the bytes of every file it
+#     read, so a selection (step 2) or a compile that passed is not run again
+#     while its command, the compiler binary (path, size, mtime) and the
+#     SHA-256 of every file in its dependency list are unchanged; any edit to
+#     a source or header it read runs it again. Kept in $cache/results (a
+#     file per check with its dependency list: ~175 MB for ~510 checks),
+#     with paths under the source tree relative to it, so a clone elsewhere
+#     with the same bytes finds them; --refresh or --no-result-cache runs
+#     all.
+#     (Like ccache's direct mode, it does not notice a new header that would
+#     shadow one found later on the include path.) Link mode never uses it.
+#     A result no run has used for 14 days is deleted.
 #
 # Usage: scripts/check-torch2.sh [options] [BUILD_DIR]   (default: the repository's build/)
 #   -j N               compiles at once (default: nproc)
@@ -40,7 +53,9 @@
 #   --cuda-only        only the CUDA headers
 #   --cuda-from-debian CUDA headers from Debian 13's nvidia-cuda-dev even when
 #                      a toolkit is installed (the path a machine without one takes)
-#   --refresh          forget the stamps: update the lists, fetch and unpack again
+#   --refresh          forget the stamps and remembered results: update the
+#                      lists, fetch and unpack again, check every TU
+#   --no-result-cache  check every TU (remembered results are neither read nor written)
 #   --list             print the selected TUs and exit
 #   --filter REGEX     only the selected TUs whose path matches REGEX (Python re.search)
 #   --errors N         print the compiler errors of the first N failing TUs (default 5)
@@ -71,10 +86,14 @@
 #   fetch   cold 5 s (9.8 MB of lists, 4.7 MB of .debs; 120 MB unpacked);
 #           without a CUDA toolkit 1.0 GB more, 60 s, 153 MB unpacked in all.
 #           Warm: 0 s, no network.
-#   select  c++ -M of every entry (~230): 2-5 min.
-#   compile ~67 TUs per configuration, 5-8 s each on an idle core (15-30 s
+#   select  c++ -M of every entry (~370): 2-5 min (4 s when every result is
+#           remembered, step 5).
+#   compile ~70 TUs per configuration, 5-8 s each on an idle core (15-30 s
 #           on a busy one): ~8 min per configuration on one idle core; about
-#           23 min per configuration were measured on the busy machine.
+#           23 min per configuration were measured on the busy machine; 954 s
+#           (CPU) and 598 s (CUDA) at -j 2 beside cluster tests on
+#           2026-12-07. With every result remembered (step 5) the whole
+#           script takes ~40 s; an edited header compiles the TUs that read it.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -82,6 +101,7 @@ jobs=$(nproc)
 configs="cpu cuda"
 cuda_from_debian=0
 refresh=0
+result_cache=1
 list_only=0
 link_targets=""
 errors=5
@@ -96,6 +116,7 @@ while [ $# -gt 0 ]; do
     --link) link_targets=$2; configs=cuda; shift ;;
     --cuda-from-debian) cuda_from_debian=1 ;;
     --refresh) refresh=1 ;;
+    --no-result-cache) result_cache=0 ;;
     --list) list_only=1 ;;
     --errors) errors=$2; shift ;;
     --filter) filter=$2; shift ;;
@@ -120,7 +141,7 @@ cache=${LOOM_TORCH2_CACHE:-$HOME/.cache/loom/torch2}
 mkdir -p "$cache/apt/lists/partial" "$cache/apt/sourceparts" "$cache/apt/prefparts" \
   "$cache/debs" "$cache/stamps" "$cache/pkg"
 cache=$(cd "$cache" && pwd)
-if [ "$refresh" = 1 ]; then rm -f "$cache"/stamps/*; fi
+if [ "$refresh" = 1 ]; then rm -rf "$cache"/stamps/* "$cache"/results; fi
 
 # ---- 1. Fetch ---------------------------------------------------------------
 fetch_start=$SECONDS
@@ -243,9 +264,9 @@ if [ -n "$link_targets" ] && command -v nvcc >/dev/null; then
   if [ -z "$cudart_dir" ]; then nvcc_path=""; fi
 fi
 export CT2_LINK_TARGETS=$link_targets CT2_NVCC=$nvcc_path CT2_CUDART_DIR=$cudart_dir
-export CT2_REPO=$repo
+export CT2_REPO=$repo CT2_RESULT_CACHE=$result_cache
 exec python3 - <<'PY'
-import concurrent.futures, glob, json, os, re, shlex, subprocess, sys, tempfile, time
+import concurrent.futures, glob, hashlib, json, os, re, shlex, subprocess, sys, tempfile, threading, time
 
 env = os.environ
 build_dir = env["CT2_BUILD_DIR"]
@@ -380,6 +401,108 @@ def rel(path):
     return os.path.relpath(path, root_dir) if path.startswith(root_dir + "/") else path
 
 
+# ---- Remembered results (step 5) ---------------------------------------------
+results_dir = os.path.join(cache, "results")
+use_results = env.get("CT2_RESULT_CACHE", "1") == "1" and not env.get("CT2_LINK_TARGETS", "").split()
+_digests = {}
+_digests_lock = threading.Lock()
+
+
+def file_digest(path):
+    """SHA-256 of a file's bytes ("absent" when it cannot be read), once per run."""
+    with _digests_lock:
+        if path in _digests:
+            return _digests[path]
+    try:
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        digest = "absent"
+    with _digests_lock:
+        _digests[path] = digest
+    return digest
+
+
+# Paths under the source tree are remembered relative to it ("<root>/..."), so
+# that a clone elsewhere (CI's) finds what a check of the same bytes found.
+ROOT_MARK = "<root>"
+
+
+def portable(text):
+    return re.sub(re.escape(root_dir) + r"(?=/|$)", ROOT_MARK, text)
+
+
+def local_path(path):
+    return root_dir + path[len(ROOT_MARK):] if path.startswith(ROOT_MARK + "/") else path
+
+
+def result_key(kind, args, cwd):
+    exe = shutil_which(args[0])
+    try:
+        st = os.stat(exe)
+        compiler = [os.path.realpath(exe), st.st_size, st.st_mtime_ns]
+    except OSError:
+        compiler = [args[0]]
+    text = json.dumps([kind, [portable(a) for a in args], portable(cwd), compiler])
+    return os.path.join(results_dir, hashlib.sha256(text.encode()).hexdigest() + ".json")
+
+
+def shutil_which(name):
+    if os.path.isabs(name):
+        return name
+    for d in env.get("PATH", "").split(os.pathsep):
+        p = os.path.join(d, name)
+        if os.access(p, os.X_OK):
+            return p
+    return name
+
+
+def remembered(kind, args, cwd):
+    """The value a check with this command stored, if every file it read is unchanged."""
+    if not use_results:
+        return None
+    key = result_key(kind, args, cwd)
+    try:
+        with open(key) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for path, digest in record["deps"].items():
+        if file_digest(local_path(path)) != digest:
+            return None
+    try:
+        os.utime(key)  # used: kept by the pruning below
+    except OSError:
+        pass
+    return record
+
+
+def prune_results(days=14):
+    """Forgets results no run has used for `days` days (the results of
+    sources edited since are never used again)."""
+    if not use_results or not os.path.isdir(results_dir):
+        return
+    cutoff = time.time() - days * 86400
+    for name in os.listdir(results_dir):
+        path = os.path.join(results_dir, name)
+        try:
+            if os.path.getmtime(path) < cutoff:
+                os.remove(path)
+        except OSError:
+            pass
+
+
+def remember(kind, args, cwd, deps, value):
+    if not use_results:
+        return
+    os.makedirs(results_dir, exist_ok=True)
+    record = {"deps": {portable(d): file_digest(d) for d in deps}, "value": value}
+    path = result_key(kind, args, cwd)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
 # ---- Select ------------------------------------------------------------------
 # The CUDA configuration's defines also go into the selection, as some TUs
 # include LibTorch's CUDA headers only under them (device_memory.cc).
@@ -391,10 +514,24 @@ def includes_torch(entry, extra):
     """(True when the TU reads a header of the system's LibTorch, its
     dependencies); (None, error) when c++ -M failed."""
     # -MG: a header missing here (cuda_runtime.h) is listed as written.
-    rc, out, err = run(base_args(entry) + extra + ["-M", "-MG"], entry["directory"])
+    args = base_args(entry) + extra + ["-M", "-MG"]
+    known = remembered("select", args, entry["directory"])
+    if known is not None:
+        return known["value"]["hit"], [local_path(d) for d in known["value"]["deps"]]
+    rc, out, err = run(args, entry["directory"])
     if rc != 0:
         return None, err
     deps = parse_deps(out)
+    hit, listed = classify_deps(entry, deps)
+    remember("select", args, entry["directory"],
+             [os.path.normpath(os.path.join(entry["directory"], d)) for d in deps],
+             {"hit": hit, "deps": [portable(d) for d in listed]})
+    return hit, listed
+
+
+def classify_deps(entry, deps):
+    """(True, deps) when deps hold a header of the system's LibTorch, else
+    (False, the deps as absolute paths)."""
     for d in deps:
         if os.path.isabs(d) and is_old_torch(d):
             return True, deps
@@ -515,7 +652,10 @@ def object_of(entry):
 
 def compile_one(index, entry, config, deps_dir):
     deps_file = os.path.join(deps_dir, "%d.d" % index)
-    args = config_args(entry, config) + ["-MD", "-MF", deps_file]
+    key_args = config_args(entry, config)
+    if remembered("compile", key_args, entry["directory"]) is not None:
+        return True, 0.0, "", key_args, True
+    args = key_args + ["-MD", "-MF", deps_file]
     if link_targets:
         obj = object_of(entry)
         os.makedirs(os.path.dirname(obj), exist_ok=True)
@@ -536,7 +676,9 @@ def compile_one(index, entry, config, deps_dir):
                 len(old), "\n  ".join(old[:5]))
         elif not any(d.startswith(new_roots[config] + "/") for d in deps):
             problem = "isolation: read no header of Debian 13's LibTorch\n"
-    return rc == 0 and not problem, seconds, (out + err + problem), args
+        if not problem and deps and not link_targets:
+            remember("compile", key_args, entry["directory"], deps, True)
+    return rc == 0 and not problem, seconds, (out + err + problem), args, False
 
 
 exit_code = 0
@@ -545,22 +687,26 @@ for config in configs:
     t0 = time.time()
     failures = []
     done = 0
+    reused = 0
     with tempfile.TemporaryDirectory() as deps_dir, \
             concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         futures = {pool.submit(compile_one, i, e, config, deps_dir): e
                    for i, e in enumerate(selected[config])}
         for fut in concurrent.futures.as_completed(futures):
             entry = futures[fut]
-            ok, seconds, output, args = fut.result()
+            ok, seconds, output, args, cached = fut.result()
             done += 1
-            print("[%s %d/%d] %s %5.1f s %s" % (config, done, len(selected[config]),
-                                                "ok  " if ok else "FAIL", seconds,
-                                                rel(entry["file"])), flush=True)
+            reused += 1 if cached else 0
+            print("[%s %d/%d] %s %5.1f s %s%s" % (config, done, len(selected[config]),
+                                                  "ok  " if ok else "FAIL", seconds,
+                                                  rel(entry["file"]),
+                                                  " (unchanged: passed before)" if cached else ""),
+                  flush=True)
             if not ok:
                 failures.append((entry, output, args))
     seconds = time.time() - t0
-    summary.append("%s: %d TUs compiled, %d failed, %.0f s" % (
-        config, len(selected[config]), len(failures), seconds))
+    summary.append("%s: %d TUs compiled (%d of them unchanged since they passed), %d failed, %.0f s" % (
+        config, len(selected[config]), reused, len(failures), seconds))
     if failures:
         exit_code = 1
         failures.sort(key=lambda f: f[0]["file"])
@@ -573,6 +719,9 @@ for config in configs:
             lines = output.splitlines()
             print("\n".join(lines[:60]) + ("\n[... %d more lines]" % (len(lines) - 60)
                                              if len(lines) > 60 else ""))
+
+
+prune_results()
 
 
 # ---- Link ----------------------------------------------------------------------
