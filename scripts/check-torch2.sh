@@ -495,12 +495,18 @@ def prune_results(days=14):
 def remember(kind, args, cwd, deps, value):
     if not use_results:
         return
-    os.makedirs(results_dir, exist_ok=True)
     record = {"deps": {portable(d): file_digest(d) for d in deps}, "value": value}
     path = result_key(kind, args, cwd)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)
+    # A result that cannot be kept (a full or read-only cache) only costs the
+    # next run a compile.
+    try:
+        os.makedirs(results_dir, exist_ok=True)
+        tmp = "%s.tmp-%d-%d" % (path, os.getpid(), threading.get_ident())
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        log("warning: could not keep a result in %s: %s" % (results_dir, e))
 
 
 # ---- Select ------------------------------------------------------------------
