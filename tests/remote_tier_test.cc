@@ -54,6 +54,16 @@ class RemoteTierTest : public ClusterTest {
     return catalog;
   }
 
+  // Whether the catalog records a copy in the store of `job`'s checkpoint
+  // at `step`.
+  bool HasRemoteCopy(const std::string& job, int64_t step) {
+    const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
+    for (const auto& c : catalog.checkpoints()) {
+      if (c.step() == step && !c.remote_url().empty()) return true;
+    }
+    return false;
+  }
+
   std::unique_ptr<object_store::S3TestServer> store_;
 };
 
@@ -133,15 +143,7 @@ TEST_F(RemoteTierTest, WipedJobResumesFromTheObjectStoreAndMatchesItsUninterrupt
 
   // The catalog: every checkpoint the run kept locally at the end is also
   // remote, the final one included (its upload ends after the job did).
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
-        for (const auto& c : catalog.checkpoints()) {
-          if (c.step() == kSteps && !c.remote_url().empty()) return true;
-        }
-        return false;
-      },
-      60));
+  ASSERT_TRUE(WaitFor([&] { return HasRemoteCopy(job, kSteps); }, 60));
   auto table = Ctl("checkpoints " + job);
   ASSERT_EQ(table.exit_code, 0);
   EXPECT_THAT(table.out, HasSubstr("TIER"));
@@ -214,15 +216,7 @@ TEST_F(RemoteTierTest, AStoreThatGoesAwayCostsTrainingNothingAndIsCaughtUpWith) 
   }
   EXPECT_EQ(outage_events, 1) << "one event for the outage";
   // Uploads went on once the store was back: the final checkpoint is remote.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
-        for (const auto& c : catalog.checkpoints()) {
-          if (c.step() == kSteps && !c.remote_url().empty()) return true;
-        }
-        return false;
-      },
-      60));
+  ASSERT_TRUE(WaitFor([&] { return HasRemoteCopy(job, kSteps); }, 60));
   auto events = Ctl("events " + job);
   ASSERT_EQ(events.exit_code, 0) << events.err;
   EXPECT_THAT(events.out, HasSubstr("CHECKPOINT_UPLOAD_FAILED"));

@@ -64,31 +64,37 @@ absl::Status CheckpointCatalog::RecordCommitted(const std::string& job_id,
   return MarkPruned(job_id, pruned);
 }
 
-absl::Status CheckpointCatalog::RecordUploaded(const std::string& job_id,
-                                               const loom::v1::CheckpointInfo& report) {
-  std::lock_guard<std::mutex> lock(mu_);
+absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> CheckpointCatalog::EntriesAtLocked(
+    const std::string& job_id, const loom::v1::CheckpointInfo& report) {
   absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> entries = store_->LoadCheckpoints(job_id);
   if (!entries.ok()) return entries.status();
-  std::vector<loom::v1::CheckpointInfo> changed;
+  std::vector<loom::v1::CheckpointInfo> at;
   for (loom::v1::CheckpointInfo& info : *entries) {
-    if (info.step() != report.step() || info.path() != report.path()) continue;
-    changed.push_back(std::move(info));
+    if (info.path() == report.path()) at.push_back(std::move(info));
   }
-  if (changed.empty()) {  // its commit report was lost
+  if (at.empty()) {
     loom::v1::CheckpointInfo info;
     info.set_step(report.step());
     info.set_path(report.path());
     info.set_generation(report.generation());
     info.set_bytes(report.bytes());
     info.set_time_unix_ms(report.time_unix_ms());
-    info.set_status(kCheckpointCommitted);
-    changed.push_back(std::move(info));
+    at.push_back(std::move(info));
   }
-  for (loom::v1::CheckpointInfo& info : changed) {
+  return at;
+}
+
+absl::Status CheckpointCatalog::RecordUploaded(const std::string& job_id,
+                                               const loom::v1::CheckpointInfo& report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> changed = EntriesAtLocked(job_id, report);
+  if (!changed.ok()) return changed.status();
+  for (loom::v1::CheckpointInfo& info : *changed) {
+    if (info.status().empty()) info.set_status(kCheckpointCommitted);  // a lost commit report
     info.set_remote_url(report.remote_url());
     info.set_upload_seconds(report.upload_seconds());
   }
-  return store_->PutCheckpoints(job_id, changed);
+  return store_->PutCheckpoints(job_id, *changed);
 }
 
 absl::Status CheckpointCatalog::MarkPruned(const std::string& job_id,
@@ -113,28 +119,15 @@ absl::Status CheckpointCatalog::MarkPruned(const std::string& job_id,
 absl::Status CheckpointCatalog::MarkCorrupt(const std::string& job_id,
                                             const loom::v1::CheckpointInfo& report) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> entries = store_->LoadCheckpoints(job_id);
-  if (!entries.ok()) return entries.status();
-  std::vector<loom::v1::CheckpointInfo> changed;
-  for (loom::v1::CheckpointInfo& info : *entries) {
-    if (info.path() != report.path()) continue;
-    changed.push_back(std::move(info));
-  }
-  if (changed.empty()) {
-    loom::v1::CheckpointInfo info;
-    info.set_step(report.step());
-    info.set_path(report.path());
-    info.set_generation(report.generation());
-    info.set_time_unix_ms(report.time_unix_ms());
-    changed.push_back(std::move(info));
-  }
-  for (loom::v1::CheckpointInfo& info : changed) {
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> changed = EntriesAtLocked(job_id, report);
+  if (!changed.ok()) return changed.status();
+  for (loom::v1::CheckpointInfo& info : *changed) {
     info.set_status(kCheckpointCorrupt);
     info.set_error(report.error());
     info.set_corrupt_file(report.corrupt_file());
     info.set_failed_check(report.failed_check());
   }
-  return store_->PutCheckpoints(job_id, changed);
+  return store_->PutCheckpoints(job_id, *changed);
 }
 
 absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> CheckpointCatalog::List(

@@ -115,6 +115,12 @@ class CheckpointCatalog {
   }
 
  private:
+  // The stored entries at report.path, or, if there are none (their commit
+  // report was lost), a new one from the report (step, path, generation,
+  // bytes, time). Under mu_.
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> EntriesAtLocked(
+      const std::string& job_id, const loom::v1::CheckpointInfo& report);
+
   Store* const store_;
   CheckpointVerifier* const verifier_;  // may be null
   std::mutex mu_;  // serialises read-modify-write of the store's entries
