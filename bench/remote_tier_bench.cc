@@ -81,7 +81,7 @@ bool TrainOnce(loom::engine::TrainerConfig config, const std::string& dir,
     c.set_step(r.step);
     c.set_path(r.path);
     c.set_bytes(r.bytes);
-    uploader->Enqueue("bench", 0, c, remote);
+    uploader->Enqueue("bench", 0, c, {remote});
   };
   const Clock::time_point start = Clock::now();
   absl::StatusOr<loom::engine::TrainResult> result =

@@ -291,20 +291,28 @@ examples:
                {"--rank", "--attempt", "--tail", "-f", "--follow", "--grep", "--max"},
                ArgKind::kJob});
   c.push_back({"checkpoints",
-               {"checkpoints JOB [--verify]"},
+               {"checkpoints JOB [--verify]", "checkpoints gc JOB --dry-run"},
                "the job's checkpoint catalog",
                R"(Lists the job's checkpoints: committed, pruned, corrupt or missing, and
 their TIER: local (the directory is there), remote (a copy in the object
-store of checkpoint.remote), or both.
+store of checkpoint.remote), or both; for each one retention deleted, why.
   --verify   re-read every file of every committed checkpoint and check its
              checksums (reads every byte: takes as long as the disk needs);
              exits 1 if any checkpoint is corrupt
 
+gc JOB --dry-run shows what checkpoint.retention would delete now from each
+tier and why each checkpoint stays or goes, and what is kept whatever the
+rules (the spike-rollback window, other jobs' init_from). It deletes
+nothing: retention runs after every save (rank 0 prunes the directory, the
+uploading worker the object store), and the event log records what it
+deleted (loomctl events shows CHECKPOINT_PRUNED).
+
 examples:
   loomctl checkpoints llama-tiny-1
-  loomctl checkpoints llama-tiny-1 --verify)",
+  loomctl checkpoints llama-tiny-1 --verify
+  loomctl checkpoints gc llama-tiny-1 --dry-run)",
                {},
-               {"--verify"},
+               {"--verify", "--dry-run"},
                ArgKind::kJob});
   c.push_back({"diagnose",
                {"diagnose JOB"},

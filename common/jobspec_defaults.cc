@@ -58,7 +58,20 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
     spec->set_precision(v1::FP32);
   }
   v1::CheckpointSpec* checkpoint = spec->mutable_checkpoint();
-  if (checkpoint->keep() == 0) checkpoint->set_keep(3);
+  // checkpoint.keep is the older name of retention.local.newest: each
+  // defaults to the other, then to 3 (ValidateJobSpec rejects two values).
+  v1::RetentionPolicy* local = checkpoint->mutable_retention()->mutable_local();
+  if (!local->all() && local->newest() == 0)
+    local->set_newest(checkpoint->keep() > 0 ? checkpoint->keep() : 3);
+  if (checkpoint->keep() == 0) checkpoint->set_keep(local->all() ? 3 : local->newest());
+  if (!checkpoint->remote().empty()) {
+    v1::RetentionPolicy* remote = checkpoint->mutable_retention()->mutable_remote();
+    if (!checkpoint->retention().has_remote() || remote->ByteSizeLong() == 0) {
+      remote->set_all(true);  // the object store keeps everything unless told
+    } else if (!remote->all() && remote->newest() == 0) {
+      remote->set_newest(3);
+    }
+  }
   if (spec->seed() == 0) spec->set_seed(1337);
 }
 

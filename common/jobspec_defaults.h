@@ -31,7 +31,10 @@ namespace loom {
 //   parallelism.data              ranks / (tensor x pipeline) when that
 //                                 divides evenly, unless parallelism.auto
 //   precision                     FP32
-//   checkpoint.keep               3
+//   checkpoint.keep               3, or retention.local.newest when set
+//   checkpoint.retention.local    newest: checkpoint.keep
+//   checkpoint.retention.remote   with checkpoint.remote: all (unset), or
+//                                 newest 3 when other rules are given
 //   seed                          1337    (so seed 0 cannot be asked for)
 // Deliberately NOT defaulted:
 //   optimizer.adamw.lr            required; 0 is an error, not "unset".

@@ -332,6 +332,38 @@ TEST(ApplyJobSpecDefaultsTest, FillsDocumentedDefaults) {
   EXPECT_TRUE(MessageDifferencer::Equals(once, spec)) << "not idempotent";
 }
 
+// checkpoint.keep and retention.local.newest name one number; the object
+// store keeps everything unless a rule is given, then the newest 3 besides.
+TEST(ApplyJobSpecDefaultsTest, RetentionDefaultsFollowKeepAndTheObjectStore) {
+  JobSpec spec = MustParse(kGoodYaml);
+  spec.mutable_checkpoint()->set_keep(5);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.checkpoint().retention().local().newest(), 5);
+  EXPECT_FALSE(spec.checkpoint().retention().has_remote());
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+
+  spec = MustParse(kGoodYaml);
+  spec.mutable_checkpoint()->mutable_retention()->mutable_local()->set_newest(2);
+  spec.mutable_checkpoint()->set_remote("s3://ckpts/runs");
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.checkpoint().keep(), 2);
+  EXPECT_TRUE(spec.checkpoint().retention().remote().all());
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+
+  spec = MustParse(kGoodYaml);
+  spec.mutable_checkpoint()->set_remote("s3://ckpts/runs");
+  spec.mutable_checkpoint()->mutable_retention()->mutable_remote()->set_every(1000);
+  spec.mutable_checkpoint()->mutable_retention()->mutable_remote()->set_best(2);
+  ApplyJobSpecDefaults(&spec);
+  const v1::RetentionPolicy& remote = spec.checkpoint().retention().remote();
+  EXPECT_EQ(remote.newest(), 3);
+  EXPECT_FALSE(remote.all());
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  const JobSpec again = spec;
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_TRUE(MessageDifferencer::Equals(spec, again));  // idempotent
+}
+
 TEST(ApplyJobSpecDefaultsTest, KeepsGivenValuesAndAutoParallelism) {
   JobSpec spec = MustParse(kGoodYaml);
   spec.mutable_parallelism()->set_auto_(true);
@@ -723,6 +755,48 @@ TEST(ValidateJobSpecTest, BadSpecsReportCodeAndFieldPath) {
       {"slow-rank cordon of a negative time",
        [](JobSpec* s) { s->mutable_recovery()->mutable_slow_rank()->set_cordon_seconds(-5); },
        kInvalid, "recovery.slow_rank.cordon_seconds: must be 0 (the default) or in [1, 604800]"},
+      {"keep and retention.local.newest that disagree",
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_keep(5);
+         s->mutable_checkpoint()->mutable_retention()->mutable_local()->set_newest(2);
+       },
+       kInvalid,
+       "checkpoint.keep: 5 and checkpoint.retention.local.newest 2 disagree: give one (keep is "
+       "the older name of newest)"},
+      {"retention every step count that misses the checkpoints",
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->mutable_retention()->mutable_local()->set_every(300);
+       },
+       kInvalid,
+       "checkpoint.retention.local.every: 300 is not a multiple of checkpoint.interval_steps "
+       "(200)"},
+      {"retention all beside another rule",
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_remote("s3://ckpts/runs");
+         s->mutable_checkpoint()->mutable_retention()->mutable_remote()->set_all(true);
+         s->mutable_checkpoint()->mutable_retention()->mutable_remote()->set_best(2);
+       },
+       kInvalid, "checkpoint.retention.remote.all: keeps every checkpoint: give it alone"},
+      {"retention best without a validation pass during training",
+       [](JobSpec* s) {
+         s->mutable_schedule()->set_eval_interval(0);
+         s->mutable_checkpoint()->mutable_retention()->mutable_local()->set_best(2);
+       },
+       kInvalid,
+       "checkpoint.retention.local.best: ranks checkpoints by validation loss, which needs "
+       "data.validation and schedule.eval_interval > 0"},
+      {"remote retention without an object store",
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->mutable_retention()->mutable_remote()->set_newest(4);
+       },
+       kInvalid,
+       "checkpoint.retention.remote: the job has no object-store tier: set checkpoint.remote"},
+      {"negative retention newest",
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_remote("s3://ckpts/runs");
+         s->mutable_checkpoint()->mutable_retention()->mutable_remote()->set_newest(-1);
+       },
+       kInvalid, "checkpoint.retention.remote.newest: must be in [1, 100000], got -1"},
   };
   ASSERT_GE(cases.size(), 20u);
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec_model.h"
@@ -88,13 +89,61 @@ absl::Status ValidateSchedule(const v1::ScheduleSpec& schedule) {
   return CheckInRange<int64_t>("schedule.log_interval", schedule.log_interval(), 1, kMaxSteps);
 }
 
-absl::Status ValidateCheckpoint(const v1::CheckpointSpec& checkpoint) {
+// checkpoint.retention.<tier>.
+absl::Status ValidateRetention(const std::string& field, const v1::RetentionPolicy& policy,
+                               const v1::JobSpec& spec) {
+  if (policy.all()) {
+    if (policy.newest() != 0 || policy.every() != 0 || policy.best() != 0) {
+      return FieldError(field + ".all",
+                        "keeps every checkpoint: give it alone, or newest/every/best without it");
+    }
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckInRange(field + ".newest", policy.newest(), 1, 100000));
+  RETURN_IF_ERROR(CheckInRange<int64_t>(field + ".every", policy.every(), 0, kMaxSteps));
+  RETURN_IF_ERROR(CheckInRange(field + ".best", policy.best(), 0, 100000));
+  const int64_t interval = spec.checkpoint().interval_steps();
+  if (policy.every() > 0 && interval > 0 && policy.every() % interval != 0) {
+    return FieldError(
+        field + ".every",
+        absl::StrCat(policy.every(), " is not a multiple of checkpoint.interval_steps (", interval,
+                     "), so only the checkpoints at multiples of both "
+                     "would be kept: use a multiple of ",
+                     interval));
+  }
+  if (policy.best() > 0 &&
+      (spec.data().validation_size() == 0 || spec.schedule().eval_interval() <= 0)) {
+    return FieldError(field + ".best",
+                      "ranks checkpoints by validation loss, which needs data.validation and "
+                      "schedule.eval_interval > 0 (a validation pass during training)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCheckpoint(const v1::JobSpec& spec) {
+  const v1::CheckpointSpec& checkpoint = spec.checkpoint();
   RETURN_IF_ERROR(CheckInRange<int64_t>("checkpoint.interval_steps", checkpoint.interval_steps(), 0,
                                         kMaxSteps));
   RETURN_IF_ERROR(CheckInRange("checkpoint.keep", checkpoint.keep(), 1, 100000));
   if (!checkpoint.remote().empty()) {
     absl::StatusOr<object_store::S3Location> remote = object_store::ParseS3Url(checkpoint.remote());
     if (!remote.ok()) return FieldError("checkpoint.remote", remote.status().message());
+  }
+  const v1::CheckpointRetention& retention = checkpoint.retention();
+  RETURN_IF_ERROR(ValidateRetention("checkpoint.retention.local", retention.local(), spec));
+  if (!retention.local().all() && checkpoint.keep() != retention.local().newest()) {
+    return FieldError("checkpoint.keep",
+                      absl::StrCat(checkpoint.keep(), " and checkpoint.retention.local.newest ",
+                                   retention.local().newest(),
+                                   " disagree: give one (keep is the older name of newest)"));
+  }
+  if (retention.has_remote() && checkpoint.remote().empty()) {
+    return FieldError(
+        "checkpoint.retention.remote",
+        "the job has no object-store tier: set checkpoint.remote (s3://bucket/prefix)");
+  }
+  if (retention.has_remote()) {
+    RETURN_IF_ERROR(ValidateRetention("checkpoint.retention.remote", retention.remote(), spec));
   }
   return absl::OkStatus();
 }
@@ -162,6 +211,12 @@ absl::Status ValidateInitFrom(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(CheckInRange<int64_t>("init_from.step", from.step(), 0, kMaxSteps));
   if (from.job().empty() && from.step() != 0) {
     return FieldError("init_from.step", "goes with init_from.job; a path names its step");
+  }
+  if (absl::StartsWith(from.path(), "s3://")) {
+    object_store::S3Location unused;
+    absl::StatusOr<int64_t> step = object_store::ParseCheckpointUrl(from.path(), &unused);
+    if (!step.ok()) return FieldError("init_from.path", step.status().message());
+    return absl::OkStatus();
   }
   if (!from.path().empty() && from.path()[0] != '/') {
     return FieldError("init_from.path",
@@ -323,7 +378,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(CheckBatch(spec));
   RETURN_IF_ERROR(CheckParallelism(spec));
   RETURN_IF_ERROR(CheckPrecisionAndRecompute(spec));
-  RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
+  RETURN_IF_ERROR(ValidateCheckpoint(spec));
   RETURN_IF_ERROR(ValidateRecovery(spec.recovery()));
   RETURN_IF_ERROR(ValidateSkipBatches(spec.skip_batches(), "skip_batches"));
   RETURN_IF_ERROR(ValidateInitFrom(spec));

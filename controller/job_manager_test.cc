@@ -2249,7 +2249,13 @@ TEST_F(JobManagerTest, CorruptCheckpointIsMarkedAndRestartsSkipIt) {
     auto* c = report.add_events()->mutable_checkpoint();
     c->set_step(step);
     c->set_path(absl::StrCat(dir, "/step-", step));
-    if (step == 6) c->add_pruned_paths(absl::StrCat(dir, "/step-2"));
+    if (step == 6) {
+      loom::v1::PrunedCheckpoint* p = c->add_pruned();
+      p->set_path(absl::StrCat(dir, "/step-2"));
+      p->set_step(2);
+      p->set_tier("local");
+      p->set_reason("not among the newest 2");
+    }
   }
   auto* s = report.add_events()->mutable_step();
   s->set_step(7);

@@ -82,8 +82,10 @@ TEST_F(RemoteTierTest, WipedJobResumesFromTheObjectStoreAndMatchesItsUninterrupt
   ASSERT_FALSE(want.empty());
 
   const std::string remote = absl::StrCat("s3://", kBucket, "/runs");
-  const std::string job =
-      Submit(WriteSpec("tiered", kSteps, 1, ckpt + ", remote: \"" + remote + "\"}\n"));
+  // The store keeps the newest 2 and every 1000th (and the rollback window).
+  const std::string job = Submit(WriteSpec(
+      "tiered", kSteps, 1,
+      ckpt + ", remote: \"" + remote + "\", retention: {remote: {newest: 2, every: 1000}}}\n"));
   // An uploaded checkpoint past step 300, with the run far from its end.
   int64_t uploaded = 0;
   std::string dir;
@@ -149,6 +151,50 @@ TEST_F(RemoteTierTest, WipedJobResumesFromTheObjectStoreAndMatchesItsUninterrupt
   EXPECT_THAT(table.out, HasSubstr("TIER"));
   EXPECT_THAT(table.out, HasSubstr("local+remote"));
   EXPECT_THAT(table.out, HasSubstr("remote copy s3://"));
+
+  // Retention in the store: the newest 2 (3000, 2900), every 1000th (1000,
+  // 2000) and the rollback window (down to the newest at or before 3000 -
+  // 2 x 100) are left, by an independent client's listing; each deletion is
+  // in the event log with its tier and reason, and the catalog says it.
+  std::set<std::string> remote_steps;
+  for (const std::string& o : S3cmdList(absl::StrCat("runs/", job, "/"))) {
+    if (absl::EndsWith(o, "/MANIFEST.json")) {
+      remote_steps.insert(std::string(o.substr(o.size() - 23, 9)));
+    }
+  }
+  EXPECT_THAT(remote_steps, ::testing::ElementsAre("000001000", "000002000", "000002800",
+                                                   "000002900", "000003000"));
+  auto events = Ctl("events " + job);
+  ASSERT_EQ(events.exit_code, 0) << events.err;
+  auto pruned_line = [&](absl::string_view tier, absl::string_view reason) {
+    for (absl::string_view line : absl::StrSplit(events.out, '\n')) {
+      std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (f.size() > 3 && f[2] == "CHECKPOINT_PRUNED" && f[3] == tier &&
+          absl::StrContains(line, reason)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  EXPECT_TRUE(pruned_line("remote",
+                          "not among the newest 2, not a multiple of 1000, older than "
+                          "the rollback window"))
+      << events.out;
+  EXPECT_TRUE(pruned_line("local", "not among the newest 2")) << events.out;
+  int remote_pruned = 0;
+  const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
+  for (const auto& c : catalog.checkpoints()) {
+    remote_pruned += c.remote_pruned_reason().empty() ? 0 : 1;
+  }
+  EXPECT_GE(remote_pruned, 20);
+  // The controller's dry run reaches the pruners' verdicts: nothing is left
+  // to delete on either tier, and it says what is protected.
+  auto gc = Ctl("checkpoints gc " + job + " --dry-run");
+  ASSERT_EQ(gc.exit_code, 0) << gc.out << gc.err;
+  EXPECT_THAT(gc.out, HasSubstr("retention: local newest 2; remote newest 2, every 1000 steps"));
+  EXPECT_THAT(gc.out, HasSubstr("always kept: remote: the rollback window"));
+  EXPECT_THAT(gc.out, HasSubstr("dry run: 0 of 8 checkpoint copies would be deleted"));
+  std::cout << "loomctl checkpoints gc " << job << " --dry-run:\n" << gc.out << std::endl;
 
   // What the store holds, by an independent client: each checkpoint's shard
   // and manifest, and the final shard's bytes as the manifest's SHA-256 says.
@@ -224,6 +270,60 @@ TEST_F(RemoteTierTest, AStoreThatGoesAwayCostsTrainingNothingAndIsCaughtUpWith) 
   std::cout << "store killed at step " << killed_at << "; " << failed_message << "\n"
             << "loomctl events " << job << ":\n"
             << events.out << std::endl;
+}
+
+// init_from a checkpoint that only the object store still has: by job id
+// (the controller resolves it to the remote copy) the new job starts from
+// it, downloaded and verified by rank 0, and trains bitwise as a job started
+// from the same checkpoint on disk did; a location with no checkpoint fails
+// the job at once with the reason, spending no restart.
+TEST_F(RemoteTierTest, AJobStartsFromACheckpointOnlyTheObjectStoreHas) {
+  ASSERT_NO_FATAL_FAILURE(StartStoreAndCluster(1));
+  const std::string remote = absl::StrCat("s3://", kBucket, "/runs");
+  const std::string source = Submit(WriteSpec(
+      "source", 300, 1, "checkpoint: {interval_steps: 100, remote: \"" + remote + "\"}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(source).state() == loom::v1::SUCCEEDED; }, 120))
+      << Status(source).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return HasRemoteCopy(source, 300); }, 60));
+  const std::string init = "checkpoint: {interval_steps: 100}\ninit_from: {job: " + source + "}\n";
+  const std::string from_disk = Submit(WriteSpec("from-disk", 200, 1, init));
+  EXPECT_EQ(Status(from_disk).spec().init_from().path(), CheckpointPathAt(source, 300));
+  ASSERT_TRUE(WaitFor([&] { return Status(from_disk).state() == loom::v1::SUCCEEDED; }, 120))
+      << Status(from_disk).DebugString();
+  const std::string want = Digest(CheckpointPathAt(from_disk, 200));
+  ASSERT_FALSE(want.empty());
+
+  // Every local checkpoint of the source job gone: the store's copy is the
+  // one left, and the catalog says so.
+  std::filesystem::remove_all(std::filesystem::path(CheckpointPathAt(source, 300)).parent_path());
+  const std::string copy = absl::StrCat(remote, "/", source, "/step-000000300");
+  const std::string from_store = Submit(WriteSpec("from-store", 200, 1, init));
+  EXPECT_EQ(Status(from_store).spec().init_from().path(), copy);
+  ASSERT_TRUE(WaitFor([&] { return Status(from_store).state() == loom::v1::SUCCEEDED; }, 120))
+      << Status(from_store).DebugString();
+  EXPECT_EQ(Status(from_store).restarts(), 0);
+  EXPECT_EQ(Digest(CheckpointPathAt(from_store, 200)), want)
+      << "started from the store's copy, it must train as from the directory's";
+  auto logs = Ctl("logs " + from_store + " --rank 0");
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_THAT(logs.out, HasSubstr("object store: init_from: fetched step 300 from " + copy));
+
+  // A location where no checkpoint is: accepted (it names one), and the job
+  // fails at its start saying what is missing.
+  const std::string nowhere = absl::StrCat(remote, "/", source, "/step-000000299");
+  const std::string missing = Submit(
+      WriteSpec("from-nowhere", 200, 1,
+                "checkpoint: {interval_steps: 100}\ninit_from: {path: \"" + nowhere + "\"}\n"));
+  ASSERT_TRUE(WaitFor([&] { return Status(missing).state() == loom::v1::FAILED; }, 120))
+      << Status(missing).DebugString();
+  EXPECT_EQ(Status(missing).restarts(), 0);
+  EXPECT_THAT(Status(missing).reason(), HasSubstr(nowhere + " has no MANIFEST.json"));
+  // And one that is no checkpoint's location is refused at submit.
+  auto bad =
+      Ctl("submit " + WriteSpec("from-bucket", 200, 1, "init_from: {path: \"" + remote + "\"}\n"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("init_from.path: \"" + remote +
+                                 "\" is not a checkpoint's location in an object store"));
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ CheckpointUploader::~CheckpointUploader() {
 
 void CheckpointUploader::Enqueue(const std::string& job_id, int64_t generation,
                                  const loom::v1::CheckpointInfo& committed,
-                                 const std::string& remote) {
+                                 const RemoteTier& remote) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(Item{job_id, generation, committed, remote});
@@ -156,7 +156,7 @@ loom::v1::CheckpointInfo CheckpointUploader::Upload(const Item& item, bool* skip
     out.set_error(absl::StrCat(options_.uploader, ": ", s.message()));
     return out;
   };
-  absl::StatusOr<object_store::S3Location> job = object_store::ParseS3Url(item.remote);
+  absl::StatusOr<object_store::S3Location> job = object_store::ParseS3Url(item.remote.url);
   if (!job.ok()) return failed(job.status());
   absl::StatusOr<object_store::S3Config> config = options_.config();
   if (!config.ok()) return failed(config.status());
@@ -189,6 +189,28 @@ loom::v1::CheckpointInfo CheckpointUploader::Upload(const Item& item, bool* skip
   out.set_remote_url(r->url);
   out.set_bytes(r->bytes);
   out.set_upload_seconds(r->seconds);
+  if (item.remote.retention.policy.all) return out;
+  // Retention on the store, now that the newest copy is there. A listing
+  // or deletion that fails is tried again after the next upload.
+  absl::StatusOr<std::vector<engine::RetentionVerdict>> verdicts =
+      object_store::PruneRemoteCheckpoints(client, *job, item.remote.retention, /*apply=*/true);
+  if (!verdicts.ok()) {
+    std::cerr << "loom-worker: retention of " << item.remote.url
+              << " in the object store did not run: " << verdicts.status().message() << std::endl;
+    return out;
+  }
+  for (const engine::RetentionVerdict& v : *verdicts) {
+    if (!v.error.empty()) {
+      std::cerr << "loom-worker: retention could not delete " << v.checkpoint.name << " ("
+                << v.reason << "): " << v.error << std::endl;
+    }
+    if (v.keep) continue;
+    loom::v1::PrunedCheckpoint* p = out.add_pruned();
+    p->set_path(v.checkpoint.name);
+    p->set_step(v.checkpoint.step);
+    p->set_tier("remote");
+    p->set_reason(v.reason);
+  }
   return out;
 }
 

@@ -19,6 +19,10 @@
 // through. A refusal (credentials, a bad request) or a damaged local copy
 // is not retried: the next checkpoint will say the same, and a retry loop
 // against refused credentials helps no one.
+// After each upload, the store's copies of that job are pruned by its remote
+// retention (object_store::PruneRemoteCheckpoints); what went is reported
+// with the "uploaded" outcome (CheckpointInfo.pruned, tier "remote"). A
+// deletion that fails is tried again after the next upload.
 // A checkpoint whose directory retention deleted before its upload began, or
 // during an upload the store did not fail, is skipped without a report (it
 // is on no tier to restore from).
@@ -63,16 +67,21 @@ class CheckpointUploader {
   static constexpr absl::Duration kMaxBacklogRetry = absl::Minutes(5);
   using Report = std::function<void(const std::string& job_id, int64_t generation,
                                     const loom::v1::CheckpointInfo& outcome)>;
+  // Where a job's checkpoints go and what the store keeps of them.
+  struct RemoteTier {
+    std::string url;  // the job's location, "s3://bucket/prefix/<job>"
+    object_store::RemoteRetention retention;
+  };
 
   CheckpointUploader(Options options, Report report);
   // Cancels the upload in flight (its multipart upload is aborted) and drops
   // the queue.
   ~CheckpointUploader();
 
-  // Queues the committed checkpoint at `checkpoint_path` (a step directory)
-  // of `job_id` for `remote` (the job's location, "s3://bucket/prefix/<job>").
+  // Queues the committed checkpoint at `committed.path` (a step directory)
+  // of `job_id` for `remote`.
   void Enqueue(const std::string& job_id, int64_t generation,
-               const loom::v1::CheckpointInfo& committed, const std::string& remote);
+               const loom::v1::CheckpointInfo& committed, const RemoteTier& remote);
 
   // Waits until no checkpoint is due now and no upload runs (tests); the
   // backlog's later tries do not count.
@@ -85,7 +94,7 @@ class CheckpointUploader {
     std::string job_id;
     int64_t generation = 0;
     loom::v1::CheckpointInfo committed;
-    std::string remote;
+    RemoteTier remote;
     int failures = 0;  // tries that found no store (> 0: in the backlog)
   };
   void Loop();

@@ -80,9 +80,9 @@ object_store::S3TestServer* CheckpointUploaderTest::server_ = nullptr;
 TEST_F(CheckpointUploaderTest, UploadsNewestFirstAndReportsEach) {
   CheckpointUploader up(Options(server_->Config()), Collect());
   const std::string remote = absl::StrCat("s3://", kBucket, "/runs/job-1");
-  up.Enqueue("job-1", 3, Committed(10), remote);
-  up.Enqueue("job-1", 3, Committed(20), remote);
-  up.Enqueue("job-1", 3, Committed(30), remote);
+  up.Enqueue("job-1", 3, Committed(10), {remote});
+  up.Enqueue("job-1", 3, Committed(20), {remote});
+  up.Enqueue("job-1", 3, Committed(30), {remote});
   up.WaitIdle();
   ASSERT_EQ(outcomes_.size(), 3u);
   for (const Outcome& o : outcomes_) {
@@ -101,12 +101,45 @@ TEST_F(CheckpointUploaderTest, UploadsNewestFirstAndReportsEach) {
   EXPECT_EQ(listed->size(), 3u);
 }
 
+// The store's retention runs after each upload: what it deleted comes with
+// the "uploaded" outcome (tier "remote", its location and reason), and the
+// store keeps what the policy says.
+TEST_F(CheckpointUploaderTest, EachUploadPrunesTheStoreByItsRetentionAndSaysWhatWent) {
+  CheckpointUploader up(Options(server_->Config()), Collect());
+  CheckpointUploader::RemoteTier tier;
+  tier.url = absl::StrCat("s3://", kBucket, "/runs/job-6");
+  tier.retention.policy.all = false;
+  tier.retention.policy.newest = 2;
+  for (int64_t step : {10, 20, 30, 40}) {
+    up.Enqueue("job-6", 0, Committed(step), tier);
+    up.WaitIdle();  // one at a time, as a run's checkpoints come
+  }
+  ASSERT_EQ(outcomes_.size(), 4u);
+  std::vector<int64_t> pruned;
+  for (const Outcome& o : outcomes_) {
+    EXPECT_EQ(o.info.status(), "uploaded") << o.info.error();
+    for (const loom::v1::PrunedCheckpoint& p : o.info.pruned()) {
+      EXPECT_EQ(p.tier(), "remote");
+      EXPECT_EQ(p.reason(), "not among the newest 2");
+      EXPECT_EQ(p.path(), absl::StrCat(tier.url, "/step-0000000", p.step()));
+      pruned.push_back(p.step());
+    }
+  }
+  EXPECT_THAT(pruned, ::testing::ElementsAre(10, 20));
+  object_store::S3Client client(server_->Config());
+  auto listed = object_store::ListRemoteCheckpoints(client, *object_store::ParseS3Url(tier.url));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].step, 40);
+  EXPECT_EQ((*listed)[1].step, 30);
+}
+
 TEST_F(CheckpointUploaderTest, RefusedCredentialsAreReportedNamingTheBucket) {
   object_store::S3Config config = server_->Config();
   config.access_key_id = "SOMEONE";
   config.credentials_source = "environment (AWS_ACCESS_KEY_ID)";
   CheckpointUploader up(Options(config), Collect());
-  up.Enqueue("job-2", 0, Committed(10), absl::StrCat("s3://", kBucket, "/runs/job-2"));
+  up.Enqueue("job-2", 0, Committed(10), {absl::StrCat("s3://", kBucket, "/runs/job-2")});
   up.WaitIdle();
   ASSERT_EQ(outcomes_.size(), 1u);
   const loom::v1::CheckpointInfo& c = outcomes_[0].info;
@@ -124,7 +157,7 @@ TEST_F(CheckpointUploaderTest, NoCredentialsIsAFailureNotARetryLoop) {
         [](const char*) -> std::optional<std::string> { return std::nullopt; });
   };
   CheckpointUploader up(o, Collect());
-  up.Enqueue("job-3", 0, Committed(10), absl::StrCat("s3://", kBucket, "/runs/job-3"));
+  up.Enqueue("job-3", 0, Committed(10), {absl::StrCat("s3://", kBucket, "/runs/job-3")});
   up.WaitIdle();
   ASSERT_EQ(outcomes_.size(), 1u);
   EXPECT_EQ(outcomes_[0].info.status(), "upload_failed");
@@ -135,7 +168,7 @@ TEST_F(CheckpointUploaderTest, ACheckpointRetentionDeletedFirstIsSkipped) {
   CheckpointUploader up(Options(server_->Config()), Collect());
   loom::v1::CheckpointInfo gone = Committed(10);
   std::filesystem::remove_all(gone.path());
-  up.Enqueue("job-4", 0, gone, absl::StrCat("s3://", kBucket, "/runs/job-4"));
+  up.Enqueue("job-4", 0, gone, {absl::StrCat("s3://", kBucket, "/runs/job-4")});
   up.WaitIdle();
   EXPECT_TRUE(outcomes_.empty());
 }
@@ -149,9 +182,9 @@ TEST_F(CheckpointUploaderTest, AnOutagesBacklogCatchesUpNewestFirstWhenTheStoreR
   o.backlog_retry = absl::Milliseconds(300);
   CheckpointUploader up(o, Collect());
   const std::string remote = absl::StrCat("s3://", kBucket, "/runs/job-5");
-  up.Enqueue("job-5", 0, Committed(10), remote);
+  up.Enqueue("job-5", 0, Committed(10), {remote});
   up.WaitIdle();
-  up.Enqueue("job-5", 0, Committed(20), remote);
+  up.Enqueue("job-5", 0, Committed(20), {remote});
   up.WaitIdle();
   EXPECT_EQ(up.Backlog(), 2u);
   {

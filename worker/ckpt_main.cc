@@ -44,6 +44,11 @@
 // One line on stdout saying what was done; exit 0 when DIR is ready (a
 // checkpoint restored, or none needed), 1 when nothing could be restored
 // (the line says why), 2 for bad usage.
+//
+//   loom-ckpt fetch s3://bucket/prefix/<job>/step-NNNNNNNNN DIR
+// brings that one checkpoint into DIR as step-NNNNNNNNN, checked the same
+// way (nothing is read when DIR already has a copy that verifies). Rank 0
+// of a job whose init_from is in the store runs it before it loads it.
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -66,7 +71,8 @@ constexpr char kUsage[] =
     "       loom-ckpt sample CHECKPOINT --tokenizer DATA_DIR --prompt TEXT [--tokens N]\n"
     "                 [--temperature T] [--top-k K] [--seed X] |\n"
     "       loom-ckpt export CHECKPOINT --tokenizer DATA_DIR --out DIR |\n"
-    "       loom-ckpt fetch s3://BUCKET/PREFIX/JOB DIR [--resume-step N]";
+    "       loom-ckpt fetch s3://BUCKET/PREFIX/JOB DIR [--resume-step N] |\n"
+    "       loom-ckpt fetch s3://BUCKET/PREFIX/JOB/step-NNNNNNNNN DIR";
 
 int Digest(int argc, char** argv) {
   int rc = 0;
@@ -246,6 +252,18 @@ int Fetch(int argc, char** argv) {
   if (argc != 4 && argc != 6) {
     std::cerr << kUsage << std::endl;
     return 2;
+  }
+  loom::object_store::S3Location unused;
+  if (loom::object_store::ParseCheckpointUrl(argv[2], &unused).ok()) {
+    // One checkpoint by its location (a job's init_from in the store).
+    if (argc != 4) {
+      std::cerr << "loom-ckpt fetch: a checkpoint's location takes no --resume-step\n"
+                << kUsage << std::endl;
+      return 2;
+    }
+    absl::StatusOr<std::string> done = loom::object_store::FetchForInit(argv[2], argv[3]);
+    std::cout << (done.ok() ? *done : std::string(done.status().message())) << std::endl;
+    return done.ok() ? 0 : 1;
   }
   int64_t resume_step = -1;
   if (argc == 6 && (std::string(argv[4]) != "--resume-step" ||

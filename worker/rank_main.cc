@@ -18,15 +18,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/checkpoint_retention.h"
 #include "common/device_catalog.h"
 #include "common/file_util.h"
 #include "common/formats/data.h"
@@ -71,13 +74,17 @@ void Emit(const loom::v1::RankEvent& event) {
 // none as new (common/object_store/remote_checkpoints.h), so that loom-rank
 // itself links no HTTP client. Returns its line (what it did, or why
 // nothing was restored); the resume then goes on with what `dir` has.
+// Runs `loom-ckpt fetch REMOTE DIR [--resume-step N]` (none when
+// `resume_step` is unset: REMOTE is one checkpoint's location) and returns
+// its line; `*ok` (if not null) whether it said DIR is ready.
 std::string FetchFromObjectStore(const std::string& remote, const std::string& dir,
-                                 int64_t resume_step) {
+                                 std::optional<int64_t> resume_step, bool* ok = nullptr) {
+  if (ok != nullptr) *ok = false;
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   std::string bin = n > 0 ? std::string(self, n) : std::string("loom-rank");
   bin = bin.substr(0, bin.rfind('/') + 1) + "loom-ckpt";
-  const std::string step = std::to_string(resume_step);
+  const std::string step = resume_step.has_value() ? std::to_string(*resume_step) : "";
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return "nothing restored: pipe failed";
   const pid_t pid = fork();
@@ -89,8 +96,13 @@ std::string FetchFromObjectStore(const std::string& remote, const std::string& d
   if (pid == 0) {
     dup2(fds[1], 1);
     dup2(fds[1], 2);
-    execl(bin.c_str(), "loom-ckpt", "fetch", remote.c_str(), dir.c_str(), "--resume-step",
-          step.c_str(), static_cast<char*>(nullptr));
+    if (resume_step.has_value()) {
+      execl(bin.c_str(), "loom-ckpt", "fetch", remote.c_str(), dir.c_str(), "--resume-step",
+            step.c_str(), static_cast<char*>(nullptr));
+    } else {
+      execl(bin.c_str(), "loom-ckpt", "fetch", remote.c_str(), dir.c_str(),
+            static_cast<char*>(nullptr));
+    }
     _exit(127);
   }
   close(fds[1]);
@@ -106,6 +118,7 @@ std::string FetchFromObjectStore(const std::string& remote, const std::string& d
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (ok != nullptr) *ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && out.empty()) {
     return absl::StrCat("nothing restored: could not run ", bin, "; resuming from ", dir, " alone");
   }
@@ -171,7 +184,11 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.log_interval = s.log_interval() > 0 ? s.log_interval() : 1;
   c.checkpoint_dir = a.checkpoint_dir().empty() ? spec.checkpoint().dir() : a.checkpoint_dir();
   c.checkpoint_interval = spec.checkpoint().interval_steps();
-  c.keep_checkpoints = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : 3;
+  const loom::engine::RetentionPolicy local = loom::LocalRetentionPolicy(spec.checkpoint());
+  c.keep_checkpoints = local.all ? 0 : local.newest;
+  c.keep_every_steps = local.every;
+  c.keep_best = local.best;
+  for (const auto& [step, why] : a.held_checkpoints()) c.held_checkpoints[step] = why;
   c.continue_after_failed_save =
       spec.checkpoint().on_save_failure() == loom::v1::CheckpointSpec::CONTINUE;
   // Recovery: which checkpoint to resume from, the attempt, and the data
@@ -181,20 +198,24 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.resume_step = a.resume_step();
   c.allow_start_from_scratch = spec.recovery().allow_start_from_scratch();
   c.init_from = spec.init_from().path();
+  if (absl::StartsWith(c.init_from, "s3://") && !c.checkpoint_dir.empty()) {
+    // A checkpoint in an object store: rank 0 brings it into the job's own
+    // (shared) checkpoint directory before it is read (RunRank's
+    // before_init_from); every rank then reads it there.
+    c.init_from =
+        (std::filesystem::path(c.checkpoint_dir) / "init-from" /
+         std::filesystem::path(std::string(absl::StripSuffix(c.init_from, "/"))).filename())
+            .string();
+  }
   c.init_optimizer = spec.init_from().optimizer();
   for (const auto& r : a.skip_batches()) c.skip_batches.push_back({r.begin(), r.end()});
-  const auto& rec = spec.recovery();
-  // Twice the rollback distance: ranks run on for a few steps after a spike
-  // before the stop reaches them, and the target must survive that.
   // The layout: data = world / (tensor x pipeline).
   const auto& par = spec.parallelism();
   c.tensor_parallel = par.tensor() > 0 ? par.tensor() : 1;
   c.pipeline_parallel = par.pipeline() > 0 ? par.pipeline() : 1;
   c.zero_stage = par.zero_stage();
   c.stage_layers.assign(par.stage_layers().begin(), par.stage_layers().end());
-  c.retain_distance_steps = rec.disable_spike_detection()
-                                ? 0
-                                : 2 * (rec.rollback_distance() > 0 ? rec.rollback_distance() : 100);
+  c.retain_distance_steps = loom::RollbackWindowSteps(spec.recovery());
   return c;
 }
 
@@ -406,6 +427,17 @@ int main(int argc, char** argv) {
             << std::endl;
 
   loom::engine::TrainerCallbacks cb;
+  if (absl::StartsWith(a.spec().init_from().path(), "s3://")) {
+    const std::string url = a.spec().init_from().path();
+    cb.before_init_from = [url, r = a.rank()](const std::string& local) -> absl::Status {
+      bool ok = false;
+      const std::string dir = std::filesystem::path(local).parent_path().string();
+      const std::string line = FetchFromObjectStore(url, dir, std::nullopt, &ok);
+      std::cerr << "loom-rank " << r << ": object store: init_from: " << line << std::endl;
+      if (!ok) return absl::UnavailableError(absl::StrCat("fetching ", url, ": ", line));
+      return absl::OkStatus();
+    };
+  }
   if (!a.spec().checkpoint().remote().empty()) {
     // The remote tier: what the directory lost comes back from the store.
     const std::string remote =
@@ -480,7 +512,13 @@ int main(int argc, char** argv) {
     c->set_generation(r.generation);
     c->set_write_seconds(r.write_seconds);
     c->set_stall_seconds(r.stall_seconds);
-    for (const std::string& pruned : r.pruned_paths) c->add_pruned_paths(pruned);
+    for (const loom::engine::PrunedDirectory& d : r.pruned) {
+      loom::v1::PrunedCheckpoint* p = c->add_pruned();
+      p->set_path(d.path);
+      p->set_step(d.step);
+      p->set_tier("local");
+      p->set_reason(d.reason);
+    }
     Emit(e);
   };
   cb.on_checkpoint_corrupt = [](const loom::engine::CorruptCheckpoint& corrupt) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/checkpoint_retention.h"
 #include "common/grpc_util.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -406,10 +408,13 @@ void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
     if (start.rank() == 0 && !start.spec().checkpoint().remote().empty()) {
       // The job's own place under the spec's location.
       std::lock_guard<std::mutex> lock(mu_);
-      remote_tiers_[start.job_id()] = {
-          start.generation(),
-          absl::StrCat(absl::StripSuffix(start.spec().checkpoint().remote(), "/"), "/",
-                       start.job_id())};
+      CheckpointUploader::RemoteTier tier;
+      tier.url = absl::StrCat(absl::StripSuffix(start.spec().checkpoint().remote(), "/"), "/",
+                              start.job_id());
+      tier.retention.policy = RemoteRetentionPolicy(start.spec().checkpoint());
+      tier.retention.rollback_window = RollbackWindowSteps(start.spec().recovery());
+      tier.retention.held.insert(start.held_checkpoints().begin(), start.held_checkpoints().end());
+      remote_tiers_[start.job_id()] = {start.generation(), std::move(tier)};
     }
     std::string json;
     google::protobuf::util::JsonPrintOptions opts;
@@ -528,13 +533,13 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
               << " failed: " << e.checkpoint().error() << std::endl;
   }
   if (e.has_checkpoint() && e.checkpoint().status().empty() && rank == 0) {
-    std::string remote;
+    std::optional<CheckpointUploader::RemoteTier> remote;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = remote_tiers_.find(job_id);
       if (it != remote_tiers_.end()) remote = it->second.second;
     }
-    if (!remote.empty()) uploader_->Enqueue(job_id, generation, e.checkpoint(), remote);
+    if (remote.has_value()) uploader_->Enqueue(job_id, generation, e.checkpoint(), *remote);
   }
   Queue(job_id, generation, e);
 }

@@ -231,9 +231,9 @@ class WorkerAgent {
   // kLogShipInterval, so a slow log never holds up step reports.
   static constexpr absl::Duration kLogShipInterval = absl::Milliseconds(250);
   void LogLoop();
-  // The rank-0 jobs here with a remote tier: job id -> (attempt, its
-  // location "s3://bucket/prefix/<job>"). Under mu_.
-  std::map<std::string, std::pair<int64_t, std::string>> remote_tiers_;
+  // The rank-0 jobs here with a remote tier: job id -> (attempt, where its
+  // checkpoints go and what the store keeps). Under mu_.
+  std::map<std::string, std::pair<int64_t, CheckpointUploader::RemoteTier>> remote_tiers_;
   std::unique_ptr<CheckpointUploader> uploader_;  // reports through Queue
   std::unique_ptr<LogShipper> log_shipper_;     // outlives the supervisor, which feeds it
   std::unique_ptr<RankSupervisor> supervisor_;  // destroyed before the members above

@@ -362,6 +362,21 @@ int CmdSteps(const Globals& g, const std::vector<std::string>& args) {
 namespace {
 
 // One event as a row: SEQ TIME EVENT CAUSE STEP LOST DETAIL.
+std::vector<std::string> EventRow(const loom::v1::JobEvent& e);
+
+// The event's row, then one CHECKPOINT_PRUNED row per checkpoint that
+// retention deleted after it (a commit prunes the directory, an upload the
+// object store), with the tier and the reason.
+std::vector<std::vector<std::string>> EventRows(const loom::v1::JobEvent& e) {
+  std::vector<std::vector<std::string>> rows = {EventRow(e)};
+  if (!e.has_checkpoint()) return rows;
+  for (const loom::v1::PrunedCheckpoint& p : e.checkpoint().pruned()) {
+    rows.push_back({rows[0][0], rows[0][1], "CHECKPOINT_PRUNED", p.tier(), absl::StrCat(p.step()),
+                    "-", absl::StrCat(p.path(), ": ", p.reason())});
+  }
+  return rows;
+}
+
 std::vector<std::string> EventRow(const loom::v1::JobEvent& e) {
   const std::string seq = absl::StrCat(e.seq());
   const std::string time = absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_unix_ms()),
@@ -441,7 +456,9 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
                 << std::endl;
     } else {
       std::vector<std::vector<std::string>> rows = {header};
-      for (const auto& e : all.events()) rows.push_back(EventRow(e));
+      for (const auto& e : all.events()) {
+        for (auto& row : EventRows(e)) rows.push_back(std::move(row));
+      }
       PrintTable(rows);
     }
     std::cout << "\nrestarts " << job->restarts() << ", rollbacks " << job->rollbacks()
@@ -458,7 +475,7 @@ int CmdEvents(const Globals& g, const std::vector<std::string>& args) {
       bare.clear_job();
       std::cout << ToJsonLine(bare) << std::endl;
     } else {
-      std::cout << absl::StrJoin(EventRow(e), "  ") << std::endl;
+      for (const auto& row : EventRows(e)) std::cout << absl::StrJoin(row, "  ") << std::endl;
     }
   };
   if (!g.json) std::cout << absl::StrJoin(header, "  ") << std::endl;

@@ -165,6 +165,10 @@ int Watch(Client* client, const std::string& job_id, bool json) {
         std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
                   << event.checkpoint().path() << std::endl;
       }
+      for (const loom::v1::PrunedCheckpoint& p : event.checkpoint().pruned()) {
+        std::cout << "  pruned step " << p.step() << " (" << p.tier() << "): " << p.reason()
+                  << std::endl;
+      }
     }
   };
   absl::Status followed = FollowJob(client, job_id, std::nullopt, print, &last);

@@ -95,10 +95,7 @@ int64_t StepOfDirectoryName(absl::string_view name) {
 }
 
 int64_t ManifestGeneration(const std::string& checkpoint_path) {
-  const std::string path = (fs::path(checkpoint_path) / kManifestFileName).string();
-  absl::StatusOr<std::string> bytes = ReadFileWithCrc(path, nullptr);
-  if (!bytes.ok()) return -1;
-  absl::StatusOr<CheckpointManifest> manifest = ParseManifest(*bytes, path);
+  absl::StatusOr<CheckpointManifest> manifest = ReadManifest(checkpoint_path);
   return manifest.ok() ? manifest->state.generation : -1;
 }
 
@@ -181,6 +178,13 @@ absl::StatusOr<VerifiedCheckpoint> VerifyDirectory(const CheckpointEntry& entry,
 
 }  // namespace
 
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& checkpoint_path) {
+  const std::string path = (fs::path(checkpoint_path) / kManifestFileName).string();
+  absl::StatusOr<std::string> bytes = ReadFileWithCrc(path, nullptr);
+  if (!bytes.ok()) return bytes.status();
+  return ParseManifest(*bytes, path);
+}
+
 std::string CheckpointPath(const std::string& dir, int64_t step) {
   return (fs::path(dir) / absl::StrFormat("%s%0*d", kStepPrefix, kStepDigits, step)).string();
 }
@@ -242,43 +246,6 @@ void DeleteCheckpoint(const CheckpointEntry& entry) {
   fs::remove_all(doomed, ec);
   fs::rename(entry.path, doomed, ec);
   fs::remove_all(ec ? fs::path(entry.path) : fs::path(doomed), ec);
-}
-
-std::vector<std::string> PruneCheckpoints(const std::string& dir, int keep,
-                                          int64_t retain_distance_steps, const Lineage& lineage,
-                                          int64_t tip_step) {
-  std::vector<std::string> deleted;
-  if (keep <= 0) return deleted;
-  // On the branch, lineage order is step order, newest first.
-  std::vector<CheckpointEntry> branch, doomed;
-  for (CheckpointEntry& entry : ListCheckpoints(dir)) {
-    if (IsOnBranch(entry, lineage, tip_step)) {
-      branch.push_back(std::move(entry));
-    } else if (entry.step <= tip_step) {
-      doomed.push_back(std::move(entry));  // an abandoned branch, passed
-    }                                      // (later steps: kept for now)
-  }
-  // Keep the newest `keep`; with a reserve, also the newest at or before
-  // tip_step - retain_distance_steps and everything after it (those become
-  // the reserve as the branch advances, so they must not go first).
-  size_t kept = std::min(branch.size(), static_cast<size_t>(keep));
-  if (retain_distance_steps > 0) {
-    const int64_t target = tip_step - retain_distance_steps;
-    size_t reserve = 0;
-    while (reserve < branch.size() && branch[reserve].step > target) ++reserve;
-    kept = std::max(kept, std::min(reserve + 1, branch.size()));
-  }
-  doomed.insert(doomed.end(), branch.begin() + kept, branch.end());
-  for (const CheckpointEntry& entry : doomed) {
-    // Logged before it goes, so that the catalog calls it pruned even if
-    // this rank dies before reporting it (common/prune_log.h); what cannot
-    // be logged is kept.
-    if (!AppendPruneLog(dir, fs::path(entry.path).filename().string()).ok()) continue;
-    DeleteCheckpoint(entry);
-    std::error_code ec;
-    if (!fs::exists(entry.path, ec) && !ec) deleted.push_back(entry.path);
-  }
-  return deleted;
 }
 
 absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const CheckpointEntry& entry,

@@ -98,15 +98,6 @@ void RemoveTemporaries(const std::string& dir);
 // that it leaves the listing atomically. Best effort.
 void DeleteCheckpoint(const CheckpointEntry& entry);
 
-// Deletes what TrainerConfig's keep_checkpoints / retain_distance_steps do
-// not keep, relative to the branch whose newest checkpoint was just written
-// at `tip_step` with `lineage`: of that branch the newest `keep` and the
-// rollback reserve; of other branches, checkpoints at steps <= tip_step.
-// keep <= 0 keeps everything. Best effort, like DeleteCheckpoint. Returns
-// the paths of the checkpoints it deleted (gone from `dir` afterwards).
-std::vector<std::string> PruneCheckpoints(const std::string& dir, int keep, int64_t retain_distance_steps,
-                      const Lineage& lineage, int64_t tip_step);
-
 // ---------------------------------------------------------------------------
 // Manifest.
 
@@ -154,6 +145,10 @@ absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view bytes,
 // digits), and it holds the CRC-32C of every byte before it. So any change
 // to any byte of a manifest fails here. DATA_LOSS naming `path` otherwise.
 absl::Status CheckManifestChecksum(absl::string_view bytes, const std::string& path);
+// The manifest of the checkpoint directory `checkpoint_path`, read and
+// parsed (ParseManifest's errors; the read's otherwise). Its files are not
+// checked: VerifyCheckpoint does that.
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& checkpoint_path);
 
 // ---------------------------------------------------------------------------
 // Verification.

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -281,6 +282,42 @@ absl::StatusOr<std::vector<RemoteCheckpoint>> ListRemoteCheckpoints(
   return out;
 }
 
+absl::Status DeleteRemoteCheckpoint(S3Client& client, const S3Location& job, int64_t step) {
+  const S3Location at = RemoteCheckpointLocation(job, step);
+  RETURN_IF_ERROR(client.DeleteObject(at.bucket, at.prefix + kManifestFileName));
+  ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, client.ListObjects(at.bucket, at.prefix));
+  for (const ObjectInfo& o : objects) RETURN_IF_ERROR(client.DeleteObject(at.bucket, o.key));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<engine::RetentionVerdict>> PruneRemoteCheckpoints(
+    S3Client& client, const S3Location& job, const RemoteRetention& retention, bool apply) {
+  ASSIGN_OR_RETURN(std::vector<RemoteCheckpoint> listed, ListRemoteCheckpoints(client, job));
+  if (listed.empty()) return std::vector<engine::RetentionVerdict>{};
+  std::vector<engine::RetentionCandidate> candidates;
+  for (const RemoteCheckpoint& rc : listed) {
+    engine::RetentionCandidate c{rc.url, rc.step, rc.manifest.state.generation, std::nullopt};
+    if (rc.manifest.state.has_val_loss) c.val_loss = rc.manifest.state.val_loss;
+    candidates.push_back(std::move(c));
+  }
+  engine::RetentionGuard guard;
+  guard.tip_step = listed.front().step;
+  guard.lineage = listed.front().manifest.state.lineage;
+  guard.rollback_distance = retention.rollback_window;
+  guard.held = retention.held;
+  std::vector<engine::RetentionVerdict> verdicts =
+      engine::PlanRetention(candidates, retention.policy, guard);
+  if (!apply) return verdicts;
+  for (engine::RetentionVerdict& v : verdicts) {
+    if (v.keep) continue;
+    if (absl::Status s = DeleteRemoteCheckpoint(client, job, v.checkpoint.step); !s.ok()) {
+      v.keep = true;
+      v.error = std::string(s.message());
+    }
+  }
+  return verdicts;
+}
+
 absl::StatusOr<TransferReport> DownloadCheckpoint(S3Client& client, const RemoteCheckpoint& remote,
                                                   const std::string& dir,
                                                   const TransferOptions& options) {
@@ -398,6 +435,62 @@ absl::StatusOr<std::string> RestoreForResume(const std::string& job_url, const s
   return absl::Status(error.code(),
                       absl::StrCat("nothing restored from ", job_url, " (", error.message(),
                                    "); resuming from ", dir, " alone"));
+}
+
+absl::StatusOr<TransferReport> FetchCheckpoint(S3Client& client, absl::string_view url,
+                                               const std::string& dir,
+                                               const TransferOptions& options) {
+  S3Location job;
+  ASSIGN_OR_RETURN(const int64_t step, ParseCheckpointUrl(url, &job));
+  const S3Location at = RemoteCheckpointLocation(job, step);
+  RemoteCheckpoint remote;
+  remote.step = step;
+  remote.url = at.Url();
+  absl::StatusOr<std::string> text = client.GetObject(at.bucket, at.prefix + kManifestFileName);
+  if (absl::IsNotFound(text.status())) {
+    return absl::NotFoundError(absl::StrCat(remote.url, " has no ", kManifestFileName,
+                                            ": no whole checkpoint is there (never uploaded "
+                                            "whole, or deleted)"));
+  }
+  if (!text.ok()) return text.status();
+  ASSIGN_OR_RETURN(remote.manifest,
+                   ParseManifest(*text, absl::StrCat(remote.url, "/", kManifestFileName)));
+  if (remote.manifest.state.step != step) {
+    return absl::DataLossError(absl::StrCat(remote.url, "/", kManifestFileName, " says step ",
+                                            remote.manifest.state.step));
+  }
+  const std::string local = engine::CheckpointPath(dir, step);
+  struct stat st;
+  if (::stat(local.c_str(), &st) == 0) {
+    engine::CheckpointEntry here{step, local, remote.manifest.state.generation, false};
+    if (engine::VerifyCheckpoint(here).ok()) {
+      TransferReport none;
+      none.url = remote.url;
+      none.step = step;
+      return none;  // objects 0: nothing read
+    }
+    const std::string aside = absl::StrCat(local, ".tmp-", ::getpid(), "-damaged");
+    if (::rename(local.c_str(), aside.c_str()) != 0) {
+      return absl::InternalError(Errno("rename " + local + " to " + aside));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
+  return DownloadCheckpoint(client, remote, dir, options);
+}
+
+absl::StatusOr<std::string> FetchForInit(const std::string& url, const std::string& dir) {
+  ASSIGN_OR_RETURN(S3Config config, S3ConfigFromEnvironment(ProcessEnvironment()));
+  S3Client client(config);
+  ASSIGN_OR_RETURN(TransferReport r, FetchCheckpoint(client, url, dir));
+  if (r.objects == 0) {
+    return absl::StrCat(engine::CheckpointPath(dir, r.step), " is already a verified copy of ",
+                        r.url);
+  }
+  return absl::StrCat("fetched step ", r.step, " from ", r.url, " (", r.bytes, " bytes, ",
+                      r.objects, " objects, verified, in ", absl::StrFormat("%.2f", r.seconds),
+                      " s)");
 }
 
 }  // namespace loom::object_store

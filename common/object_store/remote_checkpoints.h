@@ -15,12 +15,14 @@
 #define LOOM_COMMON_OBJECT_STORE_REMOTE_CHECKPOINTS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/formats/checkpoint_files.h"
+#include "common/formats/retention.h"
 #include "common/object_store/s3_client.h"
 #include "common/object_store/s3_config.h"
 
@@ -95,6 +97,28 @@ absl::StatusOr<TransferReport> RestoreFromRemote(S3Client& client, const S3Locat
                                                  std::string* note,
                                                  const TransferOptions& options = {});
 
+// Deletes the remote checkpoint of `step` under `job`: its manifest first,
+// so that it stops being listed at once (a checkpoint exists remotely only
+// while its manifest does), then every other object under it. OK if it
+// was not there.
+absl::Status DeleteRemoteCheckpoint(S3Client& client, const S3Location& job, int64_t step);
+
+// What the object store keeps of a job (CheckpointSpec.retention.remote).
+struct RemoteRetention {
+  engine::RetentionPolicy policy = {/*all=*/true};  // default: every checkpoint
+  int64_t rollback_window = 0;                      // RetentionGuard::rollback_distance
+  std::map<int64_t, std::string> held;              // RetentionGuard::held
+};
+
+// PlanRetention over the checkpoints listed under `job` (candidates named
+// by their s3:// location; validation losses from their manifests), the tip
+// being the newest listed in lineage order. With `apply`, each one that
+// goes is deleted (DeleteRemoteCheckpoint); one whose deletion fails is
+// returned kept, with the error (the next prune tries again). The
+// verdicts in lineage order; the listing's errors.
+absl::StatusOr<std::vector<engine::RetentionVerdict>> PruneRemoteCheckpoints(
+    S3Client& client, const S3Location& job, const RemoteRetention& retention, bool apply);
+
 // RestoreFromRemote under `job_url` with the store's configuration from the
 // process environment (s3_config.h), as `loom-ckpt fetch` runs it for rank 0
 // before it resumes: a line saying what was done, or an error saying why
@@ -103,6 +127,22 @@ absl::StatusOr<TransferReport> RestoreFromRemote(S3Client& client, const S3Locat
 // directory has.
 absl::StatusOr<std::string> RestoreForResume(const std::string& job_url, const std::string& dir,
                                              int64_t resume_step);
+
+// One remote checkpoint, by its location (s3_config.h ParseCheckpointUrl), into
+// `dir` as step-N, checked as DownloadCheckpoint checks (a job started from
+// another job's checkpoint in the store: init_from). If `dir` already has
+// step-N and it verifies, nothing is read; a copy there that does not verify
+// is replaced. NOT_FOUND naming the location when its manifest is not
+// there (never uploaded whole, or deleted); the client's errors.
+absl::StatusOr<TransferReport> FetchCheckpoint(S3Client& client, absl::string_view url,
+                                               const std::string& dir,
+                                               const TransferOptions& options = {});
+
+// FetchCheckpoint with the store's configuration from the process
+// environment, as `loom-ckpt fetch s3://.../step-N DIR` runs it for rank 0
+// of a job whose init_from is in the store: a line saying what was done,
+// or the error.
+absl::StatusOr<std::string> FetchForInit(const std::string& url, const std::string& dir);
 
 }  // namespace loom::object_store
 

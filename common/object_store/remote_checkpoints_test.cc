@@ -48,8 +48,9 @@ class RemoteCheckpointsTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(root_); }
 
   std::string WriteCheckpoint(int64_t step, int64_t generation,
-                              const std::vector<size_t>& shard_bytes) {
-    return WriteTestCheckpoint(root_ + "/local", step, generation, shard_bytes);
+                              const std::vector<size_t>& shard_bytes,
+                              std::optional<double> val_loss = std::nullopt) {
+    return WriteTestCheckpoint(root_ + "/local", step, generation, shard_bytes, val_loss);
   }
 
   static S3TestServer* server_;
@@ -159,6 +160,81 @@ TEST_F(RemoteCheckpointsTest, ListsWholeCheckpointsOnlyInLineageOrder) {
   EXPECT_EQ((*listed)[2].step, 100);
   ASSERT_EQ(unreadable.size(), 1u);
   EXPECT_THAT(unreadable[0], HasSubstr("step-000000600/MANIFEST.json"));
+}
+
+// Retention in the store: a dry run says what would go and deletes nothing;
+// applied, it deletes those (manifest first, then every object under them),
+// keeps the rules' and the guards' checkpoints, and an independent listing
+// sees exactly the kept ones.
+TEST_F(RemoteCheckpointsTest, RetentionDeletesWhatItsRulesDoNotKeepAndNothingInADryRun) {
+  S3Client client(server_->Config());
+  // Steps 10..80; validation loss lowest at 30.
+  for (int64_t step = 10; step <= 80; step += 10) {
+    const double val_loss = step == 30 ? 1.0 : 2.0 + 0.01 * static_cast<double>(step);
+    ASSERT_TRUE(
+        UploadCheckpoint(client, job_, WriteCheckpoint(step, 0, {3000, 2000}, val_loss), options_)
+            .ok());
+  }
+  RemoteRetention retention;
+  retention.policy.all = false;
+  retention.policy.newest = 2;
+  retention.policy.every = 40;
+  retention.policy.best = 1;
+  retention.held[10] = "init_from of other-3";
+  auto dry = PruneRemoteCheckpoints(client, job_, retention, /*apply=*/false);
+  ASSERT_TRUE(dry.ok()) << dry.status();
+  ASSERT_EQ(dry->size(), 8u);
+  std::vector<int64_t> going;
+  for (const engine::RetentionVerdict& v : *dry) {
+    if (!v.keep) going.push_back(v.checkpoint.step);
+  }
+  EXPECT_THAT(going, ::testing::ElementsAre(60, 50, 20));
+  EXPECT_EQ((*dry)[0].checkpoint.name, RemoteCheckpointLocation(job_, 80).Url());
+  EXPECT_EQ(ListRemoteCheckpoints(client, job_)->size(), 8u);  // the dry run deleted nothing
+
+  auto applied = PruneRemoteCheckpoints(client, job_, retention, /*apply=*/true);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  std::vector<int64_t> listed;
+  auto after = ListRemoteCheckpoints(client, job_);
+  ASSERT_TRUE(after.ok()) << after.status();
+  for (const RemoteCheckpoint& rc : *after) listed.push_back(rc.step);
+  EXPECT_THAT(listed, ::testing::ElementsAre(80, 70, 40, 30, 10));
+  // No object of a deleted checkpoint is left behind.
+  auto objects = client.ListObjects(kBucket, RemoteCheckpointLocation(job_, 50).prefix);
+  ASSERT_TRUE(objects.ok()) << objects.status();
+  EXPECT_TRUE(objects->empty());
+  for (const engine::RetentionVerdict& v : *applied) {
+    if (v.checkpoint.step == 10) EXPECT_EQ(v.reason, "init_from of other-3");
+    if (v.checkpoint.step == 30) EXPECT_THAT(v.reason, HasSubstr("best 1 by validation loss"));
+  }
+}
+
+// One checkpoint by its location (init_from in the store): fetched exactly,
+// not read again when a verified copy is there, and a location with no
+// whole checkpoint is NOT_FOUND naming it.
+TEST_F(RemoteCheckpointsTest, FetchesOneCheckpointByItsLocation) {
+  S3Client client(server_->Config());
+  ASSERT_TRUE(UploadCheckpoint(client, job_, WriteCheckpoint(200, 0, {3000}), options_).ok());
+  ASSERT_TRUE(UploadCheckpoint(client, job_, WriteCheckpoint(300, 1, {3000}), options_).ok());
+  const std::string url = RemoteCheckpointLocation(job_, 200).Url();
+  auto got = FetchCheckpoint(client, url, root_ + "/restored/init-from");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step, 200);
+  EXPECT_EQ(got->objects, 2);
+  const std::string local = engine::CheckpointPath(root_ + "/restored/init-from", 200);
+  EXPECT_TRUE(engine::VerifyCheckpoint({200, local, 0, false}).ok());
+  auto again = FetchCheckpoint(client, url + "/", root_ + "/restored/init-from");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->objects, 0);  // the verified copy is used as it is
+
+  auto missing = FetchCheckpoint(client, RemoteCheckpointLocation(job_, 250).Url(), root_);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  EXPECT_THAT(missing.status().message(), HasSubstr("step-000000250 has no MANIFEST.json"));
+  S3Location parsed;
+  EXPECT_EQ(ParseCheckpointUrl(job_.Url(), &parsed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ParseCheckpointUrl(url, &parsed).ok());
+  EXPECT_EQ(parsed.Url(), job_.Url());
 }
 
 TEST_F(RemoteCheckpointsTest, UnreachableStoreFailsTheUploadWithTheObjectNamed) {

@@ -1,16 +1,19 @@
 #include "common/object_store/s3_config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
+#include "common/status_macros.h"
 
 namespace loom::object_store {
 namespace {
@@ -229,6 +232,25 @@ absl::StatusOr<S3Config> S3ConfigFromEnvironment(const EnvLookup& env) {
       "daemon's environment, or put aws_access_key_id and aws_secret_access_key under [",
       profile, "] in ", credentials_path,
       (key && !secret ? " (AWS_ACCESS_KEY_ID is set without AWS_SECRET_ACCESS_KEY)" : "")));
+}
+
+absl::StatusOr<int64_t> ParseCheckpointUrl(absl::string_view url, S3Location* job) {
+  absl::string_view trimmed = absl::StripSuffix(url, "/");
+  const size_t slash = trimmed.rfind('/');
+  const absl::string_view name = slash == absl::string_view::npos ? "" : trimmed.substr(slash + 1);
+  int64_t step = -1;
+  absl::string_view digits = name;
+  if (!absl::ConsumePrefix(&digits, "step-") || digits.size() != 9 ||
+      !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(digits, &step)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", url,
+                     "\" is not a checkpoint's location in an object store: write "
+                     "s3://bucket/prefix/<job>/step-NNNNNNNNN (loomctl checkpoints JOB shows "
+                     "each remote copy)"));
+  }
+  ASSIGN_OR_RETURN(*job, ParseS3Url(trimmed.substr(0, slash)));
+  return step;
 }
 
 }  // namespace loom::object_store

@@ -47,6 +47,12 @@ struct S3Location {
 // letter or digit), an empty path segment or a ".." in the prefix.
 absl::StatusOr<S3Location> ParseS3Url(absl::string_view url);
 
+// A checkpoint's own location in an object store, as the remote tier lays
+// it out ("s3://bucket/prefix/<job>/step-000000200"): its step, and the
+// location above it in `*job` (not null). INVALID_ARGUMENT saying what such
+// a location looks like otherwise.
+absl::StatusOr<int64_t> ParseCheckpointUrl(absl::string_view url, S3Location* job);
+
 struct S3Config {
   std::string endpoint;  // scheme://host[:port], no trailing slash
   std::string region = "us-east-1";

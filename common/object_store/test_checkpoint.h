@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,11 @@ inline std::string TestBytes(size_t n, int seed) {
 }
 
 // Writes <dir>/step-<step>/ with one shard per entry of `shard_bytes` and
-// returns its path.
+// returns its path. Its lineage: attempt 0 from step 0, then `generation`
+// (if > 0) from step 1; `val_loss`: the last validation pass's.
 inline std::string WriteTestCheckpoint(const std::string& dir, int64_t step, int64_t generation,
-                                       const std::vector<size_t>& shard_bytes) {
+                                       const std::vector<size_t>& shard_bytes,
+                                       std::optional<double> val_loss = std::nullopt) {
   const std::string path = engine::CheckpointPath(dir, step);
   std::filesystem::create_directories(path);
   engine::CheckpointManifest m;
@@ -44,6 +47,8 @@ inline std::string WriteTestCheckpoint(const std::string& dir, int64_t step, int
   m.state.generation = generation;
   m.state.lineage = {{0, 0}};
   if (generation > 0) m.state.lineage.push_back({generation, 1});
+  m.state.has_val_loss = val_loss.has_value();
+  m.state.val_loss = val_loss.value_or(0);
   for (size_t r = 0; r < shard_bytes.size(); ++r) {
     engine::ManifestFile f;
     f.name = engine::ShardFileName(static_cast<int>(r));

@@ -258,6 +258,8 @@ void Admitter::Schedule() {
       }
       rec.stage_layers_now = StageLayersForPlacement(rec, node_stage);
     }
+    // What retention must keep for other jobs (their init_from).
+    const std::map<int64_t, std::string> holds = jobs_->CheckpointHolds(jid);
     for (const PlacedRank& p : placement->ranks) {
       Worker* w = workers_->Find(placement->workers[p.worker].id());
       const int rank = p.rank;
@@ -282,6 +284,7 @@ void Admitter::Schedule() {
       start->set_master_addr(head->info.address());
       start->set_master_port(master_port);
       start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
+      for (const auto& [step, why] : holds) (*start->mutable_held_checkpoints())[step] = why;
       for (int blocks : rec.stage_layers_now) {
         start->mutable_spec()->mutable_parallelism()->add_stage_layers(blocks);
       }

@@ -4,6 +4,7 @@
 #include <system_error>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -117,7 +118,9 @@ absl::Status ConfineJobPaths(const PathRoots& roots, loom::v1::JobSpec* spec) {
     }
     spec->mutable_checkpoint()->set_dir(*p);
   }
-  if (!spec->init_from().path().empty() && !roots.checkpoint.empty()) {
+  // A checkpoint in an object store is no path of this machine's.
+  if (!spec->init_from().path().empty() && !roots.checkpoint.empty() &&
+      !absl::StartsWith(spec->init_from().path(), "s3://")) {
     absl::StatusOr<std::string> p =
         ConfinePath("init_from.path", spec->init_from().path(), roots.checkpoint);
     if (!p.ok()) return p.status();

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec.h"
@@ -82,6 +83,12 @@ absl::StatusOr<JobRecord*> Submissions::Submit(loom::v1::JobSpec spec, const abs
     // (Taken only if a job named <root>/<this id> as its own.)
     RETURN_IF_ERROR(CheckCheckpointDirFree(spec.checkpoint().dir()));
   }
+  if (absl::StartsWith(spec.init_from().path(), "s3://") && spec.checkpoint().dir().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init_from.path: ", spec.init_from().path(),
+        " is in an object store: rank 0 downloads it into the job's checkpoint.dir, which this "
+        "job has none of (set checkpoint.dir)"));
+  }
   JobRecord& rec = jobs_->Add(id);
   rec.job.set_id(id);
   *rec.job.mutable_spec() = std::move(spec);
@@ -119,11 +126,14 @@ absl::Status Submissions::ResolveInitFrom(loom::v1::JobSpec* spec) {
   }
   absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> catalog = catalog_->List(from->job());
   if (!catalog.ok()) return catalog.status();
+  // A checkpoint is there to start from if its directory is (committed) or
+  // the object store has a copy (remote_url, unless it was found corrupt).
   const loom::v1::CheckpointInfo* chosen = nullptr;
   std::vector<std::string> committed;
   for (const loom::v1::CheckpointInfo& c : *catalog) {
-    if (c.status() != "committed") continue;
-    committed.push_back(absl::StrCat(c.step()));
+    const bool local = c.status() == "committed";
+    if (!local && (c.remote_url().empty() || c.status() == "corrupt")) continue;
+    committed.push_back(absl::StrCat(c.step(), local ? "" : " (in the object store)"));
     if (from->step() == 0 ? (chosen == nullptr || c.step() >= chosen->step())
                           : c.step() == from->step()) {
       chosen = &c;
@@ -138,7 +148,8 @@ absl::Status Submissions::ResolveInitFrom(loom::v1::JobSpec* spec) {
         "; loomctl checkpoints ", from->job(), " lists them"));
   }
   from->set_step(chosen->step());
-  from->set_path(chosen->path());
+  // The fastest tier that has it: the directory, else the object store.
+  from->set_path(chosen->status() == "committed" ? chosen->path() : chosen->remote_url());
   return absl::OkStatus();
 }
 

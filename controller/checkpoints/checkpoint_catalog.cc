@@ -43,8 +43,8 @@ absl::Status CheckpointCatalog::RecordCommitted(const std::string& job_id,
   info.clear_error();
   info.clear_corrupt_file();
   info.clear_failed_check();
-  std::vector<std::string> pruned(info.pruned_paths().begin(), info.pruned_paths().end());
-  info.clear_pruned_paths();  // what this commit pruned is recorded on those entries
+  std::vector<loom::v1::PrunedCheckpoint> pruned(info.pruned().begin(), info.pruned().end());
+  info.clear_pruned();  // what this commit pruned is recorded on those entries
   {
     std::lock_guard<std::mutex> lock(mu_);
     // A commit reported again (a retried report) keeps the upload recorded
@@ -86,32 +86,49 @@ absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> CheckpointCatalog::Entries
 
 absl::Status CheckpointCatalog::RecordUploaded(const std::string& job_id,
                                                const loom::v1::CheckpointInfo& report) {
-  std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> changed = EntriesAtLocked(job_id, report);
-  if (!changed.ok()) return changed.status();
-  for (loom::v1::CheckpointInfo& info : *changed) {
-    if (info.status().empty()) info.set_status(kCheckpointCommitted);  // a lost commit report
-    info.set_remote_url(report.remote_url());
-    info.set_upload_seconds(report.upload_seconds());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> changed = EntriesAtLocked(job_id, report);
+    if (!changed.ok()) return changed.status();
+    for (loom::v1::CheckpointInfo& info : *changed) {
+      if (info.status().empty()) info.set_status(kCheckpointCommitted);  // a lost commit report
+      info.set_remote_url(report.remote_url());
+      info.set_upload_seconds(report.upload_seconds());
+      info.clear_remote_pruned_reason();
+    }
+    if (absl::Status s = store_->PutCheckpoints(job_id, *changed); !s.ok()) return s;
   }
-  return store_->PutCheckpoints(job_id, *changed);
+  return MarkPruned(job_id, {report.pruned().begin(), report.pruned().end()});
 }
 
 absl::Status CheckpointCatalog::MarkPruned(const std::string& job_id,
-                                           const std::vector<std::string>& paths) {
-  if (paths.empty()) return absl::OkStatus();
-  const std::set<std::string> doomed(paths.begin(), paths.end());
+                                           const std::vector<loom::v1::PrunedCheckpoint>& pruned) {
+  if (pruned.empty()) return absl::OkStatus();
+  std::map<std::string, std::string> local, remote;  // path -> reason
+  for (const loom::v1::PrunedCheckpoint& p : pruned) {
+    (p.tier() == "remote" ? remote : local)[p.path()] = p.reason();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> entries = store_->LoadCheckpoints(job_id);
   if (!entries.ok()) return entries.status();
   std::vector<loom::v1::CheckpointInfo> changed;
   for (loom::v1::CheckpointInfo& info : *entries) {
-    if (!doomed.count(info.path()) || info.status() == kCheckpointPruned) continue;
+    bool change = false;
+    auto l = local.find(info.path());
     // A directory that a later commit of the same step replaced is the new
     // checkpoint, not the pruned one: only what is no longer there was pruned.
-    if (OnDisk(info.path())) continue;
-    info.set_status(kCheckpointPruned);
-    changed.push_back(std::move(info));
+    if (l != local.end() && info.status() != kCheckpointPruned && !OnDisk(info.path())) {
+      info.set_status(kCheckpointPruned);
+      info.set_pruned_reason(l->second);
+      change = true;
+    }
+    auto r = remote.find(info.remote_url());
+    if (!info.remote_url().empty() && r != remote.end()) {
+      info.clear_remote_url();
+      info.set_remote_pruned_reason(r->second);
+      change = true;
+    }
+    if (change) changed.push_back(std::move(info));
   }
   return store_->PutCheckpoints(job_id, changed);
 }

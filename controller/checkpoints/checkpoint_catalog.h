@@ -4,13 +4,15 @@
 // Status of an entry (loom.v1.CheckpointInfo.status):
 //   "committed"  reported committed; its directory is there.
 //   "pruned"     retention deleted it, as the rank reported with a later
-//                commit (CheckpointInfo.pruned_paths).
+//                commit (CheckpointInfo.pruned; pruned_reason says why).
 //   "corrupt"    a rank's load or a verification found a file that fails
 //                its check (error, corrupt_file, failed_check say which).
 //   "missing"    committed, never reported pruned, and its directory is
 //                gone (lost, or deleted by something other than retention).
 // The first three are stored; "missing" is derived when listing, so that a
 // directory that comes back (a remounted volume) is committed again.
+// Apart from the status, remote_url says the object store has a copy
+// (until retention deletes it there: remote_pruned_reason).
 // Entries are keyed by (step, generation): a step that a later attempt
 // rewrote (same path) has one entry per attempt.
 //
@@ -70,7 +72,7 @@ class CheckpointCatalog {
 
   // Records a checkpoint a rank reported committed (status "committed";
   // `info.generation` and `time_unix_ms` as the caller sets them), then
-  // marks the paths in its pruned_paths "pruned".
+  // marks what its `pruned` names pruned (MarkPruned).
   absl::Status RecordCommitted(const std::string& job_id, loom::v1::CheckpointInfo info);
 
   // Records that the checkpoint at `report.path` (of `report.step`) is
@@ -78,12 +80,17 @@ class CheckpointCatalog {
   // path, or, if the catalog has none (the commit report was lost), a new
   // committed entry from the report. Its status is unchanged: that is the
   // local copy's; a pruned or missing entry with a remote copy can still be
-  // restored from the store.
+  // restored from the store. Then what the report's `pruned` names from
+  // the store is marked gone there (MarkPruned).
   absl::Status RecordUploaded(const std::string& job_id, const loom::v1::CheckpointInfo& report);
 
-  // Marks the entries at `paths` "pruned" (unknown paths are ignored: a
-  // checkpoint of an earlier controller, or of a report that was lost).
-  absl::Status MarkPruned(const std::string& job_id, const std::vector<std::string>& paths);
+  // Records retention's deletions: a "local" one marks the entries at its
+  // path "pruned" with its reason (unless the directory is there again: a
+  // later commit of that step), a "remote" one clears remote_url of the
+  // entries whose copy it was (remote_pruned_reason). Unknown paths are
+  // ignored: a checkpoint of an earlier controller, or of a lost report.
+  absl::Status MarkPruned(const std::string& job_id,
+                          const std::vector<loom::v1::PrunedCheckpoint>& pruned);
 
   // Records a rank's report that the checkpoint at `report.path` failed
   // verification (status "corrupt", with its error, corrupt_file and

@@ -82,7 +82,13 @@ class CheckpointCatalogTest : public ::testing::Test {
       info.set_step((*report)->step);
       info.set_path((*report)->path);
       info.set_bytes((*report)->bytes);
-      for (const std::string& p : (*report)->pruned_paths) info.add_pruned_paths(p);
+      for (const engine::PrunedDirectory& d : (*report)->pruned) {
+        loom::v1::PrunedCheckpoint* p = info.add_pruned();
+        p->set_path(d.path);
+        p->set_step(d.step);
+        p->set_tier("local");
+        p->set_reason(d.reason);
+      }
       reports.push_back(info);
     }
     return reports;
@@ -108,8 +114,8 @@ TEST_F(CheckpointCatalogTest, TellsCommittedPrunedMissingAndCorruptApart) {
   const std::vector<loom::v1::CheckpointInfo> reports = Save({2, 4, 6}, /*keep=*/2);
   ASSERT_EQ(reports.size(), 3u);
   // Committing step 6 with keep 2 pruned step 2, and the report says so.
-  ASSERT_EQ(reports[2].pruned_paths_size(), 1);
-  EXPECT_EQ(reports[2].pruned_paths(0), engine::CheckpointPath(dir_, 2));
+  ASSERT_EQ(reports[2].pruned_size(), 1);
+  EXPECT_EQ(reports[2].pruned(0).path(), engine::CheckpointPath(dir_, 2));
   for (const auto& info : reports) ASSERT_TRUE(catalog.RecordCommitted("job-1", info).ok());
 
   auto listed = ByStep(catalog, false);
@@ -142,7 +148,7 @@ TEST_F(CheckpointCatalogTest, TellsCommittedPrunedMissingAndCorruptApart) {
   EXPECT_EQ(listed[6].status(), kCheckpointCorrupt);
   loom::v1::CheckpointInfo rewrite = reports[2];
   rewrite.set_generation(1);
-  rewrite.clear_pruned_paths();
+  rewrite.clear_pruned();
   ASSERT_TRUE(catalog.RecordCommitted("job-1", rewrite).ok());
   auto all = catalog.Verify("job-1");
   ASSERT_TRUE(all.ok()) << all.status();
@@ -162,9 +168,9 @@ TEST_F(CheckpointCatalogTest, PruneWhoseReportWasLostIsPrunedByTheLog) {
   CheckpointCatalog catalog(store_.get(), nullptr);
   std::vector<loom::v1::CheckpointInfo> reports = Save({2, 4, 6}, /*keep=*/2);
   ASSERT_EQ(reports.size(), 3u);
-  ASSERT_EQ(reports[2].pruned_paths_size(), 1);
+  ASSERT_EQ(reports[2].pruned_size(), 1);
   for (auto& info : reports) {
-    info.clear_pruned_paths();  // the report of the prune never came
+    info.clear_pruned();  // the report of the prune never came
     ASSERT_TRUE(catalog.RecordCommitted("job-1", info).ok());
   }
   fs::remove_all(engine::CheckpointPath(dir_, 4));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "controller/jobs/job_state_machine.h"
@@ -381,6 +382,42 @@ std::vector<Job> JobTable::ListPage(const JobFilter& filter, int page_size, int6
     out.push_back(std::move(brief));
   }
   return out;
+}
+
+std::map<int64_t, std::string> CheckpointHolds(const loom::v1::Job& source,
+                                               const std::vector<const loom::v1::Job*>& jobs) {
+  std::map<int64_t, std::string> holds;
+  const std::string& dir = source.spec().checkpoint().dir();
+  for (const loom::v1::Job* job : jobs) {
+    const loom::v1::InitFrom& from = job->spec().init_from();
+    if (job->id() == source.id() || IsTerminalJobState(job->state()) ||
+        job->summary().checkpoints_written() > 0) {
+      continue;
+    }
+    // Named by job (resolved at submit to its step and path), or by a path
+    // inside this job's checkpoint directory.
+    int64_t step = 0;
+    if (from.job() == source.id()) {
+      step = from.step();
+    } else if (!dir.empty() && absl::StartsWith(from.path(), dir + "/step-") &&
+               !absl::SimpleAtoi(from.path().substr(dir.size() + 6), &step)) {
+      step = 0;
+    }
+    if (step <= 0) continue;
+    std::string& why = holds[step];
+    why = absl::StrCat(why, why.empty() ? "" : "; ", "init_from of ", job->id(), " (",
+                       loom::v1::JobState_Name(job->state()),
+                       "), which has no checkpoint of its own yet");
+  }
+  return holds;
+}
+
+std::map<int64_t, std::string> JobTable::CheckpointHolds(const std::string& job_id) const {
+  const JobRecord* source = Find(job_id);
+  if (source == nullptr) return {};
+  std::vector<const loom::v1::Job*> jobs;
+  for (const auto& [id, rec] : records_) jobs.push_back(&rec.job);
+  return loom::controller::CheckpointHolds(source->job, jobs);
 }
 
 }  // namespace loom::controller

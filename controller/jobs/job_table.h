@@ -59,6 +59,14 @@ class JobTableListener {
   virtual void OnTransition(const JobRecord& rec, loom::v1::JobState to) = 0;
 };
 
+// The checkpoints of `source` that retention must keep for other jobs, by
+// step, and why: those that the init_from of an unfinished job among
+// `jobs` names (by job, or by a path in source's checkpoint directory)
+// while that job has no checkpoint of its own (its restarts would start
+// from it).
+std::map<int64_t, std::string> CheckpointHolds(const loom::v1::Job& source,
+                                               const std::vector<const loom::v1::Job*>& jobs);
+
 class JobTable {
  public:
   // `store`, `clock` and `ranks` must outlive the table; `ranks` may be
@@ -95,6 +103,8 @@ class JobTable {
   // Every record by id.
   std::map<std::string, JobRecord>& records() { return records_; }
   const std::map<std::string, JobRecord>& records() const { return records_; }
+  // CheckpointHolds over every job in the table.
+  std::map<int64_t, std::string> CheckpointHolds(const std::string& job_id) const;
 
   // Appends the transition to `rec`'s history (time now), sets its state
   // and reason and the indexes; in memory only (Persist writes it). A

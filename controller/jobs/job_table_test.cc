@@ -66,6 +66,39 @@ class JobTableTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
+// A job's checkpoints that other jobs start from are held while those jobs
+// are unfinished and have no checkpoint of their own: named by job or by a
+// path in its directory; an ended job, or one with its own checkpoints,
+// holds nothing.
+TEST_F(JobTableTest, CheckpointsThatUnfinishedJobsStartFromAreHeld) {
+  JobTable catalog(store_.get(), &clock_);
+  const std::string source = Submit(catalog, "src");
+  catalog.Find(source)->job.mutable_spec()->mutable_checkpoint()->set_dir("/ckpt/src");
+  const std::string by_job = Submit(catalog, "a");
+  loom::v1::InitFrom* from = catalog.Find(by_job)->job.mutable_spec()->mutable_init_from();
+  from->set_job(source);
+  from->set_step(200);
+  from->set_path("/ckpt/src/step-000000200");
+  const std::string by_path = Submit(catalog, "b");
+  catalog.Find(by_path)->job.mutable_spec()->mutable_init_from()->set_path(
+      "/ckpt/src/step-000000300");
+  const std::string saved = Submit(catalog, "c");
+  catalog.Find(saved)->job.mutable_spec()->mutable_init_from()->set_job(source);
+  catalog.Find(saved)->job.mutable_spec()->mutable_init_from()->set_step(100);
+  catalog.Find(saved)->job.mutable_summary()->set_checkpoints_written(1);
+  const std::string ended = Submit(catalog, "d");
+  catalog.Find(ended)->job.mutable_spec()->mutable_init_from()->set_path(
+      "/ckpt/src/step-000000400");
+  Move(catalog, ended, loom::v1::CANCELLED);
+
+  const std::map<int64_t, std::string> holds = catalog.CheckpointHolds(source);
+  ASSERT_EQ(holds.size(), 2u);
+  EXPECT_EQ(holds.at(200),
+            "init_from of " + by_job + " (PENDING), which has no checkpoint of its own yet");
+  EXPECT_THAT(holds.at(300), ::testing::HasSubstr("init_from of " + by_path));
+  EXPECT_TRUE(catalog.CheckpointHolds(by_job).empty());
+}
+
 // The indexes follow every transition: the PENDING queue in submission
 // order, the unfinished set, counts by state; ended jobs are handed out to
 // be thinned once.

@@ -100,6 +100,7 @@ const std::map<std::string, std::set<Role>>& AccessRules() {
         {"JobService.GetStepMetrics", read},
         {"JobService.GetStepSeries", read},
         {"JobService.ListCheckpoints", read},
+        {"JobService.PlanCheckpointRetention", read},
         {"JobService.Plan", read},
         {"JobService.RollbackJob", write},  // and AuthorizeJobChange
         {"JobService.GetRankLog", read},

@@ -270,6 +270,25 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
   return Finish("ListCheckpoints", list.status());
 }
 
+grpc::Status JobServiceImpl::PlanCheckpointRetention(
+    grpc::ServerContext* ctx, const loom::v1::PlanCheckpointRetentionRequest* req,
+    loom::v1::PlanCheckpointRetentionResponse* resp) {
+  LOOM_ADMIT("JobService", "PlanCheckpointRetention");
+  absl::Status s = RequireId(req->job_id(), "job_id");
+  if (!s.ok()) return Finish("PlanCheckpointRetention", s);
+  absl::StatusOr<loom::v1::Job> job = manager_->Get(req->job_id());
+  if (!job.ok()) return Finish("PlanCheckpointRetention", job.status());
+  // Which of its checkpoints other jobs' init_from hold: the unfinished
+  // jobs are enough (an ended job holds nothing).
+  std::vector<loom::v1::Job> jobs = manager_->List(
+      {loom::v1::PENDING, loom::v1::SCHEDULED, loom::v1::RUNNING, loom::v1::PREEMPTED},
+      /*limit=*/0);
+  std::vector<const loom::v1::Job*> unfinished;
+  for (const loom::v1::Job& j : jobs) unfinished.push_back(&j);
+  *resp = retention_.Plan(*job, CheckpointHolds(*job, unfinished));
+  return Finish("PlanCheckpointRetention", absl::OkStatus());
+}
+
 grpc::Status JobServiceImpl::Plan(grpc::ServerContext* ctx, const loom::v1::PlanRequest* req,
                                   loom::v1::PlanResponse* resp) {
   LOOM_ADMIT("JobService", "Plan");

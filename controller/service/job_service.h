@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/checkpoints/retention_planner.h"
 #include "controller/job_manager.h"
 #include "controller/leader/leader_lease.h"
 #include "controller/logs/log_store.h"
@@ -67,6 +68,10 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx,
                                const loom::v1::ListCheckpointsRequest* req,
                                loom::v1::ListCheckpointsResponse* resp) override;
+  // NOT_FOUND for an unknown job; the tiers are read without the lock.
+  grpc::Status PlanCheckpointRetention(grpc::ServerContext* ctx,
+                                       const loom::v1::PlanCheckpointRetentionRequest* req,
+                                       loom::v1::PlanCheckpointRetentionResponse* resp) override;
   grpc::Status Plan(grpc::ServerContext* ctx, const loom::v1::PlanRequest* req,
                     loom::v1::PlanResponse* resp) override;
   grpc::Status RollbackJob(grpc::ServerContext* ctx, const loom::v1::RollbackJobRequest* req,
@@ -108,6 +113,7 @@ class JobServiceImpl final : public loom::v1::JobService::Service {
   RankLogs rank_logs_;      // over the LogStore and the manager's placements
   StepSeriesIndex series_;  // over the manager's store
   GoodputBoard goodput_;    // over the manager's step reports
+  RetentionPlanner retention_;
   const Leadership* const leadership_;
   const SessionDirectory* const sessions_;
   SeriesWarmer warmer_;  // last: its thread starts when the rest is built

@@ -56,9 +56,9 @@ for want in 'backend-protocol: HTTPS' 'proxy-ssl-verify: "on"' 'proxy-buffering:
 done
 grep -q -- '--console_url=https://loom.example.com' "$f" || fail "ha-ingress: no --console_url"
 say "console: served, on the Service, allowed by the policy; the Ingress example is whole"
-# The object store: the workers (only) take its place from the ConfigMap and
-# their credentials from the Secret, keep the gpu overlay's own flags, and
-# no credential is in the manifests.
+# The object store: the workers and the controller take its place from the
+# ConfigMap and their credentials from the Secret, the workers keep the gpu
+# overlay's own flags, and no credential is in the manifests.
 f="$tmp/gpu-object-store.yaml"
 worker=$(sed -n '/^kind: StatefulSet$/,/^---/p' "$f")
 grep -q 'name: loom-object-store$' <<<"$worker" || fail "object-store: workers do not read the ConfigMap"
@@ -66,10 +66,11 @@ grep -q 'name: loom-object-store-credentials' <<<"$worker" ||
   fail "object-store: workers do not read the credentials Secret"
 grep -q -- '--upload_max_mbps=200' <<<"$worker" || fail "object-store: no upload cap"
 grep -q 'nvidia.com/gpu: "8"' "$f" || fail "object-store: the gpu overlay's workers changed"
-grep -q 'loom-object-store' <<<"$(sed -n '/^kind: Deployment$/,/^---/p' "$f")" &&
-  fail "object-store: the controller reads the store's credentials too"
+# The controller lists the store for `checkpoints gc --dry-run`.
+grep -q 'name: loom-object-store-credentials' <<<"$(sed -n '/^kind: Deployment$/,/^---/p' "$f")" ||
+  fail "object-store: the controller does not read the store's credentials"
 grep -qE 'AWS_(ACCESS_KEY_ID|SECRET_ACCESS_KEY):' "$f" && fail "object-store: credentials in the manifests"
-say "object-store: workers read the store's ConfigMap and credentials Secret; none in the manifests"
+say "object-store: workers and controller read the store's ConfigMap and credentials Secret; none in the manifests"
 overlays+=(ha-ingress gpu-object-store)
 
 # What the issue requires is there, in every overlay.

@@ -330,11 +330,13 @@ absl::StatusOr<ResumeOutcome> Resume(const TrainerConfig& config, const Checkpoi
 
 // TrainerConfig::init_from, when Resume restored nothing. Collective.
 absl::Status InitializeFrom(const TrainerConfig& config, const CheckpointShape& shape,
-                            RankEngine& engine, Collectives& collectives) {
+                            RankEngine& engine, Collectives& collectives,
+                            const TrainerCallbacks& callbacks) {
   const int rank = collectives.rank();
   absl::Status verified;
   if (rank == 0) {
     verified = [&]() -> absl::Status {
+      if (callbacks.before_init_from) RETURN_IF_ERROR(callbacks.before_init_from(config.init_from));
       const std::string manifest_path =
           (std::filesystem::path(config.init_from) / kManifestFileName).string();
       absl::StatusOr<std::string> bytes = ReadFile(manifest_path);
@@ -664,7 +666,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   // Reported once, with the first step report (checkpoint_restore_seconds).
   double unreported_restore = resumed.restored ? SecondsSince(restore_start) : 0.0;
   if (!resumed.restored && !config.init_from.empty()) {
-    RETURN_IF_ERROR(InitializeFrom(config, shape, *engine, collectives));
+    RETURN_IF_ERROR(InitializeFrom(config, shape, *engine, collectives, callbacks));
   }
   const bool record_branch = BeginBranch(config, resumed, &state);
   result.generation = state.generation;

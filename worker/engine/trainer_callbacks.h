@@ -38,6 +38,11 @@ struct TrainerCallbacks {
   // CheckpointSpec.remote). An error is reported by the callee and training
   // goes on with what the directory has.
   std::function<void(const std::string& dir, int64_t resume_step)> before_resume;
+  // Rank 0, when the run starts from TrainerConfig::init_from (the resume
+  // restored nothing), before it verifies that checkpoint: a caller whose
+  // init_from lives elsewhere (an object store) brings it to that path here.
+  // An error fails the start as a checkpoint that cannot be used does.
+  std::function<absl::Status(const std::string& init_from)> before_init_from;
   // Rank 0 only, on the training thread, once a checkpoint has committed: at
   // the first step boundary after that, before the next checkpoint starts,
   // or before Train returns; in step order.

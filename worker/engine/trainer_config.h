@@ -8,6 +8,7 @@
 #define LOOM_WORKER_ENGINE_TRAINER_CONFIG_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,14 @@ struct TrainerConfig {
   // newest keep_checkpoints; <= 0 = keep every checkpoint. Checkpoints of
   // abandoned branches are deleted once their step is <= the current step.
   int keep_checkpoints = 3;
+  // Also kept (common/formats/retention.h): each branch checkpoint whose step
+  // is a multiple of keep_every_steps (> 0), and the keep_best (> 0) of
+  // lowest validation loss as of their step.
+  int64_t keep_every_steps = 0;
+  int keep_best = 0;
+  // Checkpoints kept whatever the rules, by step, and why (another job's
+  // init_from names them).
+  std::map<int64_t, std::string> held_checkpoints;
   // Rollback reserve, in optimizer steps; 0 = none. When > 0, pruning also
   // keeps the newest branch checkpoint at step <= S - retain_distance_steps
   // (S = the step just written) and every branch checkpoint after it, so

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/formats/retention.h"
+
 namespace loom::engine {
 
 // A committed checkpoint, reported once its directory has its final name
@@ -27,9 +29,9 @@ struct CheckpointReport {
   // commit (when the next checkpoint came due first, at the end of training,
   // or with checkpoint_async = false).
   double stall_seconds = 0;
-  // Checkpoints that pruning after this commit deleted (their directories),
-  // so that the controller's catalog can tell pruned from lost.
-  std::vector<std::string> pruned_paths;
+  // Checkpoints that pruning after this commit deleted (their directories,
+  // and why), so that the controller's catalog can tell pruned from lost.
+  std::vector<PrunedDirectory> pruned;
 };
 
 // A checkpoint that failed verification when a run chose where to resume

@@ -381,9 +381,17 @@ absl::StatusOr<CheckpointReport> CommitTemporary(const CheckpointWriterOptions& 
     std::error_code ec;
     CheckpointEntry legacy{step, LegacyCheckpointPath(options.dir, step), -1, true};
     if (fs::exists(legacy.path, ec)) DeleteCheckpoint(legacy);
-    report->pruned_paths = PruneCheckpoints(options.dir, options.keep_checkpoints,
-                                            options.retain_distance_steps,
-                                            manifest.state.lineage, step);
+    RetentionPolicy policy;
+    policy.all = options.keep_checkpoints <= 0;
+    policy.newest = options.keep_checkpoints;
+    policy.every = options.keep_every_steps;
+    policy.best = options.keep_best;
+    RetentionGuard guard;
+    guard.tip_step = step;
+    guard.lineage = manifest.state.lineage;
+    guard.rollback_distance = options.retain_distance_steps;
+    guard.held = options.held_checkpoints;
+    report->pruned = PruneCheckpoints(options.dir, policy, guard);
     return absl::OkStatus();
   };
   if (!options.fence.has_value()) {

@@ -21,16 +21,17 @@
 #ifndef LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
 #define LOOM_WORKER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
 
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -56,7 +57,10 @@ struct CheckpointWriterOptions {
   std::string shared_temp_tag;
   CheckpointShape shape;              // recorded in manifest and shard
   int keep_checkpoints = 3;           // see TrainerConfig
+  int64_t keep_every_steps = 0;       // see TrainerConfig
+  int keep_best = 0;                  // see TrainerConfig
   int64_t retain_distance_steps = 0;  // see TrainerConfig
+  std::map<int64_t, std::string> held_checkpoints;  // see TrainerConfig
   // Set: every commit, prune and clean-up of `dir` runs only while this
   // token holds the directory's claim (checkpoint_fence.h); a fenced save
   // fails IsCheckpointFenced and touches nothing. The claim itself is made
