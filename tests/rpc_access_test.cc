@@ -53,6 +53,7 @@ const std::map<std::string, std::set<Caller>>& Expected() {
       {"loom.v1.JobService.ListWorkers", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.GetStepMetrics", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.ListCheckpoints", {kReader, kUser, kAdmin}},
+      {"loom.v1.JobService.PlanCheckpointRetention", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.Plan", {kReader, kUser, kAdmin}},
       {"loom.v1.JobService.RollbackJob", {kUser, kAdmin}},
       {"loom.v1.JobService.GetRankLog", {kReader, kUser, kAdmin}},
