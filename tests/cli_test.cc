@@ -194,6 +194,21 @@ TEST(RollbackCommandTest, UsageErrorsExitTwo) {
   }
 }
 
+// `checkpoints gc` only previews (retention itself runs after every save):
+// without --dry-run, with no job or an unknown flag it is a usage error that
+// says so, before any controller is asked.
+TEST(CheckpointsGcCommandTest, UsageErrorsExitTwoAndSayWhatGcDoes) {
+  for (const char* args :
+       {"checkpoints gc", "checkpoints gc job-1 --frob", "checkpoints gc job-1 job-2 --dry-run"}) {
+    auto r = RunCommand(Loomctl(args));
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+  }
+  auto r = RunCommand(Loomctl("checkpoints gc job-1"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("retention already runs after every save"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("pass --dry-run"));
+}
+
 // `data prepare --tokenizer bpe` trains a SentencePiece BPE model
 // on the train split, writes it beside the shards and says so in meta.json;
 // every token id is below the vocabulary, and English compresses to well

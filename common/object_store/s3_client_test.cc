@@ -2,11 +2,20 @@
 // loopback), which checks every signature and payload hash.
 #include "common/object_store/s3_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/object_store/s3_test_server.h"
 #include "common/object_store/test_checkpoint.h"
@@ -19,6 +28,112 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kBucket[] = "loom-test";
+
+// A store that answers errors: a front on loopback that answers its first
+// `errors` requests "503 Slow Down" (an S3 error document, then closes the
+// connection, as a store shedding load does) and relays every later
+// connection to the real store, byte for byte.
+class ErroringFront {
+ public:
+  ErroringFront(int store_port, int errors) : store_port_(store_port), errors_left_(errors) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len);
+    ::listen(listen_fd_, 16);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    accept_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~ErroringFront() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    accept_.join();
+    ::close(listen_fd_);
+    for (std::thread& t : relays_) t.join();
+  }
+  std::string endpoint() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  int errors_answered() const { return errors_answered_; }
+
+ private:
+  void AcceptLoop() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      if (errors_left_ > 0) {
+        --errors_left_;
+        AnswerError(fd);
+        continue;
+      }
+      relays_.emplace_back([this, fd] { Relay(fd); });
+    }
+  }
+  // Reads the request (headers and a Content-Length body), answers 503.
+  void AnswerError(int fd) {
+    std::string in;
+    char buf[4096];
+    size_t end = std::string::npos;
+    while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      in.append(buf, static_cast<size_t>(n));
+    }
+    size_t body = 0;
+    const std::string lower = absl::AsciiStrToLower(in.substr(0, end));
+    if (const size_t at = lower.find("content-length:"); at != std::string::npos) {
+      absl::SimpleAtoi(
+          absl::StripAsciiWhitespace(lower.substr(at + 15, lower.find('\r', at) - at - 15)), &body);
+    }
+    while (end != std::string::npos && in.size() < end + 4 + body) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      in.append(buf, static_cast<size_t>(n));
+    }
+    const std::string xml =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>"
+        "<Message>Please reduce your request rate.</Message></Error>";
+    const std::string reply = absl::StrCat(
+        "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: ", xml.size(),
+        "\r\nConnection: close\r\n\r\n", xml);
+    (void)!::write(fd, reply.data(), reply.size());
+    ::close(fd);
+    ++errors_answered_;
+  }
+  void Relay(int client) {
+    const int store = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(store_port_));
+    if (::connect(store, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      pollfd p[2] = {{client, POLLIN, 0}, {store, POLLIN, 0}};
+      char buf[65536];
+      for (bool open = true; open && !stop_;) {
+        if (::poll(p, 2, 100) <= 0) continue;
+        for (int i = 0; i < 2 && open; ++i) {
+          if (p[i].revents == 0) continue;
+          const ssize_t n = ::read(p[i].fd, buf, sizeof(buf));
+          open = n > 0 && ::write(p[1 - i].fd, buf, static_cast<size_t>(n)) == n;
+        }
+      }
+    }
+    ::close(store);
+    ::close(client);
+  }
+
+  const int store_port_;
+  std::atomic<int> errors_left_;
+  std::atomic<int> errors_answered_{0};
+  std::atomic<bool> stop_{false};
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::thread accept_;
+  std::vector<std::thread> relays_;  // only the accept thread adds
+};
 
 class S3ClientTest : public ::testing::Test {
  protected:
@@ -194,6 +309,36 @@ TEST_F(S3ClientTest, CancelEndsTheRetries) {
   absl::Status s = c.PutObject(kBucket, "x", "x");
   t.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+}
+
+// A store that sheds load answers 503 Slow Down: the request is tried again
+// with backoff and goes through once the store takes it.
+TEST_F(S3ClientTest, ErrorAnswersAreRetriedUntilTheStoreTakesTheRequest) {
+  ErroringFront front(server_->port(), 2);
+  S3Config config = server_->Config();
+  config.endpoint = front.endpoint();
+  S3Client c(config, Quick());  // 3 tries
+  ASSERT_TRUE(c.PutObject(kBucket, "shed/one", "payload").ok());
+  EXPECT_EQ(front.errors_answered(), 2);
+  auto got = S3Client(server_->Config(), Quick()).GetObject(kBucket, "shed/one");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "payload");
+}
+
+// One that keeps answering errors: UNAVAILABLE after the bounded tries (no
+// retry loop), naming the store's answer; and an upload through it leaves
+// no checkpoint listed.
+TEST_F(S3ClientTest, AStoreThatKeepsAnsweringErrorsIsUnavailableAfterBoundedTries) {
+  ErroringFront front(server_->port(), 1000);
+  S3Config config = server_->Config();
+  config.endpoint = front.endpoint();
+  S3Client c(config, Quick());
+  absl::Status s = c.PutObject(kBucket, "shed/two", "payload");
+  ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("503"));
+  EXPECT_THAT(s.message(), HasSubstr("SlowDown"));
+  EXPECT_THAT(s.message(), HasSubstr("after 3 tries"));
+  EXPECT_EQ(front.errors_answered(), 3);
 }
 
 TEST_F(S3ClientTest, AStoreThatComesBackIsReachedAgain) {
