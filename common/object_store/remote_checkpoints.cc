@@ -9,7 +9,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -90,22 +93,38 @@ absl::Status UploadFile(S3Client& client, const S3Location& at, const std::strin
   const std::string key = at.prefix + file->name;
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return absl::DataLossError(Errno("open " + path));
-  std::string buf(std::max<uint64_t>(1, std::min<uint64_t>(options.part_bytes, file->bytes)), '\0');
+  const size_t part = std::max<uint64_t>(1, std::min<uint64_t>(options.part_bytes, file->bytes));
+  std::string buf(part, '\0');
   Sha256 sha;
   uint32_t crc = 0;
   uint64_t total = 0;
   const bool multipart = file->bytes > options.part_bytes;
   std::string upload_id;
   std::vector<std::string> etags;
+  // Parts being sent, oldest first: each holds its bytes until sent.
+  struct InFlight {
+    std::unique_ptr<std::string> bytes;
+    std::future<absl::StatusOr<std::string>> etag;
+  };
+  std::deque<InFlight> in_flight;
+  absl::Status part_error;
+  auto finish_oldest = [&] {
+    absl::StatusOr<std::string> etag = in_flight.front().etag.get();
+    in_flight.pop_front();
+    if (!etag.ok() && part_error.ok()) part_error = etag.status();
+    if (etag.ok()) etags.push_back(*std::move(etag));
+  };
   auto fail = [&](absl::Status s) {
+    while (!in_flight.empty()) finish_oldest();  // no part outlives this call
     if (!upload_id.empty()) (void)client.AbortMultipartUpload(at.bucket, key, upload_id);
     return s;
   };
   if (multipart) {
     ASSIGN_OR_RETURN(upload_id, client.CreateMultipartUpload(at.bucket, key));
   }
+  const size_t max_in_flight = static_cast<size_t>(std::max(1, options.parts_in_flight));
   while (total < file->bytes) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), file->bytes - total));
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(part, file->bytes - total));
     absl::StatusOr<size_t> got = ReadFull(fd.get(), buf.data(), want, path);
     if (!got.ok()) return fail(got.status());
     if (*got == 0) break;  // shorter than the manifest says
@@ -114,12 +133,21 @@ absl::Status UploadFile(S3Client& client, const S3Location& at, const std::strin
     crc = Crc32cExtend(crc, piece.data(), piece.size());
     total += *got;
     if (multipart) {
-      absl::StatusOr<std::string> etag =
-          client.UploadPart(at.bucket, key, upload_id, static_cast<int>(etags.size()) + 1, piece);
-      if (!etag.ok()) return fail(etag.status());
-      etags.push_back(*std::move(etag));
+      // Parts complete in order of number: etags[i] is part i + 1's.
+      while (in_flight.size() >= max_in_flight) finish_oldest();
+      if (!part_error.ok()) return fail(part_error);
+      auto bytes = std::make_unique<std::string>(piece);
+      const absl::string_view body(*bytes);
+      const int number = static_cast<int>(etags.size() + in_flight.size()) + 1;
+      in_flight.push_back(
+          {std::move(bytes),
+           std::async(std::launch::async, [&client, &at, &key, &upload_id, number, body] {
+             return client.UploadPart(at.bucket, key, upload_id, number, body);
+           })});
     }
   }
+  while (!in_flight.empty()) finish_oldest();
+  if (!part_error.ok()) return fail(part_error);
   char extra = 0;
   absl::StatusOr<size_t> more = ReadFull(fd.get(), &extra, 1, path);
   if (!more.ok()) return fail(more.status());

@@ -30,10 +30,14 @@ namespace loom::object_store {
 
 struct TransferOptions {
   // Files larger than this go as multipart uploads of parts this size (S3
-  // wants parts of 5 MiB or more but the last); memory held per transfer
-  // thread is one part.
+  // wants parts of 5 MiB or more but the last).
   uint64_t part_bytes = 16ull << 20;
   int threads = 2;  // files transferred at once
+  // Parts of one file sent at once: a file is read and checksummed in
+  // order, and each part read is sent while the next is read, up to this
+  // many in flight. Memory per file being uploaded: parts_in_flight + 1
+  // parts.
+  int parts_in_flight = 4;
 };
 
 struct TransferReport {
