@@ -28,7 +28,8 @@ add_dependencies(loom_recovery_bench loomctl loom-controller loom-worker loom-ra
 # and the stall per checkpoint, on a ~124M-parameter GPT.
 add_executable(loom_checkpoint_bench ${CMAKE_CURRENT_LIST_DIR}/checkpoint_bench.cc)
 target_link_libraries(loom_checkpoint_bench PRIVATE loom_engine loom_crc32c ${TORCH_LIBRARIES})
-# Training with and without the object-store tier's uploads (RADOS Gateway).
+# checkpoint-remote: Loom's upload and restore against awscli's, and
+# training with and without the object-store tier's uploads (RADOS Gateway).
 add_executable(loom_remote_tier_bench ${CMAKE_CURRENT_LIST_DIR}/remote_tier_bench.cc)
 target_link_libraries(loom_remote_tier_bench PRIVATE loom_engine loom_checkpoint_uploader
   loom_s3_test_server ${TORCH_LIBRARIES})

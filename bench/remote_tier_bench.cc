@@ -1,4 +1,18 @@
-// The object-store tier's cost to training: a GPT trains through
+// The object-store tier against the tool people would use instead, and its
+// cost to training (./bench/run.sh checkpoint-remote).
+//
+// Throughput, side by side against the same store: the newest checkpoint of
+// the run below goes up with Loom's upload (UploadCheckpoint: 16 MiB
+// multipart parts, two files at once, each file's CRC-32C checked and its
+// SHA-256 taken on the way; four parts in flight) and with `aws s3 cp
+// --recursive` (Debian's awscli, four requests at once, its other defaults:
+// 8 MiB parts), three times each, then comes down with Loom's
+// restore (DownloadCheckpoint: every object checked against the manifest's
+// SHA-256, each file fsynced and committed by a rename) and with `aws s3 cp
+// --recursive` (no check, no fsync). Medians; up and down are Loom's
+// bytes/s over awscli's.
+//
+// Cost to training: a GPT trains through
 // loom::engine::Train with asynchronous checkpoints twice in one run, side
 // by side, on the same data and seed:
 //   local:   checkpoints to the directory alone;
@@ -19,9 +33,12 @@
 //
 // Usage: loom_remote_tier_bench DIR [n_layer] [d_model] [steps] [interval] [threads]
 //   defaults: 6 layers, d_model 512 (~45M parameters, ~0.5 GB checkpoints),
-//   12 steps, a checkpoint every 3 steps, 2 LibTorch threads.
+//   12 steps, a checkpoint every 3 steps, 2 LibTorch threads. awscli:
+//   /usr/bin/aws, or $AWSCLI.
 // Last line:
-//   remote-tier: <upload GB/s> GB/s uploaded, steps +<x>% while uploading ratio=<remote/local step>
+//   checkpoint-remote: up <x> of awscli, down <y>, stall <z>% ratio=<min(x,y)/0.8>
+// where z is how much longer the steps that overlapped an upload took than
+// the directory-only run's.
 #include <stdlib.h>
 #include <torch/torch.h>
 
@@ -32,10 +49,13 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "bench/checkpoint_bench_setup.h"
+#include "common/object_store/remote_checkpoints.h"
 #include "common/object_store/s3_test_server.h"
 #include "worker/checkpoint_uploader.h"
 #include "worker/engine/gpt.h"
@@ -93,6 +113,115 @@ bool TrainOnce(loom::engine::TrainerConfig config, const std::string& dir,
   if (uploader != nullptr) uploader->WaitIdle();
   run->seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return true;
+}
+
+// Seconds `command` took, or -1 if it failed three times. A one-OSD
+// gateway sharing two cores drops connections under awscli's ten parts at
+// once now and then; a failed try is said and tried again (awscli resumes
+// nothing: the whole transfer is timed again).
+double TimeCommand(const std::string& command) {
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    const Clock::time_point start = Clock::now();
+    const int rc = std::system(command.c_str());
+    if (rc == 0) return std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("  awscli failed (status %d, try %d of 3): %s\n", rc, attempt, command.c_str());
+    std::fflush(stdout);
+  }
+  return -1;
+}
+
+struct Throughput {
+  double loom_up = 0, aws_up = 0, loom_down = 0, aws_down = 0;  // bytes / s
+};
+
+// Loom's upload and restore of the checkpoint directory `checkpoint` against
+// awscli's `s3 cp --recursive`, `reps` times each, medians.
+std::optional<Throughput> CompareWithAwscli(const loom::object_store::S3TestServer& store,
+                                            const std::string& checkpoint, const std::string& work,
+                                            int reps) {
+  const char* aws_env = std::getenv("AWSCLI");
+  const std::string aws = aws_env != nullptr ? aws_env : "/usr/bin/aws";
+  if (!fs::exists(aws)) {
+    std::fprintf(stderr, "%s: no awscli (scripts/install-deploy-deps.sh installs Debian's)\n",
+                 aws.c_str());
+    return std::nullopt;
+  }
+  // awscli's own configuration for this store: path-style addressing, the
+  // test credentials (in the environment, not on a command line).
+  const std::string config_file = work + "/aws-config";
+  std::FILE* f = std::fopen(config_file.c_str(), "w");
+  if (f == nullptr) return std::nullopt;
+  // Four requests at once, as Loom's upload has parts in flight
+  // (TransferOptions::parts_in_flight): awscli's default of ten overwhelms
+  // the one-OSD gateway on these two cores (it stops answering for minutes).
+  std::fprintf(f,
+               "[default]\nregion = us-east-1\ns3 =\n  addressing_style = path\n"
+               "  max_concurrent_requests = 4\n");
+  std::fclose(f);
+  setenv("AWS_CONFIG_FILE", config_file.c_str(), 1);
+  setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null", 1);
+  setenv("AWS_ACCESS_KEY_ID", store.access_key().c_str(), 1);
+  setenv("AWS_SECRET_ACCESS_KEY", store.secret_key().c_str(), 1);
+  unsetenv("AWS_PROFILE");
+  const std::string cli = absl::StrCat(aws, " --endpoint-url ", store.endpoint(),
+                                       " s3 cp --recursive --only-show-errors ");
+  uint64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(checkpoint)) bytes += fs::file_size(e.path());
+  const std::string step = fs::path(checkpoint).filename().string();
+  loom::object_store::S3Client client(store.Config());
+  // What a measurement no longer needs is deleted. The gateway frees the
+  // space only at its garbage collection, later, so run.sh gives the OSD a
+  // file large enough for all of it (OSD_GIB).
+  auto remove_prefix = [&](const std::string& prefix) {
+    auto objects = client.ListObjects("bench", prefix);
+    if (!objects.ok()) return;
+    for (const auto& o : *objects) (void)client.DeleteObject("bench", o.key);
+  };
+  remove_prefix("runs/");  // the training run's uploads
+  std::vector<double> loom_up, aws_up, loom_down, aws_down;
+  for (int i = 0; i < reps; ++i) {
+    loom::object_store::S3Location at{"bench", absl::StrCat("cmp/loom-", i, "/")};
+    auto up = loom::object_store::UploadCheckpoint(client, at, checkpoint);
+    if (!up.ok()) {
+      std::fprintf(stderr, "loom upload: %s\n", up.status().ToString().c_str());
+      return std::nullopt;
+    }
+    loom_up.push_back(bytes / up->seconds);
+    const double t =
+        TimeCommand(absl::StrCat(cli, checkpoint, " s3://bench/cmp/aws-", i, "/", step, "/"));
+    if (t <= 0) return std::nullopt;
+    aws_up.push_back(bytes / t);
+    std::printf("  up %d: Loom %.3f GB/s, awscli %.3f GB/s\n", i, loom_up.back() / 1e9,
+                aws_up.back() / 1e9);
+    std::fflush(stdout);
+    if (i > 0) {  // the first pair stays for the downloads
+      remove_prefix(absl::StrCat("cmp/loom-", i, "/"));
+      remove_prefix(absl::StrCat("cmp/aws-", i, "/"));
+    }
+  }
+  auto listed = loom::object_store::ListRemoteCheckpoints(
+      client, loom::object_store::S3Location{"bench", "cmp/loom-0/"});
+  if (!listed.ok() || listed->empty()) return std::nullopt;
+  for (int i = 0; i < reps; ++i) {
+    const std::string loom_dir = absl::StrCat(work, "/down-loom-", i);
+    fs::create_directories(loom_dir);
+    auto down = loom::object_store::DownloadCheckpoint(client, listed->front(), loom_dir);
+    if (!down.ok()) {
+      std::fprintf(stderr, "loom restore: %s\n", down.status().ToString().c_str());
+      return std::nullopt;
+    }
+    loom_down.push_back(bytes / down->seconds);
+    const std::string aws_dir = absl::StrCat(work, "/down-aws-", i);
+    const double t = TimeCommand(absl::StrCat(cli, "s3://bench/cmp/aws-0/", step, "/ ", aws_dir));
+    if (t <= 0) return std::nullopt;
+    aws_down.push_back(bytes / t);
+    std::printf("  down %d: Loom %.3f GB/s (checked, fsynced), awscli %.3f GB/s\n", i,
+                loom_down.back() / 1e9, aws_down.back() / 1e9);
+    std::fflush(stdout);
+    fs::remove_all(loom_dir);
+    fs::remove_all(aws_dir);
+  }
+  return Throughput{Median(loom_up), Median(aws_up), Median(loom_down), Median(aws_down)};
 }
 
 }  // namespace
@@ -155,7 +284,12 @@ int main(int argc, char** argv) {
       });
   std::printf("local tier and the object store:\n");
   if (!TrainOnce(config, work + "/remote", &uploader, "s3://bench/runs/bench", &remote)) return 1;
+  // The run's final checkpoint, up and down, Loom's and awscli's ways.
+  std::printf("throughput against aws s3 cp (the run's final checkpoint, 3 times each):\n");
+  const std::optional<Throughput> cmp =
+      CompareWithAwscli(**store, loom::engine::CheckpointPath(work + "/remote", steps), work, 3);
   fs::remove_all(work);
+  if (!cmp.has_value()) return 1;
 
   // Steps of the remote run that overlapped an upload (its report's time
   // less its upload_seconds, to the report).
@@ -198,8 +332,14 @@ int main(int argc, char** argv) {
   std::printf("uploads: %zu checkpoints, %.3f GB, %.1f s uploading = %.3f GB/s; %lld failed\n",
               remote.outcomes.size() - failed, bytes / 1e9, upload_seconds, rate / 1e9,
               static_cast<long long>(failed));
-  std::printf("remote-tier: %.3f GB/s uploaded, steps %+.0f%% while uploading ratio=%.3f\n",
-              rate / 1e9, local_step > 0 ? 100.0 * (remote_step / local_step - 1) : 0.0,
-              local_step > 0 ? remote_step / local_step : 0.0);
+  const double up = cmp->aws_up > 0 ? cmp->loom_up / cmp->aws_up : 0;
+  const double down = cmp->aws_down > 0 ? cmp->loom_down / cmp->aws_down : 0;
+  std::printf(
+      "transfer medians: up Loom %.3f GB/s, awscli %.3f GB/s; down Loom %.3f GB/s, awscli %.3f "
+      "GB/s\n",
+      cmp->loom_up / 1e9, cmp->aws_up / 1e9, cmp->loom_down / 1e9, cmp->aws_down / 1e9);
+  std::printf("checkpoint-remote: up %.2f of awscli, down %.2f, stall %+.1f%% ratio=%.2f\n", up,
+              down, local_step > 0 ? 100.0 * (remote_step / local_step - 1) : 0.0,
+              std::min(up, down) / 0.8);
   return failed == 0 ? 0 : 1;
 }

@@ -14,13 +14,14 @@
 #  * Ceph's RADOS Gateway with one monitor, manager and OSD (ceph-mon,
 #    ceph-mgr, ceph-osd, radosgw, ceph-common: ~70 MB), the S3-compatible
 #    store the object-store tests start (tests/object_store/radosgw.sh), and
-#    s3cmd, the independent client that checks what Loom uploaded.
+#    s3cmd, the independent client that checks what Loom uploaded, and
+#    awscli, which the checkpoint-remote benchmark measures Loom against.
 # Idempotent: a second run installs nothing and reuses the npm tree while the
 # lock file is unchanged. Tests never download; they only use what this put.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra=(podman runc catatonit containernetworking-plugins debootstrap unzip
-       ceph-mon ceph-mgr ceph-osd radosgw ceph-common s3cmd)
+       ceph-mon ceph-mgr ceph-osd radosgw ceph-common s3cmd awscli)
 command -v node > /dev/null || extra+=(nodejs)
 command -v npm > /dev/null || extra+=(npm)
 ./scripts/install-deps.sh "${extra[@]}" "$@"

@@ -20,7 +20,9 @@
 #
 # Environment: MON_PORT and RGW_PORT (free loopback ports; the OSD and the
 # manager pick their own in 6800-7300), S3_KEY and S3_SECRET (the gateway
-# user's keys).
+# user's keys), OSD_GIB (the OSD's sparse block file, default 4: BlueStore
+# aborts with ENOSPC when it fills, and the gateway frees deleted objects'
+# space only at its later garbage collection).
 #
 # Settings that matter (found bringing it up on a 2-core Debian 12 VM, where
 # it answers S3 in about 9 s and idles at ~420 MiB and ~2% of a core):
@@ -38,6 +40,7 @@ MON_PORT=${MON_PORT:?set MON_PORT}
 RGW_PORT=${RGW_PORT:?set RGW_PORT}
 KEY=${S3_KEY:-LOOMTESTKEY}
 SECRET=${S3_SECRET:-LOOMTESTSECRET}
+OSD_GIB=${OSD_GIB:-4}
 mkdir -p "$D"/{run,log,mon.a,mgr.x,rgw.a}
 CONF=$D/ceph.conf
 FSID=$(cat /proc/sys/kernel/random/uuid)
@@ -110,7 +113,7 @@ mgr data = $D/mgr.\$id
 osd data = $D/osd.\$id
 osd objectstore = bluestore
 bluestore block create = true
-bluestore block size = 4294967296
+bluestore block size = $((OSD_GIB << 30))
 bluestore block db create = false
 bluestore block wal create = false
 bluestore fsck on mount = false
