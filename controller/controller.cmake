@@ -1,9 +1,10 @@
 # The controller, one folder per subsystem (each folder's .cmake names its
 # libraries and tests); the job manager composes them.
-loom_library(loom_store SRCS store/store.cc store/store_events.cc store/store_lease.cc store/store_logs.cc store/store_console.cc store/store_steps.cc store/migrations.cc store/sqlite_connection.cc
+loom_library(loom_store SRCS store/store.cc store/store_open.cc store/store_events.cc store/store_lease.cc store/store_logs.cc store/store_console.cc store/store_steps.cc store/migrations.cc store/sqlite_connection.cc
   store/postgres_connection.cc
   DEPS loom_proto loom_common SQLite::SQLite3 PostgreSQL::PostgreSQL absl::strings absl::time)
 loom_test(loom_store_test SRCS store/store_test.cc DEPS loom_store loom_postgres_test_server)
+loom_test(loom_store_lease_test SRCS store/store_lease_test.cc DEPS loom_store loom_postgres_test_server)
 # A PostgreSQL server of a test's own (initdb into a temporary directory).
 loom_library(loom_postgres_test_server SRCS store/postgres_test_server.cc
   DEPS loom_postgres_install PostgreSQL::PostgreSQL absl::strings absl::status absl::statusor)

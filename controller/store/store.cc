@@ -49,92 +49,6 @@ int64_t Store::JobSequence(const std::string& id) {
   return v;
 }
 
-namespace {
-
-// Takes `<dir>/LOCK` exclusively; returns its descriptor. flock locks belong
-// to the open file description, so a second open in the same process
-// conflicts too.
-absl::StatusOr<int> LockDirectory(const std::string& dir) {
-  const std::string path = dir + "/LOCK";
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    char holder[32] = {0};
-    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
-    std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
-    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    close(fd);
-    if (err == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("state directory ", dir, " is in use by another loom-controller",
-                       pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
-                       "; stop it first, or give this one its own --data_dir"));
-    }
-    return absl::UnavailableError(absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
-  }
-  const std::string me = absl::StrCat(getpid(), "\n");
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) < 0) {
-    // The lock holds either way; the pid is only for the message above.
-  }
-  return fd;
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
-  absl::StatusOr<int> lock_fd = LockDirectory(dir);
-  if (!lock_fd.ok()) return lock_fd.status();
-  auto conn = store::SqliteConnection::Open(dir + "/loom.db");
-  if (!conn.ok()) {
-    close(*lock_fd);
-    return conn.status();
-  }
-  return Init(*std::move(conn), *lock_fd,
-              [path = dir + "/loom.db"]() -> absl::StatusOr<std::unique_ptr<store::SqlConnection>> {
-                return store::SqliteConnection::Open(path);
-              });
-}
-
-absl::StatusOr<std::unique_ptr<Store>> Store::OpenPostgres(store::PostgresOptions options) {
-  auto conn = store::PostgresConnection::Open(options);
-  if (!conn.ok()) return conn.status();
-  return Init(*std::move(conn), -1,
-              [options]() -> absl::StatusOr<std::unique_ptr<store::SqlConnection>> {
-                return store::PostgresConnection::Open(options);
-              });
-}
-
-absl::StatusOr<std::unique_ptr<Store>> Store::Init(
-    std::unique_ptr<store::SqlConnection> conn, int lock_fd,
-    const std::function<absl::StatusOr<std::unique_ptr<store::SqlConnection>>()>& open_reader) {
-  // The store owns the lock from here: its destructor releases it.
-  std::unique_ptr<Store> store(new Store(std::move(conn), lock_fd));
-  absl::Status s = store::Migrate(*store->conn_);
-  if (!s.ok()) return s;
-  auto reader = open_reader();
-  if (!reader.ok()) return reader.status();
-  store->reader_ = *std::move(reader);
-  return store;
-}
-
-Store::Store(std::unique_ptr<store::SqlConnection> conn, int lock_fd)
-    : conn_(std::move(conn)), dialect_(conn_->dialect()), lock_fd_(lock_fd) {}
-
-Store::~Store() {
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    stopping_ = true;
-  }
-  durable_cv_.notify_all();
-  if (committer_.joinable()) committer_.join();
-  reader_.reset();
-  conn_.reset();
-  if (lock_fd_ >= 0) close(lock_fd_);  // releases the directory
-}
-
 std::string Store::Describe() {
   WatchedLock lock(mu_, __func__);
   return conn_->Describe();
@@ -156,10 +70,12 @@ absl::Status Store::BeginFencedLocked() {
   // Locks the lease row until COMMIT: a controller taking the lease waits
   // for this transaction, and this one, if it comes second, finds the epoch
   // moved on and writes nothing.
-  // (PostgreSQL: a share lock, which AcquireLease's FOR UPDATE waits for;
-  // SQLite's write transaction excludes every other writer already.)
+  // (PostgreSQL: a key-share lock. A takeover's FOR UPDATE waits for it;
+  // the holder's renewal, an UPDATE of non-key columns, does not, so a slow
+  // write never holds up the lease it runs under. SQLite's write
+  // transaction excludes every other writer already.)
   auto fenced = conn_->Run(dialect_ == store::SqlDialect::kPostgres
-                               ? "SELECT epoch FROM leader WHERE id = 1 FOR SHARE;"
+                               ? "SELECT epoch FROM leader WHERE id = 1 FOR KEY SHARE;"
                                : "SELECT epoch FROM leader WHERE id = 1;",
                            {});
   if (fenced.ok() && fenced->rows.size() == 1 && fenced->rows[0][0].i == fencing_epoch_) {

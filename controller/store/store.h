@@ -374,10 +374,17 @@ class Store {
 
  private:
   Store(std::unique_ptr<store::SqlConnection> conn, int lock_fd);
-  // Migrates `conn`'s database, then opens the reader with `open_reader`.
+  // Migrates `conn`'s database, then opens the reader with `open_other`,
+  // and (when `lease_connection`) the lease's connection too.
   static absl::StatusOr<std::unique_ptr<Store>> Init(
       std::unique_ptr<store::SqlConnection> conn, int lock_fd,
-      const std::function<absl::StatusOr<std::unique_ptr<store::SqlConnection>>()>& open_reader);
+      const std::function<absl::StatusOr<std::unique_ptr<store::SqlConnection>>()>& open_other,
+      bool lease_connection);
+  // Runs `body` on the lease's own connection (PostgreSQL), or on conn_
+  // under mu_ (SQLite, where one controller writes and a second connection
+  // would only wait on the same file lock).
+  template <typename F>
+  auto WithLeaseConnection(const char* holder, F body);
   // BEGIN of a write transaction, then the fence (when set): ABORTED, with
   // the transaction rolled back, when the fencing epoch no longer leads.
   // Holds mu_.
@@ -419,6 +426,13 @@ class Store {
   // It sees what conn_ committed (SQLite's WAL; PostgreSQL).
   std::mutex read_mu_;
   std::unique_ptr<store::SqlConnection> reader_;  // guarded by read_mu_
+
+  // PostgreSQL: a third connection for the leader lease alone. A renewal
+  // must reach the database within the lease however long a write on conn_
+  // takes (a rank log append once held conn_ for 2.2 s on a loaded machine,
+  // and the leader lost a lease it was alive to renew). Null for SQLite.
+  WatchedMutex lease_mu_{"loom-controller: the lease's store connection"};
+  std::unique_ptr<store::SqlConnection> lease_conn_;  // guarded by lease_mu_
 };
 
 }  // namespace loom::controller
