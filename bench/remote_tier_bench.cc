@@ -31,14 +31,27 @@
 // The store's daemons run at nice 19 (REMOTE_TIER_STORE_NICE), standing in
 // for a store on other machines.
 //
+// Whose CPUs: by default training, the upload and the store share every
+// CPU (the worst case: on two cores the store's daemons take a share of
+// training's). REMOTE_TIER_UPLOAD_CPUS=LIST gives the upload
+// (CheckpointUploader::Options::cpus, the worker's --upload_cpus) and the
+// store those CPUs, and training the others with as many LibTorch threads:
+// what the upload costs training when the node gives it cores the ranks do
+// not use. (Pinned, the client side of the throughput comparison has those
+// fewer cores too, awscli as much as Loom.)
+//
 // Usage: loom_remote_tier_bench DIR [n_layer] [d_model] [steps] [interval] [threads]
 //   defaults: 6 layers, d_model 512 (~45M parameters, ~0.5 GB checkpoints),
 //   12 steps, a checkpoint every 3 steps, 2 LibTorch threads. awscli:
 //   /usr/bin/aws, or $AWSCLI.
 // Last line:
 //   checkpoint-remote: up <x> of awscli, down <y>, stall <z>% ratio=<min(x,y)/0.8>
-// where z is how much longer the steps that overlapped an upload took than
-// the directory-only run's.
+// where z is the training stall with uploads running, as the checkpoint
+// bench states it: the median time a save blocked training (its
+// stall_seconds) over the median step, of the checkpoints saved while an
+// upload ran. The line before it gives the other cost, the steps' slowdown
+// beside the upload (and here the store): how much longer the steps that
+// overlapped an upload took than the directory-only run's.
 #include <stdlib.h>
 #include <torch/torch.h>
 
@@ -55,6 +68,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/checkpoint_bench_setup.h"
+#include "common/cpu_list.h"
 #include "common/object_store/remote_checkpoints.h"
 #include "common/object_store/s3_test_server.h"
 #include "worker/checkpoint_uploader.h"
@@ -77,6 +91,7 @@ struct Run {
   std::map<int64_t, double> step_seconds;
   std::map<int64_t, Clock::time_point> step_end;
   std::vector<double> stalls;
+  std::map<int64_t, double> stall_at;  // by the step the save followed
   // Remote: when each upload was handed over and when it was reported.
   std::vector<std::pair<Clock::time_point, Clock::time_point>> uploads;
   std::vector<loom::v1::CheckpointInfo> outcomes;
@@ -92,7 +107,10 @@ bool TrainOnce(loom::engine::TrainerConfig config, const std::string& dir,
     run->step_seconds[r.step()] = r.step_time_seconds();
   };
   callbacks.on_checkpoint = [&](const loom::engine::CheckpointReport& r) {
-    if (r.step != config.schedule.total_steps) run->stalls.push_back(r.stall_seconds);
+    if (r.step != config.schedule.total_steps) {
+      run->stalls.push_back(r.stall_seconds);
+      run->stall_at[r.step] = r.stall_seconds;
+    }
     std::printf("  checkpoint %lld: %.3f GB, write %.2f s, stall %.4f s\n",
                 static_cast<long long>(r.step), r.bytes / 1e9, r.write_seconds, r.stall_seconds);
     std::fflush(stdout);
@@ -227,12 +245,42 @@ std::optional<Throughput> CompareWithAwscli(const loom::object_store::S3TestServ
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The upload's CPUs (and the store's), and training's: the rest. Set
+  // before LibTorch starts its threads, which inherit the main thread's.
+  std::vector<int> upload_cpus;
+  std::vector<int> train_cpus = loom::AllowedCpus();
+  const char* upload_env = std::getenv("REMOTE_TIER_UPLOAD_CPUS");
+  const std::string upload_spec = upload_env != nullptr ? upload_env : "";
+  if (!upload_spec.empty() && upload_spec != "any") {
+    absl::StatusOr<std::vector<int>> list = loom::ParseCpuList(upload_spec);
+    if (!list.ok()) {
+      std::fprintf(stderr, "REMOTE_TIER_UPLOAD_CPUS: %s\n", list.status().ToString().c_str());
+      return 2;
+    }
+    upload_cpus = *list;
+    std::vector<int> rest;
+    for (int c : train_cpus) {
+      if (std::find(upload_cpus.begin(), upload_cpus.end(), c) == upload_cpus.end()) {
+        rest.push_back(c);
+      }
+    }
+    if (!upload_cpus.empty() && !rest.empty()) {
+      train_cpus = rest;
+      if (absl::Status pinned = loom::PinThisThread(train_cpus); !pinned.ok()) {
+        std::fprintf(stderr, "%s\n", pinned.ToString().c_str());
+        return 2;
+      }
+    } else {
+      upload_cpus.clear();
+    }
+  }
   loom::bench::CheckpointBenchDefaults defaults;
   defaults.n_layer = 6;
   defaults.d_model = 512;
   defaults.steps = 12;
   defaults.interval = 3;
   defaults.min_steps = 4;
+  if (!upload_cpus.empty()) defaults.threads = static_cast<int>(train_cpus.size());
   std::optional<loom::bench::CheckpointBenchSetup> setup =
       loom::bench::SetUpCheckpointBench(argc, argv, "loom_remote_tier_bench", defaults);
   if (!setup) return 2;
@@ -249,7 +297,12 @@ int main(int argc, char** argv) {
   const int store_nice = static_cast<int>(std::strtol(
       std::getenv("REMOTE_TIER_STORE_NICE") ? std::getenv("REMOTE_TIER_STORE_NICE") : "19",
       nullptr, 10));
-  auto store = loom::object_store::S3TestServer::Start("bench", store_nice);
+  loom::object_store::S3TestServer::Options store_options;
+  store_options.nice = store_nice;
+  if (!upload_cpus.empty()) {
+    store_options.prefix = {"taskset", "-c", loom::FormatCpuList(upload_cpus)};
+  }
+  auto store = loom::object_store::S3TestServer::Start("bench", store_options);
   if (!store.ok()) {
     std::fprintf(stderr, "object store: %s\n", store.status().ToString().c_str());
     return 1;
@@ -260,6 +313,12 @@ int main(int argc, char** argv) {
       config.model.n_layer, config.model.d_model,
       loom::engine::GptParameterCount(config.model) / 1e6, static_cast<long long>(steps),
       static_cast<long long>(interval), threads, (*store)->endpoint().c_str());
+  if (upload_cpus.empty()) {
+    std::printf("CPUs: training, the upload and the store share every CPU\n");
+  } else {
+    std::printf("CPUs: training on %s; the upload and the store on %s\n",
+                loom::FormatCpuList(train_cpus).c_str(), loom::FormatCpuList(upload_cpus).c_str());
+  }
   std::fflush(stdout);
 
   Run local, remote;
@@ -269,6 +328,7 @@ int main(int argc, char** argv) {
 
   loom::worker::CheckpointUploader::Options options;
   options.uploader = "the bench";
+  options.cpus = upload_cpus;
   const loom::object_store::S3Config store_config = (*store)->Config();
   options.config = [store_config] { return store_config; };
   std::mutex mu;
@@ -319,8 +379,19 @@ int main(int argc, char** argv) {
     for (const auto& [ub, ue] : remote.uploads) overlapped = overlapped || (begin < ue && end > ub);
     (overlapped ? busy : quiet).push_back(remote.step_seconds[s]);
   }
+  // The saves made while an upload ran (at the end of the step they follow).
+  std::vector<double> busy_stalls;
+  for (const auto& [step, stall] : remote.stall_at) {
+    const Clock::time_point at = remote.step_end[step];
+    bool during = false;
+    for (const auto& [ub, ue] : remote.uploads) during = during || (at >= ub && at <= ue);
+    if (during) busy_stalls.push_back(stall);
+  }
   const double local_step = Median(local_steps);
   const double remote_step = Median(busy.empty() ? quiet : busy);
+  const double stall_pct =
+      remote_step > 0 && !busy_stalls.empty() ? 100.0 * Median(busy_stalls) / remote_step : 0.0;
+  const double slowdown_pct = local_step > 0 ? 100.0 * (remote_step / local_step - 1) : 0.0;
   std::printf("local only: median step %.3f s over %zu steps, median stall %.4f s, %.1f s in all\n",
               local_step, local_steps.size(), Median(local.stalls), local.seconds);
   std::printf(
@@ -338,8 +409,13 @@ int main(int argc, char** argv) {
       "transfer medians: up Loom %.3f GB/s, awscli %.3f GB/s; down Loom %.3f GB/s, awscli %.3f "
       "GB/s\n",
       cmp->loom_up / 1e9, cmp->aws_up / 1e9, cmp->loom_down / 1e9, cmp->aws_down / 1e9);
-  std::printf("checkpoint-remote: up %.2f of awscli, down %.2f, stall %+.1f%% ratio=%.2f\n", up,
-              down, local_step > 0 ? 100.0 * (remote_step / local_step - 1) : 0.0,
-              std::min(up, down) / 0.8);
+  std::printf(
+      "saves while an upload ran: %zu, median stall %.4f s = %.3f%% of a step; steps beside an "
+      "upload %+.1f%% against the directory-only run's (%s)\n",
+      busy_stalls.size(), Median(busy_stalls), stall_pct, slowdown_pct,
+      upload_cpus.empty() ? "training, the upload and the store on the same CPUs"
+                          : "the upload and the store on CPUs of their own");
+  std::printf("checkpoint-remote: up %.2f of awscli, down %.2f, stall %.3f%% ratio=%.2f\n", up,
+              down, stall_pct, std::min(up, down) / 0.8);
   return failed == 0 ? 0 : 1;
 }

@@ -41,3 +41,6 @@ add_dependencies(loom_tokenizer loom-sentencepiece)
 loom_test(loom_tokenizer_test SRCS tokenizer_test.cc DEPS loom_tokenizer loom_file_util)
 # Where the PostgreSQL server programs are (local up --ha, tests' servers).
 loom_library(loom_postgres_install SRCS postgres_install.cc DEPS absl::strings)
+# CPU lists ("0-3,8") and pinning a thread to one: the worker's upload CPUs.
+loom_library(loom_cpu_list SRCS cpu_list.cc DEPS absl::strings absl::status absl::statusor)
+loom_test(loom_cpu_list_test SRCS cpu_list_test.cc DEPS loom_cpu_list)

@@ -8,6 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
+#ifdef LOOM_SHA256_OPENSSL
+#include <openssl/evp.h>
+#endif
+
 namespace loom {
 namespace {
 
@@ -48,7 +52,23 @@ inline uint32_t SmallSigma1(uint32_t x) {
 
 }  // namespace
 
+Sha256::~Sha256() {
+#ifdef LOOM_SHA256_OPENSSL
+  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(openssl_));
+#endif
+}
+
 void Sha256::Reset() {
+#ifdef LOOM_SHA256_OPENSSL
+  if (openssl_ == nullptr) openssl_ = EVP_MD_CTX_new();
+  if (openssl_ != nullptr &&
+      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(openssl_), EVP_sha256(), nullptr) == 1) {
+    return;
+  }
+  // No context (out of memory): the portable code below serves.
+  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(openssl_));
+  openssl_ = nullptr;
+#endif
   // FIPS 180-4 5.3.3: initial hash value H(0).
   state_ = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
@@ -91,6 +111,12 @@ void Sha256::Compress(const uint8_t* block) {
 }
 
 void Sha256::Update(const void* data, size_t size) {
+#ifdef LOOM_SHA256_OPENSSL
+  if (openssl_ != nullptr) {
+    EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(openssl_), data, size);
+    return;
+  }
+#endif
   const auto* bytes = static_cast<const uint8_t*>(data);
   total_bytes_ += size;
   if (buffered_ > 0) {
@@ -113,6 +139,15 @@ void Sha256::Update(const void* data, size_t size) {
 }
 
 Sha256::Digest Sha256::Finish() {
+#ifdef LOOM_SHA256_OPENSSL
+  if (openssl_ != nullptr) {
+    Digest digest;
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(openssl_), digest.data(), &n);
+    Reset();
+    return digest;
+  }
+#endif
   // FIPS 180-4 5.1.1: append bit '1', zeros up to 448 mod 512 bits, then the
   // message length in bits as a 64-bit big-endian integer.
   const uint64_t total_bits = total_bytes_ * 8;

@@ -16,7 +16,7 @@ PKGS=(
   prometheus
   libopenblas0-openmp libopenblas-dev
   fortunes fortunes-min
-  curl openssl libcurl4-openssl-dev
+  curl openssl libssl-dev libcurl4-openssl-dev
   python3-torch chromium
   clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
   iproute2 iptables

@@ -1,8 +1,12 @@
 #include "tests/netns_lab.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +94,41 @@ absl::Status NetnsLab::Heal(int i, int j) {
   if (s.ok()) s = Run(absl::StrCat(ipt, "-D OUTPUT -d ", address(j), " -j DROP"));
   if (s.ok()) cuts_.erase(it);
   return s;
+}
+
+absl::Status NetnsLab::Throttle(int i, int64_t kbit_per_second) {
+  // Bucket and queue: an eighth of a second's bytes (at least a few
+  // full-size packets) may pass at once; a second's worth may wait.
+  const int64_t bytes_per_second = kbit_per_second * 1000 / 8;
+  return Run(absl::StrCat("ip netns exec ", names_[i], " tc qdisc replace dev eth0 root tbf rate ",
+                          kbit_per_second, "kbit burst ",
+                          std::max<int64_t>(bytes_per_second / 8, 8192), " limit ",
+                          std::max<int64_t>(bytes_per_second, 16384)));
+}
+
+absl::Status NetnsLab::Unthrottle(int i) {
+  return Run(absl::StrCat("ip netns exec ", names_[i], " tc qdisc del dev eth0 root"));
+}
+
+absl::StatusOr<std::unique_ptr<NetnsLab::Inside>> NetnsLab::Enter(int i) const {
+  const int previous = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (previous < 0) return absl::InternalError(absl::StrCat("open own netns: ", strerror(errno)));
+  const std::string path = "/var/run/netns/" + names_[i];
+  const int target = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (target < 0 || setns(target, CLONE_NEWNET) != 0) {
+    const int err = errno;
+    if (target >= 0) close(target);
+    close(previous);
+    return absl::FailedPreconditionError(
+        absl::StrCat("enter network namespace ", names_[i], ": ", strerror(err)));
+  }
+  close(target);
+  return std::unique_ptr<Inside>(new Inside(previous));
+}
+
+NetnsLab::Inside::~Inside() {
+  setns(previous_, CLONE_NEWNET);
+  close(previous_);
 }
 
 }  // namespace loom::testing

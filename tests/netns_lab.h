@@ -9,10 +9,13 @@
 //
 // A partition is iptables DROP in a member's namespace of everything to and
 // from another member's address: TCP connections hang as they do on a real
-// cut network (no reset), and Heal() deletes exactly those rules.
+// cut network (no reset), and Heal() deletes exactly those rules. A slow
+// link is a token-bucket filter (tc's tbf) on a member's veth: what leaves
+// that member goes at the rate given, and Unthrottle() removes it.
 #ifndef LOOM_TESTS_NETNS_LAB_H_
 #define LOOM_TESTS_NETNS_LAB_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +47,27 @@ class NetnsLab {
   absl::Status Cut(int i, int j);
   // Removes Cut(i, j)'s rules.
   absl::Status Heal(int i, int j);
+
+  // Everything member `i` sends goes at `kbit_per_second` at most (queued
+  // up to a second's worth, then dropped as a congested link does).
+  absl::Status Throttle(int i, int64_t kbit_per_second);
+  absl::Status Unthrottle(int i);
+
+  // While alive, the calling thread is in member `i`'s namespace, and so
+  // is every thread it starts (they keep it); the destructor puts the
+  // calling thread back where it was.
+  class Inside {
+   public:
+    ~Inside();
+    Inside(const Inside&) = delete;
+    Inside& operator=(const Inside&) = delete;
+
+   private:
+    friend class NetnsLab;
+    explicit Inside(int previous) : previous_(previous) {}
+    int previous_;
+  };
+  absl::StatusOr<std::unique_ptr<Inside>> Enter(int i) const;
 
  private:
   NetnsLab() = default;

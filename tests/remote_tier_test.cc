@@ -5,7 +5,9 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/object_store/remote_checkpoints.h"
@@ -157,14 +159,24 @@ TEST_F(RemoteTierTest, WipedJobResumesFromTheObjectStoreAndMatchesItsUninterrupt
   // 2000) and the rollback window (down to the newest at or before 3000 -
   // 2 x 100) are left, by an independent client's listing; each deletion is
   // in the event log with its tier and reason, and the catalog says it.
+  // (Uploads lag the saves on a busy machine: a checkpoint the store keeps
+  // for good waits in the directory until its upload, which may end after
+  // the job's.)
+  const std::set<std::string> want_remote = {"000001000", "000002000", "000002800", "000002900",
+                                             "000003000"};
   std::set<std::string> remote_steps;
-  for (const std::string& o : S3cmdList(absl::StrCat("runs/", job, "/"))) {
-    if (absl::EndsWith(o, "/MANIFEST.json")) {
-      remote_steps.insert(std::string(o.substr(o.size() - 23, 9)));
-    }
-  }
-  EXPECT_THAT(remote_steps, ::testing::ElementsAre("000001000", "000002000", "000002800",
-                                                   "000002900", "000003000"));
+  WaitFor(
+      [&] {
+        remote_steps.clear();
+        for (const std::string& o : S3cmdList(absl::StrCat("runs/", job, "/"))) {
+          if (absl::EndsWith(o, "/MANIFEST.json")) {
+            remote_steps.insert(std::string(o.substr(o.size() - 23, 9)));
+          }
+        }
+        return remote_steps == want_remote;
+      },
+      60);
+  EXPECT_EQ(remote_steps, want_remote);
   auto events = Ctl("events " + job);
   ASSERT_EQ(events.exit_code, 0) << events.err;
   auto pruned_line = [&](absl::string_view tier, absl::string_view reason) {
@@ -277,6 +289,101 @@ TEST_F(RemoteTierTest, AStoreThatGoesAwayCostsTrainingNothingAndIsCaughtUpWith) 
   std::cout << "store killed at step " << killed_at << "; " << failed_message << "\n"
             << "loomctl events " << job << ":\n"
             << events.out << std::endl;
+}
+
+// Uploads a worker's loss cut short: the store is down when a checkpoint is
+// committed, so it waits in its worker's backlog; that worker is killed
+// (the backlog with it) and the store comes back. The job's next attempt,
+// on the other worker, is told by the controller which committed
+// checkpoints have no remote copy (StartRank.pending_uploads), and uploads
+// them.
+TEST_F(RemoteTierTest, UploadsAWorkersLossCutShortAreMadeByTheNextAttempt) {
+  ASSERT_NO_FATAL_FAILURE(StartStoreAndCluster(2));
+  constexpr int kSteps = 12000;  // ~40 s: room for the outage and the handover
+  const std::string job =
+      Submit(WriteSpec("handover", kSteps, 1,
+                       absl::StrCat("checkpoint: {interval_steps: 100, keep: 30, remote: \"s3://",
+                                    kBucket, "/runs\"}\n")));
+  ASSERT_TRUE(WaitFor([&] { return HasRemoteCopy(job, 100); }, 120)) << Status(job).DebugString();
+  ASSERT_TRUE(store_->Kill().ok());
+  int64_t failed_step = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const loom::v1::Job now = Status(job);
+        for (const auto& e : now.events()) {
+          if (e.kind() == loom::v1::RecoveryEvent::CHECKPOINT_UPLOAD_FAILED) failed_step = e.step();
+        }
+        return failed_step > 0;
+      },
+      120))
+      << Status(job).DebugString();
+  const loom::v1::Job before = Status(job);
+  ASSERT_EQ(before.ranks_size(), 1);
+  const std::string first_node = before.ranks(0).node();
+  ASSERT_LT(before.summary().last_step(), kSteps - 3000) << "the handover must land mid-run";
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOnNode(first_node));
+  ASSERT_TRUE(store_->Restart().ok());
+  // The checkpoint whose upload failed goes up from the other worker.
+  ASSERT_TRUE(WaitFor([&] { return HasRemoteCopy(job, failed_step); }, 180))
+      << Status(job).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 240))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  ASSERT_EQ(done.ranks_size(), 1);
+  EXPECT_NE(done.ranks(0).node(), first_node);
+  EXPECT_GE(done.generation(), 1);
+  std::cout << "upload of step " << failed_step << " failed on " << first_node
+            << "; uploaded by the attempt on " << done.ranks(0).node() << std::endl;
+}
+
+// Credentials the store refuses: the job's first save says so, naming the
+// bucket and where the credentials came from; no upload is retried (each
+// checkpoint is tried once), no copy is listed as remote, and training
+// finishes on the fast tier as if no store were named.
+TEST_F(RemoteTierTest, RefusedCredentialsAreAClearErrorAtTheFirstSaveNotARetryLoop) {
+  auto s = object_store::S3TestServer::Start(kBucket);
+  ASSERT_TRUE(s.ok()) << s.status();
+  store_ = *std::move(s);
+  ctl_prefix_ = "env";
+  for (const std::string& kv : store_->Environment()) {
+    ctl_prefix_ += " " + (absl::StartsWith(kv, "AWS_SECRET_ACCESS_KEY=")
+                              ? std::string("AWS_SECRET_ACCESS_KEY=not-the-secret")
+                              : kv);
+  }
+  ctl_prefix_ += " ";
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1));
+  constexpr int kSteps = 400, kInterval = 100;
+  const std::string job =
+      Submit(WriteSpec("refused", kSteps, 1,
+                       absl::StrCat("checkpoint: {interval_steps: ", kInterval,
+                                    ", keep: 2, remote: \"s3://", kBucket, "/runs\"}\n")));
+  ASSERT_TRUE(WaitFor([&] { return Status(job).state() == loom::v1::SUCCEEDED; }, 180))
+      << Status(job).DebugString();
+  const loom::v1::Job done = Status(job);
+  EXPECT_EQ(done.restarts(), 0);
+  std::vector<int64_t> failed_steps;
+  for (const auto& e : done.events()) {
+    if (e.kind() != loom::v1::RecoveryEvent::CHECKPOINT_UPLOAD_FAILED) continue;
+    failed_steps.push_back(e.step());
+    EXPECT_THAT(e.message(), HasSubstr("worker on node local-0"));
+    EXPECT_THAT(e.message(), HasSubstr("403"));
+    EXPECT_THAT(e.message(), HasSubstr(absl::StrCat("for bucket \"", kBucket, "\"")));
+    EXPECT_THAT(e.message(), HasSubstr("refused the credentials from environment"));
+  }
+  // The first save's upload failed, and each checkpoint's at most once.
+  ASSERT_FALSE(failed_steps.empty());
+  EXPECT_EQ(failed_steps.front(), kInterval);
+  EXPECT_LE(failed_steps.size(), static_cast<size_t>(kSteps / kInterval));
+  std::set<int64_t> once(failed_steps.begin(), failed_steps.end());
+  EXPECT_EQ(once.size(), failed_steps.size()) << absl::StrJoin(failed_steps, ",");
+  const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
+  for (const auto& c : catalog.checkpoints()) {
+    EXPECT_TRUE(c.remote_url().empty()) << c.DebugString();
+  }
+  EXPECT_TRUE(S3cmdList("runs/").empty());
+  auto events = Ctl("events " + job);
+  ASSERT_EQ(events.exit_code, 0) << events.err;
+  std::cout << "loomctl events " << job << ":\n" << events.out << std::endl;
 }
 
 // init_from a checkpoint that only the object store still has: by job id

@@ -9,8 +9,24 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/checkpoint_retention.h"
+#include "common/cpu_list.h"
 
 namespace loom::worker {
+
+std::optional<CheckpointUploader::RemoteTier> CheckpointUploader::RemoteTier::Of(
+    const loom::v1::StartRank& start) {
+  if (start.spec().checkpoint().remote().empty()) return std::nullopt;
+  RemoteTier tier;
+  tier.url =
+      absl::StrCat(absl::StripSuffix(start.spec().checkpoint().remote(), "/"), "/", start.job_id());
+  tier.retention.policy = RemoteRetentionPolicy(start.spec().checkpoint());
+  tier.retention.rollback_window = RollbackWindowSteps(start.spec().recovery());
+  tier.retention.held.insert(start.held_checkpoints().begin(), start.held_checkpoints().end());
+  return tier;
+}
 
 CheckpointUploader::CheckpointUploader(Options options, Report report)
     : options_([&] {
@@ -42,6 +58,13 @@ void CheckpointUploader::Enqueue(const std::string& job_id, int64_t generation,
                                  const RemoteTier& remote) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const auto same = [&](const Item& i) {
+      return i.job_id == job_id && i.committed.path() == committed.path();
+    };
+    if (std::any_of(queue_.begin(), queue_.end(), same) ||
+        (busy_ && in_flight_ == std::make_pair(job_id, committed.path()))) {
+      return;
+    }
     queue_.push_back(Item{job_id, generation, committed, remote});
     // Newest step last: after an outage the newest checkpoint goes first.
     std::stable_sort(queue_.begin(), queue_.end(), [](const Item& a, const Item& b) {
@@ -63,15 +86,30 @@ size_t CheckpointUploader::Backlog() {
 }
 
 int CheckpointUploader::DueLocked(absl::Time now) const {
+  int newest = -1;
   for (int i = static_cast<int>(queue_.size()) - 1; i >= 0; --i) {
-    if (queue_[i].failures == 0 || backlog_not_before_ <= now) return i;
+    const Item& item = queue_[i];
+    if (item.failures > 0 && backlog_not_before_ > now) continue;
+    if (newest < 0) newest = i;
+    // One the store keeps for good by its step goes before the newest: the
+    // rank holds its directory until it is settled (RetentionGuard::upload),
+    // and the sooner it goes, the sooner the directory may let it go.
+    const engine::RetentionPolicy& p = item.remote.retention.policy;
+    if (!p.all && p.every > 0 && item.committed.step() % p.every == 0) return i;
   }
-  return -1;
+  return newest;
 }
 
 void CheckpointUploader::Loop() {
-  // Below the ranks' priority: the upload takes the CPU training leaves.
+  // Below the ranks' priority: the upload takes the CPU training leaves; and
+  // on the CPUs it was given, if any. The transfer threads inherit both.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  if (!options_.cpus.empty()) {
+    if (absl::Status pinned = PinThisThread(options_.cpus); !pinned.ok()) {
+      std::cerr << "loom-worker: object-store uploads: " << pinned.message()
+                << "; they run on any CPU\n";
+    }
+  }
   while (true) {
     Item item;
     {
@@ -93,19 +131,26 @@ void CheckpointUploader::Loop() {
       item = std::move(queue_[due]);
       queue_.erase(queue_.begin() + due);
       busy_ = true;
+      in_flight_ = {item.job_id, item.committed.path()};
     }
     bool skipped = false, retry = false, unreachable = false;
     loom::v1::CheckpointInfo outcome = Upload(item, &skipped, &retry, &unreachable);
     if (cancel_) return;
     if (skipped) continue;
+    // Settled (in the store, or refused for good): the rank's pruner may
+    // now delete the directory (RetentionGuard::upload).
+    if (!retry) engine::MarkUploadSettled(item.committed.path());
     if (outcome.status() == "uploaded") {
+      if (item.failures > 0) {
+        outcome.set_upload_note(
+            absl::StrFormat("from the backlog after %d failed %s over %.0f s", item.failures,
+                            item.failures == 1 ? "try" : "tries",
+                            absl::ToDoubleSeconds(absl::Now() - item.first_failure)));
+      }
       std::cerr << "loom-worker: checkpoint of " << item.job_id << " at step " << outcome.step()
                 << " uploaded to " << outcome.remote_url() << " (" << outcome.bytes()
                 << " bytes in " << outcome.upload_seconds() << " s"
-                << (item.failures > 0
-                        ? absl::StrCat(", from the backlog after ", item.failures, " failed tries")
-                        : "")
-                << ")" << std::endl;
+                << (item.failures > 0 ? ", " + outcome.upload_note() : "") << ")" << std::endl;
       {
         // The store answers: the rest of the backlog goes now, newest first,
         // and a later outage is reported again.
@@ -129,7 +174,7 @@ void CheckpointUploader::Loop() {
     }
     if (item.failures == 0 && report) report_(item.job_id, item.generation, outcome);
     if (retry) {
-      item.failures++;
+      if (item.failures++ == 0) item.first_failure = absl::Now();
       std::lock_guard<std::mutex> lock(mu_);
       // One clock for the whole backlog: when it is due, every checkpoint in
       // it is, and the newest goes first.

@@ -1,9 +1,10 @@
 // The worker's background upload of committed checkpoints to the object
 // store (CheckpointSpec.remote): the remote tier. The worker that hosts a
 // job's rank 0 hands each checkpoint that rank reports committed to this
-// uploader; one thread uploads them, newest first, below normal CPU
-// priority, so a save stalls training exactly as long as without a remote
-// tier. No LibTorch.
+// uploader; one thread uploads them, newest first (but one whose step the
+// store's retention keeps for good before the others), below normal CPU
+// priority and on the CPUs given (Options::cpus), so a save stalls training
+// exactly as long as without a remote tier. No LibTorch.
 //
 // Outcomes are reported through `report` (on the upload thread):
 //   "uploaded"       remote_url, bytes, upload_seconds set;
@@ -16,16 +17,14 @@
 // it retried after
 // Options::backlog_retry (doubling up to 5 minutes), newest first, for as
 // long as its directory is there, and "uploaded" follows when it goes
-// through. A refusal (credentials, a bad request) or a damaged local copy
-// is not retried: the next checkpoint will say the same, and a retry loop
-// against refused credentials helps no one.
-// After each upload, the store's copies of that job are pruned by its remote
-// retention (object_store::PruneRemoteCheckpoints); what went is reported
-// with the "uploaded" outcome (CheckpointInfo.pruned, tier "remote"). A
-// deletion that fails is tried again after the next upload.
-// A checkpoint whose directory retention deleted before its upload began, or
-// during an upload the store did not fail, is skipped without a report (it
-// is on no tier to restore from).
+// through, its upload_note saying how long the backlog kept it. A refusal (credentials, a bad
+// request) or a damaged local copy is not retried: the next checkpoint will say the same, and a
+// retry loop against refused credentials helps no one. After each upload, the store's copies of
+// that job are pruned by its remote retention (object_store::PruneRemoteCheckpoints); what went is
+// reported with the "uploaded" outcome (CheckpointInfo.pruned, tier "remote"). A deletion that
+// fails is tried again after the next upload. A checkpoint whose directory retention deleted before
+// its upload began, or during an upload the store did not fail, is skipped without a report (it is
+// on no tier to restore from).
 #ifndef LOOM_WORKER_CHECKPOINT_UPLOADER_H_
 #define LOOM_WORKER_CHECKPOINT_UPLOADER_H_
 
@@ -35,9 +34,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -63,6 +64,9 @@ class CheckpointUploader {
     // When the backlog (checkpoints a store outage kept back) is tried
     // first; each further failure doubles it, up to kMaxBacklogRetry.
     absl::Duration backlog_retry = absl::Seconds(30);
+    // The CPUs the upload runs on (its thread and the transfer threads it
+    // starts), e.g. ones the ranks do not use; empty: any, at nice 10.
+    std::vector<int> cpus;
   };
   static constexpr absl::Duration kMaxBacklogRetry = absl::Minutes(5);
   using Report = std::function<void(const std::string& job_id, int64_t generation,
@@ -71,6 +75,10 @@ class CheckpointUploader {
   struct RemoteTier {
     std::string url;  // the job's location, "s3://bucket/prefix/<job>"
     object_store::RemoteRetention retention;
+    // The tier of the job `start` (a rank 0's) places: the job's own place
+    // under spec.checkpoint.remote, its remote retention, rollback window
+    // and holds. None when the spec names no object store.
+    static std::optional<RemoteTier> Of(const loom::v1::StartRank& start);
   };
 
   CheckpointUploader(Options options, Report report);
@@ -79,7 +87,8 @@ class CheckpointUploader {
   ~CheckpointUploader();
 
   // Queues the committed checkpoint at `committed.path` (a step directory)
-  // of `job_id` for `remote`.
+  // of `job_id` for `remote`; one already queued or being uploaded is not
+  // queued again.
   void Enqueue(const std::string& job_id, int64_t generation,
                const loom::v1::CheckpointInfo& committed, const RemoteTier& remote);
 
@@ -96,9 +105,12 @@ class CheckpointUploader {
     loom::v1::CheckpointInfo committed;
     RemoteTier remote;
     int failures = 0;  // tries that found no store (> 0: in the backlog)
+    absl::Time first_failure;
   };
   void Loop();
-  // The index in queue_ of the newest item due at `now`, or -1.
+  // The index in queue_ of the item to upload next at `now` (the newest
+  // due that the store keeps for good by its step, else the newest due),
+  // or -1.
   int DueLocked(absl::Time now) const;
   // `*unreachable`: the store could not be reached; `*retry`: and the
   // checkpoint is still there (worth a later try).
@@ -118,6 +130,7 @@ class CheckpointUploader {
   // store answers again).
   std::set<std::string> outage_reported_;
   bool busy_ = false;
+  std::pair<std::string, std::string> in_flight_;  // job, path: the upload running
   std::thread thread_;
 };
 

@@ -13,6 +13,7 @@
 #include "common/object_store/test_checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/netns_lab.h"
 
 namespace loom::worker {
 namespace {
@@ -61,12 +62,21 @@ class CheckpointUploaderTest : public ::testing::Test {
       outcomes_.push_back({job, generation, c});
     };
   }
-  loom::v1::CheckpointInfo Committed(int64_t step) {
+  loom::v1::CheckpointInfo Committed(int64_t step, size_t bytes = 50000) {
     loom::v1::CheckpointInfo c;
     c.set_step(step);
     c.set_generation(0);
-    c.set_path(object_store::WriteTestCheckpoint(dir_, step, 0, {50000}));
+    c.set_path(object_store::WriteTestCheckpoint(dir_, step, 0, {bytes}));
     return c;
+  }
+
+  // Until the backlog has gone up (bounded: 20 s; its tries are 0.3 s,
+  // 0.6 s, 1.2 s, ... apart in these tests) and nothing is due.
+  static void DrainBacklog(CheckpointUploader& up) {
+    for (int i = 0; i < 200 && up.Backlog() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    up.WaitIdle();
   }
 
   static object_store::S3TestServer* server_;
@@ -99,6 +109,28 @@ TEST_F(CheckpointUploaderTest, UploadsNewestFirstAndReportsEach) {
   auto listed = object_store::ListRemoteCheckpoints(client, *object_store::ParseS3Url(remote));
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(listed->size(), 3u);
+}
+
+// The same checkpoint handed over twice (the next attempt's rank 0 is told
+// of one this worker still has queued) is uploaded once.
+// (Held in an outage's backlog, so that it is certainly still queued.)
+TEST_F(CheckpointUploaderTest, ACheckpointQueuedTwiceIsUploadedOnce) {
+  ASSERT_TRUE(server_->Kill().ok());
+  CheckpointUploader::Options o = Options(server_->Config());
+  o.backlog_retry = absl::Seconds(1);
+  CheckpointUploader up(o, Collect());
+  const std::string remote = absl::StrCat("s3://", kBucket, "/runs/job-7");
+  const loom::v1::CheckpointInfo c = Committed(10);
+  up.Enqueue("job-7", 0, c, {remote});
+  up.WaitIdle();
+  up.Enqueue("job-7", 1, c, {remote});
+  EXPECT_EQ(up.Backlog(), 1u);
+  ASSERT_TRUE(server_->Restart().ok());
+  DrainBacklog(up);
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSERT_EQ(outcomes_.size(), 2u);  // the outage's failure, then one upload
+  EXPECT_EQ(outcomes_[0].info.status(), "upload_failed");
+  EXPECT_EQ(outcomes_[1].info.status(), "uploaded") << outcomes_[1].info.error();
 }
 
 // The store's retention runs after each upload: what it deleted comes with
@@ -196,18 +228,124 @@ TEST_F(CheckpointUploaderTest, AnOutagesBacklogCatchesUpNewestFirstWhenTheStoreR
     EXPECT_THAT(outcomes_[0].info.error(), HasSubstr("step-000000010/shard-00000.bin"));
   }
   ASSERT_TRUE(server_->Restart().ok());
-  // Bounded: the backlog's tries are 0.3 s, then 0.6 s, 1.2 s, ... apart.
-  for (int i = 0; i < 200 && up.Backlog() > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  up.WaitIdle();
+  DrainBacklog(up);
   EXPECT_EQ(up.Backlog(), 0u);
   std::lock_guard<std::mutex> lock(mu_);
   ASSERT_EQ(outcomes_.size(), 3u);
   EXPECT_EQ(outcomes_[1].info.status(), "uploaded");
   EXPECT_EQ(outcomes_[1].info.step(), 20);  // newest first
+  EXPECT_THAT(outcomes_[1].info.upload_note(), HasSubstr("from the backlog after"));
   EXPECT_EQ(outcomes_[2].info.status(), "uploaded");
   EXPECT_EQ(outcomes_[2].info.step(), 10);
+}
+
+// A slow store: the gateway in a network namespace of its own, reached from
+// another through veths whose sending rate the test sets with tc (a token
+// bucket; this kernel has no netem). The test's thread (and the uploader's,
+// which it starts) runs in the client's namespace.
+class SlowStoreTest : public CheckpointUploaderTest {
+ protected:
+  static void SetUpTestSuite() {
+    auto lab = loom::testing::NetnsLab::Create(2, "s3");
+    ASSERT_TRUE(lab.ok()) << lab.status();
+    lab_ = lab->release();
+    auto inside = lab_->Enter(0);
+    ASSERT_TRUE(inside.ok()) << inside.status();
+    inside_ = inside->release();
+    object_store::S3TestServer::Options o;
+    o.prefix = lab_->prefix(1);
+    o.address = lab_->address(1);
+    auto s = object_store::S3TestServer::Start(kBucket, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = s->release();
+  }
+  static void TearDownTestSuite() {
+    CheckpointUploaderTest::TearDownTestSuite();
+    delete inside_;
+    inside_ = nullptr;
+    delete lab_;
+    lab_ = nullptr;
+  }
+  void TearDown() override {
+    if (lab_ != nullptr) (void)lab_->Unthrottle(0);
+    CheckpointUploaderTest::TearDown();
+  }
+  // A slow request fails after 2 s under 32 KB/s (the worker's
+  // --upload_min_kbps and --upload_slow_for).
+  CheckpointUploader::Options SlowOptions() {
+    CheckpointUploader::Options o = Options(server_->Config());
+    o.client.low_speed_bytes = 32000;
+    o.client.low_speed_time = absl::Seconds(2);
+    o.backlog_retry = absl::Milliseconds(300);
+    return o;
+  }
+
+  static loom::testing::NetnsLab* lab_;
+  static loom::testing::NetnsLab::Inside* inside_;
+};
+
+loom::testing::NetnsLab* SlowStoreTest::lab_ = nullptr;
+loom::testing::NetnsLab::Inside* SlowStoreTest::inside_ = nullptr;
+
+// Slower than the floor: each try ends after the stated time with libcurl's
+// account of it, the bounded tries end in one reported failure (the store's
+// answer, the object, who), training's later checkpoints wait in the
+// backlog, and when the link is fast again the backlog goes up newest first
+// and says it came from the backlog.
+TEST_F(SlowStoreTest, AStoreSlowerThanTheFloorIsAnOutageThatTheBacklogCatchesUpAfter) {
+  ASSERT_TRUE(lab_->Throttle(0, 64).ok());  // 8 KB/s from the client
+  CheckpointUploader up(SlowOptions(), Collect());
+  const std::string remote = absl::StrCat("s3://", kBucket, "/runs/slow-1");
+  up.Enqueue("slow-1", 0, Committed(10, 400000), {remote});
+  up.WaitIdle();
+  up.Enqueue("slow-1", 0, Committed(20, 400000), {remote});
+  up.WaitIdle();
+  EXPECT_EQ(up.Backlog(), 2u);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(outcomes_.size(), 1u);
+    const loom::v1::CheckpointInfo& c = outcomes_[0].info;
+    EXPECT_EQ(c.status(), "upload_failed");
+    EXPECT_EQ(c.step(), 10);
+    EXPECT_THAT(c.error(), HasSubstr("worker on node test-node"));
+    EXPECT_THAT(c.error(), HasSubstr("step-000000010/shard-00000.bin"));
+    EXPECT_THAT(c.error(), HasSubstr("Operation too slow"));
+    EXPECT_THAT(c.error(), HasSubstr("after 2 tries"));
+  }
+  object_store::S3Client client(server_->Config());
+  auto listed = object_store::ListRemoteCheckpoints(client, *object_store::ParseS3Url(remote));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->empty());  // nothing half-uploaded is listed
+
+  ASSERT_TRUE(lab_->Unthrottle(0).ok());
+  DrainBacklog(up);
+  EXPECT_EQ(up.Backlog(), 0u);
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSERT_EQ(outcomes_.size(), 3u);
+  EXPECT_EQ(outcomes_[1].info.step(), 20);
+  EXPECT_EQ(outcomes_[2].info.step(), 10);
+  for (int i : {1, 2}) {
+    EXPECT_EQ(outcomes_[i].info.status(), "uploaded") << outcomes_[i].info.error();
+    EXPECT_THAT(outcomes_[i].info.upload_note(), HasSubstr("from the backlog after"));
+  }
+  listed = object_store::ListRemoteCheckpoints(client, *object_store::ParseS3Url(remote));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->size(), 2u);
+}
+
+// Slow but above the floor: the upload takes as long as the link makes it
+// (400 KB at 250 KB/s), and goes through at the first try.
+TEST_F(SlowStoreTest, AStoreSlowButAboveTheFloorTakesTheUpload) {
+  ASSERT_TRUE(lab_->Throttle(0, 2000).ok());
+  CheckpointUploader up(SlowOptions(), Collect());
+  up.Enqueue("slow-2", 0, Committed(10, 400000), {absl::StrCat("s3://", kBucket, "/runs/slow-2")});
+  up.WaitIdle();
+  ASSERT_EQ(outcomes_.size(), 1u);
+  const loom::v1::CheckpointInfo& c = outcomes_[0].info;
+  EXPECT_EQ(c.status(), "uploaded") << c.error();
+  EXPECT_TRUE(c.upload_note().empty());
+  // The link was the bound: 400 KB cannot cross 250 KB/s in under 1.2 s.
+  EXPECT_GE(c.upload_seconds(), 1.2);
 }
 
 }  // namespace

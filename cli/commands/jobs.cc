@@ -386,13 +386,17 @@ std::vector<std::string> EventRow(const loom::v1::JobEvent& e) {
   }
   if (e.has_checkpoint()) {
     const bool uploaded = e.checkpoint().status() == "uploaded";
-    return {seq,
-            time,
-            uploaded ? "CHECKPOINT_UPLOADED" : "CHECKPOINT",
-            "-",
-            absl::StrCat(e.checkpoint().step()),
-            "-",
-            uploaded ? e.checkpoint().remote_url() : e.checkpoint().path()};
+    return {
+        seq,
+        time,
+        uploaded ? "CHECKPOINT_UPLOADED" : "CHECKPOINT",
+        "-",
+        absl::StrCat(e.checkpoint().step()),
+        "-",
+        !uploaded ? e.checkpoint().path()
+        : e.checkpoint().upload_note().empty()
+            ? e.checkpoint().remote_url()
+            : absl::StrCat(e.checkpoint().remote_url(), " (", e.checkpoint().upload_note(), ")")};
   }
   const loom::v1::RecoveryEvent& r = e.recovery();
   const bool resumed = r.kind() == loom::v1::RecoveryEvent::ROLLBACK ||

@@ -160,7 +160,11 @@ int Watch(Client* client, const std::string& job_id, bool json) {
       if (tty) std::cout << "\r\033[K";
       if (event.checkpoint().status() == "uploaded") {
         std::cout << "checkpoint step " << event.checkpoint().step() << " uploaded -> "
-                  << event.checkpoint().remote_url() << std::endl;
+                  << event.checkpoint().remote_url()
+                  << (event.checkpoint().upload_note().empty()
+                          ? ""
+                          : " (" + event.checkpoint().upload_note() + ")")
+                  << std::endl;
       } else {
         std::cout << "checkpoint step " << event.checkpoint().step() << " -> "
                   << event.checkpoint().path() << std::endl;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,32 @@ std::vector<RetentionVerdict> PlanRetention(const std::vector<RetentionCandidate
       }
     }
   }
+  if (guard.upload.has_value()) {
+    const RetentionPolicy& up = *guard.upload;
+    std::vector<size_t> best;  // the store's best by validation loss, as far as this tier knows
+    if (!up.all && up.best > 0) {
+      for (size_t i : branch) {
+        if (candidates[i].val_loss.has_value()) best.push_back(i);
+      }
+      std::stable_sort(best.begin(), best.end(), [&](size_t a, size_t b) {
+        return *candidates[a].val_loss < *candidates[b].val_loss;
+      });
+      if (best.size() > static_cast<size_t>(up.best)) best.resize(up.best);
+    }
+    int held_for_all = 0;
+    for (size_t i : branch) {  // newest first
+      if (!candidates[i].awaiting_upload) continue;
+      std::string why;
+      if (up.all) {
+        if (held_for_all++ < kMaxHeldForUpload) why = "the store keeps every checkpoint";
+      } else if (up.every > 0 && candidates[i].step % up.every == 0) {
+        why = absl::StrCat("the store keeps each multiple of ", up.every);
+      } else if (std::find(best.begin(), best.end(), i) != best.end()) {
+        why = absl::StrCat("the store keeps the best ", up.best, " by validation loss");
+      }
+      if (!why.empty()) keeps[i].push_back(absl::StrCat("waiting for its upload (", why, ")"));
+    }
+  }
   if (guard.rollback_distance > 0) {
     const int64_t target = guard.tip_step - guard.rollback_distance;
     for (size_t i : branch) {
@@ -112,6 +139,24 @@ std::vector<RetentionVerdict> PlanRetention(const std::vector<RetentionCandidate
   return verdicts;
 }
 
+std::string UploadSettledPath(const std::string& checkpoint_path) {
+  const std::filesystem::path p(checkpoint_path);
+  return (p.parent_path() / "upload-settled" / p.filename()).string();
+}
+
+void MarkUploadSettled(const std::string& checkpoint_path) {
+  namespace fs = std::filesystem;
+  const fs::path mark(UploadSettledPath(checkpoint_path));
+  std::error_code ec;
+  fs::create_directories(mark.parent_path(), ec);
+  std::ofstream(mark.string()).flush();  // an empty file; its name is the mark
+}
+
+bool UploadSettled(const std::string& checkpoint_path) {
+  std::error_code ec;
+  return std::filesystem::exists(UploadSettledPath(checkpoint_path), ec);
+}
+
 std::vector<PrunedDirectory> PruneCheckpoints(const std::string& dir, const RetentionPolicy& policy,
                                               const RetentionGuard& guard) {
   namespace fs = std::filesystem;
@@ -121,10 +166,12 @@ std::vector<PrunedDirectory> PruneCheckpoints(const std::string& dir, const Rete
   std::vector<RetentionCandidate> candidates;
   for (const CheckpointEntry& entry : entries) {
     RetentionCandidate c{entry.path, entry.step, entry.generation, std::nullopt};
-    if (policy.best > 0 && !entry.legacy) {
+    const bool wants_loss = policy.best > 0 || (guard.upload.has_value() && guard.upload->best > 0);
+    if (wants_loss && !entry.legacy) {
       absl::StatusOr<CheckpointManifest> manifest = ReadManifest(entry.path);
       if (manifest.ok() && manifest->state.has_val_loss) c.val_loss = manifest->state.val_loss;
     }
+    if (guard.upload.has_value() && !entry.legacy) c.awaiting_upload = !UploadSettled(entry.path);
     candidates.push_back(std::move(c));
   }
   const std::vector<RetentionVerdict> verdicts = PlanRetention(candidates, policy, guard);
@@ -136,6 +183,7 @@ std::vector<PrunedDirectory> PruneCheckpoints(const std::string& dir, const Rete
     std::error_code ec;
     if (!fs::exists(entry.path, ec) && !ec) {
       deleted.push_back({entry.path, entry.step, verdicts[i].reason});
+      fs::remove(UploadSettledPath(entry.path), ec);
     }
   }
   return deleted;

@@ -49,13 +49,27 @@ struct RetentionGuard {
   int64_t rollback_distance = 0;
   // step -> why it is held ("the resume point of attempt 3").
   std::map<int64_t, std::string> held;
+  // Set when the job names an object store: the store's retention. The
+  // uploader lags the saves when the store is slower than the checkpoint
+  // interval, and takes the newest first; so that lag never costs the store
+  // a checkpoint its retention promises to keep for good, one awaiting its
+  // upload that the store keeps beyond its newest N (a multiple of `every`,
+  // one of the `best`, or any under `all`) stays in this tier until its
+  // upload is settled. Under `all`, at most kMaxHeldForUpload of them (the
+  // newest), so that a store outage cannot fill the disk.
+  std::optional<RetentionPolicy> upload;
 };
+
+inline constexpr int kMaxHeldForUpload = 8;
 
 struct RetentionCandidate {
   std::string name;  // what a deletion removes (a directory, an object prefix)
   int64_t step = 0;
   int64_t generation = -1;  // -1: unknown (its manifest does not read): off every branch
   std::optional<double> val_loss;
+  // The job names an object store and this checkpoint's upload is not
+  // settled (no UploadSettledPath mark): see RetentionGuard::upload.
+  bool awaiting_upload = false;
 };
 
 struct RetentionVerdict {
@@ -74,6 +88,16 @@ std::vector<RetentionVerdict> PlanRetention(const std::vector<RetentionCandidate
                                             const RetentionPolicy& policy,
                                             const RetentionGuard& guard);
 
+// The mark the worker's uploader leaves once the upload of the checkpoint
+// directory `checkpoint_path` is settled (it is in the store, or the store
+// refused it for good): <checkpoint dir>/upload-settled/<step-name>. It
+// lets the rank's pruner delete a checkpoint RetentionGuard::upload holds.
+std::string UploadSettledPath(const std::string& checkpoint_path);
+// Best effort: a mark that cannot be written keeps the checkpoint a little
+// longer (until a later prune finds it marked), and loses nothing.
+void MarkUploadSettled(const std::string& checkpoint_path);
+bool UploadSettled(const std::string& checkpoint_path);
+
 // A checkpoint directory that PruneCheckpoints deleted, and why.
 struct PrunedDirectory {
   std::string path;
@@ -85,7 +109,9 @@ struct PrunedDirectory {
 // keep (validation losses read from the manifests when the policy has a
 // `best` rule). Each one is first named in the directory's prune log
 // (common/prune_log.h), so that the catalog calls it pruned even if this
-// process dies before it reports the deletion; what cannot be logged is
+// process dies before it reports the deletion; with a guard's `upload`,
+// each candidate's awaiting_upload comes from its UploadSettledPath mark,
+// and a deleted checkpoint's mark goes with it; what cannot be logged is
 // kept. Best effort, like DeleteCheckpoint. Only the claim holder of `dir`
 // may call it, after a commit (the guard's tip). Returns what is gone.
 std::vector<PrunedDirectory> PruneCheckpoints(const std::string& dir, const RetentionPolicy& policy,

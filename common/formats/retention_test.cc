@@ -1,5 +1,8 @@
 #include "common/formats/retention.h"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -118,6 +121,69 @@ TEST(RetentionTest, AnUnreadableManifestIsOnNoBranch) {
   std::vector<RetentionVerdict> v = PlanRetention(c, RetentionPolicy{}, Tip(30));
   EXPECT_FALSE(v[3].keep);
   EXPECT_THAT(v[3].reason, HasSubstr("manifest does not read"));
+}
+
+// The uploader lags the saves (it takes the newest first): a checkpoint the
+// store keeps for good stays in the directory until its upload is settled,
+// and one the store would only keep while it is among its newest does not.
+TEST(RetentionTest, ACheckpointTheStoreKeepsForGoodWaitsForItsUpload) {
+  std::vector<RetentionCandidate> c = Steps(0, 100, 2300);
+  for (RetentionCandidate& r : c) r.awaiting_upload = r.step > 1900;
+  c[3].val_loss = 0.5;  // step 2000
+  c[4].val_loss = 0.4;  // step 1900, uploaded
+  c[5].val_loss = 0.9;  // step 1800, uploaded
+  RetentionPolicy local;
+  local.newest = 2;
+  RetentionGuard guard = Tip(2300);
+  guard.upload = RetentionPolicy{};
+  guard.upload->newest = 2;
+  guard.upload->every = 1000;
+  std::vector<RetentionVerdict> v = PlanRetention(c, local, guard);
+  // 2100 and 2200 await their uploads too, but the store would prune them
+  // once 2300 is there.
+  EXPECT_THAT(Kept(v), ::testing::ElementsAre(2300, 2200, 2000));
+  EXPECT_EQ(v[3].reason, "waiting for its upload (the store keeps each multiple of 1000)");
+  c[3].awaiting_upload = false;  // settled: it goes
+  EXPECT_THAT(Kept(PlanRetention(c, local, guard)), ::testing::ElementsAre(2300, 2200));
+
+  // The store's best by validation loss: 2000 is second best to 1900.
+  c[3].awaiting_upload = true;
+  guard.upload->every = 0;
+  guard.upload->best = 2;
+  v = PlanRetention(c, local, guard);
+  EXPECT_THAT(Kept(v), ::testing::ElementsAre(2300, 2200, 2000));
+  EXPECT_EQ(v[3].reason, "waiting for its upload (the store keeps the best 2 by validation loss)");
+
+  // Every checkpoint: the newest kMaxHeldForUpload that await it, so that an
+  // outage cannot fill the disk.
+  for (RetentionCandidate& r : c) r.awaiting_upload = true;
+  guard.upload = RetentionPolicy{};
+  guard.upload->all = true;
+  v = PlanRetention(c, local, guard);
+  EXPECT_EQ(Kept(v).size(), static_cast<size_t>(kMaxHeldForUpload));
+  EXPECT_EQ(v[kMaxHeldForUpload - 1].reason,
+            "waiting for its upload (the store keeps every checkpoint)");
+  EXPECT_FALSE(v[kMaxHeldForUpload].keep);
+
+  // No store named: nothing waits.
+  guard.upload.reset();
+  EXPECT_THAT(Kept(PlanRetention(c, local, guard)), ::testing::ElementsAre(2300, 2200));
+}
+
+TEST(RetentionTest, TheUploadMarkSitsBesideTheCheckpoints) {
+  const std::string dir = ::testing::TempDir() + "/retention-mark-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string ckpt = dir + "/step-000000100";
+  std::filesystem::create_directories(ckpt);
+  EXPECT_EQ(UploadSettledPath(ckpt), dir + "/upload-settled/step-000000100");
+  EXPECT_FALSE(UploadSettled(ckpt));
+  MarkUploadSettled(ckpt);
+  EXPECT_TRUE(UploadSettled(ckpt));
+  // The directory still lists only its checkpoints.
+  const std::vector<CheckpointEntry> entries = ListCheckpoints(dir);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].step, 100);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

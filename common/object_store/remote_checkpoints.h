@@ -36,7 +36,8 @@ struct TransferOptions {
   // Parts of one file sent at once: a file is read and checksummed in
   // order, and each part read is sent while the next is read, up to this
   // many in flight. Memory per file being uploaded: parts_in_flight + 1
-  // parts.
+  // parts. A restore fetches a file larger than part_bytes the same way:
+  // this many ranged GETs at once, checksummed and written in order.
   int parts_in_flight = 4;
 };
 

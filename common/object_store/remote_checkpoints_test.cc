@@ -142,6 +142,35 @@ TEST_F(RemoteCheckpointsTest, ChangedRemoteObjectIsCaughtBeforeAnythingIsRestore
   EXPECT_TRUE(std::filesystem::is_empty(root_ + "/restored"));  // no step, no temporary
 }
 
+// A file larger than a part comes down as ranged GETs at once: a byte
+// changed in its middle part, the object made longer, or shorter, than the
+// manifest says is caught, and nothing is restored.
+TEST_F(RemoteCheckpointsTest, ARangedRestoreCatchesAChangedLongerOrShorterObject) {
+  S3Client client(server_->Config());
+  const std::string dir = WriteCheckpoint(500, 0, {(12 << 20) + 77});
+  ASSERT_TRUE(UploadCheckpoint(client, job_, dir, options_).ok());
+  const std::string key = job_.prefix + "step-000000500/shard-00000.bin";
+  const std::string good = *ReadFile(dir + "/shard-00000.bin");
+  auto listed = ListRemoteCheckpoints(client, job_);
+  ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+  std::string changed = good;
+  changed[(7 << 20) + 3] ^= 1;  // the second of three parts
+  std::string longer = good + "x";
+  std::string shorter = good.substr(0, good.size() - 100);
+  for (const auto& [what, body] : std::vector<std::pair<std::string, std::string>>{
+           {"sha256", changed}, {"the manifest says", longer}, {"shorter than", shorter}}) {
+    ASSERT_TRUE(client.PutObject(kBucket, key, body).ok());
+    auto down = DownloadCheckpoint(client, (*listed)[0], root_ + "/restored", options_);
+    ASSERT_EQ(down.status().code(), absl::StatusCode::kDataLoss) << what << ": " << down.status();
+    EXPECT_THAT(down.status().message(), HasSubstr(what));
+    EXPECT_TRUE(std::filesystem::is_empty(root_ + "/restored")) << what;
+  }
+  ASSERT_TRUE(client.PutObject(kBucket, key, good).ok());
+  auto down = DownloadCheckpoint(client, (*listed)[0], root_ + "/restored", options_);
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_EQ(*ReadFile(root_ + "/restored/step-000000500/shard-00000.bin"), good);
+}
+
 TEST_F(RemoteCheckpointsTest, ListsWholeCheckpointsOnlyInLineageOrder) {
   S3Client client(server_->Config());
   ASSERT_TRUE(UploadCheckpoint(client, job_, WriteCheckpoint(100, 0, {1000}), options_).ok());

@@ -8,6 +8,7 @@
 // the store's own <Code> and <Message>):
 //   PERMISSION_DENIED   403: the credentials were refused (not retried)
 //   NOT_FOUND           404: no such key, bucket or upload
+//   OUT_OF_RANGE        416: a range past the object's end
 //   INVALID_ARGUMENT    other 4xx
 //   UNAVAILABLE         5xx, 429, or no answer (connection refused, reset,
 //                       a transfer slower than low_speed_bytes per second
@@ -87,6 +88,11 @@ class S3Client {
                          const std::function<absl::Status(absl::string_view)>& sink);
   // The whole object in memory (small objects: manifests).
   absl::StatusOr<std::string> GetObject(const std::string& bucket, const std::string& key);
+  // Bytes [offset, offset + length) of the object, in memory (a ranged GET:
+  // parts of a large object fetched at once). OUT_OF_RANGE when the store
+  // gives a different number of bytes (the object is shorter).
+  absl::StatusOr<std::string> GetObjectRange(const std::string& bucket, const std::string& key,
+                                             uint64_t offset, uint64_t length);
 
   absl::StatusOr<ObjectInfo> HeadObject(const std::string& bucket, const std::string& key);
 

@@ -99,9 +99,11 @@ class ErroringFront {
     const std::string reply = absl::StrCat(
         "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: ", xml.size(),
         "\r\nConnection: close\r\n\r\n", xml);
+    // Counted before the client can see the answer (and return, and be
+    // asked how many it got).
+    ++errors_answered_;
     (void)!::write(fd, reply.data(), reply.size());
     ::close(fd);
-    ++errors_answered_;
   }
   void Relay(int client) {
     const int store = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -196,6 +198,23 @@ TEST_F(S3ClientTest, PutGetHeadListDelete) {
   ASSERT_TRUE(c.DeleteObject(kBucket, "dir/a b+c.bin").ok());  // S3: gone is fine
   EXPECT_EQ(c.GetObject(kBucket, "dir/a b+c.bin").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(c.HeadObject(kBucket, "dir/a b+c.bin").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(S3ClientTest, RangedGetGivesExactlyThoseBytesAndNothingPastTheEnd) {
+  S3Client c(server_->Config(), Quick());
+  const std::string body = TestBytes(300000, 4);
+  ASSERT_TRUE(c.PutObject(kBucket, "ranged/x", body).ok());
+  auto middle = c.GetObjectRange(kBucket, "ranged/x", 1000, 65536);
+  ASSERT_TRUE(middle.ok()) << middle.status();
+  EXPECT_EQ(*middle, body.substr(1000, 65536));
+  auto tail = c.GetObjectRange(kBucket, "ranged/x", 299990, 10);
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  EXPECT_EQ(*tail, body.substr(299990));
+  // Past the end: fewer bytes than asked, or none at all.
+  EXPECT_EQ(c.GetObjectRange(kBucket, "ranged/x", 299990, 20).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(c.GetObjectRange(kBucket, "ranged/x", 400000, 20).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST_F(S3ClientTest, ListingPagesThroughMoreThanOnePage) {

@@ -1,5 +1,6 @@
 #include "common/object_store/s3_test_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -48,7 +49,7 @@ int FreePort() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start(const std::string& bucket,
-                                                                  int nice) {
+                                                                  const Options& options) {
   if (access("/usr/bin/radosgw", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0) {
     return absl::FailedPreconditionError(
         "Ceph's RADOS Gateway is not installed: run ./scripts/install-deploy-deps.sh (it "
@@ -64,26 +65,33 @@ absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start(const std::str
   const std::string log = s->tmp_ + "/script.log";
   const std::string dir = s->tmp_ + "/cluster";
   // The script's environment: this process's, with its two ports.
+  s->address_ = options.address;
   std::vector<std::string> env_strings = {absl::StrCat("MON_PORT=", mon_port),
-                                          absl::StrCat("RGW_PORT=", rgw_port)};
+                                          absl::StrCat("RGW_PORT=", rgw_port),
+                                          absl::StrCat("RGW_ADDR=", options.address)};
   for (char** e = environ; *e != nullptr; ++e) {
-    if (strncmp(*e, "MON_PORT=", 9) != 0 && strncmp(*e, "RGW_PORT=", 9) != 0) {
+    if (strncmp(*e, "MON_PORT=", 9) != 0 && strncmp(*e, "RGW_PORT=", 9) != 0 &&
+        strncmp(*e, "RGW_ADDR=", 9) != 0) {
       env_strings.push_back(*e);
     }
   }
   std::vector<char*> envp;
   for (std::string& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
-  const char* argv[] = {"bash", LOOM_RADOSGW_SCRIPT, dir.c_str(), nullptr};
+  std::vector<std::string> args = options.prefix;
+  for (const char* a : {"/bin/bash", LOOM_RADOSGW_SCRIPT, dir.c_str()}) args.push_back(a);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (nice > 0) setpriority(PRIO_PROCESS, 0, nice);  // the daemons inherit it
+    if (options.nice > 0) setpriority(PRIO_PROCESS, 0, options.nice);  // the daemons inherit it
     dup2(pipe_fds[1], 1);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) dup2(fd, 2);
-    execve("/bin/bash", const_cast<char* const*>(argv), envp.data());
+    execvpe(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   close(pipe_fds[1]);
@@ -174,7 +182,7 @@ absl::Status S3TestServer::Kill() {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    inet_pton(AF_INET, address_.c_str(), &addr.sin_addr);
     addr.sin_port = htons(static_cast<uint16_t>(port_));
     const bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     close(fd);

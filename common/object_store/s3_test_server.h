@@ -25,15 +25,29 @@ namespace loom::object_store {
 
 class S3TestServer {
  public:
+  struct Options {
+    // The store's daemons run at this CPU priority (0-19): a benchmark that
+    // stands in for a store on other machines keeps it from competing with
+    // what it measures.
+    int nice = 0;
+    // A command the script runs under, e.g. {"ip", "netns", "exec", NS} (the
+    // store in a network namespace of the test's) or {"taskset", "-c", "1"}
+    // (the store on a CPU of its own).
+    std::vector<std::string> prefix;
+    // The address the gateway binds: with `prefix` putting it in a namespace,
+    // that namespace's own address, which the caller must be able to reach.
+    std::string address = "127.0.0.1";
+  };
   // Starts the store and makes `bucket` there. FAILED_PRECONDITION naming
-  // the install script when Ceph's packages are missing. `nice` (0-19): the
-  // store's daemons run at that CPU priority (a benchmark that stands in for
-  // a store on other machines keeps it from competing with what it measures).
+  // the install script when Ceph's packages are missing.
   static absl::StatusOr<std::unique_ptr<S3TestServer>> Start(const std::string& bucket,
-                                                             int nice = 0);
+                                                             const Options& options);
+  static absl::StatusOr<std::unique_ptr<S3TestServer>> Start(const std::string& bucket) {
+    return Start(bucket, Options());
+  }
   ~S3TestServer();
 
-  std::string endpoint() const { return endpoint_; }  // http://127.0.0.1:PORT
+  std::string endpoint() const { return endpoint_; }  // http://ADDRESS:PORT
   int port() const { return port_; }
   const std::string& access_key() const { return key_; }
   const std::string& secret_key() const { return secret_; }
@@ -57,7 +71,7 @@ class S3TestServer {
   absl::StatusOr<std::string> WaitForLine(const std::string& prefix, int seconds);
 
   std::string tmp_;  // holds cluster/ (the script's) and script.log
-  std::string endpoint_, key_, secret_;
+  std::string address_, endpoint_, key_, secret_;
   int port_ = 0;
   pid_t pid_ = -1;
   FILE* out_ = nullptr;  // the script's stdout

@@ -25,6 +25,11 @@ using loom::v1::JobState;
 
 namespace {
 
+// The catalog's checkpoints without a remote copy that rank 0 is asked to
+// upload (StartRank.pending_uploads): the newest 64, a bound on the
+// message; what an outage kept back beyond them stays on the fast tier.
+constexpr int kMaxPendingUploads = 64;
+
 // Whether the policy may preempt the job: it says so (default true) and it
 // has a checkpoint directory to save into, so a preemption loses nothing.
 bool IsPreemptible(const loom::v1::JobSpec& spec) {
@@ -285,6 +290,11 @@ void Admitter::Schedule() {
       start->set_master_port(master_port);
       start->set_checkpoint_dir(rec.job.spec().checkpoint().dir());
       for (const auto& [step, why] : holds) (*start->mutable_held_checkpoints())[step] = why;
+      if (rank == 0 && !rec.job.spec().checkpoint().remote().empty()) {
+        for (loom::v1::CheckpointInfo& c : catalog_->PendingUploads(jid, kMaxPendingUploads)) {
+          *start->add_pending_uploads() = std::move(c);
+        }
+      }
       for (int blocks : rec.stage_layers_now) {
         start->mutable_spec()->mutable_parallelism()->add_stage_layers(blocks);
       }

@@ -155,6 +155,24 @@ absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> CheckpointCatalog::List(
   return entries;
 }
 
+std::vector<loom::v1::CheckpointInfo> CheckpointCatalog::PendingUploads(const std::string& job_id,
+                                                                        int max) {
+  absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> entries = store_->LoadCheckpoints(job_id);
+  std::vector<loom::v1::CheckpointInfo> out;
+  if (!entries.ok()) return out;
+  for (loom::v1::CheckpointInfo& info : *entries) {
+    if (StoredCommitted(info) && info.remote_url().empty() && info.remote_pruned_reason().empty()) {
+      out.push_back(std::move(info));
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const loom::v1::CheckpointInfo& a, const loom::v1::CheckpointInfo& b) {
+                     return a.step() > b.step();
+                   });
+  if (static_cast<int>(out.size()) > max) out.resize(max);
+  return out;
+}
+
 absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> CheckpointCatalog::Verify(
     const std::string& job_id) {
   if (verifier_ == nullptr) {

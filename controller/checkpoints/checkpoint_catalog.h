@@ -100,6 +100,11 @@ class CheckpointCatalog {
 
   // The catalog, oldest step first, with each entry's status as above.
   absl::StatusOr<std::vector<loom::v1::CheckpointInfo>> List(const std::string& job_id);
+  // The committed entries with no copy in the object store (none uploaded,
+  // none pruned there), newest step first, at most `max`: what a job's next
+  // rank 0 is asked to upload (StartRank.pending_uploads). Empty when the
+  // catalog cannot be read.
+  std::vector<loom::v1::CheckpointInfo> PendingUploads(const std::string& job_id, int max);
 
   // List, after re-reading the checksums of every committed entry whose
   // directory is there: one that fails is marked corrupt (and stored so).

@@ -261,6 +261,30 @@ TEST_F(CheckpointCatalogTest, UploadedCopyIsRecordedAndKeepsALostCheckpointResto
   EXPECT_EQ(*catalog.NewestGood("job-1", -1), 4);
 }
 
+// What the next rank 0 is asked to upload: committed checkpoints with no
+// copy in the store, newest first, bounded; not the uploaded, nor the
+// corrupt, nor those whose remote copy retention deleted.
+TEST_F(CheckpointCatalogTest, PendingUploadsAreTheCommittedWithoutARemoteCopyNewestFirst) {
+  CheckpointCatalog catalog(store_.get(), nullptr);
+  const std::vector<loom::v1::CheckpointInfo> reports = Save({2, 4, 6, 8, 10}, /*keep=*/5);
+  ASSERT_EQ(reports.size(), 5u);
+  for (const auto& info : reports) ASSERT_TRUE(catalog.RecordCommitted("job-1", info).ok());
+  loom::v1::CheckpointInfo uploaded = reports[4];
+  uploaded.set_status(kCheckpointUploaded);
+  uploaded.set_remote_url("s3://bucket/runs/job-1/step-000000010");
+  ASSERT_TRUE(catalog.RecordUploaded("job-1", uploaded).ok());
+  loom::v1::CheckpointInfo corrupt = reports[3];
+  corrupt.set_status(kCheckpointCorrupt);
+  corrupt.set_failed_check("sha256");
+  ASSERT_TRUE(catalog.MarkCorrupt("job-1", corrupt).ok());
+  std::vector<int64_t> steps;
+  for (const auto& c : catalog.PendingUploads("job-1", 16)) steps.push_back(c.step());
+  EXPECT_THAT(steps, ::testing::ElementsAre(6, 4, 2));
+  ASSERT_EQ(catalog.PendingUploads("job-1", 2).size(), 2u);
+  EXPECT_EQ(catalog.PendingUploads("job-1", 2)[0].path(), reports[2].path());
+  EXPECT_TRUE(catalog.PendingUploads("job-2", 16).empty());
+}
+
 TEST(CheckpointVerifierTest, RefusesAPathThatNamesNoCheckpoint) {
   FileCheckpointVerifier verifier;
   auto outcome = verifier.Verify("/c/not-a-checkpoint");

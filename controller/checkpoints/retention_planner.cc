@@ -67,9 +67,11 @@ loom::v1::PlanCheckpointRetentionResponse RetentionPlanner::Plan(
   engine::RetentionGuard guard;
   guard.rollback_distance = window;
   guard.held = holds;
+  if (!spec.remote().empty()) guard.upload = RemoteRetentionPolicy(spec);
   bool have_tip = false;
   for (const engine::CheckpointEntry& e : entries) {
     engine::RetentionCandidate c{e.path, e.step, e.generation, std::nullopt};
+    if (guard.upload.has_value() && !e.legacy) c.awaiting_upload = !engine::UploadSettled(e.path);
     if (!e.legacy) {
       absl::StatusOr<engine::CheckpointManifest> m = engine::ReadManifest(e.path);
       if (m.ok() && m->state.has_val_loss) c.val_loss = m->state.val_loss;

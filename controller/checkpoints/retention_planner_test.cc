@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/formats/retention.h"
 #include "common/object_store/test_checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -33,6 +34,9 @@ class RetentionPlannerTest : public ::testing::Test {
 TEST_F(RetentionPlannerTest, SaysWhatEachTierWouldDeleteAndWhyAndDeletesNothing) {
   for (int64_t step = 10; step <= 100; step += 10) {
     object_store::WriteTestCheckpoint(dir_, step, 0, {100}, step == 40 ? 1.5 : 3.0);
+    // Uploaded, but for step 60: the store keeps every checkpoint, so the
+    // directory keeps it until its upload is settled.
+    if (step != 60) engine::MarkUploadSettled(engine::CheckpointPath(dir_, step));
   }
   loom::v1::RetentionPolicy* local =
       job_.mutable_spec()->mutable_checkpoint()->mutable_retention()->mutable_local();
@@ -53,10 +57,12 @@ TEST_F(RetentionPlannerTest, SaysWhatEachTierWouldDeleteAndWhyAndDeletesNothing)
     (v.keep() ? kept : going).push_back(v.step());
   }
   // Newest 2 (100, 90), the window (the newest at or before 80, and after
-  // it), every 50 (100, 50), the best (40) and the held one (20).
-  EXPECT_THAT(kept, ::testing::ElementsAre(100, 90, 80, 50, 40, 20));
-  EXPECT_THAT(going, ::testing::ElementsAre(70, 60, 30, 10));
+  // it), every 50 (100, 50), the best (40), the held one (20) and the one
+  // not yet uploaded (60).
+  EXPECT_THAT(kept, ::testing::ElementsAre(100, 90, 80, 60, 50, 40, 20));
+  EXPECT_THAT(going, ::testing::ElementsAre(70, 30, 10));
   EXPECT_THAT(plan.verdicts(3).reason(), HasSubstr("not among the newest 2"));
+  EXPECT_EQ(plan.verdicts(4).reason(), "waiting for its upload (the store keeps every checkpoint)");
   EXPECT_TRUE(plan.verdicts(5).has_val_loss());
   EXPECT_EQ(plan.local_policy(), "newest 2, every 50 steps, best 1 by validation loss");
   EXPECT_EQ(plan.remote_policy(), "every checkpoint");

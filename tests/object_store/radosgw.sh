@@ -9,7 +9,7 @@
 #                      prints "READY <endpoint> <access key> <secret key>",
 #                      then stays in the foreground until killed. Nothing is
 #                      written to /etc/ceph or /var/lib/ceph, no systemd, no
-#                      kernel module; every daemon binds 127.0.0.1 and runs
+#                      kernel module; every daemon binds 127.0.0.1 (the gateway RGW_ADDR) and runs
 #                      in the foreground as this script's child with a
 #                      parent-death signal, so no daemon outlives the script
 #                      (and the test that started it, which gives the script
@@ -19,8 +19,11 @@
 #   SIGTERM / SIGINT   stops every daemon and removes DIR.
 #
 # Environment: MON_PORT and RGW_PORT (free loopback ports; the OSD and the
-# manager pick their own in 6800-7300), S3_KEY and S3_SECRET (the gateway
-# user's keys), OSD_GIB (the OSD's sparse block file, default 4: BlueStore
+# manager pick their own in 6800-7300), RGW_ADDR (the address the gateway
+# alone binds, default 127.0.0.1: a test that runs this script in a network
+# namespace of its own gives the namespace's outside address, so that the
+# store is reached through that namespace's veth), S3_KEY and S3_SECRET (the
+# gateway user's keys), OSD_GIB (the OSD's sparse block file, default 4: BlueStore
 # aborts with ENOSPC when it fills, and the gateway frees deleted objects'
 # space only at its later garbage collection).
 #
@@ -38,6 +41,7 @@ set -euo pipefail
 D=${1:?usage: radosgw.sh DIR}
 MON_PORT=${MON_PORT:?set MON_PORT}
 RGW_PORT=${RGW_PORT:?set RGW_PORT}
+RGW_ADDR=${RGW_ADDR:-127.0.0.1}
 KEY=${S3_KEY:-LOOMTESTKEY}
 SECRET=${S3_SECRET:-LOOMTESTSECRET}
 OSD_GIB=${OSD_GIB:-4}
@@ -124,10 +128,10 @@ osd op num shards = 1
 osd op num threads per shard = 2
 
 [client.rgw.a]
-rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT
+rgw frontends = beast endpoint=$RGW_ADDR:$RGW_PORT
 rgw data = $D/rgw.a
 rgw thread pool size = 32
-rgw dns name = 127.0.0.1
+rgw dns name = $RGW_ADDR
 EOF
 C=(-c "$CONF")
 
@@ -158,18 +162,18 @@ start_gateway() {
   daemon radosgw "${C[@]}" -f -n client.rgw.a 2>> "$D/log/rgw.err"
   gateway=$!
   for _ in $(seq 300); do
-    curl -s -o /dev/null "http://127.0.0.1:$RGW_PORT/" && return 0
+    curl -s -o /dev/null "http://$RGW_ADDR:$RGW_PORT/" && return 0
     kill -0 "$gateway" 2>/dev/null || { tail -n 5 "$D/log/client.rgw.a.log" >&2; return 1; }
     sleep 0.1
   done
-  echo "radosgw.sh: the gateway did not answer on 127.0.0.1:$RGW_PORT within 30 s" >&2
+  echo "radosgw.sh: the gateway did not answer on $RGW_ADDR:$RGW_PORT within 30 s" >&2
   return 1
 }
 start_gateway
 
 trap 'kill -9 $gateway 2>/dev/null || true; wait $gateway 2>/dev/null || true; gateway=""' USR1
 trap 'start_gateway && echo "GATEWAY UP"' USR2
-echo "READY http://127.0.0.1:$RGW_PORT $KEY $SECRET"
+echo "READY http://$RGW_ADDR:$RGW_PORT $KEY $SECRET"
 # Until told to stop; a trapped signal ends `wait`, so wait again.
 while true; do
   daemon sleep 3600

@@ -9,9 +9,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/formats/retention.h"
 #include "worker/engine/config.h"
 
 namespace loom::engine {
@@ -154,6 +156,10 @@ struct TrainerConfig {
   // point of the run. This holds about retain_distance_steps /
   // checkpoint_interval + 1 checkpoints besides the newest keep_checkpoints.
   int64_t retain_distance_steps = 0;
+  // The object store's retention when the job names one: pruning keeps a
+  // checkpoint the store keeps for good until the worker's uploader marks
+  // its upload settled (RetentionGuard::upload).
+  std::optional<RetentionPolicy> upload_retention;
   // Which checkpoint to resume from (needs checkpoint_dir):
   //   -1: the newest (in lineage order) that verifies; none exists: from
   //       scratch; some exist and none verifies: DATA_LOSS

@@ -41,6 +41,7 @@ CheckpointCoordinator::CheckpointCoordinator(const TrainerConfig& config,
   options_.keep_every_steps = config.keep_every_steps;
   options_.keep_best = config.keep_best;
   options_.retain_distance_steps = config.retain_distance_steps;
+  options_.upload_retention = config.upload_retention;
   options_.held_checkpoints = config.held_checkpoints;
   options_.on_stage = callbacks.on_checkpoint_stage;
   if (!config.job_id.empty()) options_.fence = FenceToken{config.job_id, config.generation};

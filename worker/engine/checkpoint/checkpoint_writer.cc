@@ -376,6 +376,12 @@ absl::StatusOr<CheckpointReport> CommitTemporary(const CheckpointWriterOptions& 
     return Prefixed(report.status(), absl::StrCat("checkpoint at step ", step, ": "));
   }
   stage(CheckpointStage::kCommitted);
+  if (options.upload_retention.has_value()) {
+    // A mark left by an earlier checkpoint of this step (an attempt that
+    // got this far before a restart) is not this one's: it is not uploaded.
+    std::error_code ec;
+    fs::remove(UploadSettledPath(CheckpointPath(options.dir, step)), ec);
+  }
   auto prune = [&]() -> absl::Status {
     // A version 1/2 file of this step is superseded (as a rewrite replaced it).
     std::error_code ec;
@@ -391,6 +397,7 @@ absl::StatusOr<CheckpointReport> CommitTemporary(const CheckpointWriterOptions& 
     guard.lineage = manifest.state.lineage;
     guard.rollback_distance = options.retain_distance_steps;
     guard.held = options.held_checkpoints;
+    guard.upload = options.upload_retention;
     report->pruned = PruneCheckpoints(options.dir, policy, guard);
     return absl::OkStatus();
   };

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/formats/retention.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/checkpoint/checkpoint_fence.h"
 #include "worker/engine/checkpoint/checkpoint_report.h"
@@ -60,6 +61,7 @@ struct CheckpointWriterOptions {
   int64_t keep_every_steps = 0;       // see TrainerConfig
   int keep_best = 0;                  // see TrainerConfig
   int64_t retain_distance_steps = 0;  // see TrainerConfig
+  std::optional<RetentionPolicy> upload_retention;  // see TrainerConfig
   std::map<int64_t, std::string> held_checkpoints;  // see TrainerConfig
   // Set: every commit, prune and clean-up of `dir` runs only while this
   // token holds the directory's claim (checkpoint_fence.h); a fenced save
