@@ -530,10 +530,12 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
   ASSERT_NE(stopped, nullptr) << done.DebugString();
   EXPECT_THAT(stopped->message(), HasSubstr("without a save (the grace ran out)"));
   // The last step reported before the freeze, less the newest checkpoint
-  // the stopped attempt had committed: the step-100 one, or the step-200
-  // one if its asynchronous save had finished before the rank froze (on a
-  // loaded machine, or with the store on PostgreSQL, it once had not at
-  // step 207).
+  // the stopped attempt had committed: the one at the last multiple of 100
+  // it reached, or the one before if that asynchronous save had not
+  // finished when the rank froze (on a loaded machine, or with the store on
+  // PostgreSQL, it once had not at step 207). The freeze lands at step 150
+  // or later: a loaded machine once trained to step 312 between the status
+  // read and the SIGSTOP.
   EXPECT_GE(stopped->step(), frozen_at);
   int64_t committed = 0;
   {
@@ -548,7 +550,10 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
       }
     }
   }
-  EXPECT_TRUE(committed == 100 || committed == 200) << committed;
+  const int64_t reached = stopped->step() / 100 * 100;
+  EXPECT_TRUE(committed >= 100 && committed % 100 == 0 &&
+              (committed == reached || committed == reached - 100))
+      << committed << " at step " << stopped->step();
   EXPECT_EQ(stopped->checkpoint_step(), committed) << stopped->message();
   EXPECT_EQ(stopped->steps_lost(), stopped->step() - stopped->checkpoint_step());
   // (0 only if the freeze came right after a checkpoint's step.)
@@ -645,83 +650,6 @@ TEST_F(ClusterTest, DrainedJobMovesOffItsNodeLosingNothingAndMatchesItsUninterru
   auto unknown = Ctl("drain no-such-node");
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_THAT(unknown.err, HasSubstr("no worker has registered from node"));
-}
-
-// A node's own notices: its worker's SIGTERM (as Kubernetes sends on a
-// drain or eviction) and a notice file (as a node agent or a preStop hook
-// writes). Each worker tells the controller, which drains the node: both
-// jobs save at their next step boundary and move (waiting for room while a
-// reference run holds the third worker), with no step lost and no restart,
-// and end bitwise equal to the reference. The SIGTERMed worker exits once
-// its rank has stopped. (The metadata endpoint's path is
-// worker/node_notice_test.cc's, on loopback.)
-TEST_F(ClusterTest, SigtermAndNoticeFileDrainTheirNodesLosingNothing) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster(3));
-  // About 3 ms a step: each notice, given as soon as its job passes step
-  // 60, lands long before the end, even under load.
-  constexpr int kSteps = 3000;
-  const std::string extra = kPreemptionSpecTail;
-  const std::string reference = Submit(WriteSpec("uncut", kSteps, 1, extra));
-  const std::string termed = Submit(WriteSpec("termed", kSteps, 1, extra));
-  const std::string filed = Submit(WriteSpec("filed", kSteps, 1, extra));
-  std::map<std::string, int> pid_of;  // "worker-N" -> pid
-  for (const auto& d : Daemons()) pid_of[d.name] = d.pid;
-  int termed_pid = 0;
-  std::string termed_node, filed_node;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        for (const std::string& j : {termed, filed}) {
-          std::string& node = j == termed ? termed_node : filed_node;
-          if (!node.empty()) continue;
-          const loom::v1::Job s = Status(j);
-          if (s.summary().last_step() < 60 || s.ranks_size() != 1) continue;
-          EXPECT_LT(s.summary().last_step(), kSteps / 2) << j << ": the notice must land mid-run";
-          node = s.ranks(0).node();
-          const std::string index = node.substr(node.rfind('-') + 1);
-          if (j == termed) {
-            termed_pid = pid_of["worker-" + index];
-            if (termed_pid > 0) kill(termed_pid, SIGTERM);
-          } else {
-            std::ofstream(absl::StrCat(home_, "/workers/", index, "/notice")) << "90\n";
-          }
-        }
-        return !termed_node.empty() && !filed_node.empty();
-      },
-      120))
-      << Status(termed).DebugString() << Status(filed).DebugString();
-  ASSERT_GT(termed_pid, 0);
-  // The SIGTERMed worker leaves once its rank has saved and stopped.
-  ASSERT_TRUE(WaitFor([&] { return !loom::testing::ProcessAlive(termed_pid); }, 30));
-  for (const std::string& j : {reference, termed, filed}) {
-    ASSERT_TRUE(WaitFor([&] { return Status(j).state() == loom::v1::SUCCEEDED; }, 240))
-        << Status(j).DebugString();
-  }
-  const std::string want = Digest(CheckpointPathAt(reference, kSteps));
-  for (const auto& [j, source] :
-       std::vector<std::pair<std::string, std::string>>{{termed, "sigterm"}, {filed, "file"}}) {
-    const loom::v1::Job done = Status(j);
-    EXPECT_EQ(done.restarts(), 0) << j;
-    const loom::v1::RecoveryEvent* moved = nullptr;
-    for (const auto& e : done.events()) {
-      if (e.kind() == loom::v1::RecoveryEvent::DRAINING) {
-        EXPECT_THAT(e.message(), HasSubstr(source + " notice, ")) << e.message();
-      }
-      if (e.kind() == loom::v1::RecoveryEvent::DRAINED) moved = &e;
-    }
-    ASSERT_NE(moved, nullptr) << done.DebugString();
-    EXPECT_EQ(moved->steps_lost(), 0) << moved->message();
-    loom::v1::GetStepMetricsResponse steps;
-    ASSERT_NO_FATAL_FAILURE(GetStepMetrics(j, &steps));
-    std::map<int64_t, int> trained;
-    for (const auto& m : steps.steps()) {
-      if (m.step() > 0) trained[m.step()] += 1;
-    }
-    for (const auto& [step, times] : trained) EXPECT_EQ(times, 1) << j << " step " << step;
-    EXPECT_EQ(trained.size(), static_cast<size_t>(kSteps)) << j;
-    EXPECT_EQ(Digest(CheckpointPathAt(j, kSteps)), want) << j;
-    std::cout << source << " notice, loomctl events " << j << ":\n"
-              << Ctl("events " + j).out << std::endl;
-  }
 }
 
 TEST_F(ClusterTest, RejectsBadTokensAndBadSpecs) {

@@ -20,6 +20,19 @@ gtest_discover_tests(loom_cluster_test TEST_FILTER "-${LOOM_LONG_CLUSTER_TESTS}"
 gtest_discover_tests(loom_cluster_test TEST_FILTER "${LOOM_LONG_CLUSTER_TESTS}"
                      PROPERTIES TIMEOUT 600 LABELS integration)
 
+# Twenty node notices (SIGTERM, a notice file, a metadata endpoint the test
+# serves with cpp-httplib) at random steps, on a local cluster.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+add_executable(loom_notice_test notice_test.cc)
+target_compile_definitions(loom_notice_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_link_libraries(loom_notice_test PRIVATE loom_test_util loom_local_cluster loom_grpc loom_data
+  loom_file_util PkgConfig::CPP_HTTPLIB gRPC::grpc++ absl::strings GTest::gtest GTest::gmock
+  GTest::gtest_main)
+add_dependencies(loom_notice_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
+gtest_discover_tests(loom_notice_test PROPERTIES TIMEOUT 600 LABELS integration)
+
 # Checkpoints in an object store (Ceph's RADOS Gateway on loopback, from
 # scripts/install-deploy-deps.sh), on a local cluster.
 add_executable(loom_remote_tier_test remote_tier_test.cc)

@@ -29,6 +29,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/checkpoint_retention.h"
 #include "common/device_catalog.h"
 #include "common/file_util.h"
@@ -46,6 +48,8 @@
 #include "worker/engine/openmp_wait.h"
 #include "worker/engine/parallel/process_groups.h"
 #include "worker/engine/trainer.h"
+#include "worker/gemm_peak_cache.h"
+#include "worker/probe_cache.h"
 #include "worker/telemetry/gemm_calibration.h"
 #include "worker/telemetry/nvml.h"
 #include "worker/telemetry/peak_flops.h"
@@ -189,6 +193,9 @@ loom::engine::TrainerConfig ToTrainerConfig(const loom::v1::StartRank& a) {
   c.keep_every_steps = local.every;
   c.keep_best = local.best;
   for (const auto& [step, why] : a.held_checkpoints()) c.held_checkpoints[step] = why;
+  if (!spec.checkpoint().remote().empty()) {
+    c.upload_retention = loom::RemoteRetentionPolicy(spec.checkpoint());
+  }
   c.continue_after_failed_save =
       spec.checkpoint().on_save_failure() == loom::v1::CheckpointSpec::CONTINUE;
   // Recovery: which checkpoint to resume from, the attempt, and the data
@@ -281,6 +288,13 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--assignment" && i + 1 < argc) assignment_path = argv[i + 1];
   }
   if (assignment_path.empty()) Die("usage: loom-rank --assignment FILE | --probe");
+  // Start-up, in parts, for the rank's log: from the worker's fork to here
+  // (exec, loading LibTorch), then the steps below until training starts.
+  const double loaded_seconds = loom::telemetry::SecondsSinceProcessStart();
+  const auto main_at = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   struct sigaction sa {};
   sa.sa_handler = OnTerm;
   sa.sa_flags = SA_RESTART;  // a stop request must not fail an interrupted read or write
@@ -334,6 +348,8 @@ int main(int argc, char** argv) {
             << ", OpenMP wait " << loom::engine::OpenMpWaitPolicyDescription() << std::endl;
   if (!blas.optimized) std::cerr << "WARNING: slow reference BLAS in use" << std::endl;
 
+  const double setup_seconds = seconds_since(main_at);
+  const auto joining_at = std::chrono::steady_clock::now();
   std::shared_ptr<c10d::ProcessGroup> pg;
   std::optional<loom::engine::ParallelGroups> layout_groups;
   loom::engine::GlooGroupOptions g;
@@ -385,17 +401,38 @@ int main(int argc, char** argv) {
   // precision (common/device_catalog.h; 0, and no MFU, for a
   // board it does not know); on CPU a short GEMM calibration. Then model
   // FLOPs, state bytes, power.
+  const double join_seconds = seconds_since(joining_at);
+  const auto calibrating_at = std::chrono::steady_clock::now();
   double rank_peak = 0;
   std::string peak_what;
   if (gpu >= 0) {
     rank_peak = GpuPeakFlops(gpu, config.model.precision, &peak_what);
   } else {
-    rank_peak = loom::telemetry::MeasureGemmFlopsPerSecond();
+    // A peak calibrated on this host under the same key, with as many
+    // threads, a short while ago is reused (gemm_peak_cache.h).
+    const std::string cache = loom::worker::DefaultGemmPeakCachePath();
+    const std::string key = loom::worker::ProbeCacheKey("/proc/self/exe");
+    const absl::Duration max_age = loom::worker::GemmPeakMaxAge();
+    const absl::Time now = absl::Now();
+    if (auto cached = loom::worker::ReadGemmPeak(cache, key, threads, max_age, now)) {
+      rank_peak = cached->flops_per_second;
+      std::cerr << "loom-rank " << a.rank() << ": GEMM peak " << rank_peak / 1e9 << " GFLOP/s with "
+                << threads << " thread(s), calibrated on this host "
+                << absl::StrFormat("%.0f", absl::ToDoubleSeconds(now - cached->measured))
+                << " s ago by pid " << cached->pid << " (" << cache << ")" << std::endl;
+    } else {
+      rank_peak = loom::telemetry::MeasureGemmFlopsPerSecond();
+      std::cerr << "loom-rank " << a.rank() << ": GEMM calibration " << rank_peak / 1e9
+                << " GFLOP/s with " << threads << " thread(s)" << std::endl;
+      if (max_age > absl::ZeroDuration()) {
+        loom::worker::WriteGemmPeak(cache, key, threads, {rank_peak, now, getpid()}, max_age)
+            .IgnoreError();  // the next rank calibrates again
+      }
+    }
     peak_what = absl::StrFormat("calibrated fp32 GEMM peak, %.1f GFLOP/s with %d thread(s)",
                                 rank_peak / 1e9, threads);
-    std::cerr << "loom-rank " << a.rank() << ": GEMM calibration " << rank_peak / 1e9
-              << " GFLOP/s with " << threads << " thread(s)" << std::endl;
   }
+  const double calibration_seconds = seconds_since(calibrating_at);
   if (a.world_size() > 1) absl::StrAppend(&peak_what, " per rank x ", a.world_size(), " ranks");
   // The job's peak: MFU is never reported above 1 against it (a step faster
   // than the calibration raises a calibrated peak: peak_flops.h).
@@ -536,6 +573,19 @@ int main(int argc, char** argv) {
   cb.should_stop = [] { return g_stop.load(); };
   cb.should_save_and_stop = [] { return g_save_and_stop.load(); };
 
+  const double main_seconds = seconds_since(main_at);
+  std::cerr << absl::StrFormat(
+                   "loom-rank %d: ready to train %.2f s after its start: %s to load (exec, "
+                   "LibTorch), %.2f s to read its assignment and set up, %.2f s joining its "
+                   "process group(s), %.2f s %s, %.2f s else; the checkpoint restore and the "
+                   "first step follow",
+                   rank, (loaded_seconds < 0 ? 0 : loaded_seconds) + main_seconds,
+                   loaded_seconds < 0 ? std::string("unknown")
+                                      : absl::StrFormat("%.2f s", loaded_seconds),
+                   setup_seconds, join_seconds, calibration_seconds,
+                   gpu >= 0 ? "reading the GPU's peak" : "GEMM calibration",
+                   std::max(0.0, main_seconds - setup_seconds - join_seconds - calibration_seconds))
+            << std::endl;
   auto result = layout_groups ? loom::engine::TrainWithGroups(config, *layout_groups, cb)
                               : loom::engine::Train(config, pg, cb);
   if (!result.ok()) {

@@ -10,13 +10,14 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <set>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -89,6 +90,10 @@ class RankSupervisor {
     int64_t generation = 0;
   };
   std::vector<RunningRank> Running();
+  // Ranks running, plus those that have exited and whose on_exit has not
+  // returned yet (Running() no longer lists them): 0 once every exit so far
+  // has been handed over.
+  size_t Unsettled();
 
  private:
   struct Child {
@@ -110,6 +115,10 @@ class RankSupervisor {
   const RankSupervisorOptions options_;
   std::mutex mu_;
   std::map<std::pair<std::string, int>, std::unique_ptr<Child>> children_;  // guarded by mu_
+  // Reaped, on_exit not returned. Atomic, not under mu_: after on_exit the
+  // reaping thread must not take mu_, since Start joins finished reading
+  // threads while holding it.
+  std::atomic<int> exits_in_callback_{0};
   std::vector<std::thread> finished_readers_;  // guarded by mu_; joined later
   // (job, rank, generation) of ranks that already ran here: a start sent
   // again (the controller re-sends unconfirmed starts) must not run twice.

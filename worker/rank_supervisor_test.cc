@@ -91,6 +91,67 @@ TEST_F(RankSupervisorTest, ForwardsEventsAndCleanExit) {
   EXPECT_EQ(events_[1].checkpoint().path(), "/c/1");
 }
 
+// A rank that has exited stays unsettled until its exit has been handed to
+// on_exit: a worker leaving once nothing is unsettled never leaves an exit
+// behind (Running() lists the rank no more while on_exit still runs).
+TEST_F(RankSupervisorTest, AnExitIsUnsettledUntilOnExitReturns) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_callback = false, release = false;
+  RankSupervisorOptions opts;
+  opts.rank_binary = Script("exit 0");
+  opts.work_dir = dir_ + "/work";
+  opts.on_exit = [&](const RankExit&) {
+    std::unique_lock<std::mutex> lock(mu);
+    in_callback = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  RankSupervisor sup(opts);
+  ASSERT_TRUE(sup.Start("job-9", 0, 1, "{}").ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return in_callback; }));
+  }
+  EXPECT_TRUE(sup.Running().empty());
+  EXPECT_EQ(sup.Unsettled(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  // Bounded: 20 s at most for the callback's thread to return.
+  for (int i = 0; i < 2000 && sup.Unsettled() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(sup.Unsettled(), 0u);
+}
+
+// A rank starts with the OpenMP wait policy a training process wants, so
+// it need not exec itself again to get it; a policy the worker's
+// environment chose is passed on as it is.
+TEST_F(RankSupervisorTest, RanksGetTheTrainingOpenMpPolicyUnlessOneWasChosen) {
+  const std::string script =
+      Script("echo \"spin=$GOMP_SPINCOUNT wait=$OMP_WAIT_POLICY set=$LOOM_OPENMP_WAIT_SET\" >&2");
+  unsetenv("GOMP_SPINCOUNT");
+  unsetenv("OMP_WAIT_POLICY");
+  setenv("LOOM_OPENMP_WAIT_SET", "1", 1);  // stale: not passed on by itself
+  {
+    auto sup = Make(script);
+    ASSERT_TRUE(sup->Start("job-10", 0, 1, "{}").ok());
+    EXPECT_EQ(WaitExit().reason, "spin=30000 wait= set=1");
+  }
+  exits_.clear();
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  {
+    auto sup = Make(script);
+    ASSERT_TRUE(sup->Start("job-11", 0, 1, "{}").ok());
+    EXPECT_EQ(WaitExit().reason, "spin= wait=PASSIVE set=");
+  }
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("LOOM_OPENMP_WAIT_SET");
+}
+
 TEST_F(RankSupervisorTest, SameAttemptNeverRunsTwice) {
   auto sup = Make(Script("exit 0"));
   ASSERT_TRUE(sup->Start("job-7", 0, 1, "{}").ok());

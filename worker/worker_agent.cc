@@ -18,7 +18,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/checkpoint_retention.h"
 #include "common/grpc_util.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -209,11 +208,8 @@ WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<ControllerLink> 
   sup.on_event = [this](const std::string& job, int rank, int64_t generation,
                         const loom::v1::RankEvent& e) { OnEvent(job, rank, generation, e); };
   sup.on_exit = [this](const RankExit& exit) { OnExit(exit); };
-  CheckpointUploader::Options up;
+  CheckpointUploader::Options up = options_.upload;
   up.uploader = absl::StrCat("worker on node ", options_.node);
-  up.transfer.part_bytes = options_.upload_part_bytes;
-  up.transfer.threads = options_.upload_threads;
-  up.client.max_send_bytes_per_second = options_.upload_max_bytes_per_second;
   uploader_ = std::make_unique<CheckpointUploader>(
       up, [this](const std::string& job, int64_t generation, const loom::v1::CheckpointInfo& c) {
         loom::v1::RankEvent e;
@@ -277,8 +273,6 @@ void WorkerAgent::LogLoop() {
     }
   }
 }
-
-size_t WorkerAgent::RanksRunning() { return supervisor_->Running().size(); }
 
 void WorkerAgent::Stop() {
   stop_ = true;
@@ -405,17 +399,20 @@ void WorkerAgent::HandleCommand(const loom::v1::WorkerCommand& cmd) {
   if (cmd.has_start()) {
     loom::v1::StartRank start = cmd.start();
     start.set_local_addr(options_.address);
-    if (start.rank() == 0 && !start.spec().checkpoint().remote().empty()) {
-      // The job's own place under the spec's location.
-      std::lock_guard<std::mutex> lock(mu_);
-      CheckpointUploader::RemoteTier tier;
-      tier.url = absl::StrCat(absl::StripSuffix(start.spec().checkpoint().remote(), "/"), "/",
-                              start.job_id());
-      tier.retention.policy = RemoteRetentionPolicy(start.spec().checkpoint());
-      tier.retention.rollback_window = RollbackWindowSteps(start.spec().recovery());
-      tier.retention.held.insert(start.held_checkpoints().begin(), start.held_checkpoints().end());
-      remote_tiers_[start.job_id()] = {start.generation(), std::move(tier)};
+    if (std::optional<CheckpointUploader::RemoteTier> tier =
+            CheckpointUploader::RemoteTier::Of(start);
+        tier.has_value() && start.rank() == 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        remote_tiers_[start.job_id()] = {start.generation(), *tier};
+      }
+      // What an earlier attempt committed and no one uploaded (a worker
+      // restart or a move cut it short): the uploader skips what is gone.
+      for (const loom::v1::CheckpointInfo& c : start.pending_uploads()) {
+        uploader_->Enqueue(start.job_id(), start.generation(), c, *tier);
+      }
     }
+    start.clear_pending_uploads();  // not the rank's business
     std::string json;
     google::protobuf::util::JsonPrintOptions opts;
     opts.preserve_proto_field_names = true;
@@ -544,26 +541,6 @@ void WorkerAgent::OnEvent(const std::string& job_id, int rank, int64_t generatio
   Queue(job_id, generation, e);
 }
 
-void WorkerAgent::Queue(const std::string& job_id, int64_t generation,
-                        const loom::v1::RankEvent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // While the controller is away the queue grows by a step report per
-  // step; past the bound the oldest step reports go (checkpoint reports and
-  // exits are kept).
-  if (outgoing_.size() >= kMaxOutgoing) {
-    auto oldest = std::find_if(outgoing_.begin(), outgoing_.end(), [](const Outgoing& o) {
-      return !o.is_exit && o.event.has_step();
-    });
-    if (oldest != outgoing_.end()) outgoing_.erase(oldest);
-  }
-  Outgoing out;
-  out.job_id = job_id;
-  out.generation = generation;
-  out.event = e;
-  outgoing_.push_back(std::move(out));
-  cv_.notify_all();
-}
-
 void WorkerAgent::OnExit(const RankExit& exit) {
   if (exit.rank == 0) {
     // Its committed checkpoints were queued as their reports came.
@@ -599,6 +576,7 @@ void WorkerAgent::SenderLoop() {
       if (stop_.load()) return;
       if (worker_id_.empty()) continue;
       batch.swap(outgoing_);
+      sending_ = !batch.empty();
     }
     // Events of a job go out in one report; an exit is sent after the events
     // that precede it, so the controller sees the last step before the end.
@@ -660,34 +638,9 @@ void WorkerAgent::SenderLoop() {
         supervisor_->Stop(req.job_id(), req.generation());
       }
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    sending_ = false;
   }
-}
-
-grpc::Status WorkerAgent::Deliver(const std::function<grpc::Status(const std::string&)>& call) {
-  grpc::Status s;
-  for (int attempt = 0; !stop_.load(); ++attempt) {
-    std::string id;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      id = worker_id_;
-    }
-    s = call(id);
-    // (RESOURCE_EXHAUSTED: the controller is at its RPC thread bound.)
-    const bool unreachable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                             s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-    // The controller does not know this worker (it restarted): wait for the
-    // heartbeat loop to register again, then send under the new id.
-    const bool unknown_worker = s.error_code() == grpc::StatusCode::NOT_FOUND &&
-                                s.error_message().rfind("worker \"", 0) == 0;
-    if (!unreachable && !unknown_worker) return s;
-    // Backoff up to 1 s; a new registration (the controller is back) ends
-    // the wait at once.
-    const auto backoff = std::chrono::milliseconds(std::min(1000, 100 << std::min(attempt, 4)));
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, backoff, [&] { return stop_.load() || worker_id_ != id; });
-  }
-  return s;
 }
 
 void WorkerAgent::RemoveEndedSeries(absl::Time now) {

@@ -80,11 +80,10 @@ struct WorkerOptions {
   // when the controller forgets it or Run() returns (false). Optional.
   std::function<void(bool registered)> on_registration;
   // The object-store tier's uploads (checkpoint_uploader.h): part size,
-  // files at once, and a cap on the send rate in bytes a second (0: none),
-  // so that an upload never takes more of the node's network than stated.
-  uint64_t upload_part_bytes = 16ull << 20;
-  int upload_threads = 2;
-  int64_t upload_max_bytes_per_second = 0;
+  // files at once, the send-rate cap, the CPUs they may use, and when a slow
+  // store counts as failed, so that an upload never takes more of the node
+  // than stated. `uploader` and `config` are set by the agent.
+  CheckpointUploader::Options upload;
   // Whether this node is going away (node_notice.h), asked at every
   // heartbeat, which then carries it. Optional.
   std::function<std::optional<loom::v1::NodeNotice>()> notice;
@@ -106,6 +105,12 @@ class WorkerAgent {
   void Stop();
   // How many ranks run here now.
   size_t RanksRunning();
+  // No rank runs or is being reaped, and every report queued so far (step
+  // events, rank exits) has been delivered to the controller or given up.
+  // A worker leaving after a drain waits for this: its ranks' exits tell
+  // the controller that they saved and stopped; without them it would count
+  // the ranks lost when the worker's lease ran out.
+  bool Quiet();
 
  private:
   struct Outgoing {
@@ -182,6 +187,7 @@ class WorkerAgent {
   std::condition_variable cv_;
   static constexpr size_t kMaxOutgoing = 100000;
   std::deque<Outgoing> outgoing_;   // guarded by mu_; at most kMaxOutgoing
+  bool sending_ = false;            // guarded by mu_: the sender holds a batch
   std::string worker_id_;           // guarded by mu_
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
   // The lease: when the last answered heartbeat or registration was sent

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -25,7 +27,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/cpu_list.h"
 #include "common/grpc_util.h"
 #include "common/health_service.h"
 #include "common/json_writer.h"
@@ -34,6 +38,7 @@
 #include "worker/blas_info.h"
 #include "worker/cpu_probe.h"
 #include "worker/node_notice.h"
+#include "worker/probe_cache.h"
 #include "worker/telemetry/nvml.h"
 #include "worker/worker_agent.h"
 
@@ -92,6 +97,20 @@ ABSL_FLAG(int, upload_part_mib, 16,
 ABSL_FLAG(int, upload_threads, 2, "object-store tier: files uploaded at once (1-16)");
 ABSL_FLAG(double, upload_max_mbps, 0,
           "object-store tier: the most each upload thread sends, megabytes a second (0: no cap)");
+ABSL_FLAG(std::string, upload_cpus, "",
+          "object-store tier: the CPUs uploads run on, e.g. 30-31 (empty: any, at nice 10); "
+          "leave the ranks' CPUs out to keep uploads off training's cores");
+ABSL_FLAG(int, upload_min_kbps, 1,
+          "object-store tier: a request that moves fewer kilobytes a second than this for "
+          "--upload_slow_for fails (and is retried): a stalled store is an outage, not a hang");
+ABSL_FLAG(absl::Duration, upload_slow_for, absl::Seconds(30),
+          "object-store tier: how long a request may stay under --upload_min_kbps");
+ABSL_FLAG(absl::Duration, probe_max_age, absl::Minutes(10),
+          "reuse the CPU and block probes another worker of this host measured this long ago "
+          "at most, for the same rank binary, BLAS core and CPUs (<temp dir>/loom-probe.cache), "
+          "instead of probing again: a worker starts in well under a second, and one started "
+          "beside training ranks does not measure them; its ranks likewise reuse a GEMM peak "
+          "calibrated this long ago at most (<temp dir>/loom-gemm-peak.cache); 0 = always probe");
 ABSL_FLAG(std::string, health_listen, "",
           "serve grpc.health.v1 (plaintext) here: SERVING while registered with the controller, "
           "NOT_SERVING otherwise (empty = off)");
@@ -175,14 +194,32 @@ int main(int argc, char** argv) {
   if (part_mib < 5 || part_mib > 5120) {
     return Fail("--upload_part_mib must be in [5, 5120] (S3's part sizes)");
   }
-  opts.upload_part_bytes = static_cast<uint64_t>(part_mib) << 20;
-  opts.upload_threads = absl::GetFlag(FLAGS_upload_threads);
-  if (opts.upload_threads < 1 || opts.upload_threads > 16) {
+  opts.upload.transfer.part_bytes = static_cast<uint64_t>(part_mib) << 20;
+  opts.upload.transfer.threads = absl::GetFlag(FLAGS_upload_threads);
+  if (opts.upload.transfer.threads < 1 || opts.upload.transfer.threads > 16) {
     return Fail("--upload_threads must be in [1, 16]");
   }
   const double max_mbps = absl::GetFlag(FLAGS_upload_max_mbps);
   if (!(max_mbps >= 0)) return Fail("--upload_max_mbps must be >= 0");
-  opts.upload_max_bytes_per_second = static_cast<int64_t>(max_mbps * 1e6);
+  opts.upload.client.max_send_bytes_per_second = static_cast<int64_t>(max_mbps * 1e6);
+  if (const std::string cpus = absl::GetFlag(FLAGS_upload_cpus); !cpus.empty()) {
+    absl::StatusOr<std::vector<int>> list = loom::ParseCpuList(cpus);
+    if (!list.ok()) return Fail(absl::StrCat("--upload_cpus: ", list.status().message()));
+    const std::vector<int> allowed = loom::AllowedCpus();
+    for (int c : *list) {
+      if (!std::binary_search(allowed.begin(), allowed.end(), c)) {
+        return Fail(absl::StrCat("--upload_cpus: CPU ", c, " is not one this worker may use (",
+                                 loom::FormatCpuList(allowed), ")"));
+      }
+    }
+    opts.upload.cpus = *list;
+  }
+  const int min_kbps = absl::GetFlag(FLAGS_upload_min_kbps);
+  const absl::Duration slow = absl::GetFlag(FLAGS_upload_slow_for);
+  if (min_kbps < 1) return Fail("--upload_min_kbps must be >= 1");
+  if (slow < absl::Seconds(1)) return Fail("--upload_slow_for must be at least 1s");
+  opts.upload.client.low_speed_bytes = int64_t{min_kbps} * 1000;
+  opts.upload.client.low_speed_time = slow;
   opts.slots = absl::GetFlag(FLAGS_slots);
   opts.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   if (opts.slots < 1) return Fail("--slots must be >= 1");
@@ -247,7 +284,9 @@ int main(int argc, char** argv) {
     std::cerr << "loom-worker: OPENBLAS_CORETYPE=SkylakeX for the ranks (AVX-512 CPU)" << std::endl;
   }
   // After OPENBLAS_CORETYPE is settled: the probe loads the BLAS as ranks will.
-  // One worker of a host probes at a time (cpu_probe.h, HostProbeLock).
+  // One worker of a host probes at a time (cpu_probe.h, HostProbeLock), and
+  // the next one started on the host within --probe_max_age takes its
+  // results (probe_cache.h).
   auto probe_lock = std::make_unique<worker::HostProbeLock>(
       worker::HostProbeLock::DefaultPath(), /*wait_seconds=*/60);
   if (!probe_lock->note().empty()) std::cerr << "loom-worker: " << probe_lock->note() << std::endl;
@@ -256,20 +295,41 @@ int main(int argc, char** argv) {
                                  probe_lock->waited_seconds())
               << std::endl;
   }
-  worker::CpuProbe cpu = worker::ProbeCpu();
+  // Its ranks reuse a calibrated GEMM peak for as long (gemm_peak_cache.h).
+  setenv("LOOM_PROBE_MAX_AGE_SECONDS",
+         absl::StrCat(absl::ToDoubleSeconds(
+                          std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_probe_max_age))))
+             .c_str(),
+         1);
+  const std::string probe_cache = worker::DefaultProbeCachePath();
+  const std::string probe_key = worker::ProbeCacheKey(opts.rank_binary);
+  std::optional<worker::HostProbes> probes = worker::ReadProbeCache(
+      probe_cache, probe_key, absl::GetFlag(FLAGS_probe_max_age), absl::Now());
+  const bool cached = probes.has_value();
+  if (!cached) {
+    probes.emplace();
+    probes->cpu = worker::ProbeCpu();
+  }
+  const worker::CpuProbe& cpu = probes->cpu;
   opts.gemm_flops_per_second_per_thread = cpu.gemm_flops_per_second_per_thread;
   opts.memory_bandwidth_bytes_per_second = cpu.memory_bandwidth_bytes_per_second;
   opts.gemm_source = cpu.gemm_source;
+  const std::string from_cache =
+      cached ? absl::StrFormat(" (measured %.0f s ago by worker pid %d, from %s)",
+                               absl::ToDoubleSeconds(absl::Now() - probes->measured), probes->pid,
+                               probe_cache)
+             : "";
   std::cerr << absl::StrFormat(
                    "loom-worker: CPU probe: %.1f GFLOP/s fp32 GEMM per thread (%s), %.1f GB/s "
-                   "copy, %.2fs",
+                   "copy, %.2fs%s",
                    cpu.gemm_flops_per_second_per_thread / 1e9, cpu.gemm_source,
-                   cpu.memory_bandwidth_bytes_per_second / 1e9, cpu.seconds)
+                   cpu.memory_bandwidth_bytes_per_second / 1e9, cpu.seconds, from_cache)
             << std::endl;
   // What a block costs a rank beyond its FLOPs, for the planner: measured
   // by the rank binary itself (the worker does not link LibTorch).
-  if (absl::StatusOr<worker::BlockProbe> blocks = worker::ProbeBlocks(opts.rank_binary);
-      blocks.ok()) {
+  absl::StatusOr<worker::BlockProbe> blocks = probes->blocks;
+  if (!cached) blocks = worker::ProbeBlocks(opts.rank_binary);
+  if (blocks.ok()) {
     opts.block_fixed_seconds = blocks->fixed_seconds;
     opts.block_seconds_per_activation = blocks->seconds_per_activation;
     opts.allreduce_latency_seconds = blocks->allreduce_latency_seconds;
@@ -281,13 +341,25 @@ int main(int argc, char** argv) {
                      "loom-worker: block probe: %.3f ms fixed + %.1f ns per activation element "
                      "per block forward + backward; 2-rank all-reduce %.0f us per step, %.2f GB/s; "
                      "tensor-parallel collectives %.0f us more each, %.0f%% of their time "
-                     "off the CPU; %.2fx slower with every core computing",
+                     "off the CPU; %.2fx slower with every core computing%s",
                      blocks->fixed_seconds * 1e3, blocks->seconds_per_activation * 1e9,
                      blocks->allreduce_latency_seconds * 1e6,
                      blocks->allreduce_bytes_per_second / 1e9,
                      blocks->tensor_collective_extra_seconds * 1e6,
-                     blocks->tensor_collective_idle_fraction * 100, blocks->concurrent_slowdown)
+                     blocks->tensor_collective_idle_fraction * 100, blocks->concurrent_slowdown,
+                     cached ? " (cached)" : "")
               << std::endl;
+    // Only a whole measurement is kept: a worker whose block probe failed
+    // leaves the next one to try again.
+    if (!cached && absl::GetFlag(FLAGS_probe_max_age) > absl::ZeroDuration()) {
+      probes->blocks = *blocks;
+      probes->measured = absl::Now();
+      probes->pid = static_cast<int>(getpid());
+      if (absl::Status w = worker::WriteProbeCache(probe_cache, probe_key, *probes); !w.ok()) {
+        std::cerr << "loom-worker: " << w.message() << " (the next worker probes again)"
+                  << std::endl;
+      }
+    }
   } else {
     std::cerr << "loom-worker: block probe failed, the planner counts FLOPs only: "
               << blocks.status().message() << std::endl;
@@ -415,8 +487,10 @@ int main(int argc, char** argv) {
     std::cerr << "loom-worker: SIGTERM: the controller drains this node; exiting once its "
               << agent->RanksRunning() << " rank(s) have saved and stopped, or in "
               << absl::FormatDuration(sigterm_notice) << std::endl;
-    const struct timespec tick = {0, 200 * 1000 * 1000};
-    while (!gave_up && agent->RanksRunning() > 0 && absl::Now() < deadline) {
+    // Until the ranks have stopped and their exits reached the controller
+    // (which then moves their jobs, losing nothing), not just stopped.
+    const struct timespec tick = {0, 50 * 1000 * 1000};
+    while (!gave_up && !agent->Quiet() && absl::Now() < deadline) {
       if (sigtimedwait(&sigs, nullptr, &tick) > 0) {
         std::cerr << "loom-worker: a second signal: stopping now" << std::endl;
         break;

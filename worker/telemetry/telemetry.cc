@@ -1,9 +1,11 @@
 #include "worker/telemetry/telemetry.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -60,6 +62,38 @@ Rss ReadRss() {
   r.current = StatusKb(text, "VmRSS");
   r.peak = StatusKb(text, "VmHWM");
   return r;
+}
+
+double SecondsSinceProcessStart() {
+  std::string stat;
+  {
+    std::ifstream in("/proc/self/stat");
+    std::getline(in, stat);
+  }
+  std::string uptime;
+  {
+    std::ifstream in("/proc/uptime");
+    std::getline(in, uptime);
+  }
+  // The command name (field 2) may hold spaces: count fields after its ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  // Fields 3 (state) to 22 (starttime, in clock ticks since boot).
+  for (int i = 3; i <= 22; ++i) {
+    if (!(fields >> field)) return -1;
+  }
+  double started_ticks = 0, up = 0;
+  try {
+    started_ticks = std::stod(field);
+    up = std::stod(uptime);
+  } catch (const std::exception&) {
+    return -1;
+  }
+  const long ticks = sysconf(_SC_CLK_TCK);
+  if (ticks <= 0) return -1;
+  return std::max(0.0, up - started_ticks / static_cast<double>(ticks));
 }
 
 uint64_t ReadMemoryLimitBytes(const std::string& proc_meminfo,

@@ -53,6 +53,12 @@ Rss ReadRss();
 uint64_t ReadMemoryLimitBytes(const std::string& proc_meminfo = "/proc/meminfo",
                               const std::string& sysfs_cgroup = "/sys/fs/cgroup");
 
+// How long ago this process started (the fork that made it, /proc/self/stat's
+// start time, against /proc/uptime): a rank's start-up, counted from its
+// worker's fork, including loading its libraries. Clock-tick resolution
+// (10 ms); -1 if /proc cannot say.
+double SecondsSinceProcessStart();
+
 class Nvml;
 
 // Where a PowerMeter reads from. Every field has a working default; tests

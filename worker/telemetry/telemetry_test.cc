@@ -1,11 +1,14 @@
 #include "worker/telemetry/telemetry.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -287,6 +290,33 @@ TEST(TelemetryTest, MemoryLimitIsTheSmallerOfMemTotalAndTheCgroupLimit) {
   // The real host: something positive.
   EXPECT_GT(ReadMemoryLimitBytes(), 0u);
   fs::remove_all(dir);
+}
+
+// The process's age grows with the time it has run (lower bounds only: the
+// clock tick is 10 ms), and a process started after this one is younger.
+TEST(ProcessStartTest, AgeGrowsAndAChildStartedLaterIsYounger) {
+  const double before = SecondsSinceProcessStart();
+  ASSERT_GE(before, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double after = SecondsSinceProcessStart();
+  EXPECT_GE(after - before, 0.15);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const double age = SecondsSinceProcessStart();
+    (void)!write(fds[1], &age, sizeof(age));
+    _exit(0);
+  }
+  double child_age = -1;
+  ASSERT_EQ(read(fds[0], &child_age, sizeof(child_age)), static_cast<ssize_t>(sizeof(child_age)));
+  waitpid(child, nullptr, 0);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_GE(child_age, 0.05);
+  EXPECT_LT(child_age, SecondsSinceProcessStart());
 }
 
 }  // namespace
