@@ -358,6 +358,14 @@ absl::Status JobManager::ReportRankExit(const loom::v1::ReportRankExitRequest& r
     if (!preemptor_.OnRankExit(rec, req)) failures_.OnRankExit(rec, req, w->info.node());
   }
   admitter_.Schedule();
+  if (jobs_.Unpersisted(rec.job.id())) {
+    // Acknowledged means stored: a controller that takes over must know of
+    // this exit. The worker keeps it and sends it again (handling it twice
+    // changes nothing); the store write is retried meanwhile.
+    return absl::UnavailableError(
+        absl::StrCat("the exit of rank ", req.rank(), " of ", req.job_id(),
+                     " is not stored yet (the controller's store write failed); send it again"));
+  }
   return absl::OkStatus();
 }
 

@@ -69,7 +69,7 @@ struct JobRecord {
   loom::v1::Job job;
   std::optional<PendingFailure> pending_failure;  // first rank failure, unresolved
   int rendezvous_retries = 0;                     // consecutive attempts placed again after one
-  std::set<int> exited_ok;                        // ranks that finished with exit code 0
+  std::set<int> exited_ok;  // ranks that finished with exit code 0 (JobTable::RankFinished)
   std::set<int> running_seen;
   // (worker id, rank) of rank processes started and not yet known to have
   // exited. A restarted job is not placed again until this is empty, so

@@ -47,7 +47,9 @@ absl::Status JobTable::Load(std::vector<Job> jobs) {
   for (Job& job : jobs) {
     const std::string id = job.id();
     const JobState state = job.state();
-    Add(id).job = std::move(job);
+    JobRecord& rec = Add(id);
+    rec.job = std::move(job);
+    rec.exited_ok.insert(rec.job.finished_ranks().begin(), rec.job.finished_ranks().end());
     Index(id, loom::v1::JOB_STATE_UNSPECIFIED, state);
   }
   BackfillEventLog();
@@ -207,6 +209,7 @@ void JobTable::Requeue(JobRecord& rec, const std::string& reason, JobState to) {
   rec.preempting.reset();
   rec.opportunistic = false;
   rec.exited_ok.clear();
+  rec.job.clear_finished_ranks();
   rec.running_seen.clear();
   rec.attempt_last_step = -1;
   rec.adopt_deadline = absl::InfinitePast();
@@ -215,6 +218,13 @@ void JobTable::Requeue(JobRecord& rec, const std::string& reason, JobState to) {
   rec.job.clear_ranks();
   rec.job.set_generation(rec.job.generation() + 1);
   Transition(rec, to, reason);
+}
+
+bool JobTable::RankFinished(JobRecord& rec, int rank) {
+  if (!rec.exited_ok.insert(rank).second) return false;
+  rec.job.add_finished_ranks(rank);
+  if (static_cast<int>(rec.exited_ok.size()) < rec.job.ranks_size()) Persist(rec, 0);
+  return true;
 }
 
 void JobTable::AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event) {

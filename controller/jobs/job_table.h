@@ -124,6 +124,14 @@ class JobTable {
   // (PENDING, or PREEMPTED for a preempted job).
   void Requeue(JobRecord& rec, const std::string& reason,
                loom::v1::JobState to = loom::v1::PENDING);
+  // Rank `rank` of the current attempt finished training: recorded with
+  // the job (Job.finished_ranks) and, unless it is the attempt's last rank
+  // (whose exit ends the job with a write of its own), written now, so that
+  // a controller that takes over knows it. False: already recorded.
+  bool RankFinished(JobRecord& rec, int rank);
+  // Whether `id`'s newest state is not yet on disk (a write failed and
+  // waits for RetryUnpersisted): what the controller acknowledges must be.
+  bool Unpersisted(const std::string& id) const { return unpersisted_.count(id) > 0; }
   // Appends a recovery event (time now) to the job's events and its event
   // log, written with the job's next write.
   void AddEvent(JobRecord& rec, loom::v1::RecoveryEvent event);

@@ -200,6 +200,44 @@ TEST_F(JobTableTest, LoadFindsWhatWasStored) {
   EXPECT_EQ(again.NewJobId("c"), "c-3");
 }
 
+// A rank that finished training is stored before the controller may
+// acknowledge its exit: a write that fails leaves the job Unpersisted (the
+// exit is answered UNAVAILABLE and sent again) until a retry lands, and a
+// controller that loads the store then knows the rank finished.
+TEST_F(JobTableTest, AFinishedRankIsStoredBeforeItIsAcknowledged) {
+  JobTable catalog(store_.get(), &clock_);
+  const std::string a = Submit(catalog, "a");
+  JobRecord& rec = *catalog.Find(a);
+  for (int r = 0; r < 3; ++r) rec.job.add_ranks()->set_rank(r);
+  Move(catalog, a, loom::v1::SCHEDULED);
+  Move(catalog, a, loom::v1::RUNNING);
+  EXPECT_TRUE(catalog.RankFinished(rec, 2));
+  EXPECT_FALSE(catalog.RankFinished(rec, 2));  // a resent exit changes nothing
+  EXPECT_FALSE(catalog.Unpersisted(a));
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/loom.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_TRUE(catalog.RankFinished(rec, 0));
+  EXPECT_TRUE(catalog.Unpersisted(a));
+  {
+    JobTable takeover(store_.get(), &clock_);
+    ASSERT_TRUE(takeover.Load().ok());
+    EXPECT_THAT(takeover.Find(a)->exited_ok, ElementsAre(2));
+  }
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  catalog.RetryUnpersisted();
+  EXPECT_FALSE(catalog.Unpersisted(a));
+  JobTable takeover(store_.get(), &clock_);
+  ASSERT_TRUE(takeover.Load().ok());
+  EXPECT_THAT(takeover.Find(a)->exited_ok, ElementsAre(0, 2));
+  EXPECT_THAT(takeover.Find(a)->job.finished_ranks(), ElementsAre(2, 0));
+  // A new attempt starts with none finished.
+  takeover.Requeue(*takeover.Find(a), "restart");
+  EXPECT_TRUE(takeover.Find(a)->exited_ok.empty());
+  EXPECT_TRUE(takeover.Find(a)->job.finished_ranks().empty());
+}
+
 // A failed write keeps the change in memory, is counted once, and lands at
 // the next RetryUnpersisted with the transitions it missed; a submission
 // the store refuses is taken back whole.

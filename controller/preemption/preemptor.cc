@@ -135,7 +135,7 @@ bool Preemptor::OnRankExit(JobRecord& rec, const loom::v1::ReportRankExitRequest
     p.step_at_ask = rec.attempt_last_step;
     rec.preempting = std::move(p);
   }
-  if (req.exit_code() == 0 && req.signal() == 0) rec.exited_ok.insert(req.rank());
+  if (req.exit_code() == 0 && req.signal() == 0) jobs_->RankFinished(rec, req.rank());
   if (static_cast<int>(rec.exited_ok.size()) == rec.job.ranks_size()) {
     rec.preempting.reset();
     jobs_->Transition(rec, loom::v1::SUCCEEDED,

@@ -33,7 +33,7 @@ FailureHandler::FailureHandler(JobTable* jobs, RankCommands* ranks, WorkerRegist
 void FailureHandler::OnRankExit(JobRecord& rec, const loom::v1::ReportRankExitRequest& req,
                                 const std::string& node) {
   if (req.exit_code() == 0 && req.signal() == 0) {
-    rec.exited_ok.insert(req.rank());
+    jobs_->RankFinished(rec, req.rank());
     if (static_cast<int>(rec.exited_ok.size()) == rec.job.ranks_size()) {
       jobs_->Transition(rec, loom::v1::SUCCEEDED,
                         absl::StrCat("all ", rec.job.ranks_size(), " ranks finished training"));

@@ -236,7 +236,9 @@ void WorkerLiveness::AwaitReadoption(const std::string& why) {
     // deadline passes (CheckAdoptions). Every worker whose lease outlived
     // the controller has re-registered well within G + M.
     rec.adopt_deadline = clock_->Now() + options_.worker_timeout + options_.lease_margin;
-    rec.adopted.clear();
+    // Ranks that finished training before the takeover are accounted for:
+    // their exits were stored before they were acknowledged.
+    rec.adopted = rec.exited_ok;
     rec.across_controller_restart = true;
   }
 }

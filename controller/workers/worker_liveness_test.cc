@@ -19,11 +19,17 @@ class WorkerLivenessTest : public JobsFixture {
  protected:
   void SetUp() override {
     JobsFixture::SetUp();
+    MakeSubsystems();
+  }
+  // Failure handling and liveness over the fixture's job table and
+  // `workers` (the fixture's when null).
+  void MakeSubsystems(WorkerRegistry* workers = nullptr) {
+    if (workers == nullptr) workers = &workers_;
     failures_ =
-        std::make_unique<FailureHandler>(jobs_.get(), &ranks_, &workers_, catalog_.get(), &clock_,
+        std::make_unique<FailureHandler>(jobs_.get(), &ranks_, workers, catalog_.get(), &clock_,
                                          nullptr, nullptr, FailureHandler::Options{});
     liveness_ = std::make_unique<WorkerLiveness>(
-        jobs_.get(), &workers_, &clock_, failures_.get(), nullptr, &schedule_,
+        jobs_.get(), workers, &clock_, failures_.get(), nullptr, &schedule_,
         WorkerLiveness::Options{absl::Seconds(10), absl::Seconds(2), absl::Milliseconds(500)});
   }
   void TearDown() override {
@@ -159,6 +165,57 @@ TEST_F(WorkerLivenessTest, AnAttemptNotReadoptedInTimeRestartsOnce) {
   EXPECT_EQ(rec.job.restarts(), 1);
   EXPECT_THAT(rec.job.events(0).message(),
               HasSubstr("only 0 of 1 rank(s) were re-adopted within 12.0s"));
+}
+
+// A rank that finished training before a takeover is known to the new
+// controller (its exit was stored before it was acknowledged): the other
+// rank is re-adopted, nothing waits for the finished one, and the job
+// succeeds instead of restarting for a rank no worker reports.
+TEST_F(WorkerLivenessTest, ARankThatFinishedBeforeATakeoverIsAccountedFor) {
+  const std::string a = Register("node-a")->worker_id();
+  const std::string b = Register("node-b")->worker_id();
+  AddJob("job-1", loom::v1::RUNNING, {a, b});
+  loom::v1::ReportRankExitRequest exit;
+  exit.set_job_id("job-1");
+  exit.set_rank(0);
+  exit.set_worker_id(a);
+  failures_->OnRankExit(*jobs_->Find("job-1"), exit, "node-a");
+  EXPECT_EQ(jobs_->Find("job-1")->job.state(), loom::v1::RUNNING);
+  EXPECT_FALSE(jobs_->Unpersisted("job-1"));
+
+  // Another controller takes over from the store, knowing no worker yet.
+  liveness_.reset();
+  failures_.reset();
+  WorkerRegistry workers(&clock_, WorkerRegistryOptions{});
+  jobs_ = std::make_unique<JobTable>(store_.get(), &clock_, &ranks_);
+  ASSERT_TRUE(jobs_->Load().ok());
+  MakeSubsystems(&workers);
+  liveness_->AwaitReadoption("controller c1 failed over to c2");
+  JobRecord& rec = *jobs_->Find("job-1");
+  EXPECT_THAT(rec.job.finished_ranks(), ElementsAre(0));
+  // node-b's worker registers again with rank 1 still running.
+  loom::v1::RegisterWorkerRequest again;
+  again.set_node("node-b");
+  again.set_address("node-b:1");
+  again.set_slots(2);
+  auto* running = again.add_running();
+  running->set_job_id("job-1");
+  running->set_rank(1);
+  running->set_generation(0);
+  Store::WorkerRow row;
+  auto registered = liveness_->Register(again, &row);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::READOPTED)) << rec.job.DebugString();
+  clock_.Advance(absl::Seconds(13));  // past the re-adoption deadline
+  liveness_->CheckAdoptions();
+  EXPECT_EQ(rec.job.state(), loom::v1::RUNNING);
+  exit.set_rank(1);
+  exit.set_worker_id(registered->worker_id());
+  failures_->OnRankExit(rec, exit, "node-b");
+  EXPECT_EQ(rec.job.state(), loom::v1::SUCCEEDED);
+  EXPECT_EQ(rec.job.restarts(), 0);
+  liveness_.reset();  // before `workers` goes
+  failures_.reset();
 }
 
 }  // namespace
