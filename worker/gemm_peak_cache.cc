@@ -12,8 +12,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "worker/probe_cache.h"
 
 namespace loom::worker {
@@ -129,6 +131,28 @@ absl::Status WriteGemmPeak(const std::string& path, const std::string& key, int 
     return absl::InternalError(absl::StrCat("GEMM peak cache: cannot write ", path, ": ", why));
   }
   return absl::OkStatus();
+}
+
+double GemmPeakFor(int threads, const std::function<double()>& measure, std::string* log) {
+  const std::string cache = DefaultGemmPeakCachePath();
+  const std::string key = ProbeCacheKey("/proc/self/exe");
+  const absl::Duration max_age = GemmPeakMaxAge();
+  const absl::Time now = absl::Now();
+  if (std::optional<GemmPeak> cached = ReadGemmPeak(cache, key, threads, max_age, now)) {
+    *log = absl::StrFormat(
+        "GEMM peak %.2f GFLOP/s with %d thread(s), calibrated on this host %.0f s ago by pid %d "
+        "(%s)",
+        cached->flops_per_second / 1e9, threads, absl::ToDoubleSeconds(now - cached->measured),
+        cached->pid, cache);
+    return cached->flops_per_second;
+  }
+  const double peak = measure();
+  *log = absl::StrFormat("GEMM calibration %.2f GFLOP/s with %d thread(s)", peak / 1e9, threads);
+  if (max_age > absl::ZeroDuration() && peak > 0) {
+    WriteGemmPeak(cache, key, threads, {peak, now, getpid()}, max_age)
+        .IgnoreError();  // the next rank calibrates again
+  }
+  return peak;
 }
 
 }  // namespace loom::worker

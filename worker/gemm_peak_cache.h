@@ -15,6 +15,7 @@
 #ifndef LOOM_WORKER_GEMM_PEAK_CACHE_H_
 #define LOOM_WORKER_GEMM_PEAK_CACHE_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -46,6 +47,12 @@ std::optional<GemmPeak> ReadGemmPeak(const std::string& path, const std::string&
 // entries (at most 64).
 absl::Status WriteGemmPeak(const std::string& path, const std::string& key, int threads,
                            const GemmPeak& peak, absl::Duration max_age);
+
+// A CPU rank's peak with `threads` threads: a fresh entry of this host's
+// cache (DefaultGemmPeakCachePath, keyed by ProbeCacheKey of this process's
+// binary, GemmPeakMaxAge), else `measure()`'s figure, then recorded for the
+// next rank. `*log` says which, for the rank's log.
+double GemmPeakFor(int threads, const std::function<double()>& measure, std::string* log);
 
 }  // namespace loom::worker
 

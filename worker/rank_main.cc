@@ -29,8 +29,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "common/checkpoint_retention.h"
 #include "common/device_catalog.h"
 #include "common/file_util.h"
@@ -49,7 +47,7 @@
 #include "worker/engine/parallel/process_groups.h"
 #include "worker/engine/trainer.h"
 #include "worker/gemm_peak_cache.h"
-#include "worker/probe_cache.h"
+#include "worker/rank_process.h"
 #include "worker/telemetry/gemm_calibration.h"
 #include "worker/telemetry/nvml.h"
 #include "worker/telemetry/peak_flops.h"
@@ -71,62 +69,6 @@ void Emit(const loom::v1::RankEvent& event) {
   line.push_back('\n');
   fwrite(line.data(), 1, line.size(), stdout);
   fflush(stdout);
-}
-
-// The object-store tier before a resume: `loom-ckpt fetch` (beside this
-// binary) brings into `dir` the store's newest checkpoint when `dir` has
-// none as new (common/object_store/remote_checkpoints.h), so that loom-rank
-// itself links no HTTP client. Returns its line (what it did, or why
-// nothing was restored); the resume then goes on with what `dir` has.
-// Runs `loom-ckpt fetch REMOTE DIR [--resume-step N]` (none when
-// `resume_step` is unset: REMOTE is one checkpoint's location) and returns
-// its line; `*ok` (if not null) whether it said DIR is ready.
-std::string FetchFromObjectStore(const std::string& remote, const std::string& dir,
-                                 std::optional<int64_t> resume_step, bool* ok = nullptr) {
-  if (ok != nullptr) *ok = false;
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  std::string bin = n > 0 ? std::string(self, n) : std::string("loom-rank");
-  bin = bin.substr(0, bin.rfind('/') + 1) + "loom-ckpt";
-  const std::string step = resume_step.has_value() ? std::to_string(*resume_step) : "";
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return "nothing restored: pipe failed";
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return "nothing restored: fork failed";
-  }
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    if (resume_step.has_value()) {
-      execl(bin.c_str(), "loom-ckpt", "fetch", remote.c_str(), dir.c_str(), "--resume-step",
-            step.c_str(), static_cast<char*>(nullptr));
-    } else {
-      execl(bin.c_str(), "loom-ckpt", "fetch", remote.c_str(), dir.c_str(),
-            static_cast<char*>(nullptr));
-    }
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  for (ssize_t got; (got = read(fds[0], buf, sizeof(buf))) != 0;) {
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) break;
-    out.append(buf, static_cast<size_t>(got));
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  if (ok != nullptr) *ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && out.empty()) {
-    return absl::StrCat("nothing restored: could not run ", bin, "; resuming from ", dir, " alone");
-  }
-  return out.empty() ? absl::StrCat(bin, " fetch ended with status ", status) : out;
 }
 
 [[noreturn]] void Die(const std::string& msg, int code = 1) {
@@ -269,6 +211,7 @@ int main(int argc, char** argv) {
   // (same pid) unless the environment chose a policy.
   const absl::Status openmp_wait = loom::engine::ReexecWithShortOpenMpSpin(argv);
   std::string assignment_path;
+  bool warm = false;
   for (int i = 1; i < argc; ++i) {
     // The worker's start-up measurement of what a block costs beyond its
     // FLOPs (block_probe.h), for the controller's planner: one line on
@@ -286,15 +229,26 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (std::string(argv[i]) == "--assignment" && i + 1 < argc) assignment_path = argv[i + 1];
+    if (std::string(argv[i]) == "--warm") warm = true;
   }
-  if (assignment_path.empty()) Die("usage: loom-rank --assignment FILE | --probe");
-  // Start-up, in parts, for the rank's log: from the worker's fork to here
-  // (exec, loading LibTorch), then the steps below until training starts.
-  const double loaded_seconds = loom::telemetry::SecondsSinceProcessStart();
-  const auto main_at = std::chrono::steady_clock::now();
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
+  std::string warm_note;
+  if (warm) {
+    absl::StatusOr<std::optional<loom::worker::WarmAssignment>> given =
+        loom::worker::AwaitWarmAssignment();
+    if (!given.ok()) Die(std::string(given.status().message()));
+    if (!given->has_value()) return 0;  // not needed after all
+    assignment_path = (*given)->assignment_path;
+    warm_note = (*given)->note;
+  }
+  if (assignment_path.empty()) Die("usage: loom-rank --assignment FILE | --warm | --probe");
+  // Start-up, in parts, for the rank's log: from the worker's fork to here
+  // (exec, loading LibTorch; nothing for a warm rank), then the steps below
+  // until training starts.
+  const double loaded_seconds = warm ? 0.0 : loom::telemetry::SecondsSinceProcessStart();
+  const auto main_at = std::chrono::steady_clock::now();
   struct sigaction sa {};
   sa.sa_handler = OnTerm;
   sa.sa_flags = SA_RESTART;  // a stop request must not fail an interrupted read or write
@@ -408,27 +362,10 @@ int main(int argc, char** argv) {
   if (gpu >= 0) {
     rank_peak = GpuPeakFlops(gpu, config.model.precision, &peak_what);
   } else {
-    // A peak calibrated on this host under the same key, with as many
-    // threads, a short while ago is reused (gemm_peak_cache.h).
-    const std::string cache = loom::worker::DefaultGemmPeakCachePath();
-    const std::string key = loom::worker::ProbeCacheKey("/proc/self/exe");
-    const absl::Duration max_age = loom::worker::GemmPeakMaxAge();
-    const absl::Time now = absl::Now();
-    if (auto cached = loom::worker::ReadGemmPeak(cache, key, threads, max_age, now)) {
-      rank_peak = cached->flops_per_second;
-      std::cerr << "loom-rank " << a.rank() << ": GEMM peak " << rank_peak / 1e9 << " GFLOP/s with "
-                << threads << " thread(s), calibrated on this host "
-                << absl::StrFormat("%.0f", absl::ToDoubleSeconds(now - cached->measured))
-                << " s ago by pid " << cached->pid << " (" << cache << ")" << std::endl;
-    } else {
-      rank_peak = loom::telemetry::MeasureGemmFlopsPerSecond();
-      std::cerr << "loom-rank " << a.rank() << ": GEMM calibration " << rank_peak / 1e9
-                << " GFLOP/s with " << threads << " thread(s)" << std::endl;
-      if (max_age > absl::ZeroDuration()) {
-        loom::worker::WriteGemmPeak(cache, key, threads, {rank_peak, now, getpid()}, max_age)
-            .IgnoreError();  // the next rank calibrates again
-      }
-    }
+    std::string how;
+    rank_peak = loom::worker::GemmPeakFor(
+        threads, [] { return loom::telemetry::MeasureGemmFlopsPerSecond(); }, &how);
+    std::cerr << "loom-rank " << a.rank() << ": " << how << std::endl;
     peak_what = absl::StrFormat("calibrated fp32 GEMM peak, %.1f GFLOP/s with %d thread(s)",
                                 rank_peak / 1e9, threads);
   }
@@ -469,7 +406,7 @@ int main(int argc, char** argv) {
     cb.before_init_from = [url, r = a.rank()](const std::string& local) -> absl::Status {
       bool ok = false;
       const std::string dir = std::filesystem::path(local).parent_path().string();
-      const std::string line = FetchFromObjectStore(url, dir, std::nullopt, &ok);
+      const std::string line = loom::worker::FetchFromObjectStore(url, dir, std::nullopt, &ok);
       std::cerr << "loom-rank " << r << ": object store: init_from: " << line << std::endl;
       if (!ok) return absl::UnavailableError(absl::StrCat("fetching ", url, ": ", line));
       return absl::OkStatus();
@@ -480,9 +417,8 @@ int main(int argc, char** argv) {
     const std::string remote =
         absl::StrCat(absl::StripSuffix(a.spec().checkpoint().remote(), "/"), "/", a.job_id());
     cb.before_resume = [remote, r = a.rank()](const std::string& dir, int64_t resume_step) {
-      std::cerr << "loom-rank " << r
-                << ": object store: " << FetchFromObjectStore(remote, dir, resume_step)
-                << std::endl;
+      std::cerr << "loom-rank " << r << ": object store: "
+                << loom::worker::FetchFromObjectStore(remote, dir, resume_step) << std::endl;
     };
   }
   int rank = a.rank();
@@ -575,11 +511,11 @@ int main(int argc, char** argv) {
 
   const double main_seconds = seconds_since(main_at);
   std::cerr << absl::StrFormat(
-                   "loom-rank %d: ready to train %.2f s after its start: %s to load (exec, "
+                   "loom-rank %d: ready to train %.2f s after its start%s: %s to load (exec, "
                    "LibTorch), %.2f s to read its assignment and set up, %.2f s joining its "
                    "process group(s), %.2f s %s, %.2f s else; the checkpoint restore and the "
                    "first step follow",
-                   rank, (loaded_seconds < 0 ? 0 : loaded_seconds) + main_seconds,
+                   rank, (loaded_seconds < 0 ? 0 : loaded_seconds) + main_seconds, warm_note,
                    loaded_seconds < 0 ? std::string("unknown")
                                       : absl::StrFormat("%.2f s", loaded_seconds),
                    setup_seconds, join_seconds, calibration_seconds,

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -46,6 +48,8 @@ RankSupervisor::~RankSupervisor() {
     std::lock_guard<std::mutex> lock(mu_);
     shutting_down_ = true;
     for (auto& [key, child] : children_) kill(-child->pid, SIGKILL);
+    for (const Warm& w : warm_) DropWarm(w);
+    warm_.clear();
   }
   killer_.join();
   // Readers end when the killed children close their pipes.
@@ -65,6 +69,151 @@ RankSupervisor::~RankSupervisor() {
   for (auto& t : finished_readers_) {
     if (t.joinable()) t.join();
   }
+}
+
+pid_t RankSupervisor::SpawnLocked(std::vector<std::string> args, int in_fd, int out_fd, int err_fd,
+                                  std::string* error) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The worker's environment, with the OpenMP wait policy a training
+  // process wants (engine/openmp_wait.h) unless the operator chose one: the
+  // rank would otherwise set it and exec itself again, loading LibTorch
+  // twice (0.7-0.9 s of every rank's start on this project's machines).
+  std::vector<std::string> env;
+  bool policy_chosen = false;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view var(*e);
+    policy_chosen |=
+        absl::StartsWith(var, "OMP_WAIT_POLICY=") || absl::StartsWith(var, "GOMP_SPINCOUNT=");
+    if (!absl::StartsWith(var, "LOOM_OPENMP_WAIT_SET=")) env.emplace_back(var);
+  }
+  if (!policy_chosen) {
+    env.push_back(absl::StrCat("GOMP_SPINCOUNT=", engine::kTrainingSpinCount));
+    env.push_back("LOOM_OPENMP_WAIT_SET=1");  // its log says Loom chose it
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    *error = absl::StrCat("fork: ", std::strerror(errno));
+    return -1;
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    setpgid(0, 0);  // its own group, so signals to the worker's group skip it
+    // A rank never outlives its worker: if the daemon dies, so do its ranks.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    int in = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
+    if (in >= 0) dup2(in, STDIN_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(argv[0], argv.data(), envp.data());
+    const char msg[] = "loom-worker: exec of the rank binary failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string RankSupervisor::BinaryIdentity() const {
+  struct stat st {};
+  if (stat(options_.rank_binary.c_str(), &st) != 0) return "";
+  return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
+                      st.st_mtim.tv_nsec);
+}
+
+std::optional<RankSupervisor::Warm> RankSupervisor::TakeWarmLocked() {
+  const std::string binary = BinaryIdentity();
+  while (!warm_.empty()) {
+    Warm w = warm_.front();
+    warm_.erase(warm_.begin());
+    // Alive, and of the binary a cold start would run now.
+    if (waitpid(w.pid, nullptr, WNOHANG) != 0) {  // ended, now reaped
+      close(w.to_stdin);
+      close(w.from_stdout);
+      continue;
+    }
+    if (w.binary == binary) return w;
+    DropWarm(w);
+  }
+  return std::nullopt;
+}
+
+void RankSupervisor::DropWarm(const Warm& w) {
+  close(w.to_stdin);
+  close(w.from_stdout);
+  kill(w.pid, SIGKILL);
+  while (waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+void RankSupervisor::MaintainWarmLocked(absl::Time now) {
+  for (size_t i = 0; i < warm_.size();) {
+    if (waitpid(warm_[i].pid, nullptr, WNOHANG) != 0) {
+      // It ended (and is reaped) before any assignment: a binary that cannot
+      // wait (one from before warm ranks), or a kill. Not again at once.
+      close(warm_[i].to_stdin);
+      close(warm_[i].from_stdout);
+      warm_.erase(warm_.begin() + i);
+      next_warm_try_ = now + std::max(options_.warm_after, absl::Seconds(10));
+    } else {
+      ++i;
+    }
+  }
+  // Only where ranks run, and not while a gang starts: its ranks would share
+  // the CPU with these ones' start.
+  if (last_start_ == absl::InfinitePast() || now - last_start_ < options_.warm_after) return;
+  if (now < next_warm_try_) return;
+  while (static_cast<int>(warm_.size()) < options_.warm_ranks) {
+    std::optional<Warm> w = SpawnWarmLocked();
+    if (!w.has_value()) {
+      next_warm_try_ = now + std::max(options_.warm_after, absl::Seconds(1));
+      return;
+    }
+    warm_.push_back(*w);
+  }
+}
+
+std::optional<RankSupervisor::Warm> RankSupervisor::SpawnWarmLocked() {
+  int to_child[2], from_child[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, to_child) != 0) return std::nullopt;
+  if (pipe2(from_child, O_CLOEXEC) != 0) {
+    close(to_child[0]);
+    close(to_child[1]);
+    return std::nullopt;
+  }
+  (void)fcntl(from_child[1], F_SETPIPE_SZ, 1 << 20);  // as for a rank started cold
+  (void)MakeDirs(options_.work_dir);
+  const std::string log = absl::StrCat(options_.work_dir, "/warm-ranks.log");
+  const int logfd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  std::string error;
+  Warm w;
+  w.binary = BinaryIdentity();
+  w.pid = logfd < 0 ? -1
+                    : SpawnLocked({options_.rank_binary, "--warm"}, to_child[1], from_child[1],
+                                  logfd, &error);
+  close(to_child[1]);
+  close(from_child[1]);
+  if (logfd >= 0) close(logfd);
+  if (w.pid < 0) {
+    close(to_child[0]);
+    close(from_child[0]);
+    return std::nullopt;
+  }
+  w.to_stdin = to_child[0];
+  w.from_stdout = from_child[0];
+  return w;
+}
+
+size_t RankSupervisor::WarmReady() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warm_.size();
 }
 
 absl::Status RankSupervisor::Start(const std::string& job_id, int rank, int64_t generation,
@@ -113,62 +262,45 @@ absl::Status RankSupervisor::Start(const std::string& job_id, int rank, int64_t 
   }
   // (O_APPEND: this attempt's output starts at the current end.)
   const int64_t log_begin = static_cast<int64_t>(lseek(logfd, 0, SEEK_END));
-  std::vector<std::string> args = {options_.rank_binary, "--assignment", assignment_path};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // The worker's environment, with the OpenMP wait policy a training
-  // process wants (engine/openmp_wait.h) unless the operator chose one: the
-  // rank would otherwise set it and exec itself again, loading LibTorch
-  // twice (0.7-0.9 s of every rank's start on this project's machines).
-  std::vector<std::string> env;
-  bool policy_chosen = false;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const absl::string_view var(*e);
-    policy_chosen |=
-        absl::StartsWith(var, "OMP_WAIT_POLICY=") || absl::StartsWith(var, "GOMP_SPINCOUNT=");
-    if (!absl::StartsWith(var, "LOOM_OPENMP_WAIT_SET=")) env.emplace_back(var);
+  pid_t pid = -1;
+  int read_fd = -1;
+  if (std::optional<Warm> warm = TakeWarmLocked()) {
+    // A warm rank: LibTorch is loaded; it opens its log itself (appending,
+    // from log_begin on) and reads the assignment.
+    const std::string line = absl::StrCat(assignment_path, "\t", log_path, "\n");
+    if (send(warm->to_stdin, line.data(), line.size(), MSG_NOSIGNAL) ==
+        static_cast<ssize_t>(line.size())) {
+      pid = warm->pid;
+      read_fd = warm->from_stdout;
+    } else {  // it died meanwhile: a cold start instead
+      close(warm->from_stdout);
+      kill(warm->pid, SIGKILL);
+      waitpid(warm->pid, nullptr, 0);
+    }
+    close(warm->to_stdin);
   }
-  if (!policy_chosen) {
-    env.push_back(absl::StrCat("GOMP_SPINCOUNT=", engine::kTrainingSpinCount));
-    env.push_back("LOOM_OPENMP_WAIT_SET=1");  // its log says Loom chose it
-  }
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  pid_t pid = fork();
-  if (pid < 0) {
+  if (pid >= 0) {
     close(pipefd[0]);
     close(pipefd[1]);
     close(logfd);
-    return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(errno)));
+  } else {
+    std::string error;
+    pid = SpawnLocked({options_.rank_binary, "--assignment", assignment_path}, -1, pipefd[1], logfd,
+                      &error);
+    close(pipefd[1]);
+    close(logfd);
+    if (pid < 0) {
+      close(pipefd[0]);
+      return absl::ResourceExhaustedError(error);
+    }
+    read_fd = pipefd[0];
   }
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec.
-    setpgid(0, 0);  // its own group, so signals to the worker's group skip it
-    // A rank never outlives its worker: if the daemon dies, so do its ranks.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(pipefd[1], STDOUT_FILENO);
-    dup2(logfd, STDERR_FILENO);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execve(argv[0], argv.data(), envp.data());
-    const char msg[] = "loom-worker: exec of the rank binary failed\n";
-    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
-    _exit(127);
-  }
-  close(pipefd[1]);
-  close(logfd);
+  last_start_ = absl::Now();
   auto child = std::make_unique<Child>();
   child->pid = pid;
   child->generation = generation;
   child->log_path = log_path;
   child->log_begin = log_begin;
-  int read_fd = pipefd[0];
   child->reader = std::thread([this, job_id, rank, generation, read_fd, pid, log_path] {
     ReadLoop(job_id, rank, generation, read_fd, pid, log_path);
   });
@@ -313,6 +445,7 @@ void RankSupervisor::KillerLoop() {
           child->stop_deadline = absl::InfiniteFuture();
         }
       }
+      if (options_.warm_ranks > 0) MaintainWarmLocked(now);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

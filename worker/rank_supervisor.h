@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -57,6 +58,17 @@ struct RankSupervisorOptions {
   std::function<void(const std::string& job_id, int rank, int64_t generation,
                      const std::string& log_path, int64_t log_begin)>
       on_start;
+  // Warm ranks: rank processes started ahead of need (`loom-rank --warm`)
+  // that load LibTorch and then wait for an assignment, so that a restart,
+  // a re-plan or a resume on this worker does not pay for process start-up
+  // (about 1.5 s of a CPU rank's start here). Up to `warm_ranks` are kept,
+  // started once a rank has started on this worker and none has for
+  // `warm_after` (a gang's start is not slowed by them); one whose rank
+  // binary has changed since is not used. Each costs the memory of an idle
+  // process with LibTorch loaded. Their own output before an assignment
+  // goes to <work_dir>/warm-ranks.log.
+  int warm_ranks = 0;
+  absl::Duration warm_after = absl::Seconds(20);
 };
 
 class RankSupervisor {
@@ -90,6 +102,8 @@ class RankSupervisor {
     int64_t generation = 0;
   };
   std::vector<RunningRank> Running();
+  // Warm ranks waiting for an assignment now.
+  size_t WarmReady();
   // Ranks running, plus those that have exited and whose on_exit has not
   // returned yet (Running() no longer lists them): 0 once every exit so far
   // has been handed over.
@@ -106,6 +120,28 @@ class RankSupervisor {
     bool fenced = false;  // KillAll
     absl::Time stop_deadline;
   };
+  struct Warm {
+    pid_t pid = -1;
+    int to_stdin = -1;     // where its assignment goes (a socket: no SIGPIPE)
+    int from_stdout = -1;  // its events, once assigned
+    std::string binary;    // BinaryIdentity() when it started
+  };
+  // Forks and execs `args` with `in_fd` (-1: /dev/null), `out_fd` and
+  // `err_fd` as its standard streams, in its own process group, dying with
+  // the worker. -1 and `*error` if the fork fails. Called with mu_ held.
+  pid_t SpawnLocked(std::vector<std::string> args, int in_fd, int out_fd, int err_fd,
+                    std::string* error);
+  // The rank binary's device, inode, size and modification time.
+  std::string BinaryIdentity() const;
+  // A live warm rank of the current binary, if any (others are dropped).
+  std::optional<Warm> TakeWarmLocked();
+  // Kills a live warm rank (not yet reaped), reaps it and closes its ends.
+  static void DropWarm(const Warm& w);
+  // A warm rank started now, or nullopt if it could not be.
+  std::optional<Warm> SpawnWarmLocked();
+  // Reaps warm ranks that died; starts the missing ones when due (see
+  // RankSupervisorOptions).
+  void MaintainWarmLocked(absl::Time now);
   void ReadLoop(const std::string& job_id, int rank, int64_t generation, int fd, pid_t pid,
                 std::string log_path);
   void Reap(const std::string& job_id, int rank, int64_t generation, pid_t pid,
@@ -124,6 +160,9 @@ class RankSupervisor {
   // again (the controller re-sends unconfirmed starts) must not run twice.
   std::set<std::tuple<std::string, int, int64_t>> started_;  // guarded by mu_
   bool shutting_down_ = false;                 // guarded by mu_
+  std::vector<Warm> warm_;                     // guarded by mu_
+  absl::Time last_start_ = absl::InfinitePast();     // guarded by mu_
+  absl::Time next_warm_try_ = absl::InfinitePast();  // guarded by mu_
   std::thread killer_;  // escalates SIGTERM to SIGKILL after the grace period
 };
 

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@ namespace loom::worker {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The supervisor runs whatever binary it is given; these tests give it small
 // shell scripts that behave like ranks (emit events, fail, crash, hang).
@@ -239,6 +241,91 @@ TEST_F(RankSupervisorTest, MissingBinaryExitsWith127) {
   RankExit exit = WaitExit();
   EXPECT_EQ(exit.exit_code, 127);
   EXPECT_THAT(exit.reason, HasSubstr("exec of the rank binary failed"));
+}
+
+// Warm ranks: once a rank has run and none has started for warm_after, a
+// process is started ahead of need (`--warm`) and waits; the next start
+// hands it the assignment and its log instead of starting a process. One
+// of a rank binary that changed since is not used, and the supervisor's
+// end takes the waiting ones with it.
+TEST_F(RankSupervisorTest, AWarmRankTakesTheNextStartUnlessItsBinaryChanged) {
+  const std::string body =
+      "if [ \"$1\" = --warm ]; then\n"
+      "  echo \"warm $$\" >&2\n"
+      "  IFS=$(printf '\\t') read -r assignment log || exit 0\n"
+      "  exec 2>>\"$log\"\n"
+      "  echo 'came warm' >&2\n"
+      "  set -- --assignment \"$assignment\"\n"
+      "fi\n"
+      "test \"$1\" = --assignment && test -f \"$2\" || exit 9\n"
+      "echo '{\"step\": {\"step\": \"1\", \"loss\": 5.5}}'\n"
+      "echo \"rank pid $$\" >&2\n"
+      "exit 0";
+  RankSupervisorOptions opts;
+  opts.rank_binary = Script(body);
+  opts.work_dir = dir_ + "/work";
+  opts.warm_ranks = 1;
+  opts.warm_after = absl::ZeroDuration();
+  opts.on_exit = [this](const RankExit& exit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    exits_.push_back(exit);
+    cv_.notify_all();
+  };
+  auto sup = std::make_unique<RankSupervisor>(opts);
+  auto log_of = [&](const std::string& job) {
+    std::ifstream in(dir_ + "/work/" + job + "/rank-0.log");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  // The n-th exit (the helper WaitExit returns the newest one at once).
+  auto nth_exit = [&](size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(20), [&] { return exits_.size() >= n; }));
+    return exits_.size() >= n ? exits_[n - 1] : RankExit{};
+  };
+  auto wait_warm = [&] {
+    // Bounded: 20 s for the supervisor's loop (every 100 ms) to start one.
+    for (int i = 0; i < 2000 && sup->WarmReady() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return sup->WarmReady();
+  };
+  // None before any rank ran here.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(sup->WarmReady(), 0u);
+  ASSERT_TRUE(sup->Start("job-1", 0, 1, "{}").ok());
+  EXPECT_EQ(nth_exit(1).exit_code, 0);
+  EXPECT_THAT(log_of("job-1"), Not(HasSubstr("came warm")));
+
+  ASSERT_EQ(wait_warm(), 1u);
+  ASSERT_TRUE(sup->Start("job-2", 0, 1, "{}").ok());
+  const RankExit warm = nth_exit(2);
+  EXPECT_EQ(warm.job_id, "job-2");
+  EXPECT_EQ(warm.exit_code, 0) << warm.reason;
+  EXPECT_THAT(log_of("job-2"), HasSubstr("came warm"));
+  EXPECT_EQ(warm.reason.rfind("rank pid ", 0), 0u) << warm.reason;
+
+  // The binary is replaced (a new inode): the waiting rank is not used.
+  ASSERT_EQ(wait_warm(), 1u);
+  {
+    const std::string fresh = dir_ + "/rank.sh.new";
+    std::ofstream(fresh) << "#!/bin/sh\n# a new build\n" << body << "\n";
+    chmod(fresh.c_str(), 0755);
+    ASSERT_EQ(rename(fresh.c_str(), opts.rank_binary.c_str()), 0);
+  }
+  ASSERT_TRUE(sup->Start("job-3", 0, 1, "{}").ok());
+  EXPECT_EQ(nth_exit(3).exit_code, 0);
+  EXPECT_THAT(log_of("job-3"), Not(HasSubstr("came warm")));
+
+  // The supervisor's end kills the one waiting now.
+  ASSERT_EQ(wait_warm(), 1u);
+  std::ifstream warm_log(dir_ + "/work/warm-ranks.log");
+  std::string line, last_pid;
+  while (std::getline(warm_log, line)) {
+    if (line.rfind("warm ", 0) == 0) last_pid = line.substr(5);
+  }
+  ASSERT_FALSE(last_pid.empty());
+  sup.reset();
+  EXPECT_NE(kill(std::stoi(last_pid), 0), 0) << "warm rank " << last_pid << " outlived its worker";
 }
 
 }  // namespace

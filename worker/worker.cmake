@@ -11,7 +11,11 @@ loom_test(loom_probe_cache_test SRCS probe_cache_test.cc DEPS loom_probe_cache)
 # A CPU rank's calibrated GEMM peak, reused by the next rank started on the
 # host.
 loom_library(loom_gemm_peak_cache SRCS gemm_peak_cache.cc DEPS loom_probe_cache absl::strings
-  absl::status absl::time)
+  absl::str_format absl::status absl::time)
+# What the rank process does around training that needs no LibTorch (a warm
+# rank's wait, loom-ckpt fetch).
+loom_library(loom_rank_process SRCS rank_process.cc DEPS loom_telemetry absl::strings
+  absl::str_format absl::status absl::statusor)
 loom_test(loom_gemm_peak_cache_test SRCS gemm_peak_cache_test.cc DEPS loom_gemm_peak_cache)
 # The remote tier: committed checkpoints uploaded to the object store in the
 # background (checkpoint_uploader.h).
@@ -33,8 +37,8 @@ target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_node_notice loo
 # The rank process links LibTorch and protobuf messages, but no gRPC.
 add_executable(loom-rank rank_main.cc)
 target_link_libraries(loom-rank PRIVATE loom_engine loom_blas_info loom_proto loom_file_util
-  loom_telemetry loom_gemm_calibration loom_gemm_peak_cache loom_nvml loom_device_catalog
-  loom_jobspec)
+  loom_telemetry loom_gemm_calibration loom_gemm_peak_cache loom_rank_process loom_nvml
+  loom_device_catalog loom_jobspec)
 
 loom_test(loom_rank_supervisor_test SRCS rank_supervisor_test.cc DEPS loom_worker_agent)
 

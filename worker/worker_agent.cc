@@ -205,6 +205,8 @@ WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<ControllerLink> 
   sup.rank_binary = options_.rank_binary;
   sup.work_dir = options_.work_dir;
   sup.stop_grace = options_.stop_grace;
+  sup.warm_ranks = options_.warm_ranks;
+  sup.warm_after = options_.warm_after;
   sup.on_event = [this](const std::string& job, int rank, int64_t generation,
                         const loom::v1::RankEvent& e) { OnEvent(job, rank, generation, e); };
   sup.on_exit = [this](const RankExit& exit) { OnExit(exit); };

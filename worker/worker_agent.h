@@ -76,6 +76,9 @@ struct WorkerOptions {
   double grid_intensity_g_per_kwh = 475;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration stop_grace = absl::Seconds(5);
+  // Warm ranks (RankSupervisorOptions::warm_ranks, warm_after).
+  int warm_ranks = 0;
+  absl::Duration warm_after = absl::Seconds(20);
   // Called on Run()'s thread when the worker becomes registered (true) and
   // when the controller forgets it or Run() returns (false). Optional.
   std::function<void(bool registered)> on_registration;

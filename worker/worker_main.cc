@@ -111,6 +111,13 @@ ABSL_FLAG(absl::Duration, probe_max_age, absl::Minutes(10),
           "instead of probing again: a worker starts in well under a second, and one started "
           "beside training ranks does not measure them; its ranks likewise reuse a GEMM peak "
           "calibrated this long ago at most (<temp dir>/loom-gemm-peak.cache); 0 = always probe");
+ABSL_FLAG(int, warm_ranks, -1,
+          "rank processes kept started, LibTorch loaded, waiting for an assignment, so that a "
+          "restart, re-plan or resume here skips process start-up (a gang is as quick as its "
+          "slowest rank: -1 = one per slot); started once a rank has run here and none has "
+          "started for --warm_after; each holds an idle process's memory; 0 = none");
+ABSL_FLAG(absl::Duration, warm_after, absl::Seconds(20),
+          "start a warm rank only once no rank has started here for this long");
 ABSL_FLAG(std::string, health_listen, "",
           "serve grpc.health.v1 (plaintext) here: SERVING while registered with the controller, "
           "NOT_SERVING otherwise (empty = off)");
@@ -237,6 +244,10 @@ int main(int argc, char** argv) {
   opts.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (opts.work_dir.empty()) return Fail("--work-dir is required");
   mkdir(opts.work_dir.c_str(), 0755);
+  opts.warm_ranks = absl::GetFlag(FLAGS_warm_ranks) < 0
+                        ? std::max(1, absl::GetFlag(FLAGS_slots))
+                        : std::min(absl::GetFlag(FLAGS_warm_ranks), 64);
+  opts.warm_after = absl::GetFlag(FLAGS_warm_after);
   opts.rank_binary = absl::GetFlag(FLAGS_rank_binary);
   if (opts.rank_binary.empty()) opts.rank_binary = SelfDir() + "/loom-rank";
   if (access(opts.rank_binary.c_str(), X_OK) != 0) {

@@ -54,6 +54,13 @@ void FailureHandler::OnRankExit(JobRecord& rec, const loom::v1::ReportRankExitRe
     rec.pending_failure = PendingFailure{clock_->Now(), why, rendezvous, "", ""};
     ranks_->Stop(rec, why, "");
   }
+  // Any rank that could not join before a step was reported makes the
+  // attempt one that never trained, whichever exit came first: a peer that
+  // joined and then lost this one in its first collective exits with
+  // another code, and often first.
+  if (RecoveryPolicy::IsRendezvousFailure(req.exit_code(), req.signal(), rec.attempt_last_step)) {
+    rec.pending_failure->rendezvous = true;
+  }
   // Rank 0's reason says which checkpoints failed which check, or which
   // save found the volume full; the other ranks' (often first) only that
   // rank 0 failed.

@@ -133,6 +133,26 @@ TEST_F(FailureHandlerTest, ARendezvousThatFailedBeforeAnyStepIsPlacedAgainWithou
   EXPECT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::RESTART));
 }
 
+// A rank that joined and then lost its peer in the first collective may
+// exit first, with another code; the peer that could not join says the
+// attempt never trained: it is placed again, no restart spent.
+TEST_F(FailureHandlerTest, AnyRankThatCouldNotJoinBeforeAStepMakesItARendezvousRetry) {
+  JobRecord& rec = Running("job-1", 0);
+  Exit(rec, 0, 1);  // "training failed: ... Connection closed by peer"
+  Exit(rec, 1, kRankExitRendezvousFailed);
+  Settle();
+  EXPECT_EQ(rec.job.state(), loom::v1::PENDING);
+  EXPECT_EQ(rec.job.restarts(), 0);
+  EXPECT_THAT(rec.job.reason(), HasSubstr("rendezvous retry 1/2"));
+  // Once a step was reported, a failure to join is no such thing.
+  JobRecord& trained = Running("job-2", 0);
+  Trained(trained, 5);
+  Exit(trained, 0, 1);
+  Exit(trained, 1, kRankExitRendezvousFailed);
+  Settle();
+  EXPECT_EQ(trained.job.state(), loom::v1::FAILED);
+}
+
 TEST_F(FailureHandlerTest, ASilentWorkerIsNamedAsTheCause) {
   JobRecord& rec = Running("job-1", 1);
   Exit(rec, 0, 1);

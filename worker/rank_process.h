@@ -1,0 +1,42 @@
+// What the rank process (rank_main.cc) does around training that needs no
+// LibTorch: waiting as a warm rank for its assignment, and running
+// `loom-ckpt fetch` for the object-store tier.
+#ifndef LOOM_WORKER_RANK_PROCESS_H_
+#define LOOM_WORKER_RANK_PROCESS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace loom::worker {
+
+struct WarmAssignment {
+  std::string assignment_path;
+  // For the rank's start-up line: " (a warm rank: LibTorch loaded in 1.41 s,
+  // 37.2 s before its assignment)".
+  std::string note;
+};
+
+// A warm rank (rank_supervisor.h), loaded: says so on stderr (the worker's
+// warm-ranks.log), then waits for its worker to send "<assignment
+// path>\t<log path>\n" on stdin, makes that log its stderr (appending) and
+// stdin /dev/null. nullopt at the end of input (the worker no longer needs
+// it: exit 0); an error for a line it cannot use.
+absl::StatusOr<std::optional<WarmAssignment>> AwaitWarmAssignment();
+
+// The object-store tier before a resume: `loom-ckpt fetch` (beside this
+// binary) brings into `dir` the store's newest checkpoint when `dir` has
+// none as new (common/object_store/remote_checkpoints.h), so that loom-rank
+// itself links no HTTP client. Runs `loom-ckpt fetch REMOTE DIR
+// [--resume-step N]` (none when `resume_step` is unset: REMOTE is one
+// checkpoint's location) and returns its line (what it did, or why nothing
+// was restored; the resume then goes on with what `dir` has); `*ok` (if not
+// null) whether it said DIR is ready.
+std::string FetchFromObjectStore(const std::string& remote, const std::string& dir,
+                                 std::optional<int64_t> resume_step, bool* ok = nullptr);
+
+}  // namespace loom::worker
+
+#endif  // LOOM_WORKER_RANK_PROCESS_H_
