@@ -15,6 +15,7 @@
 // Output: human-readable lines, then
 //   LOOM_LOADER prefetch_wait_fraction=<x> sync_wait_fraction=<x> ...
 #include <stdlib.h>
+#include <torch/torch.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -22,9 +23,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
-#include "bench/issue6_config.h"
+#include "bench/cpu_gpt_config.h"
 #include "common/formats/data.h"
 #include "worker/engine/host_allocator.h"
 #include "worker/engine/openmp_wait.h"
@@ -74,7 +73,7 @@ int main(int argc, char** argv) {
   // As loom-rank runs the engine (host_allocator.h).
   (void)loom::engine::RetainFreedHostMemory();
 
-  loom::engine::TrainerConfig config = loom::bench::Issue6GptConfig(steps);
+  loom::engine::TrainerConfig config = loom::bench::CpuBenchGptConfig(steps);
   config.seed = 7;
 
   // Two and a half epochs of random tokens over the run.

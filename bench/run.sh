@@ -247,7 +247,7 @@ field() { grep "^$1 " <<<"$2" | tr ' ' '\n' | sed -n "s/^$3=//p"; }
 # a fraction of the sgemm rate measured in the same run. The GPT: 4 layers,
 # 4 heads, d_model 256, seq 256, vocab 50304, batch 8 sequences, AdamW
 # (lr 3e-4 constant, betas 0.9/0.95, weight decay 0.1), clipping at 1.0
-# (bench/issue6_config.h). The sgemm
+# (bench/cpu_gpt_config.h). The sgemm
 # reference is the best 2048^3 fp32 matmul rate either side measured (each
 # measures before its first step, after its last, and once after every step).
 # TRAIN_PROFILE=0 skips the per-stage and per-operator profiles.
@@ -386,7 +386,7 @@ bench_precision() {
 # Share of the training step spent waiting for data, with the prefetching
 # loader and (same run) without it, on the train benchmark's GPT (4 layers,
 # 4 heads, d_model 256, seq 256, vocab 50304, batch 8 sequences, 2 threads;
-# bench/issue6_config.h) over a shard of random tokens; the target is
+# bench/cpu_gpt_config.h) over a shard of random tokens; the target is
 # under 2 % with prefetching.
 bench_loader() {
   build loom_loader_bench

@@ -44,6 +44,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/torch.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,17 +60,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include <torch/csrc/autograd/profiler_kineto.h>
-#include <torch/torch.h>
-#include <torch/version.h>
-
-#include "bench/issue6_config.h"
+#include "bench/cpu_gpt_config.h"
 #include "common/formats/data.h"
-#include "worker/engine/ops/fused_adamw_torch.h"
-#include "worker/engine/ops/fused_loss.h"
 #include "worker/engine/gpt.h"
 #include "worker/engine/host_allocator.h"
 #include "worker/engine/openmp_wait.h"
+#include "worker/engine/ops/fused_adamw_torch.h"
+#include "worker/engine/ops/fused_loss.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/gemm_calibration.h"
@@ -420,7 +419,7 @@ int main(int argc, char** argv) {
   std::printf("openmp wait: %s\n", openmp_wait.ok()
                                        ? loom::engine::OpenMpWaitPolicyDescription().c_str()
                                        : openmp_wait.ToString().c_str());
-  const loom::engine::TrainerConfig config = loom::bench::Issue6GptConfig(steps);
+  const loom::engine::TrainerConfig config = loom::bench::CpuBenchGptConfig(steps);
   const int64_t tokens_per_step = int64_t{config.global_batch} * config.model.seq_len;
 
   // Reference rate: measured before the first step and after the last, in

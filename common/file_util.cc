@@ -24,9 +24,37 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+absl::StatusOr<std::string> ReadOwnedFile(const std::string& path, size_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return absl::FailedPreconditionError(absl::StrCat(path, ": ", std::strerror(err)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      static_cast<size_t>(st.st_size) > max_bytes) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": not a regular file of this user's of at most ", max_bytes, " bytes"));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = read(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  close(fd);
+  text.resize(off);
+  return text;
+}
+
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
   std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  unlink(tmp.c_str());  // a leftover, or something planted: created afresh below
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(tmp, ": ", std::strerror(errno)));
   fchmod(fd, mode);
   size_t off = 0;

@@ -2,6 +2,7 @@
 #ifndef LOOM_COMMON_FILE_UTIL_H_
 #define LOOM_COMMON_FILE_UTIL_H_
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/status.h"
@@ -12,7 +13,14 @@ namespace loom {
 // Whole file. NOT_FOUND if missing, PERMISSION_DENIED if unreadable.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
-// Writes `contents` to `path` with `mode`, atomically (temp + fsync + rename).
+// Whole file, if it is a regular file this user owns, of at most
+// `max_bytes`, opened without following a symlink: for state kept in a
+// shared directory such as /tmp, which another user could have planted.
+// NOT_FOUND if missing; FAILED_PRECONDITION if it is not such a file.
+absl::StatusOr<std::string> ReadOwnedFile(const std::string& path, size_t max_bytes);
+
+// Writes `contents` to `path` with `mode`, atomically (temp + fsync +
+// rename; the temporary file is created afresh, never through a symlink).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
                                  int mode = 0644);
 

@@ -83,10 +83,9 @@ std::set<int> RankPids(const std::string& job, const std::string& home) {
   while (dirent* e = readdir(d)) {
     int pid = atoi(e->d_name);
     if (pid <= 0) continue;
-    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find("loom-rank") != std::string::npos && cmd.find(job) != std::string::npos &&
-        cmd.find(home) != std::string::npos && loom::testing::ProcessAlive(pid)) {
+    const std::string cmd = loom::testing::RankProcessIdentity(pid);
+    if (cmd.find(job) != std::string::npos && cmd.find(home) != std::string::npos &&
+        loom::testing::ProcessAlive(pid)) {
       pids.insert(pid);
     }
   }

@@ -109,6 +109,19 @@ bool WaitFor(const std::function<bool()>& pred, double seconds) {
   return pred();
 }
 
+std::string RankProcessIdentity(int pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream in(proc + "/cmdline");
+  std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (cmd.find("loom-rank") == std::string::npos) return "";
+  // A warm rank's command line is `loom-rank --warm`; its log, which names
+  // the job, is its stderr.
+  char log[4096];
+  const ssize_t n = readlink((proc + "/fd/2").c_str(), log, sizeof(log) - 1);
+  if (n > 0) cmd.append("\n").append(log, static_cast<size_t>(n));
+  return cmd;
+}
+
 std::set<int> RankPidsOf(const std::string& job) {
   std::set<int> pids;
   DIR* d = opendir("/proc");
@@ -116,10 +129,7 @@ std::set<int> RankPidsOf(const std::string& job) {
   while (dirent* e = readdir(d)) {
     const int pid = atoi(e->d_name);
     if (pid <= 0) continue;
-    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find("loom-rank") != std::string::npos && cmd.find(job) != std::string::npos &&
-        ProcessAlive(pid)) {
+    if (RankProcessIdentity(pid).find(job) != std::string::npos && ProcessAlive(pid)) {
       pids.insert(pid);
     }
   }

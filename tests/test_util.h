@@ -31,7 +31,12 @@ std::string ShellQuote(const std::string& s);
 bool ProcessAlive(int pid);
 // Polls `pred` every 100 ms until it holds or `seconds` pass; its last answer.
 bool WaitFor(const std::function<bool()>& pred, double seconds);
-// Pids of the live loom-rank processes whose command line mentions `job`.
+// A loom-rank process's command line and the file its stderr goes to (a
+// rank's log: <work dir>/<job>/rank-<r>.log), "\n"-joined, for finding a
+// job's ranks, warm-started ones included; "" for any other process.
+std::string RankProcessIdentity(int pid);
+// Pids of the live loom-rank processes whose RankProcessIdentity mentions
+// `job`.
 std::set<int> RankPidsOf(const std::string& job);
 
 // Runs `command` (RunCommand) when it goes out of scope, on every return

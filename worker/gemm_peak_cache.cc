@@ -1,7 +1,5 @@
 #include "worker/gemm_peak_cache.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/file_util.h"
 #include "worker/probe_cache.h"
 
 namespace loom::worker {
@@ -33,19 +32,10 @@ struct Entry {
 
 std::vector<Entry> ReadEntries(const std::string& path) {
   std::vector<Entry> out;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return out;
-  struct stat st {};
-  std::string text;
-  if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && S_ISREG(st.st_mode) &&
-      st.st_size < (1 << 20)) {
-    text.resize(static_cast<size_t>(st.st_size));
-    const ssize_t n = read(fd, text.data(), text.size());
-    text.resize(n < 0 ? 0 : static_cast<size_t>(n));
-  }
-  close(fd);
+  absl::StatusOr<std::string> text = ReadOwnedFile(path, 1 << 20);
+  if (!text.ok()) return out;
   bool first = true;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
     if (first) {
       if (line != kMagic) return {};
       first = false;
@@ -116,19 +106,9 @@ absl::Status WriteGemmPeak(const std::string& path, const std::string& key, int 
     absl::StrAppend(&text, e.threads, " ", absl::StrCat(e.peak.flops_per_second), " ",
                     absl::ToUnixMillis(e.peak.measured), " ", e.peak.pid, " ", e.key, "\n");
   }
-  const std::string tmp = absl::StrCat(path, ".", getpid(), ".tmp");
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
+  if (absl::Status s = WritePrivateFile(path, text); !s.ok()) {
     return absl::InternalError(
-        absl::StrCat("GEMM peak cache: cannot write ", tmp, ": ", std::strerror(errno)));
-  }
-  const ssize_t n = write(fd, text.data(), text.size());
-  const bool ok = n == static_cast<ssize_t>(text.size());
-  close(fd);
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("GEMM peak cache: cannot write ", path, ": ", why));
+        absl::StrCat("GEMM peak cache: cannot write ", path, ": ", s.message()));
   }
   return absl::OkStatus();
 }

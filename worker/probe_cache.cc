@@ -1,6 +1,5 @@
 #include "worker/probe_cache.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/cpu_list.h"
+#include "common/file_util.h"
 
 namespace loom::worker {
 namespace {
@@ -75,20 +75,11 @@ std::string ProbeCacheKey(const std::string& rank_binary) {
 std::optional<HostProbes> ReadProbeCache(const std::string& path, const std::string& key,
                                          absl::Duration max_age, absl::Time now) {
   if (max_age <= absl::ZeroDuration()) return std::nullopt;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return std::nullopt;
-  struct stat st {};
-  std::string text;
-  if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && S_ISREG(st.st_mode) &&
-      st.st_size < (1 << 20)) {
-    text.resize(static_cast<size_t>(st.st_size));
-    const ssize_t n = read(fd, text.data(), text.size());
-    text.resize(n < 0 ? 0 : static_cast<size_t>(n));
-  }
-  close(fd);
+  absl::StatusOr<std::string> text = ReadOwnedFile(path, 1 << 20);
+  if (!text.ok()) return std::nullopt;
   std::map<std::string, std::string> f;
   bool first = true;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
     if (first) {
       if (line != kMagic) return std::nullopt;
       first = false;
@@ -151,20 +142,8 @@ absl::Status WriteProbeCache(const std::string& path, const std::string& key,
       << "tensor_collective_idle_fraction " << probes.blocks.tensor_collective_idle_fraction << "\n"
       << "concurrent_slowdown " << probes.blocks.concurrent_slowdown << "\n"
       << "block_line " << OneLine(probes.blocks.line) << "\n";
-  const std::string text = out.str();
-  const std::string tmp = absl::StrCat(path, ".", getpid(), ".tmp");
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("probe cache: cannot write ", tmp, ": ", std::strerror(errno)));
-  }
-  const ssize_t n = write(fd, text.data(), text.size());
-  const bool ok = n == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
-  close(fd);
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("probe cache: cannot write ", path, ": ", why));
+  if (absl::Status s = WritePrivateFile(path, out.str()); !s.ok()) {
+    return absl::InternalError(absl::StrCat("probe cache: cannot write ", path, ": ", s.message()));
   }
   return absl::OkStatus();
 }

@@ -5,12 +5,12 @@ loom_test(loom_blas_info_test SRCS blas_info_test.cc DEPS loom_blas_info ${LOOM_
 loom_library(loom_cpu_probe SRCS cpu_probe.cc DEPS loom_blas_info absl::strings absl::status absl::statusor ${CMAKE_DL_LIBS})
 loom_test(loom_cpu_probe_test SRCS cpu_probe_test.cc DEPS loom_cpu_probe ${CMAKE_DL_LIBS})
 # The host's probe results, reused by the next worker started on the host.
-loom_library(loom_probe_cache SRCS probe_cache.cc DEPS loom_cpu_probe loom_cpu_list absl::strings absl::status
+loom_library(loom_probe_cache SRCS probe_cache.cc DEPS loom_cpu_probe loom_cpu_list loom_file_util absl::strings absl::status
   absl::time)
 loom_test(loom_probe_cache_test SRCS probe_cache_test.cc DEPS loom_probe_cache)
 # A CPU rank's calibrated GEMM peak, reused by the next rank started on the
 # host.
-loom_library(loom_gemm_peak_cache SRCS gemm_peak_cache.cc DEPS loom_probe_cache absl::strings
+loom_library(loom_gemm_peak_cache SRCS gemm_peak_cache.cc DEPS loom_probe_cache loom_file_util absl::strings
   absl::str_format absl::status absl::time)
 # What the rank process does around training that needs no LibTorch (a warm
 # rank's wait, loom-ckpt fetch).

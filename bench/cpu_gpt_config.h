@@ -3,8 +3,8 @@
 // batch = micro-batch = 8 sequences, AdamW (lr 3e-4 held constant, betas
 // 0.9/0.95, eps 1e-8, weight decay 0.1), clipping at 1.0, no dropout, no
 // validation. Used by train_bench.cc and loader_bench.cc.
-#ifndef LOOM_BENCH_ISSUE6_CONFIG_H_
-#define LOOM_BENCH_ISSUE6_CONFIG_H_
+#ifndef LOOM_BENCH_CPU_GPT_CONFIG_H_
+#define LOOM_BENCH_CPU_GPT_CONFIG_H_
 
 #include <cstdint>
 
@@ -12,7 +12,7 @@
 
 namespace loom::bench {
 
-inline loom::engine::TrainerConfig Issue6GptConfig(int64_t steps) {
+inline loom::engine::TrainerConfig CpuBenchGptConfig(int64_t steps) {
   loom::engine::TrainerConfig c;
   c.model.n_layer = 4;
   c.model.n_head = 4;
@@ -41,4 +41,4 @@ inline loom::engine::TrainerConfig Issue6GptConfig(int64_t steps) {
 
 }  // namespace loom::bench
 
-#endif  // LOOM_BENCH_ISSUE6_CONFIG_H_
+#endif  // LOOM_BENCH_CPU_GPT_CONFIG_H_
