@@ -213,6 +213,9 @@ int main(int argc, char** argv) {
   o.bin_dir = bin;
   o.workers = kWorkers;
   o.slots_per_worker = 1;
+  // As a worker alone on its node runs: a warm rank per slot, so that a
+  // restart or re-plan skips process start-up.
+  o.warm_ranks = 1;
   o.worker_timeout_s = 2;
   o.queues_file = home + "/queues.yaml";
   std::ofstream(o.queues_file) << "preemption: {grace_seconds: 30, min_run_time_seconds: 0}\n"

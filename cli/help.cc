@@ -13,7 +13,7 @@ std::vector<CommandHelp> MakeCommands() {
   c.push_back({"local",
                {"local up [--workers N] [--slots S] [--memory GIB] [--gpus G|auto] "
                 "[--data-root DIR]... [--worker-timeout SECONDS] [--queues FILE] "
-                "[--notice-url URL] [--store sqlite|postgres] [--ha]",
+                "[--notice-url URL] [--warm-ranks N] [--store sqlite|postgres] [--ha]",
                 "local down", "local restart controller|controller-N|worker-N|postgres [--kill]",
                 "local status"},
                "run a controller and workers on this machine",
@@ -37,6 +37,10 @@ std::vector<CommandHelp> MakeCommands() {
            --notice-url URL     each worker polls URL ({node}: its node) for its
                                 node's reclaim notice (AWS spot or GCE shape);
                                 `<home>/workers/N/notice` is watched anyway
+           --warm-ranks N       rank processes each worker keeps loaded and
+                                waiting (default 0 here: the workers share
+                                this machine; a worker alone on its node
+                                keeps one per slot)
            --store S            the controller's store: sqlite (in the home, the
                                 default) or postgres (a PostgreSQL server of the
                                 cluster's own)
@@ -63,7 +67,7 @@ examples (the second lets jobs read data under the current directory only):
   loomctl local down)",
                {"up", "down", "restart", "status"},
                {"--workers", "--slots", "--memory", "--gpus", "--data-root", "--worker-timeout",
-                "--queues", "--notice-url", "--kill", "--store", "--ha"},
+                "--queues", "--notice-url", "--warm-ranks", "--kill", "--store", "--ha"},
                ArgKind::kNone});
   c.push_back({"submit",
                {"submit FILE [--follow]"},

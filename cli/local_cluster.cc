@@ -403,8 +403,8 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
              "--tls_ca=" + tls_dir + "/ca.pem", "--tls_cert_dir=" + tls_dir, "--node=" + node,
              "--address=" + address, absl::StrCat("--slots=", o.slots_per_worker),
              absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
-             "--gpus=" + o.gpus_per_worker, "--work_dir=" + work, "--ready_file=" + wready,
-             "--metrics_listen=127.0.0.1:0",
+             absl::StrCat("--warm_ranks=", o.warm_ranks), "--gpus=" + o.gpus_per_worker,
+             "--work_dir=" + work, "--ready_file=" + wready, "--metrics_listen=127.0.0.1:0",
              // `touch <home>/workers/N/notice` says the node is going away.
              "--notice_file=" + work + "/notice"}) {
       worker_args.push_back(std::move(arg));

@@ -48,6 +48,11 @@ struct LocalClusterOptions {
   std::string queues_file;
   // Each worker's --notice_url, "{node}" replaced by its node ("" = none).
   std::string notice_url;
+  // Each worker's --warm_ranks. None by default: a local cluster's workers
+  // share one machine, where each worker's idle LibTorch processes (and
+  // their loading, which competes with training for the same cores) would
+  // add up; a worker alone on its node keeps one per slot.
+  int warm_ranks = 0;
   // Where each daemon runs, for fault tests that give every daemon its own
   // network namespace (tests/netns_lab.h): a command line prefix that the
   // daemon's command is appended to (e.g. {"ip", "netns", "exec", "ns1"};

@@ -57,6 +57,10 @@ int CmdLocal(const Globals& g, const std::vector<std::string>& args) {
         if (!absl::StartsWith(o.notice_url, "http://")) {
           return Usage("--notice-url: http://host[:port]/path, {node} for each worker's node");
         }
+      } else if (args[i] == "--warm-ranks" && i + 1 < args.size()) {
+        if (!absl::SimpleAtoi(args[++i], &o.warm_ranks) || o.warm_ranks < 0 || o.warm_ranks > 64) {
+          return Usage("--warm-ranks: 0 to 64 per worker");
+        }
       } else if (args[i] == "--ha") {
         o.ha = true;
       } else if (args[i] == "--store" && i + 1 < args.size()) {
