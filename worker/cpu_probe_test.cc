@@ -45,11 +45,12 @@ TEST(CpuProbeTest, MeasuresOnOneThreadAndRestoresTheThreadCount) {
 
 // The rank binary measures a block's cost beyond its FLOPs; the worker
 // reads its one line. No timing is asserted, only that the figures are
-// there and positive.
+// there and in range: a fixed cost is a measured time less a modelled one,
+// floored at 0, and on a machine another test loads it has come out 0.
 TEST(BlockProbeTest, ReadsWhatTheRankBinaryMeasures) {
   absl::StatusOr<BlockProbe> probe = ProbeBlocks(LOOM_RANK_BINARY);
   ASSERT_TRUE(probe.ok()) << probe.status();
-  EXPECT_GT(probe->fixed_seconds, 0) << probe->line;
+  EXPECT_GE(probe->fixed_seconds, 0) << probe->line;
   EXPECT_GE(probe->seconds_per_activation, 0) << probe->line;
   EXPECT_GE(probe->tensor_collective_extra_seconds, 0) << probe->line;
   EXPECT_THAT(probe->line, ::testing::HasSubstr(" tensor_collective_extra_seconds="));
