@@ -86,7 +86,12 @@ absl::StatusOr<loom::v1::GetGoodputResponse> GoodputBoard::Get(const loom::v1::J
     if (it != entries_.end()) {
       const Entry& e = it->second;
       const bool final = e.job_ended && e.job_updated_unix_ms == job.updated_unix_ms();
-      if (final || now - e.computed < max_age_) return e.figures;
+      // Figures from no step reports are not reused while the job goes on:
+      // reading none again costs nothing, and its first reports change
+      // them most (a job whose start was computed would otherwise show no
+      // productive time for up to `max_age` after it has trained).
+      const bool empty = !e.job_ended && e.figures.step_reports() == 0;
+      if (final || (!empty && now - e.computed < max_age_)) return e.figures;
     }
   }
   return Refresh(job, now);

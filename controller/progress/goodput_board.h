@@ -5,7 +5,8 @@
 //
 // Figures computed less than `max_age` ago are answered as they are; so are
 // those of an ended job computed after its last change (they cannot move
-// again). Otherwise Get computes them afresh. At most `max_jobs` jobs are
+// again). Figures of a job not ended that had no step reports yet are never
+// reused. Otherwise Get computes them afresh. At most `max_jobs` jobs are
 // kept; the least recently computed go first. Thread-safe; the step reports
 // are read outside the lock.
 #ifndef LOOM_CONTROLLER_PROGRESS_GOODPUT_BOARD_H_

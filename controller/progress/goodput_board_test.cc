@@ -103,6 +103,27 @@ TEST(GoodputBoardTest, ARunningJobsFiguresAreReadAgainOnceOlderThanMaxAge) {
   EXPECT_EQ(f.reads, 3);
 }
 
+TEST(GoodputBoardTest, FiguresFromNoStepReportsAreReadAgainAtOnce) {
+  Fixture f;
+  f.steps = 0;
+  const loom::v1::Job job = MakeJob("a", false, 0);
+  absl::StatusOr<loom::v1::GetGoodputResponse> got = f.board.Get(job, absl::FromUnixSeconds(kT0));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->step_reports(), 0);
+  EXPECT_EQ(got->ettr(), 0);
+  // Its first reports come a second later: they are answered, not the
+  // figures of a job that has not trained.
+  f.steps = 10;
+  got = f.board.Get(job, absl::FromUnixSeconds(kT0 + 1));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(f.reads, 2);
+  EXPECT_EQ(got->step_reports(), 10);
+  EXPECT_GT(got->ettr(), 0);
+  // Figures with reports are kept as before.
+  ASSERT_TRUE(f.board.Get(job, absl::FromUnixSeconds(kT0 + 2)).ok());
+  EXPECT_EQ(f.reads, 2);
+}
+
 TEST(GoodputBoardTest, AnEndedJobsFiguresAreKeptUntilItsRecordChanges) {
   Fixture f;
   loom::v1::Job job = MakeJob("a", true, 10);

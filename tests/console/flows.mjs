@@ -97,7 +97,12 @@ try {
       await page.locator('ul.markers').innerText().then((t) => t.replace(/\n/g, '; ')));
 
   // Goodput: every bucket, summing to the wall time, and an ETTR in (0, 1].
-  await page.waitForSelector('#goodput[data-ettr] table tbody tr');
+  // The controller answers figures up to a few seconds old and the page
+  // reloads them every 10 s: wait for ones that count this job's steps.
+  await page.waitForFunction(() => {
+    const box = document.querySelector('#goodput[data-ettr]');
+    return box && box.querySelector('table tbody tr') && Number(box.dataset.ettr) > 0;
+  }, null, { timeout: 30000 });
   const goodput = await page.evaluate(() => {
     const box = document.querySelector('#goodput');
     const rows = [...box.querySelectorAll('table tbody tr')].map(
