@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -376,6 +377,7 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
   }
   const std::string controller_flag = absl::StrJoin(controller_addresses, ",");
 
+  const std::string snapshot_root = LocalSnapshotRoot(o.home);
   for (int i = 0; i < o.workers; ++i) {
     DaemonInfo w;
     w.name = absl::StrCat("worker-", i);
@@ -404,6 +406,11 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& o) {
              "--address=" + address, absl::StrCat("--slots=", o.slots_per_worker),
              absl::StrCat("--memory_bytes=", o.memory_bytes_per_worker),
              absl::StrCat("--warm_ranks=", o.warm_ranks), "--gpus=" + o.gpus_per_worker,
+             // Each worker's "node memory" of its own: a node lost is a
+             // directory wiped (LocalSnapshotRoot, under /dev/shm).
+             "--snapshot_dir=" + (snapshot_root.empty()
+                                      ? std::string()
+                                      : absl::StrCat(snapshot_root, "/worker-", i)),
              "--work_dir=" + work, "--ready_file=" + wready, "--metrics_listen=127.0.0.1:0",
              // `touch <home>/workers/N/notice` says the node is going away.
              "--notice_file=" + work + "/notice"}) {
@@ -462,6 +469,14 @@ std::vector<DaemonInfo> LocalStatus(const std::string& home) {
   return out;
 }
 
+std::string LocalSnapshotRoot(const std::string& home) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory("/dev/shm", ec)) return "";
+  return absl::StrCat(
+      "/dev/shm/loom-local-", getuid(), "-",
+      absl::Hex(std::hash<std::string>()(std::filesystem::absolute(home).string())));
+}
+
 absl::Status LocalDown(const std::string& home, absl::Duration grace) {
   auto daemons = LocalStatus(home);
   // Workers first, so their ranks stop before the controllers go; the
@@ -484,6 +499,11 @@ absl::Status LocalDown(const std::string& home, absl::Duration grace) {
       if (Alive(d.pid)) kill(d.pid, SIGKILL);
       unlink((home + "/run/" + d.name + ".json").c_str());
     }
+  }
+  // The workers' in-memory snapshots (host memory, not the home).
+  if (const std::string snapshots = LocalSnapshotRoot(home); !snapshots.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(snapshots, ec);
   }
   return absl::OkStatus();
 }

@@ -112,6 +112,12 @@ absl::StatusOr<std::vector<DaemonInfo>> LocalUp(const LocalClusterOptions& optio
 // SIGTERM to every daemon, SIGKILL after `grace`. OK if nothing was up.
 absl::Status LocalDown(const std::string& home, absl::Duration grace = absl::Seconds(10));
 
+// Where the workers of the cluster at `home` keep in-memory snapshots:
+// worker N's --snapshot_dir is <this>/worker-N, a directory of its own
+// under /dev/shm standing for its node's memory ("" without /dev/shm).
+// LocalDown removes it.
+std::string LocalSnapshotRoot(const std::string& home);
+
 // Restarts one daemon of the cluster ("controller" or "worker-<i>") with
 // its original command line: a live one gets SIGTERM (SIGKILL with `kill`
 // or after `grace`), a dead one (crashed, kill -9) is just started again.

@@ -72,6 +72,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
       remote->set_newest(3);
     }
   }
+  v1::MemorySnapshotSpec* snapshots = checkpoint->mutable_snapshots();
+  if (!snapshots->disable() && snapshots->interval_steps() == 0) snapshots->set_interval_steps(1);
   if (spec->seed() == 0) spec->set_seed(1337);
 }
 

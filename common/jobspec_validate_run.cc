@@ -1,5 +1,6 @@
 // ValidateJobSpec(): what a submitted job needs (jobspec_validate.h).
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/strings/escaping.h"
@@ -144,6 +145,15 @@ absl::Status ValidateCheckpoint(const v1::JobSpec& spec) {
   }
   if (retention.has_remote()) {
     RETURN_IF_ERROR(ValidateRetention("checkpoint.retention.remote", retention.remote(), spec));
+  }
+  const v1::MemorySnapshotSpec& snapshots = checkpoint.snapshots();
+  RETURN_IF_ERROR(CheckInRange<int64_t>("checkpoint.snapshots.interval_steps",
+                                        snapshots.interval_steps(), 0, kMaxSteps));
+  RETURN_IF_ERROR(CheckInRange<int64_t>("checkpoint.snapshots.max_bytes", snapshots.max_bytes(), 0,
+                                        std::numeric_limits<int64_t>::max()));
+  if (snapshots.disable() && (snapshots.interval_steps() > 0 || snapshots.max_bytes() > 0)) {
+    return FieldError("checkpoint.snapshots.disable",
+                      "snapshots are off: leave out interval_steps and max_bytes, or disable");
   }
   return absl::OkStatus();
 }

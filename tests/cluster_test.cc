@@ -554,10 +554,10 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
   EXPECT_TRUE(committed >= 100 && committed % 100 == 0 &&
               (committed == reached || committed == reached - 100))
       << committed << " at step " << stopped->step();
-  EXPECT_EQ(stopped->checkpoint_step(), committed) << stopped->message();
+  // (Or from the newer in-memory snapshot its live nodes hold.)
+  EXPECT_GE(stopped->checkpoint_step(), committed) << stopped->message();
+  EXPECT_LE(stopped->checkpoint_step(), stopped->step()) << stopped->message();
   EXPECT_EQ(stopped->steps_lost(), stopped->step() - stopped->checkpoint_step());
-  // (0 only if the freeze came right after a checkpoint's step.)
-  if (stopped->step() % 100 != 0) EXPECT_GT(stopped->steps_lost(), 0);
   EXPECT_THAT(stopped->message(),
               HasSubstr(absl::StrCat(stopped->steps_lost(), " step(s) after it are lost")));
   std::cout << "preemption past the grace: " << stopped->message() << std::endl;

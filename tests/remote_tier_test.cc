@@ -196,16 +196,24 @@ TEST_F(RemoteTierTest, WipedJobResumesFromTheObjectStoreAndMatchesItsUninterrupt
   EXPECT_TRUE(pruned_line("local", "not among the newest 2")) << events.out;
   // The catalog agrees: a remote copy is recorded for the kept steps only,
   // and the others say why theirs went.
+  // (How many were uploaded and then pruned depends on how far the uploads
+  // lagged the saves: the uploader takes the newest first, and one the
+  // directory let go before its upload never reaches the store.)
   int remote_pruned = 0;
   const loom::v1::ListCheckpointsResponse catalog = Catalog(job);
   for (const auto& c : catalog.checkpoints()) {
-    remote_pruned += c.remote_pruned_reason().empty() ? 0 : 1;
+    const std::string step = absl::StrFormat("%09d", c.step());
+    if (!c.remote_pruned_reason().empty()) {
+      ++remote_pruned;
+      EXPECT_EQ(remote_steps.count(step), 0u)
+          << "step " << c.step() << " is recorded as pruned from the store, which holds it";
+    }
     if (!c.remote_url().empty()) {
-      EXPECT_TRUE(remote_steps.count(absl::StrFormat("%09d", c.step())) > 0)
+      EXPECT_TRUE(remote_steps.count(step) > 0)
           << "step " << c.step() << " is recorded as in the store";
     }
   }
-  EXPECT_GE(remote_pruned, 10);
+  EXPECT_GE(remote_pruned, 1);
   // The controller's dry run reaches the pruners' verdicts: nothing is left
   // to delete on either tier, and it says what is protected.
   auto gc = Ctl("checkpoints gc " + job + " --dry-run");

@@ -33,6 +33,15 @@ target_link_libraries(loom_notice_test PRIVATE loom_test_util loom_local_cluster
 add_dependencies(loom_notice_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
 gtest_discover_tests(loom_notice_test PROPERTIES TIMEOUT 600 LABELS integration)
 
+# In-memory snapshots: a node lost mid-run, on a local cluster.
+add_executable(loom_snapshot_test snapshot_test.cc)
+target_compile_definitions(loom_snapshot_test PRIVATE LOOM_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}"
+  LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_link_libraries(loom_snapshot_test PRIVATE loom_test_util loom_local_cluster loom_grpc loom_data
+  loom_file_util gRPC::grpc++ absl::strings GTest::gtest GTest::gmock GTest::gtest_main)
+add_dependencies(loom_snapshot_test loomctl loom-controller loom-worker loom-rank loom-ckpt)
+gtest_discover_tests(loom_snapshot_test PROPERTIES TIMEOUT 600 LABELS integration)
+
 # Checkpoints in an object store (Ceph's RADOS Gateway on loopback, from
 # scripts/install-deploy-deps.sh), on a local cluster.
 add_executable(loom_remote_tier_test remote_tier_test.cc)

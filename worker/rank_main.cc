@@ -272,6 +272,26 @@ int main(int argc, char** argv) {
   if (!parsed.ok()) Die(absl::StrCat("bad assignment ", assignment_path, ": ", parsed.ToString()));
 
   loom::engine::TrainerConfig config = ToTrainerConfig(a);
+  // Memory this rank may use: the host's (or container's) limit shared by
+  // the ranks this worker runs of the job (the scheduler spreads ranks
+  // evenly over resources.workers).
+  const int workers = std::max(1, a.spec().resources().workers());
+  const int local_ranks = std::max(1, (a.world_size() + workers - 1) / workers);
+  const uint64_t memory_limit =
+      loom::telemetry::ReadMemoryLimitBytes() / static_cast<uint64_t>(local_ranks);
+  const loom::v1::MemorySnapshotSpec& snapshot_spec = a.spec().checkpoint().snapshots();
+  const loom::worker::RankSnapshots snapshots = loom::worker::ChooseRankSnapshots(
+      snapshot_spec.disable(), snapshot_spec.interval_steps(), snapshot_spec.max_bytes(),
+      a.job_id(), a.generation(), memory_limit);
+  config.snapshot_dir = snapshots.dir;
+  config.snapshot_interval = snapshots.interval;
+  config.snapshot_writer = snapshots.writer;
+  config.snapshot_max_bytes = snapshots.max_bytes;
+  if (snapshots.writer) {
+    std::cerr << "loom-rank " << a.rank() << ": writes this node's in-memory snapshots every "
+              << snapshots.interval << " step(s) into " << snapshots.dir << " (at most "
+              << snapshots.max_bytes / (1024 * 1024) << " MiB)" << std::endl;
+  }
   // resources.gpus_per_rank 1: the controller gave this rank a GPU of its
   // own. CUDA numbers devices in PCI order here, as NVML does, so that the
   // power meter reads the same board.
@@ -422,13 +442,6 @@ int main(int argc, char** argv) {
     };
   }
   int rank = a.rank();
-  // Memory this rank may use: the host's (or container's) limit shared by
-  // the ranks this worker runs of the job (the scheduler spreads ranks
-  // evenly over resources.workers).
-  const int workers = std::max(1, a.spec().resources().workers());
-  const int local_ranks = std::max(1, (a.world_size() + workers - 1) / workers);
-  const uint64_t memory_limit =
-      loom::telemetry::ReadMemoryLimitBytes() / static_cast<uint64_t>(local_ranks);
   const char* precision = loom::engine::PrecisionName(config.model.precision);
   const int64_t total_steps = config.schedule.total_steps;
   cb.on_step = [rank, job_peak, flops_per_token, state_bytes, power, memory_limit, precision,
@@ -504,6 +517,15 @@ int main(int argc, char** argv) {
     c->set_error(corrupt.message);
     c->set_corrupt_file(corrupt.file);
     c->set_failed_check(corrupt.check);
+    Emit(e);
+  };
+  // Told to the controller, which records it as a SNAPSHOTS_OFF event.
+  cb.on_snapshots_off = [rank](const std::string& reason) {
+    std::cerr << "loom-rank " << rank << ": in-memory snapshots off: " << reason << std::endl;
+    loom::v1::RankEvent e;
+    auto* c = e.mutable_checkpoint();
+    c->set_status("snapshots_off");
+    c->set_error(reason);
     Emit(e);
   };
   cb.should_stop = [] { return g_stop.load(); };

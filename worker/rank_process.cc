@@ -6,11 +6,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/snapshot_dirs.h"
 #include "worker/telemetry/telemetry.h"
 
 namespace loom::worker {
@@ -90,6 +92,19 @@ std::string FetchFromObjectStore(const std::string& remote, const std::string& d
     return absl::StrCat("nothing restored: could not run ", bin, "; resuming from ", dir, " alone");
   }
   return out.empty() ? absl::StrCat(bin, " fetch ended with status ", status) : out;
+}
+
+RankSnapshots ChooseRankSnapshots(bool disable, int64_t interval_steps, int64_t max_bytes,
+                                  const std::string& job_id, int64_t attempt,
+                                  uint64_t memory_per_rank) {
+  RankSnapshots out;
+  const char* root = getenv(kSnapshotDirEnv);
+  if (disable || root == nullptr || *root == '\0' || job_id.empty()) return out;
+  out.dir = absl::StrCat(root, "/", job_id);
+  out.interval = interval_steps > 0 ? interval_steps : 1;
+  out.max_bytes = max_bytes > 0 ? static_cast<uint64_t>(max_bytes) : memory_per_rank / 4;
+  out.writer = ClaimSnapshotWriter(out.dir, attempt);
+  return out;
 }
 
 }  // namespace loom::worker

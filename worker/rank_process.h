@@ -1,6 +1,7 @@
 // What the rank process (rank_main.cc) does around training that needs no
-// LibTorch: waiting as a warm rank for its assignment, and running
-// `loom-ckpt fetch` for the object-store tier.
+// LibTorch: waiting as a warm rank for its assignment, running
+// `loom-ckpt fetch` for the object-store tier, and its in-memory snapshots'
+// settings.
 #ifndef LOOM_WORKER_RANK_PROCESS_H_
 #define LOOM_WORKER_RANK_PROCESS_H_
 
@@ -36,6 +37,23 @@ absl::StatusOr<std::optional<WarmAssignment>> AwaitWarmAssignment();
 // null) whether it said DIR is ready.
 std::string FetchFromObjectStore(const std::string& remote, const std::string& dir,
                                  std::optional<int64_t> resume_step, bool* ok = nullptr);
+
+// This rank's in-memory snapshots (CheckpointSpec.snapshots; TrainerConfig's
+// snapshot_* fields): the job's directory under the worker's root
+// (LOOM_SNAPSHOT_DIR, snapshot_dirs.h), whether this rank writes them for
+// its node in this attempt (ClaimSnapshotWriter), the interval, and the
+// memory they may take (the spec's max_bytes, else a quarter of
+// `memory_per_rank`). dir is empty (none) when the worker gives no root or
+// the spec disables them.
+struct RankSnapshots {
+  std::string dir;
+  int64_t interval = 0;
+  bool writer = false;
+  uint64_t max_bytes = 0;
+};
+RankSnapshots ChooseRankSnapshots(bool disable, int64_t interval_steps, int64_t max_bytes,
+                                  const std::string& job_id, int64_t attempt,
+                                  uint64_t memory_per_rank);
 
 }  // namespace loom::worker
 

@@ -12,9 +12,12 @@ loom_test(loom_probe_cache_test SRCS probe_cache_test.cc DEPS loom_probe_cache)
 # host.
 loom_library(loom_gemm_peak_cache SRCS gemm_peak_cache.cc DEPS loom_probe_cache loom_file_util absl::strings
   absl::str_format absl::status absl::time)
+# Where a node keeps its jobs' in-memory snapshots, and their clean-up.
+loom_library(loom_snapshot_dirs SRCS snapshot_dirs.cc DEPS absl::strings absl::time Threads::Threads)
+loom_test(loom_snapshot_dirs_test SRCS snapshot_dirs_test.cc DEPS loom_snapshot_dirs)
 # What the rank process does around training that needs no LibTorch (a warm
 # rank's wait, loom-ckpt fetch).
-loom_library(loom_rank_process SRCS rank_process.cc DEPS loom_telemetry absl::strings
+loom_library(loom_rank_process SRCS rank_process.cc DEPS loom_telemetry loom_snapshot_dirs absl::strings
   absl::str_format absl::status absl::statusor)
 loom_test(loom_gemm_peak_cache_test SRCS gemm_peak_cache_test.cc DEPS loom_gemm_peak_cache)
 # The remote tier: committed checkpoints uploaded to the object store in the
@@ -32,13 +35,13 @@ loom_test(loom_log_shipper_test SRCS log_shipper_test.cc DEPS loom_worker_agent)
 
 add_executable(loom-worker worker_main.cc)
 target_link_libraries(loom-worker PRIVATE loom_worker_agent loom_node_notice loom_health loom_blas_info
-  loom_cpu_probe loom_probe_cache loom_nvml absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
+  loom_snapshot_dirs loom_cpu_probe loom_probe_cache loom_nvml absl::flags absl::flags_parse absl::flags_usage absl::synchronization)
 
 # The rank process links LibTorch and protobuf messages, but no gRPC.
 add_executable(loom-rank rank_main.cc)
 target_link_libraries(loom-rank PRIVATE loom_engine loom_blas_info loom_proto loom_file_util
   loom_telemetry loom_gemm_calibration loom_gemm_peak_cache loom_rank_process loom_nvml
-  loom_device_catalog loom_jobspec)
+  loom_device_catalog loom_jobspec loom_snapshot_dirs)
 
 loom_test(loom_rank_supervisor_test SRCS rank_supervisor_test.cc DEPS loom_worker_agent)
 

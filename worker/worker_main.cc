@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -39,6 +40,7 @@
 #include "worker/cpu_probe.h"
 #include "worker/node_notice.h"
 #include "worker/probe_cache.h"
+#include "worker/snapshot_dirs.h"
 #include "worker/telemetry/nvml.h"
 #include "worker/worker_agent.h"
 
@@ -111,6 +113,12 @@ ABSL_FLAG(absl::Duration, probe_max_age, absl::Minutes(10),
           "instead of probing again: a worker starts in well under a second, and one started "
           "beside training ranks does not measure them; its ranks likewise reuse a GEMM peak "
           "calibrated this long ago at most (<temp dir>/loom-gemm-peak.cache); 0 = always probe");
+ABSL_FLAG(std::string, snapshot_dir, "auto",
+          "where ranks keep in-memory snapshots of their jobs (checkpoint.snapshots): a "
+          "directory in host memory; auto = /dev/shm/loom-snapshots-<uid>; empty = none");
+ABSL_FLAG(absl::Duration, snapshot_idle, absl::Minutes(10),
+          "a job's snapshots on this node are removed once none was written for this long and "
+          "none of its ranks runs here");
 ABSL_FLAG(int, warm_ranks, -1,
           "rank processes kept started, LibTorch loaded, waiting for an assignment, so that a "
           "restart, re-plan or resume here skips process start-up (a gang is as quick as its "
@@ -312,6 +320,21 @@ int main(int argc, char** argv) {
                           std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_probe_max_age))))
              .c_str(),
          1);
+  // In-memory snapshots: the ranks find the root in their environment.
+  std::string snapshot_root = absl::GetFlag(FLAGS_snapshot_dir);
+  if (snapshot_root == "auto") snapshot_root = worker::DefaultSnapshotRoot();
+  std::unique_ptr<worker::SnapshotJanitor> snapshot_janitor;
+  if (!snapshot_root.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(snapshot_root, ec);
+    if (ec) return Fail(absl::StrCat("--snapshot_dir: ", snapshot_root, ": ", ec.message()));
+    std::filesystem::permissions(snapshot_root, std::filesystem::perms::owner_all, ec);
+    setenv(worker::kSnapshotDirEnv, snapshot_root.c_str(), 1);
+    snapshot_janitor = std::make_unique<worker::SnapshotJanitor>(
+        snapshot_root, absl::GetFlag(FLAGS_snapshot_idle), absl::Seconds(30));
+  } else {
+    unsetenv(worker::kSnapshotDirEnv);
+  }
   const std::string probe_cache = worker::DefaultProbeCachePath();
   const std::string probe_key = worker::ProbeCacheKey(opts.rank_binary);
   std::optional<worker::HostProbes> probes = worker::ReadProbeCache(

@@ -311,7 +311,15 @@ void Admitter::Schedule() {
     rec.job.clear_wait_reason();
     rec.opportunistic = admission.opportunistic;
     if (rec.job.state() == loom::v1::PREEMPTED) {
-      const int64_t checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+      // (Or the in-memory snapshot the preemption counted from, when its
+      // ranks stopped without a save: the newest PREEMPTED event's.)
+      const int64_t newest_checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+      int64_t checkpoint = newest_checkpoint;
+      for (int i = rec.job.events_size() - 1; i >= 0; --i) {
+        if (rec.job.events(i).kind() != loom::v1::RecoveryEvent::PREEMPTED) continue;
+        checkpoint = std::max(checkpoint, rec.job.events(i).checkpoint_step());
+        break;
+      }
       const std::optional<absl::Time> since = LastTransitionTo(rec.job, loom::v1::PREEMPTED);
       loom::v1::RecoveryEvent resumed;
       resumed.set_kind(loom::v1::RecoveryEvent::RESUMED);
@@ -321,8 +329,10 @@ void Admitter::Schedule() {
       resumed.set_message(
           absl::StrFormat("placed again after %.1fs in its queue; its ranks resume from %s",
                           since.has_value() ? absl::ToDoubleSeconds(now - *since) : 0.0,
-                          checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint)
-                                         : std::string("the start")));
+                          checkpoint > newest_checkpoint
+                              ? absl::StrCat("the in-memory snapshot at step ", checkpoint)
+                          : checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint)
+                                           : std::string("the start")));
       jobs_->AddEvent(rec, resumed);
     }
     jobs_->Transition(rec, loom::v1::SCHEDULED, DescribePlacement(gang, *placement));

@@ -37,6 +37,9 @@ namespace loom::controller {
 inline constexpr char kCheckpointCommitted[] = "committed";
 inline constexpr char kCheckpointPruned[] = "pruned";
 inline constexpr char kCheckpointCorrupt[] = "corrupt";
+// A rank's word that its in-memory snapshots are off (CheckpointInfo.error
+// says why): an event, never a catalog entry.
+inline constexpr char kSnapshotsOff[] = "snapshots_off";
 inline constexpr char kCheckpointMissing[] = "missing";
 // A worker's report of a checkpoint's upload to the object store
 // (CheckpointInfo.remote_url); never a stored status.

@@ -240,11 +240,19 @@ absl::StatusOr<loom::v1::DrainNodeResponse> Drains::DrainFor(const std::string& 
 
 void Drains::FinishMove(JobRecord& rec, const PreemptionInProgress& move) {
   const absl::Time now = clock_->Now();
-  const int64_t checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+  // Without a save in time: the newest checkpoint, or the newest in-memory
+  // snapshot a node that stays holds (the drained node's goes with it).
+  const int64_t newest_checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+  const int64_t checkpoint =
+      ResumePointAfterLoss(rec, newest_checkpoint, [&](const std::string& node) {
+        return node != move.away_from_node && workers_->NodeAlive(node);
+      });
   const int64_t lost =
       std::max<int64_t>(0, rec.attempt_last_step - std::max<int64_t>(0, checkpoint));
-  const std::string from =
-      checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint) : "the start";
+  const std::string from = checkpoint > newest_checkpoint
+                               ? absl::StrCat("the in-memory snapshot at step ", checkpoint)
+                           : checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint)
+                                            : "the start";
   std::string what;
   if (move.step_at_ask < 0 && rec.attempt_last_step < 0) {
     what = absl::StrCat("before its ranks trained a step: nothing lost; it resumes from ", from);

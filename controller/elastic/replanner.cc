@@ -114,14 +114,14 @@ bool Replanner::Replan(JobRecord& rec, const std::string& cause, const std::stri
   chosen->plan.set_time_unix_ms(clock_->NowUnixMillis());
   const std::string message = RecordReplan(
       rec, cause_kind, rec.job.plan().layout().summary(), chosen->plan.layout().summary(),
-      chosen->plan.layout().step_seconds(), [&](int64_t checkpoint, int64_t lost) {
+      chosen->plan.layout().step_seconds(), [&](const std::string& resume_from, int64_t lost) {
         return absl::StrFormat(
             "%s; re-planned from %d to %d rank(s) on %d worker(s) for the live cluster: %s -> %s "
-            "(predicted %.3f s a step), resuming from the checkpoint at step %d (%d step(s) after "
-            "it lost); no restart counted",
+            "(predicted %.3f s a step), resuming from %s (%d step(s) after it lost); no restart "
+            "counted",
             cause, spec.resources().ranks(), chosen->shape.ranks, chosen->shape.workers,
             rec.job.plan().layout().summary(), chosen->plan.layout().summary(),
-            chosen->plan.layout().step_seconds(), checkpoint, lost);
+            chosen->plan.layout().step_seconds(), resume_from, lost);
       });
   *rec.job.mutable_spec() = std::move(chosen->spec);
   *rec.job.mutable_plan() = std::move(chosen->plan);
@@ -132,8 +132,12 @@ bool Replanner::Replan(JobRecord& rec, const std::string& cause, const std::stri
 std::string Replanner::RecordReplan(
     JobRecord& rec, const std::string& cause_kind, const std::string& from_layout,
     const std::string& to_layout, double predicted_step_seconds,
-    const std::function<std::string(int64_t checkpoint, int64_t lost)>& describe) {
-  const int64_t checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+    const std::function<std::string(const std::string& resume_from, int64_t lost)>& describe) {
+  // (Or the newest in-memory snapshot a live node holds: resume.h.)
+  const int64_t newest_checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+  const int64_t checkpoint =
+      ResumePointAfterLoss(rec, newest_checkpoint,
+                           [this](const std::string& node) { return workers_->NodeAlive(node); });
   const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
   loom::v1::RecoveryEvent ev;
   ev.set_kind(loom::v1::RecoveryEvent::REPLANNED);
@@ -146,7 +150,10 @@ std::string Replanner::RecordReplan(
   ev.set_steps_lost(lost);
   ev.set_step(std::max<int64_t>(0, rec.attempt_last_step));
   ev.set_generation(rec.job.generation() + 1);
-  ev.set_message(describe(checkpoint, lost));
+  ev.set_message(describe(
+      absl::StrCat(checkpoint > newest_checkpoint ? "the in-memory snapshot" : "the checkpoint",
+                   " at step ", checkpoint),
+      lost));
   const std::string message = ev.message();
   jobs_->AddEvent(rec, std::move(ev));
   if (metrics_ != nullptr) metrics_->RecordRecovery(rec.job.id(), "replan", cause_kind, lost, 0);

@@ -44,13 +44,15 @@ class Replanner : public MoveHandler {
   bool Replan(JobRecord& rec, const std::string& cause, const std::string& cause_kind,
               int max_ranks = 0);
   // Records a REPLANNED event (the layouts, the predicted step; resuming
-  // from the newest checkpoint, the steps after it lost; `describe
-  // (checkpoint, lost)` is its message), counts it, bumps the layout
-  // generation and resumes from the newest checkpoint. Returns the message.
+  // from the newest checkpoint, or the newest in-memory snapshot a live node
+  // holds, and the steps after it lost; `describe(resume_from, lost)` is its
+  // message, resume_from "the checkpoint at step N" or "the in-memory
+  // snapshot at step N"), counts it, bumps the layout generation and
+  // resumes from the newest. Returns the message.
   std::string RecordReplan(
       JobRecord& rec, const std::string& cause_kind, const std::string& from_layout,
       const std::string& to_layout, double predicted_step_seconds,
-      const std::function<std::string(int64_t checkpoint, int64_t lost)>& describe);
+      const std::function<std::string(const std::string& resume_from, int64_t lost)>& describe);
   // After a scheduling cycle: when the only job waiting for capacity is an
   // elastic gang that does not fit and no slots are about to come back, it
   // is re-planned for a smaller gang that fits. True when one was.

@@ -5,8 +5,10 @@
 #ifndef LOOM_CONTROLLER_JOBS_JOB_RECORD_H_
 #define LOOM_CONTROLLER_JOBS_JOB_RECORD_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,6 +100,10 @@ struct JobRecord {
   std::map<int64_t, int64_t> step_batches;
   bool skip_widened = false;
   int64_t attempt_last_step = -1;  // last step reported by the current attempt
+  // The newest in-memory snapshot step each rank's node holds (-1: none),
+  // indexed by rank, as the current attempt last reported it
+  // (StepMetrics.rank_snapshot_steps); empty when it keeps none.
+  std::vector<int64_t> attempt_snapshot_steps;
   // The newest steps with a time split, for the bottleneck verdict
   // (diagnosis.h); bounded by DiagnosisOptions::window.
   std::deque<loom::v1::StepMetrics> recent_steps;
@@ -125,6 +131,21 @@ struct JobRecord {
   // redo is attempt_last_step minus this.
   int64_t newest_checkpoint_step = 0;
 };
+
+// Where the next attempt of `rec` resumes when the current one stops
+// without a save: the newest of `checkpoint_step` (its newest good
+// checkpoint) and the snapshots its ranks' nodes hold, counting only nodes
+// for which `node_alive` holds (a lost node's memory went with it).
+inline int64_t ResumePointAfterLoss(const JobRecord& rec, int64_t checkpoint_step,
+                                    const std::function<bool(const std::string&)>& node_alive) {
+  int64_t resume = checkpoint_step;
+  for (const loom::v1::RankAssignment& r : rec.job.ranks()) {
+    if (r.rank() < 0 || r.rank() >= static_cast<int>(rec.attempt_snapshot_steps.size())) continue;
+    if (!node_alive(r.node())) continue;
+    resume = std::max(resume, rec.attempt_snapshot_steps[r.rank()]);
+  }
+  return resume;
+}
 
 // Restarts, rollbacks, loss spikes and preemptions over every job.
 struct RecoveryTotals {

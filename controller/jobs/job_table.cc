@@ -212,6 +212,7 @@ void JobTable::Requeue(JobRecord& rec, const std::string& reason, JobState to) {
   rec.job.clear_finished_ranks();
   rec.running_seen.clear();
   rec.attempt_last_step = -1;
+  rec.attempt_snapshot_steps.clear();
   rec.adopt_deadline = absl::InfinitePast();
   rec.adopted.clear();
   rec.across_controller_restart = false;

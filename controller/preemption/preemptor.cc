@@ -163,7 +163,12 @@ void Preemptor::Finish(JobRecord& rec) {
     jobs_->Requeue(rec, "its ranks saved and stopped; placed again as it was");
     return;
   }
-  const int64_t checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+  // Without a save in time: the newest checkpoint, or the newest in-memory
+  // snapshot its nodes hold (a preemption loses no node).
+  const int64_t newest_checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+  const int64_t checkpoint =
+      ResumePointAfterLoss(rec, newest_checkpoint, [](const std::string&) { return true; });
+  const char* const kept = checkpoint > newest_checkpoint ? "in-memory snapshot" : "checkpoint";
   const int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
   rec.job.set_preemptions(rec.job.preemptions() + 1);
   rec.job.set_resume_step(-1);
@@ -183,20 +188,19 @@ void Preemptor::Finish(JobRecord& rec) {
         "preempted for %s before its ranks trained a step; nothing lost. It waits in its queue "
         "and resumes from %s",
         for_job,
-        checkpoint > 0 ? absl::StrCat("the checkpoint at step ", checkpoint)
+        checkpoint > 0 ? absl::StrCat("the ", kept, " at step ", checkpoint)
                        : std::string("the start"));
   } else if (lost == 0) {
     message = absl::StrFormat(
-        "preempted for %s: every rank stopped %.1fs after the request, with the checkpoint at "
-        "step %d committed; 0 steps lost. It waits in its queue and resumes from that checkpoint",
-        for_job, absl::ToDoubleSeconds(now - p.since), checkpoint);
+        "preempted for %s: every rank stopped %.1fs after the request, with the %s at step %d "
+        "committed; 0 steps lost. It waits in its queue and resumes from it",
+        for_job, absl::ToDoubleSeconds(now - p.since), kept, checkpoint);
   } else {
     message = absl::StrFormat(
-        "preempted for %s: the ranks stopped %.1fs after the request%s; the newest checkpoint is "
-        "at step %d, so %d step(s) after it are lost. It waits in its queue and resumes from that "
-        "checkpoint",
+        "preempted for %s: the ranks stopped %.1fs after the request%s; the newest %s is at step "
+        "%d, so %d step(s) after it are lost. It waits in its queue and resumes from it",
         for_job, absl::ToDoubleSeconds(now - p.since),
-        p.forced ? " without a save (the grace ran out)" : "", checkpoint, lost);
+        p.forced ? " without a save (the grace ran out)" : "", kept, checkpoint, lost);
   }
   ev.set_message(message);
   jobs_->AddEvent(rec, ev);

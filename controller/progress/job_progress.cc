@@ -68,6 +68,10 @@ void UpdateDiagnosis(const loom::v1::StepMetrics& m, int64_t now_unix_ms, JobRec
 void ApplyStepReport(const loom::v1::StepMetrics& m, int64_t now_unix_ms, JobRecord* rec) {
   UpdateSummary(m, rec->job.ranks_size(), rec->job.mutable_summary());
   UpdateDiagnosis(m, now_unix_ms, rec);
+  if (m.rank_snapshot_steps_size() > 0 && m.rank_snapshot_steps_size() == rec->job.ranks_size()) {
+    rec->attempt_snapshot_steps.assign(m.rank_snapshot_steps().begin(),
+                                       m.rank_snapshot_steps().end());
+  }
   if (m.step() > 0) {
     rec->attempt_last_step = m.step();
     rec->rendezvous_retries = 0;  // this attempt's ranks did join

@@ -138,6 +138,7 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> StepReports::ApplyEvents(
       // series stays one row per step whatever the world size.
       steps.push_back(m);
       steps.back().clear_rank_compute_seconds();
+      steps.back().clear_rank_snapshot_steps();
       if (rec.detector && m.step() > 0) {
         recovery::SpikeVerdict verdict = rec.detector->Observe(m.step(), m.loss(), m.grad_norm());
         if (verdict.spike) {
@@ -153,6 +154,17 @@ absl::StatusOr<loom::v1::ReportStepMetricsResponse> StepReports::ApplyEvents(
       *out.mutable_step() = std::move(m);
     } else if (ev.has_checkpoint()) {
       if (IsUploadOutcome(ev.checkpoint())) continue;  // ApplyUploadEvents
+      if (ev.checkpoint().status() == kSnapshotsOff) {
+        loom::v1::RecoveryEvent off;
+        off.set_kind(loom::v1::RecoveryEvent::SNAPSHOTS_OFF);
+        off.set_generation(rec.job.generation());
+        off.set_worker_id(req.worker_id());
+        off.set_message(
+            absl::StrCat("in-memory snapshots are off for this attempt on node ", node,
+                         " (restarts resume from checkpoints): ", ev.checkpoint().error()));
+        jobs_->AddEvent(rec, off);
+        continue;
+      }
       ASSIGN_OR_RETURN(std::optional<loom::v1::CheckpointInfo> committed,
                        ApplyCheckpointEvent(rec, ev.checkpoint(), out.time_unix_ms()));
       if (!committed.has_value()) continue;
@@ -181,6 +193,7 @@ absl::Status StepReports::RefuseStale(JobRecord& rec,
   for (const auto& ev : req.events()) {
     if (!ev.has_checkpoint() || ev.checkpoint().status() == "failed") continue;
     if (ev.checkpoint().status() == kCheckpointCorrupt) continue;  // its load was stale too
+    if (ev.checkpoint().status() == kSnapshotsOff) continue;       // not a checkpoint
     if (IsUploadOutcome(ev.checkpoint())) continue;                // recorded by ApplyUploadEvents
     loom::v1::CheckpointInfo info = ev.checkpoint();
     info.set_generation(req.generation());
@@ -239,10 +252,14 @@ absl::Status StepReports::ValidateCheckpointEvents(const loom::v1::ReportStepMet
     const loom::v1::CheckpointInfo& c = req.events(i).checkpoint();
     const std::string field = absl::StrCat("events[", i, "].checkpoint");
     if (c.status() != "" && c.status() != kCheckpointCommitted && c.status() != "failed" &&
-        c.status() != kCheckpointCorrupt && !IsUploadOutcome(c)) {
+        c.status() != kCheckpointCorrupt && c.status() != kSnapshotsOff && !IsUploadOutcome(c)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".status: \"", c.status(),
+          "\" is not committed, failed, corrupt, snapshots_off, uploaded or upload_failed"));
+    }
+    if (c.status() == kSnapshotsOff && c.error().empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ".status: \"", c.status(),
-                       "\" is not committed, failed, corrupt, uploaded or upload_failed"));
+          absl::StrCat(field, ": snapshots_off needs its reason in error"));
     }
     if (c.status() == kCheckpointUploaded &&
         (c.path().empty() || c.step() < 0 || !absl::StartsWith(c.remote_url(), "s3://"))) {

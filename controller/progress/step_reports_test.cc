@@ -189,6 +189,34 @@ TEST_F(StepReportsTest, UploadOutcomesAreRecordedAfterTheAttemptAndTheJobEnded) 
   EXPECT_THAT(bad.message(), HasSubstr("s3:// remote_url"));
 }
 
+TEST_F(StepReportsTest, SnapshotStepsAreKeptForTheAttemptAndASnapshotsOffIsAnEvent) {
+  JobRecord& rec = AddJob("job-1", loom::v1::RUNNING, {a_});
+  loom::v1::ReportStepMetricsRequest req = Steps(rec, 1, 1);
+  req.mutable_events(0)->mutable_step()->add_rank_snapshot_steps(1);
+  loom::v1::CheckpointInfo* off = req.add_events()->mutable_checkpoint();
+  off->set_status("snapshots_off");
+  off->set_error("two snapshots of 90 MiB do not fit in the 64 MiB free in /dev/shm/x");
+  ASSERT_TRUE(Report(req).ok());
+  EXPECT_THAT(rec.attempt_snapshot_steps, ElementsAre(1));
+  ASSERT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::SNAPSHOTS_OFF));
+  EXPECT_THAT(rec.job.events(0).message(),
+              HasSubstr("in-memory snapshots are off for this attempt on node node-a "
+                        "(restarts resume from checkpoints): two snapshots of 90 MiB"));
+  // Not a checkpoint: the catalog has none, and the stored series no
+  // per-rank column.
+  EXPECT_EQ(catalog_->NewestGoodStep("job-1", -1), 0);
+  auto stored = store_->LoadStepMetrics("job-1", 100);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ((*stored)[0].rank_snapshot_steps_size(), 0);
+  // One without its reason is refused.
+  loom::v1::ReportStepMetricsRequest bare = Steps(rec, 2, 2);
+  bare.add_events()->mutable_checkpoint()->set_status("snapshots_off");
+  absl::StatusOr<loom::v1::ReportStepMetricsResponse> refused = Report(bare);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("snapshots_off needs its reason"));
+}
+
 TEST_F(StepReportsTest, ALossSpikeGoesToTheRollbacksAndTheRanksAreToldToStop) {
   loom::v1::JobSpec spec;
   spec.mutable_recovery()->set_rollback_distance(20);

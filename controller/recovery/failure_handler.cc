@@ -182,7 +182,18 @@ void FailureHandler::FailOrRestart(JobRecord& rec, const std::string& cause,
   }
   rec.job.set_restarts(rec.job.restarts() + 1);
   rec.job.set_resume_step(-1);
-  int64_t checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+  // The newest state a live node still holds in memory, if newer than the
+  // newest checkpoint (the ranks take it: worker/engine/resume.h).
+  const int64_t newest_checkpoint = catalog_->NewestGoodStep(rec.job.id(), -1);
+  // (A node whose worker went silent, as ResolveSettled judges it, counts
+  // as lost: its lease may not have run out yet.)
+  const absl::Time now = clock_->Now();
+  const int64_t checkpoint =
+      ResumePointAfterLoss(rec, newest_checkpoint, [&](const std::string& node) {
+        const Worker* w = workers_->FindByNode(node);
+        return w != nullptr && w->info.alive() &&
+               now - w->lease_from <= options_.failure_settle_time;
+      });
   int64_t lost = std::max<int64_t>(0, rec.attempt_last_step - checkpoint);
   loom::v1::RecoveryEvent ev;
   ev.set_kind(loom::v1::RecoveryEvent::RESTART);
@@ -195,7 +206,11 @@ void FailureHandler::FailOrRestart(JobRecord& rec, const std::string& cause,
   jobs_->AddEvent(rec, ev);
   if (metrics_ != nullptr) metrics_->RecordRecovery(rec.job.id(), "restart", cause_kind, lost, 0);
   jobs_->Requeue(rec, absl::StrCat("restart ", rec.job.restarts(), "/", o.max_restarts,
-                                   " from the newest checkpoint after: ", cause));
+                                   checkpoint > newest_checkpoint
+                                       ? absl::StrCat(" from the in-memory snapshot at step ",
+                                                      checkpoint, " after: ")
+                                       : std::string(" from the newest checkpoint after: "),
+                                   cause));
 }
 
 }  // namespace loom::controller

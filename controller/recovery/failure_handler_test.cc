@@ -173,6 +173,44 @@ TEST_F(FailureHandlerTest, ARankKilledWhenItsLeaseRanOutSaysSo) {
               HasSubstr("rank 1 on node-b was killed when its worker's lease ran out"));
 }
 
+TEST_F(FailureHandlerTest, ARestartResumesFromTheNewestSnapshotANodeStillAliveHolds) {
+  // Checkpoint at 30, trained to 47; rank 0's node (node-a) holds a
+  // snapshot of step 46 in memory, rank 1's (node-b) one of step 45.
+  JobRecord& rec = Running("job-1", 2);
+  Commit(rec, 30);
+  Trained(rec, 47);
+  rec.attempt_snapshot_steps = {46, 45};
+  Exit(rec, 1, 1);
+  Settle();
+  ASSERT_THAT(EventKinds(rec), ElementsAre(RecoveryEvent::RESTART));
+  EXPECT_EQ(rec.job.events(0).checkpoint_step(), 46);
+  EXPECT_EQ(rec.job.events(0).steps_lost(), 1);
+  EXPECT_THAT(rec.job.reason(), HasSubstr("restart 1/2 from the in-memory snapshot at step 46"));
+  EXPECT_TRUE(rec.attempt_snapshot_steps.empty());  // the next attempt reports its own
+
+  // node-a is lost (its lease ran out): its memory went with it.
+  JobRecord& other = Running("job-2", 2);
+  Commit(other, 30);
+  Trained(other, 47);
+  other.attempt_snapshot_steps = {46, 45};
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_TRUE(workers_.RecordHeartbeat(b_, 0).ok());
+  ASSERT_EQ(workers_.ExpireLeases().size(), 1u);
+  failures_->FailOrRestart(other, "worker on node-a lost", kCauseWorkerLost);
+  ASSERT_THAT(EventKinds(other), ElementsAre(RecoveryEvent::RESTART));
+  EXPECT_EQ(other.job.events(0).checkpoint_step(), 45);
+  EXPECT_EQ(other.job.events(0).steps_lost(), 2);
+
+  // With no snapshot newer than the checkpoint, the checkpoint as before.
+  JobRecord& plain = Running("job-3", 2);
+  Commit(plain, 30);
+  Trained(plain, 47);
+  plain.attempt_snapshot_steps = {-1, 20};
+  failures_->FailOrRestart(plain, "rank failed", kCauseWorkerLost);
+  EXPECT_EQ(plain.job.events(0).checkpoint_step(), 30);
+  EXPECT_THAT(plain.job.reason(), HasSubstr("from the newest checkpoint"));
+}
+
 TEST_F(FailureHandlerTest, AnEndedJobIsNotRestarted) {
   JobRecord& rec = Running("job-1", 1);
   jobs_->Stop(rec, loom::v1::CANCELLED, "cancelled by user");

@@ -205,12 +205,12 @@ void SlowRankHandler::FinishMove(JobRecord& rec, const PreemptionInProgress&) {
   const std::string to = absl::StrCat(summary, " | ", StageSplitText(rec, split));
   const std::string message = replanner_->RecordReplan(
       rec, kCauseSlowRank, from, to, rec.job.plan().layout().step_seconds(),
-      [&](int64_t checkpoint, int64_t lost) {
+      [&](const std::string& resume_from, int64_t lost) {
         return absl::StrFormat(
             "re-split the pipeline around a slow rank: %s -> %s (for these nodes; split again "
-            "for the nodes it is placed on), resuming from the checkpoint at step %d (%d "
-            "step(s) after it lost); no restart counted",
-            from, to, checkpoint, lost);
+            "for the nodes it is placed on), resuming from %s (%d step(s) after it lost); no "
+            "restart counted",
+            from, to, resume_from, lost);
       });
   jobs_->Requeue(rec, message);
 }

@@ -184,6 +184,16 @@ class WorkerRegistry {
   static absl::Time CordonEndFromUnixMillis(int64_t unix_ms);
   // Whether a worker has registered from `node` (alive or dead).
   bool HasNode(const std::string& node) const { return worker_by_node_.count(node) > 0; }
+  // The worker registered on `node` (alive or not); null if none.
+  const Worker* FindByNode(const std::string& node) const {
+    auto it = worker_by_node_.find(node);
+    return it == worker_by_node_.end() ? nullptr : Find(it->second);
+  }
+  // A worker on `node` holds its lease now.
+  bool NodeAlive(const std::string& node) const {
+    const Worker* w = FindByNode(node);
+    return w != nullptr && w->info.alive();
+  }
   // Whether `node` is cordoned now, and until when.
   bool IsCordoned(const std::string& node) const { return CordonedUntil(node).has_value(); }
   std::optional<absl::Time> CordonedUntil(const std::string& node) const;

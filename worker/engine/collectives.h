@@ -87,16 +87,17 @@ class Collectives {
     return values;
   }
 
-  // Rank 0's `bytes`, on every rank (other ranks' arguments are ignored).
-  std::string BroadcastBytes(std::string bytes) {
+  // Rank `root`'s `bytes`, on every rank (other ranks' arguments are
+  // ignored).
+  std::string BroadcastBytes(std::string bytes, int root = 0) {
     if (!group_) return bytes;
     torch::Tensor size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong);
-    Broadcast(size);
+    Broadcast(size, root);
     const int64_t n = size.item<int64_t>();
     if (n == 0) return "";
     torch::Tensor buffer = torch::empty({n}, torch::kUInt8);
-    if (rank() == 0) std::memcpy(buffer.data_ptr(), bytes.data(), n);
-    Broadcast(buffer);
+    if (rank() == root) std::memcpy(buffer.data_ptr(), bytes.data(), n);
+    Broadcast(buffer, root);
     return std::string(static_cast<const char*>(buffer.data_ptr()), n);
   }
 
@@ -109,10 +110,10 @@ class Collectives {
     Unstage(tensors[0], t);
   }
 
-  void Broadcast(torch::Tensor& t) {
+  void Broadcast(torch::Tensor& t, int root = 0) {
     std::vector<torch::Tensor> tensors = {Staged(t)};
     c10d::BroadcastOptions options;
-    options.rootRank = 0;
+    options.rootRank = root;
     group_->broadcast(tensors, options)->wait();
     Unstage(tensors[0], t);
   }

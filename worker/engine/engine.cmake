@@ -1,5 +1,6 @@
 # The LibTorch training engine of one rank: model, optimizer, training loop.
-loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc checkpoint/checkpoint_coordinator.cc
+loom_library(loom_engine SRCS gpt.cc optimizer.cc trainer.cc resume.cc checkpoint/checkpoint_coordinator.cc
+                              checkpoint/snapshot_keeper.cc
                               replicated_engine.cc gradient_averager.cc block_probe.cc
                               activation_checkpoint.cc autocast.cc
                               cpu_memory_meter.cc loss_scaler.cc host_allocator.cc openmp_wait.cc
@@ -50,6 +51,8 @@ loom_test(loom_trainer_test SRCS trainer_test.cc DEPS loom_engine loom_checkpoin
 # 2-rank runs differed by up to 2e-6 in half the runs otherwise
 # (trainer_test.cc, RunRanks).
 set_tests_properties(loom_trainer_test PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+loom_test(loom_resume_test SRCS resume_test.cc DEPS loom_engine TIMEOUT 300)
+set_tests_properties(loom_resume_test PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 # The child that trainer_test.cc kills with SIGKILL mid-run or mid-save (a
 # separate executable, so that no process forks after LibTorch has started
 # threads).

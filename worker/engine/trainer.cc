@@ -7,6 +7,11 @@
 // coordination across ranks in checkpoint_coordinator.h.
 #include "worker/engine/trainer.h"
 
+#include <c10/core/DeviceGuard.h>
+#include <torch/cuda.h>
+#include <torch/utils.h>
+#include <torch/version.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -15,23 +20,21 @@
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <utility>
-
-#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/cuda.h>
-#include <torch/utils.h>
-#include <torch/version.h>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/file_util.h"
+#include "common/formats/data.h"
 #include "common/status_macros.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/checkpoint/checkpoint_choice.h"
+#include "worker/engine/checkpoint/checkpoint_coordinator.h"
+#include "worker/engine/checkpoint/model_fingerprint.h"
+#include "worker/engine/checkpoint/snapshot_keeper.h"
 #include "worker/engine/collectives.h"
-#include "common/formats/data.h"
 #include "worker/engine/device_memory.h"
 #include "worker/engine/gpt.h"  // ValidateGptConfig
 #include "worker/engine/loss_scaler.h"
@@ -39,10 +42,9 @@
 #include "worker/engine/parallel/layout_engine.h"
 #include "worker/engine/parallel/process_groups.h"
 #include "worker/engine/parallel/sharded_checkpoint.h"
-#include "worker/engine/checkpoint/checkpoint_coordinator.h"
 #include "worker/engine/rank_engine.h"
 #include "worker/engine/replicated_engine.h"
-#include "worker/engine/checkpoint/model_fingerprint.h"
+#include "worker/engine/resume.h"
 
 namespace loom::engine {
 namespace {
@@ -125,23 +127,6 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c, int replicas) {
 // ---------------------------------------------------------------------------
 // Skip lists.
 
-// Sorted union of `a` and `b`, overlapping and adjacent ranges merged.
-std::vector<BatchRange> UnionOfRanges(std::vector<BatchRange> a, const std::vector<BatchRange>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  std::sort(a.begin(), a.end(), [](const BatchRange& x, const BatchRange& y) {
-    return x.begin != y.begin ? x.begin < y.begin : x.end < y.end;
-  });
-  std::vector<BatchRange> out;
-  for (const BatchRange& r : a) {
-    if (!out.empty() && r.begin <= out.back().end) {
-      out.back().end = std::max(out.back().end, r.end);
-    } else {
-      out.push_back(r);
-    }
-  }
-  return out;
-}
-
 // The first data batch index >= `batch` outside every range of `skip`
 // (sorted, disjoint).
 int64_t SkipForward(const std::vector<BatchRange>& skip, int64_t batch) {
@@ -161,14 +146,6 @@ absl::StatusOr<TokenDataset> LoadDataset(const std::vector<std::string>& pattern
                                                    model.vocab_size));
   }
   return dataset;
-}
-
-// Serialises seeding + construction of the model across the ranks of one
-// process: they share the global generator, and interleaved draws would
-// give each a different (and irreproducible) initialisation.
-std::mutex& ModelInitMutex() {
-  static std::mutex mutex;
-  return mutex;
 }
 
 // SplitMix64 finaliser (Steele, Lea, Flood 2014): decorrelates nearby seeds.
@@ -243,158 +220,6 @@ absl::StatusOr<std::unique_ptr<RankEngine>> BuildEngine(const TrainerConfig& con
   }
   engine->SynchronizeInitialWeights();
   return engine;
-}
-
-// What resuming found.
-struct ResumeOutcome {
-  bool restored = false;  // `state` holds a checkpoint's
-  // The run is a new branch (TrainerConfig, "Forks") of generation >=
-  // fork_generation.
-  bool fork = false;
-  int64_t fork_generation = 0;
-};
-
-// Resume: rank 0 picks and verifies the checkpoint
-// (TrainerConfig::resume_step) and tells every rank. A replicated
-// checkpoint resumed by the replicated engine travels as bytes (every rank
-// restores the same bytes); any other is read by every rank from the
-// shared directory, piecewise (parallel/sharded_checkpoint.h). Collective.
-absl::StatusOr<ResumeOutcome> Resume(const TrainerConfig& config, const CheckpointShape& shape,
-                                     RankEngine& engine, Collectives& collectives,
-                                     const TrainerCallbacks& callbacks, TrainingState* state,
-                                     TrainResult* result) {
-  ResumeOutcome outcome;
-  if (config.checkpoint_dir.empty()) return outcome;
-  const int rank = collectives.rank();
-  absl::StatusOr<ResumeChoice> plan = ResumeChoice{};
-  if (rank == 0) {
-    if (callbacks.before_resume && config.resume_step != 0) {
-      callbacks.before_resume(config.checkpoint_dir, config.resume_step);
-    }
-    ResumeRequest request{config.checkpoint_dir, config.resume_step,
-                          config.allow_start_from_scratch, std::nullopt};
-    if (!config.job_id.empty()) request.fence = FenceToken{config.job_id, config.generation};
-    plan = ChooseResumeCheckpoint(request, &result->corrupt_checkpoints);
-    if (callbacks.on_checkpoint_corrupt) {
-      for (const CorruptCheckpoint& c : result->corrupt_checkpoints) {
-        callbacks.on_checkpoint_corrupt(c);
-      }
-    }
-  }
-  enum Source : int64_t { kNone = 0, kBytes = 1, kDirectory = 2 };
-  int64_t source = kNone;
-  if (plan.ok() && plan->checkpoint.has_value()) {
-    source = !engine.sharded_checkpoints() && plan->checkpoint->manifest.layout != kShardedLayout
-                 ? kBytes
-                 : kDirectory;
-  }
-  const std::vector<int64_t> decision = collectives.BroadcastInts(
-      {plan.ok() ? 1 : 0, plan.ok() && plan->fork ? 1 : 0, plan.ok() ? plan->fork_generation : 0,
-       source});
-  if (decision[0] == 0) {
-    if (!plan.ok()) return plan.status();
-    return absl::FailedPreconditionError(
-        "rank 0 found no checkpoint to resume from (its error says why)");
-  }
-  outcome.fork = decision[1] != 0;
-  outcome.fork_generation = decision[2];
-  source = decision[3];
-  if (source == kNone) return outcome;
-  // Sent before taking the lock: in-process ranks take it in turn.
-  const std::string sent =
-      collectives.BroadcastBytes(rank != 0          ? std::string()
-                                 : source == kBytes ? std::move(plan->checkpoint->bytes)
-                                                    : plan->checkpoint->path);
-  absl::Status restoring;
-  {
-    // Restoring sets the global generator, which in-process ranks share.
-    std::lock_guard<std::mutex> lock(ModelInitMutex());
-    if (source == kBytes) {
-      restoring = engine.Restore(sent, shape, state);
-    } else {
-      absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(sent, config.model);
-      restoring = reader.ok() ? engine.RestoreFrom(*reader, shape, state) : reader.status();
-    }
-  }
-  // Every rank goes on only if every rank restored.
-  const int64_t failed = collectives.Max({restoring.ok() ? 0 : rank + 1})[0];
-  if (!restoring.ok()) return restoring;
-  if (failed != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", failed - 1, " could not restore the checkpoint (its error says why)"));
-  }
-  result->resumed_from_step = state->step;
-  outcome.restored = true;
-  return outcome;
-}
-
-// TrainerConfig::init_from, when Resume restored nothing. Collective.
-absl::Status InitializeFrom(const TrainerConfig& config, const CheckpointShape& shape,
-                            RankEngine& engine, Collectives& collectives,
-                            const TrainerCallbacks& callbacks) {
-  const int rank = collectives.rank();
-  absl::Status verified;
-  if (rank == 0) {
-    verified = [&]() -> absl::Status {
-      if (callbacks.before_init_from) RETURN_IF_ERROR(callbacks.before_init_from(config.init_from));
-      const std::string manifest_path =
-          (std::filesystem::path(config.init_from) / kManifestFileName).string();
-      absl::StatusOr<std::string> bytes = ReadFile(manifest_path);
-      if (!bytes.ok()) {
-        return absl::DataLossError(absl::StrCat(manifest_path, ": ", bytes.status().message()));
-      }
-      ASSIGN_OR_RETURN(CheckpointManifest manifest, ParseManifest(*bytes, manifest_path));
-      if (manifest.shape.model != shape.model) {
-        return absl::FailedPreconditionError(absl::StrCat("it is for model ", manifest.shape.model,
-                                                          ", this job trains ", shape.model));
-      }
-      return VerifyCheckpoint({manifest.state.step, config.init_from, -1, false}).status();
-    }();
-  }
-  const std::string why = collectives.BroadcastBytes(
-      rank != 0 || verified.ok() ? std::string() : std::string(verified.message()));
-  if (!why.empty()) {
-    return NoGoodCheckpointError(
-        absl::StrCat("init_from: checkpoint ", config.init_from, " cannot be used: ", why));
-  }
-  const RestoreScope scope =
-      config.init_optimizer ? RestoreScope::kWeightsAndOptimizer : RestoreScope::kWeights;
-  TrainingState unused;
-  absl::Status restoring;
-  {
-    std::lock_guard<std::mutex> lock(ModelInitMutex());
-    absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(config.init_from, config.model);
-    restoring = reader.ok() ? engine.RestoreFrom(*reader, shape, &unused, scope) : reader.status();
-  }
-  const int64_t failed = collectives.Max({restoring.ok() ? 0 : rank + 1})[0];
-  if (!restoring.ok()) {
-    return NoGoodCheckpointError(absl::StrCat("init_from: reading ", config.init_from, ": ",
-                                              restoring.message()));
-  }
-  if (failed != 0) {
-    return NoGoodCheckpointError(absl::StrCat("init_from: rank ", failed - 1, " could not read ",
-                                              config.init_from, " (its error says why)"));
-  }
-  return absl::OkStatus();
-}
-
-// The branch this call continues or starts (TrainerConfig, "Forks"):
-// generation, lineage and skip list of `state` after resuming. Returns
-// whether they changed what the newest checkpoint says, so that a
-// checkpoint must record them before training goes on.
-bool BeginBranch(const TrainerConfig& config, const ResumeOutcome& resume, TrainingState* state) {
-  const TrainingState resumed = *state;
-  state->generation = std::max(state->generation, config.generation);
-  if (resume.fork) state->generation = std::max(state->generation, resume.fork_generation);
-  state->skip_batches = UnionOfRanges(state->skip_batches, config.skip_batches);
-  if (!resume.restored) {
-    state->lineage = {{state->generation, 0}};
-  } else if (state->generation != resumed.generation) {
-    state->lineage.emplace_back(state->generation, state->step);
-  }
-  return resume.restored ? state->generation != resumed.generation ||
-                               state->skip_batches != resumed.skip_batches
-                         : resume.fork;
 }
 
 // fp16 dynamic loss scaling (loss_scaler.h): the loss is scaled before
@@ -498,6 +323,7 @@ struct StepParts {
   RankEngine& engine;
   BatchFeed& batches;
   CheckpointCoordinator& checkpoints;
+  SnapshotKeeper& snapshots;
   std::optional<DynamicLossScaler>& scaler;
   int rank = 0;
 };
@@ -541,6 +367,7 @@ absl::StatusOr<StepOutcome> TrainStep(const StepParts& parts, double carried_sta
   // copying parameters and optimizer state, which the step below
   // overwrites. Everything above only reads them.
   out.split.checkpoint_stall += parts.checkpoints.WaitForSnapshot();
+  out.split.checkpoint_stall += parts.snapshots.WaitForSnapshot();
   phase = std::chrono::steady_clock::now();
   // Clipping (torch.nn.utils.clip_grad_norm_'s factor) inside the fused
   // pass. A step whose gradients hold inf or NaN is skipped: no parameter
@@ -658,6 +485,9 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   TrainResult result;
   result.optimizer_implementation = engine->optimizer_implementation();
   CheckpointCoordinator checkpoints(config, shape, engine.get(), &collectives, callbacks, &result);
+  // In-memory snapshots (checkpoint/snapshot_keeper.h): one writer per node;
+  // it claims its directory before Resume reads it.
+  SnapshotKeeper snapshots(config, shape, engine.get(), callbacks, &result);
 
   TrainingState state;
   const auto restore_start = std::chrono::steady_clock::now();
@@ -687,8 +517,11 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
   // The step of the newest checkpoint saved, or resumed from (or 0 from
   // scratch, where a fresh start repeats the same state): a save-and-stop
   // there has nothing new to save.
-  int64_t saved_step = state.step;
-  const StepParts parts{config, *engine, batches, checkpoints, scaler, rank};
+  // A snapshot's step is not in checkpoint_dir unless the branch was
+  // recorded there.
+  int64_t saved_step = resumed.from_snapshot && !record_branch ? -1 : state.step;
+  const StepParts parts{config, *engine, batches, checkpoints, snapshots, scaler, rank};
+  const bool snapshots_asked = !config.snapshot_dir.empty() && config.snapshot_interval > 0;
   const int64_t total_steps = config.schedule.total_steps;
   int64_t nonfinite_skipped = 0;  // optimizer steps skipped for inf/NaN
   double pending_stall = 0;       // seconds the last checkpoint's capture took
@@ -716,6 +549,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       result.steps = state.step;
       result.final_loss = state.loss;
       result.saved_and_stopped = true;
+      snapshots.Discard();
       return result;
     }
     // The loop's own work since the previous step ended, less what is
@@ -749,10 +583,20 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       rank_compute[rank] = step.split.forward + step.split.backward;
       rank_compute = collectives.Sum(std::move(rank_compute));
     }
+    // The newest snapshot each rank's node holds, for the controller's count
+    // of the steps a lost node costs (StepMetrics.rank_snapshot_steps).
+    std::vector<int64_t> rank_snapshots;
+    if (report_step && snapshots_asked) {
+      rank_snapshots.assign(collectives.world_size(), -1);
+      rank_snapshots[rank] = snapshots.newest_step();
+      rank_snapshots = collectives.Max(std::move(rank_snapshots));
+    }
     if (rank == 0 && callbacks.on_step && report_step) {
       loom::v1::StepMetrics report =
           MakeStepReport(config, step, state, validate, nonfinite_skipped, device);
       for (double seconds : rank_compute) report.add_rank_compute_seconds(seconds);
+      for (int64_t step : rank_snapshots) report.add_rank_snapshot_steps(step);
+      report.set_resumed_from_snapshot(unreported_restore > 0 && resumed.from_snapshot);
       report.set_checkpoint_restore_seconds(unreported_restore);
       report.set_eval_seconds(eval_seconds);
       unreported_restore = 0;
@@ -765,10 +609,16 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       saved_step = state.step;
       pending_stall = SecondsSince(save_start);
     }
+    if (!last && snapshots.on()) {
+      const auto capture_start = std::chrono::steady_clock::now();
+      snapshots.AfterStep(state);
+      pending_stall += SecondsSince(capture_start);
+    }
   }
 
   // The final checkpoint has committed (or failed) by now; every rank hears.
   RETURN_IF_ERROR(checkpoints.Finish());
+  snapshots.Discard();
   if (callbacks.on_finish) callbacks.on_finish(engine->module());
   result.steps = state.step;
   result.final_loss = state.loss;

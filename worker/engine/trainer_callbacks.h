@@ -71,6 +71,9 @@ struct TrainerCallbacks {
   // once for each checkpoint that failed verification (checkpoint_choice.h),
   // so that the controller learns which file failed which check.
   std::function<void(const CorruptCheckpoint&)> on_checkpoint_corrupt;
+  // In-memory snapshots were asked for and this rank cannot keep them
+  // (TrainerConfig::snapshot_dir): why. Called at most once per run.
+  std::function<void(const std::string& reason)> on_snapshots_off;
   // Every rank, once, after the last step and the final checkpoint, with the
   // trained model (a GptImpl, see gpt.h). For tests and export; runs on the
   // training thread, and the module must not be kept past the call.
@@ -89,6 +92,14 @@ struct TrainResult {
   // resume point when the call forks or changes generation or skip list.
   std::vector<CheckpointReport> checkpoints;
   int64_t resumed_from_step = 0;  // 0 = started from scratch
+  // The state resumed came from an in-memory snapshot (the node-local
+  // directory of rank resumed_snapshot_rank), not from checkpoint_dir.
+  bool resumed_from_snapshot = false;
+  int resumed_snapshot_rank = -1;
+  // In-memory snapshots this rank committed, and those it skipped because
+  // the previous one was still being written when the next was due.
+  int64_t snapshots_written = 0;
+  int64_t snapshots_skipped = 0;
   // Checkpoints passed over on resume because they did not verify
   // (missing or damaged manifest or file) or could not be read (rank 0
   // only), as on_checkpoint_corrupt reported them.

@@ -160,6 +160,20 @@ struct TrainerConfig {
   // checkpoint the store keeps for good until the worker's uploader marks
   // its upload settled (RetentionGuard::upload).
   std::optional<RetentionPolicy> upload_retention;
+  // In-memory snapshots (checkpoint/snapshot_keeper.h): every
+  // snapshot_interval (> 0) steps, a rank with snapshot_writer set saves
+  // its replica into snapshot_dir, a directory in host memory (tmpfs) of its
+  // node, with checkpoint_dir's format and fencing, keeping the newest; a
+  // resume (resume_step -1) takes the newest state that any rank's snapshot
+  // or checkpoint_dir holds, in lineage order. Replicated layouts only; a
+  // snapshot that needs more than snapshot_max_bytes (> 0) of host memory
+  // (its image in snapshot_dir twice, while the next one is written, and
+  // its writer's staging buffer), or more than snapshot_dir's free space,
+  // turns them off for the run (TrainerCallbacks::on_snapshots_off).
+  std::string snapshot_dir;
+  int64_t snapshot_interval = 0;
+  bool snapshot_writer = false;
+  uint64_t snapshot_max_bytes = 0;
   // Which checkpoint to resume from (needs checkpoint_dir):
   //   -1: the newest (in lineage order) that verifies; none exists: from
   //       scratch; some exist and none verifies: DATA_LOSS

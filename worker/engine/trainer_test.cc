@@ -1,18 +1,21 @@
 #include "worker/engine/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mount.h>
-#include <sys/statvfs.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,15 +23,12 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <vector>
-
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/cuda.h>
-#include <torch/torch.h>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/formats/data.h"
 #include "common/prune_log.h"
 #include "common/sha256.h"
 #include "gmock/gmock.h"
@@ -37,70 +37,16 @@
 #include "worker/engine/checkpoint/checkpoint_choice.h"
 #include "worker/engine/checkpoint/checkpoint_inspect.h"
 #include "worker/engine/checkpoint/checkpoint_writer.h"
-#include "common/formats/data.h"
-#include "worker/engine/gpt.h"
-#include "worker/engine/process_group_handle.h"
-#include "worker/engine/optimizer.h"
 #include "worker/engine/checkpoint/model_fingerprint.h"
+#include "worker/engine/gpt.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/process_group_handle.h"
+#include "worker/engine/trainer_test_util.h"
 
 namespace loom::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-// English-like byte stream: sentences drawn from a small grammar, so that a
-// tiny model has real structure (spelling, spaces, word order) to learn.
-std::vector<uint16_t> MakeText(uint32_t seed, size_t bytes) {
-  static const std::vector<std::string> kSubjects = {"the cat", "a dog", "my friend",
-                                                     "the old man", "she", "we"};
-  static const std::vector<std::string> kVerbs = {"sees", "likes", "walks to", "paints",
-                                                  "finds", "reads about"};
-  static const std::vector<std::string> kObjects = {"the river", "a small house", "the moon",
-                                                    "green apples", "the market", "a letter"};
-  std::mt19937 rng(seed);
-  auto pick = [&](const std::vector<std::string>& words) {
-    return words[std::uniform_int_distribution<size_t>(0, words.size() - 1)(rng)];
-  };
-  std::string text;
-  while (text.size() < bytes) {
-    text += pick(kSubjects) + " " + pick(kVerbs) + " " + pick(kObjects) + ". ";
-  }
-  return std::vector<uint16_t>(text.begin(), text.begin() + bytes);
-}
-
-// Current parameters of a module, copied.
-std::vector<torch::Tensor> Snapshot(const torch::nn::Module& module) {
-  std::vector<torch::Tensor> out;
-  for (const torch::Tensor& p : module.parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
-double MaxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
-  }
-  return diff;
-}
-
-// An in-process Gloo group of `world_size` ranks over one HashStore. The
-// shared_ptr holds an intrusive reference (see Train's contract).
-std::shared_ptr<c10d::ProcessGroup> MakeGlooRank(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 int rank, int world_size) {
-  auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  return AsProcessGroup(
-      store, c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options), rank,
-      world_size, /*nccl=*/false, std::chrono::seconds(60));
-}
-
-// "<dir>/step-<9 digits>": the directory of checkpoint `step`.
-std::string StepDir(const std::string& dir, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%09lld", static_cast<long long>(step));
-  return dir + "/" + name;
-}
 
 // Rank 0's shard of checkpoint `step`.
 std::string ShardOf(const std::string& dir, int64_t step) {
