@@ -282,12 +282,16 @@ int main(int argc, char** argv) {
   const loom::v1::MemorySnapshotSpec& snapshot_spec = a.spec().checkpoint().snapshots();
   const loom::worker::RankSnapshots snapshots = loom::worker::ChooseRankSnapshots(
       snapshot_spec.disable(), snapshot_spec.interval_steps(), snapshot_spec.max_bytes(),
-      a.job_id(), a.generation(), memory_limit);
+      a.job_id(), config.checkpoint_dir, a.generation(), memory_limit);
   config.snapshot_dir = snapshots.dir;
   config.snapshot_interval = snapshots.interval;
   config.snapshot_writer = snapshots.writer;
   config.snapshot_max_bytes = snapshots.max_bytes;
-  if (snapshots.writer) {
+  if (snapshots.writer && loom::engine::UsesParallelLayout(config)) {
+    std::cerr << "loom-rank " << a.rank() << ": no in-memory snapshots: this layout's shards "
+              << "would each need a copy on another node; restarts resume from checkpoints"
+              << std::endl;
+  } else if (snapshots.writer) {
     std::cerr << "loom-rank " << a.rank() << ": writes this node's in-memory snapshots every "
               << snapshots.interval << " step(s) into " << snapshots.dir << " (at most "
               << snapshots.max_bytes / (1024 * 1024) << " MiB)" << std::endl;

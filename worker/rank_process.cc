@@ -94,13 +94,29 @@ std::string FetchFromObjectStore(const std::string& remote, const std::string& d
   return out.empty() ? absl::StrCat(bin, " fetch ended with status ", status) : out;
 }
 
+namespace {
+
+// FNV-1a (64 bits): a stable name for a path (std::hash may differ between
+// builds, and ranks of two builds may share a node).
+uint64_t Fnv1a64(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
 RankSnapshots ChooseRankSnapshots(bool disable, int64_t interval_steps, int64_t max_bytes,
-                                  const std::string& job_id, int64_t attempt,
-                                  uint64_t memory_per_rank) {
+                                  const std::string& job_id, const std::string& checkpoint_dir,
+                                  int64_t attempt, uint64_t memory_per_rank) {
   RankSnapshots out;
   const char* root = getenv(kSnapshotDirEnv);
   if (disable || root == nullptr || *root == '\0' || job_id.empty()) return out;
-  out.dir = absl::StrCat(root, "/", job_id);
+  out.dir =
+      absl::StrCat(root, "/", job_id, "-", absl::Hex(Fnv1a64(checkpoint_dir), absl::kZeroPad16));
   out.interval = interval_steps > 0 ? interval_steps : 1;
   out.max_bytes = max_bytes > 0 ? static_cast<uint64_t>(max_bytes) : memory_per_rank / 4;
   out.writer = ClaimSnapshotWriter(out.dir, attempt);

@@ -40,7 +40,9 @@ std::string FetchFromObjectStore(const std::string& remote, const std::string& d
 
 // This rank's in-memory snapshots (CheckpointSpec.snapshots; TrainerConfig's
 // snapshot_* fields): the job's directory under the worker's root
-// (LOOM_SNAPSHOT_DIR, snapshot_dirs.h), whether this rank writes them for
+// (LOOM_SNAPSHOT_DIR, snapshot_dirs.h), named after the job and its
+// checkpoint directory (two controllers' jobs of the same id on one node
+// never share one), whether this rank writes them for
 // its node in this attempt (ClaimSnapshotWriter), the interval, and the
 // memory they may take (the spec's max_bytes, else a quarter of
 // `memory_per_rank`). dir is empty (none) when the worker gives no root or
@@ -52,8 +54,8 @@ struct RankSnapshots {
   uint64_t max_bytes = 0;
 };
 RankSnapshots ChooseRankSnapshots(bool disable, int64_t interval_steps, int64_t max_bytes,
-                                  const std::string& job_id, int64_t attempt,
-                                  uint64_t memory_per_rank);
+                                  const std::string& job_id, const std::string& checkpoint_dir,
+                                  int64_t attempt, uint64_t memory_per_rank);
 
 }  // namespace loom::worker
 

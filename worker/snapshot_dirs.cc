@@ -94,9 +94,10 @@ SnapshotJanitor::SnapshotJanitor(std::string root, absl::Duration max_idle, absl
         std::unique_lock<std::mutex> lock(mu_);
         while (!stop_) {
           lock.unlock();
-          for (const std::string& job : RemoveIdleSnapshotDirs(root, max_idle, absl::Now())) {
-            std::cerr << "loom-worker: removed job " << job << "'s in-memory snapshots (none "
-                      << "written for " << absl::FormatDuration(max_idle) << ")" << std::endl;
+          for (const std::string& name : RemoveIdleSnapshotDirs(root, max_idle, absl::Now())) {
+            std::cerr << "loom-worker: removed the in-memory snapshots in " << root << "/" << name
+                      << " (none written for " << absl::FormatDuration(max_idle)
+                      << ", no rank of the job here)" << std::endl;
           }
           lock.lock();
           cv_.wait_for(lock, absl::ToChronoMilliseconds(period), [this] { return stop_; });

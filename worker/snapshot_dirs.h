@@ -2,7 +2,8 @@
 // (worker/engine/checkpoint/snapshot_keeper.h), and their clean-up. No
 // LibTorch.
 //
-// Layout: <root>/<job id>/ holds one job's snapshots on this node (a
+// Layout: <root>/<job id>-<hash of its checkpoint directory>/ holds one
+// job's snapshots on this node (rank_process.h; a
 // checkpoint directory in host memory: step-N/, FENCE) and
 // WRITER-g<attempt>.lock, which the rank that writes them for that attempt
 // holds locked (ClaimSnapshotWriter). The worker exports <root> to its
@@ -35,9 +36,9 @@ std::string DefaultSnapshotRoot();
 // same attempt on this node holding it: false.
 bool ClaimSnapshotWriter(const std::string& job_dir, int64_t attempt);
 
-// Removes each <root>/<job>/ in which nothing changed for `max_idle` (its
+// Removes each directory under `root` in which nothing changed for `max_idle` (its
 // newest file or directory's modification time) and whose writer lock no
-// live process holds; returns the job ids removed.
+// live process holds; returns the names removed.
 std::vector<std::string> RemoveIdleSnapshotDirs(const std::string& root, absl::Duration max_idle,
                                                 absl::Time now);
 

@@ -321,13 +321,26 @@ int main(int argc, char** argv) {
              .c_str(),
          1);
   // In-memory snapshots: the ranks find the root in their environment.
+  // (The default one may not be writable, as a root-owned /dev/shm volume
+  // in a container: the worker then keeps none and says so.)
   std::string snapshot_root = absl::GetFlag(FLAGS_snapshot_dir);
-  if (snapshot_root == "auto") snapshot_root = worker::DefaultSnapshotRoot();
+  const bool snapshot_auto = snapshot_root == "auto";
+  if (snapshot_auto) snapshot_root = worker::DefaultSnapshotRoot();
   std::unique_ptr<worker::SnapshotJanitor> snapshot_janitor;
   if (!snapshot_root.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(snapshot_root, ec);
-    if (ec) return Fail(absl::StrCat("--snapshot_dir: ", snapshot_root, ": ", ec.message()));
+    if (ec && !snapshot_auto) {
+      return Fail(absl::StrCat("--snapshot_dir: ", snapshot_root, ": ", ec.message()));
+    }
+    if (ec) {
+      std::cerr << "loom-worker: no in-memory snapshots: cannot create " << snapshot_root << ": "
+                << ec.message() << " (set --snapshot_dir)" << std::endl;
+      snapshot_root.clear();
+    }
+  }
+  if (!snapshot_root.empty()) {
+    std::error_code ec;
     std::filesystem::permissions(snapshot_root, std::filesystem::perms::owner_all, ec);
     setenv(worker::kSnapshotDirEnv, snapshot_root.c_str(), 1);
     snapshot_janitor = std::make_unique<worker::SnapshotJanitor>(

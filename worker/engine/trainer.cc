@@ -575,21 +575,24 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerConfig& config,
       eval_seconds = SecondsSince(eval_start);
     }
     const bool report_step = last || validate || state.step % config.log_interval == 0;
-    // Every rank's own compute time, gathered on report steps for the
-    // controller's slow-rank detector (StepMetrics.rank_compute_seconds).
+    // Gathered on report steps, in one collective: every rank's own compute
+    // time, for the controller's slow-rank detector
+    // (StepMetrics.rank_compute_seconds), and the newest snapshot each
+    // rank's node holds, for its count of the steps a lost node costs
+    // (StepMetrics.rank_snapshot_steps; step + 1 in the sum, exact below
+    // 2^53, 0 for none).
     std::vector<double> rank_compute;
-    if (report_step && collectives.world_size() > 1) {
-      rank_compute.assign(collectives.world_size(), 0.0);
-      rank_compute[rank] = step.split.forward + step.split.backward;
-      rank_compute = collectives.Sum(std::move(rank_compute));
-    }
-    // The newest snapshot each rank's node holds, for the controller's count
-    // of the steps a lost node costs (StepMetrics.rank_snapshot_steps).
     std::vector<int64_t> rank_snapshots;
-    if (report_step && snapshots_asked) {
-      rank_snapshots.assign(collectives.world_size(), -1);
-      rank_snapshots[rank] = snapshots.newest_step();
-      rank_snapshots = collectives.Max(std::move(rank_snapshots));
+    if (report_step) {
+      const int n = collectives.world_size();
+      std::vector<double> gathered(snapshots_asked ? 2 * n : n, 0.0);
+      gathered[rank] = step.split.forward + step.split.backward;
+      if (snapshots_asked) gathered[n + rank] = static_cast<double>(snapshots.newest_step() + 1);
+      if (n > 1) gathered = collectives.Sum(std::move(gathered));
+      if (n > 1) rank_compute.assign(gathered.begin(), gathered.begin() + n);
+      for (int r = 0; snapshots_asked && r < n; ++r) {
+        rank_snapshots.push_back(static_cast<int64_t>(gathered[n + r]) - 1);
+      }
     }
     if (rank == 0 && callbacks.on_step && report_step) {
       loom::v1::StepMetrics report =

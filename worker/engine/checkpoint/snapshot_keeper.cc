@@ -27,12 +27,10 @@ SnapshotKeeper::SnapshotKeeper(const TrainerConfig& config, const CheckpointShap
   if (config.snapshot_dir.empty() || config.snapshot_interval <= 0 || !config.snapshot_writer) {
     return;
   }
-  if (engine->sharded_checkpoints()) {
-    TurnOff(
-        "in-memory snapshots keep replicated (data-parallel) layouts; this layout's shards "
-        "would each need a copy on another node, so it resumes from checkpoint files");
-    return;
-  }
+  // A sharded layout's shards would each need a copy on another node: it
+  // resumes from checkpoints, as documented (no event: it is the layout's
+  // nature, not something that went wrong).
+  if (engine->sharded_checkpoints()) return;
   CheckpointWriterOptions options;
   options.dir = config.snapshot_dir;
   options.rank = 0;  // a replica is rank 0's shard

@@ -50,7 +50,8 @@ class SnapshotKeeper {
  public:
   // On when config.snapshot_dir is set, config.snapshot_interval > 0, this
   // rank writes (config.snapshot_writer) and `engine`'s checkpoints are
-  // replicated; claims the directory for this attempt then (a newer
+  // replicated (a sharded layout keeps none, and says nothing: that is
+  // documented); claims the directory for this attempt then (a newer
   // attempt's claim turns snapshots off). `engine`, `callbacks` and
   // `result` must outlive this.
   SnapshotKeeper(const TrainerConfig& config, const CheckpointShape& shape, RankEngine* engine,
