@@ -26,6 +26,8 @@ add_dependencies(loom_recovery_bench loomctl loom-controller loom-worker loom-ra
 
 # checkpoint: Loom's checkpoint write throughput vs. the disk's write+fsync,
 # and the stall per checkpoint, on a ~124M-parameter GPT.
+add_executable(loom_snapshot_bench ${CMAKE_CURRENT_LIST_DIR}/snapshot_bench.cc)
+target_link_libraries(loom_snapshot_bench PRIVATE loom_engine ${TORCH_LIBRARIES})
 add_executable(loom_checkpoint_bench ${CMAKE_CURRENT_LIST_DIR}/checkpoint_bench.cc)
 target_link_libraries(loom_checkpoint_bench PRIVATE loom_engine loom_crc32c ${TORCH_LIBRARIES})
 # checkpoint-remote: Loom's upload and restore against awscli's, and

@@ -203,6 +203,15 @@ run_under_cpu_quota() {
 # stall per asynchronous checkpoint as a fraction of a step, for a
 # ~124M-parameter GPT. Checkpoints go to CHECKPOINT_BENCH_DIR
 # (default: the build directory), so choose the disk to measure.
+# In-memory snapshots on the CPU benchmark GPT: step time with them off,
+# every 10th step and every step, and a restart from memory against one
+# from a checkpoint file of the same step.
+bench_snapshot() {
+  build loom_snapshot_bench
+  "$BUILD_DIR/bin/loom_snapshot_bench" "$BUILD_DIR" "${SNAPSHOT_STEPS:-30}" \
+    "${SNAPSHOT_THREADS:-1}"
+}
+
 bench_checkpoint() {
   build loom_checkpoint_bench
   local dir=${CHECKPOINT_BENCH_DIR:-$BUILD_DIR}
