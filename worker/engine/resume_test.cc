@@ -55,18 +55,7 @@ class ResumeTest : public ::testing::Test {
 
   // Two ranks; rank r keeps its snapshots in <dir>/node-r (its own node).
   TrainerConfig Config(int rank) const {
-    TrainerConfig c;
-    c.model.n_layer = 2;
-    c.model.n_head = 2;
-    c.model.d_model = 32;
-    c.model.seq_len = 32;
-    c.model.vocab_size = 256;
-    c.optimizer.lr = 3e-3;
-    c.schedule.total_steps = 16;
-    c.schedule.warmup_steps = 2;
-    c.global_batch = 8;
-    c.micro_batch = 2;
-    c.seed = 99;
+    TrainerConfig c = TinyGptConfig(/*steps=*/16, /*seed=*/99);
     c.train_shards = {dir_ + "/train_000000.bin"};
     c.checkpoint_dir = dir_ + "/checkpoints";
     c.checkpoint_interval = 5;

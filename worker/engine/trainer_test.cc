@@ -122,19 +122,7 @@ class TrainerTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   TrainerConfig SmallConfig() const {
-    TrainerConfig c;
-    c.model.n_layer = 2;
-    c.model.n_head = 2;
-    c.model.d_model = 32;
-    c.model.seq_len = 32;
-    c.model.vocab_size = 256;
-    c.model.dropout = 0.0;
-    c.optimizer.lr = 3e-3;
-    c.schedule.total_steps = 8;
-    c.schedule.warmup_steps = 2;
-    c.global_batch = 8;
-    c.micro_batch = 2;
-    c.seed = 1234;
+    TrainerConfig c = TinyGptConfig(/*steps=*/8, /*seed=*/1234);
     c.eval_batches = 4;
     c.train_shards = {train_shard_};
     c.val_shards = {val_shard_};

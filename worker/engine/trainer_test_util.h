@@ -18,6 +18,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/engine/process_group_handle.h"
+#include "worker/engine/trainer_config.h"
 
 namespace loom::engine {
 
@@ -66,6 +67,26 @@ inline std::shared_ptr<c10d::ProcessGroup> MakeGlooRank(
   return AsProcessGroup(
       store, c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options), rank,
       world_size, /*nccl=*/false, std::chrono::seconds(60));
+}
+
+// The tests' tiny GPT (2 layers, 2 heads, d_model 32, seq 32, bytes as
+// tokens, no dropout), AdamW at lr 3e-3 with 2 warm-up steps, global batch
+// 8 in micro-batches of 2; the caller sets the data and anything else.
+inline TrainerConfig TinyGptConfig(int64_t steps, uint64_t seed) {
+  TrainerConfig c;
+  c.model.n_layer = 2;
+  c.model.n_head = 2;
+  c.model.d_model = 32;
+  c.model.seq_len = 32;
+  c.model.vocab_size = 256;
+  c.model.dropout = 0.0;
+  c.optimizer.lr = 3e-3;
+  c.schedule.total_steps = steps;
+  c.schedule.warmup_steps = 2;
+  c.global_batch = 8;
+  c.micro_batch = 2;
+  c.seed = seed;
+  return c;
 }
 
 // "<dir>/step-<9 digits>": the directory of checkpoint `step`.
