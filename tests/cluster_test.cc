@@ -530,12 +530,12 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
   ASSERT_NE(stopped, nullptr) << done.DebugString();
   EXPECT_THAT(stopped->message(), HasSubstr("without a save (the grace ran out)"));
   // The last step reported before the freeze, less the newest checkpoint
-  // the stopped attempt had committed: the one at the last multiple of 100
-  // it reached, or the one before if that asynchronous save had not
-  // finished when the rank froze (on a loaded machine, or with the store on
-  // PostgreSQL, it once had not at step 207). The freeze lands at step 150
-  // or later: a loaded machine once trained to step 312 between the status
-  // read and the SIGSTOP.
+  // the stopped attempt had committed (or a newer in-memory snapshot on its
+  // live nodes): the checkpoint is the one at the last multiple of 100 it
+  // reached, or the one before if that asynchronous save had not finished
+  // when the rank froze (under load it once had not at step 207). The
+  // freeze lands at step 150 or later: a loaded machine once trained to
+  // step 312 between the status read and the SIGSTOP.
   EXPECT_GE(stopped->step(), frozen_at);
   int64_t committed = 0;
   {
@@ -554,7 +554,6 @@ TEST_F(ClusterTest, PreemptionWhoseSaveMissesTheGraceStopsAnywayAndSaysWhatWasLo
   EXPECT_TRUE(committed >= 100 && committed % 100 == 0 &&
               (committed == reached || committed == reached - 100))
       << committed << " at step " << stopped->step();
-  // (Or from the newer in-memory snapshot its live nodes hold.)
   EXPECT_GE(stopped->checkpoint_step(), committed) << stopped->message();
   EXPECT_LE(stopped->checkpoint_step(), stopped->step()) << stopped->message();
   EXPECT_EQ(stopped->steps_lost(), stopped->step() - stopped->checkpoint_step());
